@@ -1,0 +1,156 @@
+// straggler::Client — the thin library a trainer rank links to report
+// per-iteration compute times to stragglerd (or the node's agent) and to learn
+// which ranks take part in the collectives.
+//
+//   auto client = straggler::Client::Create(straggler::ClientOptions::FromEnv());
+//   for (uint64_t it = 0; ...; ++it) {
+//     auto m = client->MembershipFor(it, std::chrono::seconds(5));   // who reduces at `it`
+//     {
+//       straggler::ComputeTimer t(*client, epoch, it);  // reports on scope exit
+//       forward_backward();
+//     }
+//     if (m.ok && !m.IsExcluded(rank)) allreduce_among(m);
+//   }
+//
+// Report() never blocks and never allocates: it enqueues into a bounded
+// lock-free queue that a background thread drains over one gRPC stream
+// (reconnecting with exponential backoff and jitter). When the queue is full
+// the report is dropped and counted (Stats().dropped).
+//
+// Thread safety: every method may be called from any thread concurrently.
+// Membership callbacks run on the client's background thread.
+// No gRPC or protobuf type appears in this header.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace straggler {
+
+struct ClientOptions {
+  // "host:port", "dns:///host:port" or "unix:///run/straggler/agent.sock".
+  std::string endpoint = "127.0.0.1:7070";
+  std::string job_id;
+  // Ranks this client reports for (usually one). Report() for another rank is
+  // rejected locally.
+  std::vector<uint32_t> ranks;
+  uint32_t world_size = 0;
+  uint32_t local_rank = 0;
+  std::string node;                   // default: host name
+  uint64_t iterations_per_epoch = 0;  // 0 = unknown
+  size_t queue_capacity = 4096;       // rounded up to a power of two
+  size_t max_batch = 256;             // reports per ReportBatch
+  std::chrono::milliseconds backoff_initial{100};
+  std::chrono::milliseconds backoff_max{5000};
+
+  // RANK, WORLD_SIZE, LOCAL_RANK (as set by torchrun and other launchers),
+  // STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
+  // STRAGGLER_ITERATIONS_PER_EPOCH. Missing RANK/WORLD_SIZE leave defaults;
+  // Validate() then tells what is missing.
+  static ClientOptions FromEnv();
+  // Empty string when usable, else what is wrong, naming the value.
+  std::string Validate() const;
+};
+
+struct ExcludedRankInfo {
+  uint32_t rank = 0;
+  std::string reason;  // "straggler", "unresponsive", "forced", "probation_end"
+  std::string detail;
+};
+
+// One version of the job's membership. Version 0 (before any decision)
+// excludes nobody.
+struct MembershipView {
+  bool ok = true;  // false: MembershipFor timed out; fields hold the last known
+  uint64_t version = 0;
+  uint64_t effective_iteration = 0;
+  uint32_t world_size = 0;
+  uint32_t lead_iterations = 2;
+  std::vector<ExcludedRankInfo> excluded;  // ascending by rank
+
+  bool IsExcluded(uint32_t rank) const;
+  std::vector<uint32_t> ActiveRanks() const;  // 0..world_size-1 minus excluded
+};
+
+struct ClientStats {
+  uint64_t enqueued = 0;
+  uint64_t dropped = 0;        // queue full
+  uint64_t sent = 0;
+  uint64_t acked = 0;          // accepted by the daemon
+  uint64_t rejected = 0;       // rejected by the daemon (see last_rejection)
+  uint64_t reconnects = 0;
+  bool connected = false;
+  std::string last_rejection;  // the daemon's message naming the value
+};
+
+class Client {
+ public:
+  // Fails (nullptr + *error) only on invalid options; an unreachable endpoint
+  // is not an error (the client keeps retrying in the background).
+  static std::unique_ptr<Client> Create(const ClientOptions& options, std::string* error = nullptr);
+  virtual ~Client() = default;  // flushes for at most 1 s, then closes
+
+  // Enqueues one iteration's compute time. Never blocks. Returns false when
+  // the report was dropped (queue full, or rank not served by this client).
+  virtual bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds,
+                      std::optional<double> step_seconds = std::nullopt,
+                      std::optional<double> collective_wait_seconds = std::nullopt) = 0;
+  // Report() for the client's first rank.
+  bool Report(uint64_t epoch, uint64_t iteration, double compute_seconds) {
+    return Report(FirstRank(), epoch, iteration, compute_seconds);
+  }
+
+  // The newest membership received. Lock-free.
+  virtual MembershipView CurrentMembership() const = 0;
+
+  // The membership in force at `iteration` for `rank` (default: first rank),
+  // by the switch rule: the newest version whose effective_iteration <=
+  // iteration. Certain only once the daemon has processed this rank's report
+  // of iteration - lead: waits for that up to `timeout`; on timeout returns
+  // the best known answer with ok = false.
+  virtual MembershipView MembershipFor(uint64_t iteration, std::chrono::milliseconds timeout,
+                                       std::optional<uint32_t> rank = std::nullopt) = 0;
+
+  // Called (on the background thread) for each new membership version.
+  using MembershipCallback = std::function<void(const MembershipView&)>;
+  virtual void OnMembershipChange(MembershipCallback callback) = 0;
+
+  // Blocks until every report enqueued so far was acknowledged or `timeout`
+  // passed; returns whether all were.
+  virtual bool Flush(std::chrono::milliseconds timeout) = 0;
+
+  virtual ClientStats Stats() const = 0;
+  virtual uint32_t FirstRank() const = 0;
+};
+
+// Measures the wall time of a scope on the calling thread and reports it as
+// the compute time of (epoch, iteration) when the scope ends.
+class ComputeTimer {
+ public:
+  ComputeTimer(Client& client, uint64_t epoch, uint64_t iteration)
+      : client_(client), epoch_(epoch), iteration_(iteration),
+        start_(std::chrono::steady_clock::now()) {}
+  ~ComputeTimer() {
+    if (!cancelled_) {
+      std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
+      client_.Report(epoch_, iteration_, d.count());
+    }
+  }
+  void Cancel() { cancelled_ = true; }
+  ComputeTimer(const ComputeTimer&) = delete;
+  ComputeTimer& operator=(const ComputeTimer&) = delete;
+
+ private:
+  Client& client_;
+  uint64_t epoch_;
+  uint64_t iteration_;
+  std::chrono::steady_clock::time_point start_;
+  bool cancelled_ = false;
+};
+
+}  // namespace straggler

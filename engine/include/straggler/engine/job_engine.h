@@ -1,0 +1,220 @@
+// The detection engine of one job: feed it iteration reports, read worker
+// state, events and the versioned membership. It owns no sockets, threads or
+// clocks: callers pass `now` in, so tests and offline replay are exact.
+//
+//   JobEngine job("resnet", /*world_size=*/8, PolicyConfig{});
+//   auto r = job.Ingest({.rank = 3, .epoch = 0, .iteration = 17,
+//                        .compute_seconds = 0.12}, now);
+//   if (!r.accepted) log(r.message);          // "rank 3 reported compute_seconds=nan"
+//   for (auto& e : job.TakeEvents()) ...      // state changes, memberships
+//   const Membership& m = job.membership();   // who takes part, from when
+//
+// How judging works: reports of ranks taking part in the collective are
+// grouped by iteration; when every active rank has reported an iteration (or
+// the job has moved `kRowGraceIterations` past it) the iteration is judged as
+// a whole, which is what lets the engine tell a straggler from a job-wide
+// slowdown. Reports of excluded ranks (shadow recovery) are judged one by one
+// on arrival against the current reference. Each judged step is slow or fast;
+// the bounded counter of PolicyConfig turns steps into states.
+//
+// Thread safety: none. A JobEngine is used by one thread at a time; the
+// daemon keeps one mutex per job.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "straggler/engine/policy.h"
+
+namespace straggler::engine {
+
+// Nanoseconds since the Unix epoch; the engine never reads a clock.
+using Time = std::chrono::nanoseconds;
+
+enum class WorkerState { kPending, kHealthy, kStraggler, kUnresponsive };
+enum class ExclusionReason { kNone, kStraggler, kUnresponsive, kForced, kProbationEnd };
+enum class RankOverride { kNone, kForceInclude, kForceExclude };
+enum class EventKind {
+  kStateChange,
+  kMembership,
+  kGuardBlocked,
+  kPolicyChanged,
+  kOverride,
+  kReset,
+  kReprofile
+};
+
+std::string_view WorkerStateName(WorkerState s);
+std::string_view ExclusionReasonName(ExclusionReason r);
+std::string_view EventKindName(EventKind k);
+
+struct Report {
+  uint32_t rank = 0;
+  uint64_t epoch = 0;
+  uint64_t iteration = 0;
+  double compute_seconds = 0.0;
+  std::optional<double> step_seconds;
+  std::optional<double> collective_wait_seconds;
+  Time start_time{0};
+};
+
+// Why a report was not taken. kDuplicate and kStale are not errors of the
+// sender (replays after a reconnect produce them) but are still counted.
+enum class RejectReason {
+  kNone,
+  kInvalidValue,     // NaN, infinite, negative or absurd time; bad optional field
+  kRankOutOfRange,   // rank >= world size
+  kDuplicate,        // this (rank, iteration) was already taken
+  kStale,            // older than the rank's newest iteration: out of order
+};
+std::string_view RejectReasonName(RejectReason r);
+
+struct IngestResult {
+  bool accepted = false;
+  RejectReason reason = RejectReason::kNone;
+  std::string message;  // names the offending value when rejected
+};
+
+struct ExcludedRank {
+  uint32_t rank = 0;
+  ExclusionReason reason = ExclusionReason::kNone;
+  std::string detail;
+  uint64_t since_iteration = 0;
+};
+
+// A version of the job's membership. Versions only grow; effective_iteration
+// strictly grows with version, so "the newest version whose
+// effective_iteration <= i" names exactly one membership for iteration i.
+struct Membership {
+  uint64_t version = 0;
+  uint64_t effective_iteration = 0;
+  std::vector<ExcludedRank> excluded;  // ascending by rank
+  uint32_t world_size = 0;
+  uint32_t lead_iterations = 0;
+  Time created_at{0};
+
+  bool IsExcluded(uint32_t rank) const;
+};
+
+struct Evidence {
+  double compute_seconds = 0.0;
+  double threshold_seconds = 0.0;
+  uint32_t counter = 0;
+  uint32_t limit = 0;
+  double baseline_seconds = 0.0;
+};
+
+struct Event {
+  Time time{0};
+  EventKind kind = EventKind::kStateChange;
+  uint32_t rank = 0;
+  WorkerState from = WorkerState::kPending;
+  WorkerState to = WorkerState::kPending;
+  uint64_t iteration = 0;
+  Evidence evidence;
+  uint64_t membership_version = 0;
+  std::string message;
+};
+
+struct WorkerView {
+  uint32_t rank = 0;
+  WorkerState state = WorkerState::kPending;
+  bool excluded = false;
+  ExclusionReason exclusion_reason = ExclusionReason::kNone;
+  RankOverride override = RankOverride::kNone;
+  uint32_t counter = 0;
+  uint32_t limit = 0;
+  uint64_t epoch = 0;
+  uint64_t last_iteration = 0;
+  double last_compute_seconds = 0.0;
+  double ewma_compute_seconds = 0.0;
+  double slowdown_ratio = 0.0;  // ewma / baseline; 0 before a baseline exists
+  uint64_t reports_total = 0;
+  Time last_report_time{0};
+};
+
+struct JobView {
+  uint32_t world_size = 0;
+  uint64_t epoch = 0;
+  uint64_t highest_iteration = 0;       // highest reported by an active rank
+  double threshold_seconds = 0.0;       // 0 when no threshold is in force
+  double baseline_seconds = 0.0;
+  uint32_t active_ranks = 0;            // not excluded (pending ranks count)
+  uint32_t excluded_ranks = 0;
+  uint32_t straggler_ranks = 0;
+  uint32_t unresponsive_ranks = 0;
+  uint64_t detections_total = 0;
+  uint64_t recoveries_total = 0;
+  uint64_t reports_total = 0;
+  uint64_t guard_blocks_total = 0;
+  uint64_t iterations_per_epoch = 0;    // announced or learned; 0 = unknown
+  Time last_report_time{0};
+};
+
+class JobEngine {
+ public:
+  // How far (in iterations) the job may move past an iteration before it is
+  // judged without the ranks that have not reported it.
+  static constexpr uint64_t kRowGraceIterations = 3;
+  // Membership versions kept for clients that are behind.
+  static constexpr size_t kMembershipHistory = 32;
+
+  // world_size must be > 0 and policy valid (checked by the caller with
+  // PolicyConfig::Validate; the constructor asserts).
+  JobEngine(uint32_t world_size, PolicyConfig policy, Time now);
+  ~JobEngine();
+  JobEngine(const JobEngine&) = delete;
+  JobEngine& operator=(const JobEngine&) = delete;
+
+  // Takes one report. Idempotent: a (rank, iteration) already taken is
+  // rejected as kDuplicate and changes nothing.
+  IngestResult Ingest(const Report& report, Time now);
+
+  // Marks ranks that have not reported for unresponsive_after_seconds.
+  void Tick(Time now);
+
+  // Replaces the policy (validated). Counters and states are kept; the
+  // threshold is re-profiled when the judging rule changed.
+  absl::Status SetPolicy(const PolicyConfig& policy, Time now);
+  const PolicyConfig& policy() const;
+
+  absl::Status SetOverride(uint32_t rank, RankOverride override, std::string reason, Time now);
+
+  // Forgets all per-rank state and publishes a membership with every rank
+  // included (as a new, higher version).
+  void Reset(Time now);
+
+  // The epoch length, when the trainer announces it.
+  void SetIterationsPerEpoch(uint64_t iterations);
+
+  // Newest membership, and the kept history (ascending by version; the last
+  // element is membership()).
+  const Membership& membership() const;
+  const std::deque<Membership>& membership_history() const;
+  // Versions a rank that has reached `iteration` may still need: the newest
+  // one with effective_iteration <= iteration, and every later one.
+  std::vector<Membership> MembershipsFrom(uint64_t iteration) const;
+
+  // Highest iteration of `rank` that was processed (accepted or rejected as
+  // duplicate/stale); nullopt before its first report.
+  std::optional<uint64_t> Progress(uint32_t rank) const;
+
+  // Events since the last call, oldest first.
+  std::vector<Event> TakeEvents();
+
+  uint32_t world_size() const;
+  WorkerView Worker(uint32_t rank) const;  // rank < world_size
+  JobView View() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace straggler::engine

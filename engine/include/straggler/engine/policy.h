@@ -1,0 +1,86 @@
+// Policy configuration of one job's detection engine.
+//
+// A PolicyConfig is plain data with the defaults of deploy/stragglerd.yaml.
+// Validate() names the first bad value:
+//
+//   straggler::engine::PolicyConfig p;
+//   p.kind = straggler::engine::PolicyKind::kDynamic;
+//   p.threshold_factor = 0.5;
+//   p.Validate();  // InvalidArgument: "threshold_factor=0.5 must be > 1"
+//
+// Plain value type; no shared state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace straggler::engine {
+
+enum class PolicyKind { kDynamic, kEwma, kStatic };
+enum class RecoveryMode { kShadow, kProbation };
+
+std::string_view PolicyKindName(PolicyKind kind);
+absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name);
+std::string_view RecoveryModeName(RecoveryMode mode);
+absl::StatusOr<RecoveryMode> ParseRecoveryMode(std::string_view name);
+
+struct PolicyConfig {
+  PolicyKind kind = PolicyKind::kDynamic;
+
+  // Counter shared by every policy: +1 on a slow step, -1 on a fast one,
+  // bounded to [0, limit]; a rank whose counter reaches `limit` is a straggler
+  // and a straggler whose counter falls to `rejoin_mark` is healthy again.
+  uint32_t limit = 5;
+  // When > 0, limit = ceil(limit_fraction * iterations per epoch) once the
+  // epoch length is known (announced by the client or seen), never below 2;
+  // `limit` is used until then.
+  double limit_fraction = 0.0;
+  uint32_t rejoin_mark = 0;
+
+  // dynamic: threshold = threshold_factor * mean over the first
+  // profile_iterations iterations of an epoch of the fastest rank's time.
+  uint32_t profile_iterations = 5;
+  double threshold_factor = 2.0;
+  uint32_t window_iterations = 0;  // also re-profile every W iterations; 0 = off
+  RecoveryMode recovery = RecoveryMode::kShadow;
+  // When more than this fraction of the active ranks is slow at the same
+  // iteration, the whole job slowed down: nobody's counter moves and the
+  // threshold is re-profiled.
+  double global_shift_fraction = 0.5;
+
+  // ewma: straggler-slow when the rank's EWMA exceeds ewma_ratio x the median
+  // EWMA of the active ranks, after ewma_min_samples samples.
+  double ewma_alpha = 0.3;
+  double ewma_ratio = 1.5;
+  uint32_t ewma_min_samples = 5;
+
+  // static: a step is slow when compute_seconds > static_threshold_seconds.
+  double static_threshold_seconds = 0.0;
+
+  // Guards, applied to every policy.
+  double max_excluded_fraction = 0.25;
+  uint32_t min_active_ranks = 1;
+  uint32_t cooldown_iterations = 5;
+  double min_throughput_gain = 0.05;
+
+  // Membership.
+  uint32_t lead_iterations = 2;
+  double unresponsive_after_seconds = 30.0;
+  bool exclusion_enabled = true;
+
+  // Largest compute time accepted, in seconds; larger values are rejected as
+  // absurd (a unit error, a clock jump).
+  double max_compute_seconds = 3600.0;
+
+  absl::Status Validate() const;
+  // The limit in force for an epoch of `iterations_per_epoch` iterations
+  // (0 = unknown).
+  uint32_t EffectiveLimit(uint64_t iterations_per_epoch) const;
+};
+
+}  // namespace straggler::engine
