@@ -17,6 +17,61 @@
 // on arrival against the current reference. Each judged step is slow or fast;
 // the bounded counter of PolicyConfig turns steps into states.
 //
+// The rules, exactly (README "Detection policies" explains the why):
+//  * Rows. Ranks are "expected" in a row when they have reported at least
+//    once, are not excluded and not unresponsive. A row (iteration i)
+//    completes when every expected rank reported i, or when an active rank
+//    reports iteration >= i + kRowGraceIterations. Rows complete in order.
+//  * dynamic. A profile starts at the first row of every new epoch, after
+//    every `window_iterations` rows when that is > 0, and after a global
+//    shift. It averages the row minima (the fastest active rank's time) of
+//    `profile_iterations` rows: baseline = that mean, threshold =
+//    threshold_factor x baseline. The row that completes the profile is judged
+//    against the new threshold at once (the paper's counter "starts at 1").
+//    Rows inside a later profile are judged against the previous threshold;
+//    before the first threshold nothing is judged.
+//    Global shift: when more than global_shift_fraction of a row's ranks (at
+//    least 2 ranks in the row) are above the threshold, no counter moves for
+//    that row and a new profile starts with the next row. Speed-up: when the
+//    row minimum stays below baseline / kSpeedupRatio for kSpeedupRows rows in
+//    a row, a new profile starts too (a stale, too-high threshold would hide
+//    stragglers).
+//  * static. A step is slow when compute_seconds > static_threshold_seconds.
+//  * ewma. Each rank keeps ewma = alpha*t + (1-alpha)*ewma (first sample sets
+//    it). At a row, the reference is the lower median of the row ranks' ewma
+//    (ranks with >= ewma_min_samples samples); a rank is slow when its ewma >
+//    ewma_ratio x reference, fast otherwise.
+//  * Counter (all policies): slow -> +1 up to limit; fast (strictly below the
+//    threshold) -> -1 down to 0; equal -> unchanged. healthy -> straggler when
+//    the counter reaches limit; straggler -> healthy when it falls to
+//    rejoin_mark. A rank flips at most once per cooldown_iterations of its
+//    own iterations; a blocked flip happens later when still due.
+//  * Excluded ranks (shadow recovery) are judged report by report on arrival,
+//    against the current threshold (ewma: ratio x the last reference).
+//    Probation recovery: at each new epoch, straggler-excluded ranks are
+//    re-included for profile_iterations iterations; those still stragglers
+//    then are excluded again (reason kProbationEnd).
+//  * Unresponsive: Tick() marks a rank whose last report is older than
+//    unresponsive_after_seconds; its next report makes it healthy, counter 0.
+//  * Exclusion. Forced-out ranks are always excluded; forced-in ranks never.
+//    With exclusion disabled only forced ranks are. Otherwise stragglers and
+//    unresponsive ranks are candidates. An excluded candidate stays excluded.
+//    New candidates are admitted, slowest first, while excluded <=
+//    floor(max_excluded_fraction x world_size) and world_size - excluded >=
+//    min_active_ranks; stragglers additionally only when excluding all of the
+//    new straggler candidates S at once raises predicted throughput,
+//    ((A-|S|)/T_without) / (A/T_with) - 1 >= min_throughput_gain, with A the
+//    active ranks and T the largest ewma among the active ranks with and
+//    without S. A withheld exclusion emits one kGuardBlocked event per rank
+//    until the outcome changes.
+//  * Membership. Whenever the excluded set changes a new version is made:
+//    version + 1, effective_iteration = max(highest iteration reported by an
+//    active rank + lead_iterations, previous effective_iteration + 1).
+//  * Input. Rejected with a message naming the value: rank >= world size;
+//    NaN, infinite, negative or > max_compute_seconds compute time; NaN,
+//    infinite or negative optional times. Per rank, iterations must grow:
+//    the same iteration again is kDuplicate, an older one kStale.
+//
 // Thread safety: none. A JobEngine is used by one thread at a time; the
 // daemon keeps one mutex per job.
 #pragma once
@@ -164,6 +219,10 @@ class JobEngine {
   static constexpr uint64_t kRowGraceIterations = 3;
   // Membership versions kept for clients that are behind.
   static constexpr size_t kMembershipHistory = 32;
+  // Speed-up re-profiling: row minimum below baseline / kSpeedupRatio for
+  // kSpeedupRows consecutive rows.
+  static constexpr double kSpeedupRatio = 1.5;
+  static constexpr int kSpeedupRows = 3;
 
   // world_size must be > 0 and policy valid (checked by the caller with
   // PolicyConfig::Validate; the constructor asserts).
