@@ -1,0 +1,993 @@
+#include "straggler/engine/job_engine.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace straggler::engine {
+
+std::string_view WorkerStateName(WorkerState s) {
+  switch (s) {
+    case WorkerState::kPending: return "pending";
+    case WorkerState::kHealthy: return "healthy";
+    case WorkerState::kStraggler: return "straggler";
+    case WorkerState::kUnresponsive: return "unresponsive";
+  }
+  return "unknown";
+}
+
+std::string_view ExclusionReasonName(ExclusionReason r) {
+  switch (r) {
+    case ExclusionReason::kNone: return "none";
+    case ExclusionReason::kStraggler: return "straggler";
+    case ExclusionReason::kUnresponsive: return "unresponsive";
+    case ExclusionReason::kForced: return "forced";
+    case ExclusionReason::kProbationEnd: return "probation_end";
+  }
+  return "unknown";
+}
+
+std::string_view EventKindName(EventKind k) {
+  switch (k) {
+    case EventKind::kStateChange: return "state_change";
+    case EventKind::kMembership: return "membership";
+    case EventKind::kGuardBlocked: return "guard_blocked";
+    case EventKind::kPolicyChanged: return "policy_changed";
+    case EventKind::kOverride: return "override";
+    case EventKind::kReset: return "reset";
+    case EventKind::kReprofile: return "reprofile";
+  }
+  return "unknown";
+}
+
+std::string_view RejectReasonName(RejectReason r) {
+  switch (r) {
+    case RejectReason::kNone: return "none";
+    case RejectReason::kInvalidValue: return "invalid_value";
+    case RejectReason::kRankOutOfRange: return "rank_out_of_range";
+    case RejectReason::kDuplicate: return "duplicate";
+    case RejectReason::kStale: return "stale";
+  }
+  return "unknown";
+}
+
+bool Membership::IsExcluded(uint32_t rank) const {
+  auto it = std::lower_bound(excluded.begin(), excluded.end(), rank,
+                             [](const ExcludedRank& e, uint32_t r) { return e.rank < r; });
+  return it != excluded.end() && it->rank == rank;
+}
+
+namespace {
+
+// Largest gap between a row and the next iteration reported before the
+// engine gives up waiting for the rows in between (a rank that jumps ahead
+// by more is a client bug, not a reason to hold memory).
+constexpr uint64_t kMaxRowSpan = 1024;
+
+enum class Verdict { kNone, kSlow, kFast };
+
+double Seconds(Time t) { return std::chrono::duration<double>(t).count(); }
+
+}  // namespace
+
+struct JobEngine::Impl {
+  struct RankState {
+    WorkerState state = WorkerState::kPending;
+    bool has_progress = false;
+    uint64_t last_iteration = 0;
+    uint64_t epoch = 0;
+    double last_compute = 0.0;
+    double ewma = 0.0;
+    uint32_t samples = 0;
+    uint32_t counter = 0;
+    bool flipped = false;
+    uint64_t last_flip_iteration = 0;
+    uint64_t reports_total = 0;
+    Time last_report_time{0};
+    RankOverride override = RankOverride::kNone;
+    bool guard_blocked = false;
+    bool on_probation = false;
+    bool probation_failed = false;  // still slow when its probation ended
+  };
+
+  struct Row {
+    uint64_t iteration = 0;
+    uint64_t epoch = 0;
+    double min = std::numeric_limits<double>::infinity();
+    std::vector<std::pair<uint32_t, double>> values;
+  };
+
+  // Membership plus bookkeeping the engine needs to know how many ranks a
+  // row of an iteration in force under this version waits for.
+  struct Version {
+    Membership m;
+    uint32_t excluded_counted = 0;  // excluded ranks that are not unresponsive
+  };
+
+  Impl(uint32_t world, PolicyConfig p, Time now)
+      : world_size(world), policy(std::move(p)), ranks(world), counted_ranks(world),
+        created_at(now) {
+    Version v0;
+    v0.m.world_size = world;
+    v0.m.lead_iterations = policy.lead_iterations;
+    v0.m.created_at = now;
+    versions.push_back(std::move(v0));
+    history.push_back(versions.back().m);
+  }
+
+  // ---- configuration -------------------------------------------------------
+  uint32_t world_size;
+  PolicyConfig policy;
+  uint64_t iterations_per_epoch = 0;
+  bool epoch_length_announced = false;
+
+  // ---- per rank ------------------------------------------------------------
+  std::vector<RankState> ranks;
+  // Ranks a row waits for, before exclusions: all but the unresponsive ones.
+  // Pending ranks count, so the first rows wait for every rank to show up
+  // (or for the grace, or for Tick to call the missing ones unresponsive).
+  uint32_t counted_ranks;
+  Time created_at;
+
+  // ---- rows ----------------------------------------------------------------
+  std::deque<Row> rows;
+  std::vector<Row> spare_rows;
+  bool have_highest = false;
+  uint64_t highest_active = 0;  // highest iteration reported through a row
+
+  // ---- epoch and reference -------------------------------------------------
+  bool have_epoch = false;
+  uint64_t epoch = 0;
+  uint64_t epoch_start_iteration = 0;
+  bool profiling = true;
+  uint32_t profile_collected = 0;
+  double profile_sum = 0.0;
+  uint64_t rows_since_profile = 0;
+  int speedup_rows = 0;
+  bool have_threshold = false;
+  double threshold = 0.0;
+  double baseline = 0.0;
+  std::vector<double> scratch;
+
+  // ---- probation -----------------------------------------------------------
+  bool probation_active = false;
+  uint64_t probation_until = 0;
+
+  // ---- membership ----------------------------------------------------------
+  std::deque<Version> versions;   // bounded by kMembershipHistory
+  std::deque<Membership> history;  // mirror of versions[].m for the public API
+  bool dirty = false;              // something exclusion depends on changed
+  uint32_t blocked = 0;            // candidates currently withheld by a guard
+
+  // ---- totals and events ---------------------------------------------------
+  uint64_t detections_total = 0;
+  uint64_t recoveries_total = 0;
+  uint64_t reports_total = 0;
+  uint64_t guard_blocks_total = 0;
+  Time last_report_time{0};
+  std::vector<Event> events;
+
+  // ==========================================================================
+
+  uint32_t Limit() const { return policy.EffectiveLimit(iterations_per_epoch); }
+  uint32_t Mark() const { return std::min(policy.rejoin_mark, Limit() - 1); }
+  const Membership& Newest() const { return versions.back().m; }
+
+  // Membership version in force at `iteration`: newest with E <= iteration.
+  const Version& InForce(uint64_t iteration) const {
+    for (auto it = versions.rbegin(); it != versions.rend(); ++it)
+      if (it->m.effective_iteration <= iteration) return *it;
+    return versions.front();
+  }
+
+  bool Live(const RankState& r) const {
+    return r.state != WorkerState::kPending && r.state != WorkerState::kUnresponsive;
+  }
+
+  // A rank stopped (-1) or resumed (+1) reporting: keep the per-version
+  // counts of excluded counted ranks right.
+  void AdjustCounted(uint32_t rank, int delta) {
+    counted_ranks += delta;
+    for (auto& v : versions)
+      if (v.m.IsExcluded(rank)) v.excluded_counted += delta;
+  }
+
+  void Emit(Event e) { events.push_back(std::move(e)); }
+
+  Evidence MakeEvidence(const RankState& r, double compute) const {
+    Evidence ev;
+    ev.compute_seconds = compute;
+    ev.threshold_seconds = have_threshold ? threshold : 0.0;
+    ev.counter = r.counter;
+    ev.limit = Limit();
+    ev.baseline_seconds = baseline;
+    return ev;
+  }
+
+  void ChangeState(uint32_t rank, WorkerState to, uint64_t iteration, double compute, Time now,
+                   std::string message) {
+    RankState& r = ranks[rank];
+    Event e;
+    e.time = now;
+    e.kind = EventKind::kStateChange;
+    e.rank = rank;
+    e.from = r.state;
+    e.to = to;
+    e.iteration = iteration;
+    r.state = to;
+    e.evidence = MakeEvidence(r, compute);
+    e.membership_version = Newest().version;
+    e.message = std::move(message);
+    Emit(std::move(e));
+    dirty = true;
+  }
+
+  // ---- ingest --------------------------------------------------------------
+
+  IngestResult Validate(const Report& rep) const {
+    IngestResult res;
+    auto bad = [&](std::string msg) {
+      res.reason = RejectReason::kInvalidValue;
+      res.message = std::move(msg);
+      return res;
+    };
+    if (rep.rank >= world_size) {
+      res.reason = RejectReason::kRankOutOfRange;
+      res.message = absl::StrCat("rank ", rep.rank, " is out of range for world_size ", world_size);
+      return res;
+    }
+    const double c = rep.compute_seconds;
+    if (!std::isfinite(c) || c < 0 || c > policy.max_compute_seconds)
+      return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
+                              " reported compute_seconds=", absl::StrFormat("%g", c),
+                              std::isfinite(c) && c >= 0
+                                  ? absl::StrCat(" (above max_compute_seconds=",
+                                                 policy.max_compute_seconds, ")")
+                                  : std::string(" (must be a finite number >= 0)")));
+    auto check_opt = [&](const std::optional<double>& v) -> bool {
+      return !v || (std::isfinite(*v) && *v >= 0 && *v <= policy.max_compute_seconds * 10);
+    };
+    if (!check_opt(rep.step_seconds))
+      return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
+                              " reported step_seconds=", absl::StrFormat("%g", *rep.step_seconds),
+                              " (must be a finite number >= 0)"));
+    if (!check_opt(rep.collective_wait_seconds))
+      return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
+                              " reported collective_wait_seconds=",
+                              absl::StrFormat("%g", *rep.collective_wait_seconds),
+                              " (must be a finite number >= 0)"));
+    const RankState& r = ranks[rep.rank];
+    if (r.has_progress && rep.iteration <= r.last_iteration) {
+      res.reason = rep.iteration == r.last_iteration ? RejectReason::kDuplicate
+                                                     : RejectReason::kStale;
+      res.message = absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
+                                 rep.iteration == r.last_iteration ? " was already reported"
+                                                                   : " is older than iteration ",
+                                 rep.iteration == r.last_iteration
+                                     ? std::string()
+                                     : absl::StrCat(r.last_iteration, " already reported"));
+      return res;
+    }
+    res.accepted = true;
+    return res;
+  }
+
+  IngestResult Ingest(const Report& rep, Time now) {
+    IngestResult res = Validate(rep);
+    if (!res.accepted) return res;
+
+    RankState& r = ranks[rep.rank];
+    if (r.state == WorkerState::kPending) {
+      r.state = WorkerState::kHealthy;
+    } else if (r.state == WorkerState::kUnresponsive) {
+      r.counter = 0;
+      ChangeState(rep.rank, WorkerState::kHealthy, rep.iteration, rep.compute_seconds, now,
+                  "reporting again");
+      AdjustCounted(rep.rank, +1);
+    }
+    r.has_progress = true;
+    r.last_iteration = rep.iteration;
+    r.epoch = rep.epoch;
+    r.last_compute = rep.compute_seconds;
+    r.ewma = r.samples == 0 ? rep.compute_seconds
+                            : policy.ewma_alpha * rep.compute_seconds +
+                                  (1 - policy.ewma_alpha) * r.ewma;
+    r.samples++;
+    r.reports_total++;
+    r.last_report_time = now;
+    reports_total++;
+    last_report_time = now;
+
+    const bool excluded_now = InForce(rep.iteration).m.IsExcluded(rep.rank);
+    if (excluded_now) {
+      // Shadow: an excluded rank runs on its own clock; judge it alone.
+      if (policy.recovery == RecoveryMode::kShadow) JudgeSingle(rep.rank, rep, now);
+    } else {
+      AddToRow(rep, now);
+    }
+    if (dirty) Evaluate(now);
+    return res;
+  }
+
+  void AddToRow(const Report& rep, Time now) {
+    const uint64_t it = rep.iteration;
+    if (!rows.empty() && it < rows.front().iteration) {
+      // The row was judged already without this rank: judge it alone.
+      JudgeSingle(rep.rank, rep, now);
+      return;
+    }
+    if (!rows.empty() && it > rows.back().iteration + kMaxRowSpan) {
+      while (!rows.empty()) CompleteFront(now);
+    }
+    if (rows.empty()) rows.push_back(NewRow(it));
+    while (rows.back().iteration < it) rows.push_back(NewRow(rows.back().iteration + 1));
+    Row& row = rows[it - rows.front().iteration];
+    row.values.emplace_back(rep.rank, rep.compute_seconds);
+    row.min = std::min(row.min, rep.compute_seconds);
+    row.epoch = std::max(row.epoch, rep.epoch);
+    if (!have_highest || it > highest_active) {
+      highest_active = it;
+      have_highest = true;
+    }
+    DrainRows(now);
+  }
+
+  Row NewRow(uint64_t iteration) {
+    Row row;
+    if (!spare_rows.empty()) {
+      row = std::move(spare_rows.back());
+      spare_rows.pop_back();
+      row.values.clear();
+    }
+    row.iteration = iteration;
+    row.epoch = 0;
+    row.min = std::numeric_limits<double>::infinity();
+    return row;
+  }
+
+  uint32_t Expected(uint64_t iteration) const {
+    const Version& v = InForce(iteration);
+    return counted_ranks - std::min(counted_ranks, v.excluded_counted);
+  }
+
+  void DrainRows(Time now) {
+    while (!rows.empty()) {
+      const Row& f = rows.front();
+      const bool full = !f.values.empty() && f.values.size() >= Expected(f.iteration);
+      const bool overtaken = have_highest && highest_active >= f.iteration + kRowGraceIterations;
+      if (!full && !overtaken) break;
+      CompleteFront(now);
+    }
+  }
+
+  void CompleteFront(Time now) {
+    Row row = std::move(rows.front());
+    rows.pop_front();
+    if (!row.values.empty()) ProcessRow(row, now);
+    spare_rows.push_back(std::move(row));
+  }
+
+  // ---- judging -------------------------------------------------------------
+
+  void StartProfile(uint64_t iteration, Time now, std::string why) {
+    profiling = true;
+    profile_collected = 0;
+    profile_sum = 0.0;
+    rows_since_profile = 0;
+    speedup_rows = 0;
+    Event e;
+    e.time = now;
+    e.kind = EventKind::kReprofile;
+    e.iteration = iteration;
+    e.membership_version = Newest().version;
+    e.evidence.threshold_seconds = have_threshold ? threshold : 0.0;
+    e.evidence.baseline_seconds = baseline;
+    e.message = std::move(why);
+    Emit(std::move(e));
+  }
+
+  void OnNewEpoch(const Row& row, Time now) {
+    if (have_epoch && !epoch_length_announced && row.iteration > epoch_start_iteration &&
+        row.epoch == epoch + 1) {
+      iterations_per_epoch = row.iteration - epoch_start_iteration;
+      ClampCounters();
+    }
+    const bool first = !have_epoch;
+    have_epoch = true;
+    epoch = row.epoch;
+    epoch_start_iteration = row.iteration;
+    if (policy.kind == PolicyKind::kDynamic && !first)
+      StartProfile(row.iteration, now, absl::StrCat("epoch ", row.epoch, " started"));
+    if (!first && policy.recovery == RecoveryMode::kProbation) BeginProbation(now);
+  }
+
+  void ProcessRow(Row& row, Time now) {
+    if (!have_epoch || row.epoch > epoch) OnNewEpoch(row, now);
+    rows_since_profile++;
+    switch (policy.kind) {
+      case PolicyKind::kDynamic: ProcessDynamicRow(row, now); break;
+      case PolicyKind::kStatic:
+        threshold = policy.static_threshold_seconds;
+        have_threshold = true;
+        baseline = LowerMedian(row, /*use_ewma=*/false);
+        JudgeRow(row, now, /*global_shift_guard=*/false);
+        break;
+      case PolicyKind::kEwma: ProcessEwmaRow(row, now); break;
+    }
+    if (probation_active && row.iteration >= probation_until) EndProbation(now);
+    if (dirty || blocked > 0) Evaluate(now);
+  }
+
+  void ProcessDynamicRow(Row& row, Time now) {
+    if (policy.window_iterations > 0 && !profiling && rows_since_profile > policy.window_iterations)
+      StartProfile(row.iteration, now,
+                   absl::StrCat("window of ", policy.window_iterations, " iterations elapsed"));
+    if (profiling) {
+      profile_sum += row.min;
+      profile_collected++;
+      if (profile_collected >= policy.profile_iterations) {
+        profiling = false;
+        baseline = profile_sum / profile_collected;
+        threshold = policy.threshold_factor * baseline;
+        have_threshold = true;
+        speedup_rows = 0;
+        rows_since_profile = 0;
+      }
+      if (have_threshold) JudgeRow(row, now, /*global_shift_guard=*/true);
+      return;
+    }
+    // A faster system makes the profiled threshold too lenient.
+    if (row.min < baseline / kSpeedupRatio) {
+      if (++speedup_rows >= kSpeedupRows) {
+        StartProfile(row.iteration + 1, now,
+                     absl::StrFormat("fastest rank at %.6gs, below baseline %.6gs / %.2g",
+                                     row.min, baseline, kSpeedupRatio));
+        return;
+      }
+    } else {
+      speedup_rows = 0;
+    }
+    JudgeRow(row, now, /*global_shift_guard=*/true);
+  }
+
+  void ProcessEwmaRow(Row& row, Time now) {
+    scratch.clear();
+    for (auto& [rank, t] : row.values)
+      if (ranks[rank].samples >= policy.ewma_min_samples) scratch.push_back(ranks[rank].ewma);
+    if (scratch.size() < 2) return;
+    auto mid = scratch.begin() + (scratch.size() - 1) / 2;
+    std::nth_element(scratch.begin(), mid, scratch.end());
+    baseline = *mid;
+    threshold = policy.ewma_ratio * baseline;
+    have_threshold = true;
+    for (auto& [rank, t] : row.values) {
+      RankState& r = ranks[rank];
+      if (r.samples < policy.ewma_min_samples) continue;
+      ApplyVerdict(rank, VerdictFor(r.ewma), row.iteration, t, now);
+    }
+  }
+
+  double LowerMedian(const Row& row, bool use_ewma) {
+    scratch.clear();
+    for (auto& [rank, t] : row.values) scratch.push_back(use_ewma ? ranks[rank].ewma : t);
+    if (scratch.empty()) return 0.0;
+    auto mid = scratch.begin() + (scratch.size() - 1) / 2;
+    std::nth_element(scratch.begin(), mid, scratch.end());
+    return *mid;
+  }
+
+  Verdict VerdictFor(double value) const {
+    if (!have_threshold) return Verdict::kNone;
+    if (value > threshold) return Verdict::kSlow;
+    if (value < threshold) return Verdict::kFast;
+    return Verdict::kNone;
+  }
+
+  void JudgeRow(Row& row, Time now, bool global_shift_guard) {
+    if (global_shift_guard && row.values.size() >= 2) {
+      size_t slow = 0;
+      for (auto& [rank, t] : row.values) slow += t > threshold;
+      if (static_cast<double>(slow) >
+          policy.global_shift_fraction * static_cast<double>(row.values.size())) {
+        StartProfile(row.iteration + 1, now,
+                     absl::StrCat(slow, " of ", row.values.size(),
+                                  " ranks above the threshold at iteration ", row.iteration,
+                                  ": the whole job slowed down"));
+        return;
+      }
+    }
+    for (auto& [rank, t] : row.values) ApplyVerdict(rank, VerdictFor(t), row.iteration, t, now);
+  }
+
+  // A report judged on its own: excluded ranks (shadow recovery) and reports
+  // that arrived after their row was judged.
+  void JudgeSingle(uint32_t rank, const Report& rep, Time now) {
+    const RankState& r = ranks[rank];
+    Verdict v = Verdict::kNone;
+    if (policy.kind == PolicyKind::kEwma) {
+      if (r.samples >= policy.ewma_min_samples) v = VerdictFor(r.ewma);
+    } else if (policy.kind == PolicyKind::kStatic) {
+      v = rep.compute_seconds > policy.static_threshold_seconds ? Verdict::kSlow
+          : rep.compute_seconds < policy.static_threshold_seconds ? Verdict::kFast
+                                                                   : Verdict::kNone;
+    } else {
+      v = VerdictFor(rep.compute_seconds);
+    }
+    ApplyVerdict(rank, v, rep.iteration, rep.compute_seconds, now);
+  }
+
+  bool CooledDown(const RankState& r, uint64_t iteration) const {
+    return !r.flipped || iteration >= r.last_flip_iteration + policy.cooldown_iterations;
+  }
+
+  void ApplyVerdict(uint32_t rank, Verdict v, uint64_t iteration, double compute, Time now) {
+    RankState& r = ranks[rank];
+    const uint32_t lim = Limit();
+    if (v == Verdict::kSlow) {
+      if (r.counter < lim) r.counter++;
+    } else if (v == Verdict::kFast) {
+      if (r.counter > 0) r.counter--;
+    }
+    if (r.state == WorkerState::kHealthy && r.counter >= lim && CooledDown(r, iteration)) {
+      r.flipped = true;
+      r.last_flip_iteration = iteration;
+      detections_total++;
+      ChangeState(rank, WorkerState::kStraggler, iteration, compute, now,
+                  absl::StrFormat("compute %.6gs above threshold %.6gs; counter %u/%u", compute,
+                                  threshold, r.counter, lim));
+    } else if (r.state == WorkerState::kStraggler && r.counter <= Mark() &&
+               CooledDown(r, iteration)) {
+      r.flipped = true;
+      r.last_flip_iteration = iteration;
+      recoveries_total++;
+      r.probation_failed = false;
+      ChangeState(rank, WorkerState::kHealthy, iteration, compute, now,
+                  absl::StrFormat("compute %.6gs below threshold %.6gs; counter %u, rejoin mark %u",
+                                  compute, threshold, r.counter, Mark()));
+    }
+  }
+
+  void ClampCounters() {
+    const uint32_t lim = Limit();
+    for (auto& r : ranks) r.counter = std::min(r.counter, lim);
+  }
+
+  // ---- probation -----------------------------------------------------------
+
+  void BeginProbation(Time now) {
+    bool any = false;
+    for (uint32_t i = 0; i < world_size; ++i) {
+      RankState& r = ranks[i];
+      if (r.state == WorkerState::kStraggler && Newest().IsExcluded(i)) {
+        r.on_probation = true;
+        any = true;
+      }
+    }
+    if (!any) return;
+    probation_active = true;
+    dirty = true;
+    Evaluate(now);  // re-includes them; sets the version's effective iteration
+    probation_until = Newest().effective_iteration + policy.profile_iterations;
+  }
+
+  void EndProbation(Time now) {
+    probation_active = false;
+    for (auto& r : ranks) {
+      if (r.on_probation && r.state == WorkerState::kStraggler) r.probation_failed = true;
+      r.on_probation = false;
+    }
+    dirty = true;
+    Evaluate(now);
+  }
+
+  // ---- exclusion -----------------------------------------------------------
+
+  struct Want {
+    ExclusionReason reason = ExclusionReason::kNone;
+    std::string detail;
+    uint64_t since = 0;
+  };
+
+  std::string StragglerDetail(uint32_t rank) const {
+    const RankState& r = ranks[rank];
+    if (baseline > 0)
+      return absl::StrFormat("ewma %.6gs = %.2fx baseline %.6gs; counter %u/%u", r.ewma,
+                             r.ewma / baseline, baseline, r.counter, Limit());
+    return absl::StrFormat("ewma %.6gs; counter %u/%u", r.ewma, r.counter, Limit());
+  }
+
+  void Evaluate(Time now) {
+    dirty = false;
+    const Membership& cur = Newest();
+    std::vector<Want> want(world_size);
+    std::vector<uint32_t> unresponsive_candidates, straggler_candidates;
+    uint32_t excluded = 0;
+    auto keep = [&](uint32_t rank, const ExcludedRank& e) {
+      want[rank] = {e.reason, e.detail, e.since_iteration};
+      excluded++;
+    };
+    std::vector<const ExcludedRank*> cur_excl(world_size, nullptr);
+    for (const auto& e : cur.excluded) cur_excl[e.rank] = &e;
+
+    for (uint32_t i = 0; i < world_size; ++i) {
+      const RankState& r = ranks[i];
+      const ExcludedRank* ce = cur_excl[i];
+      if (r.override == RankOverride::kForceExclude) {
+        if (ce && ce->reason == ExclusionReason::kForced) keep(i, *ce);
+        else {
+          want[i] = {ExclusionReason::kForced, "forced out by an operator", highest_active};
+          excluded++;
+        }
+        continue;
+      }
+      if (r.override == RankOverride::kForceInclude || !policy.exclusion_enabled) continue;
+      if (ce && ce->reason == ExclusionReason::kForced) continue;  // override was cleared
+      if (r.state == WorkerState::kUnresponsive) {
+        if (ce) keep(i, *ce);
+        else unresponsive_candidates.push_back(i);
+      } else if (r.state == WorkerState::kStraggler && !r.on_probation) {
+        if (ce && ce->reason != ExclusionReason::kUnresponsive) keep(i, *ce);
+        else straggler_candidates.push_back(i);
+      }
+    }
+
+    const uint32_t max_excluded = static_cast<uint32_t>(
+        std::floor(policy.max_excluded_fraction * static_cast<double>(world_size) + 1e-9));
+    auto room = [&]() {
+      return excluded + 1 <= max_excluded && world_size - excluded - 1 >= policy.min_active_ranks;
+    };
+    std::vector<bool> blocked_now(world_size, false);
+
+    for (uint32_t i : unresponsive_candidates) {
+      if (room()) {
+        want[i] = {ExclusionReason::kUnresponsive,
+                   absl::StrFormat("no report for %.3gs", policy.unresponsive_after_seconds),
+                   highest_active};
+        excluded++;
+      } else {
+        blocked_now[i] = true;
+      }
+    }
+
+    // Slowest first: when only some fit, leave out the ones that hurt most.
+    std::sort(straggler_candidates.begin(), straggler_candidates.end(),
+              [&](uint32_t a, uint32_t b) { return ranks[a].ewma > ranks[b].ewma; });
+    size_t fit = 0;
+    {
+      uint32_t e = excluded;
+      for (; fit < straggler_candidates.size(); ++fit) {
+        if (!(e + 1 <= max_excluded && world_size - e - 1 >= policy.min_active_ranks)) break;
+        e++;
+      }
+    }
+    // Throughput guard: exclude the `take` slowest candidates only if the job
+    // is predicted to go faster without them. Try the largest set first.
+    size_t take = 0;
+    if (fit > 0) {
+      std::vector<double> active_times;
+      std::vector<bool> is_candidate(world_size, false);
+      for (size_t k = 0; k < fit; ++k) is_candidate[straggler_candidates[k]] = true;
+      double t_with = 0;
+      uint32_t active = 0;
+      for (uint32_t i = 0; i < world_size; ++i) {
+        if (want[i].reason != ExclusionReason::kNone || !Live(ranks[i])) continue;
+        active++;
+        t_with = std::max(t_with, ranks[i].ewma);
+        if (!is_candidate[i]) active_times.push_back(ranks[i].ewma);
+      }
+      const double t_rest = active_times.empty()
+                                ? 0.0
+                                : *std::max_element(active_times.begin(), active_times.end());
+      for (size_t k = fit; k > 0; --k) {
+        // Without the k slowest candidates the slowest remaining is either the
+        // (k+1)-th candidate or the slowest non-candidate.
+        double t_without = t_rest;
+        if (k < fit) t_without = std::max(t_without, ranks[straggler_candidates[k]].ewma);
+        if (active <= k || t_without <= 0 || t_with <= 0) continue;
+        const double gain = ((active - k) / t_without) / (active / t_with) - 1.0;
+        if (gain >= policy.min_throughput_gain) {
+          take = k;
+          break;
+        }
+      }
+    }
+    for (size_t k = 0; k < straggler_candidates.size(); ++k) {
+      const uint32_t i = straggler_candidates[k];
+      if (k < take) {
+        want[i] = {ranks[i].probation_failed ? ExclusionReason::kProbationEnd
+                                             : ExclusionReason::kStraggler,
+                   StragglerDetail(i), highest_active};
+        excluded++;
+      } else {
+        blocked_now[i] = true;
+      }
+    }
+
+    // Guard events, once per episode.
+    blocked = 0;
+    for (uint32_t i = 0; i < world_size; ++i) {
+      RankState& r = ranks[i];
+      if (blocked_now[i]) {
+        blocked++;
+        if (!r.guard_blocked) {
+          r.guard_blocked = true;
+          guard_blocks_total++;
+          Event e;
+          e.time = now;
+          e.kind = EventKind::kGuardBlocked;
+          e.rank = i;
+          e.from = e.to = r.state;
+          e.iteration = r.last_iteration;
+          e.evidence = MakeEvidence(r, r.last_compute);
+          e.membership_version = cur.version;
+          e.message = absl::StrCat("exclusion of rank ", i, " withheld: ",
+                                   excluded + 1 > max_excluded
+                                       ? absl::StrCat("max_excluded_fraction allows ", max_excluded)
+                                   : world_size - excluded - 1 < policy.min_active_ranks
+                                       ? absl::StrCat("min_active_ranks is ",
+                                                      policy.min_active_ranks)
+                                       : absl::StrFormat("predicted throughput gain below %g",
+                                                         policy.min_throughput_gain));
+          Emit(std::move(e));
+        }
+      } else {
+        r.guard_blocked = false;
+      }
+    }
+
+    // Publish if the excluded set changed.
+    bool changed = false;
+    std::vector<ExcludedRank> next;
+    for (uint32_t i = 0; i < world_size; ++i) {
+      const bool was = cur_excl[i] != nullptr;
+      const bool is = want[i].reason != ExclusionReason::kNone;
+      if (was != is || (was && is && cur_excl[i]->reason != want[i].reason)) changed = true;
+      if (is) next.push_back({i, want[i].reason, std::move(want[i].detail), want[i].since});
+    }
+    if (changed) Publish(std::move(next), now, "exclusion set changed");
+  }
+
+  void Publish(std::vector<ExcludedRank> excluded, Time now, std::string why) {
+    const Membership& cur = Newest();
+    Version v;
+    v.m.version = cur.version + 1;
+    const uint64_t by_progress = (have_highest ? highest_active : 0) + policy.lead_iterations;
+    v.m.effective_iteration = std::max(by_progress, cur.effective_iteration + 1);
+    v.m.excluded = std::move(excluded);
+    v.m.world_size = world_size;
+    v.m.lead_iterations = policy.lead_iterations;
+    v.m.created_at = now;
+    for (const auto& e : v.m.excluded)
+      if (ranks[e.rank].state != WorkerState::kUnresponsive) v.excluded_counted++;
+    versions.push_back(v);
+    history.push_back(v.m);
+    while (versions.size() > kMembershipHistory) {
+      versions.pop_front();
+      history.pop_front();
+    }
+    Event e;
+    e.time = now;
+    e.kind = EventKind::kMembership;
+    e.iteration = v.m.effective_iteration;
+    e.membership_version = v.m.version;
+    std::string list;
+    for (const auto& x : v.m.excluded)
+      absl::StrAppend(&list, list.empty() ? "" : ", ", x.rank, " (",
+                      std::string(ExclusionReasonName(x.reason)), ")");
+    e.message = absl::StrCat(why, ": excluded [", list, "] from iteration ",
+                             v.m.effective_iteration);
+    Emit(std::move(e));
+  }
+
+  // ---- liveness ------------------------------------------------------------
+
+  void Tick(Time now) {
+    const Time timeout = std::chrono::duration_cast<Time>(
+        std::chrono::duration<double>(policy.unresponsive_after_seconds));
+    bool any = false;
+    for (uint32_t i = 0; i < world_size; ++i) {
+      RankState& r = ranks[i];
+      if (r.state == WorkerState::kUnresponsive) continue;
+      const bool pending = r.state == WorkerState::kPending;
+      const Time last = pending ? created_at : r.last_report_time;
+      if (now - last <= timeout) continue;
+      ChangeState(i, WorkerState::kUnresponsive, r.last_iteration, r.last_compute, now,
+                  pending ? absl::StrFormat("no report %.3gs after the job started",
+                                            Seconds(now - last))
+                          : absl::StrFormat("no report for %.3gs (last at iteration %u)",
+                                            Seconds(now - last), r.last_iteration));
+      AdjustCounted(i, -1);
+      any = true;
+    }
+    if (any) {
+      DrainRows(now);
+      Evaluate(now);
+    }
+  }
+};
+
+JobEngine::JobEngine(uint32_t world_size, PolicyConfig policy, Time now) {
+  assert(world_size > 0);
+  assert(policy.Validate().ok());
+  impl_ = std::make_unique<Impl>(world_size, std::move(policy), now);
+}
+
+JobEngine::~JobEngine() = default;
+
+IngestResult JobEngine::Ingest(const Report& report, Time now) { return impl_->Ingest(report, now); }
+
+void JobEngine::Tick(Time now) { impl_->Tick(now); }
+
+absl::Status JobEngine::SetPolicy(const PolicyConfig& policy, Time now) {
+  if (auto s = policy.Validate(); !s.ok()) return s;
+  Impl& d = *impl_;
+  const PolicyConfig old = d.policy;
+  d.policy = policy;
+  d.ClampCounters();
+  const bool rule_changed = old.kind != policy.kind ||
+                            old.profile_iterations != policy.profile_iterations ||
+                            old.threshold_factor != policy.threshold_factor;
+  Event e;
+  e.time = now;
+  e.kind = EventKind::kPolicyChanged;
+  e.iteration = d.have_highest ? d.highest_active : 0;
+  e.membership_version = d.Newest().version;
+  e.message = absl::StrCat("policy ", std::string(PolicyKindName(old.kind)), " -> ",
+                           std::string(PolicyKindName(policy.kind)));
+  d.Emit(std::move(e));
+  if (rule_changed) {
+    d.have_threshold = false;
+    d.threshold = 0;
+    d.baseline = 0;
+    if (policy.kind == PolicyKind::kDynamic)
+      d.StartProfile(d.have_highest ? d.highest_active + 1 : 0, now, "policy changed");
+  }
+  d.dirty = true;
+  d.Evaluate(now);
+  return absl::OkStatus();
+}
+
+const PolicyConfig& JobEngine::policy() const { return impl_->policy; }
+
+absl::Status JobEngine::SetOverride(uint32_t rank, RankOverride override, std::string reason,
+                                    Time now) {
+  Impl& d = *impl_;
+  if (rank >= d.world_size)
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range for world_size ", d.world_size));
+  d.ranks[rank].override = override;
+  Event e;
+  e.time = now;
+  e.kind = EventKind::kOverride;
+  e.rank = rank;
+  e.from = e.to = d.ranks[rank].state;
+  e.iteration = d.have_highest ? d.highest_active : 0;
+  e.membership_version = d.Newest().version;
+  e.message = absl::StrCat(override == RankOverride::kForceExclude   ? "force exclude"
+                           : override == RankOverride::kForceInclude ? "force include"
+                                                                     : "override cleared",
+                           reason.empty() ? "" : ": ", reason);
+  d.Emit(std::move(e));
+  d.dirty = true;
+  d.Evaluate(now);
+  return absl::OkStatus();
+}
+
+void JobEngine::Reset(Time now) {
+  Impl& d = *impl_;
+  for (auto& r : d.ranks) {
+    const bool has = r.has_progress;
+    const uint64_t last = r.last_iteration;
+    r = Impl::RankState{};
+    r.has_progress = has;  // keep deduplication across the reset
+    r.last_iteration = last;
+  }
+  d.counted_ranks = d.world_size;
+  d.created_at = now;
+  for (auto& v : d.versions) v.excluded_counted = static_cast<uint32_t>(v.m.excluded.size());
+  for (auto& row : d.rows) d.spare_rows.push_back(std::move(row));
+  d.rows.clear();
+  d.have_epoch = false;
+  d.profiling = true;
+  d.profile_collected = 0;
+  d.profile_sum = 0;
+  d.have_threshold = false;
+  d.threshold = d.baseline = 0;
+  d.probation_active = false;
+  d.blocked = 0;
+  Event e;
+  e.time = now;
+  e.kind = EventKind::kReset;
+  e.iteration = d.have_highest ? d.highest_active : 0;
+  e.membership_version = d.Newest().version;
+  e.message = "job reset: every rank included, state forgotten";
+  d.Emit(std::move(e));
+  d.Publish({}, now, "reset");
+}
+
+void JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
+  impl_->iterations_per_epoch = iterations;
+  impl_->epoch_length_announced = iterations > 0;
+  impl_->ClampCounters();
+}
+
+const Membership& JobEngine::membership() const { return impl_->Newest(); }
+
+const std::deque<Membership>& JobEngine::membership_history() const { return impl_->history; }
+
+std::vector<Membership> JobEngine::MembershipsFrom(uint64_t iteration) const {
+  std::vector<Membership> out;
+  const auto& h = impl_->history;
+  size_t start = 0;
+  for (size_t i = 0; i < h.size(); ++i)
+    if (h[i].effective_iteration <= iteration) start = i;
+  for (size_t i = start; i < h.size(); ++i) out.push_back(h[i]);
+  return out;
+}
+
+std::optional<uint64_t> JobEngine::Progress(uint32_t rank) const {
+  if (rank >= impl_->world_size || !impl_->ranks[rank].has_progress) return std::nullopt;
+  return impl_->ranks[rank].last_iteration;
+}
+
+std::vector<Event> JobEngine::TakeEvents() {
+  std::vector<Event> out;
+  out.swap(impl_->events);
+  return out;
+}
+
+uint32_t JobEngine::world_size() const { return impl_->world_size; }
+
+WorkerView JobEngine::Worker(uint32_t rank) const {
+  const Impl& d = *impl_;
+  WorkerView w;
+  if (rank >= d.world_size) return w;
+  const auto& r = d.ranks[rank];
+  w.rank = rank;
+  w.state = r.state;
+  for (const auto& e : d.Newest().excluded)
+    if (e.rank == rank) {
+      w.excluded = true;
+      w.exclusion_reason = e.reason;
+    }
+  w.override = r.override;
+  w.counter = r.counter;
+  w.limit = d.Limit();
+  w.epoch = r.epoch;
+  w.last_iteration = r.last_iteration;
+  w.last_compute_seconds = r.last_compute;
+  w.ewma_compute_seconds = r.ewma;
+  w.slowdown_ratio = d.baseline > 0 && r.samples > 0 ? r.ewma / d.baseline : 0.0;
+  w.reports_total = r.reports_total;
+  w.last_report_time = r.last_report_time;
+  return w;
+}
+
+JobView JobEngine::View() const {
+  const Impl& d = *impl_;
+  JobView v;
+  v.world_size = d.world_size;
+  v.epoch = d.epoch;
+  v.highest_iteration = d.have_highest ? d.highest_active : 0;
+  v.threshold_seconds = d.have_threshold ? d.threshold : 0.0;
+  v.baseline_seconds = d.baseline;
+  v.excluded_ranks = static_cast<uint32_t>(d.Newest().excluded.size());
+  v.active_ranks = d.world_size - v.excluded_ranks;
+  for (const auto& r : d.ranks) {
+    v.straggler_ranks += r.state == WorkerState::kStraggler;
+    v.unresponsive_ranks += r.state == WorkerState::kUnresponsive;
+  }
+  v.detections_total = d.detections_total;
+  v.recoveries_total = d.recoveries_total;
+  v.reports_total = d.reports_total;
+  v.guard_blocks_total = d.guard_blocks_total;
+  v.iterations_per_epoch = d.iterations_per_epoch;
+  v.last_report_time = d.last_report_time;
+  return v;
+}
+
+}  // namespace straggler::engine
