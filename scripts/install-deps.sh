@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that building and testing stragglerd needs.
+#
+# Idempotent and non-interactive: when every package is already installed it
+# says so and returns at once without touching apt. Otherwise it runs
+# `apt-get update` once and installs only what is missing. Runs as root, or
+# through sudo when sudo is available (non-interactively when there is no
+# terminal, so CI never waits on a password prompt).
+set -euo pipefail
+
+# Keep this list in sync with the find_package() calls in the CMake files.
+PACKAGES=(
+  # toolchain
+  build-essential g++ cmake ninja-build ccache pkg-config git python3
+  # gRPC / protobuf (gRPCConfig.cmake also finds ZLIB, OpenSSL, c-ares, re2, absl)
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libssl-dev zlib1g-dev libc-ares-dev libre2-dev
+  # libraries
+  libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
+  nlohmann-json3-dev libsqlite3-dev
+  # tests and benchmarks
+  catch2 libbenchmark-dev
+)
+
+log() { printf 'install-deps: %s\n' "$*"; }
+
+missing_packages() {
+  local pkg status
+  for pkg in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+    if [[ "$status" != "installed" ]]; then
+      printf '%s\n' "$pkg"
+    fi
+  done
+}
+
+mapfile -t MISSING < <(missing_packages)
+if [[ ${#MISSING[@]} -eq 0 ]]; then
+  log "all ${#PACKAGES[@]} packages are already installed; nothing to do"
+  exit 0
+fi
+log "missing ${#MISSING[@]} of ${#PACKAGES[@]} packages: ${MISSING[*]}"
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  log "ERROR: apt-get not found; this script supports Debian 12 (bookworm) only" >&2
+  exit 1
+fi
+
+SUDO=()
+if [[ ${EUID} -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    if [[ -t 0 ]]; then SUDO=(sudo); else SUDO=(sudo -n); fi
+  else
+    log "ERROR: not root and sudo is not available; run as root: bash $0" >&2
+    exit 1
+  fi
+fi
+
+APT=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get
+     -o Acquire::Retries=3 -o DPkg::Lock::Timeout=300)
+
+log "apt-get update"
+"${APT[@]}" update -q
+log "apt-get install ${MISSING[*]}"
+"${APT[@]}" install -y -q --no-install-recommends \
+  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+  "${MISSING[@]}"
+
+mapfile -t STILL_MISSING < <(missing_packages)
+if [[ ${#STILL_MISSING[@]} -ne 0 ]]; then
+  log "ERROR: still not installed after apt-get: ${STILL_MISSING[*]}" >&2
+  exit 1
+fi
+log "all ${#PACKAGES[@]} packages installed"
