@@ -92,6 +92,8 @@ struct JobEngine::Impl {
     bool guard_blocked = false;
     bool on_probation = false;
     bool probation_failed = false;  // still slow when its probation ended
+    bool counted = false;           // rows wait for this rank (see counted_ranks)
+    Time announced_at{0};
   };
 
   struct Row {
@@ -109,7 +111,7 @@ struct JobEngine::Impl {
   };
 
   Impl(uint32_t world, PolicyConfig p, Time now)
-      : world_size(world), policy(std::move(p)), ranks(world), counted_ranks(world),
+      : world_size(world), policy(std::move(p)), ranks(world),
         created_at(now) {
     Version v0;
     v0.m.world_size = world;
@@ -127,15 +129,16 @@ struct JobEngine::Impl {
 
   // ---- per rank ------------------------------------------------------------
   std::vector<RankState> ranks;
-  // Ranks a row waits for, before exclusions: all but the unresponsive ones.
-  // Pending ranks count, so the first rows wait for every rank to show up
-  // (or for the grace, or for Tick to call the missing ones unresponsive).
-  uint32_t counted_ranks;
+  // Ranks a row waits for, before exclusions: announced or reporting, and not
+  // unresponsive.
+  uint32_t counted_ranks = 0;
   Time created_at;
 
   // ---- rows ----------------------------------------------------------------
   std::deque<Row> rows;
   std::vector<Row> spare_rows;
+  bool have_completed = false;
+  uint64_t last_completed = 0;  // reports at or below it are judged alone
   bool have_highest = false;
   uint64_t highest_active = 0;  // highest iteration reported through a row
 
@@ -188,9 +191,13 @@ struct JobEngine::Impl {
     return r.state != WorkerState::kPending && r.state != WorkerState::kUnresponsive;
   }
 
-  // A rank stopped (-1) or resumed (+1) reporting: keep the per-version
-  // counts of excluded counted ranks right.
-  void AdjustCounted(uint32_t rank, int delta) {
+  // Rows start (true) or stop (false) waiting for `rank`; keeps the
+  // per-version counts of excluded counted ranks right.
+  void SetCounted(uint32_t rank, bool counted) {
+    RankState& r = ranks[rank];
+    if (r.counted == counted) return;
+    r.counted = counted;
+    const int delta = counted ? 1 : -1;
     counted_ranks += delta;
     for (auto& v : versions)
       if (v.m.IsExcluded(rank)) v.excluded_counted += delta;
@@ -287,8 +294,8 @@ struct JobEngine::Impl {
       r.counter = 0;
       ChangeState(rep.rank, WorkerState::kHealthy, rep.iteration, rep.compute_seconds, now,
                   "reporting again");
-      AdjustCounted(rep.rank, +1);
     }
+    SetCounted(rep.rank, true);
     r.has_progress = true;
     r.last_iteration = rep.iteration;
     r.epoch = rep.epoch;
@@ -315,7 +322,8 @@ struct JobEngine::Impl {
 
   void AddToRow(const Report& rep, Time now) {
     const uint64_t it = rep.iteration;
-    if (!rows.empty() && it < rows.front().iteration) {
+    if ((have_completed && it <= last_completed) ||
+        (!rows.empty() && it < rows.front().iteration)) {
       // The row was judged already without this rank: judge it alone.
       JudgeSingle(rep.rank, rep, now);
       return;
@@ -367,6 +375,8 @@ struct JobEngine::Impl {
   void CompleteFront(Time now) {
     Row row = std::move(rows.front());
     rows.pop_front();
+    have_completed = true;
+    last_completed = row.iteration;
     if (!row.values.empty()) ProcessRow(row, now);
     spare_rows.push_back(std::move(row));
   }
@@ -493,10 +503,13 @@ struct JobEngine::Impl {
       for (auto& [rank, t] : row.values) slow += t > threshold;
       if (static_cast<double>(slow) >
           policy.global_shift_fraction * static_cast<double>(row.values.size())) {
-        StartProfile(row.iteration + 1, now,
-                     absl::StrCat(slow, " of ", row.values.size(),
-                                  " ranks above the threshold at iteration ", row.iteration,
-                                  ": the whole job slowed down"));
+        // Inside a profile the new threshold is already being measured;
+        // restarting it would never let it finish while the slowdown lasts.
+        if (!profiling)
+          StartProfile(row.iteration + 1, now,
+                       absl::StrCat(slow, " of ", row.values.size(),
+                                    " ranks above the threshold at iteration ", row.iteration,
+                                    ": the whole job slowed down"));
         return;
       }
     }
@@ -793,14 +806,14 @@ struct JobEngine::Impl {
       RankState& r = ranks[i];
       if (r.state == WorkerState::kUnresponsive) continue;
       const bool pending = r.state == WorkerState::kPending;
-      const Time last = pending ? created_at : r.last_report_time;
+      const Time last = pending ? std::max(created_at, r.announced_at) : r.last_report_time;
       if (now - last <= timeout) continue;
       ChangeState(i, WorkerState::kUnresponsive, r.last_iteration, r.last_compute, now,
                   pending ? absl::StrFormat("no report %.3gs after the job started",
                                             Seconds(now - last))
                           : absl::StrFormat("no report for %.3gs (last at iteration %u)",
                                             Seconds(now - last), r.last_iteration));
-      AdjustCounted(i, -1);
+      SetCounted(i, false);
       any = true;
     }
     if (any) {
@@ -821,6 +834,15 @@ JobEngine::~JobEngine() = default;
 IngestResult JobEngine::Ingest(const Report& report, Time now) { return impl_->Ingest(report, now); }
 
 void JobEngine::Tick(Time now) { impl_->Tick(now); }
+
+void JobEngine::Announce(uint32_t rank, Time now) {
+  Impl& d = *impl_;
+  if (rank >= d.world_size) return;
+  auto& r = d.ranks[rank];
+  if (r.state != WorkerState::kPending) return;
+  r.announced_at = now;
+  d.SetCounted(rank, true);
+}
 
 absl::Status JobEngine::SetPolicy(const PolicyConfig& policy, Time now) {
   if (auto s = policy.Validate(); !s.ok()) return s;
@@ -886,9 +908,9 @@ void JobEngine::Reset(Time now) {
     r.has_progress = has;  // keep deduplication across the reset
     r.last_iteration = last;
   }
-  d.counted_ranks = d.world_size;
+  d.counted_ranks = 0;
   d.created_at = now;
-  for (auto& v : d.versions) v.excluded_counted = static_cast<uint32_t>(v.m.excluded.size());
+  for (auto& v : d.versions) v.excluded_counted = 0;
   for (auto& row : d.rows) d.spare_rows.push_back(std::move(row));
   d.rows.clear();
   d.have_epoch = false;

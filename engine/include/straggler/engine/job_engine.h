@@ -18,8 +18,10 @@
 // the bounded counter of PolicyConfig turns steps into states.
 //
 // The rules, exactly (README "Detection policies" explains the why):
-//  * Rows. Ranks are "expected" in a row when they have reported at least
-//    once, are not excluded and not unresponsive. A row (iteration i)
+//  * Rows. Ranks are "expected" in a row when they have been announced (a
+//    stream said it speaks for them) or have reported at least once, are not
+//    excluded at that iteration and not unresponsive. Reports for an
+//    iteration whose row was already judged are judged alone. A row (iteration i)
 //    completes when every expected rank reported i, or when an active rank
 //    reports iteration >= i + kRowGraceIterations. Rows complete in order.
 //  * dynamic. A profile starts at the first row of every new epoch, after
@@ -32,7 +34,8 @@
 //    before the first threshold nothing is judged.
 //    Global shift: when more than global_shift_fraction of a row's ranks (at
 //    least 2 ranks in the row) are above the threshold, no counter moves for
-//    that row and a new profile starts with the next row. Speed-up: when the
+//    that row and a new profile starts with the next row (unless one is
+//    already running). Speed-up: when the
 //    row minimum stays below baseline / kSpeedupRatio for kSpeedupRows rows in
 //    a row, a new profile starts too (a stale, too-high threshold would hide
 //    stragglers).
@@ -58,11 +61,13 @@
 //    unresponsive ranks are candidates. An excluded candidate stays excluded.
 //    New candidates are admitted, slowest first, while excluded <=
 //    floor(max_excluded_fraction x world_size) and world_size - excluded >=
-//    min_active_ranks; stragglers additionally only when excluding all of the
-//    new straggler candidates S at once raises predicted throughput,
-//    ((A-|S|)/T_without) / (A/T_with) - 1 >= min_throughput_gain, with A the
-//    active ranks and T the largest ewma among the active ranks with and
-//    without S. A withheld exclusion emits one kGuardBlocked event per rank
+//    min_active_ranks. Straggler candidates are then admitted as the largest
+//    slowest-first set S of those that fit for which predicted throughput
+//    rises: ((A-|S|)/T_without) / (A/T_with) - 1 >= min_throughput_gain, with
+//    A the active ranks and T the largest ewma among the active ranks with and
+//    without S. (So two simultaneous stragglers go together, and excluding 2
+//    of 3 equally slow stragglers, which would not speed the job up, is
+//    withheld.) A withheld exclusion emits one kGuardBlocked event per rank
 //    until the outcome changes.
 //  * Membership. Whenever the excluded set changes a new version is made:
 //    version + 1, effective_iteration = max(highest iteration reported by an
@@ -235,8 +240,12 @@ class JobEngine {
   // rejected as kDuplicate and changes nothing.
   IngestResult Ingest(const Report& report, Time now);
 
-  // Marks ranks that have not reported for unresponsive_after_seconds.
+  // Marks ranks that have not reported for unresponsive_after_seconds
+  // (ranks that never reported: since the job started or they were announced).
   void Tick(Time now);
+
+  // A stream says it speaks for `rank`: rows wait for its reports from now on.
+  void Announce(uint32_t rank, Time now);
 
   // Replaces the policy (validated). Counters and states are kept; the
   // threshold is re-profiled when the judging rule changed.
