@@ -1,0 +1,385 @@
+#include "config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <variant>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "yaml-cpp/yaml.h"
+
+namespace straggler::daemon {
+namespace {
+
+using engine::PolicyConfig;
+using engine::PolicyKind;
+using engine::RecoveryMode;
+
+// One table drives parsing, equality and (through convert.cc) the wire
+// mapping, so adding a PolicyConfig field is one line here.
+using PolicyMember =
+    std::variant<uint32_t PolicyConfig::*, double PolicyConfig::*, bool PolicyConfig::*,
+                 PolicyKind PolicyConfig::*, RecoveryMode PolicyConfig::*>;
+struct PolicyField {
+  const char* name;
+  PolicyMember member;
+};
+const PolicyField kPolicyFields[] = {
+    {"kind", &PolicyConfig::kind},
+    {"limit", &PolicyConfig::limit},
+    {"limit_fraction", &PolicyConfig::limit_fraction},
+    {"rejoin_mark", &PolicyConfig::rejoin_mark},
+    {"profile_iterations", &PolicyConfig::profile_iterations},
+    {"threshold_factor", &PolicyConfig::threshold_factor},
+    {"window_iterations", &PolicyConfig::window_iterations},
+    {"recovery", &PolicyConfig::recovery},
+    {"global_shift_fraction", &PolicyConfig::global_shift_fraction},
+    {"ewma_alpha", &PolicyConfig::ewma_alpha},
+    {"ewma_ratio", &PolicyConfig::ewma_ratio},
+    {"ewma_min_samples", &PolicyConfig::ewma_min_samples},
+    {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds},
+    {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction},
+    {"min_active_ranks", &PolicyConfig::min_active_ranks},
+    {"cooldown_iterations", &PolicyConfig::cooldown_iterations},
+    {"min_throughput_gain", &PolicyConfig::min_throughput_gain},
+    {"lead_iterations", &PolicyConfig::lead_iterations},
+    {"unresponsive_after_seconds", &PolicyConfig::unresponsive_after_seconds},
+    {"exclusion_enabled", &PolicyConfig::exclusion_enabled},
+    {"max_compute_seconds", &PolicyConfig::max_compute_seconds},
+};
+
+class Parser {
+ public:
+  explicit Parser(absl::string_view source) : source_(source) {}
+
+  absl::Status Error(const YAML::Mark& mark, absl::string_view message) const {
+    // yaml-cpp lines are 0-based; editors count from 1. A null mark (-1)
+    // means the node has no position (an absent key): name the file only.
+    if (mark.line < 0) return absl::InvalidArgumentError(absl::StrCat(source_, ": ", message));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ":", mark.line + 1, ": ", message));
+  }
+
+  absl::StatusOr<std::string> Scalar(const YAML::Node& node, absl::string_view key) const {
+    if (!node.IsScalar()) {
+      return Error(node.Mark(), absl::StrCat(key, " must be a single value"));
+    }
+    return node.Scalar();
+  }
+
+  absl::StatusOr<uint32_t> Uint(const YAML::Node& node, absl::string_view key) const {
+    auto text = Scalar(node, key);
+    if (!text.ok()) return text.status();
+    uint32_t value = 0;
+    if (!absl::SimpleAtoi(*text, &value)) {
+      return Error(node.Mark(),
+                   absl::StrCat(key, "=", *text, " is not an unsigned 32-bit integer"));
+    }
+    return value;
+  }
+
+  absl::StatusOr<double> Double(const YAML::Node& node, absl::string_view key) const {
+    auto text = Scalar(node, key);
+    if (!text.ok()) return text.status();
+    double value = 0;
+    if (!absl::SimpleAtod(*text, &value)) {
+      return Error(node.Mark(), absl::StrCat(key, "=", *text, " is not a number"));
+    }
+    return value;
+  }
+
+  absl::StatusOr<bool> Bool(const YAML::Node& node, absl::string_view key) const {
+    auto text = Scalar(node, key);
+    if (!text.ok()) return text.status();
+    const std::string v = absl::AsciiStrToLower(*text);
+    if (v == "true" || v == "yes" || v == "on") return true;
+    if (v == "false" || v == "no" || v == "off") return false;
+    return Error(node.Mark(), absl::StrCat(key, "=", *text, " is not true or false"));
+  }
+
+  absl::StatusOr<std::string> String(const YAML::Node& node, absl::string_view key) const {
+    return Scalar(node, key);
+  }
+
+  // Applies the keys present in `node` (a map) over `policy`; `context`
+  // names the map in messages ("policy", "jobs[2].policy").
+  absl::Status ApplyPolicy(const YAML::Node& node, absl::string_view context,
+                           PolicyConfig& policy) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), absl::StrCat(context, " must be a map"));
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      const PolicyField* field = nullptr;
+      for (const auto& f : kPolicyFields) {
+        if (key == f.name) field = &f;
+      }
+      if (field == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in ", context));
+      }
+      const std::string qualified = absl::StrCat(context, ".", key);
+      absl::Status status = std::visit(
+          [&](auto member) -> absl::Status {
+            using T = std::remove_reference_t<decltype(policy.*member)>;
+            if constexpr (std::is_same_v<T, uint32_t>) {
+              auto v = Uint(kv.second, qualified);
+              if (!v.ok()) return v.status();
+              policy.*member = *v;
+            } else if constexpr (std::is_same_v<T, double>) {
+              auto v = Double(kv.second, qualified);
+              if (!v.ok()) return v.status();
+              policy.*member = *v;
+            } else if constexpr (std::is_same_v<T, bool>) {
+              auto v = Bool(kv.second, qualified);
+              if (!v.ok()) return v.status();
+              policy.*member = *v;
+            } else if constexpr (std::is_same_v<T, PolicyKind>) {
+              auto s = String(kv.second, qualified);
+              if (!s.ok()) return s.status();
+              auto v = engine::ParsePolicyKind(*s);
+              if (!v.ok()) {
+                return Error(kv.second.Mark(), absl::StrCat(qualified, "=", *s,
+                                                            " is not dynamic, ewma or static"));
+              }
+              policy.*member = *v;
+            } else {
+              auto s = String(kv.second, qualified);
+              if (!s.ok()) return s.status();
+              auto v = engine::ParseRecoveryMode(*s);
+              if (!v.ok()) {
+                return Error(kv.second.Mark(),
+                             absl::StrCat(qualified, "=", *s, " is not shadow or probation"));
+              }
+              policy.*member = *v;
+            }
+            return absl::OkStatus();
+          },
+          field->member);
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ValidatePolicy(const YAML::Node& node, absl::string_view context,
+                              const PolicyConfig& policy) const {
+    absl::Status s = policy.Validate();
+    if (s.ok()) return s;
+    return Error(node.Mark(), absl::StrCat(context, ": ", s.message()));
+  }
+
+  absl::Status ApplyLimits(const YAML::Node& node, Limits& limits) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "limits must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      uint32_t* target = nullptr;
+      if (key == "max_jobs") target = &limits.max_jobs;
+      if (key == "max_ranks_per_job") target = &limits.max_ranks_per_job;
+      if (key == "max_batch_reports") target = &limits.max_batch_reports;
+      if (key == "events_retained") target = &limits.events_retained;
+      if (target == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in limits"));
+      }
+      const std::string qualified = absl::StrCat("limits.", key);
+      auto v = Uint(kv.second, qualified);
+      if (!v.ok()) return v.status();
+      if (*v == 0) return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      *target = *v;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyJobs(const YAML::Node& node, DaemonConfig& config) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsSequence()) {
+      return Error(node.Mark(), "jobs must be a list of {match, policy}");
+    }
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node item = node[i];
+      const std::string context = absl::StrCat("jobs[", i, "]");
+      if (!item.IsMap()) return Error(item.Mark(), absl::StrCat(context, " must be a map"));
+      JobPolicyRule rule;
+      rule.policy = config.policy;
+      bool has_match = false;
+      YAML::Node policy_node;
+      for (const auto& kv : item) {
+        const std::string key = kv.first.Scalar();
+        if (key == "match") {
+          auto m = String(kv.second, context + ".match");
+          if (!m.ok()) return m.status();
+          if (m->empty()) return Error(kv.second.Mark(), context + ".match must not be empty");
+          rule.match = *m;
+          has_match = true;
+        } else if (key == "policy") {
+          policy_node = kv.second;
+        } else {
+          return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in ", context));
+        }
+      }
+      if (!has_match) return Error(item.Mark(), context + " needs a 'match' key");
+      const std::string policy_context = absl::StrCat(context, " (match '", rule.match, "') policy");
+      if (policy_node) {
+        if (absl::Status s = ApplyPolicy(policy_node, policy_context, rule.policy); !s.ok()) {
+          return s;
+        }
+        if (absl::Status s = ValidatePolicy(policy_node, policy_context, rule.policy); !s.ok()) {
+          return s;
+        }
+      }
+      config.jobs.push_back(std::move(rule));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<DaemonConfig> Parse(absl::string_view text) const {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::Exception& e) {
+      return Error(e.mark, e.msg);
+    }
+    DaemonConfig config;
+    if (root.IsNull()) return config;  // an empty file means all defaults
+    if (!root.IsMap()) return Error(root.Mark(), "the top level must be a map of keys");
+
+    // `policy` first: job rules are overrides on top of it, wherever they
+    // appear in the file.
+    YAML::Node jobs_node;
+    for (const auto& kv : root) {
+      const std::string key = kv.first.Scalar();
+      absl::Status s;
+      if (key == "grpc_address" || key == "http_address" || key == "log_level") {
+        auto v = String(kv.second, key);
+        if (!v.ok()) return v.status();
+        if (key == "grpc_address") config.grpc_address = *v;
+        if (key == "http_address") config.http_address = *v;
+        if (key == "log_level") config.log_level = *v;
+      } else if (key == "policy") {
+        s = ApplyPolicy(kv.second, "policy", config.policy);
+        if (s.ok()) s = ValidatePolicy(kv.second, "policy", config.policy);
+      } else if (key == "jobs") {
+        jobs_node = kv.second;
+      } else if (key == "limits") {
+        s = ApplyLimits(kv.second, config.limits);
+      } else {
+        s = Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "'"));
+      }
+      if (!s.ok()) return s;
+    }
+    if (jobs_node) {
+      if (absl::Status s = ApplyJobs(jobs_node, config); !s.ok()) return s;
+    }
+    return config;
+  }
+
+ private:
+  std::string source_;
+};
+
+absl::Status ValidateAddress(absl::string_view key, absl::string_view address) {
+  if (address.rfind("unix:", 0) == 0 && address.size() > 5) return absl::OkStatus();
+  const size_t colon = address.rfind(':');
+  uint32_t port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, "=", address, " is not HOST:PORT (port 0 picks a free port)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const engine::PolicyConfig& DaemonConfig::PolicyFor(absl::string_view job_id) const {
+  for (const auto& rule : jobs) {
+    if (GlobMatch(rule.match, job_id)) return rule.policy;
+  }
+  return policy;
+}
+
+std::optional<std::string> GetEnv(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+bool GlobMatch(absl::string_view pattern, absl::string_view text) {
+  // Iterative matcher with one backtrack point: linear in practice and no
+  // recursion on hostile patterns.
+  size_t p = 0, t = 0, star = absl::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (p < pattern.size() && pattern[p] == text[t]) {
+      ++p;
+      ++t;
+    } else if (star != absl::string_view::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+absl::Status ValidateLogLevel(absl::string_view level) {
+  for (const char* ok : {"trace", "debug", "info", "warn", "error"}) {
+    if (level == ok) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("log_level=", level, " is not one of trace, debug, info, warn, error"));
+}
+
+bool SamePolicy(const engine::PolicyConfig& a, const engine::PolicyConfig& b) {
+  for (const auto& f : kPolicyFields) {
+    const bool same = std::visit([&](auto member) { return a.*member == b.*member; }, f.member);
+    if (!same) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text,
+                                         absl::string_view source_name) {
+  return Parser(source_name).Parse(yaml_text);
+}
+
+absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLookup& env) {
+  std::optional<std::string> file = flags.config_file;
+  if (!file) file = env("STRAGGLERD_CONFIG");
+  if (file && file->empty()) file.reset();
+
+  DaemonConfig config;
+  if (file) {
+    std::ifstream in(*file);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat("cannot read config file ", *file));
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    auto parsed = ParseConfig(text.str(), *file);
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
+    config.config_file = *file;
+  }
+
+  auto pick = [&](std::string& field, const char* env_name,
+                  const std::optional<std::string>& flag) {
+    if (auto v = env(env_name)) field = *v;
+    if (flag) field = *flag;
+  };
+  pick(config.grpc_address, "STRAGGLERD_GRPC_ADDRESS", flags.grpc_address);
+  pick(config.http_address, "STRAGGLERD_HTTP_ADDRESS", flags.http_address);
+  pick(config.log_level, "STRAGGLERD_LOG_LEVEL", flags.log_level);
+
+  if (absl::Status s = ValidateAddress("grpc_address", config.grpc_address); !s.ok()) return s;
+  if (absl::Status s = ValidateAddress("http_address", config.http_address); !s.ok()) return s;
+  if (absl::Status s = ValidateLogLevel(config.log_level); !s.ok()) return s;
+  return config;
+}
+
+}  // namespace straggler::daemon

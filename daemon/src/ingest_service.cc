@@ -1,0 +1,246 @@
+#include "ingest_service.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "convert.h"
+#include "rpc_util.h"
+#include "spdlog/spdlog.h"
+
+namespace straggler::daemon {
+namespace {
+
+// Directives carry at most this many rejections; the counts carry the rest.
+constexpr int kMaxRejectionsPerDirective = 8;
+
+// A newer directive folded into a pending one: memberships are the union
+// (ascending by version), acknowledgement and progress are the newer ones,
+// counts add up over the batches the merged directive acknowledges.
+void MergeDirective(v1::Directive& pending, v1::Directive&& newer) {
+  std::map<uint64_t, v1::Membership> by_version;
+  for (auto& m : *pending.mutable_memberships()) by_version[m.version()] = std::move(m);
+  for (auto& m : *newer.mutable_memberships()) by_version[m.version()] = std::move(m);
+  pending.clear_memberships();
+  for (auto& [version, m] : by_version) *pending.add_memberships() = std::move(m);
+
+  pending.set_acked_sequence(newer.acked_sequence());
+  *pending.mutable_progress() = std::move(*newer.mutable_progress());
+  pending.set_accepted(pending.accepted() + newer.accepted());
+  pending.set_rejected(pending.rejected() + newer.rejected());
+  for (auto& r : *newer.mutable_rejections()) {
+    if (pending.rejections_size() >= kMaxRejectionsPerDirective) break;
+    *pending.add_rejections() = std::move(r);
+  }
+}
+
+class IngestReactor final
+    : public grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive> {
+ public:
+  IngestReactor(JobRegistry& registry, DaemonStats& stats, std::string peer)
+      : registry_(registry),
+        stats_(stats),
+        peer_(std::move(peer)),
+        link_(std::make_shared<ReactorLink<IngestReactor>>(this)) {
+    stats_.active_streams.fetch_add(1, std::memory_order_relaxed);
+    stats_.streams_total.fetch_add(1, std::memory_order_relaxed);
+    StartRead(&batch_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed or went away: deliver what is queued, end.
+      Finish(grpc::Status::OK, /*flush=*/true);
+      return;
+    }
+    if (!job_) {
+      absl::Status s = Hello();
+      if (!s.ok()) {
+        stats_.streams_refused.fetch_add(1, std::memory_order_relaxed);
+        spdlog::warn("ingest stream from {} refused: {}", peer_, std::string(s.message()));
+        Finish(ToGrpcStatus(s), /*flush=*/false);
+        return;
+      }
+    }
+    Batch();
+    std::lock_guard lock(mu_);
+    // No new read once the RPC is being finished (shutdown, broken writes).
+    if (!slot_.finishing()) StartRead(&batch_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    if (ok) stats_.directives_written.fetch_add(1, std::memory_order_relaxed);
+    Act(slot_.WriteDone(ok));
+  }
+
+  void OnDone() override {
+    // Cut the registry's link before anything else: after this no push can
+    // reach `this`.
+    link_->Detach();
+    if (job_) {
+      registry_.Unsubscribe(*job_, link_.get(), /*is_stream=*/true);
+      spdlog::debug("job={} stream from {} closed", job_->id, peer_);
+    }
+    stats_.active_streams.fetch_sub(1, std::memory_order_relaxed);
+    delete this;
+  }
+
+  // Reached through ReactorLink with job.mu held.
+  void PushLocked(const Job& job) { Offer(DirectiveLocked(job)); }
+  void Close(const absl::Status& status) { Finish(ToGrpcStatus(status), /*flush=*/true); }
+
+ private:
+  absl::Status Hello() {
+    if (!batch_.has_hello()) {
+      return absl::InvalidArgumentError("the first ReportBatch of a stream must carry hello");
+    }
+    StreamHello hello = FromProto(batch_.hello());
+    std::sort(hello.ranks.begin(), hello.ranks.end());
+    hello.ranks.erase(std::unique(hello.ranks.begin(), hello.ranks.end()), hello.ranks.end());
+    // ranks_ must be in place before Attach subscribes the link: a push may
+    // arrive from another thread right after.
+    ranks_ = hello.ranks;
+    auto job = registry_.Attach(hello, link_, WallNow());
+    if (!job.ok()) return job.status();
+    job_ = *std::move(job);
+    spdlog::info("job={} stream from {} node='{}' ranks={} world_size={}", job_->id, peer_,
+                 hello.node, ranks_.size(), hello.world_size);
+    return absl::OkStatus();
+  }
+
+  void Batch() {
+    stats_.batches_total.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t max_reports = registry_.max_batch_reports();
+    const engine::Time now = WallNow();
+    uint32_t accepted = 0, rejected = 0;
+    std::vector<v1::ReportRejection> rejections;
+    auto reject = [&](uint32_t rank, uint64_t iteration, absl::string_view reason,
+                      std::string message) {
+      ++rejected;
+      if (rejections.size() < kMaxRejectionsPerDirective) {
+        v1::ReportRejection r;
+        r.set_rank(rank);
+        r.set_iteration(iteration);
+        r.set_reason(std::string(reason));
+        r.set_message(std::move(message));
+        rejections.push_back(std::move(r));
+      }
+    };
+
+    std::lock_guard job_lock(job_->mu);
+    const int n = batch_.reports_size();
+    for (int i = 0; i < n; ++i) {
+      const v1::IterationReport& report = batch_.reports(i);
+      if (static_cast<uint32_t>(i) >= max_reports) {
+        const uint32_t excess = static_cast<uint32_t>(n - i);
+        stats_.CountRejected(StreamRejectReason::kBatchTooLarge, excess);
+        reject(report.rank(), report.iteration(),
+               StreamRejectReasonName(StreamRejectReason::kBatchTooLarge),
+               absl::StrCat(excess, " reports beyond limits.max_batch_reports=", max_reports,
+                            " in batch ", batch_.sequence(), " were dropped"));
+        rejected += excess - 1;
+        break;
+      }
+      if (!std::binary_search(ranks_.begin(), ranks_.end(), report.rank())) {
+        stats_.CountRejected(StreamRejectReason::kRankNotInStream);
+        reject(report.rank(), report.iteration(),
+               StreamRejectReasonName(StreamRejectReason::kRankNotInStream),
+               absl::StrCat("rank ", report.rank(), " is not among the ", ranks_.size(),
+                            " ranks named in this stream's hello"));
+        continue;
+      }
+      engine::IngestResult result = job_->engine.Ingest(FromProto(report), now);
+      if (result.accepted) {
+        ++accepted;
+      } else {
+        stats_.CountRejected(result.reason);
+        reject(report.rank(), report.iteration(), std::string(engine::RejectReasonName(result.reason)),
+               std::move(result.message));
+      }
+    }
+    stats_.reports_accepted.fetch_add(accepted, std::memory_order_relaxed);
+    last_acked_sequence_ = batch_.sequence();
+    // Other subscribers learn of a new version by push; this stream learns it
+    // from the acknowledgement built below, under the same lock.
+    registry_.CommitLocked(*job_, link_.get());
+
+    v1::Directive ack = DirectiveLocked(*job_);
+    ack.set_accepted(accepted);
+    ack.set_rejected(rejected);
+    for (auto& r : rejections) *ack.add_rejections() = std::move(r);
+    // Offered while job.mu is still held so that directives enter the slot
+    // in the order their memberships were snapshotted.
+    Offer(std::move(ack));
+  }
+
+  // With job.mu held: the memberships the stream's slowest rank may still
+  // need, and the progress of each rank of the stream.
+  v1::Directive DirectiveLocked(const Job& job) const {
+    v1::Directive d;
+    uint64_t from = std::numeric_limits<uint64_t>::max();
+    for (uint32_t rank : ranks_) {
+      std::optional<uint64_t> p = job.engine.Progress(rank);
+      if (p) {
+        v1::RankProgress* rp = d.add_progress();
+        rp->set_rank(rank);
+        rp->set_iteration(*p);
+      }
+      // A rank that never reported may start anywhere: give it everything.
+      from = std::min<uint64_t>(from, p.value_or(0));
+    }
+    for (const engine::Membership& m : job.engine.MembershipsFrom(from)) {
+      ToProto(m, job.id, d.add_memberships());
+    }
+    d.set_acked_sequence(last_acked_sequence_);
+    return d;
+  }
+
+  void Offer(v1::Directive d) {
+    std::lock_guard lock(mu_);
+    bool coalesced = false;
+    Act(slot_.Offer(std::move(d), &MergeDirective, &coalesced));
+    if (coalesced) stats_.directives_coalesced.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void Finish(grpc::Status status, bool flush) {
+    std::lock_guard lock(mu_);
+    Act(slot_.RequestFinish(std::move(status), flush));
+  }
+
+  // mu_ held. gRPC runs the completions of StartWrite/Finish on its own
+  // threads, never inline, so holding mu_ across them is safe.
+  void Act(WriteAction action) {
+    switch (action) {
+      case WriteAction::kWrite: StartWrite(&slot_.current()); break;
+      case WriteAction::kFinish: ServerBidiReactor::Finish(slot_.finish_status()); break;
+      case WriteAction::kNone: break;
+    }
+  }
+
+  JobRegistry& registry_;
+  DaemonStats& stats_;
+  const std::string peer_;
+  const std::shared_ptr<ReactorLink<IngestReactor>> link_;
+
+  // The read chain (OnReadDone) is the only writer of these; OnDone runs
+  // after it ended. ranks_ is fixed before the link is subscribed.
+  v1::ReportBatch batch_;
+  std::shared_ptr<Job> job_;
+  std::vector<uint32_t> ranks_;  // ascending, unique
+
+  uint64_t last_acked_sequence_ = 0;  // guarded by job_->mu
+
+  std::mutex mu_;
+  WriteSlot<v1::Directive> slot_;  // guarded by mu_
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive>* IngestServiceImpl::Stream(
+    grpc::CallbackServerContext* context) {
+  return new IngestReactor(registry_, stats_, context->peer());
+}
+
+}  // namespace straggler::daemon

@@ -1,0 +1,303 @@
+#include "job_registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "spdlog/spdlog.h"
+
+namespace straggler::daemon {
+namespace {
+
+std::string DescribeMembership(const engine::Membership& m) {
+  std::vector<std::string> parts;
+  for (const auto& e : m.excluded) {
+    parts.push_back(absl::StrCat(e.rank, " (", std::string(engine::ExclusionReasonName(e.reason)), ")"));
+  }
+  return absl::StrCat("v", m.version, " effective at iteration ", m.effective_iteration,
+                      ": excluded [", absl::StrJoin(parts, ", "), "]");
+}
+
+// One line per event, the operator's view of what the engine decided.
+std::string DescribeEvent(const Job& job, const engine::Event& e) {
+  switch (e.kind) {
+    case engine::EventKind::kStateChange: {
+      const auto& ev = e.evidence;
+      std::string line = absl::StrFormat(
+          "job=%s rank=%u %s->%s at iteration %u", job.id, e.rank,
+          engine::WorkerStateName(e.from), engine::WorkerStateName(e.to), e.iteration);
+      if (ev.threshold_seconds > 0) {
+        absl::StrAppendFormat(&line, " (compute %.3fs %s threshold %.3fs, counter %u/%u)",
+                              ev.compute_seconds,
+                              ev.compute_seconds > ev.threshold_seconds ? ">" : "<=",
+                              ev.threshold_seconds, ev.counter, ev.limit);
+      }
+      if (!e.message.empty()) absl::StrAppend(&line, ": ", e.message);
+      return line;
+    }
+    case engine::EventKind::kMembership: {
+      for (const auto& m : job.engine.membership_history()) {
+        if (m.version == e.membership_version) {
+          return absl::StrCat("job=", job.id, " membership ", DescribeMembership(m));
+        }
+      }
+      return absl::StrCat("job=", job.id, " membership v", e.membership_version, " ", e.message);
+    }
+    default:
+      return absl::StrCat("job=", job.id, " ", std::string(engine::EventKindName(e.kind)), " rank=", e.rank,
+                          " iteration=", e.iteration, e.message.empty() ? "" : ": ", e.message);
+  }
+}
+
+}  // namespace
+
+engine::Time WallNow() {
+  return std::chrono::duration_cast<engine::Time>(
+      std::chrono::system_clock::now().time_since_epoch());
+}
+
+JobRegistry::JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats)
+    : stats_(stats),
+      config_(std::move(config)),
+      max_batch_reports_(config_->limits.max_batch_reports),
+      events_retained_(config_->limits.events_retained) {}
+
+std::shared_ptr<const DaemonConfig> JobRegistry::config() const {
+  std::lock_guard lock(config_mu_);
+  return config_;
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hello,
+                                                         std::shared_ptr<JobSubscriber> stream,
+                                                         engine::Time now) {
+  const auto config = this->config();
+  if (hello.job_id.empty()) {
+    return absl::InvalidArgumentError("hello.job_id must not be empty");
+  }
+  if (hello.world_size == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.world_size=0 for job '", hello.job_id, "' must be > 0"));
+  }
+  if (hello.world_size > config->limits.max_ranks_per_job) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.world_size=", hello.world_size, " exceeds limits.max_ranks_per_job=",
+                     config->limits.max_ranks_per_job));
+  }
+  if (hello.ranks.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.ranks is empty for job '", hello.job_id, "'"));
+  }
+  for (uint32_t r : hello.ranks) {
+    if (r >= hello.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("hello rank ", r, " >= world_size=",
+                                                     hello.world_size, " of job '",
+                                                     hello.job_id, "'"));
+    }
+  }
+
+  std::shared_ptr<Job> job;
+  {
+    std::shared_lock lock(jobs_mu_);
+    if (closed_) return absl::UnavailableError("stragglerd is shutting down");
+    if (auto it = jobs_.find(hello.job_id); it != jobs_.end()) job = it->second;
+  }
+  if (!job) {
+    std::unique_lock lock(jobs_mu_);
+    if (closed_) return absl::UnavailableError("stragglerd is shutting down");
+    if (auto it = jobs_.find(hello.job_id); it != jobs_.end()) {
+      job = it->second;
+    } else {
+      if (jobs_.size() >= config->limits.max_jobs) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("job '", hello.job_id, "' refused: limits.max_jobs=",
+                         config->limits.max_jobs, " jobs already tracked"));
+      }
+      job = std::make_shared<Job>(hello.job_id, hello.world_size,
+                                  config->PolicyFor(hello.job_id), now);
+      jobs_.emplace(hello.job_id, job);
+      spdlog::info("job={} created: world_size={} policy={}", hello.job_id, hello.world_size,
+                   engine::PolicyKindName(job->engine.policy().kind));
+    }
+  }
+  if (job->world_size != hello.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world_size=", hello.world_size, " differs from job '", job->id,
+        "' world_size=", job->world_size));
+  }
+
+  std::lock_guard lock(job->mu);
+  for (uint32_t r : hello.ranks) {
+    job->nodes[r] = hello.node;
+    // Rows wait for ranks a stream speaks for, so the first iterations are
+    // judged with every rank in them.
+    job->engine.Announce(r, now);
+  }
+  if (hello.iterations_per_epoch > 0) {
+    job->engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
+  }
+  job->subscribers.push_back(std::move(stream));
+  ++job->streams;
+  CommitLocked(*job);
+  return job;
+}
+
+absl::Status JobRegistry::Watch(Job& job, std::shared_ptr<JobSubscriber> watcher) {
+  {
+    std::shared_lock lock(jobs_mu_);
+    if (closed_) return absl::UnavailableError("stragglerd is shutting down");
+  }
+  std::lock_guard lock(job.mu);
+  watcher->OnMembershipChangedLocked(job);
+  job.subscribers.push_back(std::move(watcher));
+  return absl::OkStatus();
+}
+
+void JobRegistry::Unsubscribe(Job& job, const JobSubscriber* subscriber, bool is_stream) {
+  std::lock_guard lock(job.mu);
+  auto& subs = job.subscribers;
+  auto it = std::find_if(subs.begin(), subs.end(),
+                         [&](const auto& s) { return s.get() == subscriber; });
+  if (it == subs.end()) return;
+  subs.erase(it);
+  if (is_stream && job.streams > 0) --job.streams;
+}
+
+std::shared_ptr<Job> JobRegistry::Find(absl::string_view job_id) const {
+  std::shared_lock lock(jobs_mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<Job>> JobRegistry::Jobs() const {
+  std::shared_lock lock(jobs_mu_);
+  std::vector<std::shared_ptr<Job>> out;
+  out.reserve(jobs_.size());
+  for (const auto& [id, job] : jobs_) out.push_back(job);
+  return out;
+}
+
+absl::Status JobRegistry::Read(absl::string_view job_id,
+                               absl::FunctionRef<void(const Job&)> fn) const {
+  auto job = Find(job_id);
+  if (!job) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  std::lock_guard lock(job->mu);
+  fn(*job);
+  return absl::OkStatus();
+}
+
+absl::Status JobRegistry::Mutate(absl::string_view job_id,
+                                 absl::FunctionRef<absl::Status(Job&, engine::Time)> fn) {
+  auto job = Find(job_id);
+  if (!job) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  std::lock_guard lock(job->mu);
+  absl::Status status = fn(*job, WallNow());
+  CommitLocked(*job);
+  return status;
+}
+
+void JobRegistry::CommitLocked(Job& job, const JobSubscriber* skip) {
+  std::vector<engine::Event> events = job.engine.TakeEvents();
+  if (!events.empty()) JournalLocked(job, std::move(events));
+
+  const uint64_t version = job.engine.membership().version;
+  if (version == job.pushed_version) return;
+  job.pushed_version = version;
+  for (const auto& sub : job.subscribers) {
+    if (sub.get() != skip) sub->OnMembershipChangedLocked(job);
+  }
+}
+
+void JobRegistry::JournalLocked(const Job& job, std::vector<engine::Event> events) {
+  for (const auto& e : events) spdlog::info("{}", DescribeEvent(job, e));
+  stats_.events_total.fetch_add(events.size(), std::memory_order_relaxed);
+  std::lock_guard lock(events_mu_);
+  for (auto& e : events) {
+    events_.push_back(JournalEntry{next_sequence_++, job.id, std::move(e)});
+  }
+  while (events_.size() > events_retained_) events_.pop_front();
+}
+
+void JobRegistry::TickAll(engine::Time now) {
+  for (const auto& job : Jobs()) {
+    std::lock_guard lock(job->mu);
+    job->engine.Tick(now);
+    CommitLocked(*job);
+  }
+}
+
+void JobRegistry::ApplyConfig(std::shared_ptr<const DaemonConfig> config) {
+  {
+    std::lock_guard lock(config_mu_);
+    config_ = config;
+  }
+  max_batch_reports_.store(config->limits.max_batch_reports, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(events_mu_);
+    events_retained_ = config->limits.events_retained;
+    while (events_.size() > events_retained_) events_.pop_front();
+  }
+  const engine::Time now = WallNow();
+  for (const auto& job : Jobs()) {
+    std::lock_guard lock(job->mu);
+    if (job->policy_overridden) {
+      spdlog::info("job={} keeps its admin-set policy across the reload", job->id);
+      continue;
+    }
+    const engine::PolicyConfig& wanted = config->PolicyFor(job->id);
+    if (SamePolicy(job->engine.policy(), wanted)) continue;
+    if (absl::Status s = job->engine.SetPolicy(wanted, now); !s.ok()) {
+      // The config was validated on load; an engine that still refuses is
+      // worth a loud line but must not stop the reload of the other jobs.
+      spdlog::error("job={} rejected the reloaded policy: {}", job->id, std::string(s.message()));
+    } else {
+      spdlog::info("job={} policy reloaded from {}", job->id,
+                   config->config_file.empty() ? "defaults" : config->config_file);
+    }
+    CommitLocked(*job);
+  }
+}
+
+void JobRegistry::CloseAll(const absl::Status& status) {
+  {
+    std::unique_lock lock(jobs_mu_);
+    closed_ = true;
+  }
+  for (const auto& job : Jobs()) {
+    std::lock_guard lock(job->mu);
+    for (const auto& sub : job->subscribers) sub->CloseLocked(status);
+  }
+}
+
+EventPage JobRegistry::Events(const EventQuery& query) const {
+  uint32_t limit = query.limit == 0 ? kDefaultEventLimit : query.limit;
+  limit = std::min(limit, kMaxEventLimit);
+  EventPage page;
+  std::lock_guard lock(events_mu_);
+  page.last_sequence = next_sequence_ - 1;
+  if (events_.empty()) return page;
+  // Sequences in the ring are contiguous, so the start is an index.
+  const uint64_t first = events_.front().sequence;
+  size_t start = 0;
+  if (query.since_sequence >= first) {
+    start = static_cast<size_t>(query.since_sequence - first + 1);
+  }
+  for (size_t i = start; i < events_.size(); ++i) {
+    const JournalEntry& e = events_[i];
+    if (!query.job_id.empty() && e.job_id != query.job_id) continue;
+    if (e.event.time < query.since_time) continue;
+    if (page.events.size() == limit) {
+      page.last_sequence = page.events.back().sequence;
+      return page;
+    }
+    page.events.push_back(e);
+  }
+  return page;
+}
+
+uint64_t JobRegistry::last_event_sequence() const {
+  std::lock_guard lock(events_mu_);
+  return next_sequence_ - 1;
+}
+
+}  // namespace straggler::daemon

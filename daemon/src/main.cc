@@ -1,0 +1,140 @@
+// stragglerd: the straggler-monitoring daemon. Parses flags, loads the
+// config, starts the server and then waits for signals on the main thread:
+// SIGHUP reloads the config file, SIGTERM/SIGINT drain and exit 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "config.h"
+#include "server.h"
+#include "spdlog/spdlog.h"
+
+#ifndef STRAGGLERD_VERSION
+#define STRAGGLERD_VERSION "unknown"
+#endif
+
+namespace {
+
+using straggler::daemon::ConfigSources;
+using straggler::daemon::DaemonConfig;
+
+constexpr int kExitBadConfig = 2;
+constexpr auto kDrainGrace = std::chrono::seconds(5);
+
+// Written to a temporary file and renamed, so a test polling for the file
+// never reads half a line.
+bool WriteReadyFile(const std::string& path, const std::string& dial_address) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "{\"grpc_address\":\"" << dial_address << "\",\"pid\":" << getpid() << "}\n";
+    if (!out.flush()) return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  return !ec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "stragglerd - finds slow ranks of synchronous data-parallel training jobs and\n"
+      "publishes, per job, the versioned membership that leaves them out.\n\n"
+      "Precedence: flags > environment (STRAGGLERD_GRPC_ADDRESS, STRAGGLERD_HTTP_ADDRESS,\n"
+      "STRAGGLERD_LOG_LEVEL, STRAGGLERD_CONFIG) > config file > built-in defaults.\n"
+      "Signals: SIGHUP reloads the config file, SIGTERM/SIGINT drain and exit 0.",
+      "stragglerd"};
+  std::string config_file, grpc_address, http_address, log_level, ready_file;
+  bool version = false;
+  auto* config_opt = app.add_option("--config", config_file,
+                                    "YAML config file (every key: deploy/stragglerd.yaml); "
+                                    "default: $STRAGGLERD_CONFIG, else built-in defaults");
+  auto* grpc_opt = app.add_option("--grpc-address", grpc_address,
+                                  "gRPC listen address HOST:PORT, port 0 picks a free port "
+                                  "(default 0.0.0.0:7070)");
+  auto* http_opt = app.add_option("--http-address", http_address,
+                                  "HTTP listen address for /metrics and REST - kept in the "
+                                  "config but not served yet (default 0.0.0.0:7071)");
+  auto* level_opt = app.add_option("--log-level", log_level,
+                                   "trace|debug|info|warn|error (default info)");
+  app.add_option("--ready-file", ready_file,
+                 "once serving, atomically write {\"grpc_address\":\"HOST:PORT\",\"pid\":N} "
+                 "here (useful with port 0)");
+  app.add_flag("--version", version, "print the version and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitBadConfig;
+  }
+  if (version) {
+    std::cout << "stragglerd " << STRAGGLERD_VERSION << "\n";
+    return 0;
+  }
+
+  // Block the signals before any thread exists (gRPC, tick) so that every
+  // thread inherits the mask and only sigwait below ever sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  ConfigSources sources;
+  if (*config_opt) sources.config_file = config_file;
+  if (*grpc_opt) sources.grpc_address = grpc_address;
+  if (*http_opt) sources.http_address = http_address;
+  if (*level_opt) sources.log_level = log_level;
+
+  absl::StatusOr<DaemonConfig> config = LoadConfig(sources, straggler::daemon::GetEnv);
+  if (!config.ok()) {
+    std::cerr << "stragglerd: " << config.status().message() << "\n";
+    return kExitBadConfig;
+  }
+  straggler::daemon::ApplyLogLevel(config->log_level);
+  spdlog::info("stragglerd {} starting; config: {}", STRAGGLERD_VERSION,
+               config->config_file.empty() ? "built-in defaults" : config->config_file);
+
+  straggler::daemon::Server server;
+  if (absl::Status s = server.Start(*config); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 1;
+  }
+  spdlog::info("stragglerd listening: grpc={}", server.grpc_address());
+  if (!ready_file.empty() && !WriteReadyFile(ready_file, server.grpc_dial_address())) {
+    spdlog::error("cannot write --ready-file {}", ready_file);
+    server.Shutdown(std::chrono::milliseconds(0));
+    return 1;
+  }
+
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      // Re-read the same sources: the file may have changed, flags have not.
+      absl::StatusOr<DaemonConfig> next = LoadConfig(sources, straggler::daemon::GetEnv);
+      if (!next.ok()) {
+        spdlog::error("SIGHUP: config rejected, keeping the running one: {}",
+                      std::string(next.status().message()));
+        continue;
+      }
+      server.Reload(*next);
+      continue;
+    }
+    spdlog::info("{} received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    break;
+  }
+  server.Shutdown(kDrainGrace);
+  return 0;
+}

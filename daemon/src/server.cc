@@ -1,0 +1,125 @@
+#include "server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "admin_service.h"
+#include "ingest_service.h"
+#include "job_registry.h"
+#include "query_service.h"
+#include "spdlog/spdlog.h"
+
+namespace straggler::daemon {
+namespace {
+
+constexpr auto kTickInterval = std::chrono::seconds(1);
+
+// "host:port" -> "host"; unix: addresses have no host part.
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+void ApplyLogLevel(const std::string& level) {
+  spdlog::set_level(spdlog::level::from_str(level));
+}
+
+Server::Server() = default;
+
+Server::~Server() { Shutdown(std::chrono::milliseconds(0)); }
+
+absl::Status Server::Start(const DaemonConfig& config) {
+  registry_ = std::make_unique<JobRegistry>(std::make_shared<const DaemonConfig>(config), stats_);
+  ingest_ = std::make_unique<IngestServiceImpl>(*registry_, stats_);
+  query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_);
+  admin_ = std::make_unique<AdminServiceImpl>(*registry_);
+  configured_grpc_address_ = config.grpc_address;
+  configured_http_address_ = config.http_address;
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.grpc_address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(ingest_.get());
+  builder.RegisterService(query_.get());
+  builder.RegisterService(admin_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port == 0) {
+    server_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot listen on grpc_address=",
+                                               config.grpc_address,
+                                               " (address in use or not local?)"));
+  }
+  grpc_port_ = port;
+  grpc_address_ = config.grpc_address.rfind("unix:", 0) == 0
+                      ? config.grpc_address
+                      : absl::StrCat(HostOf(config.grpc_address), ":", port);
+
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  for (const char* service : {straggler::v1::IngestService::service_full_name(),
+                              straggler::v1::QueryService::service_full_name(),
+                              straggler::v1::AdminService::service_full_name()}) {
+    health->SetServingStatus(service, true);
+  }
+
+  tick_thread_ = std::thread([this] { TickLoop(); });
+  spdlog::info("http_address={} configured; HTTP (/metrics, /healthz, REST) is not served yet",
+               config.http_address);
+  return absl::OkStatus();
+}
+
+std::string Server::grpc_dial_address() const {
+  const std::string host = HostOf(grpc_address_);
+  if (grpc_address_.rfind("unix:", 0) == 0) return grpc_address_;
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    return absl::StrCat("127.0.0.1:", grpc_port_);
+  }
+  return grpc_address_;
+}
+
+void Server::Reload(const DaemonConfig& config) {
+  ApplyLogLevel(config.log_level);
+  if (config.grpc_address != configured_grpc_address_ ||
+      config.http_address != configured_http_address_) {
+    spdlog::warn("reload: grpc_address/http_address changes take effect only after a restart");
+  }
+  registry_->ApplyConfig(std::make_shared<const DaemonConfig>(config));
+  spdlog::info("config reloaded from {}",
+               config.config_file.empty() ? "defaults" : config.config_file);
+}
+
+void Server::TickLoop() {
+  std::unique_lock lock(tick_mu_);
+  while (!stopping_) {
+    if (tick_cv_.wait_for(lock, kTickInterval, [this] { return stopping_; })) break;
+    lock.unlock();
+    registry_->TickAll(WallNow());
+    lock.lock();
+  }
+}
+
+void Server::Shutdown(std::chrono::milliseconds grace) {
+  if (!server_) return;
+  spdlog::info("stragglerd draining (grace {} ms)", grace.count());
+  // Health first, so load balancers stop sending new work while we drain.
+  server_->GetHealthCheckService()->Shutdown();
+  registry_->CloseAll(absl::UnavailableError("stragglerd is shutting down"));
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  {
+    std::lock_guard lock(tick_mu_);
+    stopping_ = true;
+  }
+  tick_cv_.notify_all();
+  if (tick_thread_.joinable()) tick_thread_.join();
+  server_->Wait();
+  server_.reset();
+  spdlog::info("stragglerd stopped");
+}
+
+}  // namespace straggler::daemon

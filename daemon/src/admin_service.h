@@ -1,0 +1,35 @@
+// AdminService: change a job's policy at run time, force a rank in or out,
+// reset a job. Every change goes through the job's engine, which records it
+// as an event, and a resulting membership is pushed to the job's streams.
+// Authentication comes with the security issue.
+//
+//   AdminServiceImpl admin(registry);
+//   builder.RegisterService(&admin);
+//
+// Thread-safe; the registry must outlive the server.
+#pragma once
+
+#include "job_registry.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace straggler::daemon {
+
+class AdminServiceImpl final : public straggler::v1::AdminService::CallbackService {
+ public:
+  explicit AdminServiceImpl(JobRegistry& registry) : registry_(registry) {}
+
+  grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
+                                      const straggler::v1::SetPolicyRequest* request,
+                                      straggler::v1::Job* response) override;
+  grpc::ServerUnaryReactor* SetRankOverride(grpc::CallbackServerContext* ctx,
+                                            const straggler::v1::SetRankOverrideRequest* request,
+                                            straggler::v1::Membership* response) override;
+  grpc::ServerUnaryReactor* ResetJob(grpc::CallbackServerContext* ctx,
+                                     const straggler::v1::ResetJobRequest* request,
+                                     straggler::v1::Job* response) override;
+
+ private:
+  JobRegistry& registry_;
+};
+
+}  // namespace straggler::daemon

@@ -1,0 +1,91 @@
+// stragglerd's configuration: embedded defaults, an optional YAML file,
+// environment variables and command-line flags, in rising precedence.
+//
+//   ConfigSources src;
+//   src.config_file = "/etc/stragglerd.yaml";    // or STRAGGLERD_CONFIG
+//   absl::StatusOr<DaemonConfig> cfg = LoadConfig(src, GetEnv);
+//   if (!cfg.ok()) { /* "stragglerd.yaml:7: unknown key 'limt' in policy" */ }
+//   const engine::PolicyConfig& p = cfg->PolicyFor("resnet-42");
+//
+// Every key, with its default, is documented in deploy/stragglerd.yaml.
+// Plain value types and pure functions; no shared state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "straggler/engine/policy.h"
+
+namespace straggler::daemon {
+
+inline constexpr char kDefaultGrpcAddress[] = "0.0.0.0:7070";
+inline constexpr char kDefaultHttpAddress[] = "0.0.0.0:7071";
+inline constexpr char kDefaultLogLevel[] = "info";
+
+struct Limits {
+  uint32_t max_jobs = 1000;             // jobs the daemon tracks at once
+  uint32_t max_ranks_per_job = 65536;   // largest world_size accepted in a hello
+  uint32_t max_batch_reports = 10000;   // reports taken from one ReportBatch
+  uint32_t events_retained = 100000;    // size of the daemon-wide event ring
+};
+
+// A per-job policy: `match` is a job id or a glob where `*` matches any run
+// of characters; `policy` is the top-level policy with the rule's overrides
+// applied (already merged and validated).
+struct JobPolicyRule {
+  std::string match;
+  engine::PolicyConfig policy;
+};
+
+struct DaemonConfig {
+  std::string grpc_address = kDefaultGrpcAddress;
+  std::string http_address = kDefaultHttpAddress;
+  std::string log_level = kDefaultLogLevel;  // trace|debug|info|warn|error
+  engine::PolicyConfig policy;               // default of every job
+  std::vector<JobPolicyRule> jobs;           // first match wins
+  Limits limits;
+  std::string config_file;                   // "" = embedded defaults only
+
+  // The policy for `job_id`: the first rule whose pattern matches, else the
+  // top-level policy.
+  const engine::PolicyConfig& PolicyFor(absl::string_view job_id) const;
+};
+
+// Where LoadConfig looks besides the environment: the values of flags that
+// were given (unset = not given).
+struct ConfigSources {
+  std::optional<std::string> config_file;
+  std::optional<std::string> grpc_address;
+  std::optional<std::string> http_address;
+  std::optional<std::string> log_level;
+};
+
+// Reads an environment variable; injectable so tests need not touch the
+// process environment.
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+std::optional<std::string> GetEnv(const char* name);
+
+// Parses YAML text. `source_name` prefixes error messages ("file:line: ...").
+absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text,
+                                         absl::string_view source_name);
+
+// Defaults <- file (flag --config, else STRAGGLERD_CONFIG, else none)
+//          <- STRAGGLERD_GRPC_ADDRESS / _HTTP_ADDRESS / _LOG_LEVEL <- flags.
+absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLookup& env);
+
+// `*` matches any run of characters (also none); every other character
+// matches itself.
+bool GlobMatch(absl::string_view pattern, absl::string_view text);
+
+absl::Status ValidateLogLevel(absl::string_view level);
+
+// Field-by-field equality (engine::PolicyConfig has no operator==).
+bool SamePolicy(const engine::PolicyConfig& a, const engine::PolicyConfig& b);
+
+}  // namespace straggler::daemon

@@ -1,0 +1,50 @@
+// The one place where engine types and straggler.v1 wire messages meet. Each
+// conversion exists once; services and (later) REST handlers call these.
+//
+//   v1::Membership m;
+//   ToProto(job.engine.membership(), job.id, &m);
+//   absl::StatusOr<engine::PolicyConfig> p = MergePolicy(request.policy(), current);
+//
+// Pure functions; no shared state.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "job_registry.h"
+#include "straggler/engine/job_engine.h"
+#include "straggler/v1/straggler.pb.h"
+
+namespace straggler::daemon {
+
+namespace v1 = ::straggler::v1;
+
+void ToProto(engine::Time t, google::protobuf::Timestamp* out);
+engine::Time FromProto(const google::protobuf::Timestamp& t);
+
+v1::WorkerState ToProto(engine::WorkerState s);
+v1::ExclusionReason ToProto(engine::ExclusionReason r);
+v1::RankOverride ToProto(engine::RankOverride o);
+v1::EventKind ToProto(engine::EventKind k);
+v1::PolicyKind ToProto(engine::PolicyKind k);
+v1::RecoveryMode ToProto(engine::RecoveryMode m);
+// RANK_OVERRIDE_UNSPECIFIED is not an instruction: INVALID_ARGUMENT.
+absl::StatusOr<engine::RankOverride> FromProto(v1::RankOverride o);
+
+engine::Report FromProto(const v1::IterationReport& r);
+StreamHello FromProto(const v1::StreamHello& h);
+
+void ToProto(const engine::Membership& m, absl::string_view job_id, v1::Membership* out);
+void ToProto(const engine::WorkerView& w, const Job& job, v1::Worker* out);  // job.mu held
+void ToProto(const Job& job, v1::Job* out);                                  // job.mu held
+void ToProto(const JournalEntry& e, v1::Event* out);
+
+// Every field set.
+void ToProto(const engine::PolicyConfig& p, v1::PolicyConfig* out);
+// `base` with the fields set in `update` replaced, validated. INVALID_ARGUMENT
+// names the value ("threshold_factor=0.5 must be > 1").
+absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& update,
+                                                 engine::PolicyConfig base);
+
+}  // namespace straggler::daemon

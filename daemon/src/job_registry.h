@@ -1,0 +1,193 @@
+// The daemon's jobs: one detection engine per job plus who listens to it, and
+// the daemon-wide event journal.
+//
+//   JobRegistry registry(config, stats);
+//   auto job = registry.Attach(hello, subscriber, WallNow());   // first hello creates
+//   {
+//     std::lock_guard lock(job->mu);
+//     job->engine.Ingest(report, now);
+//     registry.CommitLocked(*job, now);   // journal events, push memberships
+//   }
+//
+// Locking: `jobs_mu_` (shared_mutex) guards only the id -> Job map and is
+// never held while a job's `mu` is taken; a job's `mu` guards its engine and
+// listeners; `events_mu_` guards the journal and is taken (briefly, under a
+// job's `mu`) only when an engine produced events, which is rare. So ingest
+// pays one shared lock to find a job (streams keep the pointer after hello)
+// and one uncontended per-job mutex.
+//
+// Thread-safe: every public method may be called from any thread. Methods
+// named *Locked require the caller to hold the job's `mu`.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "config.h"
+#include "stats.h"
+#include "straggler/engine/job_engine.h"
+
+namespace straggler::daemon {
+
+// Wall-clock now, as the engine counts time (ns since the Unix epoch).
+engine::Time WallNow();
+
+struct Job;
+
+// Something that wants a job's membership changes: an ingest stream (to push
+// directives) or a WatchMembership call. The registry holds it by
+// shared_ptr; the RPC behind it may already be gone, which the implementation
+// must tolerate (see ingest_service.cc).
+class JobSubscriber {
+ public:
+  virtual ~JobSubscriber() = default;
+  // The job's membership version changed. Called with job.mu held: must not
+  // block and must not call back into the registry.
+  virtual void OnMembershipChangedLocked(const Job& job) = 0;
+  // The daemon is shutting down: end the RPC with `status`. Called with
+  // job.mu held, same rules.
+  virtual void CloseLocked(const absl::Status& status) = 0;
+};
+
+struct Job {
+  Job(std::string job_id, uint32_t world, engine::PolicyConfig policy, engine::Time now)
+      : id(std::move(job_id)),
+        world_size(world),
+        created_at(now),
+        engine(world, std::move(policy), now),
+        nodes(world) {}
+
+  const std::string id;
+  const uint32_t world_size;
+  const engine::Time created_at;
+
+  mutable std::mutex mu;
+  // Everything below is guarded by mu.
+  engine::JobEngine engine;
+  std::vector<std::string> nodes;  // node that last spoke for each rank
+  std::vector<std::shared_ptr<JobSubscriber>> subscribers;
+  uint32_t streams = 0;
+  // Set by AdminService.SetPolicy: a SIGHUP reload then leaves the policy
+  // alone, so an operator's runtime decision is not silently undone.
+  bool policy_overridden = false;
+  uint64_t pushed_version = 0;  // newest membership version pushed
+};
+
+// What a stream's first message says, without wire types.
+struct StreamHello {
+  std::string job_id;
+  std::string node;
+  std::vector<uint32_t> ranks;
+  uint32_t world_size = 0;
+  uint64_t iterations_per_epoch = 0;
+};
+
+struct JournalEntry {
+  uint64_t sequence = 0;  // daemon-wide, grows by one per event
+  std::string job_id;
+  engine::Event event;
+};
+
+struct EventQuery {
+  std::string job_id;             // "" = every job
+  engine::Time since_time{0};     // events with time >= this
+  uint64_t since_sequence = 0;    // events with sequence > this
+  uint32_t limit = 1000;
+};
+
+struct EventPage {
+  std::vector<JournalEntry> events;
+  // Resume cursor: pass as since_sequence to get what follows. The sequence
+  // of the last event returned when the page was cut at `limit`, else the
+  // newest sequence examined (so filtered polls do not rescan).
+  uint64_t last_sequence = 0;
+};
+
+class JobRegistry {
+ public:
+  static constexpr uint32_t kDefaultEventLimit = 1000;
+  static constexpr uint32_t kMaxEventLimit = 10000;
+
+  JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats);
+  JobRegistry(const JobRegistry&) = delete;
+  JobRegistry& operator=(const JobRegistry&) = delete;
+
+  // Validates a stream hello, creates the job on first sight (policy from the
+  // config), records the nodes of the hello's ranks and subscribes `stream`.
+  // INVALID_ARGUMENT names the offending value; RESOURCE_EXHAUSTED at
+  // limits.max_jobs; UNAVAILABLE while shutting down.
+  absl::StatusOr<std::shared_ptr<Job>> Attach(const StreamHello& hello,
+                                              std::shared_ptr<JobSubscriber> stream,
+                                              engine::Time now);
+  // Subscribes a watcher of `job` (from Find) and sends it the current
+  // membership at once. UNAVAILABLE while shutting down.
+  absl::Status Watch(Job& job, std::shared_ptr<JobSubscriber> watcher);
+  // Removes a subscriber added by Attach (is_stream) or Watch.
+  void Unsubscribe(Job& job, const JobSubscriber* subscriber, bool is_stream);
+
+  std::shared_ptr<Job> Find(absl::string_view job_id) const;
+  std::vector<std::shared_ptr<Job>> Jobs() const;  // ascending by id
+
+  // Runs `fn` with the job's mu held. NOT_FOUND "job 'x' not found".
+  absl::Status Read(absl::string_view job_id, absl::FunctionRef<void(const Job&)> fn) const;
+  // Runs `fn` with the job's mu held, then commits (journal + pushes) even
+  // when `fn` failed half-way. Returns fn's status.
+  absl::Status Mutate(absl::string_view job_id,
+                      absl::FunctionRef<absl::Status(Job&, engine::Time now)> fn);
+
+  // After any engine mutation, with job.mu held: drains the engine's events
+  // into the journal (and the log) and, when the membership version moved,
+  // pushes it to every subscriber but `skip` (a stream that is about to
+  // acknowledge with the same membership).
+  void CommitLocked(Job& job, const JobSubscriber* skip = nullptr);
+
+  // Engine::Tick on every job, then commit. Called once a second.
+  void TickAll(engine::Time now);
+
+  // SIGHUP: new default policy for jobs created from now on; existing jobs
+  // without an admin policy override get the config's policy for their id.
+  void ApplyConfig(std::shared_ptr<const DaemonConfig> config);
+  std::shared_ptr<const DaemonConfig> config() const;
+  // limits.max_batch_reports without config_mu_: read on every batch.
+  uint32_t max_batch_reports() const {
+    return max_batch_reports_.load(std::memory_order_relaxed);
+  }
+
+  // Refuses new subscribers from now on and closes every current one.
+  void CloseAll(const absl::Status& status);
+
+  EventPage Events(const EventQuery& query) const;
+  uint64_t last_event_sequence() const;
+
+ private:
+  void JournalLocked(const Job& job, std::vector<engine::Event> events);
+
+  DaemonStats& stats_;
+
+  mutable std::mutex config_mu_;
+  std::shared_ptr<const DaemonConfig> config_;  // guarded by config_mu_
+  std::atomic<uint32_t> max_batch_reports_;
+
+  mutable std::shared_mutex jobs_mu_;
+  std::map<std::string, std::shared_ptr<Job>, std::less<>> jobs_;  // guarded by jobs_mu_
+  bool closed_ = false;                                            // guarded by jobs_mu_
+
+  mutable std::mutex events_mu_;
+  std::deque<JournalEntry> events_;  // guarded by events_mu_
+  uint64_t next_sequence_ = 1;       // guarded by events_mu_
+  size_t events_retained_;           // guarded by events_mu_
+};
+
+}  // namespace straggler::daemon

@@ -1,0 +1,53 @@
+// QueryService: read-only views of jobs, workers, memberships and the event
+// journal, plus WatchMembership (a server stream of membership versions).
+//
+//   QueryServiceImpl query(registry, stats);
+//   builder.RegisterService(&query);
+//
+// Unary calls run on gRPC's callback threads and hold one job's mutex while
+// copying its state out. WatchMembership keeps one write in flight and only
+// the newest version pending, so a slow watcher may skip versions but never
+// makes the daemon buffer.
+//
+// Thread-safe; the registry and stats must outlive the server.
+#pragma once
+
+#include "job_registry.h"
+#include "stats.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace straggler::daemon {
+
+class QueryServiceImpl final : public straggler::v1::QueryService::CallbackService {
+ public:
+  QueryServiceImpl(JobRegistry& registry, DaemonStats& stats)
+      : registry_(registry), stats_(stats) {}
+
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const straggler::v1::ListJobsRequest* request,
+                                     straggler::v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const straggler::v1::GetJobRequest* request,
+                                   straggler::v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
+                                        const straggler::v1::ListWorkersRequest* request,
+                                        straggler::v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* GetWorker(grpc::CallbackServerContext* ctx,
+                                      const straggler::v1::GetWorkerRequest* request,
+                                      straggler::v1::Worker* response) override;
+  grpc::ServerUnaryReactor* GetMembership(grpc::CallbackServerContext* ctx,
+                                          const straggler::v1::GetMembershipRequest* request,
+                                          straggler::v1::Membership* response) override;
+  grpc::ServerWriteReactor<straggler::v1::Membership>* WatchMembership(
+      grpc::CallbackServerContext* ctx,
+      const straggler::v1::WatchMembershipRequest* request) override;
+  grpc::ServerUnaryReactor* ListEvents(grpc::CallbackServerContext* ctx,
+                                       const straggler::v1::ListEventsRequest* request,
+                                       straggler::v1::ListEventsResponse* response) override;
+
+ private:
+  JobRegistry& registry_;
+  DaemonStats& stats_;
+};
+
+}  // namespace straggler::daemon

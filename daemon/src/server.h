@@ -1,0 +1,87 @@
+// The running daemon: gRPC server (ingest, query, admin, health, reflection),
+// the job registry and the once-a-second tick thread.
+//
+//   Server server;
+//   if (absl::Status s = server.Start(config); !s.ok()) ...;
+//   std::cout << server.grpc_port();          // the real port, also for port 0
+//   server.Reload(new_config);                // SIGHUP
+//   server.Shutdown(std::chrono::seconds(5)); // SIGTERM
+//
+// Thread-safe after Start: Reload and Shutdown may be called from any one
+// thread (the signal thread in main.cc); Start and Shutdown once each.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "config.h"
+#include "stats.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace straggler::daemon {
+
+class JobRegistry;
+class IngestServiceImpl;
+class QueryServiceImpl;
+class AdminServiceImpl;
+
+class Server {
+ public:
+  Server();
+  ~Server();  // Shutdown(0s) when still running
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds config.grpc_address (port 0 picks a free port) and starts serving.
+  absl::Status Start(const DaemonConfig& config);
+
+  // Applies a reloaded config: log level, limits, policies (see
+  // JobRegistry::ApplyConfig). Addresses need a restart; a change is logged.
+  void Reload(const DaemonConfig& config);
+
+  // Stops accepting, tells every stream and watcher to go (UNAVAILABLE, so
+  // clients reconnect elsewhere or later), waits up to `grace` for calls to
+  // end, cancels the rest, joins the tick thread.
+  void Shutdown(std::chrono::milliseconds grace);
+
+  int grpc_port() const { return grpc_port_; }
+  // host:port as configured, with the real port.
+  const std::string& grpc_address() const { return grpc_address_; }
+  // An address a local client can dial: wildcard hosts become 127.0.0.1.
+  std::string grpc_dial_address() const;
+
+  JobRegistry& registry() { return *registry_; }
+  const DaemonStats& stats() const { return stats_; }
+
+ private:
+  void TickLoop();
+
+  DaemonStats stats_;
+  std::unique_ptr<JobRegistry> registry_;
+  std::unique_ptr<IngestServiceImpl> ingest_;
+  std::unique_ptr<QueryServiceImpl> query_;
+  std::unique_ptr<AdminServiceImpl> admin_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string configured_grpc_address_;
+  std::string configured_http_address_;
+  std::string grpc_address_;
+  int grpc_port_ = 0;
+
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool stopping_ = false;  // guarded by tick_mu_
+  std::thread tick_thread_;
+};
+
+// Maps a log_level name (already validated) to spdlog and applies it.
+void ApplyLogLevel(const std::string& level);
+
+}  // namespace straggler::daemon

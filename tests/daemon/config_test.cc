@@ -1,0 +1,283 @@
+// DaemonConfig: YAML parsing, error messages that name key/value/line,
+// precedence of flags over environment over file, and job policy globs.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <unistd.h>
+#include <string>
+
+#include "config.h"
+
+namespace sd = straggler::daemon;
+using straggler::engine::PolicyKind;
+using straggler::engine::RecoveryMode;
+
+namespace {
+
+sd::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// A config file in the temp dir, removed at scope exit.
+struct TempFile {
+  explicit TempFile(const std::string& text) {
+    char tmpl[] = "/tmp/stragglerd_config_test_XXXXXX";
+    const int fd = mkstemp(tmpl);
+    REQUIRE(fd >= 0);
+    close(fd);
+    path = tmpl;
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+  std::string path;
+};
+
+}  // namespace
+
+TEST_CASE("no config file at all gives the embedded defaults") {
+  auto cfg = sd::LoadConfig({}, FakeEnv({}));
+  REQUIRE(cfg.ok());
+  CHECK(cfg->grpc_address == "0.0.0.0:7070");
+  CHECK(cfg->http_address == "0.0.0.0:7071");
+  CHECK(cfg->log_level == "info");
+  CHECK(cfg->limits.max_jobs == 1000);
+  CHECK(cfg->limits.max_ranks_per_job == 65536);
+  CHECK(cfg->limits.max_batch_reports == 10000);
+  CHECK(cfg->limits.events_retained == 100000);
+  CHECK(sd::SamePolicy(cfg->policy, straggler::engine::PolicyConfig{}));
+  CHECK(cfg->config_file.empty());
+}
+
+TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
+  sd::ConfigSources flags;
+  flags.config_file = STRAGGLER_SOURCE_DIR "/deploy/stragglerd.yaml";
+  auto cfg = sd::LoadConfig(flags, FakeEnv({}));
+  REQUIRE(cfg.ok());
+  const sd::DaemonConfig defaults;
+  CHECK(sd::SamePolicy(cfg->policy, defaults.policy));
+  CHECK(cfg->grpc_address == defaults.grpc_address);
+  CHECK(cfg->http_address == defaults.http_address);
+  CHECK(cfg->log_level == defaults.log_level);
+  CHECK(cfg->jobs.empty());
+  CHECK(cfg->limits.max_jobs == defaults.limits.max_jobs);
+  CHECK(cfg->limits.max_ranks_per_job == defaults.limits.max_ranks_per_job);
+  CHECK(cfg->limits.max_batch_reports == defaults.limits.max_batch_reports);
+  CHECK(cfg->limits.events_retained == defaults.limits.events_retained);
+}
+
+TEST_CASE("an empty file is all defaults") {
+  auto cfg = sd::ParseConfig("", "empty.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->grpc_address == "0.0.0.0:7070");
+}
+
+TEST_CASE("a good config sets every section") {
+  auto cfg = sd::ParseConfig(R"(
+grpc_address: 127.0.0.1:0
+http_address: 127.0.0.1:9999
+log_level: debug
+policy:
+  kind: ewma
+  limit: 7
+  threshold_factor: 3.5
+  recovery: probation
+  ewma_ratio: 1.8
+  exclusion_enabled: false
+  max_compute_seconds: 60
+limits:
+  max_jobs: 5
+  events_retained: 50
+jobs:
+  - match: "bert-*"
+    policy:
+      kind: static
+      static_threshold_seconds: 0.25
+)",
+                             "good.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->grpc_address == "127.0.0.1:0");
+  CHECK(cfg->http_address == "127.0.0.1:9999");
+  CHECK(cfg->log_level == "debug");
+  CHECK(cfg->policy.kind == PolicyKind::kEwma);
+  CHECK(cfg->policy.limit == 7);
+  CHECK(cfg->policy.threshold_factor == 3.5);
+  CHECK(cfg->policy.recovery == RecoveryMode::kProbation);
+  CHECK(cfg->policy.ewma_ratio == 1.8);
+  CHECK_FALSE(cfg->policy.exclusion_enabled);
+  CHECK(cfg->policy.max_compute_seconds == 60);
+  CHECK(cfg->limits.max_jobs == 5);
+  CHECK(cfg->limits.events_retained == 50);
+  CHECK(cfg->limits.max_batch_reports == 10000);  // untouched key keeps its default
+  REQUIRE(cfg->jobs.size() == 1);
+  // Job overrides sit on top of the top-level policy, not of the defaults.
+  const auto& bert = cfg->jobs[0].policy;
+  CHECK(bert.kind == PolicyKind::kStatic);
+  CHECK(bert.static_threshold_seconds == 0.25);
+  CHECK(bert.limit == 7);
+  CHECK_FALSE(bert.exclusion_enabled);
+}
+
+TEST_CASE("an unknown key is an error naming the key and its line") {
+  SECTION("top level") {
+    auto cfg = sd::ParseConfig("log_level: info\ngrpc_adress: 1.2.3.4:5\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK(cfg.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(cfg.status().message()) == "x.yaml:2: unknown key 'grpc_adress'");
+  }
+  SECTION("inside policy") {
+    auto cfg = sd::ParseConfig("policy:\n  limit: 3\n  limt: 4\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK(std::string(cfg.status().message()) == "x.yaml:3: unknown key 'limt' in policy");
+  }
+  SECTION("inside a job rule's policy") {
+    auto cfg = sd::ParseConfig("jobs:\n  - match: a\n    policy:\n      foo: 1\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()),
+               Catch::Contains("x.yaml:4:") && Catch::Contains("unknown key 'foo'"));
+  }
+  SECTION("inside limits") {
+    auto cfg = sd::ParseConfig("limits:\n  max_job: 3\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK(std::string(cfg.status().message()) == "x.yaml:2: unknown key 'max_job' in limits");
+  }
+}
+
+TEST_CASE("a bad value is an error naming the key and the value") {
+  SECTION("not a number") {
+    auto cfg = sd::ParseConfig("policy:\n  limit: five\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()),
+               Catch::Contains("x.yaml:2:") && Catch::Contains("policy.limit=five"));
+  }
+  SECTION("negative count") {
+    auto cfg = sd::ParseConfig("policy:\n  cooldown_iterations: -1\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("cooldown_iterations=-1"));
+  }
+  SECTION("unknown policy kind") {
+    auto cfg = sd::ParseConfig("policy:\n  kind: fancy\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("policy.kind=fancy"));
+  }
+  SECTION("out of range, caught by PolicyConfig::Validate") {
+    auto cfg = sd::ParseConfig("policy:\n  threshold_factor: 0.5\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()),
+               Catch::StartsWith("x.yaml:") && Catch::Contains("threshold_factor=0.5"));
+  }
+  SECTION("a job rule's merged policy is validated too") {
+    auto cfg = sd::ParseConfig(
+        "jobs:\n  - match: x\n    policy:\n      max_excluded_fraction: 2\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()),
+               Catch::Contains("match 'x'") && Catch::Contains("max_excluded_fraction=2"));
+  }
+  SECTION("zero limit") {
+    auto cfg = sd::ParseConfig("limits:\n  max_jobs: 0\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("limits.max_jobs=0"));
+  }
+  SECTION("bad log level from the environment") {
+    auto cfg = sd::LoadConfig({}, FakeEnv({{"STRAGGLERD_LOG_LEVEL", "loud"}}));
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("log_level=loud"));
+  }
+  SECTION("address without a port") {
+    sd::ConfigSources flags;
+    flags.grpc_address = "localhost";
+    auto cfg = sd::LoadConfig(flags, FakeEnv({}));
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("grpc_address=localhost"));
+  }
+  SECTION("malformed YAML names the line") {
+    auto cfg = sd::ParseConfig("policy:\n  limit: [1, 2\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::StartsWith("x.yaml:"));
+  }
+}
+
+TEST_CASE("flags override the environment, which overrides the file") {
+  TempFile file("grpc_address: 10.0.0.1:1000\nhttp_address: 10.0.0.1:1001\nlog_level: warn\n");
+
+  SECTION("file only") {
+    sd::ConfigSources flags;
+    flags.config_file = file.path;
+    auto cfg = sd::LoadConfig(flags, FakeEnv({}));
+    REQUIRE(cfg.ok());
+    CHECK(cfg->grpc_address == "10.0.0.1:1000");
+    CHECK(cfg->log_level == "warn");
+    CHECK(cfg->config_file == file.path);
+  }
+  SECTION("STRAGGLERD_CONFIG names the file; env beats file") {
+    auto cfg = sd::LoadConfig({}, FakeEnv({{"STRAGGLERD_CONFIG", file.path},
+                                           {"STRAGGLERD_GRPC_ADDRESS", "127.0.0.1:2000"}}));
+    REQUIRE(cfg.ok());
+    CHECK(cfg->grpc_address == "127.0.0.1:2000");
+    CHECK(cfg->http_address == "10.0.0.1:1001");
+    CHECK(cfg->log_level == "warn");
+  }
+  SECTION("flags beat env and file") {
+    sd::ConfigSources flags;
+    flags.config_file = file.path;
+    flags.grpc_address = "127.0.0.1:0";
+    flags.log_level = "error";
+    auto cfg = sd::LoadConfig(flags, FakeEnv({{"STRAGGLERD_GRPC_ADDRESS", "127.0.0.1:2000"},
+                                              {"STRAGGLERD_HTTP_ADDRESS", "127.0.0.1:2001"},
+                                              {"STRAGGLERD_LOG_LEVEL", "debug"}}));
+    REQUIRE(cfg.ok());
+    CHECK(cfg->grpc_address == "127.0.0.1:0");
+    CHECK(cfg->http_address == "127.0.0.1:2001");
+    CHECK(cfg->log_level == "error");
+  }
+  SECTION("--config beats STRAGGLERD_CONFIG") {
+    sd::ConfigSources flags;
+    flags.config_file = file.path;
+    auto cfg = sd::LoadConfig(flags, FakeEnv({{"STRAGGLERD_CONFIG", "/nonexistent.yaml"}}));
+    REQUIRE(cfg.ok());
+    CHECK(cfg->grpc_address == "10.0.0.1:1000");
+  }
+  SECTION("a missing file is an error naming it") {
+    sd::ConfigSources flags;
+    flags.config_file = "/nonexistent/stragglerd.yaml";
+    auto cfg = sd::LoadConfig(flags, FakeEnv({}));
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("/nonexistent/stragglerd.yaml"));
+  }
+}
+
+TEST_CASE("PolicyFor picks the first matching job rule, else the default") {
+  auto cfg = sd::ParseConfig(R"(
+policy:
+  limit: 5
+jobs:
+  - match: resnet-42
+    policy: {limit: 9}
+  - match: "resnet-*"
+    policy: {limit: 7}
+  - match: "*-eval-*"
+    policy: {limit: 3}
+)",
+                             "x.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->PolicyFor("resnet-42").limit == 9);   // exact id, listed first
+  CHECK(cfg->PolicyFor("resnet-7").limit == 7);    // glob
+  CHECK(cfg->PolicyFor("resnet-").limit == 7);     // * matches nothing too
+  CHECK(cfg->PolicyFor("bert-eval-1").limit == 3);
+  CHECK(cfg->PolicyFor("bert").limit == 5);        // default
+  CHECK(cfg->PolicyFor("xresnet-1").limit == 5);   // globs are anchored
+}
+
+TEST_CASE("GlobMatch") {
+  CHECK(sd::GlobMatch("*", ""));
+  CHECK(sd::GlobMatch("a*c", "abbbc"));
+  CHECK(sd::GlobMatch("a*b*c", "aXbYc"));
+  CHECK_FALSE(sd::GlobMatch("a*c", "abbb"));
+  CHECK_FALSE(sd::GlobMatch("abc", "abcd"));
+  CHECK(sd::GlobMatch("**a", "a"));
+}
