@@ -1,0 +1,227 @@
+// The C ABI over straggler::Client. Every entry point catches everything:
+// an exception crossing into C is undefined behaviour.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "straggler/client.h"
+#include "straggler/straggler_c.h"
+
+struct straggler_client {
+  std::unique_ptr<straggler::Client> client;
+};
+
+namespace {
+
+void WriteError(char* err, size_t errlen, const std::string& message) {
+  if (err == nullptr || errlen == 0) return;
+  std::snprintf(err, errlen, "%s", message.c_str());
+}
+
+std::optional<double> Optional(double v) {
+  if (std::isnan(v)) return std::nullopt;
+  return v;
+}
+
+// Copies `view` into the caller's struct and buffer.
+int FillMembership(const straggler::MembershipView& view, straggler_membership_t* out) {
+  out->version = view.version;
+  out->effective_iteration = view.effective_iteration;
+  out->world_size = view.world_size;
+  out->lead_iterations = view.lead_iterations;
+  out->ok = view.ok ? 1 : 0;
+  out->count = view.excluded.size();
+  const size_t n = out->ranks == nullptr ? 0 : std::min(out->cap, view.excluded.size());
+  for (size_t i = 0; i < n; ++i) out->ranks[i] = view.excluded[i].rank;
+  return view.excluded.size() > n ? STRAGGLER_INCOMPLETE : STRAGGLER_OK;
+}
+
+straggler_client_t* CreateFrom(const straggler::ClientOptions& options, char* err,
+                               size_t errlen) {
+  try {
+    std::string error;
+    std::unique_ptr<straggler::Client> c = straggler::Client::Create(options, &error);
+    if (!c) {
+      WriteError(err, errlen, error);
+      return nullptr;
+    }
+    WriteError(err, errlen, "");
+    return new straggler_client{std::move(c)};
+  } catch (const std::exception& e) {
+    WriteError(err, errlen, std::string("straggler_client_create: ") + e.what());
+  } catch (...) {
+    WriteError(err, errlen, "straggler_client_create: unknown error");
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+void straggler_options_init(straggler_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(options, 0, sizeof(*options));
+  const straggler::ClientOptions defaults;
+  options->queue_capacity = defaults.queue_capacity;
+  options->max_batch = defaults.max_batch;
+  options->backoff_initial_ms = static_cast<uint32_t>(defaults.backoff_initial.count());
+  options->backoff_max_ms = static_cast<uint32_t>(defaults.backoff_max.count());
+}
+
+straggler_client_t* straggler_client_create(const straggler_options_t* options, char* err,
+                                            size_t errlen) {
+  if (options == nullptr) {
+    WriteError(err, errlen, "options is NULL");
+    return nullptr;
+  }
+  try {
+    straggler::ClientOptions o;
+    if (options->endpoint != nullptr) o.endpoint = options->endpoint;
+    if (options->job_id != nullptr) o.job_id = options->job_id;
+    if (options->ranks != nullptr)
+      o.ranks.assign(options->ranks, options->ranks + options->num_ranks);
+    o.world_size = options->world_size;
+    o.local_rank = options->local_rank;
+    if (options->node != nullptr) o.node = options->node;
+    o.iterations_per_epoch = options->iterations_per_epoch;
+    if (options->queue_capacity != 0) o.queue_capacity = options->queue_capacity;
+    if (options->max_batch != 0) o.max_batch = options->max_batch;
+    if (options->backoff_initial_ms != 0)
+      o.backoff_initial = std::chrono::milliseconds(options->backoff_initial_ms);
+    if (options->backoff_max_ms != 0)
+      o.backoff_max = std::chrono::milliseconds(options->backoff_max_ms);
+    return CreateFrom(o, err, errlen);
+  } catch (...) {
+    WriteError(err, errlen, "straggler_client_create: out of memory");
+    return nullptr;
+  }
+}
+
+straggler_client_t* straggler_client_create_from_env(char* err, size_t errlen) {
+  try {
+    return CreateFrom(straggler::ClientOptions::FromEnv(), err, errlen);
+  } catch (...) {
+    WriteError(err, errlen, "straggler_client_create_from_env: out of memory");
+    return nullptr;
+  }
+}
+
+void straggler_client_destroy(straggler_client_t* client) {
+  try {
+    delete client;
+  } catch (...) {
+    // A destructor that throws would terminate anyway; nothing to do in C.
+  }
+}
+
+int straggler_report(straggler_client_t* client, uint32_t rank, uint64_t epoch, uint64_t iteration,
+                     double compute_seconds) {
+  if (client == nullptr) return STRAGGLER_EINVAL;
+  // Report() is noexcept in practice (no allocation); the try is for form.
+  try {
+    return client->client->Report(rank, epoch, iteration, compute_seconds) ? STRAGGLER_OK
+                                                                            : STRAGGLER_INCOMPLETE;
+  } catch (...) {
+    return STRAGGLER_INCOMPLETE;
+  }
+}
+
+int straggler_report_ex(straggler_client_t* client, uint32_t rank, uint64_t epoch,
+                        uint64_t iteration, double compute_seconds, double step_seconds,
+                        double collective_wait_seconds) {
+  if (client == nullptr) return STRAGGLER_EINVAL;
+  try {
+    return client->client->Report(rank, epoch, iteration, compute_seconds, Optional(step_seconds),
+                                  Optional(collective_wait_seconds))
+               ? STRAGGLER_OK
+               : STRAGGLER_INCOMPLETE;
+  } catch (...) {
+    return STRAGGLER_INCOMPLETE;
+  }
+}
+
+int straggler_membership_for(straggler_client_t* client, uint64_t iteration, uint32_t timeout_ms,
+                             uint32_t rank, straggler_membership_t* out) {
+  if (client == nullptr || out == nullptr) return STRAGGLER_EINVAL;
+  try {
+    return FillMembership(
+        client->client->MembershipFor(iteration, std::chrono::milliseconds(timeout_ms), rank), out);
+  } catch (...) {
+    return STRAGGLER_EINVAL;
+  }
+}
+
+int straggler_current_membership(const straggler_client_t* client, straggler_membership_t* out) {
+  if (client == nullptr || out == nullptr) return STRAGGLER_EINVAL;
+  try {
+    return FillMembership(client->client->CurrentMembership(), out);
+  } catch (...) {
+    return STRAGGLER_EINVAL;
+  }
+}
+
+int straggler_is_excluded(const straggler_membership_t* m, uint32_t rank) {
+  if (m == nullptr) return -1;
+  const size_t kept = m->ranks == nullptr ? 0 : std::min(m->cap, m->count);
+  if (std::binary_search(m->ranks, m->ranks + kept, rank)) return 1;
+  return kept < m->count ? -1 : 0;
+}
+
+int straggler_on_membership_change(straggler_client_t* client, straggler_membership_cb cb,
+                                   void* user) {
+  if (client == nullptr || cb == nullptr) return STRAGGLER_EINVAL;
+  try {
+    client->client->OnMembershipChange([cb, user](const straggler::MembershipView& view) {
+      std::vector<uint32_t> ranks;
+      ranks.reserve(view.excluded.size());
+      for (const auto& e : view.excluded) ranks.push_back(e.rank);
+      straggler_membership_t m{};
+      m.ranks = ranks.data();
+      m.cap = ranks.size();
+      FillMembership(view, &m);
+      cb(&m, user);
+    });
+    return STRAGGLER_OK;
+  } catch (...) {
+    return STRAGGLER_EINVAL;
+  }
+}
+
+int straggler_flush(straggler_client_t* client, uint32_t timeout_ms) {
+  if (client == nullptr) return STRAGGLER_EINVAL;
+  try {
+    return client->client->Flush(std::chrono::milliseconds(timeout_ms)) ? STRAGGLER_OK
+                                                                         : STRAGGLER_INCOMPLETE;
+  } catch (...) {
+    return STRAGGLER_INCOMPLETE;
+  }
+}
+
+int straggler_stats(const straggler_client_t* client, straggler_stats_t* out) {
+  if (client == nullptr || out == nullptr) return STRAGGLER_EINVAL;
+  try {
+    const straggler::ClientStats s = client->client->Stats();
+    out->enqueued = s.enqueued;
+    out->dropped = s.dropped;
+    out->sent = s.sent;
+    out->acked = s.acked;
+    out->rejected = s.rejected;
+    out->reconnects = s.reconnects;
+    out->connected = s.connected ? 1 : 0;
+    std::snprintf(out->last_rejection, sizeof(out->last_rejection), "%s",
+                  s.last_rejection.c_str());
+    return STRAGGLER_OK;
+  } catch (...) {
+    return STRAGGLER_EINVAL;
+  }
+}
+
+}  // extern "C"

@@ -47,11 +47,15 @@ struct ClientOptions {
   size_t max_batch = 256;             // reports per ReportBatch
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
+  // Set by FromEnv when a variable does not parse ("WORLD_SIZE='eight' is not
+  // an unsigned integer"); Validate() reports it first. Empty otherwise.
+  std::string env_error;
 
   // RANK, WORLD_SIZE, LOCAL_RANK (as set by torchrun and other launchers),
   // STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
   // STRAGGLER_ITERATIONS_PER_EPOCH. Missing RANK/WORLD_SIZE leave defaults;
-  // Validate() then tells what is missing.
+  // Validate() then tells what is missing. A variable that is set but does
+  // not parse is recorded in env_error (FromEnv itself never fails).
   static ClientOptions FromEnv();
   // Empty string when usable, else what is wrong, naming the value.
   std::string Validate() const;
@@ -78,9 +82,9 @@ struct MembershipView {
 };
 
 struct ClientStats {
-  uint64_t enqueued = 0;
+  uint64_t enqueued = 0;       // accepted into the queue (drops not included)
   uint64_t dropped = 0;        // queue full
-  uint64_t sent = 0;
+  uint64_t sent = 0;           // written to a stream at least once
   uint64_t acked = 0;          // accepted by the daemon
   uint64_t rejected = 0;       // rejected by the daemon (see last_rejection)
   uint64_t reconnects = 0;
@@ -110,18 +114,24 @@ class Client {
 
   // The membership in force at `iteration` for `rank` (default: first rank),
   // by the switch rule: the newest version whose effective_iteration <=
-  // iteration. Certain only once the daemon has processed this rank's report
-  // of iteration - lead: waits for that up to `timeout`; on timeout returns
-  // the best known answer with ok = false.
+  // iteration. Certain once the daemon has processed this rank's report of
+  // iteration + 1 - lead (immediately for iteration < lead): waits for that
+  // up to `timeout`; on timeout returns the best known answer with ok = false.
+  // `rank` must be served by this client (else: best known, ok = false).
   virtual MembershipView MembershipFor(uint64_t iteration, std::chrono::milliseconds timeout,
                                        std::optional<uint32_t> rank = std::nullopt) = 0;
 
-  // Called (on the background thread) for each new membership version.
+  // Called (on the background thread) for each new membership version, in
+  // ascending order; not for versions received before registration (read
+  // CurrentMembership() after registering). Several callbacks may be
+  // registered. CurrentMembership()/MembershipFor() may return a version
+  // before its callbacks have run. A callback must not destroy the Client,
+  // and whatever it captures must outlive the Client.
   using MembershipCallback = std::function<void(const MembershipView&)>;
   virtual void OnMembershipChange(MembershipCallback callback) = 0;
 
-  // Blocks until every report enqueued so far was acknowledged or `timeout`
-  // passed; returns whether all were.
+  // Blocks until every report enqueued so far was acknowledged (accepted or
+  // rejected) by the daemon or `timeout` passed; returns whether all were.
   virtual bool Flush(std::chrono::milliseconds timeout) = 0;
 
   virtual ClientStats Stats() const = 0;

@@ -1,0 +1,153 @@
+/* libstraggler's C ABI: the same capabilities as straggler/client.h for
+ * trainers written in C, or bound from other languages (ctypes, cgo, JNI).
+ *
+ *   char err[256];
+ *   straggler_client_t* c = straggler_client_create_from_env(err, sizeof err);
+ *   if (!c) { fprintf(stderr, "straggler: %s\n", err); ... train without it ... }
+ *   uint32_t excluded[64];
+ *   straggler_membership_t m = { .ranks = excluded, .cap = 64 };
+ *   for (uint64_t it = 0; ...; ++it) {
+ *     straggler_membership_for(c, it, 5000, rank, &m);  // who reduces at `it`
+ *     double t = ...forward_backward()...;
+ *     straggler_report(c, rank, epoch, it, t);           // never blocks
+ *     if (m.ok && !straggler_is_excluded(&m, rank)) allreduce_among(&m);
+ *   }
+ *   straggler_client_destroy(c);
+ *
+ * Conventions: functions never throw or abort on bad arguments; they return
+ * a negative value (STRAGGLER_EINVAL) for a NULL client or output pointer.
+ * Strings passed in are copied; the caller keeps ownership.
+ *
+ * Thread safety: every function except straggler_client_destroy may be
+ * called from any thread concurrently on the same client.
+ * straggler_client_destroy must be the last call on a client, made once. */
+#ifndef STRAGGLER_STRAGGLER_C_H_
+#define STRAGGLER_STRAGGLER_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRAGGLER_OK 0
+/* straggler_report*: the report was not queued (queue full or rank not
+ * served). straggler_flush: timed out. straggler_membership_*: the excluded
+ * list did not fit in the caller's buffer (count says how many there are). */
+#define STRAGGLER_INCOMPLETE 1
+#define STRAGGLER_EINVAL (-1)
+
+typedef struct straggler_client straggler_client_t;
+
+/* Options. Call straggler_options_init() first, then set what you need;
+ * zero/NULL fields mean "default". */
+typedef struct straggler_options {
+  const char* endpoint;            /* "host:port", "dns:///h:p", "unix:///path"; NULL = 127.0.0.1:7070 */
+  const char* job_id;              /* required */
+  const uint32_t* ranks;           /* ranks this client reports for (usually one) */
+  size_t num_ranks;
+  uint32_t world_size;             /* required, > every rank */
+  uint32_t local_rank;
+  const char* node;                /* NULL = host name */
+  uint64_t iterations_per_epoch;   /* 0 = unknown */
+  size_t queue_capacity;           /* 0 = 4096; rounded up to a power of two */
+  size_t max_batch;                /* 0 = 256 reports per batch */
+  uint32_t backoff_initial_ms;     /* 0 = 100 */
+  uint32_t backoff_max_ms;         /* 0 = 5000 */
+} straggler_options_t;
+
+/* A membership version. The caller provides `ranks` (may be NULL when `cap`
+ * is 0); the library writes at most `cap` excluded ranks, ascending, and
+ * sets `count` to the number excluded (count > cap: truncated). In a
+ * membership-change callback `ranks` points to library memory valid only
+ * during the call, and count == cap. */
+typedef struct straggler_membership {
+  uint64_t version;                /* 0 = nobody excluded, before any decision */
+  uint64_t effective_iteration;    /* in force from this iteration on */
+  uint32_t world_size;
+  uint32_t lead_iterations;
+  int ok;                          /* 0: straggler_membership_for timed out; best known */
+  uint32_t* ranks;                 /* excluded ranks (buffer) */
+  size_t cap;                      /* capacity of `ranks` */
+  size_t count;                    /* excluded ranks in this version */
+} straggler_membership_t;
+
+#define STRAGGLER_LAST_REJECTION_MAX 256
+
+typedef struct straggler_stats {
+  uint64_t enqueued;               /* accepted into the queue */
+  uint64_t dropped;                /* queue full */
+  uint64_t sent;                   /* written to the stream at least once */
+  uint64_t acked;                  /* accepted by the daemon */
+  uint64_t rejected;               /* rejected by the daemon */
+  uint64_t reconnects;
+  int connected;                   /* 1 while a stream to the daemon is up */
+  char last_rejection[STRAGGLER_LAST_REJECTION_MAX];  /* NUL-terminated, may be truncated */
+} straggler_stats_t;
+
+/* Fills `options` with the defaults. */
+void straggler_options_init(straggler_options_t* options);
+
+/* Creates a client and starts its background sender. Returns NULL on invalid
+ * options (or out of memory) and writes why to `err` (NUL-terminated,
+ * truncated to `errlen`; `err` may be NULL). An unreachable endpoint is not
+ * an error: the client keeps retrying in the background. */
+straggler_client_t* straggler_client_create(const straggler_options_t* options, char* err,
+                                            size_t errlen);
+
+/* Same, with options from RANK, WORLD_SIZE, LOCAL_RANK, STRAGGLER_ENDPOINT,
+ * STRAGGLER_JOB_ID, STRAGGLER_NODE and STRAGGLER_ITERATIONS_PER_EPOCH. */
+straggler_client_t* straggler_client_create_from_env(char* err, size_t errlen);
+
+/* Flushes for at most one second, closes the stream and frees the client.
+ * NULL is a no-op. */
+void straggler_client_destroy(straggler_client_t* client);
+
+/* Queues one iteration's compute time (forward + backward, without waits in
+ * collectives). Never blocks. 0 when queued, STRAGGLER_INCOMPLETE when
+ * dropped, STRAGGLER_EINVAL for a NULL client. */
+int straggler_report(straggler_client_t* client, uint32_t rank, uint64_t epoch, uint64_t iteration,
+                     double compute_seconds);
+
+/* Same with the optional step and collective-wait times; NaN = absent. */
+int straggler_report_ex(straggler_client_t* client, uint32_t rank, uint64_t epoch,
+                        uint64_t iteration, double compute_seconds, double step_seconds,
+                        double collective_wait_seconds);
+
+/* The membership in force at `iteration` for `rank`, waiting up to
+ * `timeout_ms` until it is certain (see Client::MembershipFor); on timeout
+ * out->ok is 0 and the rest is the best known answer. Set out->ranks and
+ * out->cap before the call. Returns 0, STRAGGLER_INCOMPLETE when the excluded
+ * list was truncated, or STRAGGLER_EINVAL. */
+int straggler_membership_for(straggler_client_t* client, uint64_t iteration, uint32_t timeout_ms,
+                             uint32_t rank, straggler_membership_t* out);
+
+/* The newest membership received (lock-free). Returns as
+ * straggler_membership_for. */
+int straggler_current_membership(const straggler_client_t* client, straggler_membership_t* out);
+
+/* 1 when `rank` is excluded in `m`, 0 when not, -1 when it cannot tell
+ * (the list was truncated and `rank` is not among the part kept) or m is
+ * NULL. */
+int straggler_is_excluded(const straggler_membership_t* m, uint32_t rank);
+
+/* Registers `cb`, called on the client's background thread for every new
+ * membership version, in ascending order, with `user` passed through. The
+ * callback must be quick and must not destroy the client. */
+typedef void (*straggler_membership_cb)(const straggler_membership_t* membership, void* user);
+int straggler_on_membership_change(straggler_client_t* client, straggler_membership_cb cb,
+                                   void* user);
+
+/* Waits up to `timeout_ms` until every report queued so far was
+ * acknowledged. 0 when all were, STRAGGLER_INCOMPLETE on timeout. */
+int straggler_flush(straggler_client_t* client, uint32_t timeout_ms);
+
+/* Copies the client's counters into *out. */
+int straggler_stats(const straggler_client_t* client, straggler_stats_t* out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* STRAGGLER_STRAGGLER_C_H_ */

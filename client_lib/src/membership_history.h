@@ -1,0 +1,112 @@
+// The client's record of the job's membership versions and the switch rule
+// that picks the one in force at an iteration. A pure core (no threads, no
+// clock, no gRPC) so the rule can be tested on its own.
+//
+//   MembershipHistory h(MembershipView{...version 0...});
+//   if (const MembershipView* v = h.Add(view_from_daemon)) callbacks(*v);
+//   const MembershipView& m = h.InForce(iteration);
+//   bool certain = IsCertain(iteration, lead, progress_of_rank);
+//
+// Snapshots are immutable and never freed before the history is destroyed,
+// so a pointer handed out (e.g. published through an atomic) stays valid for
+// the history's lifetime. Memberships change rarely (a handful per job-hour),
+// so keeping every version costs little.
+//
+// Thread safety: none; the owner serialises access (Client uses a mutex for
+// writers and publishes Newest() through an atomic pointer for readers).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "straggler/client.h"
+
+namespace straggler::detail {
+
+// The lead the daemon uses unless its memberships say otherwise.
+inline constexpr uint32_t kDefaultLeadIterations = 2;
+
+// Whether the membership in force at `iteration` is known for certain, given
+// the highest iteration of this rank the daemon has processed (nullopt:
+// none yet) and the daemon's lead L.
+//
+// Why: the engine makes each new version with
+//   effective_iteration = max(highest iteration reported by an active rank + L,
+//                             previous effective_iteration + 1),
+// under the same per-job lock that processes (and acknowledges) reports, and
+// pushes every new version on the stream before later acknowledgements. So
+// once the daemon has processed our report of iteration p, every version not
+// yet received has effective_iteration >= p + L. The version in force at
+// `iteration` is therefore final once p + L > iteration, i.e.
+// p >= iteration + 1 - L. Every version has effective_iteration >= L (the
+// highest iteration is >= 0), so for iteration < L version 0 is certain at
+// once.
+//
+// Caveat: the argument needs this rank to be active. An excluded rank's
+// reports do not raise "highest iteration reported by an active rank", so for
+// an excluded rank that runs ahead of the active group the answer can change
+// afterwards. Excluded ranks take no part in the collectives, so a wrong
+// answer there cannot deadlock the active group.
+inline bool IsCertain(uint64_t iteration, uint32_t lead, std::optional<uint64_t> progress) {
+  if (lead == 0) lead = kDefaultLeadIterations;
+  if (iteration < lead) return true;
+  return progress.has_value() && *progress + lead > iteration;
+}
+
+class MembershipHistory {
+ public:
+  explicit MembershipHistory(MembershipView initial) {
+    initial.ok = true;
+    owned_.push_back(std::make_unique<const MembershipView>(std::move(initial)));
+    by_version_.push_back(owned_.back().get());
+  }
+
+  // Records `view`. Returns the stored snapshot when it is newer than every
+  // version known so far (the caller announces it), nullptr otherwise. An
+  // older version not yet known is recorded (it can still be in force for an
+  // earlier iteration) but not returned, so announcements stay ascending. A
+  // version already known is replaced only when it was the local placeholder
+  // for version 0 (`replaceable_initial`), since the daemon's copy carries its
+  // real lead and world size.
+  const MembershipView* Add(MembershipView view) {
+    view.ok = true;
+    auto it = std::lower_bound(by_version_.begin(), by_version_.end(), view.version,
+                               [](const MembershipView* m, uint64_t v) { return m->version < v; });
+    if (it != by_version_.end() && (*it)->version == view.version) {
+      if (view.version == 0 && initial_is_placeholder_) {
+        initial_is_placeholder_ = false;
+        owned_.push_back(std::make_unique<const MembershipView>(std::move(view)));
+        *it = owned_.back().get();
+        // Not a new version for callbacks, but readers of Newest() must see it.
+        return nullptr;
+      }
+      return nullptr;
+    }
+    const bool newest = it == by_version_.end();
+    owned_.push_back(std::make_unique<const MembershipView>(std::move(view)));
+    by_version_.insert(it, owned_.back().get());
+    return newest ? owned_.back().get() : nullptr;
+  }
+
+  const MembershipView* Newest() const { return by_version_.back(); }
+
+  // The newest version whose effective_iteration <= iteration (version 0,
+  // effective at 0, always qualifies).
+  const MembershipView& InForce(uint64_t iteration) const {
+    for (auto it = by_version_.rbegin(); it != by_version_.rend(); ++it)
+      if ((*it)->effective_iteration <= iteration) return **it;
+    return *by_version_.front();
+  }
+
+  size_t size() const { return by_version_.size(); }
+
+ private:
+  bool initial_is_placeholder_ = true;
+  std::vector<std::unique_ptr<const MembershipView>> owned_;  // every snapshot ever made
+  std::vector<const MembershipView*> by_version_;             // ascending, one per version
+};
+
+}  // namespace straggler::detail

@@ -1,0 +1,43 @@
+// The C ABI against an endpoint nobody listens on: reports are counted
+// (queued or dropped), memberships fall back to version 0, and destroying the
+// client returns (ctest's timeout catches a hang).
+#include <catch2/catch.hpp>
+
+#include "straggler/straggler_c.h"
+
+extern "C" int straggler_c_smoke(const char* endpoint, int n);
+
+TEST_CASE("C API with an unreachable TCP endpoint", "[c_api]") {
+  // Port 1 on loopback: connection refused at once.
+  CHECK(straggler_c_smoke("127.0.0.1:1", 1000) == 0);
+}
+
+TEST_CASE("C API with a missing unix socket", "[c_api]") {
+  CHECK(straggler_c_smoke("unix:///nonexistent/straggler-test.sock", 1000) == 0);
+}
+
+TEST_CASE("C API rejects NULL arguments without crashing", "[c_api]") {
+  char err[64] = "unchanged";
+  CHECK(straggler_client_create(nullptr, err, sizeof err) == nullptr);
+  CHECK(std::string(err) == "options is NULL");
+  straggler_membership_t m{};
+  CHECK(straggler_membership_for(nullptr, 0, 0, 0, &m) == STRAGGLER_EINVAL);
+  CHECK(straggler_current_membership(nullptr, &m) == STRAGGLER_EINVAL);
+  CHECK(straggler_flush(nullptr, 0) == STRAGGLER_EINVAL);
+  CHECK(straggler_stats(nullptr, nullptr) == STRAGGLER_EINVAL);
+  CHECK(straggler_is_excluded(nullptr, 0) == -1);
+  CHECK(straggler_on_membership_change(nullptr, nullptr, nullptr) == STRAGGLER_EINVAL);
+}
+
+TEST_CASE("straggler_is_excluded tells when a truncated list cannot answer", "[c_api]") {
+  uint32_t ranks[2] = {1, 5};
+  straggler_membership_t m{};
+  m.ranks = ranks;
+  m.cap = 2;
+  m.count = 2;
+  CHECK(straggler_is_excluded(&m, 5) == 1);
+  CHECK(straggler_is_excluded(&m, 2) == 0);
+  m.count = 3;  // a third excluded rank did not fit
+  CHECK(straggler_is_excluded(&m, 1) == 1);
+  CHECK(straggler_is_excluded(&m, 2) == -1);
+}

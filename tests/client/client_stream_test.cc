@@ -1,0 +1,241 @@
+// straggler::Client against an in-process fake IngestService on loopback:
+// the hello, batching, acknowledgements, Flush, membership delivery and
+// MembershipFor's certainty rule, and resending after a dropped stream.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "straggler/client.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace pb = straggler::v1;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Acknowledges every batch with per-rank progress and the configured
+// memberships; records what it saw. Can be told to drop the next stream
+// after N batches without acknowledging them (to exercise resending).
+class FakeIngest final : public pb::IngestService::Service {
+ public:
+  grpc::Status Stream(grpc::ServerContext*,
+                      grpc::ServerReaderWriter<pb::Directive, pb::ReportBatch>* stream) override {
+    pb::ReportBatch batch;
+    bool first = true;
+    int batches_this_stream = 0;
+    while (stream->Read(&batch)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (first) {
+        first = false;
+        if (!batch.has_hello()) return {grpc::StatusCode::INVALID_ARGUMENT, "no hello"};
+        hellos_.push_back(batch.hello());
+        if (batch.hello().job_id() == "bad-job")
+          return {grpc::StatusCode::INVALID_ARGUMENT, "job_id 'bad-job' is not allowed"};
+      }
+      if (drop_after_ >= 0 && batches_this_stream == drop_after_) {
+        drop_after_ = -1;
+        return {grpc::StatusCode::UNAVAILABLE, "simulated failure"};
+      }
+      ++batches_this_stream;
+      pb::Directive d;
+      uint32_t accepted = 0;
+      for (const pb::IterationReport& r : batch.reports()) {
+        auto [_, fresh] = seen_.insert({r.rank(), r.iteration()});
+        if (fresh) ++accepted;  // duplicates are idempotent
+        ++reports_received_;
+        uint64_t& p = progress_[r.rank()];
+        p = std::max(p, r.iteration());
+      }
+      d.set_acked_sequence(batch.sequence());
+      d.set_accepted(accepted);
+      for (const auto& [rank, it] : progress_) {
+        pb::RankProgress* rp = d.add_progress();
+        rp->set_rank(rank);
+        rp->set_iteration(it);
+      }
+      for (const pb::Membership& m : memberships_) *d.add_memberships() = m;
+      lock.unlock();
+      cv_.notify_all();
+      if (!stream->Write(d)) break;
+    }
+    return grpc::Status::OK;
+  }
+
+  void AddMembership(uint64_t version, uint64_t effective, std::vector<uint32_t> excluded) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pb::Membership m;
+    m.set_job_id("job");
+    m.set_version(version);
+    m.set_effective_iteration(effective);
+    m.set_world_size(4);
+    m.set_lead_iterations(2);
+    for (uint32_t r : excluded) {
+      pb::ExcludedRank* e = m.add_excluded();
+      e->set_rank(r);
+      e->set_reason(pb::EXCLUSION_REASON_STRAGGLER);
+    }
+    memberships_.push_back(m);
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<pb::StreamHello> hellos_;
+  std::set<std::pair<uint32_t, uint64_t>> seen_;
+  std::map<uint32_t, uint64_t> progress_;
+  std::vector<pb::Membership> memberships_;
+  uint64_t reports_received_ = 0;
+  int drop_after_ = -1;
+};
+
+struct Server {
+  FakeIngest service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  Server() {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&service);
+    server = b.BuildAndStart();
+  }
+  ~Server() { server->Shutdown(std::chrono::system_clock::now() + 1s); }
+  std::string Endpoint() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+straggler::ClientOptions Options(const std::string& endpoint) {
+  straggler::ClientOptions o;
+  o.endpoint = endpoint;
+  o.job_id = "job";
+  o.ranks = {1};
+  o.world_size = 4;
+  o.node = "test-node";
+  o.iterations_per_epoch = 100;
+  o.max_batch = 8;
+  o.backoff_initial = 10ms;
+  o.backoff_max = 50ms;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("reports reach the daemon after a hello and Flush sees them acknowledged",
+          "[stream]") {
+  Server s;
+  REQUIRE(s.port != 0);
+  auto client = straggler::Client::Create(Options(s.Endpoint()));
+  REQUIRE(client);
+  for (uint64_t it = 0; it < 50; ++it) REQUIRE(client->Report(0, it, 0.1));
+  REQUIRE(client->Flush(10s));
+  const straggler::ClientStats st = client->Stats();
+  CHECK(st.enqueued == 50);
+  CHECK(st.dropped == 0);
+  CHECK(st.sent == 50);
+  CHECK(st.acked == 50);
+  CHECK(st.connected);
+  std::lock_guard<std::mutex> lock(s.service.mu_);
+  REQUIRE(s.service.hellos_.size() == 1);
+  const pb::StreamHello& h = s.service.hellos_[0];
+  CHECK(h.job_id() == "job");
+  CHECK(h.node() == "test-node");
+  CHECK(h.ranks_size() == 1);
+  CHECK(h.ranks(0) == 1);
+  CHECK(h.world_size() == 4);
+  CHECK(h.iterations_per_epoch() == 100);
+  CHECK(h.client_version() == "0.1.0");
+  CHECK(s.service.seen_.size() == 50);
+}
+
+TEST_CASE("memberships arrive in order, callbacks fire, MembershipFor waits for progress",
+          "[stream]") {
+  Server s;
+  s.service.AddMembership(1, 6, {2});
+  // Declared before the client: its callback may run until the client is gone.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<uint64_t> versions;
+  auto client = straggler::Client::Create(Options(s.Endpoint()));
+  REQUIRE(client);
+  client->OnMembershipChange([&](const straggler::MembershipView& v) {
+    std::lock_guard<std::mutex> lock(mu);
+    versions.push_back(v.version);
+    cv.notify_all();
+  });
+
+  // Iteration 6 is certain once our report of 5 (= 6 + 1 - lead) is processed.
+  auto early = client->MembershipFor(6, 50ms);
+  CHECK_FALSE(early.ok);
+  for (uint64_t it = 0; it <= 5; ++it) REQUIRE(client->Report(0, it, 0.1));
+  auto m6 = client->MembershipFor(6, 10s);
+  CHECK(m6.ok);
+  CHECK(m6.version == 1);
+  CHECK(m6.IsExcluded(2));
+  CHECK(m6.ActiveRanks() == std::vector<uint32_t>{0, 1, 3});
+  auto m5 = client->MembershipFor(5, 10s);
+  CHECK(m5.ok);
+  CHECK(m5.version == 0);
+  CHECK(client->CurrentMembership().version == 1);
+
+  s.service.AddMembership(2, 9, {});
+  auto m9_early = client->MembershipFor(9, 50ms);  // needs our report of 8
+  CHECK_FALSE(m9_early.ok);
+  for (uint64_t it = 6; it <= 8; ++it) REQUIRE(client->Report(0, it, 0.1));
+  auto m9 = client->MembershipFor(9, 10s);
+  CHECK(m9.ok);
+  CHECK(m9.version == 2);
+  CHECK(client->MembershipFor(8, 1s).version == 1);
+  // Callbacks run on the reader thread, possibly after MembershipFor already
+  // returned the version: wait for them rather than race them.
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait_for(lock, 10s, [&] { return versions.size() >= 2; });
+  CHECK(versions == std::vector<uint64_t>{1, 2});
+}
+
+TEST_CASE("after a failed stream the client reconnects, says hello again and resends",
+          "[stream]") {
+  Server s;
+  s.service.drop_after_ = 1;  // ack one batch, then fail on the next one unacknowledged
+  auto o = Options(s.Endpoint());
+  o.max_batch = 4;
+  auto client = straggler::Client::Create(o);
+  REQUIRE(client);
+  for (uint64_t it = 0; it < 40; ++it) {
+    REQUIRE(client->Report(0, it, 0.1));
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(client->Flush(10s));
+  const straggler::ClientStats st = client->Stats();
+  CHECK(st.reconnects >= 1);
+  CHECK(st.acked == 40);
+  std::lock_guard<std::mutex> lock(s.service.mu_);
+  CHECK(s.service.hellos_.size() >= 2);
+  CHECK(s.service.seen_.size() == 40);  // nothing lost
+}
+
+TEST_CASE("a refused hello is retried slowly and the client still shuts down", "[stream]") {
+  Server s;
+  auto o = Options(s.Endpoint());
+  o.job_id = "bad-job";
+  o.backoff_initial = 10ms;
+  o.backoff_max = 300ms;
+  auto client = straggler::Client::Create(o);
+  REQUIRE(client);
+  REQUIRE(client->Report(0, 0, 0.1));
+  std::this_thread::sleep_for(500ms);
+  {
+    // Max backoff after INVALID_ARGUMENT: a handful of tries, not a spin.
+    std::lock_guard<std::mutex> lock(s.service.mu_);
+    CHECK(s.service.hellos_.size() >= 1);
+    CHECK(s.service.hellos_.size() <= 4);
+  }
+  CHECK_FALSE(client->Flush(10ms));
+  client.reset();  // must return
+}

@@ -1,0 +1,160 @@
+// ClientOptions::FromEnv and Validate: launchers' environment variables in,
+// messages that name the offending variable and value out.
+#include <cstdlib>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "straggler/client.h"
+
+using straggler::ClientOptions;
+
+namespace {
+
+const char* const kVars[] = {"RANK",           "WORLD_SIZE",       "LOCAL_RANK",
+                             "STRAGGLER_ENDPOINT", "STRAGGLER_JOB_ID", "STRAGGLER_NODE",
+                             "STRAGGLER_ITERATIONS_PER_EPOCH"};
+
+// Each test starts from a clean environment for the variables FromEnv reads.
+struct CleanEnv {
+  CleanEnv() { Clear(); }
+  ~CleanEnv() { Clear(); }
+  static void Clear() {
+    for (const char* v : kVars) unsetenv(v);
+  }
+};
+
+ClientOptions Good() {
+  ClientOptions o;
+  o.job_id = "job-a";
+  o.ranks = {1};
+  o.world_size = 4;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("FromEnv reads the launcher and straggler variables", "[options]") {
+  CleanEnv env;
+  setenv("RANK", "3", 1);
+  setenv("WORLD_SIZE", "8", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("STRAGGLER_ENDPOINT", "unix:///run/straggler/agent.sock", 1);
+  setenv("STRAGGLER_JOB_ID", "resnet-42", 1);
+  setenv("STRAGGLER_NODE", "gpu-node-7", 1);
+  setenv("STRAGGLER_ITERATIONS_PER_EPOCH", "391", 1);
+  const ClientOptions o = ClientOptions::FromEnv();
+  CHECK(o.ranks == std::vector<uint32_t>{3});
+  CHECK(o.world_size == 8);
+  CHECK(o.local_rank == 1);
+  CHECK(o.endpoint == "unix:///run/straggler/agent.sock");
+  CHECK(o.job_id == "resnet-42");
+  CHECK(o.node == "gpu-node-7");
+  CHECK(o.iterations_per_epoch == 391);
+  CHECK(o.env_error.empty());
+  CHECK(o.Validate().empty());
+}
+
+TEST_CASE("FromEnv with nothing set keeps defaults and Validate says what is missing",
+          "[options]") {
+  CleanEnv env;
+  const ClientOptions o = ClientOptions::FromEnv();
+  CHECK(o.endpoint == ClientOptions{}.endpoint);
+  CHECK(o.ranks.empty());
+  CHECK(o.Validate().find("STRAGGLER_JOB_ID") != std::string::npos);
+  setenv("STRAGGLER_JOB_ID", "j", 1);
+  CHECK(ClientOptions::FromEnv().Validate().find("WORLD_SIZE") != std::string::npos);
+  setenv("WORLD_SIZE", "2", 1);
+  CHECK(ClientOptions::FromEnv().Validate().find("RANK") != std::string::npos);
+  setenv("RANK", "1", 1);
+  CHECK(ClientOptions::FromEnv().Validate().empty());
+}
+
+TEST_CASE("FromEnv: a bad integer is reported by Validate with variable and value",
+          "[options]") {
+  CleanEnv env;
+  setenv("STRAGGLER_JOB_ID", "j", 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+
+  SECTION("not a number") {
+    setenv("WORLD_SIZE", "eight", 1);
+    const std::string e = ClientOptions::FromEnv().Validate();
+    CHECK(e.find("WORLD_SIZE") != std::string::npos);
+    CHECK(e.find("'eight'") != std::string::npos);
+  }
+  SECTION("negative") {
+    setenv("RANK", "-1", 1);
+    const ClientOptions o = ClientOptions::FromEnv();
+    CHECK(o.ranks.empty());
+    const std::string e = o.Validate();
+    CHECK(e.find("RANK='-1'") != std::string::npos);
+  }
+  SECTION("trailing garbage") {
+    setenv("LOCAL_RANK", "2x", 1);
+    CHECK(ClientOptions::FromEnv().Validate().find("LOCAL_RANK='2x'") != std::string::npos);
+  }
+  SECTION("out of range for 32 bits") {
+    setenv("WORLD_SIZE", "4294967296", 1);
+    CHECK(ClientOptions::FromEnv().Validate().find("WORLD_SIZE='4294967296'") !=
+          std::string::npos);
+  }
+  SECTION("empty") {
+    setenv("STRAGGLER_ITERATIONS_PER_EPOCH", "", 1);
+    CHECK(ClientOptions::FromEnv().Validate().find("STRAGGLER_ITERATIONS_PER_EPOCH=''") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("Validate names the offending value", "[options]") {
+  CHECK(Good().Validate().empty());
+
+  ClientOptions o = Good();
+  o.job_id.clear();
+  CHECK(o.Validate().find("job_id") != std::string::npos);
+
+  o = Good();
+  o.world_size = 0;
+  CHECK(o.Validate().find("world_size=0") != std::string::npos);
+
+  o = Good();
+  o.ranks.clear();
+  CHECK(o.Validate().find("ranks") != std::string::npos);
+
+  o = Good();
+  o.ranks = {0, 4};
+  CHECK(o.Validate() == "rank 4 >= world_size=4");
+
+  o = Good();
+  o.ranks = {2, 2};
+  CHECK(o.Validate().find("rank 2 listed twice") != std::string::npos);
+
+  o = Good();
+  o.queue_capacity = 0;
+  CHECK(o.Validate().find("queue_capacity=0") != std::string::npos);
+
+  o = Good();
+  o.max_batch = 0;
+  CHECK(o.Validate().find("max_batch=0") != std::string::npos);
+
+  o = Good();
+  o.endpoint.clear();
+  CHECK(o.Validate().find("endpoint") != std::string::npos);
+
+  o = Good();
+  o.backoff_initial = std::chrono::milliseconds(0);
+  CHECK(o.Validate().find("backoff_initial=0ms") != std::string::npos);
+
+  o = Good();
+  o.backoff_initial = std::chrono::milliseconds(200);
+  o.backoff_max = std::chrono::milliseconds(100);
+  CHECK(o.Validate().find("backoff_max=100ms") != std::string::npos);
+}
+
+TEST_CASE("Client::Create refuses invalid options with the reason", "[options]") {
+  ClientOptions o = Good();
+  o.world_size = 0;
+  std::string error;
+  CHECK(straggler::Client::Create(o, &error) == nullptr);
+  CHECK(error.find("world_size=0") != std::string::npos);
+}
