@@ -1,0 +1,613 @@
+// straggler-sim — a simulated synchronous data-parallel job that reports to a
+// real stragglerd through the real client library, so the whole loop
+// (report -> detection -> membership -> partial "all-reduce") can be watched
+// and measured without GPUs:
+//
+//   straggler-sim --daemon 127.0.0.1:7070 --ranks 8 --iterations 400
+//                 --slow 3:3:50:350 --report run.json
+//
+// Each rank is a thread with its own straggler::Client (ranks = {r}). A step
+// is: ask the client which membership is in force at iteration i, "compute"
+// (sleep for a drawn time), report the measured time, then wait in an
+// in-process barrier for the active ranks of that membership — so the job
+// runs at the speed of the slowest *active* rank, as with a partial
+// all-reduce. An excluded rank keeps computing and reporting on its own
+// ("shadow"), and rejoins the group at the effective iteration of the first
+// version that includes it again.
+//
+// Exit status: 0 ok; 1 ranks disagreed about a membership (or the collective
+// hung); 2 bad flags.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "collective.h"
+#include "options.h"
+#include "straggler/client.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace straggler_sim {
+namespace {
+
+namespace v1 = straggler::v1;
+using straggler::MembershipView;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitOk = 0;
+constexpr int kExitViolation = 1;
+constexpr int kExitUsage = 2;
+constexpr std::chrono::milliseconds kFlushTimeout{2000};
+constexpr std::chrono::milliseconds kQueryTimeout{5000};
+constexpr uint32_t kEventsPageSize = 1000;
+// How often a paced shadow rank looks for a membership that takes it back.
+constexpr std::chrono::milliseconds kShadowPoll{5};
+
+std::string RankList(const std::vector<uint32_t>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+std::string Fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// What one rank thread learns and records. The client's callback writes
+// `history` on the client's thread; everything else belongs to the rank's
+// own thread until the threads are joined.
+struct RankState {
+  std::unique_ptr<straggler::Client> client;
+  std::mutex mu;
+  std::map<uint64_t, MembershipView> history;  // guarded by mu: every version seen, by version
+
+  std::mt19937_64 rng;
+  // Shadow reports are numbered by the rank's own counter, which lags the
+  // job; this maps them back to the job iteration they were computed at, so
+  // the daemon's events can be read in job iterations.
+  std::map<uint64_t, uint64_t> shadow_job_iteration;
+  std::vector<uint64_t> excluded_at;    // job iterations at which it went to shadow mode
+  std::vector<uint64_t> readmitted_at;  // iterations at which it rejoined the group
+  uint64_t rejoined_behind = 0;         // see Shadow(): stays 0
+  double membership_wait_seconds = 0;   // time spent in MembershipFor (on the step's critical path)
+  uint64_t membership_calls = 0;
+};
+
+class Sim {
+ public:
+  explicit Sim(SimOptions options) : o_(std::move(options)) {}
+
+  int Run();
+
+ private:
+  bool CreateClients(std::string* error);
+  void RankMain(uint32_t rank);
+  std::optional<MembershipView> Shadow(uint32_t rank, uint64_t start, uint64_t excluded_version);
+  std::optional<MembershipView> FirstIncludingVersion(uint32_t rank, uint64_t after_version);
+  double Compute(uint32_t rank, uint64_t job_iteration);
+  void RecordApplied(uint32_t rank, uint64_t iteration, const MembershipView& m);
+  std::vector<uint32_t> ActiveRanks(const MembershipView& m) const;
+  uint64_t Epoch(uint64_t iteration) const {
+    return o_.epoch_iterations > 0 ? iteration / o_.epoch_iterations : 0;
+  }
+  void Print(const std::string& line);
+  bool FetchEvents(std::vector<v1::Event>* events, std::string* error) const;
+  uint64_t JobIteration(uint32_t rank, uint64_t reported_iteration) const;
+
+  SimOptions o_;
+  std::vector<std::unique_ptr<RankState>> ranks_;
+  std::unique_ptr<Collective> collective_;
+  std::atomic<uint64_t> membership_timeouts_{0};
+
+  std::mutex print_mu_;
+
+  std::mutex applied_mu_;
+  // version -> rank -> first iteration at which the rank used that version.
+  std::map<uint64_t, std::map<uint32_t, uint64_t>> applied_at_;  // guarded by applied_mu_
+  std::map<uint64_t, MembershipView> applied_views_;              // guarded by applied_mu_
+  std::set<uint32_t> printed_excluded_;                           // guarded by applied_mu_
+};
+
+void Sim::Print(const std::string& line) {
+  if (o_.quiet) return;
+  std::lock_guard lock(print_mu_);
+  std::cout << line << '\n';
+  std::cout.flush();
+}
+
+std::vector<uint32_t> Sim::ActiveRanks(const MembershipView& m) const {
+  // Computed from our own world size: a view received before the daemon knew
+  // the job may carry world_size 0.
+  std::vector<uint32_t> active;
+  for (uint32_t r = 0; r < o_.ranks; ++r)
+    if (!m.IsExcluded(r)) active.push_back(r);
+  return active;
+}
+
+bool Sim::CreateClients(std::string* error) {
+  for (uint32_t r = 0; r < o_.ranks; ++r) {
+    auto state = std::make_unique<RankState>();
+    state->rng.seed(o_.seed + 0x9E3779B97F4A7C15ull * (r + 1));
+    straggler::ClientOptions co;
+    co.endpoint = o_.daemon;
+    co.job_id = o_.job;
+    co.ranks = {r};
+    co.world_size = o_.ranks;
+    co.local_rank = r;
+    // Without --epoch-iterations the run is one epoch, and saying how long it
+    // is lets the daemon size fractional limits correctly.
+    co.iterations_per_epoch = o_.epoch_iterations > 0 ? o_.epoch_iterations : o_.iterations;
+    state->client = straggler::Client::Create(co, error);
+    if (!state->client) return false;
+    RankState* raw = state.get();
+    state->client->OnMembershipChange([raw](const MembershipView& m) {
+      std::lock_guard lock(raw->mu);
+      raw->history[m.version] = m;
+    });
+    // The callback only sees versions received after registration.
+    MembershipView current = state->client->CurrentMembership();
+    {
+      std::lock_guard lock(state->mu);
+      state->history.emplace(current.version, current);
+    }
+    ranks_.push_back(std::move(state));
+  }
+  return true;
+}
+
+double Sim::Compute(uint32_t rank, uint64_t job_iteration) {
+  RankState& s = *ranks_[rank];
+  const double base = o_.iteration_ms / 1000.0 * SlowFactor(o_, rank, job_iteration);
+  double relative = 1.0;
+  if (o_.noise > 0.0) {
+    std::normal_distribution<double> gauss(1.0, o_.noise);
+    // Truncated: a step never takes zero or negative time.
+    do relative = gauss(s.rng);
+    while (relative <= 0.0);
+  }
+  const auto start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(base * relative));
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void Sim::RecordApplied(uint32_t rank, uint64_t iteration, const MembershipView& m) {
+  std::lock_guard lock(applied_mu_);
+  auto& by_rank = applied_at_[m.version];
+  const bool first_anywhere = by_rank.empty();
+  by_rank.emplace(rank, iteration);
+  applied_views_.emplace(m.version, m);
+  if (!first_anywhere) return;
+
+  // Printed when the first rank switches, i.e. at the version's effective
+  // iteration as the group sees it.
+  std::set<uint32_t> now;
+  std::vector<uint32_t> excluded;
+  std::set<std::string> reasons;
+  for (const auto& e : m.excluded) {
+    now.insert(e.rank);
+    excluded.push_back(e.rank);
+    reasons.insert(e.reason);
+  }
+  if (m.version == 0 && excluded.empty()) return;  // the initial "everyone" view
+  std::string line = "iteration " + std::to_string(iteration) + ": membership v" +
+                     std::to_string(m.version) + " — excluded " + RankList(excluded);
+  if (reasons.size() == 1) {
+    line += " (" + *reasons.begin() + ")";
+  } else if (!reasons.empty()) {
+    line += " (";
+    for (size_t i = 0; i < m.excluded.size(); ++i)
+      line += (i ? ", " : "") + std::to_string(m.excluded[i].rank) + ": " + m.excluded[i].reason;
+    line += ")";
+  }
+  for (const auto& e : m.excluded) {
+    if (!printed_excluded_.count(e.rank)) {
+      line += "\n  rank " + std::to_string(e.rank) + " excluded as " + e.reason +
+              (e.detail.empty() ? "" : ": " + e.detail);
+    }
+  }
+  for (uint32_t r : printed_excluded_) {
+    if (!now.count(r)) line += "\n  rank " + std::to_string(r) + " readmitted";
+  }
+  printed_excluded_ = now;
+  Print(line);
+}
+
+std::optional<MembershipView> Sim::FirstIncludingVersion(uint32_t rank, uint64_t after_version) {
+  RankState& s = *ranks_[rank];
+  // The callback sees every version; CurrentMembership() is merged in as well
+  // so that a version whose callback has not run yet is not missed.
+  MembershipView newest = s.client->CurrentMembership();
+  std::lock_guard lock(s.mu);
+  s.history.emplace(newest.version, newest);
+  // Not simply the newest version: if a version readmitting this rank was
+  // followed quickly by one excluding it again, the group still counts on it
+  // for the iterations in between and would wait for it forever.
+  for (auto it = s.history.upper_bound(after_version); it != s.history.end(); ++it) {
+    if (!it->second.IsExcluded(rank)) return it->second;
+  }
+  return std::nullopt;
+}
+
+std::optional<MembershipView> Sim::Shadow(uint32_t rank, uint64_t start,
+                                          uint64_t excluded_version) {
+  RankState& s = *ranks_[rank];
+  s.excluded_at.push_back(start);
+  uint64_t own = start;
+  while (!collective_->Finished() && !collective_->aborted()) {
+    if (auto back = FirstIncludingVersion(rank, excluded_version)) {
+      const uint64_t e = back->effective_iteration;
+      if (e < o_.iterations) {
+        // Every iteration we reported in shadow mode is below e, so our
+        // report for e is new to the daemon. Why: the pacing below never lets
+        // us start an iteration the group has not finished, and the group
+        // cannot finish e without us (e's membership includes us). A
+        // straggler lags far behind anyway: it was excluded for being slower
+        // than the group. The pacing is for a healthy rank an operator forced
+        // out, which would otherwise run ahead, free of the group's barrier.
+        if (own > e) ++s.rejoined_behind;  // defensive; see above
+        // Rejoining means taking the group's parameters at the start of e:
+        // wait until the group has finished e - 1.
+        if (!collective_->WaitCompleted(e)) return std::nullopt;
+        s.readmitted_at.push_back(e);
+        return back;
+      }
+      // The job ends before e: keep shadowing until it does.
+    }
+    // Pacing: an excluded rank keeps to the job's data schedule and never
+    // starts an iteration the group has not finished. Short waits, so a new
+    // membership is noticed while waiting too.
+    if (collective_->Completed() <= own) {
+      collective_->WaitCompletedFor(own + 1, kShadowPoll);
+      continue;
+    }
+    // The rank's slowness follows the job's progress, not its own lagging
+    // counter: a slowdown is something that happens to the machine during a
+    // stretch of the job, and keying it to the job keeps the slow stretch the
+    // same length (in job iterations) with and without exclusion.
+    const uint64_t job_iteration = collective_->Completed();
+    const double seconds = Compute(rank, job_iteration);
+    s.client->Report(rank, Epoch(own), own, seconds);
+    s.shadow_job_iteration[own] = job_iteration;
+    ++own;
+  }
+  return std::nullopt;
+}
+
+void Sim::RankMain(uint32_t rank) {
+  RankState& s = *ranks_[rank];
+  const std::chrono::milliseconds timeout(o_.membership_timeout_ms);
+  MembershipView everyone;
+  everyone.world_size = o_.ranks;
+  std::optional<MembershipView> rejoin;
+  uint64_t i = 0;
+  while (i < o_.iterations && !collective_->aborted()) {
+    MembershipView m;
+    if (o_.no_exclusion) {
+      m = everyone;
+    } else if (rejoin) {
+      // Not MembershipFor(i): it waits until the daemon has processed this
+      // rank's report of i - lead, which a rejoining rank never sends (its
+      // counter jumps to i). It needs no waiting either: versions after
+      // `rejoin` have larger effective iterations (they grow strictly with
+      // version), so `rejoin` is exactly the membership in force at i.
+      m = *rejoin;
+      rejoin.reset();
+    } else {
+      const auto asked = Clock::now();
+      m = s.client->MembershipFor(i, timeout);
+      s.membership_wait_seconds += std::chrono::duration<double>(Clock::now() - asked).count();
+      ++s.membership_calls;
+      if (!m.ok) ++membership_timeouts_;
+    }
+    if (!o_.no_exclusion) {
+      RecordApplied(rank, i, m);
+      if (m.IsExcluded(rank)) {
+        rejoin = Shadow(rank, i, m.version);
+        if (!rejoin) return;
+        i = rejoin->effective_iteration;
+        continue;
+      }
+    }
+    const double seconds = Compute(rank, i);
+    s.client->Report(rank, Epoch(i), i, seconds);
+    if (collective_->Arrive(i, rank, m.version, ActiveRanks(m)) != Collective::Outcome::kCompleted)
+      return;
+    ++i;
+  }
+}
+
+bool Sim::FetchEvents(std::vector<v1::Event>* events, std::string* error) const {
+  auto channel = grpc::CreateChannel(o_.daemon, grpc::InsecureChannelCredentials());
+  auto stub = v1::QueryService::NewStub(channel);
+  uint64_t since = 0;
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kQueryTimeout);
+    v1::ListEventsRequest req;
+    req.set_job_id(o_.job);
+    req.set_since_sequence(since);
+    req.set_limit(kEventsPageSize);
+    v1::ListEventsResponse resp;
+    grpc::Status status = stub->ListEvents(&ctx, req, &resp);
+    if (!status.ok()) {
+      *error = "ListEvents(" + o_.job + ") at " + o_.daemon + ": " + status.error_message();
+      return false;
+    }
+    if (resp.events_size() == 0) return true;
+    uint64_t highest = since;
+    for (const auto& e : resp.events()) {
+      events->push_back(e);
+      highest = std::max(highest, e.sequence());
+    }
+    if (highest <= since) return true;  // a daemon that ignores since_sequence
+    since = highest;
+  }
+}
+
+uint64_t Sim::JobIteration(uint32_t rank, uint64_t reported_iteration) const {
+  const auto& map = ranks_[rank]->shadow_job_iteration;
+  auto it = map.find(reported_iteration);
+  return it == map.end() ? reported_iteration : it->second;
+}
+
+int Sim::Run() {
+  std::string error;
+  if (!CreateClients(&error)) {
+    std::cerr << "straggler-sim: " << error << '\n';
+    return kExitUsage;
+  }
+  // No step of a healthy run waits longer than a membership timeout (other
+  // ranks stuck in MembershipFor) plus a few slowed steps; far beyond that,
+  // the ranks disagree about who takes part and would wait forever.
+  double max_factor = 1.0;
+  for (const auto& s : o_.slow) max_factor = std::max(max_factor, s.factor);
+  const auto step_timeout = std::chrono::milliseconds(
+      2 * o_.membership_timeout_ms + static_cast<int64_t>(10 * max_factor * o_.iteration_ms) +
+      10000);
+  collective_ = std::make_unique<Collective>(o_.iterations, step_timeout);
+
+  std::string slow_text;
+  for (const auto& s : o_.slow) {
+    slow_text += "; rank " + std::to_string(s.rank) + " " + Fixed(s.factor, 2) +
+                 "x slower at iterations [" + std::to_string(s.from) + ", " +
+                 std::to_string(s.to) + ")";
+  }
+  Print("straggler-sim: job " + o_.job + ", " + std::to_string(o_.ranks) + " ranks, " +
+        std::to_string(o_.iterations) + " iterations of " + Fixed(o_.iteration_ms, 1) +
+        " ms, noise " + Fixed(o_.noise * 100.0, 1) + "%, seed " + std::to_string(o_.seed) +
+        ", daemon " + o_.daemon + (o_.no_exclusion ? ", exclusion ignored" : "") + slow_text);
+
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < o_.ranks; ++r) threads.emplace_back([this, r] { RankMain(r); });
+  for (auto& t : threads) t.join();
+  const bool finished = collective_->Finished();
+  const double wall = std::chrono::duration<double>(
+                          (finished ? collective_->finished_at() : Clock::now()) - start)
+                          .count();
+
+  // In parallel: with the daemon gone, one after the other would take 2 s per rank.
+  std::vector<char> flushed(ranks_.size(), 0);
+  std::vector<std::thread> flushers;
+  for (size_t r = 0; r < ranks_.size(); ++r)
+    flushers.emplace_back([&, r] { flushed[r] = ranks_[r]->client->Flush(kFlushTimeout); });
+  for (auto& t : flushers) t.join();
+  uint64_t dropped = 0, rejected = 0, unflushed = 0;
+  for (auto& s : ranks_) {
+    if (!flushed[s->client->FirstRank()]) ++unflushed;
+    const auto stats = s->client->Stats();
+    dropped += stats.dropped;
+    rejected += stats.rejected;
+  }
+
+  if (unflushed > 0) {
+    std::cerr << "straggler-sim: " << unflushed << " of " << ranks_.size()
+              << " ranks had reports not acknowledged within 2 s\n";
+  }
+
+  std::vector<v1::Event> events;
+  if (!FetchEvents(&events, &error)) {
+    std::cerr << "straggler-sim: cannot read the job's events, detections are not in the report: "
+              << error << '\n';
+  }
+
+  // Per rank: detections and recoveries from the daemon's journal.
+  nlohmann::json ranks_json = nlohmann::json::array();
+  std::vector<std::string> detection_text, recovery_text;
+  uint64_t detections = 0, recoveries = 0;
+  for (uint32_t r = 0; r < o_.ranks; ++r) {
+    nlohmann::json detected = nlohmann::json::array(), recovered = nlohmann::json::array(),
+                   changes = nlohmann::json::array();
+    for (const auto& e : events) {
+      if (e.kind() != v1::EVENT_KIND_STATE_CHANGE || e.rank() != r) continue;
+      const uint64_t job_iteration = JobIteration(r, e.iteration());
+      changes.push_back({{"from", v1::WorkerState_Name(e.from())},
+                         {"to", v1::WorkerState_Name(e.to())},
+                         {"iteration", e.iteration()},
+                         {"job_iteration", job_iteration}});
+      if (e.to() == v1::WORKER_STATE_STRAGGLER) {
+        detected.push_back(job_iteration);
+        ++detections;
+        detection_text.push_back("rank " + std::to_string(r) + " at " +
+                                 std::to_string(job_iteration));
+      } else if (e.from() == v1::WORKER_STATE_STRAGGLER && e.to() == v1::WORKER_STATE_HEALTHY) {
+        recovered.push_back(job_iteration);
+        ++recoveries;
+        recovery_text.push_back("rank " + std::to_string(r) + " at " +
+                                std::to_string(job_iteration));
+      }
+    }
+    nlohmann::json slow = nlohmann::json::array();
+    for (const auto& s : o_.slow)
+      if (s.rank == r) slow.push_back({{"factor", s.factor}, {"from", s.from}, {"to", s.to}});
+    const RankState& s = *ranks_[r];
+    ranks_json.push_back({{"rank", r},
+                          {"detected_at", detected},
+                          {"recovered_at", recovered},
+                          {"excluded_at", s.excluded_at},
+                          {"readmitted_at", s.readmitted_at},
+                          {"state_changes", changes},
+                          {"slow", slow}});
+  }
+
+  // Every version any rank saw or applied.
+  std::map<uint64_t, MembershipView> versions;
+  for (auto& s : ranks_) {
+    std::lock_guard lock(s->mu);
+    versions.insert(s->history.begin(), s->history.end());
+  }
+  nlohmann::json memberships = nlohmann::json::array();
+  {
+    std::lock_guard lock(applied_mu_);
+    versions.insert(applied_views_.begin(), applied_views_.end());
+    for (const auto& [version, m] : versions) {
+      nlohmann::json excluded = nlohmann::json::array();
+      for (const auto& e : m.excluded) excluded.push_back({{"rank", e.rank}, {"reason", e.reason}});
+      nlohmann::json applied = nlohmann::json::object();
+      if (auto it = applied_at_.find(version); it != applied_at_.end())
+        for (const auto& [r, it_at] : it->second) applied[std::to_string(r)] = it_at;
+      memberships.push_back({{"version", version},
+                             {"effective_iteration", m.effective_iteration},
+                             {"excluded", excluded},
+                             {"applied_at", applied}});
+    }
+  }
+
+  const uint64_t done_iterations = collective_->Completed();
+  const double ips = wall > 0 ? static_cast<double>(done_iterations) / wall : 0.0;
+  const uint64_t violations = collective_->agreement_violations();
+  uint64_t rejoined_behind = 0, membership_calls = 0;
+  double membership_wait = 0;
+  for (auto& s : ranks_) {
+    rejoined_behind += s->rejoined_behind;
+    membership_calls += s->membership_calls;
+    membership_wait += s->membership_wait_seconds;
+  }
+  const double membership_wait_ms_mean =
+      membership_calls > 0 ? 1000.0 * membership_wait / static_cast<double>(membership_calls) : 0.0;
+
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    return s.empty() ? s : " (" + s + ")";
+  };
+  Print("done: " + std::to_string(done_iterations) + " iterations in " + Fixed(wall, 2) + " s (" +
+        Fixed(ips, 1) + " iterations/s)");
+  Print("detections: " + std::to_string(detections) + join(detection_text));
+  Print("recoveries: " + std::to_string(recoveries) + join(recovery_text));
+  Print("agreement violations: " + std::to_string(violations) +
+        ", membership timeouts: " + std::to_string(membership_timeouts_.load()) +
+        ", mean membership wait: " + Fixed(membership_wait_ms_mean, 3) + " ms" +
+        ", reports dropped: " + std::to_string(dropped) +
+        ", rejected: " + std::to_string(rejected));
+  if (collective_->aborted())
+    std::cerr << "straggler-sim: run aborted: " << collective_->abort_reason() << '\n';
+
+  if (!o_.report.empty()) {
+    nlohmann::json report = {
+        {"job", o_.job},
+        {"ranks_count", o_.ranks},
+        {"iterations", done_iterations},
+        {"iterations_requested", o_.iterations},
+        {"iteration_ms", o_.iteration_ms},
+        {"noise", o_.noise},
+        {"seed", o_.seed},
+        {"no_exclusion", o_.no_exclusion},
+        {"wall_seconds", wall},
+        {"iterations_per_second", ips},
+        {"agreement_violations", violations},
+        {"collective_timeouts", collective_->timeouts()},
+        {"membership_timeouts", membership_timeouts_.load()},
+        {"rejoined_behind", rejoined_behind},
+        {"membership_wait_ms_mean", membership_wait_ms_mean},
+        {"reports_dropped", dropped},
+        {"reports_rejected", rejected},
+        {"ranks", ranks_json},
+        {"memberships", memberships},
+    };
+    std::ofstream out(o_.report);
+    out << report.dump(2) << '\n';
+    if (!out) std::cerr << "straggler-sim: cannot write --report " << o_.report << '\n';
+  }
+  // A client's destructor flushes again for up to 1 s when reports are still
+  // unacknowledged (the daemon is gone): close them in parallel too.
+  std::vector<std::thread> closers;
+  for (auto& s : ranks_) closers.emplace_back([&s] { s->client.reset(); });
+  for (auto& t : closers) t.join();
+  ranks_.clear();
+  return violations > 0 || collective_->aborted() ? kExitViolation : kExitOk;
+}
+
+}  // namespace
+}  // namespace straggler_sim
+
+int main(int argc, char** argv) {
+  using straggler_sim::SimOptions;
+  SimOptions o;
+  std::vector<std::string> slow_texts;
+  CLI::App app{"straggler-sim: a simulated synchronous data-parallel job reporting to stragglerd"};
+  app.add_option("--daemon", o.daemon, "daemon gRPC address")->capture_default_str();
+  app.add_option("--job", o.job, "job id (default sim-<pid>)");
+  app.add_option("--ranks", o.ranks, "ranks (threads)")->capture_default_str();
+  app.add_option("--iterations", o.iterations, "iterations to run")->capture_default_str();
+  app.add_option("--iteration-ms", o.iteration_ms, "compute time of a healthy step, ms")
+      ->capture_default_str();
+  app.add_option("--noise", o.noise, "relative gaussian noise on compute time (sigma)")
+      ->capture_default_str();
+  app.add_option("--epoch-iterations", o.epoch_iterations, "iterations per epoch (0 = one epoch)")
+      ->capture_default_str();
+  app.add_option("--slow", slow_texts,
+                 "RANK:FACTOR:FROM:TO — rank computes FACTOR times slower at iterations "
+                 "[FROM, TO); repeatable")
+      ->allow_extra_args(false);
+  app.add_flag("--no-exclusion", o.no_exclusion, "ignore memberships: every rank in every step");
+  app.add_option("--report", o.report, "write a JSON report to this file");
+  auto* seed = app.add_option("--seed", o.seed, "random seed (default: random, printed)");
+  app.add_option("--membership-timeout-ms", o.membership_timeout_ms,
+                 "how long a rank waits for the membership of an iteration")
+      ->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "print nothing but errors");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? straggler_sim::kExitOk : straggler_sim::kExitUsage;
+  }
+  for (const auto& text : slow_texts) {
+    straggler_sim::SlowSpec spec;
+    std::string error;
+    if (!straggler_sim::ParseSlowSpec(text, &spec, &error)) {
+      std::cerr << "straggler-sim: " << error << '\n';
+      return straggler_sim::kExitUsage;
+    }
+    o.slow.push_back(spec);
+  }
+  if (std::string error = straggler_sim::Validate(o); !error.empty()) {
+    std::cerr << "straggler-sim: " << error << '\n';
+    return straggler_sim::kExitUsage;
+  }
+  if (o.job.empty()) o.job = "sim-" + std::to_string(getpid());
+  o.seed_given = seed->count() > 0;
+  if (!o.seed_given) o.seed = std::random_device{}();
+  return straggler_sim::Sim(std::move(o)).Run();
+}

@@ -1,0 +1,465 @@
+// stragglerctl — the operator's command line for stragglerd. It speaks the
+// straggler.v1 gRPC services directly (QueryService, AdminService):
+//
+//   stragglerctl jobs
+//   stragglerctl workers resnet-42
+//   stragglerctl watch resnet-42                     # one line per membership version
+//   stragglerctl policy resnet-42 --limit 8 --threshold-factor 2.5
+//   stragglerctl override resnet-42 3 exclude --reason "bad NIC"
+//   stragglerctl --output json membership resnet-42  # proto3 JSON, same schema as REST
+//
+// Exit status: 0 ok, 1 the daemon answered with an error, 2 bad command line,
+// 3 the daemon could not be reached. Errors go to stderr as
+// "stragglerctl: <GRPC_CODE>: <message>" so scripts can match on the code.
+#include <grpcpp/grpcpp.h>
+#include <google/protobuf/util/json_util.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "render.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace {
+namespace v1 = straggler::v1;
+
+constexpr int kExitOk = 0;
+constexpr int kExitRpcError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitUnreachable = 3;
+constexpr const char* kDefaultDaemon = "127.0.0.1:7070";
+
+struct Globals {
+  std::string daemon;
+  std::string output = "table";
+  int timeout_ms = 5000;
+  bool json() const { return output == "json"; }
+};
+
+std::string CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "CODE_" + std::to_string(static_cast<int>(code));
+  }
+}
+
+// `reached`: the daemon answered before failing (a watch it ended), so an
+// UNAVAILABLE is not about where we tried to connect.
+int Fail(const grpc::Status& status, const Globals& g, bool reached = false) {
+  std::string message = status.error_message();
+  // gRPC's own "failed to connect" text does not say where we tried to connect.
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !reached)
+    message = "daemon at " + g.daemon + " unreachable: " + message;
+  std::cerr << "stragglerctl: " << CodeName(status.error_code()) << ": " << message << '\n';
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ? kExitUnreachable : kExitRpcError;
+}
+
+void PrintJson(const google::protobuf::Message& m, bool one_line) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = !one_line;
+  // Zero values are information here (counter 0, excluded false); the proto3
+  // JSON mapping allows printing them and it spares scripts a default table.
+  options.always_print_primitive_fields = true;
+  std::string out;
+  auto status = google::protobuf::util::MessageToJsonString(m, &out, options);
+  if (!status.ok()) {
+    std::cerr << "stragglerctl: INTERNAL: cannot render JSON: " << status.ToString() << '\n';
+    return;
+  }
+  std::cout << out;
+  if (one_line || out.empty() || out.back() != '\n') std::cout << '\n';
+  std::cout.flush();
+}
+
+class Ctl {
+ public:
+  explicit Ctl(const Globals& g)
+      : g_(g),
+        channel_(grpc::CreateChannel(g.daemon, grpc::InsecureChannelCredentials())),
+        query_(v1::QueryService::NewStub(channel_)),
+        admin_(v1::AdminService::NewStub(channel_)) {}
+
+  void Deadline(grpc::ClientContext& ctx) const {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(g_.timeout_ms));
+  }
+
+  template <typename Response, typename Print>
+  int Show(const grpc::Status& status, const Response& response, Print print) const {
+    if (!status.ok()) return Fail(status, g_);
+    if (g_.json()) {
+      PrintJson(response, false);
+    } else {
+      print(response, std::cout);
+    }
+    return kExitOk;
+  }
+
+  int Jobs() {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::ListJobsResponse r;
+    auto s = query_->ListJobs(&ctx, v1::ListJobsRequest{}, &r);
+    return Show(s, r, stragglerctl::PrintJobs);
+  }
+
+  int Job(const std::string& job) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::GetJobRequest req;
+    req.set_job_id(job);
+    v1::Job r;
+    auto s = query_->GetJob(&ctx, req, &r);
+    return Show(s, r, stragglerctl::PrintJob);
+  }
+
+  int Workers(const std::string& job) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::ListWorkersRequest req;
+    req.set_job_id(job);
+    v1::ListWorkersResponse r;
+    auto s = query_->ListWorkers(&ctx, req, &r);
+    return Show(s, r, stragglerctl::PrintWorkers);
+  }
+
+  int Worker(const std::string& job, uint32_t rank) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::GetWorkerRequest req;
+    req.set_job_id(job);
+    req.set_rank(rank);
+    v1::Worker r;
+    auto s = query_->GetWorker(&ctx, req, &r);
+    return Show(s, r, stragglerctl::PrintWorker);
+  }
+
+  int Membership(const std::string& job) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::GetMembershipRequest req;
+    req.set_job_id(job);
+    v1::Membership r;
+    auto s = query_->GetMembership(&ctx, req, &r);
+    return Show(s, r, stragglerctl::PrintMembership);
+  }
+
+  int Events(const std::string& job, uint64_t since_sequence, uint32_t limit) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::ListEventsRequest req;
+    req.set_job_id(job);
+    req.set_since_sequence(since_sequence);
+    req.set_limit(limit);
+    v1::ListEventsResponse r;
+    auto s = query_->ListEvents(&ctx, req, &r);
+    return Show(s, r, stragglerctl::PrintEvents);
+  }
+
+  // Streams until the server ends the stream or SIGINT/SIGTERM arrives. The
+  // caller has blocked both signals in every thread; a helper thread waits for
+  // them with sigtimedwait and cancels the call, which is the only safe way to
+  // stop a blocking gRPC read from a signal.
+  int Watch(const std::string& job, const sigset_t& signals) {
+    grpc::ClientContext ctx;  // no deadline: watching is open-ended
+    v1::WatchMembershipRequest req;
+    req.set_job_id(job);
+    std::atomic<bool> done{false};
+    std::atomic<bool> interrupted{false};
+    std::thread waiter([&] {
+      const timespec tick{0, 200 * 1000 * 1000};
+      while (!done.load()) {
+        if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+          interrupted.store(true);
+          ctx.TryCancel();
+          return;
+        }
+      }
+    });
+    auto reader = query_->WatchMembership(&ctx, req);
+    v1::Membership m;
+    bool reached = false;
+    while (reader->Read(&m)) {
+      reached = true;
+      if (g_.json()) {
+        PrintJson(m, true);
+      } else {
+        stragglerctl::PrintMembershipLine(m, std::cout);
+        std::cout.flush();
+      }
+    }
+    grpc::Status status = reader->Finish();
+    done.store(true);
+    waiter.join();
+    if (interrupted.load()) return kExitOk;
+    // The daemon going away ends the watch with its status (exit 3 for
+    // UNAVAILABLE: it is not reachable any more).
+    if (!status.ok()) return Fail(status, g_, reached);
+    return kExitOk;
+  }
+
+  int SetPolicy(const std::string& job, const v1::PolicyConfig& policy) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::SetPolicyRequest req;
+    req.set_job_id(job);
+    *req.mutable_policy() = policy;
+    v1::Job r;
+    auto s = admin_->SetPolicy(&ctx, req, &r);
+    return Show(s, r, [](const v1::Job& j, std::ostream& out) {
+      out << "policy of job " << j.job_id() << " is now:\n";
+      stragglerctl::PrintPolicy(j.policy(), out);
+    });
+  }
+
+  int ShowPolicy(const std::string& job) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::GetJobRequest req;
+    req.set_job_id(job);
+    v1::Job r;
+    auto s = query_->GetJob(&ctx, req, &r);
+    if (!s.ok()) return Fail(s, g_);
+    if (g_.json()) {
+      PrintJson(r.policy(), false);
+    } else {
+      stragglerctl::PrintPolicy(r.policy(), std::cout);
+    }
+    return kExitOk;
+  }
+
+  int Override(const std::string& job, uint32_t rank, v1::RankOverride o,
+               const std::string& reason) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::SetRankOverrideRequest req;
+    req.set_job_id(job);
+    req.set_rank(rank);
+    req.set_override(o);
+    req.set_reason(reason);
+    v1::Membership r;
+    auto s = admin_->SetRankOverride(&ctx, req, &r);
+    return Show(s, r, stragglerctl::PrintMembership);
+  }
+
+  int Reset(const std::string& job) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::ResetJobRequest req;
+    req.set_job_id(job);
+    v1::Job r;
+    auto s = admin_->ResetJob(&ctx, req, &r);
+    return Show(s, r, stragglerctl::PrintJob);
+  }
+
+ private:
+  Globals g_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::QueryService::Stub> query_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+};
+
+// Flags of `policy`: each PolicyConfig field, sent only when given.
+struct PolicyFlags {
+  std::string kind, recovery, exclusion_enabled;
+  uint32_t limit = 0, rejoin_mark = 0, profile_iterations = 0, window_iterations = 0,
+           ewma_min_samples = 0, min_active_ranks = 0, cooldown_iterations = 0,
+           lead_iterations = 0;
+  double limit_fraction = 0, threshold_factor = 0, ewma_alpha = 0, ewma_ratio = 0,
+         static_threshold_seconds = 0, max_excluded_fraction = 0, min_throughput_gain = 0,
+         unresponsive_after_seconds = 0, global_shift_fraction = 0, max_compute_seconds = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Globals g;
+  const char* env = std::getenv("STRAGGLER_ENDPOINT");
+  g.daemon = env != nullptr && *env != '\0' ? env : kDefaultDaemon;
+
+  CLI::App app{"stragglerctl: query and steer a stragglerd daemon"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may follow the subcommand
+  app.add_option("--daemon", g.daemon,
+                 "daemon gRPC address (default: $STRAGGLER_ENDPOINT, else 127.0.0.1:7070)");
+  app.add_option("--output,-o", g.output, "output format")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  app.add_option("--timeout-ms", g.timeout_ms, "deadline of each call in milliseconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  std::string job;
+  uint32_t rank = 0;
+
+  auto* jobs = app.add_subcommand("jobs", "list jobs");
+  auto* job_cmd = app.add_subcommand("job", "show one job");
+  job_cmd->add_option("JOB", job, "job id")->required();
+  auto* workers = app.add_subcommand("workers", "list the ranks of a job");
+  workers->add_option("JOB", job, "job id")->required();
+  auto* worker = app.add_subcommand("worker", "show one rank of a job");
+  worker->add_option("JOB", job, "job id")->required();
+  worker->add_option("RANK", rank, "rank")->required();
+  auto* membership = app.add_subcommand("membership", "show the job's current membership");
+  membership->add_option("JOB", job, "job id")->required();
+  auto* watch = app.add_subcommand("watch", "stream membership versions until Ctrl-C");
+  watch->add_option("JOB", job, "job id")->required();
+
+  auto* events = app.add_subcommand("events", "list a job's events");
+  events->add_option("JOB", job, "job id (\"\" = all jobs)")->required();
+  uint64_t since_sequence = 0;
+  uint32_t limit = 0;
+  events->add_option("--since-sequence", since_sequence, "only events with a larger sequence");
+  events->add_option("--limit", limit, "at most this many (0 = daemon default)");
+
+  auto* policy = app.add_subcommand(
+      "policy", "show a job's policy, or change the fields given as flags (the rest are kept)");
+  policy->add_option("JOB", job, "job id")->required();
+  PolicyFlags pf;
+  std::vector<CLI::Option*> policy_opts;
+  auto popt = [&](const std::string& name, auto& value, const std::string& help) {
+    auto* o = policy->add_option(name, value, help);
+    policy_opts.push_back(o);
+    return o;
+  };
+  auto* o_kind = popt("--kind", pf.kind, "detection rule")
+                     ->check(CLI::IsMember({"dynamic", "ewma", "static"}));
+  auto* o_limit = popt("--limit", pf.limit, "counter bound; a rank at the limit is a straggler");
+  auto* o_limit_fraction =
+      popt("--limit-fraction", pf.limit_fraction, "limit as a fraction of an epoch's iterations");
+  auto* o_rejoin = popt("--rejoin-mark", pf.rejoin_mark, "a straggler rejoins at this counter");
+  auto* o_profile =
+      popt("--profile-iterations", pf.profile_iterations, "dynamic: n, iterations profiled");
+  auto* o_factor = popt("--threshold-factor", pf.threshold_factor, "dynamic: k, threshold factor");
+  auto* o_window =
+      popt("--window-iterations", pf.window_iterations, "dynamic: re-profile every W iterations");
+  auto* o_shift = popt("--global-shift-fraction", pf.global_shift_fraction,
+                       "dynamic: more than this fraction slow at once is a job-wide slowdown");
+  auto* o_recovery = popt("--recovery", pf.recovery, "how excluded ranks are judged")
+                         ->check(CLI::IsMember({"shadow", "probation"}));
+  auto* o_alpha = popt("--ewma-alpha", pf.ewma_alpha, "ewma: smoothing factor");
+  auto* o_ratio = popt("--ewma-ratio", pf.ewma_ratio, "ewma: straggler above ratio x median");
+  auto* o_min_samples = popt("--ewma-min-samples", pf.ewma_min_samples, "ewma: samples needed");
+  auto* o_static = popt("--static-threshold-seconds", pf.static_threshold_seconds,
+                        "static: fixed threshold in seconds");
+  auto* o_max_excl = popt("--max-excluded-fraction", pf.max_excluded_fraction,
+                          "guard: most ranks excluded at once, as a fraction");
+  auto* o_min_active = popt("--min-active-ranks", pf.min_active_ranks, "guard: fewest active");
+  auto* o_cooldown =
+      popt("--cooldown-iterations", pf.cooldown_iterations, "guard: iterations between flips");
+  auto* o_gain = popt("--min-throughput-gain", pf.min_throughput_gain,
+                      "guard: exclude only when throughput gains this fraction");
+  auto* o_lead = popt("--lead-iterations", pf.lead_iterations, "membership switch lead");
+  auto* o_unresp = popt("--unresponsive-after-seconds", pf.unresponsive_after_seconds,
+                        "silence before a rank is unresponsive");
+  auto* o_max_compute = popt("--max-compute-seconds", pf.max_compute_seconds,
+                             "reports above this compute time are rejected as absurd");
+  auto* o_excl = popt("--exclusion-enabled", pf.exclusion_enabled,
+                      "false = classify and alert only")
+                     ->check(CLI::IsMember({"true", "false"}));
+
+  auto* override_cmd = app.add_subcommand("override", "force a rank in or out, or clear that");
+  override_cmd->add_option("JOB", job, "job id")->required();
+  override_cmd->add_option("RANK", rank, "rank")->required();
+  std::string action;
+  override_cmd->add_option("ACTION", action, "include | exclude | none")
+      ->required()
+      ->check(CLI::IsMember({"include", "exclude", "none"}));
+  std::string reason;
+  override_cmd->add_option("--reason", reason, "why (kept in the event journal)");
+
+  auto* reset = app.add_subcommand("reset", "forget a job's per-rank state; include everyone");
+  reset->add_option("JOB", job, "job id")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  // Block the stop signals before any gRPC thread exists, so that only the
+  // watch's waiter thread ever receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  if (watch->parsed()) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  Ctl ctl(g);
+  if (jobs->parsed()) return ctl.Jobs();
+  if (job_cmd->parsed()) return ctl.Job(job);
+  if (workers->parsed()) return ctl.Workers(job);
+  if (worker->parsed()) return ctl.Worker(job, rank);
+  if (membership->parsed()) return ctl.Membership(job);
+  if (watch->parsed()) return ctl.Watch(job, stop_signals);
+  if (events->parsed()) return ctl.Events(job, since_sequence, limit);
+  if (reset->parsed()) return ctl.Reset(job);
+  if (override_cmd->parsed()) {
+    v1::RankOverride o = action == "include"   ? v1::RANK_OVERRIDE_FORCE_INCLUDE
+                         : action == "exclude" ? v1::RANK_OVERRIDE_FORCE_EXCLUDE
+                                               : v1::RANK_OVERRIDE_NONE;
+    return ctl.Override(job, rank, o, reason);
+  }
+  if (policy->parsed()) {
+    bool any = false;
+    for (auto* o : policy_opts) any = any || o->count() > 0;
+    if (!any) return ctl.ShowPolicy(job);
+    v1::PolicyConfig p;
+    if (o_kind->count()) {
+      p.set_kind(pf.kind == "dynamic" ? v1::POLICY_KIND_DYNAMIC
+                 : pf.kind == "ewma"  ? v1::POLICY_KIND_EWMA
+                                      : v1::POLICY_KIND_STATIC);
+    }
+    if (o_recovery->count()) {
+      p.set_recovery(pf.recovery == "shadow" ? v1::RECOVERY_MODE_SHADOW
+                                             : v1::RECOVERY_MODE_PROBATION);
+    }
+    if (o_limit->count()) p.set_limit(pf.limit);
+    if (o_limit_fraction->count()) p.set_limit_fraction(pf.limit_fraction);
+    if (o_rejoin->count()) p.set_rejoin_mark(pf.rejoin_mark);
+    if (o_profile->count()) p.set_profile_iterations(pf.profile_iterations);
+    if (o_factor->count()) p.set_threshold_factor(pf.threshold_factor);
+    if (o_window->count()) p.set_window_iterations(pf.window_iterations);
+    if (o_alpha->count()) p.set_ewma_alpha(pf.ewma_alpha);
+    if (o_ratio->count()) p.set_ewma_ratio(pf.ewma_ratio);
+    if (o_min_samples->count()) p.set_ewma_min_samples(pf.ewma_min_samples);
+    if (o_static->count()) p.set_static_threshold_seconds(pf.static_threshold_seconds);
+    if (o_max_excl->count()) p.set_max_excluded_fraction(pf.max_excluded_fraction);
+    if (o_min_active->count()) p.set_min_active_ranks(pf.min_active_ranks);
+    if (o_cooldown->count()) p.set_cooldown_iterations(pf.cooldown_iterations);
+    if (o_gain->count()) p.set_min_throughput_gain(pf.min_throughput_gain);
+    if (o_lead->count()) p.set_lead_iterations(pf.lead_iterations);
+    if (o_unresp->count()) p.set_unresponsive_after_seconds(pf.unresponsive_after_seconds);
+    if (o_shift->count()) p.set_global_shift_fraction(pf.global_shift_fraction);
+    if (o_max_compute->count()) p.set_max_compute_seconds(pf.max_compute_seconds);
+    if (o_excl->count()) p.set_exclusion_enabled(pf.exclusion_enabled == "true");
+    return ctl.SetPolicy(job, p);
+  }
+  return kExitUsage;
+}

@@ -1,0 +1,126 @@
+"""Helpers for the integration tests: run the real stragglerd on loopback.
+
+    with Daemon(stragglerd_path, workdir) as d:
+        subprocess.run([sim, "--daemon", d.address, ...])
+        assert d.stop() == 0     # SIGTERM, must exit 0 within 10 s
+
+The daemon listens on 127.0.0.1:0 and announces its address in a --ready-file,
+so tests never race for a fixed port. Python standard library only.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+READY_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 10.0
+
+
+class TestFailure(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise TestFailure(message)
+
+
+class Daemon:
+    def __init__(self, binary, workdir):
+        self.binary = binary
+        self.workdir = workdir
+        self.ready_file = os.path.join(workdir, "stragglerd.ready.json")
+        self.log_path = os.path.join(workdir, "stragglerd.log")
+        self.proc = None
+        self.address = None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        # On the failure path the daemon may still run: never leave it behind.
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        return False
+
+    def start(self):
+        if os.path.exists(self.ready_file):
+            os.unlink(self.ready_file)
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [self.binary, "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
+             "--ready-file", self.ready_file, "--log-level", "info"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise TestFailure("stragglerd exited with %d before it was ready:\n%s"
+                                  % (self.proc.returncode, self.log_tail()))
+            try:
+                with open(self.ready_file) as f:
+                    ready = json.load(f)
+                self.address = ready["grpc_address"]
+                check(ready.get("pid") == self.proc.pid,
+                      "ready file pid %r is not the daemon's pid %d" % (ready.get("pid"),
+                                                                       self.proc.pid))
+                return
+            except (FileNotFoundError, json.JSONDecodeError, KeyError):
+                # Not written yet (the daemon writes it atomically, but be lenient).
+                time.sleep(0.05)
+        raise TestFailure("stragglerd did not write %s within %.0f s:\n%s"
+                          % (self.ready_file, READY_TIMEOUT_S, self.log_tail()))
+
+    def stop(self):
+        """SIGTERM; returns the exit status, or raises if it does not exit in time."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise TestFailure("stragglerd did not exit within %.0f s of SIGTERM:\n%s"
+                              % (STOP_TIMEOUT_S, self.log_tail()))
+        self.log.close()
+        return rc
+
+    def log_tail(self, lines=40):
+        try:
+            with open(self.log_path) as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no daemon log)"
+
+
+def run(cmd, timeout, **kwargs):
+    """Runs a command, capturing text output; raises on timeout."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as e:
+        raise TestFailure("timed out after %d s: %s\nstdout:\n%s\nstderr:\n%s"
+                          % (timeout, " ".join(cmd), e.stdout, e.stderr))
+
+
+def check_memberships_agreed(report, label):
+    """Every rank that applied a membership version did so at its effective iteration."""
+    for m in report["memberships"]:
+        for rank, iteration in m["applied_at"].items():
+            check(iteration == m["effective_iteration"],
+                  "%s: rank %s applied membership v%d at iteration %d, but it is effective at %d"
+                  % (label, rank, m["version"], iteration, m["effective_iteration"]))
+    for key in ("reports_dropped", "reports_rejected", "rejoined_behind", "collective_timeouts"):
+        check(report.get(key, 0) == 0, "%s: %s = %s, expected 0" % (label, key, report.get(key)))
+    check(report["agreement_violations"] == 0,
+          "%s: %d agreement violations" % (label, report["agreement_violations"]))
+
+
+def main(test_fn):
+    """Runs test_fn(), printing a failure and exiting 1 on TestFailure."""
+    try:
+        test_fn()
+    except TestFailure as e:
+        print("FAILED: %s" % e, file=sys.stderr)
+        sys.exit(1)
+    print("PASSED")

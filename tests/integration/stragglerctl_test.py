@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""stragglerctl against the real stragglerd while a short straggler-sim job runs.
+
+Covers every subcommand in table and JSON form, the admin round trips (a policy
+set is what GetJob then shows; a forced exclusion appears in the membership and
+the running sim follows it without disagreement), and the error contract:
+bad rank -> nonzero exit naming the rank, unknown job -> exit 1 "not found",
+unreachable daemon -> exit 3.
+
+    stragglerctl_test.py --stragglerd PATH --sim PATH --ctl PATH
+"""
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Daemon, TestFailure, check, check_memberships_agreed, main, run  # noqa: E402
+
+RANKS = 4
+CTL_TIMEOUT_S = 15
+FORCED_RANK = 2
+
+
+class Ctl:
+    def __init__(self, binary, address):
+        self.binary = binary
+        self.address = address
+
+    def __call__(self, *args, output="table", expect_rc=0):
+        cmd = [self.binary, "--daemon", self.address, "--output", output] + list(args)
+        result = run(cmd, CTL_TIMEOUT_S)
+        if expect_rc is not None:
+            check(result.returncode == expect_rc,
+                  "%s exited with %d, expected %d\nstdout:\n%s\nstderr:\n%s"
+                  % (" ".join(cmd), result.returncode, expect_rc, result.stdout, result.stderr))
+        return result
+
+    def json(self, *args):
+        out = self(*args, output="json").stdout
+        try:
+            return json.loads(out)
+        except json.JSONDecodeError as e:
+            raise TestFailure("stragglerctl %s: output is not JSON (%s):\n%s"
+                              % (" ".join(args), e, out))
+
+
+def wait_for(what, predicate, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise TestFailure("timed out after %.0f s waiting for %s" % (timeout_s, what))
+
+
+def test(args):
+    workdir = tempfile.mkdtemp(prefix="straggler-ctl-it-")
+    job = "ctl-it-%d" % os.getpid()
+    report_path = os.path.join(workdir, "sim.json")
+    with Daemon(args.stragglerd, workdir) as daemon:
+        ctl = Ctl(args.ctl, daemon.address)
+
+        # Long enough (~12 s) to outlive every command below.
+        sim = subprocess.Popen(
+            [args.sim, "--daemon", daemon.address, "--job", job, "--ranks", str(RANKS),
+             "--iterations", "600", "--iteration-ms", "20", "--noise", "0.05",
+             "--seed", "7", "--report", report_path],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            # jobs: table and JSON list the running job.
+            wait_for("job %s in `jobs`" % job,
+                     lambda: any(j["jobId"] == job for j in ctl.json("jobs").get("jobs", [])))
+            table = ctl("jobs").stdout
+            check(table.splitlines()[0].split()[:2] == ["JOB", "WORLD"],
+                  "jobs: unexpected header:\n%s" % table)
+            check(job in table, "jobs: %s not in table:\n%s" % (job, table))
+
+            # workers / worker: every rank, lowercase states, ms units.
+            workers = wait_for("all %d ranks reporting" % RANKS, lambda: (
+                lambda w: w if len(w) == RANKS and all(x.get("reportsTotal", "0") != "0" for x in w)
+                else None)(ctl.json("workers", job).get("workers", [])))
+            check(sorted(w["rank"] for w in workers) == list(range(RANKS)),
+                  "workers: ranks %s" % [w["rank"] for w in workers])
+            table = ctl("workers", job).stdout
+            lines = table.splitlines()
+            check(lines[0].split()[0] == "RANK" and len(lines) == RANKS + 1,
+                  "workers: expected a header and %d rows:\n%s" % (RANKS, table))
+            check(" ms" in table and any(s in table for s in ("healthy", "straggler", "pending")),
+                  "workers: no lowercase state or ms unit:\n%s" % table)
+            worker = ctl.json("worker", job, "2")
+            check(worker["rank"] == 2 and worker["jobId"] == job, "worker: %s" % worker)
+            check("rank" in ctl("worker", job, "2").stdout, "worker table")
+
+            # membership / events.
+            m = ctl.json("membership", job)
+            check(m["jobId"] == job and m["worldSize"] == RANKS, "membership: %s" % m)
+            check("effective at iteration" in ctl("membership", job).stdout, "membership table")
+            events = ctl.json("events", job)
+            check("lastSequence" in events, "events: %s" % events)
+            ctl("events", job, "--since-sequence", "0", "--limit", "5")
+
+            # policy: set two fields; GetJob shows them, the rest keep defaults.
+            before = ctl.json("job", job)["policy"]
+            ctl("policy", job, "--limit", "7", "--threshold-factor", "2.5")
+            after = ctl.json("job", job)["policy"]
+            check(after["limit"] == 7 and after["thresholdFactor"] == 2.5,
+                  "policy not applied: %s" % after)
+            check(after["profileIterations"] == before["profileIterations"]
+                  and after["cooldownIterations"] == before["cooldownIterations"],
+                  "policy: fields not given changed: before %s after %s" % (before, after))
+            shown = ctl.json("policy", job)
+            check(shown["limit"] == 7, "policy (show): %s" % shown)
+            ctl("policy", job, "--kind", "nonsense", expect_rc=2)
+
+            # watch: first version printed, exits 0 on SIGINT.
+            watcher = subprocess.Popen([args.ctl, "--daemon", daemon.address, "watch", job],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            ready, _, _ = select.select([watcher.stdout], [], [], 10.0)
+            if not ready:
+                watcher.kill()
+                raise TestFailure("watch printed nothing within 10 s")
+            first = watcher.stdout.readline()
+            check("effective at iteration" in first, "watch: first line %r" % first)
+            watcher.send_signal(signal.SIGINT)
+            try:
+                rc = watcher.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                watcher.kill()
+                raise TestFailure("watch did not exit within 5 s of SIGINT")
+            check(rc == 0, "watch exited with %d after SIGINT: %s" % (rc, watcher.stderr.read()))
+
+            # override: forced exclusion shows in the membership; then cleared.
+            forced = ctl.json("override", job, str(FORCED_RANK), "exclude", "--reason", "it")
+            check(any(e["rank"] == FORCED_RANK and e["reason"] == "EXCLUSION_REASON_FORCED"
+                      for e in forced.get("excluded", [])),
+                  "override exclude: rank %d not forced out: %s" % (FORCED_RANK, forced))
+            m = ctl.json("membership", job)
+            check(any(e["rank"] == FORCED_RANK for e in m.get("excluded", [])),
+                  "membership after override: %s" % m)
+            check(str(FORCED_RANK) in ctl("membership", job).stdout, "membership table")
+            time.sleep(1.0)  # let the sim run a while with rank 2 in shadow mode
+            cleared = ctl.json("override", job, str(FORCED_RANK), "none")
+            check(not any(e["rank"] == FORCED_RANK and e["reason"] == "EXCLUSION_REASON_FORCED"
+                          for e in cleared.get("excluded", [])),
+                  "override none: rank %d still forced out: %s" % (FORCED_RANK, cleared))
+
+            # Errors.
+            bad = ctl("worker", job, "99", expect_rc=1)
+            check("99" in bad.stderr and bad.stderr.startswith("stragglerctl: "),
+                  "bad rank: stderr does not name it: %r" % bad.stderr)
+            bad = ctl("override", job, "99", "exclude", expect_rc=None)
+            check(bad.returncode != 0 and "99" in bad.stderr,
+                  "override of rank 99: rc %d stderr %r" % (bad.returncode, bad.stderr))
+            missing = ctl("workers", "no-such-job-%d" % os.getpid(), expect_rc=1)
+            check("not found" in missing.stderr.lower()
+                  and missing.stderr.startswith("stragglerctl: NOT_FOUND: "),
+                  "unknown job: %r" % missing.stderr)
+        finally:
+            try:
+                out, err = sim.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                sim.kill()
+                out, err = sim.communicate()
+                raise TestFailure("straggler-sim did not finish within 60 s:\n%s" % err)
+        sys.stdout.write(out)
+        check(sim.returncode == 0, "straggler-sim exited with %d:\n%s" % (sim.returncode, err))
+        with open(report_path) as f:
+            report = json.load(f)
+        # The sim followed the forced exclusion and its clearing in agreement.
+        check_memberships_agreed(report, "sim under stragglerctl")
+        forced_rank = report["ranks"][FORCED_RANK]
+        check(len(forced_rank["excluded_at"]) >= 1 and len(forced_rank["readmitted_at"]) >= 1,
+              "rank %d was not excluded and readmitted by the override: %s"
+              % (FORCED_RANK, forced_rank))
+
+        # reset, after the job ran: everyone included again.
+        job_after = ctl.json("reset", job)
+        check(job_after["jobId"] == job, "reset: %s" % job_after)
+        check(ctl.json("membership", job).get("excluded", []) == [],
+              "membership after reset still excludes ranks")
+
+        unreachable = run([args.ctl, "--daemon", "127.0.0.1:1", "--timeout-ms", "2000", "jobs"],
+                          CTL_TIMEOUT_S)
+        check(unreachable.returncode == 3 and "UNAVAILABLE" in unreachable.stderr,
+              "unreachable daemon: rc %d stderr %r" % (unreachable.returncode,
+                                                        unreachable.stderr))
+
+        rc = daemon.stop()
+        check(rc == 0, "stragglerd exited with %d after SIGTERM:\n%s" % (rc, daemon.log_tail()))
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stragglerd", required=True)
+    parser.add_argument("--sim", required=True)
+    parser.add_argument("--ctl", required=True)
+    parsed = parser.parse_args()
+    main(lambda: test(parsed))

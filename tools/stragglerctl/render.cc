@@ -1,0 +1,279 @@
+#include "render.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+namespace stragglerctl {
+namespace v1 = straggler::v1;
+
+Table::Table(std::vector<std::string> headers, std::vector<Align> aligns)
+    : headers_(std::move(headers)), aligns_(std::move(aligns)) {
+  aligns_.resize(headers_.size(), Align::kLeft);
+}
+
+void Table::AddRow(std::vector<std::string> cells) {
+  cells.resize(headers_.size());
+  rows_.push_back(std::move(cells));
+}
+
+void Table::Print(std::ostream& out) const {
+  std::vector<size_t> widths(headers_.size());
+  for (size_t c = 0; c < headers_.size(); ++c) widths[c] = headers_[c].size();
+  for (const auto& row : rows_)
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  auto print_row = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const size_t pad = widths[c] - row[c].size();
+      const bool last = c + 1 == row.size();
+      if (aligns_[c] == Align::kRight) line.append(pad, ' ');
+      line += row[c];
+      // No trailing blanks on the last column: they only get in the way of grep and diff.
+      if (aligns_[c] == Align::kLeft && !last) line.append(pad, ' ');
+      if (!last) line += "  ";
+    }
+    out << line << '\n';
+  };
+  print_row(headers_);
+  for (const auto& row : rows_) print_row(row);
+}
+
+namespace {
+
+// "WORKER_STATE_STRAGGLER" -> "straggler": strip the enum's prefix and lowercase.
+std::string ShortName(const std::string& full, std::string_view prefix) {
+  std::string s = full;
+  if (s.rfind(prefix, 0) == 0) s = s.substr(prefix.size());
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s.empty()) return "?";
+  return s;
+}
+
+std::string Num(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string YesNo(bool b) { return b ? "yes" : "no"; }
+
+}  // namespace
+
+std::string StateName(v1::WorkerState s) {
+  return ShortName(v1::WorkerState_Name(s), "WORKER_STATE_");
+}
+std::string ReasonName(v1::ExclusionReason r) {
+  if (r == v1::EXCLUSION_REASON_UNSPECIFIED) return "-";
+  return ShortName(v1::ExclusionReason_Name(r), "EXCLUSION_REASON_");
+}
+std::string PolicyKindName(v1::PolicyKind k) {
+  return ShortName(v1::PolicyKind_Name(k), "POLICY_KIND_");
+}
+std::string RecoveryName(v1::RecoveryMode m) {
+  return ShortName(v1::RecoveryMode_Name(m), "RECOVERY_MODE_");
+}
+std::string OverrideName(v1::RankOverride o) {
+  if (o == v1::RANK_OVERRIDE_UNSPECIFIED || o == v1::RANK_OVERRIDE_NONE) return "-";
+  return ShortName(v1::RankOverride_Name(o), "RANK_OVERRIDE_");
+}
+std::string EventKindName(v1::EventKind k) {
+  return ShortName(v1::EventKind_Name(k), "EVENT_KIND_");
+}
+
+std::string Millis(double seconds) {
+  if (seconds == 0.0 || !std::isfinite(seconds)) return "-";
+  const double ms = seconds * 1000.0;
+  // Three significant-ish digits: 0.123 ms, 21.3 ms, 1234 ms.
+  const int decimals = ms < 1.0 ? 3 : (ms < 100.0 ? 1 : 0);
+  return Num(ms, decimals) + " ms";
+}
+
+std::string TimeText(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  std::time_t secs = static_cast<std::time_t>(t.seconds());
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, t.nanos() / 1000000);
+  return buf;
+}
+
+std::string ExcludedList(const v1::Membership& m) {
+  if (m.excluded_size() == 0) return "none";
+  std::string s;
+  for (const auto& e : m.excluded()) {
+    if (!s.empty()) s += ", ";
+    s += std::to_string(e.rank()) + " (" + ReasonName(e.reason()) + ")";
+  }
+  return s;
+}
+
+void PrintJobs(const v1::ListJobsResponse& r, std::ostream& out) {
+  Table t({"JOB", "WORLD", "ACTIVE", "EXCLUDED", "STRAGGLERS", "EPOCH", "ITERATION", "THRESHOLD",
+           "MEMBERSHIP", "POLICY", "STREAMS", "LAST REPORT"},
+          {Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+           Align::kRight, Align::kRight, Align::kLeft, Align::kLeft, Align::kRight, Align::kLeft});
+  for (const auto& j : r.jobs()) {
+    t.AddRow({j.job_id(), std::to_string(j.world_size()), std::to_string(j.active_ranks()),
+              std::to_string(j.excluded_ranks()), std::to_string(j.straggler_ranks()),
+              std::to_string(j.epoch()), std::to_string(j.highest_iteration()),
+              Millis(j.threshold_seconds()), "v" + std::to_string(j.membership().version()),
+              PolicyKindName(j.policy().kind()), std::to_string(j.streams()),
+              TimeText(j.last_report_time())});
+  }
+  t.Print(out);
+}
+
+void PrintJob(const v1::Job& j, std::ostream& out) {
+  Table t({"FIELD", "VALUE"}, {Align::kLeft, Align::kLeft});
+  t.AddRow({"job", j.job_id()});
+  t.AddRow({"world size", std::to_string(j.world_size())});
+  t.AddRow({"epoch", std::to_string(j.epoch())});
+  t.AddRow({"highest iteration", std::to_string(j.highest_iteration())});
+  t.AddRow({"threshold", Millis(j.threshold_seconds())});
+  t.AddRow({"baseline", Millis(j.baseline_seconds())});
+  t.AddRow({"active ranks", std::to_string(j.active_ranks())});
+  t.AddRow({"excluded ranks", std::to_string(j.excluded_ranks())});
+  t.AddRow({"straggler ranks", std::to_string(j.straggler_ranks())});
+  t.AddRow({"unresponsive ranks", std::to_string(j.unresponsive_ranks())});
+  t.AddRow({"membership", "v" + std::to_string(j.membership().version()) + " from iteration " +
+                              std::to_string(j.membership().effective_iteration()) +
+                              ", excluded " + ExcludedList(j.membership())});
+  t.AddRow({"streams", std::to_string(j.streams())});
+  t.AddRow({"detections", std::to_string(j.detections_total())});
+  t.AddRow({"recoveries", std::to_string(j.recoveries_total())});
+  t.AddRow({"guard blocks", std::to_string(j.guard_blocks_total())});
+  t.AddRow({"reports", std::to_string(j.reports_total())});
+  t.AddRow({"created", TimeText(j.created_at())});
+  t.AddRow({"last report", TimeText(j.last_report_time())});
+  t.Print(out);
+  out << "\npolicy:\n";
+  PrintPolicy(j.policy(), out);
+}
+
+void PrintWorkers(const v1::ListWorkersResponse& r, std::ostream& out) {
+  Table t({"RANK", "STATE", "EXCLUDED", "COUNTER", "EPOCH", "ITERATION", "LAST", "EWMA", "SLOWDOWN",
+           "REPORTS", "OVERRIDE", "NODE"},
+          {Align::kRight, Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
+           Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft});
+  for (const auto& w : r.workers()) {
+    t.AddRow({std::to_string(w.rank()), StateName(w.state()),
+              w.excluded() ? "yes (" + ReasonName(w.exclusion_reason()) + ")" : "no",
+              std::to_string(w.counter()) + "/" + std::to_string(w.limit()),
+              std::to_string(w.epoch()), std::to_string(w.last_iteration()),
+              Millis(w.last_compute_seconds()), Millis(w.ewma_compute_seconds()),
+              w.slowdown_ratio() > 0 ? Num(w.slowdown_ratio(), 2) + "x" : "-",
+              std::to_string(w.reports_total()), OverrideName(w.override()),
+              w.node().empty() ? "-" : w.node()});
+  }
+  t.Print(out);
+}
+
+void PrintWorker(const v1::Worker& w, std::ostream& out) {
+  Table t({"FIELD", "VALUE"}, {Align::kLeft, Align::kLeft});
+  t.AddRow({"job", w.job_id()});
+  t.AddRow({"rank", std::to_string(w.rank())});
+  t.AddRow({"node", w.node().empty() ? "-" : w.node()});
+  t.AddRow({"state", StateName(w.state())});
+  t.AddRow({"excluded", w.excluded() ? "yes (" + ReasonName(w.exclusion_reason()) + ")" : "no"});
+  t.AddRow({"override", OverrideName(w.override())});
+  t.AddRow({"counter", std::to_string(w.counter()) + "/" + std::to_string(w.limit())});
+  t.AddRow({"epoch", std::to_string(w.epoch())});
+  t.AddRow({"last iteration", std::to_string(w.last_iteration())});
+  t.AddRow({"last compute", Millis(w.last_compute_seconds())});
+  t.AddRow({"ewma compute", Millis(w.ewma_compute_seconds())});
+  t.AddRow({"slowdown", w.slowdown_ratio() > 0 ? Num(w.slowdown_ratio(), 2) + "x" : "-"});
+  t.AddRow({"reports", std::to_string(w.reports_total())});
+  t.AddRow({"last report", TimeText(w.last_report_time())});
+  t.Print(out);
+}
+
+void PrintMembership(const v1::Membership& m, std::ostream& out) {
+  out << "job " << m.job_id() << "  version " << m.version() << "  effective at iteration "
+      << m.effective_iteration() << "  world size " << m.world_size() << "  lead "
+      << m.lead_iterations() << "  created " << TimeText(m.created_at()) << '\n';
+  if (m.excluded_size() == 0) {
+    out << "excluded: none\n";
+    return;
+  }
+  Table t({"RANK", "REASON", "SINCE ITERATION", "DETAIL"},
+          {Align::kRight, Align::kLeft, Align::kRight, Align::kLeft});
+  for (const auto& e : m.excluded())
+    t.AddRow({std::to_string(e.rank()), ReasonName(e.reason()), std::to_string(e.since_iteration()),
+              e.detail().empty() ? "-" : e.detail()});
+  t.Print(out);
+}
+
+void PrintMembershipLine(const v1::Membership& m, std::ostream& out) {
+  out << TimeText(m.created_at()) << "  v" << m.version() << "  effective at iteration "
+      << m.effective_iteration() << "  excluded " << ExcludedList(m) << '\n';
+}
+
+void PrintEvents(const v1::ListEventsResponse& r, std::ostream& out) {
+  Table t({"SEQ", "TIME", "KIND", "RANK", "CHANGE", "ITERATION", "COMPUTE", "THRESHOLD", "COUNTER",
+           "MEMBERSHIP", "MESSAGE"},
+          {Align::kRight, Align::kLeft, Align::kLeft, Align::kRight, Align::kLeft, Align::kRight,
+           Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft});
+  for (const auto& e : r.events()) {
+    const bool per_rank = e.kind() == v1::EVENT_KIND_STATE_CHANGE ||
+                          e.kind() == v1::EVENT_KIND_GUARD_BLOCKED ||
+                          e.kind() == v1::EVENT_KIND_OVERRIDE;
+    const bool change = e.kind() == v1::EVENT_KIND_STATE_CHANGE;
+    const bool evidence = e.has_evidence() && per_rank;
+    t.AddRow({std::to_string(e.sequence()), TimeText(e.time()), EventKindName(e.kind()),
+              per_rank ? std::to_string(e.rank()) : "-",
+              change ? StateName(e.from()) + " -> " + StateName(e.to()) : "-",
+              std::to_string(e.iteration()),
+              evidence ? Millis(e.evidence().compute_seconds()) : "-",
+              evidence ? Millis(e.evidence().threshold_seconds()) : "-",
+              evidence ? std::to_string(e.evidence().counter()) + "/" +
+                             std::to_string(e.evidence().limit())
+                       : "-",
+              e.membership_version() > 0 ? "v" + std::to_string(e.membership_version()) : "-",
+              e.message().empty() ? "-" : e.message()});
+  }
+  t.Print(out);
+  out << "last sequence: " << r.last_sequence() << '\n';
+}
+
+void PrintPolicy(const v1::PolicyConfig& p, std::ostream& out) {
+  Table t({"SETTING", "VALUE"}, {Align::kLeft, Align::kLeft});
+  auto opt_u = [](bool has, uint32_t v) { return has ? std::to_string(v) : std::string("-"); };
+  auto opt_d = [](bool has, double v) { return has ? Num(v, 3) : std::string("-"); };
+  t.AddRow({"kind", PolicyKindName(p.kind())});
+  t.AddRow({"limit", opt_u(p.has_limit(), p.limit())});
+  t.AddRow({"limit_fraction", opt_d(p.has_limit_fraction(), p.limit_fraction())});
+  t.AddRow({"rejoin_mark", opt_u(p.has_rejoin_mark(), p.rejoin_mark())});
+  t.AddRow({"profile_iterations", opt_u(p.has_profile_iterations(), p.profile_iterations())});
+  t.AddRow({"threshold_factor", opt_d(p.has_threshold_factor(), p.threshold_factor())});
+  t.AddRow({"window_iterations", opt_u(p.has_window_iterations(), p.window_iterations())});
+  t.AddRow({"recovery", RecoveryName(p.recovery())});
+  t.AddRow({"global_shift_fraction",
+            opt_d(p.has_global_shift_fraction(), p.global_shift_fraction())});
+  t.AddRow({"ewma_alpha", opt_d(p.has_ewma_alpha(), p.ewma_alpha())});
+  t.AddRow({"ewma_ratio", opt_d(p.has_ewma_ratio(), p.ewma_ratio())});
+  t.AddRow({"ewma_min_samples", opt_u(p.has_ewma_min_samples(), p.ewma_min_samples())});
+  t.AddRow({"static_threshold", p.has_static_threshold_seconds()
+                                    ? Millis(p.static_threshold_seconds())
+                                    : std::string("-")});
+  t.AddRow({"max_excluded_fraction", opt_d(p.has_max_excluded_fraction(), p.max_excluded_fraction())});
+  t.AddRow({"min_active_ranks", opt_u(p.has_min_active_ranks(), p.min_active_ranks())});
+  t.AddRow({"cooldown_iterations", opt_u(p.has_cooldown_iterations(), p.cooldown_iterations())});
+  t.AddRow({"min_throughput_gain", opt_d(p.has_min_throughput_gain(), p.min_throughput_gain())});
+  t.AddRow({"lead_iterations", opt_u(p.has_lead_iterations(), p.lead_iterations())});
+  t.AddRow({"unresponsive_after", p.has_unresponsive_after_seconds()
+                                      ? Num(p.unresponsive_after_seconds(), 1) + " s"
+                                      : std::string("-")});
+  t.AddRow({"max_compute", p.has_max_compute_seconds()
+                               ? Num(p.max_compute_seconds(), 1) + " s"
+                               : std::string("-")});
+  t.AddRow({"exclusion_enabled",
+            p.has_exclusion_enabled() ? YesNo(p.exclusion_enabled()) : std::string("-")});
+  t.Print(out);
+}
+
+}  // namespace stragglerctl
