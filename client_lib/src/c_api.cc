@@ -214,6 +214,7 @@ int straggler_stats(const straggler_client_t* client, straggler_stats_t* out) {
     out->sent = s.sent;
     out->acked = s.acked;
     out->rejected = s.rejected;
+    out->duplicates = s.duplicates;
     out->reconnects = s.reconnects;
     out->connected = s.connected ? 1 : 0;
     std::snprintf(out->last_rejection, sizeof(out->last_rejection), "%s",

@@ -280,6 +280,7 @@ class ClientImpl final : public Client {
     s.sent = sent_.load(std::memory_order_relaxed);
     s.acked = acked_.load(std::memory_order_relaxed);
     s.rejected = rejected_.load(std::memory_order_relaxed);
+    s.duplicates = duplicates_.load(std::memory_order_relaxed);
     s.reconnects = reconnects_.load(std::memory_order_relaxed);
     s.connected = connected_.load(std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(rejection_mu_);
@@ -523,6 +524,7 @@ class ClientImpl final : public Client {
       last_acked_sequence_ = d.acked_sequence();
       acked_.fetch_add(d.accepted(), std::memory_order_relaxed);
       rejected_.fetch_add(d.rejected(), std::memory_order_relaxed);
+      duplicates_.fetch_add(d.duplicates(), std::memory_order_relaxed);
       if (d.rejections_size() > 0) {
         std::lock_guard<std::mutex> lock(rejection_mu_);
         last_rejection_ = d.rejections(d.rejections_size() - 1).message();
@@ -580,6 +582,7 @@ class ClientImpl final : public Client {
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> acked_{0};
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> duplicates_{0};
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<bool> connected_{false};
   mutable std::mutex rejection_mu_;

@@ -29,6 +29,7 @@ void MergeDirective(v1::Directive& pending, v1::Directive&& newer) {
   *pending.mutable_progress() = std::move(*newer.mutable_progress());
   pending.set_accepted(pending.accepted() + newer.accepted());
   pending.set_rejected(pending.rejected() + newer.rejected());
+  pending.set_duplicates(pending.duplicates() + newer.duplicates());
   for (auto& r : *newer.mutable_rejections()) {
     if (pending.rejections_size() >= kMaxRejectionsPerDirective) break;
     *pending.add_rejections() = std::move(r);
@@ -114,7 +115,7 @@ class IngestReactor final
     stats_.batches_total.fetch_add(1, std::memory_order_relaxed);
     const uint32_t max_reports = registry_.max_batch_reports();
     const engine::Time now = WallNow();
-    uint32_t accepted = 0, rejected = 0;
+    uint32_t accepted = 0, rejected = 0, duplicates = 0;
     std::vector<v1::ReportRejection> rejections;
     auto reject = [&](uint32_t rank, uint64_t iteration, absl::string_view reason,
                       std::string message) {
@@ -154,6 +155,11 @@ class IngestReactor final
       engine::IngestResult result = job_->engine.Ingest(FromProto(report), now);
       if (result.accepted) {
         ++accepted;
+      } else if (result.reason == engine::RejectReason::kDuplicate ||
+                 result.reason == engine::RejectReason::kStale) {
+        // A replay (reconnect, agent buffer): idempotent, not the sender's error.
+        stats_.CountRejected(result.reason);
+        ++duplicates;
       } else {
         stats_.CountRejected(result.reason);
         reject(report.rank(), report.iteration(), std::string(engine::RejectReasonName(result.reason)),
@@ -169,6 +175,7 @@ class IngestReactor final
     v1::Directive ack = DirectiveLocked(*job_);
     ack.set_accepted(accepted);
     ack.set_rejected(rejected);
+    ack.set_duplicates(duplicates);
     for (auto& r : rejections) *ack.add_rejections() = std::move(r);
     // Offered while job.mu is still held so that directives enter the slot
     // in the order their memberships were snapshotted.

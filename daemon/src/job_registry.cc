@@ -221,6 +221,9 @@ void JobRegistry::JournalLocked(const Job& job, std::vector<engine::Event> event
 void JobRegistry::TickAll(engine::Time now) {
   for (const auto& job : Jobs()) {
     std::lock_guard lock(job->mu);
+    // A job with no open stream has ended (or is between restarts of all its
+    // ranks): calling every rank unresponsive would only publish churn.
+    if (job->streams == 0) continue;
     job->engine.Tick(now);
     CommitLocked(*job);
   }

@@ -139,14 +139,16 @@ TEST_CASE("batches are acknowledged with counts, rejections and the membership")
   CHECK(ack.progress(0).rank() == 0);
   CHECK(ack.progress(1).rank() == 1);
 
-  // Duplicates are acknowledged, counted as rejected, change nothing.
+  // Duplicates are acknowledged, counted apart from rejections, change nothing.
   v1::ReportBatch again;
   again.set_sequence(2);
   Fixture::AddReport(again, 0, 1, 0.1);
   REQUIRE(stream->Write(again));
   ack = ReadAck(*stream, 2);
   CHECK(ack.accepted() == 0);
-  CHECK(ack.rejected() == 1);
+  CHECK(ack.rejected() == 0);
+  CHECK(ack.duplicates() == 1);
+  CHECK(ack.rejections_size() == 0);
 
   v1::Job job;
   grpc::ClientContext qctx;

@@ -87,6 +87,7 @@ struct ClientStats {
   uint64_t sent = 0;           // written to a stream at least once
   uint64_t acked = 0;          // accepted by the daemon
   uint64_t rejected = 0;       // rejected by the daemon (see last_rejection)
+  uint64_t duplicates = 0;     // already taken by the daemon (resent after a reconnect)
   uint64_t reconnects = 0;
   bool connected = false;
   std::string last_rejection;  // the daemon's message naming the value

@@ -81,6 +81,7 @@ typedef struct straggler_stats {
   uint64_t sent;                   /* written to the stream at least once */
   uint64_t acked;                  /* accepted by the daemon */
   uint64_t rejected;               /* rejected by the daemon */
+  uint64_t duplicates;             /* already taken by the daemon (resent after a reconnect) */
   uint64_t reconnects;
   int connected;                   /* 1 while a stream to the daemon is up */
   char last_rejection[STRAGGLER_LAST_REJECTION_MAX];  /* NUL-terminated, may be truncated */
