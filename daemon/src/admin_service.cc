@@ -6,16 +6,6 @@
 #include "spdlog/spdlog.h"
 
 namespace straggler::daemon {
-namespace {
-
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContext* ctx,
                                                       const v1::SetPolicyRequest* request,
                                                       v1::Job* response) {
@@ -31,7 +21,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContex
     ToProto(job, response);
     return absl::OkStatus();
   });
-  return Done(ctx, status);
+  return FinishUnary(ctx, status);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
@@ -54,7 +44,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
     ToProto(job.engine.membership(), job.id, response);
     return absl::OkStatus();
   });
-  return Done(ctx, status);
+  return FinishUnary(ctx, status);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext* ctx,
@@ -66,7 +56,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext
     ToProto(job, response);
     return absl::OkStatus();
   });
-  return Done(ctx, status);
+  return FinishUnary(ctx, status);
 }
 
 }  // namespace straggler::daemon

@@ -8,12 +8,6 @@
 namespace straggler::daemon {
 namespace {
 
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 // A watcher wants the newest version only: a pending one is replaced.
 void KeepNewest(v1::Membership& pending, v1::Membership&& newer) {
   if (newer.version() >= pending.version()) pending = std::move(newer);
@@ -96,20 +90,20 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListJobs(grpc::CallbackServerContext
     std::lock_guard lock(job->mu);
     ToProto(*job, response->add_jobs());
   }
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                    const v1::GetJobRequest* request,
                                                    v1::Job* response) {
-  return Done(ctx, registry_.Read(request->job_id(),
+  return FinishUnary(ctx, registry_.Read(request->job_id(),
                                   [&](const Job& job) { ToProto(job, response); }));
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                         const v1::ListWorkersRequest* request,
                                                         v1::ListWorkersResponse* response) {
-  return Done(ctx, registry_.Read(request->job_id(), [&](const Job& job) {
+  return FinishUnary(ctx, registry_.Read(request->job_id(), [&](const Job& job) {
     for (uint32_t rank = 0; rank < job.world_size; ++rank) {
       ToProto(job.engine.Worker(rank), job, response->add_workers());
     }
@@ -129,13 +123,13 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetWorker(grpc::CallbackServerContex
     }
     ToProto(job.engine.Worker(request->rank()), job, response);
   });
-  return Done(ctx, found.ok() ? in_range : found);
+  return FinishUnary(ctx, found.ok() ? in_range : found);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
     grpc::CallbackServerContext* ctx, const v1::GetMembershipRequest* request,
     v1::Membership* response) {
-  return Done(ctx, registry_.Read(request->job_id(), [&](const Job& job) {
+  return FinishUnary(ctx, registry_.Read(request->job_id(), [&](const Job& job) {
     ToProto(job.engine.membership(), job.id, response);
   }));
 }
@@ -158,7 +152,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListEvents(grpc::CallbackServerConte
   EventPage page = registry_.Events(query);
   for (const JournalEntry& e : page.events) ToProto(e, response->add_events());
   response->set_last_sequence(page.last_sequence);
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 }  // namespace straggler::daemon

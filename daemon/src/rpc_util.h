@@ -30,6 +30,14 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+// Ends a unary callback RPC with `status` (the response was filled by the caller).
+inline grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
+                                             const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
 enum class WriteAction { kNone, kWrite, kFinish };
 
 template <class Msg>

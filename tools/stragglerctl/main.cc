@@ -120,64 +120,63 @@ class Ctl {
     return kExitOk;
   }
 
-  int Jobs() {
+  // One unary call under the --timeout-ms deadline.
+  template <typename Stub, typename Request, typename Response>
+  grpc::Status Call(Stub& stub,
+                    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                    const Request& request, Response* response) const {
     grpc::ClientContext ctx;
     Deadline(ctx);
+    return (stub.*method)(&ctx, request, response);
+  }
+
+  template <typename Request>
+  static Request ForJob(const std::string& job) {
+    Request r;
+    r.set_job_id(job);
+    return r;
+  }
+
+  int Jobs() {
     v1::ListJobsResponse r;
-    auto s = query_->ListJobs(&ctx, v1::ListJobsRequest{}, &r);
+    auto s = Call(*query_, &v1::QueryService::Stub::ListJobs, v1::ListJobsRequest{}, &r);
     return Show(s, r, stragglerctl::PrintJobs);
   }
 
   int Job(const std::string& job) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::GetJobRequest req;
-    req.set_job_id(job);
     v1::Job r;
-    auto s = query_->GetJob(&ctx, req, &r);
+    auto s = Call(*query_, &v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &r);
     return Show(s, r, stragglerctl::PrintJob);
   }
 
   int Workers(const std::string& job) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::ListWorkersRequest req;
-    req.set_job_id(job);
     v1::ListWorkersResponse r;
-    auto s = query_->ListWorkers(&ctx, req, &r);
+    auto s = Call(*query_, &v1::QueryService::Stub::ListWorkers,
+                  ForJob<v1::ListWorkersRequest>(job), &r);
     return Show(s, r, stragglerctl::PrintWorkers);
   }
 
   int Worker(const std::string& job, uint32_t rank) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::GetWorkerRequest req;
-    req.set_job_id(job);
+    auto req = ForJob<v1::GetWorkerRequest>(job);
     req.set_rank(rank);
     v1::Worker r;
-    auto s = query_->GetWorker(&ctx, req, &r);
+    auto s = Call(*query_, &v1::QueryService::Stub::GetWorker, req, &r);
     return Show(s, r, stragglerctl::PrintWorker);
   }
 
   int Membership(const std::string& job) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::GetMembershipRequest req;
-    req.set_job_id(job);
     v1::Membership r;
-    auto s = query_->GetMembership(&ctx, req, &r);
+    auto s = Call(*query_, &v1::QueryService::Stub::GetMembership,
+                  ForJob<v1::GetMembershipRequest>(job), &r);
     return Show(s, r, stragglerctl::PrintMembership);
   }
 
   int Events(const std::string& job, uint64_t since_sequence, uint32_t limit) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::ListEventsRequest req;
-    req.set_job_id(job);
+    auto req = ForJob<v1::ListEventsRequest>(job);
     req.set_since_sequence(since_sequence);
     req.set_limit(limit);
     v1::ListEventsResponse r;
-    auto s = query_->ListEvents(&ctx, req, &r);
+    auto s = Call(*query_, &v1::QueryService::Stub::ListEvents, req, &r);
     return Show(s, r, stragglerctl::PrintEvents);
   }
 
@@ -224,13 +223,10 @@ class Ctl {
   }
 
   int SetPolicy(const std::string& job, const v1::PolicyConfig& policy) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::SetPolicyRequest req;
-    req.set_job_id(job);
+    auto req = ForJob<v1::SetPolicyRequest>(job);
     *req.mutable_policy() = policy;
     v1::Job r;
-    auto s = admin_->SetPolicy(&ctx, req, &r);
+    auto s = Call(*admin_, &v1::AdminService::Stub::SetPolicy, req, &r);
     return Show(s, r, [](const v1::Job& j, std::ostream& out) {
       out << "policy of job " << j.job_id() << " is now:\n";
       stragglerctl::PrintPolicy(j.policy(), out);
@@ -238,12 +234,8 @@ class Ctl {
   }
 
   int ShowPolicy(const std::string& job) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::GetJobRequest req;
-    req.set_job_id(job);
     v1::Job r;
-    auto s = query_->GetJob(&ctx, req, &r);
+    auto s = Call(*query_, &v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &r);
     if (!s.ok()) return Fail(s, g_);
     if (g_.json()) {
       PrintJson(r.policy(), false);
@@ -255,25 +247,18 @@ class Ctl {
 
   int Override(const std::string& job, uint32_t rank, v1::RankOverride o,
                const std::string& reason) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::SetRankOverrideRequest req;
-    req.set_job_id(job);
+    auto req = ForJob<v1::SetRankOverrideRequest>(job);
     req.set_rank(rank);
     req.set_override(o);
     req.set_reason(reason);
     v1::Membership r;
-    auto s = admin_->SetRankOverride(&ctx, req, &r);
+    auto s = Call(*admin_, &v1::AdminService::Stub::SetRankOverride, req, &r);
     return Show(s, r, stragglerctl::PrintMembership);
   }
 
   int Reset(const std::string& job) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::ResetJobRequest req;
-    req.set_job_id(job);
     v1::Job r;
-    auto s = admin_->ResetJob(&ctx, req, &r);
+    auto s = Call(*admin_, &v1::AdminService::Stub::ResetJob, ForJob<v1::ResetJobRequest>(job), &r);
     return Show(s, r, stragglerctl::PrintJob);
   }
 
