@@ -187,6 +187,7 @@ void ToProto(const JournalEntry& e, v1::Event* out) {
   ev->set_counter(e.event.evidence.counter);
   ev->set_limit(e.event.evidence.limit);
   ev->set_baseline_seconds(e.event.evidence.baseline_seconds);
+  ev->set_latency_iterations(e.event.evidence.latency_iterations);
   out->set_membership_version(e.event.membership_version);
   out->set_message(e.event.message);
 }

@@ -93,6 +93,7 @@ struct JobEngine::Impl {
     bool on_probation = false;
     bool probation_failed = false;  // still slow when its probation ended
     bool counted = false;           // rows wait for this rank (see counted_ranks)
+    uint64_t episode_start = 0;     // iteration at which the counter left 0
     Time announced_at{0};
   };
 
@@ -541,6 +542,7 @@ struct JobEngine::Impl {
     RankState& r = ranks[rank];
     const uint32_t lim = Limit();
     if (v == Verdict::kSlow) {
+      if (r.counter == 0) r.episode_start = iteration;
       if (r.counter < lim) r.counter++;
     } else if (v == Verdict::kFast) {
       if (r.counter > 0) r.counter--;
@@ -552,6 +554,8 @@ struct JobEngine::Impl {
       ChangeState(rank, WorkerState::kStraggler, iteration, compute, now,
                   absl::StrFormat("compute %.6gs above threshold %.6gs; counter %u/%u", compute,
                                   threshold, r.counter, lim));
+      events.back().evidence.latency_iterations =
+          iteration >= r.episode_start ? iteration - r.episode_start + 1 : 0;
     } else if (r.state == WorkerState::kStraggler && r.counter <= Mark() &&
                CooledDown(r, iteration)) {
       r.flipped = true;

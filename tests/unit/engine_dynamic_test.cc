@@ -392,3 +392,16 @@ TEST_CASE("probation recovery: excluded stragglers rejoin for the first n rows o
 
 }  // namespace
 }  // namespace straggler::engine
+
+TEST_CASE("dynamic: detection latency counts from the first slow step of the episode",
+          "[engine][dynamic][events]") {
+  using namespace straggler::engine::testutil;
+  Harness h(4);
+  h.Rows(0, 10, 0, Uniform(4, 1.0));
+  h.Rows(10, 5, 0, With(Uniform(4, 1.0), 2, 3.0));  // limit 5: detected at iteration 14
+  REQUIRE(h.State(2) == straggler::engine::WorkerState::kStraggler);
+  const auto changes = h.Of(straggler::engine::EventKind::kStateChange, 2);
+  REQUIRE(changes.size() == 1);
+  CHECK(changes[0].iteration == 14);
+  CHECK(changes[0].evidence.latency_iterations == 5);
+}

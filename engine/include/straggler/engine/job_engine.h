@@ -168,6 +168,9 @@ struct Evidence {
   uint32_t counter = 0;
   uint32_t limit = 0;
   double baseline_seconds = 0.0;
+  // On a healthy -> straggler transition: iterations from the first slow step
+  // of the episode (the counter leaving 0) to the detection, both included.
+  uint64_t latency_iterations = 0;
 };
 
 struct Event {
