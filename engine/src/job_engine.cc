@@ -94,6 +94,7 @@ struct JobEngine::Impl {
     bool probation_failed = false;  // still slow when its probation ended
     bool counted = false;           // rows wait for this rank (see counted_ranks)
     uint64_t episode_start = 0;     // iteration at which the counter left 0
+    bool ahead = false;             // last report was far ahead of the job
     Time announced_at{0};
   };
 
@@ -139,6 +140,7 @@ struct JobEngine::Impl {
   std::deque<Row> rows;
   std::vector<Row> spare_rows;
   bool have_completed = false;
+  uint32_t ahead_ranks = 0;  // ranks whose last report was far ahead
   uint64_t last_completed = 0;  // reports at or below it are judged alone
   bool have_highest = false;
   uint64_t highest_active = 0;  // highest iteration reported through a row
@@ -149,7 +151,9 @@ struct JobEngine::Impl {
   uint64_t epoch_start_iteration = 0;
   bool profiling = true;
   uint32_t profile_collected = 0;
-  double profile_sum = 0.0;
+  double profile_sum = 0.0;         // of the row minima
+  double profile_median_sum = 0.0;  // of the row lower medians
+  bool baseline_from_median = false;
   uint64_t rows_since_profile = 0;
   int speedup_rows = 0;
   bool have_threshold = false;
@@ -296,7 +300,7 @@ struct JobEngine::Impl {
       ChangeState(rep.rank, WorkerState::kHealthy, rep.iteration, rep.compute_seconds, now,
                   "reporting again");
     }
-    SetCounted(rep.rank, true);
+    if (!r.ahead) SetCounted(rep.rank, true);
     r.has_progress = true;
     r.last_iteration = rep.iteration;
     r.epoch = rep.epoch;
@@ -321,16 +325,44 @@ struct JobEngine::Impl {
     return res;
   }
 
+  // A rank more than kMaxRowSpan iterations ahead of the job is judged alone
+  // and moves nothing (one bad client must not drag the rows, the highest
+  // iteration and so every effective_iteration with it) - unless most ranks
+  // have made the same jump, which means the job itself moved (a restart from
+  // a later checkpoint): then the rows start over from there.
+  bool TooFarAhead(uint32_t rank, uint64_t it, Time now) {
+    RankState& r = ranks[rank];
+    const bool far = have_highest && it > highest_active + kMaxRowSpan;
+    if (far != r.ahead) {
+      r.ahead = far;
+      ahead_ranks += far ? 1 : -1;
+      SetCounted(rank, !far);  // rows do not wait for a rank that is elsewhere
+    }
+    if (!far) return false;
+    if (2 * ahead_ranks <= counted_ranks + ahead_ranks) return true;
+    while (!rows.empty()) CompleteFront(now);
+    for (uint32_t i = 0; i < world_size; ++i)
+      if (ranks[i].ahead) {
+        ranks[i].ahead = false;
+        SetCounted(i, true);
+      }
+    ahead_ranks = 0;
+    have_highest = false;
+    have_completed = false;
+    return false;
+  }
+
   void AddToRow(const Report& rep, Time now) {
     const uint64_t it = rep.iteration;
+    if (TooFarAhead(rep.rank, it, now)) {
+      JudgeSingle(rep.rank, rep, now);
+      return;
+    }
     if ((have_completed && it <= last_completed) ||
         (!rows.empty() && it < rows.front().iteration)) {
       // The row was judged already without this rank: judge it alone.
       JudgeSingle(rep.rank, rep, now);
       return;
-    }
-    if (!rows.empty() && it > rows.back().iteration + kMaxRowSpan) {
-      while (!rows.empty()) CompleteFront(now);
     }
     if (rows.empty()) rows.push_back(NewRow(it));
     while (rows.back().iteration < it) rows.push_back(NewRow(rows.back().iteration + 1));
@@ -388,6 +420,7 @@ struct JobEngine::Impl {
     profiling = true;
     profile_collected = 0;
     profile_sum = 0.0;
+    profile_median_sum = 0.0;
     rows_since_profile = 0;
     speedup_rows = 0;
     Event e;
@@ -439,30 +472,63 @@ struct JobEngine::Impl {
                    absl::StrCat("window of ", policy.window_iterations, " iterations elapsed"));
     if (profiling) {
       profile_sum += row.min;
+      profile_median_sum += LowerMedian(row, /*use_ewma=*/false);
       profile_collected++;
+      bool completed = false;
       if (profile_collected >= policy.profile_iterations) {
         profiling = false;
-        baseline = profile_sum / profile_collected;
-        threshold = policy.threshold_factor * baseline;
-        have_threshold = true;
-        speedup_rows = 0;
-        rows_since_profile = 0;
+        completed = true;
+        SetBaseline(profile_sum / profile_collected, /*from_median=*/false);
       }
-      if (have_threshold) JudgeRow(row, now, /*global_shift_guard=*/true);
+      if (!have_threshold) return;
+      const size_t slow = JudgeRow(row, now, /*global_shift_guard=*/true);
+      if (slow > 0 && completed) {
+        // Most ranks sit above k x the fastest ones right after profiling:
+        // the fastest ranks are a minority (mixed GPU generations, a rank
+        // with less work), not the job's speed. Judge against the majority.
+        SetBaseline(profile_median_sum / profile_collected, /*from_median=*/true);
+        Event e;
+        e.time = now;
+        e.kind = EventKind::kReprofile;
+        e.iteration = row.iteration;
+        e.membership_version = Newest().version;
+        e.evidence.threshold_seconds = threshold;
+        e.evidence.baseline_seconds = baseline;
+        e.message = absl::StrCat(slow, " of ", row.values.size(),
+                                 " ranks above k x the fastest after profiling: baseline taken "
+                                 "from the median rank instead");
+        Emit(std::move(e));
+        JudgeRow(row, now, /*global_shift_guard=*/false);
+      }
       return;
     }
     // A faster system makes the profiled threshold too lenient.
-    if (row.min < baseline / kSpeedupRatio) {
+    const double reference = baseline_from_median ? LowerMedian(row, false) : row.min;
+    if (reference < baseline / kSpeedupRatio) {
       if (++speedup_rows >= kSpeedupRows) {
         StartProfile(row.iteration + 1, now,
-                     absl::StrFormat("fastest rank at %.6gs, below baseline %.6gs / %.2g",
-                                     row.min, baseline, kSpeedupRatio));
+                     absl::StrFormat("%s rank at %.6gs, below baseline %.6gs / %.2g",
+                                     baseline_from_median ? "median" : "fastest", reference,
+                                     baseline, kSpeedupRatio));
         return;
       }
     } else {
       speedup_rows = 0;
     }
-    JudgeRow(row, now, /*global_shift_guard=*/true);
+    if (const size_t slow = JudgeRow(row, now, /*global_shift_guard=*/true); slow > 0)
+      StartProfile(row.iteration + 1, now,
+                   absl::StrCat(slow, " of ", row.values.size(),
+                                " ranks above the threshold at iteration ", row.iteration,
+                                ": the whole job slowed down"));
+  }
+
+  void SetBaseline(double b, bool from_median) {
+    baseline = b;
+    baseline_from_median = from_median;
+    threshold = policy.threshold_factor * baseline;
+    have_threshold = true;
+    speedup_rows = 0;
+    rows_since_profile = 0;
   }
 
   void ProcessEwmaRow(Row& row, Time now) {
@@ -498,23 +564,20 @@ struct JobEngine::Impl {
     return Verdict::kNone;
   }
 
-  void JudgeRow(Row& row, Time now, bool global_shift_guard) {
+  // Applies the row's verdicts. With the guard, a row where more than
+  // global_shift_fraction of the ranks are slow moves no counter (a job-wide
+  // slowdown is not a straggler) and the count of slow ranks is returned for
+  // the caller to re-profile; 0 otherwise.
+  size_t JudgeRow(Row& row, Time now, bool global_shift_guard) {
     if (global_shift_guard && row.values.size() >= 2) {
       size_t slow = 0;
       for (auto& [rank, t] : row.values) slow += t > threshold;
       if (static_cast<double>(slow) >
-          policy.global_shift_fraction * static_cast<double>(row.values.size())) {
-        // Inside a profile the new threshold is already being measured;
-        // restarting it would never let it finish while the slowdown lasts.
-        if (!profiling)
-          StartProfile(row.iteration + 1, now,
-                       absl::StrCat(slow, " of ", row.values.size(),
-                                    " ranks above the threshold at iteration ", row.iteration,
-                                    ": the whole job slowed down"));
-        return;
-      }
+          policy.global_shift_fraction * static_cast<double>(row.values.size()))
+        return slow;
     }
     for (auto& [rank, t] : row.values) ApplyVerdict(rank, VerdictFor(t), row.iteration, t, now);
+    return 0;
   }
 
   // A report judged on its own: excluded ranks (shadow recovery) and reports
@@ -758,28 +821,40 @@ struct JobEngine::Impl {
 
     // Publish if the excluded set changed.
     bool changed = false;
+    uint64_t min_effective = 0;
     std::vector<ExcludedRank> next;
     for (uint32_t i = 0; i < world_size; ++i) {
       const bool was = cur_excl[i] != nullptr;
       const bool is = want[i].reason != ExclusionReason::kNone;
       if (was != is || (was && is && cur_excl[i]->reason != want[i].reason)) changed = true;
+      // A rank coming back may have run ahead of the group while excluded:
+      // it must not be expected at an iteration it has already passed.
+      if (was && !is && ranks[i].has_progress)
+        min_effective = std::max(min_effective, ranks[i].last_iteration + 1);
       if (is) next.push_back({i, want[i].reason, std::move(want[i].detail), want[i].since});
     }
-    if (changed) Publish(std::move(next), now, "exclusion set changed");
+    if (changed) Publish(std::move(next), now, "exclusion set changed", min_effective);
   }
 
-  void Publish(std::vector<ExcludedRank> excluded, Time now, std::string why) {
+  // `min_effective`: the new version may not take effect before this
+  // iteration (a re-included rank that ran ahead; a floor from a client).
+  void Publish(std::vector<ExcludedRank> excluded, Time now, std::string why,
+               uint64_t min_effective = 0, uint64_t min_version = 0) {
     const Membership& cur = Newest();
     Version v;
-    v.m.version = cur.version + 1;
-    const uint64_t by_progress = (have_highest ? highest_active : 0) + policy.lead_iterations;
-    v.m.effective_iteration = std::max(by_progress, cur.effective_iteration + 1);
+    v.m.version = std::max(cur.version + 1, min_version);
+    // Clients judge certainty with the lead of the newest version they hold:
+    // a lowered lead may only be used once a version carrying it is out.
+    const uint64_t lead = std::max(policy.lead_iterations, cur.lead_iterations);
+    const uint64_t by_progress = (have_highest ? highest_active : 0) + lead;
+    v.m.effective_iteration =
+        std::max({by_progress, cur.effective_iteration + 1, min_effective});
     v.m.excluded = std::move(excluded);
     v.m.world_size = world_size;
     v.m.lead_iterations = policy.lead_iterations;
     v.m.created_at = now;
     for (const auto& e : v.m.excluded)
-      if (ranks[e.rank].state != WorkerState::kUnresponsive) v.excluded_counted++;
+      if (ranks[e.rank].counted) v.excluded_counted++;
     versions.push_back(v);
     history.push_back(v.m);
     while (versions.size() > kMembershipHistory) {
@@ -921,6 +996,10 @@ void JobEngine::Reset(Time now) {
   d.profiling = true;
   d.profile_collected = 0;
   d.profile_sum = 0;
+  d.profile_median_sum = 0;
+  d.baseline_from_median = false;
+  d.have_completed = false;  // rows start afresh with the next reports
+  d.ahead_ranks = 0;
   d.have_threshold = false;
   d.threshold = d.baseline = 0;
   d.probation_active = false;
@@ -933,6 +1012,15 @@ void JobEngine::Reset(Time now) {
   e.message = "job reset: every rank included, state forgotten";
   d.Emit(std::move(e));
   d.Publish({}, now, "reset");
+}
+
+void JobEngine::AdoptVersionFloor(uint64_t version, uint64_t effective_iteration, Time now) {
+  Impl& d = *impl_;
+  if (version < d.Newest().version) return;
+  std::vector<ExcludedRank> same = d.Newest().excluded;
+  d.Publish(std::move(same), now,
+            absl::StrCat("a client holds version ", version, " from an earlier daemon"),
+            effective_iteration + 1, version + 1);
 }
 
 void JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
@@ -975,11 +1063,13 @@ WorkerView JobEngine::Worker(uint32_t rank) const {
   const auto& r = d.ranks[rank];
   w.rank = rank;
   w.state = r.state;
-  for (const auto& e : d.Newest().excluded)
-    if (e.rank == rank) {
-      w.excluded = true;
-      w.exclusion_reason = e.reason;
-    }
+  const auto& ex = d.Newest().excluded;
+  auto it = std::lower_bound(ex.begin(), ex.end(), rank,
+                             [](const ExcludedRank& e, uint32_t r) { return e.rank < r; });
+  if (it != ex.end() && it->rank == rank) {
+    w.excluded = true;
+    w.exclusion_reason = it->reason;
+  }
   w.override = r.override;
   w.counter = r.counter;
   w.limit = d.Limit();

@@ -295,19 +295,19 @@ TEST_CASE("rows: announced ranks are waited for; unannounced ones are not",
   SECTION("announced: the row waits for rank 3, whose time is the fastest") {
     JobEngine job(4, p, t0);
     for (uint32_t r = 0; r < 4; ++r) job.Announce(r, t0);
-    job.Ingest({.rank = 0, .epoch = 0, .iteration = 0, .compute_seconds = 1.0}, t0);
-    job.Ingest({.rank = 1, .epoch = 0, .iteration = 0, .compute_seconds = 0.5}, t0);
-    job.Ingest({.rank = 2, .epoch = 0, .iteration = 0, .compute_seconds = 0.5}, t0);
+    job.Ingest(straggler::engine::testutil::MakeReport(0, 0, 0, 1.0), t0);
+    job.Ingest(straggler::engine::testutil::MakeReport(1, 0, 0, 0.5), t0);
+    job.Ingest(straggler::engine::testutil::MakeReport(2, 0, 0, 0.5), t0);
     CHECK(job.View().threshold_seconds == 0.0);
-    job.Ingest({.rank = 3, .epoch = 0, .iteration = 0, .compute_seconds = 0.25}, t0);
+    job.Ingest(straggler::engine::testutil::MakeReport(3, 0, 0, 0.25), t0);
     CHECK(job.View().threshold_seconds == Approx(0.5));
   }
   SECTION("not announced: the row completes with the ranks that reported") {
     JobEngine job(4, p, t0);
-    job.Ingest({.rank = 0, .epoch = 0, .iteration = 0, .compute_seconds = 1.0}, t0);
+    job.Ingest(straggler::engine::testutil::MakeReport(0, 0, 0, 1.0), t0);
     CHECK(job.View().threshold_seconds == Approx(2.0));
     // A report for the judged row is judged alone, not made into a new row.
-    job.Ingest({.rank = 1, .epoch = 0, .iteration = 0, .compute_seconds = 0.25}, t0);
+    job.Ingest(straggler::engine::testutil::MakeReport(1, 0, 0, 0.25), t0);
     CHECK(job.View().threshold_seconds == Approx(2.0));
   }
 }

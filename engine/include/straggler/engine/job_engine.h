@@ -35,10 +35,12 @@
 //    Global shift: when more than global_shift_fraction of a row's ranks (at
 //    least 2 ranks in the row) are above the threshold, no counter moves for
 //    that row and a new profile starts with the next row (unless one is
-//    already running). Speed-up: when the
-//    row minimum stays below baseline / kSpeedupRatio for kSpeedupRows rows in
-//    a row, a new profile starts too (a stale, too-high threshold would hide
-//    stragglers).
+//    already running). If that happens on the row that completes a profile,
+//    the fastest ranks are a minority (mixed GPU generations): the baseline
+//    becomes the mean of the profile rows' lower medians instead. Speed-up:
+//    when the row minimum (the lower median, for a median baseline) stays
+//    below baseline / kSpeedupRatio for kSpeedupRows rows in a row, a new
+//    profile starts too (a stale, too-high threshold would hide stragglers).
 //  * static. A step is slow when compute_seconds > static_threshold_seconds.
 //  * ewma. Each rank keeps ewma = alpha*t + (1-alpha)*ewma (first sample sets
 //    it). At a row, the reference is the lower median of the row ranks' ewma
@@ -71,7 +73,15 @@
 //    until the outcome changes.
 //  * Membership. Whenever the excluded set changes a new version is made:
 //    version + 1, effective_iteration = max(highest iteration reported by an
-//    active rank + lead_iterations, previous effective_iteration + 1).
+//    active rank + lead, previous effective_iteration + 1, last iteration + 1
+//    of every rank it re-includes), where lead is the larger of the policy's
+//    lead_iterations and the previous version's (clients judge certainty by
+//    the lead of the version they hold, so a lowered lead starts to count
+//    only from the version that announces it).
+//  * Far ahead: a report more than 1024 iterations ahead of the highest
+//    iteration is judged alone and moves no row, unless most counted ranks
+//    made the same jump (the job resumed from a later checkpoint): then the
+//    rows restart there.
 //  * Input. Rejected with a message naming the value: rank >= world size;
 //    NaN, infinite, negative or > max_compute_seconds compute time; NaN,
 //    infinite or negative optional times. Per rank, iterations must grow:
@@ -260,6 +270,13 @@ class JobEngine {
   // Forgets all per-rank state and publishes a membership with every rank
   // included (as a new, higher version).
   void Reset(Time now);
+
+  // A client already holds membership `version` (from an earlier daemon
+  // incarnation), in force from `effective_iteration`. When that is not below
+  // the newest version here, publishes a new version above it (same excluded
+  // set) taking effect after `effective_iteration`, so versions keep growing
+  // across daemon restarts and clients do not ignore this daemon's versions.
+  void AdoptVersionFloor(uint64_t version, uint64_t effective_iteration, Time now);
 
   // The epoch length, when the trainer announces it.
   void SetIterationsPerEpoch(uint64_t iterations);

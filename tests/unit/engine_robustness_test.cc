@@ -1,0 +1,147 @@
+// Cases from review: traces the plain rule handles badly, and protocol edges
+// of the membership (lead changes, daemon restarts, re-inclusion).
+#include <catch2/catch.hpp>
+
+#include "engine_test_util.h"
+
+using namespace straggler::engine;
+using namespace straggler::engine::testutil;
+
+namespace {
+
+std::vector<uint32_t> Excluded(const Membership& m) {
+  std::vector<uint32_t> out;
+  for (const auto& e : m.excluded) out.push_back(e.rank);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("mixed generations: a fast minority does not blind detection",
+          "[engine][dynamic][robustness]") {
+  // 3 new GPUs at 1.0 s, 5 old ones at 2.5 s: k x fastest = 2.0 puts the
+  // majority above the threshold. The baseline falls back to the median
+  // (2.5 s, threshold 5.0 s) instead of re-profiling forever.
+  Harness h(8);
+  for (uint32_t r = 0; r < 8; ++r) h.engine().Announce(r, h.now());
+  std::vector<double> mixed = {1.0, 1.0, 1.0, 2.5, 2.5, 2.5, 2.5, 2.5};
+  h.Rows(0, 10, 0, mixed);
+  CHECK(h.engine().View().baseline_seconds == Approx(2.5));
+  CHECK(h.engine().View().threshold_seconds == Approx(5.0));
+  const size_t reprofiles = h.Count(EventKind::kReprofile);
+  CHECK(reprofiles == 1);
+  h.Rows(10, 20, 0, mixed);
+  CHECK(h.Count(EventKind::kReprofile) == reprofiles);  // no flood
+  for (uint32_t r = 0; r < 8; ++r) CHECK(h.State(r) == WorkerState::kHealthy);
+  // An old GPU that slows 3x is still caught.
+  h.Rows(30, 6, 0, With(mixed, 5, 7.5));
+  CHECK(h.State(5) == WorkerState::kStraggler);
+  for (uint32_t r = 0; r < 8; ++r)
+    if (r != 5) CHECK(h.State(r) == WorkerState::kHealthy);
+}
+
+TEST_CASE("far ahead: one rank jumping 10^6 iterations moves nothing",
+          "[engine][rows][robustness]") {
+  Harness h(4);
+  h.Rows(0, 10, 0, Uniform(4, 1.0));
+  const uint64_t highest = h.engine().View().highest_iteration;
+  CHECK(h.Send(2, 0, 1'000'000, 1.0).accepted);
+  CHECK(h.engine().View().highest_iteration == highest);
+  // The others keep forming rows: a slow rank is still detected.
+  for (uint64_t i = 10; i < 16; ++i) {
+    h.Feed(0, 0, i, 1.0);
+    h.Feed(1, 0, i, 3.0);
+    h.Feed(2, 0, 1'000'000 + i, 1.0);  // still running far ahead
+    h.Feed(3, 0, i, 1.0);
+  }
+  CHECK(h.State(1) == WorkerState::kStraggler);
+  // A membership made now takes effect near the job, not near 10^6.
+  CHECK(h.engine().membership().effective_iteration < 100);
+}
+
+TEST_CASE("far ahead: the whole job jumping (resume from a checkpoint) restarts the rows",
+          "[engine][rows][robustness]") {
+  Harness h(4);
+  h.Rows(0, 10, 0, Uniform(4, 1.0));
+  h.Rows(50'000, 10, 0, Uniform(4, 1.0));
+  CHECK(h.engine().View().highest_iteration == 50'009);
+  h.Rows(50'010, 6, 0, With(Uniform(4, 1.0), 0, 3.0));
+  CHECK(h.State(0) == WorkerState::kStraggler);
+  CHECK(h.engine().membership().effective_iteration > 50'000);
+}
+
+TEST_CASE("lead: a lowered lead counts only from the version that announces it",
+          "[engine][membership]") {
+  PolicyConfig p;
+  p.lead_iterations = 5;
+  p.cooldown_iterations = 0;
+  Harness h(4, p);
+  h.Rows(0, 10, 0, Uniform(4, 1.0));
+  REQUIRE(h.engine().SetOverride(1, RankOverride::kForceExclude, "", h.now()).ok());
+  const Membership v1 = h.engine().membership();
+  CHECK(v1.effective_iteration == 9 + 5);
+  CHECK(v1.lead_iterations == 5);
+  p.lead_iterations = 2;
+  REQUIRE(h.engine().SetPolicy(p, h.now()).ok());
+  h.Rows(10, 10, 0, Uniform(4, 1.0));  // highest 19
+  REQUIRE(h.engine().SetOverride(1, RankOverride::kNone, "", h.now()).ok());
+  const Membership v2 = h.engine().membership();
+  // Clients holding v1 judge certainty with lead 5: v2 must respect it.
+  CHECK(v2.effective_iteration == 19 + 5);
+  CHECK(v2.lead_iterations == 2);
+  REQUIRE(h.engine().SetOverride(2, RankOverride::kForceExclude, "", h.now()).ok());
+  const Membership v3 = h.engine().membership();
+  CHECK(v3.effective_iteration == std::max<uint64_t>(19 + 2, v2.effective_iteration + 1));
+}
+
+TEST_CASE("daemon restart: a client's version floor makes versions keep growing",
+          "[engine][membership]") {
+  Harness h(4);
+  h.Rows(0, 10, 0, Uniform(4, 1.0));
+  REQUIRE(h.engine().membership().version == 0);
+  h.engine().AdoptVersionFloor(7, 100, h.now());
+  const Membership& m = h.engine().membership();
+  CHECK(m.version == 8);
+  CHECK(m.effective_iteration == 101);
+  CHECK(m.excluded.empty());
+  // A floor below what we have changes nothing.
+  h.engine().AdoptVersionFloor(3, 50, h.now());
+  CHECK(h.engine().membership().version == 8);
+}
+
+TEST_CASE("re-inclusion: a rank that ran ahead while excluded is not expected in its past",
+          "[engine][membership]") {
+  PolicyConfig p;
+  p.cooldown_iterations = 0;
+  Harness h(4, p);
+  h.Rows(0, 10, 0, Uniform(4, 1.0));
+  REQUIRE(h.engine().SetOverride(3, RankOverride::kForceExclude, "", h.now()).ok());
+  const uint64_t e1 = h.engine().membership().effective_iteration;
+  h.Rows(10, e1 - 10, 0, Uniform(4, 1.0));
+  // Excluded rank 3 runs far ahead on its own (it waits on no collective).
+  for (uint64_t i = e1; i < e1 + 40; ++i) h.Feed(3, 0, i, 0.5);
+  for (uint64_t i = e1; i < e1 + 5; ++i) {
+    h.Feed(0, 0, i, 1.0);
+    h.Feed(1, 0, i, 1.0);
+    h.Feed(2, 0, i, 1.0);
+  }
+  REQUIRE(h.engine().SetOverride(3, RankOverride::kNone, "", h.now()).ok());
+  const Membership& m = h.engine().membership();
+  CHECK(Excluded(m).empty());
+  CHECK(m.effective_iteration >= e1 + 40);
+}
+
+TEST_CASE("rows: forcing out a rank that never reported does not shorten rows",
+          "[engine][rows]") {
+  PolicyConfig p;
+  p.profile_iterations = 1;
+  Harness h(4, p);
+  for (uint32_t r = 0; r < 3; ++r) h.engine().Announce(r, h.now());
+  REQUIRE(h.engine().SetOverride(3, RankOverride::kForceExclude, "", h.now()).ok());
+  // Ranks 0..2 are expected; the row must wait for all three.
+  h.Feed(0, 0, 0, 1.0);
+  h.Feed(1, 0, 0, 1.0);
+  CHECK(h.engine().View().threshold_seconds == 0.0);
+  h.Feed(2, 0, 0, 0.5);
+  CHECK(h.engine().View().threshold_seconds == Approx(1.0));
+}
