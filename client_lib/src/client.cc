@@ -100,6 +100,7 @@ MembershipView ToView(const pb::Membership& m, uint32_t fallback_world_size) {
   v.ok = true;
   v.version = m.version();
   v.effective_iteration = m.effective_iteration();
+  v.incarnation = m.incarnation();
   v.world_size = m.world_size() != 0 ? m.world_size() : fallback_world_size;
   v.lead_iterations = m.lead_iterations() != 0 ? m.lead_iterations() : detail::kDefaultLeadIterations;
   v.excluded.reserve(m.excluded_size());
@@ -361,6 +362,16 @@ class ClientImpl final : public Client {
     h->set_world_size(options_.world_size);
     h->set_iterations_per_epoch(options_.iterations_per_epoch);
     h->set_client_version(kClientVersion);
+    // The newest version we hold, so that a restarted daemon (which starts
+    // again from version 0) publishes a version above it, effective after it,
+    // instead of versions this client would ignore as already known.
+    // current_ is history_.Newest(); snapshots live as long as the history.
+    if (const MembershipView* newest = current_.load(std::memory_order_acquire);
+        newest != nullptr && newest->version > 0) {
+      h->set_known_membership_version(newest->version);
+      h->set_known_effective_iteration(newest->effective_iteration);
+      h->set_known_incarnation(newest->incarnation);
+    }
   }
 
   // First messages of a connection: the hello, riding on the oldest

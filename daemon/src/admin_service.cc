@@ -41,7 +41,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
     spdlog::info("job={} rank={} override {} by admin call from {}{}{}", job.id, request->rank(),
                  v1::RankOverride_Name(request->override()), ctx->peer(),
                  request->reason().empty() ? "" : ": ", request->reason());
-    ToProto(job.engine.membership(), job.id, response);
+    ToProto(job.engine.membership(), job, response);
     return absl::OkStatus();
   });
   return FinishUnary(ctx, status);

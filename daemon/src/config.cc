@@ -179,6 +179,7 @@ class Parser {
       if (key == "max_ranks_per_job") target = &limits.max_ranks_per_job;
       if (key == "max_batch_reports") target = &limits.max_batch_reports;
       if (key == "events_retained") target = &limits.events_retained;
+      if (key == "job_idle_ttl_seconds") target = &limits.job_idle_ttl_seconds;
       if (target == nullptr) {
         return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in limits"));
       }

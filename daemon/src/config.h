@@ -33,6 +33,9 @@ struct Limits {
   uint32_t max_ranks_per_job = 65536;   // largest world_size accepted in a hello
   uint32_t max_batch_reports = 10000;   // reports taken from one ReportBatch
   uint32_t events_retained = 100000;    // size of the daemon-wide event ring
+  // A job with no open stream and no watcher is forgotten this long after its
+  // last activity (last report, last stream detach); its events stay.
+  uint32_t job_idle_ttl_seconds = 3600;
 };
 
 // A per-job policy: `match` is a job id or a glob where `*` matches any run

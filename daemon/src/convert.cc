@@ -111,11 +111,15 @@ StreamHello FromProto(const v1::StreamHello& h) {
   out.ranks.assign(h.ranks().begin(), h.ranks().end());
   out.world_size = h.world_size();
   out.iterations_per_epoch = h.iterations_per_epoch();
+  out.known_membership_version = h.known_membership_version();
+  out.known_effective_iteration = h.known_effective_iteration();
+  out.known_incarnation = h.known_incarnation();
   return out;
 }
 
-void ToProto(const engine::Membership& m, absl::string_view job_id, v1::Membership* out) {
-  out->set_job_id(std::string(job_id));
+void ToProto(const engine::Membership& m, const Job& job, v1::Membership* out) {
+  out->set_job_id(job.id);
+  out->set_incarnation(job.incarnation);
   out->set_version(m.version);
   out->set_effective_iteration(m.effective_iteration);
   for (const auto& e : m.excluded) {
@@ -158,7 +162,7 @@ void ToProto(const Job& job, v1::Job* out) {
   out->set_highest_iteration(v.highest_iteration);
   out->set_threshold_seconds(v.threshold_seconds);
   out->set_baseline_seconds(v.baseline_seconds);
-  ToProto(job.engine.membership(), job.id, out->mutable_membership());
+  ToProto(job.engine.membership(), job, out->mutable_membership());
   out->set_active_ranks(v.active_ranks);
   out->set_excluded_ranks(v.excluded_ranks);
   out->set_straggler_ranks(v.straggler_ranks);

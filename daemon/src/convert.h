@@ -35,7 +35,8 @@ absl::StatusOr<engine::RankOverride> FromProto(v1::RankOverride o);
 engine::Report FromProto(const v1::IterationReport& r);
 StreamHello FromProto(const v1::StreamHello& h);
 
-void ToProto(const engine::Membership& m, absl::string_view job_id, v1::Membership* out);
+// `job` supplies the id and the daemon incarnation stamped on the version.
+void ToProto(const engine::Membership& m, const Job& job, v1::Membership* out);
 void ToProto(const engine::WorkerView& w, const Job& job, v1::Worker* out);  // job.mu held
 void ToProto(const Job& job, v1::Job* out);                                  // job.mu held
 void ToProto(const JournalEntry& e, v1::Event* out);

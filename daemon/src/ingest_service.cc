@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "convert.h"
@@ -16,12 +17,17 @@ namespace {
 constexpr int kMaxRejectionsPerDirective = 8;
 
 // A newer directive folded into a pending one: memberships are the union
-// (ascending by version), acknowledgement and progress are the newer ones,
-// counts add up over the batches the merged directive acknowledges.
+// (ascending by version) capped to the newest kMembershipHistory versions (the
+// engine keeps no more either, and a peer that stopped reading must cost
+// bounded memory), acknowledgement and progress are the newer ones, counts add
+// up over the batches the merged directive acknowledges.
 void MergeDirective(v1::Directive& pending, v1::Directive&& newer) {
   std::map<uint64_t, v1::Membership> by_version;
   for (auto& m : *pending.mutable_memberships()) by_version[m.version()] = std::move(m);
   for (auto& m : *newer.mutable_memberships()) by_version[m.version()] = std::move(m);
+  while (by_version.size() > engine::JobEngine::kMembershipHistory) {
+    by_version.erase(by_version.begin());
+  }
   pending.clear_memberships();
   for (auto& [version, m] : by_version) *pending.add_memberships() = std::move(m);
 
@@ -167,6 +173,7 @@ class IngestReactor final
       }
     }
     stats_.reports_accepted.fetch_add(accepted, std::memory_order_relaxed);
+    if (n > 0) job_->last_activity = std::max(job_->last_activity, now);
     last_acked_sequence_ = batch_.sequence();
     // Other subscribers learn of a new version by push; this stream learns it
     // from the acknowledgement built below, under the same lock.
@@ -182,9 +189,18 @@ class IngestReactor final
     Offer(std::move(ack));
   }
 
-  // With job.mu held: the memberships the stream's slowest rank may still
-  // need, and the progress of each rank of the stream.
-  v1::Directive DirectiveLocked(const Job& job) const {
+  // With job.mu held: the progress of each rank of the stream and the
+  // memberships the stream has not carried yet. The first directive carries
+  // what the stream's slowest rank may still need; later ones only the
+  // versions above offered_version_. Directives enter the write slot in the
+  // order they are built here (under job.mu), the slot merges rather than
+  // drops, and the stream delivers in order, so the client holds every
+  // version offered before it reads a later directive; a stream that dies
+  // takes the client to a new stream, which starts with a full set again.
+  // So an acknowledgement still reflects, together with the directives before
+  // it, every version that existed when it was built, at O(new versions) per
+  // directive instead of O(kept versions x excluded ranks).
+  v1::Directive DirectiveLocked(const Job& job) {
     v1::Directive d;
     uint64_t from = std::numeric_limits<uint64_t>::max();
     for (uint32_t rank : ranks_) {
@@ -197,9 +213,18 @@ class IngestReactor final
       // A rank that never reported may start anywhere: give it everything.
       from = std::min<uint64_t>(from, p.value_or(0));
     }
-    for (const engine::Membership& m : job.engine.MembershipsFrom(from)) {
-      ToProto(m, job.id, d.add_memberships());
+    if (!offered_version_) {
+      for (const engine::Membership& m : job.engine.MembershipsFrom(from)) {
+        ToProto(m, job, d.add_memberships());
+      }
+    } else {
+      const auto& history = job.engine.membership_history();  // ascending
+      auto it = std::upper_bound(
+          history.begin(), history.end(), *offered_version_,
+          [](uint64_t v, const engine::Membership& m) { return v < m.version; });
+      for (; it != history.end(); ++it) ToProto(*it, job, d.add_memberships());
     }
+    offered_version_ = job.engine.membership().version;
     d.set_acked_sequence(last_acked_sequence_);
     return d;
   }
@@ -238,6 +263,10 @@ class IngestReactor final
   std::vector<uint32_t> ranks_;  // ascending, unique
 
   uint64_t last_acked_sequence_ = 0;  // guarded by job_->mu
+  // Newest membership version already offered to slot_; nullopt before the
+  // first directive. Guarded by the job's mu (pushes arrive with it held,
+  // possibly from Attach before job_ is set).
+  std::optional<uint64_t> offered_version_;
 
   std::mutex mu_;
   WriteSlot<v1::Directive> slot_;  // guarded by mu_

@@ -9,7 +9,9 @@
 // mutex and acknowledged by a Directive whose memberships were snapshotted
 // under that same lock, after the ingest. Membership changes made by other
 // streams, the tick thread or admin calls are pushed to the stream through a
-// single coalescing write slot.
+// single coalescing write slot. A stream's first directive carries every
+// version its ranks may still need; later ones only the versions it has not
+// carried yet (often none).
 //
 // Thread-safe: gRPC calls Stream() from its own threads; the registry and
 // stats must outlive the server.

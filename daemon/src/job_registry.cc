@@ -1,5 +1,7 @@
 #include "job_registry.h"
 
+#include <random>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -57,8 +59,20 @@ engine::Time WallNow() {
       std::chrono::system_clock::now().time_since_epoch());
 }
 
+namespace {
+
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return v;
+}
+
+}  // namespace
+
 JobRegistry::JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats)
     : stats_(stats),
+      incarnation_(NewIncarnation()),
       config_(std::move(config)),
       max_batch_reports_(config_->limits.max_batch_reports),
       events_retained_(config_->limits.events_retained) {}
@@ -96,58 +110,90 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
     }
   }
 
-  std::shared_ptr<Job> job;
-  {
-    std::shared_lock lock(jobs_mu_);
-    if (closed_) return absl::UnavailableError("stragglerd is shutting down");
-    if (auto it = jobs_.find(hello.job_id); it != jobs_.end()) job = it->second;
-  }
-  if (!job) {
-    std::unique_lock lock(jobs_mu_);
-    if (closed_) return absl::UnavailableError("stragglerd is shutting down");
-    if (auto it = jobs_.find(hello.job_id); it != jobs_.end()) {
-      job = it->second;
-    } else {
-      if (jobs_.size() >= config->limits.max_jobs) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("job '", hello.job_id, "' refused: limits.max_jobs=",
-                         config->limits.max_jobs, " jobs already tracked"));
+  // Retried only when the idle sweep removed the job between the lookup and
+  // taking its mu; the next lookup then creates a fresh one.
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::shared_lock lock(jobs_mu_);
+      if (closed_.load()) return absl::UnavailableError("stragglerd is shutting down");
+      if (auto it = jobs_.find(hello.job_id); it != jobs_.end() && !it->second->removed.load()) {
+        job = it->second;
       }
-      job = std::make_shared<Job>(hello.job_id, hello.world_size,
-                                  config->PolicyFor(hello.job_id), now);
-      jobs_.emplace(hello.job_id, job);
-      spdlog::info("job={} created: world_size={} policy={}", hello.job_id, hello.world_size,
-                   engine::PolicyKindName(job->engine.policy().kind));
     }
-  }
-  if (job->world_size != hello.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "world_size=", hello.world_size, " differs from job '", job->id,
-        "' world_size=", job->world_size));
-  }
+    if (!job) {
+      std::unique_lock lock(jobs_mu_);
+      if (closed_.load()) return absl::UnavailableError("stragglerd is shutting down");
+      auto it = jobs_.find(hello.job_id);
+      if (it != jobs_.end() && !it->second->removed.load()) {
+        job = it->second;
+      } else {
+        // Swept as idle but not yet erased by the sweep: replace it (the
+        // sweep erases only the Job it removed).
+        if (it != jobs_.end()) jobs_.erase(it);
+        if (jobs_.size() >= config->limits.max_jobs) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("job '", hello.job_id, "' refused: limits.max_jobs=",
+                           config->limits.max_jobs, " jobs already tracked"));
+        }
+        job = std::make_shared<Job>(hello.job_id, hello.world_size,
+                                    config->PolicyFor(hello.job_id), now, incarnation_);
+        jobs_.emplace(hello.job_id, job);
+        spdlog::info("job={} created: world_size={} policy={}", hello.job_id, hello.world_size,
+                     engine::PolicyKindName(job->engine.policy().kind));
+      }
+    }
 
-  std::lock_guard lock(job->mu);
-  for (uint32_t r : hello.ranks) {
-    job->nodes[r] = hello.node;
-    // Rows wait for ranks a stream speaks for, so the first iterations are
-    // judged with every rank in them.
-    job->engine.Announce(r, now);
+    std::lock_guard lock(job->mu);
+    if (job->removed.load()) continue;
+    // Checked again under the job's mu: CloseAll sets closed_ before it takes
+    // any job's mu, so either this sees it, or CloseAll closes `stream` after
+    // it was subscribed below.
+    if (closed_.load()) return absl::UnavailableError("stragglerd is shutting down");
+    if (job->world_size != hello.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "world_size=", hello.world_size, " differs from job '", job->id,
+          "' world_size=", job->world_size));
+    }
+    for (uint32_t r : hello.ranks) {
+      job->nodes[r] = hello.node;
+      // Rows wait for ranks a stream speaks for, so the first iterations are
+      // judged with every rank in them.
+      job->engine.Announce(r, now);
+    }
+    if (hello.iterations_per_epoch > 0) {
+      job->engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
+    }
+    // Only versions of another daemon run need a floor: a plain reconnect to
+    // this run (known_incarnation == ours) holds versions we made.
+    if (hello.known_membership_version > 0 && hello.known_incarnation != job->incarnation) {
+      // The client holds a version from an earlier daemon incarnation: publish
+      // one above it, in force after its effective iteration, so every rank
+      // switches to this daemon's memberships together. Committed below, which
+      // pushes it to every subscriber, this stream included.
+      const uint64_t before = job->engine.membership().version;
+      job->engine.AdoptVersionFloor(hello.known_membership_version,
+                                    hello.known_effective_iteration, now);
+      if (job->engine.membership().version != before) {
+        spdlog::info("job={} node='{}' holds membership v{} (effective at iteration {}) from an "
+                     "earlier daemon: now at v{}",
+                     job->id, hello.node, hello.known_membership_version,
+                     hello.known_effective_iteration, job->engine.membership().version);
+      }
+    }
+    job->subscribers.push_back(std::move(stream));
+    ++job->streams;
+    CommitLocked(*job);
+    return job;
   }
-  if (hello.iterations_per_epoch > 0) {
-    job->engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
-  }
-  job->subscribers.push_back(std::move(stream));
-  ++job->streams;
-  CommitLocked(*job);
-  return job;
 }
 
 absl::Status JobRegistry::Watch(Job& job, std::shared_ptr<JobSubscriber> watcher) {
-  {
-    std::shared_lock lock(jobs_mu_);
-    if (closed_) return absl::UnavailableError("stragglerd is shutting down");
-  }
   std::lock_guard lock(job.mu);
+  // Under the job's mu, as in Attach: a watcher is either refused here or
+  // closed by CloseAll.
+  if (closed_.load()) return absl::UnavailableError("stragglerd is shutting down");
+  if (job.removed.load()) return absl::NotFoundError(absl::StrCat("job '", job.id, "' not found"));
   watcher->OnMembershipChangedLocked(job);
   job.subscribers.push_back(std::move(watcher));
   return absl::OkStatus();
@@ -160,20 +206,25 @@ void JobRegistry::Unsubscribe(Job& job, const JobSubscriber* subscriber, bool is
                          [&](const auto& s) { return s.get() == subscriber; });
   if (it == subs.end()) return;
   subs.erase(it);
-  if (is_stream && job.streams > 0) --job.streams;
+  if (is_stream) {
+    if (job.streams > 0) --job.streams;
+    job.last_activity = std::max(job.last_activity, WallNow());
+  }
 }
 
 std::shared_ptr<Job> JobRegistry::Find(absl::string_view job_id) const {
   std::shared_lock lock(jobs_mu_);
   auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? nullptr : it->second;
+  return it == jobs_.end() || it->second->removed.load() ? nullptr : it->second;
 }
 
 std::vector<std::shared_ptr<Job>> JobRegistry::Jobs() const {
   std::shared_lock lock(jobs_mu_);
   std::vector<std::shared_ptr<Job>> out;
   out.reserve(jobs_.size());
-  for (const auto& [id, job] : jobs_) out.push_back(job);
+  for (const auto& [id, job] : jobs_) {
+    if (!job->removed.load()) out.push_back(job);
+  }
   return out;
 }
 
@@ -182,6 +233,7 @@ absl::Status JobRegistry::Read(absl::string_view job_id,
   auto job = Find(job_id);
   if (!job) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   std::lock_guard lock(job->mu);
+  if (job->removed.load()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   fn(*job);
   return absl::OkStatus();
 }
@@ -191,6 +243,7 @@ absl::Status JobRegistry::Mutate(absl::string_view job_id,
   auto job = Find(job_id);
   if (!job) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   std::lock_guard lock(job->mu);
+  if (job->removed.load()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   absl::Status status = fn(*job, WallNow());
   CommitLocked(*job);
   return status;
@@ -219,13 +272,35 @@ void JobRegistry::JournalLocked(const Job& job, std::vector<engine::Event> event
 }
 
 void JobRegistry::TickAll(engine::Time now) {
+  const std::chrono::seconds ttl(config()->limits.job_idle_ttl_seconds);
+  std::vector<std::shared_ptr<Job>> idle;
   for (const auto& job : Jobs()) {
     std::lock_guard lock(job->mu);
-    // A job with no open stream has ended (or is between restarts of all its
-    // ranks): calling every rank unresponsive would only publish churn.
-    if (job->streams == 0) continue;
+    if (job->streams == 0) {
+      // A job with no open stream has ended (or is between restarts of all
+      // its ranks): calling every rank unresponsive would only publish churn.
+      // Once nobody has used it for the TTL it is forgotten; marking it
+      // removed under mu keeps Attach and Watch from subscribing to it.
+      if (job->subscribers.empty() && now - job->last_activity > ttl) {
+        job->removed.store(true);
+        idle.push_back(job);
+        spdlog::info("job={} removed: no stream or watcher and idle for {}s "
+                     "(limits.job_idle_ttl_seconds={})",
+                     job->id,
+                     std::chrono::duration_cast<std::chrono::seconds>(now - job->last_activity)
+                         .count(),
+                     ttl.count());
+      }
+      continue;
+    }
     job->engine.Tick(now);
     CommitLocked(*job);
+  }
+  if (idle.empty()) return;
+  std::unique_lock lock(jobs_mu_);
+  for (const auto& job : idle) {
+    // Attach may already have replaced it with a fresh job of the same id.
+    if (auto it = jobs_.find(job->id); it != jobs_.end() && it->second == job) jobs_.erase(it);
   }
 }
 
@@ -264,7 +339,7 @@ void JobRegistry::ApplyConfig(std::shared_ptr<const DaemonConfig> config) {
 void JobRegistry::CloseAll(const absl::Status& status) {
   {
     std::unique_lock lock(jobs_mu_);
-    closed_ = true;
+    closed_.store(true);
   }
   for (const auto& job : Jobs()) {
     std::lock_guard lock(job->mu);

@@ -16,6 +16,13 @@
 // pays one shared lock to find a job (streams keep the pointer after hello)
 // and one uncontended per-job mutex.
 //
+// Idle jobs (no stream, no watcher, no activity for limits.job_idle_ttl_seconds)
+// are removed by the tick thread: it marks the job `removed` under its `mu`,
+// then erases it from the map. Whoever finds a job and then takes its `mu`
+// checks `removed` and treats a removed job as absent (Attach creates a
+// fresh one), so nothing subscribes to a job that is no longer in the map.
+// Its events stay in the journal.
+//
 // Thread-safe: every public method may be called from any thread. Methods
 // named *Locked require the caller to hold the job's `mu`.
 #pragma once
@@ -62,16 +69,22 @@ class JobSubscriber {
 };
 
 struct Job {
-  Job(std::string job_id, uint32_t world, engine::PolicyConfig policy, engine::Time now)
+  Job(std::string job_id, uint32_t world, engine::PolicyConfig policy, engine::Time now,
+      uint64_t daemon_incarnation)
       : id(std::move(job_id)),
         world_size(world),
         created_at(now),
+        incarnation(daemon_incarnation),
         engine(world, std::move(policy), now),
-        nodes(world) {}
+        nodes(world),
+        last_activity(now) {}
 
   const std::string id;
   const uint32_t world_size;
   const engine::Time created_at;
+  // Random per daemon run, stamped on every membership: a client that
+  // reconnects holding this run's versions needs no version floor.
+  const uint64_t incarnation;
 
   mutable std::mutex mu;
   // Everything below is guarded by mu.
@@ -83,6 +96,11 @@ struct Job {
   // alone, so an operator's runtime decision is not silently undone.
   bool policy_overridden = false;
   uint64_t pushed_version = 0;  // newest membership version pushed
+  // Creation, last report, last stream detach: what the idle sweep measures.
+  engine::Time last_activity;
+  // Set (under mu) by the idle sweep just before the job leaves the map;
+  // atomic so the map lookup may skip it without taking mu.
+  std::atomic<bool> removed{false};
 };
 
 // What a stream's first message says, without wire types.
@@ -92,6 +110,11 @@ struct StreamHello {
   std::vector<uint32_t> ranks;
   uint32_t world_size = 0;
   uint64_t iterations_per_epoch = 0;
+  // The newest membership the client holds (from an earlier daemon
+  // incarnation, possibly): 0 = none.
+  uint64_t known_membership_version = 0;
+  uint64_t known_effective_iteration = 0;
+  uint64_t known_incarnation = 0;  // daemon run that made that version; 0 = unknown
 };
 
 struct JournalEntry {
@@ -125,14 +148,18 @@ class JobRegistry {
   JobRegistry& operator=(const JobRegistry&) = delete;
 
   // Validates a stream hello, creates the job on first sight (policy from the
-  // config), records the nodes of the hello's ranks and subscribes `stream`.
+  // config), records the nodes of the hello's ranks, raises the job's
+  // membership above the version the client already holds (a daemon restart:
+  // JobEngine::AdoptVersionFloor) and subscribes `stream`.
   // INVALID_ARGUMENT names the offending value; RESOURCE_EXHAUSTED at
-  // limits.max_jobs; UNAVAILABLE while shutting down.
+  // limits.max_jobs; UNAVAILABLE while shutting down (also when the shutdown
+  // began while attaching: a subscriber is never left unclosed).
   absl::StatusOr<std::shared_ptr<Job>> Attach(const StreamHello& hello,
                                               std::shared_ptr<JobSubscriber> stream,
                                               engine::Time now);
   // Subscribes a watcher of `job` (from Find) and sends it the current
-  // membership at once. UNAVAILABLE while shutting down.
+  // membership at once. UNAVAILABLE while shutting down; NOT_FOUND when the
+  // job was removed as idle since Find.
   absl::Status Watch(Job& job, std::shared_ptr<JobSubscriber> watcher);
   // Removes a subscriber added by Attach (is_stream) or Watch.
   void Unsubscribe(Job& job, const JobSubscriber* subscriber, bool is_stream);
@@ -153,7 +180,10 @@ class JobRegistry {
   // acknowledge with the same membership).
   void CommitLocked(Job& job, const JobSubscriber* skip = nullptr);
 
-  // Engine::Tick on every job, then commit. Called once a second.
+  // Engine::Tick on every job with a stream, then commit. Removes the jobs
+  // with no stream and no watcher whose last activity (creation, report,
+  // stream detach) is older than limits.job_idle_ttl_seconds; their events
+  // stay in the journal. Called once a second.
   void TickAll(engine::Time now);
 
   // SIGHUP: new default policy for jobs created from now on; existing jobs
@@ -175,6 +205,7 @@ class JobRegistry {
   void JournalLocked(const Job& job, std::vector<engine::Event> events);
 
   DaemonStats& stats_;
+  const uint64_t incarnation_;  // see Job::incarnation
 
   mutable std::mutex config_mu_;
   std::shared_ptr<const DaemonConfig> config_;  // guarded by config_mu_
@@ -182,7 +213,10 @@ class JobRegistry {
 
   mutable std::shared_mutex jobs_mu_;
   std::map<std::string, std::shared_ptr<Job>, std::less<>> jobs_;  // guarded by jobs_mu_
-  bool closed_ = false;                                            // guarded by jobs_mu_
+  // Set once by CloseAll (under jobs_mu_, before it takes any job's mu);
+  // read under jobs_mu_ and again under a job's mu before subscribing, so a
+  // subscriber added concurrently with CloseAll is either refused or closed.
+  std::atomic<bool> closed_{false};
 
   mutable std::mutex events_mu_;
   std::deque<JournalEntry> events_;  // guarded by events_mu_

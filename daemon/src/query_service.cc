@@ -54,7 +54,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
   // Reached through ReactorLink with job.mu held.
   void PushLocked(const Job& job) {
     v1::Membership m;
-    ToProto(job.engine.membership(), job.id, &m);
+    ToProto(job.engine.membership(), job, &m);
     std::lock_guard lock(mu_);
     Act(slot_.Offer(std::move(m), &KeepNewest));
   }
@@ -104,6 +104,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerCont
                                                         const v1::ListWorkersRequest* request,
                                                         v1::ListWorkersResponse* response) {
   return FinishUnary(ctx, registry_.Read(request->job_id(), [&](const Job& job) {
+    // O(world_size) here: one engine::Worker lookup and an O(1) copy per rank.
+    response->mutable_workers()->Reserve(static_cast<int>(job.world_size));
     for (uint32_t rank = 0; rank < job.world_size; ++rank) {
       ToProto(job.engine.Worker(rank), job, response->add_workers());
     }
@@ -130,7 +132,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
     grpc::CallbackServerContext* ctx, const v1::GetMembershipRequest* request,
     v1::Membership* response) {
   return FinishUnary(ctx, registry_.Read(request->job_id(), [&](const Job& job) {
-    ToProto(job.engine.membership(), job.id, response);
+    ToProto(job.engine.membership(), job, response);
   }));
 }
 

@@ -1017,6 +1017,10 @@ void JobEngine::Reset(Time now) {
 void JobEngine::AdoptVersionFloor(uint64_t version, uint64_t effective_iteration, Time now) {
   Impl& d = *impl_;
   if (version < d.Newest().version) return;
+  // A client cannot hold a version or an iteration anywhere near 2^63; a
+  // floor that high would freeze every later version (or overflow).
+  constexpr uint64_t kAbsurd = uint64_t{1} << 62;
+  if (version >= kAbsurd || effective_iteration >= kAbsurd) return;
   std::vector<ExcludedRank> same = d.Newest().excluded;
   d.Publish(std::move(same), now,
             absl::StrCat("a client holds version ", version, " from an earlier daemon"),

@@ -151,6 +151,7 @@ TEST_CASE("reports reach the daemon after a hello and Flush sees them acknowledg
   CHECK(h.world_size() == 4);
   CHECK(h.iterations_per_epoch() == 100);
   CHECK(h.client_version() == "0.1.0");
+  CHECK(h.known_membership_version() == 0);  // held nothing from a daemon yet
   CHECK(s.service.seen_.size() == 50);
 }
 
@@ -202,6 +203,7 @@ TEST_CASE("memberships arrive in order, callbacks fire, MembershipFor waits for 
 TEST_CASE("after a failed stream the client reconnects, says hello again and resends",
           "[stream]") {
   Server s;
+  s.service.AddMembership(3, 7, {2});
   s.service.drop_after_ = 1;  // ack one batch, then fail on the next one unacknowledged
   auto o = Options(s.Endpoint());
   o.max_batch = 4;
@@ -218,6 +220,11 @@ TEST_CASE("after a failed stream the client reconnects, says hello again and res
   std::lock_guard<std::mutex> lock(s.service.mu_);
   CHECK(s.service.hellos_.size() >= 2);
   CHECK(s.service.seen_.size() == 40);  // nothing lost
+  // The first hello held nothing; a reconnect names the newest version held,
+  // which a restarted daemon must publish a version above.
+  CHECK(s.service.hellos_.front().known_membership_version() == 0);
+  CHECK(s.service.hellos_.back().known_membership_version() == 3);
+  CHECK(s.service.hellos_.back().known_effective_iteration() == 7);
 }
 
 TEST_CASE("a refused hello is retried slowly and the client still shuts down", "[stream]") {

@@ -50,6 +50,7 @@ TEST_CASE("no config file at all gives the embedded defaults") {
   CHECK(cfg->limits.max_ranks_per_job == 65536);
   CHECK(cfg->limits.max_batch_reports == 10000);
   CHECK(cfg->limits.events_retained == 100000);
+  CHECK(cfg->limits.job_idle_ttl_seconds == 3600);
   CHECK(sd::SamePolicy(cfg->policy, straggler::engine::PolicyConfig{}));
   CHECK(cfg->config_file.empty());
 }
@@ -69,6 +70,7 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->limits.max_ranks_per_job == defaults.limits.max_ranks_per_job);
   CHECK(cfg->limits.max_batch_reports == defaults.limits.max_batch_reports);
   CHECK(cfg->limits.events_retained == defaults.limits.events_retained);
+  CHECK(cfg->limits.job_idle_ttl_seconds == defaults.limits.job_idle_ttl_seconds);
 }
 
 TEST_CASE("an empty file is all defaults") {
@@ -93,6 +95,7 @@ policy:
 limits:
   max_jobs: 5
   events_retained: 50
+  job_idle_ttl_seconds: 120
 jobs:
   - match: "bert-*"
     policy:
@@ -113,6 +116,7 @@ jobs:
   CHECK(cfg->policy.max_compute_seconds == 60);
   CHECK(cfg->limits.max_jobs == 5);
   CHECK(cfg->limits.events_retained == 50);
+  CHECK(cfg->limits.job_idle_ttl_seconds == 120);
   CHECK(cfg->limits.max_batch_reports == 10000);  // untouched key keeps its default
   REQUIRE(cfg->jobs.size() == 1);
   // Job overrides sit on top of the top-level policy, not of the defaults.
@@ -182,6 +186,10 @@ TEST_CASE("a bad value is an error naming the key and the value") {
     auto cfg = sd::ParseConfig("limits:\n  max_jobs: 0\n", "x.yaml");
     REQUIRE_FALSE(cfg.ok());
     CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("limits.max_jobs=0"));
+    cfg = sd::ParseConfig("limits:\n  job_idle_ttl_seconds: 0\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()),
+               Catch::Contains("limits.job_idle_ttl_seconds=0"));
   }
   SECTION("bad log level from the environment") {
     auto cfg = sd::LoadConfig({}, FakeEnv({{"STRAGGLERD_LOG_LEVEL", "loud"}}));

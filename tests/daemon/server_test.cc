@@ -1,14 +1,21 @@
 // The daemon's gRPC services in-process on loopback (port 0): the hello
 // contract, acknowledgements, per-report rejections, queries, admin calls,
-// membership pushes to streams and watchers, and draining on shutdown.
+// membership pushes to streams and watchers, and draining on shutdown; the
+// registry alone for idle-job removal and the shutdown race.
 #include <catch2/catch.hpp>
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "config.h"
+#include "job_registry.h"
 #include "server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
@@ -302,4 +309,233 @@ TEST_CASE("a forced exclusion is pushed to the job's streams and watchers") {
   while (stream->Read(&push)) {
   }
   CHECK(stream->Finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_CASE("a hello naming a version from an earlier daemon raises the job above it") {
+  Fixture f;
+  grpc::ClientContext ctx;
+  auto stream = f.ingest->Stream(&ctx);
+  v1::ReportBatch b = Fixture::Hello("restarted", 4, {0, 1});
+  b.mutable_hello()->set_known_membership_version(7);
+  b.mutable_hello()->set_known_effective_iteration(100);
+  b.set_sequence(1);
+  REQUIRE(stream->Write(b));
+  // Pushes may come before the ack: look at every directive up to it.
+  uint64_t newest = 0, newest_effective = 0;
+  v1::Directive d;
+  while (stream->Read(&d)) {
+    for (const auto& m : d.memberships()) {
+      if (m.version() >= newest) {
+        newest = m.version();
+        newest_effective = m.effective_iteration();
+      }
+    }
+    if (d.acked_sequence() == 1) break;
+  }
+  REQUIRE(d.acked_sequence() == 1);
+  CHECK(newest >= 8);
+  CHECK(newest_effective > 100);
+
+  v1::Membership current;
+  {
+    grpc::ClientContext qctx;
+    v1::GetMembershipRequest req;
+    req.set_job_id("restarted");
+    REQUIRE(f.query->GetMembership(&qctx, req, &current).ok());
+  }
+  CHECK(current.version() == newest);
+  CHECK(current.excluded_size() == 0);  // same (empty) excluded set
+
+  // Another stream of the job holding the same version changes nothing.
+  grpc::ClientContext ctx2;
+  auto stream2 = f.ingest->Stream(&ctx2);
+  v1::ReportBatch b2 = Fixture::Hello("restarted", 4, {2, 3});
+  b2.mutable_hello()->set_known_membership_version(7);
+  b2.mutable_hello()->set_known_effective_iteration(100);
+  b2.set_sequence(1);
+  REQUIRE(stream2->Write(b2));
+  v1::Directive ack2 = ReadAck(*stream2, 1);
+  REQUIRE(ack2.memberships_size() >= 1);
+  CHECK(ack2.memberships(ack2.memberships_size() - 1).version() == newest);
+
+  // A reconnect holding this daemon run's newest version (same incarnation)
+  // is a plain reconnect: no new version.
+  REQUIRE(current.incarnation() != 0);
+  grpc::ClientContext ctx3;
+  auto stream3 = f.ingest->Stream(&ctx3);
+  v1::ReportBatch b3 = Fixture::Hello("restarted", 4, {0, 1});
+  b3.mutable_hello()->set_known_membership_version(current.version());
+  b3.mutable_hello()->set_known_effective_iteration(current.effective_iteration());
+  b3.mutable_hello()->set_known_incarnation(current.incarnation());
+  b3.set_sequence(1);
+  REQUIRE(stream3->Write(b3));
+  v1::Directive ack3 = ReadAck(*stream3, 1);
+  REQUIRE(ack3.memberships_size() >= 1);
+  CHECK(ack3.memberships(ack3.memberships_size() - 1).version() == newest);
+
+  for (auto* s : {stream.get(), stream2.get(), stream3.get()}) {
+    s->WritesDone();
+    while (s->Read(&d)) {
+    }
+    CHECK(s->Finish().ok());
+  }
+}
+
+TEST_CASE("after the first directive a stream is sent only the versions it lacks") {
+  Fixture f;
+  grpc::ClientContext ctx;
+  auto stream = f.ingest->Stream(&ctx);
+  v1::ReportBatch b = Fixture::Hello("delta", 4, {0, 1, 2, 3});
+  b.set_sequence(1);
+  REQUIRE(stream->Write(b));
+  std::vector<uint64_t> carried;  // every version carried on the stream, in order
+  auto read_until_ack = [&](uint64_t sequence) {
+    v1::Directive d;
+    while (stream->Read(&d)) {
+      for (const auto& m : d.memberships()) carried.push_back(m.version());
+      if (d.acked_sequence() == sequence) return d;
+    }
+    FAIL("stream ended before the ack of sequence " << sequence);
+    return d;
+  };
+  v1::Directive ack = read_until_ack(1);
+  REQUIRE(ack.memberships_size() >= 1);  // the full set: version 0
+
+  v1::ReportBatch r;
+  r.set_sequence(2);
+  for (uint32_t rank = 0; rank < 4; ++rank) Fixture::AddReport(r, rank, 1, 0.1);
+  REQUIRE(stream->Write(r));
+  ack = read_until_ack(2);
+  CHECK(ack.memberships_size() == 0);  // nothing new
+  CHECK(ack.accepted() == 4);
+  CHECK(ack.progress_size() == 4);
+
+  // Two forced exclusions: each new version is carried exactly once.
+  uint64_t last = 0;
+  for (uint32_t rank : {2u, 3u}) {
+    grpc::ClientContext actx;
+    v1::SetRankOverrideRequest req;
+    req.set_job_id("delta");
+    req.set_rank(rank);
+    req.set_override(v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+    req.set_reason("test");
+    v1::Membership m;
+    REQUIRE(f.admin->SetRankOverride(&actx, req, &m).ok());
+    last = m.version();
+  }
+  r.Clear();
+  r.set_sequence(3);
+  Fixture::AddReport(r, 0, 2, 0.1);
+  REQUIRE(stream->Write(r));
+  read_until_ack(3);
+  REQUIRE_FALSE(carried.empty());
+  CHECK(carried.back() == last);
+  CHECK(std::is_sorted(carried.begin(), carried.end()));
+  CHECK(std::adjacent_find(carried.begin(), carried.end()) == carried.end());  // no repeats
+
+  stream->WritesDone();
+  v1::Directive d;
+  while (stream->Read(&d)) {
+  }
+  CHECK(stream->Finish().ok());
+}
+
+namespace {
+
+class RecordingSubscriber final : public sd::JobSubscriber {
+ public:
+  void OnMembershipChangedLocked(const sd::Job&) override {}
+  void CloseLocked(const absl::Status&) override { closed.store(true); }
+  std::atomic<bool> closed{false};
+};
+
+sd::StreamHello RegistryHello(const std::string& job) {
+  sd::StreamHello h;
+  h.job_id = job;
+  h.node = "n";
+  h.ranks = {0};
+  h.world_size = 2;
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("a job with no stream and no watcher is removed after the idle TTL") {
+  spdlog::set_level(spdlog::level::warn);
+  auto config = std::make_shared<sd::DaemonConfig>();
+  config->limits.job_idle_ttl_seconds = 60;
+  sd::DaemonStats stats;
+  sd::JobRegistry registry(config, stats);
+  using std::chrono::hours;
+  using std::chrono::seconds;
+
+  auto stream = std::make_shared<RecordingSubscriber>();
+  auto attached = registry.Attach(RegistryHello("idle"), stream, sd::WallNow());
+  REQUIRE(attached.ok());
+  std::shared_ptr<sd::Job> job = *attached;
+  // An open stream keeps it (the tick judges it instead: unresponsive events).
+  registry.TickAll(sd::WallNow() + hours(2));
+  REQUIRE(registry.Find("idle") == job);
+  sd::EventQuery query;
+  query.job_id = "idle";
+  const size_t events = registry.Events(query).events.size();
+  CHECK(events >= 1);
+
+  registry.Unsubscribe(*job, stream.get(), /*is_stream=*/true);
+  // So does a watcher.
+  auto watcher = std::make_shared<RecordingSubscriber>();
+  REQUIRE(registry.Watch(*job, watcher).ok());
+  registry.TickAll(sd::WallNow() + hours(2));
+  REQUIRE(registry.Find("idle") == job);
+  registry.Unsubscribe(*job, watcher.get(), /*is_stream=*/false);
+
+  registry.TickAll(sd::WallNow() + seconds(30));  // within the TTL of the detach
+  REQUIRE(registry.Find("idle") == job);
+  registry.TickAll(sd::WallNow() + seconds(61));
+  CHECK(registry.Find("idle") == nullptr);
+  CHECK(registry.Jobs().empty());
+  CHECK(registry.Read("idle", [](const sd::Job&) {}).code() == absl::StatusCode::kNotFound);
+  // A watcher that found it just before is told it is gone.
+  CHECK(registry.Watch(*job, watcher).code() == absl::StatusCode::kNotFound);
+  // Its events stay in the journal.
+  CHECK(registry.Events(query).events.size() == events);
+
+  // A new hello starts a fresh job of that id.
+  auto again = registry.Attach(RegistryHello("idle"), stream, sd::WallNow());
+  REQUIRE(again.ok());
+  CHECK(*again != job);
+  CHECK(registry.Find("idle") == *again);
+}
+
+TEST_CASE("a subscriber attached while the registry closes is refused or closed") {
+  spdlog::set_level(spdlog::level::warn);
+  for (int round = 0; round < 200; ++round) {
+    auto config = std::make_shared<sd::DaemonConfig>();
+    sd::DaemonStats stats;
+    sd::JobRegistry registry(config, stats);
+    REQUIRE(registry.Attach(RegistryHello("race"), std::make_shared<RecordingSubscriber>(),
+                            sd::WallNow())
+                .ok());
+    auto stream = std::make_shared<RecordingSubscriber>();
+    auto watcher = std::make_shared<RecordingSubscriber>();
+    std::shared_ptr<sd::Job> job = registry.Find("race");
+    absl::Status attach_status, watch_status;
+    std::thread attacher([&] {
+      attach_status = registry.Attach(RegistryHello("race"), stream, sd::WallNow()).status();
+    });
+    std::thread watching([&] { watch_status = registry.Watch(*job, watcher); });
+    registry.CloseAll(absl::UnavailableError("bye"));
+    attacher.join();
+    watching.join();
+    if (attach_status.ok()) {
+      CHECK(stream->closed.load());
+    } else {
+      CHECK(attach_status.code() == absl::StatusCode::kUnavailable);
+    }
+    if (watch_status.ok()) {
+      CHECK(watcher->closed.load());
+    } else {
+      CHECK(watch_status.code() == absl::StatusCode::kUnavailable);
+    }
+  }
 }

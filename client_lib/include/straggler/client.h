@@ -75,6 +75,7 @@ struct MembershipView {
   uint64_t effective_iteration = 0;
   uint32_t world_size = 0;
   uint32_t lead_iterations = 2;
+  uint64_t incarnation = 0;  // the daemon run that published it
   std::vector<ExcludedRankInfo> excluded;  // ascending by rank
 
   bool IsExcluded(uint32_t rank) const;
