@@ -68,6 +68,10 @@ namespace {
 // by more is a client bug, not a reason to hold memory).
 constexpr uint64_t kMaxRowSpan = 1024;
 
+// Below this many ranks in a row, "most ranks are slower than the fastest"
+// cannot be told from "a straggler is present", so no majority fallback.
+constexpr size_t kMinRanksForMajority = 4;
+
 enum class Verdict { kNone, kSlow, kFast };
 
 double Seconds(Time t) { return std::chrono::duration<double>(t).count(); }
@@ -152,8 +156,8 @@ struct JobEngine::Impl {
   bool profiling = true;
   uint32_t profile_collected = 0;
   double profile_sum = 0.0;         // of the row minima
-  double profile_median_sum = 0.0;  // of the row lower medians
-  bool baseline_from_median = false;
+  double profile_majority_sum = 0.0;  // of the row MajorityTimes
+  bool baseline_from_majority = false;
   uint64_t rows_since_profile = 0;
   int speedup_rows = 0;
   bool have_threshold = false;
@@ -420,7 +424,7 @@ struct JobEngine::Impl {
     profiling = true;
     profile_collected = 0;
     profile_sum = 0.0;
-    profile_median_sum = 0.0;
+    profile_majority_sum = 0.0;
     rows_since_profile = 0;
     speedup_rows = 0;
     Event e;
@@ -472,43 +476,39 @@ struct JobEngine::Impl {
                    absl::StrCat("window of ", policy.window_iterations, " iterations elapsed"));
     if (profiling) {
       profile_sum += row.min;
-      profile_median_sum += LowerMedian(row, /*use_ewma=*/false);
+      profile_majority_sum += MajorityTime(row);
       profile_collected++;
       bool completed = false;
       if (profile_collected >= policy.profile_iterations) {
         profiling = false;
         completed = true;
-        SetBaseline(profile_sum / profile_collected, /*from_median=*/false);
+        SetBaseline(profile_sum / profile_collected, /*from_majority=*/false);
       }
       if (!have_threshold) return;
-      const size_t slow = JudgeRow(row, now, /*global_shift_guard=*/true);
-      if (slow > 0 && completed) {
-        // Most ranks sit above k x the fastest ones right after profiling:
-        // the fastest ranks are a minority (mixed GPU generations, a rank
-        // with less work), not the job's speed. Judge against the majority.
-        SetBaseline(profile_median_sum / profile_collected, /*from_median=*/true);
-        Event e;
-        e.time = now;
-        e.kind = EventKind::kReprofile;
-        e.iteration = row.iteration;
-        e.membership_version = Newest().version;
-        e.evidence.threshold_seconds = threshold;
-        e.evidence.baseline_seconds = baseline;
-        e.message = absl::StrCat(slow, " of ", row.values.size(),
-                                 " ranks above k x the fastest after profiling: baseline taken "
-                                 "from the median rank instead");
-        Emit(std::move(e));
-        JudgeRow(row, now, /*global_shift_guard=*/false);
+      if (completed && row.values.size() >= kMinRanksForMajority) {
+        size_t slow = 0;
+        for (auto& [rank, t] : row.values) slow += t > threshold;
+        // At least global_shift_fraction of the ranks sit above k x the
+        // fastest right after profiling: the fastest ranks are a minority
+        // (a newer GPU generation, ranks with less work), not the job's
+        // speed, and there are more "stragglers" than could ever be left
+        // out. Judge against the speed most ranks reach instead.
+        if (static_cast<double>(slow) >=
+            policy.global_shift_fraction * static_cast<double>(row.values.size())) {
+          FallBackToMajority(row, slow, now);
+          return;
+        }
       }
+      JudgeRow(row, now, /*global_shift_guard=*/true);
       return;
     }
     // A faster system makes the profiled threshold too lenient.
-    const double reference = baseline_from_median ? LowerMedian(row, false) : row.min;
+    const double reference = baseline_from_majority ? MajorityTime(row) : row.min;
     if (reference < baseline / kSpeedupRatio) {
       if (++speedup_rows >= kSpeedupRows) {
         StartProfile(row.iteration + 1, now,
                      absl::StrFormat("%s rank at %.6gs, below baseline %.6gs / %.2g",
-                                     baseline_from_median ? "median" : "fastest", reference,
+                                     baseline_from_majority ? "majority" : "fastest", reference,
                                      baseline, kSpeedupRatio));
         return;
       }
@@ -522,9 +522,39 @@ struct JobEngine::Impl {
                                 ": the whole job slowed down"));
   }
 
-  void SetBaseline(double b, bool from_median) {
+  void FallBackToMajority(Row& row, size_t slow, Time now) {
+    SetBaseline(profile_majority_sum / profile_collected, /*from_majority=*/true);
+    Event e;
+    e.time = now;
+    e.kind = EventKind::kReprofile;
+    e.iteration = row.iteration;
+    e.membership_version = Newest().version;
+    e.evidence.threshold_seconds = threshold;
+    e.evidence.baseline_seconds = baseline;
+    e.message = absl::StrCat(slow, " of ", row.values.size(),
+                             " ranks above k x the fastest after profiling: baseline taken from "
+                             "the speed most ranks reach instead");
+    Emit(std::move(e));
+    JudgeRow(row, now, /*global_shift_guard=*/false);
+  }
+
+  // The time that all but max_excluded_fraction of the row's ranks reach (at
+  // least the median): the speed of the ranks that could never all be left
+  // out, hence the job's real speed.
+  double MajorityTime(const Row& row) {
+    scratch.clear();
+    for (auto& [rank, t] : row.values) scratch.push_back(t);
+    if (scratch.empty()) return 0.0;
+    const double q = std::max(0.5, 1.0 - policy.max_excluded_fraction);
+    const size_t k = std::min(scratch.size() - 1,
+                              static_cast<size_t>(std::ceil(q * scratch.size())) - 1);
+    std::nth_element(scratch.begin(), scratch.begin() + k, scratch.end());
+    return scratch[k];
+  }
+
+  void SetBaseline(double b, bool from_majority) {
     baseline = b;
-    baseline_from_median = from_median;
+    baseline_from_majority = from_majority;
     threshold = policy.threshold_factor * baseline;
     have_threshold = true;
     speedup_rows = 0;
@@ -996,8 +1026,8 @@ void JobEngine::Reset(Time now) {
   d.profiling = true;
   d.profile_collected = 0;
   d.profile_sum = 0;
-  d.profile_median_sum = 0;
-  d.baseline_from_median = false;
+  d.profile_majority_sum = 0;
+  d.baseline_from_majority = false;
   d.have_completed = false;  // rows start afresh with the next reports
   d.ahead_ranks = 0;
   d.have_threshold = false;

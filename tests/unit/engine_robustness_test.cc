@@ -145,3 +145,31 @@ TEST_CASE("rows: forcing out a rank that never reported does not shorten rows",
   h.Feed(2, 0, 0, 0.5);
   CHECK(h.engine().View().threshold_seconds == Approx(1.0));
 }
+
+TEST_CASE("mixed generations: an older half of the job is not a set of stragglers",
+          "[engine][dynamic][robustness]") {
+  // Exactly half the ranks 2x slower for the whole job: "more than half above
+  // the threshold" never happens, yet flagging 8 of 16 ranks forever is
+  // wrong. The profile falls back to the speed most ranks reach.
+  Harness h(16);
+  for (uint32_t r = 0; r < 16; ++r) h.engine().Announce(r, h.now());
+  std::vector<double> two_gens(16, 1.0);
+  for (uint32_t r = 8; r < 16; ++r) two_gens[r] = 2.1;
+  h.Rows(0, 40, 0, two_gens);
+  for (uint32_t r = 0; r < 16; ++r) CHECK(h.State(r) == WorkerState::kHealthy);
+  CHECK(h.engine().View().baseline_seconds == Approx(2.1));
+  // A rank of the older generation slowing 3x is still caught.
+  h.Rows(40, 6, 0, With(two_gens, 12, 6.3));
+  CHECK(h.State(12) == WorkerState::kStraggler);
+}
+
+TEST_CASE("few ranks: a straggler present from the first iteration is still found",
+          "[engine][dynamic][robustness]") {
+  // With fewer than 4 ranks there is no "majority speed" to fall back to: a
+  // 2-rank job with one slow rank from the start is a straggler, not two
+  // generations.
+  Harness h(2);
+  for (uint32_t r = 0; r < 2; ++r) h.engine().Announce(r, h.now());
+  h.Rows(0, 12, 0, {1.0, 3.0});
+  CHECK(h.State(1) == WorkerState::kStraggler);
+}

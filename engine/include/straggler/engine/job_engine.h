@@ -35,12 +35,15 @@
 //    Global shift: when more than global_shift_fraction of a row's ranks (at
 //    least 2 ranks in the row) are above the threshold, no counter moves for
 //    that row and a new profile starts with the next row (unless one is
-//    already running). If that happens on the row that completes a profile,
-//    the fastest ranks are a minority (mixed GPU generations): the baseline
-//    becomes the mean of the profile rows' lower medians instead. Speed-up:
-//    when the row minimum (the lower median, for a median baseline) stays
-//    below baseline / kSpeedupRatio for kSpeedupRows rows in a row, a new
-//    profile starts too (a stale, too-high threshold would hide stragglers).
+//    already running). Majority fallback: when, on the row that completes a
+//    profile (with at least 4 ranks), at least global_shift_fraction of the
+//    ranks are above the new threshold, the fastest ranks are a minority
+//    (mixed GPU generations): the baseline becomes the mean over the profile
+//    rows of the time that all but max_excluded_fraction of the ranks reach
+//    (at least the median). Speed-up: when the row minimum (that majority
+//    time, for such a baseline) stays below baseline / kSpeedupRatio for
+//    kSpeedupRows rows in a row, a new profile starts too (a stale, too-high
+//    threshold would hide stragglers).
 //  * static. A step is slow when compute_seconds > static_threshold_seconds.
 //  * ewma. Each rank keeps ewma = alpha*t + (1-alpha)*ewma (first sample sets
 //    it). At a row, the reference is the lower median of the row ranks' ewma
