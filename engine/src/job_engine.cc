@@ -488,13 +488,12 @@ struct JobEngine::Impl {
       if (completed && row.values.size() >= kMinRanksForMajority) {
         size_t slow = 0;
         for (auto& [rank, t] : row.values) slow += t > threshold;
-        // At least global_shift_fraction of the ranks sit above k x the
-        // fastest right after profiling: the fastest ranks are a minority
-        // (a newer GPU generation, ranks with less work), not the job's
-        // speed, and there are more "stragglers" than could ever be left
-        // out. Judge against the speed most ranks reach instead.
-        if (static_cast<double>(slow) >=
-            policy.global_shift_fraction * static_cast<double>(row.values.size())) {
+        // More ranks sit above k x the fastest right after profiling than
+        // could ever be left out: the fastest ranks are a minority (a newer
+        // GPU generation, ranks with less work), not the job's speed. Judge
+        // against the speed most ranks reach instead.
+        if (static_cast<double>(slow) >
+            policy.max_excluded_fraction * static_cast<double>(row.values.size())) {
           FallBackToMajority(row, slow, now);
           return;
         }

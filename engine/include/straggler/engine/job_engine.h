@@ -36,7 +36,7 @@
 //    least 2 ranks in the row) are above the threshold, no counter moves for
 //    that row and a new profile starts with the next row (unless one is
 //    already running). Majority fallback: when, on the row that completes a
-//    profile (with at least 4 ranks), at least global_shift_fraction of the
+//    profile (with at least 4 ranks), more than max_excluded_fraction of the
 //    ranks are above the new threshold, the fastest ranks are a minority
 //    (mixed GPU generations): the baseline becomes the mean over the profile
 //    rows of the time that all but max_excluded_fraction of the ranks reach
