@@ -18,8 +18,9 @@ PACKAGES=(
   # libraries
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
   nlohmann-json3-dev libsqlite3-dev
-  # tests and benchmarks
-  catch2 libbenchmark-dev
+  # tests and benchmarks; prometheus ships /usr/bin/prometheus and promtool for
+  # the observability tests, which start their own server (never the service)
+  catch2 libbenchmark-dev prometheus
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }
@@ -58,6 +59,20 @@ fi
 
 APT=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get
      -o Acquire::Retries=3 -o DPkg::Lock::Timeout=300)
+
+# Packages with a service (prometheus) start it from their postinst. Where no
+# init system runs (a container, a chroot) that start can only fail, so keep
+# invoke-rc.d from trying for the duration of the install, unless the image
+# already has a policy (Docker's Debian images do). With systemd running, the
+# service is left to the package's defaults; the tests never use it.
+POLICY_RC=/usr/sbin/policy-rc.d
+if [[ ! -d /run/systemd/system && ! -e "$POLICY_RC" ]]; then
+  log "no init system running: disabling service starts during the install ($POLICY_RC)"
+  printf '#!/bin/sh\n# temporary, from stragglerd scripts/install-deps.sh\nexit 101\n' |
+    "${SUDO[@]}" tee "$POLICY_RC" >/dev/null
+  "${SUDO[@]}" chmod 755 "$POLICY_RC"
+  trap '"${SUDO[@]}" rm -f "$POLICY_RC"' EXIT
+fi
 
 log "apt-get update"
 "${APT[@]}" update -q

@@ -1,6 +1,7 @@
 // AdminService: change a job's policy at run time, force a rank in or out,
 // reset a job. Every change goes through the job's engine, which records it
 // as an event, and a resulting membership is pushed to the job's streams.
+// The handlers only translate: the logic is api.h's, shared with REST.
 // Authentication comes with the security issue.
 //
 //   AdminServiceImpl admin(registry);

@@ -192,6 +192,48 @@ class Parser {
     return absl::OkStatus();
   }
 
+  absl::Status ApplyMetrics(const YAML::Node& node, MetricsConfig& metrics) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "metrics must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      if (key != "per_rank_max_ranks") {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in metrics"));
+      }
+      auto v = Uint(kv.second, "metrics.per_rank_max_ranks");  // 0 = no per-rank series
+      if (!v.ok()) return v.status();
+      metrics.per_rank_max_ranks = *v;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyHttp(const YAML::Node& node, HttpConfig& http) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "http must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      uint32_t* target = nullptr;
+      if (key == "threads") target = &http.threads;
+      if (key == "read_timeout_seconds") target = &http.read_timeout_seconds;
+      if (key == "write_timeout_seconds") target = &http.write_timeout_seconds;
+      if (key == "max_body_bytes") target = &http.max_body_bytes;
+      if (key == "keep_alive_max_requests") target = &http.keep_alive_max_requests;
+      if (key == "keep_alive_timeout_seconds") target = &http.keep_alive_timeout_seconds;
+      if (target == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in http"));
+      }
+      const std::string qualified = absl::StrCat("http.", key);
+      auto v = Uint(kv.second, qualified);
+      if (!v.ok()) return v.status();
+      if (*v == 0) return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      if (key == "threads" && *v > 256) {
+        return Error(kv.second.Mark(), absl::StrCat(qualified, "=", *v, " must be <= 256"));
+      }
+      *target = *v;
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ApplyJobs(const YAML::Node& node, DaemonConfig& config) const {
     if (node.IsNull()) return absl::OkStatus();
     if (!node.IsSequence()) {
@@ -264,6 +306,10 @@ class Parser {
         jobs_node = kv.second;
       } else if (key == "limits") {
         s = ApplyLimits(kv.second, config.limits);
+      } else if (key == "metrics") {
+        s = ApplyMetrics(kv.second, config.metrics);
+      } else if (key == "http") {
+        s = ApplyHttp(kv.second, config.http);
       } else {
         s = Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "'"));
       }
@@ -279,8 +325,15 @@ class Parser {
   std::string source_;
 };
 
-absl::Status ValidateAddress(absl::string_view key, absl::string_view address) {
-  if (address.rfind("unix:", 0) == 0 && address.size() > 5) return absl::OkStatus();
+absl::Status ValidateAddress(absl::string_view key, absl::string_view address,
+                             bool allow_unix) {
+  if (address.rfind("unix:", 0) == 0) {
+    if (!allow_unix) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, "=", address, " must be HOST:PORT (no unix: sockets for HTTP)"));
+    }
+    if (address.size() > 5) return absl::OkStatus();
+  }
   const size_t colon = address.rfind(':');
   uint32_t port = 0;
   if (colon == absl::string_view::npos || colon == 0 ||
@@ -377,8 +430,14 @@ absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLoo
   pick(config.http_address, "STRAGGLERD_HTTP_ADDRESS", flags.http_address);
   pick(config.log_level, "STRAGGLERD_LOG_LEVEL", flags.log_level);
 
-  if (absl::Status s = ValidateAddress("grpc_address", config.grpc_address); !s.ok()) return s;
-  if (absl::Status s = ValidateAddress("http_address", config.http_address); !s.ok()) return s;
+  if (absl::Status s = ValidateAddress("grpc_address", config.grpc_address, /*allow_unix=*/true);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ValidateAddress("http_address", config.http_address, /*allow_unix=*/false);
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = ValidateLogLevel(config.log_level); !s.ok()) return s;
   return config;
 }

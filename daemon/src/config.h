@@ -38,6 +38,25 @@ struct Limits {
   uint32_t job_idle_ttl_seconds = 3600;
 };
 
+// The /metrics exposition (reloadable).
+struct MetricsConfig {
+  // straggler_rank_* series only for jobs with world_size <= this; 0 = none.
+  uint32_t per_rank_max_ranks = 4096;
+};
+
+// The HTTP server on http_address (a change needs a restart).
+struct HttpConfig {
+  uint32_t threads = 4;                 // worker threads serving requests
+  uint32_t read_timeout_seconds = 5;    // per read of a request
+  uint32_t write_timeout_seconds = 5;   // per write of a response
+  uint32_t max_body_bytes = 1048576;    // larger request bodies: 413
+  // Keep-alive: a connection serves at most this many requests and is closed
+  // after this long idle. A shutdown waits for idle connections to time out
+  // (httplib cannot close them), so keep the timeout short.
+  uint32_t keep_alive_max_requests = 100;
+  uint32_t keep_alive_timeout_seconds = 2;
+};
+
 // A per-job policy: `match` is a job id or a glob where `*` matches any run
 // of characters; `policy` is the top-level policy with the rule's overrides
 // applied (already merged and validated).
@@ -53,6 +72,8 @@ struct DaemonConfig {
   engine::PolicyConfig policy;               // default of every job
   std::vector<JobPolicyRule> jobs;           // first match wins
   Limits limits;
+  MetricsConfig metrics;
+  HttpConfig http;
   std::string config_file;                   // "" = embedded defaults only
 
   // The policy for `job_id`: the first rule whose pattern matches, else the

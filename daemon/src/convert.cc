@@ -1,5 +1,7 @@
 #include "convert.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace straggler::daemon {
@@ -17,6 +19,10 @@ void ToProto(engine::Time t, google::protobuf::Timestamp* out) {
 }
 
 engine::Time FromProto(const google::protobuf::Timestamp& t) {
+  // engine::Time (int64 ns) spans the years 1678..2262: saturate outside.
+  constexpr int64_t kMaxSeconds = std::numeric_limits<int64_t>::max() / 1'000'000'000 - 1;
+  if (t.seconds() > kMaxSeconds) return engine::Time::max();
+  if (t.seconds() < -kMaxSeconds) return engine::Time::min();
   return engine::Time(t.seconds() * 1'000'000'000 + t.nanos());
 }
 

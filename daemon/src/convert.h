@@ -1,5 +1,6 @@
 // The one place where engine types and straggler.v1 wire messages meet. Each
-// conversion exists once; services and (later) REST handlers call these.
+// conversion exists once; the query/admin core (api.h, behind gRPC and REST)
+// and the ingest service call these.
 //
 //   v1::Membership m;
 //   ToProto(job.engine.membership(), job.id, &m);
@@ -21,7 +22,7 @@ namespace straggler::daemon {
 namespace v1 = ::straggler::v1;
 
 void ToProto(engine::Time t, google::protobuf::Timestamp* out);
-engine::Time FromProto(const google::protobuf::Timestamp& t);
+engine::Time FromProto(const google::protobuf::Timestamp& t);  // saturates past 2262
 
 v1::WorkerState ToProto(engine::WorkerState s);
 v1::ExclusionReason ToProto(engine::ExclusionReason r);

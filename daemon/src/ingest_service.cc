@@ -1,6 +1,7 @@
 #include "ingest_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <optional>
@@ -119,6 +120,16 @@ class IngestReactor final
 
   void Batch() {
     stats_.batches_total.fetch_add(1, std::memory_order_relaxed);
+    // straggler_ingest_batch_duration_seconds: waiting for the job's lock
+    // included, writing the acknowledgement excluded (that is gRPC's).
+    const auto started = std::chrono::steady_clock::now();
+    struct Timer {
+      Histogram& h;
+      std::chrono::steady_clock::time_point start;
+      ~Timer() {
+        h.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+    } timer{stats_.ingest_batch_duration, started};
     const uint32_t max_reports = registry_.max_batch_reports();
     const engine::Time now = WallNow();
     uint32_t accepted = 0, rejected = 0, duplicates = 0;

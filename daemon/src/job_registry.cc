@@ -261,8 +261,15 @@ void JobRegistry::CommitLocked(Job& job, const JobSubscriber* skip) {
   }
 }
 
-void JobRegistry::JournalLocked(const Job& job, std::vector<engine::Event> events) {
-  for (const auto& e : events) spdlog::info("{}", DescribeEvent(job, e));
+void JobRegistry::JournalLocked(Job& job, std::vector<engine::Event> events) {
+  for (const auto& e : events) {
+    spdlog::info("{}", DescribeEvent(job, e));
+    stats_.events_by_kind[static_cast<size_t>(e.kind)].fetch_add(1, std::memory_order_relaxed);
+    if (e.kind == engine::EventKind::kStateChange && e.from == engine::WorkerState::kHealthy &&
+        e.to == engine::WorkerState::kStraggler) {
+      job.detection_latency.Observe(static_cast<double>(e.evidence.latency_iterations));
+    }
+  }
   stats_.events_total.fetch_add(events.size(), std::memory_order_relaxed);
   std::lock_guard lock(events_mu_);
   for (auto& e : events) {

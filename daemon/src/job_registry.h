@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "config.h"
+#include "metrics.h"
 #include "stats.h"
 #include "straggler/engine/job_engine.h"
 
@@ -96,6 +97,10 @@ struct Job {
   // alone, so an operator's runtime decision is not silently undone.
   bool policy_overridden = false;
   uint64_t pushed_version = 0;  // newest membership version pushed
+  // Iterations from an episode's first slow step to its detection, one
+  // observation per healthy -> straggler event journaled (CommitLocked).
+  // Kept across Reset, like every cumulative metric.
+  Histogram detection_latency{DetectionLatencyBuckets()};
   // Creation, last report, last stream detach: what the idle sweep measures.
   engine::Time last_activity;
   // Set (under mu) by the idle sweep just before the job leaves the map;
@@ -202,7 +207,7 @@ class JobRegistry {
   uint64_t last_event_sequence() const;
 
  private:
-  void JournalLocked(const Job& job, std::vector<engine::Event> events);
+  void JournalLocked(Job& job, std::vector<engine::Event> events);
 
   DaemonStats& stats_;
   const uint64_t incarnation_;  // see Job::incarnation

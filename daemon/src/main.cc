@@ -32,11 +32,13 @@ constexpr auto kDrainGrace = std::chrono::seconds(5);
 
 // Written to a temporary file and renamed, so a test polling for the file
 // never reads half a line.
-bool WriteReadyFile(const std::string& path, const std::string& dial_address) {
+bool WriteReadyFile(const std::string& path, const std::string& grpc_dial_address,
+                    const std::string& http_dial_address) {
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"grpc_address\":\"" << dial_address << "\",\"pid\":" << getpid() << "}\n";
+    out << "{\"grpc_address\":\"" << grpc_dial_address << "\",\"http_address\":\""
+        << http_dial_address << "\",\"pid\":" << getpid() << "}\n";
     if (!out.flush()) return false;
   }
   std::error_code ec;
@@ -63,13 +65,15 @@ int main(int argc, char** argv) {
                                   "gRPC listen address HOST:PORT, port 0 picks a free port "
                                   "(default 0.0.0.0:7070)");
   auto* http_opt = app.add_option("--http-address", http_address,
-                                  "HTTP listen address for /metrics and REST - kept in the "
-                                  "config but not served yet (default 0.0.0.0:7071)");
+                                  "HTTP listen address HOST:PORT for /metrics, /healthz, "
+                                  "/readyz and REST under /v1/, port 0 picks a free port "
+                                  "(default 0.0.0.0:7071)");
   auto* level_opt = app.add_option("--log-level", log_level,
                                    "trace|debug|info|warn|error (default info)");
   app.add_option("--ready-file", ready_file,
-                 "once serving, atomically write {\"grpc_address\":\"HOST:PORT\",\"pid\":N} "
-                 "here (useful with port 0)");
+                 "once serving, atomically write {\"grpc_address\":\"HOST:PORT\","
+                 "\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable addresses, "
+                 "useful with port 0)");
   app.add_flag("--version", version, "print the version and exit");
   try {
     app.parse(argc, argv);
@@ -111,8 +115,10 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(s.message()));
     return 1;
   }
-  spdlog::info("stragglerd listening: grpc={}", server.grpc_address());
-  if (!ready_file.empty() && !WriteReadyFile(ready_file, server.grpc_dial_address())) {
+  spdlog::info("stragglerd listening: grpc={} http={}", server.grpc_address(),
+               server.http_address());
+  if (!ready_file.empty() &&
+      !WriteReadyFile(ready_file, server.grpc_dial_address(), server.http_dial_address())) {
     spdlog::error("cannot write --ready-file {}", ready_file);
     server.Shutdown(std::chrono::milliseconds(0));
     return 1;

@@ -1,6 +1,7 @@
 #include "query_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "api.h"
 #include "convert.h"
 #include "rpc_util.h"
 #include "spdlog/spdlog.h"
@@ -84,56 +85,33 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
 }  // namespace
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
-                                                     const v1::ListJobsRequest*,
+                                                     const v1::ListJobsRequest* request,
                                                      v1::ListJobsResponse* response) {
-  for (const auto& job : registry_.Jobs()) {
-    std::lock_guard lock(job->mu);
-    ToProto(*job, response->add_jobs());
-  }
-  return FinishUnary(ctx, absl::OkStatus());
+  return FinishUnary(ctx, api::ListJobs(registry_, *request), response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                    const v1::GetJobRequest* request,
                                                    v1::Job* response) {
-  return FinishUnary(ctx, registry_.Read(request->job_id(),
-                                  [&](const Job& job) { ToProto(job, response); }));
+  return FinishUnary(ctx, api::GetJob(registry_, *request), response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                         const v1::ListWorkersRequest* request,
                                                         v1::ListWorkersResponse* response) {
-  return FinishUnary(ctx, registry_.Read(request->job_id(), [&](const Job& job) {
-    // O(world_size) here: one engine::Worker lookup and an O(1) copy per rank.
-    response->mutable_workers()->Reserve(static_cast<int>(job.world_size));
-    for (uint32_t rank = 0; rank < job.world_size; ++rank) {
-      ToProto(job.engine.Worker(rank), job, response->add_workers());
-    }
-  }));
+  return FinishUnary(ctx, api::ListWorkers(registry_, *request), response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetWorker(grpc::CallbackServerContext* ctx,
                                                       const v1::GetWorkerRequest* request,
                                                       v1::Worker* response) {
-  absl::Status in_range;
-  absl::Status found = registry_.Read(request->job_id(), [&](const Job& job) {
-    if (request->rank() >= job.world_size) {
-      in_range = absl::InvalidArgumentError(absl::StrCat("rank ", request->rank(),
-                                                         " >= world_size ", job.world_size,
-                                                         " of job '", job.id, "'"));
-      return;
-    }
-    ToProto(job.engine.Worker(request->rank()), job, response);
-  });
-  return FinishUnary(ctx, found.ok() ? in_range : found);
+  return FinishUnary(ctx, api::GetWorker(registry_, *request), response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
     grpc::CallbackServerContext* ctx, const v1::GetMembershipRequest* request,
     v1::Membership* response) {
-  return FinishUnary(ctx, registry_.Read(request->job_id(), [&](const Job& job) {
-    ToProto(job.engine.membership(), job, response);
-  }));
+  return FinishUnary(ctx, api::GetMembership(registry_, *request), response);
 }
 
 grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
@@ -146,15 +124,7 @@ grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
 grpc::ServerUnaryReactor* QueryServiceImpl::ListEvents(grpc::CallbackServerContext* ctx,
                                                        const v1::ListEventsRequest* request,
                                                        v1::ListEventsResponse* response) {
-  EventQuery query;
-  query.job_id = request->job_id();
-  if (request->has_since_time()) query.since_time = FromProto(request->since_time());
-  query.since_sequence = request->since_sequence();
-  query.limit = request->limit();  // 0 = default; clamped to the maximum
-  EventPage page = registry_.Events(query);
-  for (const JournalEntry& e : page.events) ToProto(e, response->add_events());
-  response->set_last_sequence(page.last_sequence);
-  return FinishUnary(ctx, absl::OkStatus());
+  return FinishUnary(ctx, api::ListEvents(registry_, *request), response);
 }
 
 }  // namespace straggler::daemon

@@ -4,8 +4,9 @@
 //   QueryServiceImpl query(registry, stats);
 //   builder.RegisterService(&query);
 //
-// Unary calls run on gRPC's callback threads and hold one job's mutex while
-// copying its state out. WatchMembership keeps one write in flight and only
+// Unary calls run on gRPC's callback threads and only translate: the logic is
+// api.h's (shared with REST), which holds one job's mutex while copying its
+// state out. WatchMembership keeps one write in flight and only
 // the newest version pending, so a slow watcher may skip versions but never
 // makes the daemon buffer.
 //

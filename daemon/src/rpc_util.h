@@ -20,6 +20,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "job_registry.h"
 
 namespace straggler::daemon {
@@ -36,6 +37,15 @@ inline grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// Ends a unary callback RPC with the result of an api:: call: the value
+// becomes the response, an error the status.
+template <class Msg>
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
+                                      absl::StatusOr<Msg> result, Msg* response) {
+  if (result.ok()) *response = *std::move(result);
+  return FinishUnary(ctx, result.status());
 }
 
 enum class WriteAction { kNone, kWrite, kFinish };

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "admin_service.h"
+#include "http_server.h"
 #include "ingest_service.h"
 #include "job_registry.h"
 #include "query_service.h"
@@ -39,6 +40,7 @@ absl::Status Server::Start(const DaemonConfig& config) {
   admin_ = std::make_unique<AdminServiceImpl>(*registry_);
   configured_grpc_address_ = config.grpc_address;
   configured_http_address_ = config.http_address;
+  configured_http_ = config.http;
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -68,11 +70,29 @@ absl::Status Server::Start(const DaemonConfig& config) {
     health->SetServingStatus(service, true);
   }
 
+  http_ = std::make_unique<HttpServer>(*registry_, stats_);
+  if (absl::Status s = http_->Start(config); !s.ok()) {
+    http_.reset();
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+    server_.reset();
+    return s;
+  }
+
   tick_thread_ = std::thread([this] { TickLoop(); });
-  spdlog::info("http_address={} configured; HTTP (/metrics, /healthz, REST) is not served yet",
-               config.http_address);
+  // gRPC serves and the config is loaded (Start has it): ready.
+  http_->SetPhase(HttpServer::Phase::kServing);
   return absl::OkStatus();
 }
+
+int Server::http_port() const { return http_ ? http_->port() : 0; }
+
+const std::string& Server::http_address() const {
+  static const std::string kNone;
+  return http_ ? http_->address() : kNone;
+}
+
+std::string Server::http_dial_address() const { return http_ ? http_->dial_address() : ""; }
 
 std::string Server::grpc_dial_address() const {
   const std::string host = HostOf(grpc_address_);
@@ -88,6 +108,14 @@ void Server::Reload(const DaemonConfig& config) {
   if (config.grpc_address != configured_grpc_address_ ||
       config.http_address != configured_http_address_) {
     spdlog::warn("reload: grpc_address/http_address changes take effect only after a restart");
+  }
+  const HttpConfig& h = config.http;
+  const HttpConfig& c = configured_http_;
+  if (h.threads != c.threads || h.read_timeout_seconds != c.read_timeout_seconds ||
+      h.write_timeout_seconds != c.write_timeout_seconds || h.max_body_bytes != c.max_body_bytes ||
+      h.keep_alive_max_requests != c.keep_alive_max_requests ||
+      h.keep_alive_timeout_seconds != c.keep_alive_timeout_seconds) {
+    spdlog::warn("reload: http.* changes take effect only after a restart");
   }
   registry_->ApplyConfig(std::make_shared<const DaemonConfig>(config));
   spdlog::info("config reloaded from {}",
@@ -107,7 +135,9 @@ void Server::TickLoop() {
 void Server::Shutdown(std::chrono::milliseconds grace) {
   if (!server_) return;
   spdlog::info("stragglerd draining (grace {} ms)", grace.count());
-  // Health first, so load balancers stop sending new work while we drain.
+  // Readiness first (/readyz 503, REST 503, gRPC health NOT_SERVING), so load
+  // balancers stop sending new work while we drain.
+  if (http_) http_->SetPhase(HttpServer::Phase::kDraining);
   server_->GetHealthCheckService()->Shutdown();
   registry_->CloseAll(absl::UnavailableError("stragglerd is shutting down"));
   server_->Shutdown(std::chrono::system_clock::now() + grace);
@@ -119,6 +149,9 @@ void Server::Shutdown(std::chrono::milliseconds grace) {
   if (tick_thread_.joinable()) tick_thread_.join();
   server_->Wait();
   server_.reset();
+  // HTTP last: /metrics and /healthz answer while gRPC drains.
+  if (http_) http_->Stop();
+  http_.reset();
   spdlog::info("stragglerd stopped");
 }
 

@@ -1,9 +1,11 @@
 // The running daemon: gRPC server (ingest, query, admin, health, reflection),
-// the job registry and the once-a-second tick thread.
+// the HTTP server (/metrics, /healthz, /readyz, REST), the job registry and
+// the once-a-second tick thread.
 //
 //   Server server;
 //   if (absl::Status s = server.Start(config); !s.ok()) ...;
 //   std::cout << server.grpc_port();          // the real port, also for port 0
+//   std::cout << server.http_port();
 //   server.Reload(new_config);                // SIGHUP
 //   server.Shutdown(std::chrono::seconds(5)); // SIGTERM
 //
@@ -32,6 +34,7 @@ class JobRegistry;
 class IngestServiceImpl;
 class QueryServiceImpl;
 class AdminServiceImpl;
+class HttpServer;
 
 class Server {
  public:
@@ -40,16 +43,19 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds config.grpc_address (port 0 picks a free port) and starts serving.
+  // Binds config.grpc_address, then config.http_address (port 0 picks a free
+  // port), and starts serving; /readyz answers 200 once both are up.
   absl::Status Start(const DaemonConfig& config);
 
   // Applies a reloaded config: log level, limits, policies (see
   // JobRegistry::ApplyConfig). Addresses need a restart; a change is logged.
   void Reload(const DaemonConfig& config);
 
-  // Stops accepting, tells every stream and watcher to go (UNAVAILABLE, so
-  // clients reconnect elsewhere or later), waits up to `grace` for calls to
-  // end, cancels the rest, joins the tick thread.
+  // /readyz turns 503 (and REST answers 503) first; then stops accepting gRPC,
+  // tells every stream and watcher to go (UNAVAILABLE, so clients reconnect
+  // elsewhere or later), waits up to `grace` for calls to end, cancels the
+  // rest, joins the tick thread, and stops HTTP last (/metrics and /healthz
+  // serve until then).
   void Shutdown(std::chrono::milliseconds grace);
 
   int grpc_port() const { return grpc_port_; }
@@ -57,6 +63,10 @@ class Server {
   const std::string& grpc_address() const { return grpc_address_; }
   // An address a local client can dial: wildcard hosts become 127.0.0.1.
   std::string grpc_dial_address() const;
+
+  int http_port() const;
+  const std::string& http_address() const;  // host:port with the real port
+  std::string http_dial_address() const;
 
   JobRegistry& registry() { return *registry_; }
   const DaemonStats& stats() const { return stats_; }
@@ -70,8 +80,10 @@ class Server {
   std::unique_ptr<QueryServiceImpl> query_;
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpServer> http_;
   std::string configured_grpc_address_;
   std::string configured_http_address_;
+  HttpConfig configured_http_;
   std::string grpc_address_;
   int grpc_port_ = 0;
 

@@ -1,10 +1,10 @@
 // Daemon-wide counters, kept as relaxed atomics so the ingest hot path pays
-// one uncontended increment per report. The metrics issue exposes them as
-// straggler_* Prometheus series; nothing here formats them.
+// one uncontended increment per report. metrics.cc (RenderDaemonMetrics)
+// exposes them as straggler_* Prometheus series; nothing here formats them.
 //
 //   stats.reports_accepted.fetch_add(n, std::memory_order_relaxed);
 //
-// Thread-safe: every member is an atomic; readers see a value that was true
+// Thread-safe: every member is an atomic (or the atomic Histogram); readers see a value that was true
 // at some recent moment (no cross-counter consistency is promised).
 #pragma once
 
@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "metrics.h"
 #include "straggler/engine/job_engine.h"
 
 namespace straggler::daemon {
@@ -23,6 +24,8 @@ inline constexpr size_t kStreamRejectReasons = 2;
 // engine::RejectReason runs kNone..kStale.
 inline constexpr size_t kEngineRejectReasons =
     static_cast<size_t>(engine::RejectReason::kStale) + 1;
+// engine::EventKind runs kStateChange..kReprofile.
+inline constexpr size_t kEventKinds = static_cast<size_t>(engine::EventKind::kReprofile) + 1;
 
 struct DaemonStats {
   std::atomic<uint64_t> reports_accepted{0};
@@ -36,6 +39,9 @@ struct DaemonStats {
   std::atomic<uint64_t> directives_written{0};
   std::atomic<uint64_t> directives_coalesced{0};  // merged into a pending write
   std::atomic<uint64_t> events_total{0};
+  std::array<std::atomic<uint64_t>, kEventKinds> events_by_kind{};
+  // Wall time of IngestService's processing of one ReportBatch.
+  Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
 
   void CountRejected(engine::RejectReason r) {
     reports_rejected[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);

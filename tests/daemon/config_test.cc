@@ -51,6 +51,13 @@ TEST_CASE("no config file at all gives the embedded defaults") {
   CHECK(cfg->limits.max_batch_reports == 10000);
   CHECK(cfg->limits.events_retained == 100000);
   CHECK(cfg->limits.job_idle_ttl_seconds == 3600);
+  CHECK(cfg->metrics.per_rank_max_ranks == 4096);
+  CHECK(cfg->http.threads == 4);
+  CHECK(cfg->http.read_timeout_seconds == 5);
+  CHECK(cfg->http.write_timeout_seconds == 5);
+  CHECK(cfg->http.max_body_bytes == 1048576);
+  CHECK(cfg->http.keep_alive_max_requests == 100);
+  CHECK(cfg->http.keep_alive_timeout_seconds == 2);
   CHECK(sd::SamePolicy(cfg->policy, straggler::engine::PolicyConfig{}));
   CHECK(cfg->config_file.empty());
 }
@@ -71,6 +78,13 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->limits.max_batch_reports == defaults.limits.max_batch_reports);
   CHECK(cfg->limits.events_retained == defaults.limits.events_retained);
   CHECK(cfg->limits.job_idle_ttl_seconds == defaults.limits.job_idle_ttl_seconds);
+  CHECK(cfg->metrics.per_rank_max_ranks == defaults.metrics.per_rank_max_ranks);
+  CHECK(cfg->http.threads == defaults.http.threads);
+  CHECK(cfg->http.read_timeout_seconds == defaults.http.read_timeout_seconds);
+  CHECK(cfg->http.write_timeout_seconds == defaults.http.write_timeout_seconds);
+  CHECK(cfg->http.max_body_bytes == defaults.http.max_body_bytes);
+  CHECK(cfg->http.keep_alive_max_requests == defaults.http.keep_alive_max_requests);
+  CHECK(cfg->http.keep_alive_timeout_seconds == defaults.http.keep_alive_timeout_seconds);
 }
 
 TEST_CASE("an empty file is all defaults") {
@@ -96,6 +110,15 @@ limits:
   max_jobs: 5
   events_retained: 50
   job_idle_ttl_seconds: 120
+metrics:
+  per_rank_max_ranks: 0
+http:
+  threads: 8
+  read_timeout_seconds: 2
+  write_timeout_seconds: 3
+  max_body_bytes: 4096
+  keep_alive_max_requests: 10
+  keep_alive_timeout_seconds: 1
 jobs:
   - match: "bert-*"
     policy:
@@ -118,6 +141,13 @@ jobs:
   CHECK(cfg->limits.events_retained == 50);
   CHECK(cfg->limits.job_idle_ttl_seconds == 120);
   CHECK(cfg->limits.max_batch_reports == 10000);  // untouched key keeps its default
+  CHECK(cfg->metrics.per_rank_max_ranks == 0);      // 0: no per-rank series at all
+  CHECK(cfg->http.threads == 8);
+  CHECK(cfg->http.read_timeout_seconds == 2);
+  CHECK(cfg->http.write_timeout_seconds == 3);
+  CHECK(cfg->http.max_body_bytes == 4096);
+  CHECK(cfg->http.keep_alive_max_requests == 10);
+  CHECK(cfg->http.keep_alive_timeout_seconds == 1);
   REQUIRE(cfg->jobs.size() == 1);
   // Job overrides sit on top of the top-level policy, not of the defaults.
   const auto& bert = cfg->jobs[0].policy;
@@ -144,6 +174,16 @@ TEST_CASE("an unknown key is an error naming the key and its line") {
     REQUIRE_FALSE(cfg.ok());
     CHECK_THAT(std::string(cfg.status().message()),
                Catch::Contains("x.yaml:4:") && Catch::Contains("unknown key 'foo'"));
+  }
+  SECTION("inside metrics") {
+    auto cfg = sd::ParseConfig("metrics:\n  per_rank_max: 5\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK(std::string(cfg.status().message()) == "x.yaml:2: unknown key 'per_rank_max' in metrics");
+  }
+  SECTION("inside http") {
+    auto cfg = sd::ParseConfig("http:\n  thread: 5\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK(std::string(cfg.status().message()) == "x.yaml:2: unknown key 'thread' in http");
   }
   SECTION("inside limits") {
     auto cfg = sd::ParseConfig("limits:\n  max_job: 3\n", "x.yaml");
@@ -190,6 +230,25 @@ TEST_CASE("a bad value is an error naming the key and the value") {
     REQUIRE_FALSE(cfg.ok());
     CHECK_THAT(std::string(cfg.status().message()),
                Catch::Contains("limits.job_idle_ttl_seconds=0"));
+  }
+  SECTION("bad http and metrics values") {
+    auto cfg = sd::ParseConfig("http:\n  threads: 0\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("http.threads=0 must be > 0"));
+    cfg = sd::ParseConfig("http:\n  max_body_bytes: -1\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("http.max_body_bytes=-1"));
+    cfg = sd::ParseConfig("metrics:\n  per_rank_max_ranks: lots\n", "x.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()),
+               Catch::Contains("metrics.per_rank_max_ranks=lots"));
+  }
+  SECTION("http_address is not a unix socket") {
+    sd::ConfigSources flags;
+    flags.http_address = "unix:/tmp/x.sock";
+    auto cfg = sd::LoadConfig(flags, FakeEnv({}));
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()), Catch::Contains("http_address=unix:"));
   }
   SECTION("bad log level from the environment") {
     auto cfg = sd::LoadConfig({}, FakeEnv({{"STRAGGLERD_LOG_LEVEL", "loud"}}));

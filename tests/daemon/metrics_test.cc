@@ -1,0 +1,270 @@
+// The Prometheus text exposition (metrics.h): value formatting, escaping,
+// name validation, histograms (cumulative buckets, +Inf, _sum, _count), a
+// full small exposition byte for byte, and the daemon collector's per-rank
+// cut-off and one-hot rank state.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "config.h"
+#include "job_registry.h"
+#include "metrics.h"
+#include "stats.h"
+
+namespace sd = straggler::daemon;
+
+TEST_CASE("values: exact integers without exponent, specials, shortest round trip") {
+  CHECK(sd::FormatValue(0) == "0");
+  CHECK(sd::FormatValue(-0.0) == "0");
+  CHECK(sd::FormatValue(1) == "1");
+  CHECK(sd::FormatValue(-3) == "-3");
+  CHECK(sd::FormatValue(1e6) == "1000000");
+  CHECK(sd::FormatValue(9007199254740993.0) == "9007199254740992");  // 2^53 + 1 rounds to 2^53
+  CHECK(sd::FormatValue(18446744073709551615.0) == "18446744073709552000");  // >= 2^63
+  CHECK(sd::FormatValue(1e22) == "1e+22");
+  CHECK(sd::FormatValue(0.1) == "0.1");
+  CHECK(sd::FormatValue(1.5) == "1.5");
+  CHECK(sd::FormatValue(-0.25) == "-0.25");
+  CHECK(sd::FormatValue(0.1 + 0.2) == "0.30000000000000004");
+  CHECK(sd::FormatValue(123456.789) == "123456.789");
+  CHECK(sd::FormatValue(0.0001) == "0.0001");
+  CHECK(sd::FormatValue(0.00025) == "0.00025");
+  CHECK(sd::FormatValue(1e-5) == "1e-05");
+  CHECK(sd::FormatValue(2.5e-5) == "2.5e-05");
+  CHECK(sd::FormatValue(-1.25e-7) == "-1.25e-07");
+  CHECK(sd::FormatValue(5e-324) == "5e-324");
+  CHECK(sd::FormatValue(std::numeric_limits<double>::max()) == "1.7976931348623157e+308");
+  CHECK(sd::FormatValue(std::numeric_limits<double>::infinity()) == "+Inf");
+  CHECK(sd::FormatValue(-std::numeric_limits<double>::infinity()) == "-Inf");
+  CHECK(sd::FormatValue(std::nan("")) == "NaN");
+
+  // Every text reads back as the same double.
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<double> exponent(-30, 30);
+  for (int i = 0; i < 10000; ++i) {
+    const double v = std::pow(10.0, exponent(rng)) * (i % 2 ? 1 : -1);
+    const std::string text = sd::FormatValue(v);
+    INFO(text);
+    CHECK(std::strtod(text.c_str(), nullptr) == v);
+  }
+}
+
+TEST_CASE("HELP and label values are escaped") {
+  CHECK(sd::EscapeHelp("a\\b\nc \"q\"") == "a\\\\b\\nc \"q\"");
+  CHECK(sd::EscapeLabelValue("a\\b\nc \"q\"") == "a\\\\b\\nc \\\"q\\\"");
+  CHECK(sd::EscapeLabelValue("plain-job_1.x") == "plain-job_1.x");
+  CHECK(sd::EscapeLabelValue("") == "");
+}
+
+TEST_CASE("metric and label names are validated") {
+  CHECK(sd::IsValidMetricName("straggler_jobs"));
+  CHECK(sd::IsValidMetricName("a:b_c9"));
+  CHECK(sd::IsValidMetricName("_x"));
+  CHECK_FALSE(sd::IsValidMetricName(""));
+  CHECK_FALSE(sd::IsValidMetricName("9x"));
+  CHECK_FALSE(sd::IsValidMetricName("a-b"));
+  CHECK(sd::IsValidLabelName("job"));
+  CHECK(sd::IsValidLabelName("_rank2"));
+  CHECK_FALSE(sd::IsValidLabelName(""));
+  CHECK_FALSE(sd::IsValidLabelName("__name__"));
+  CHECK_FALSE(sd::IsValidLabelName("a:b"));
+  CHECK_FALSE(sd::IsValidLabelName("2a"));
+
+  sd::Exposition out;
+  out.Family("bad-name", sd::MetricType::kGauge, "x");
+  out.Sample({}, 1);  // dropped with its family
+  CHECK(out.text().empty());
+  CHECK_FALSE(out.status().ok());
+
+  sd::Exposition labels;
+  labels.Family("ok_gauge", sd::MetricType::kGauge, "x");
+  labels.Sample({{"bad label", "v"}}, 1);
+  labels.Sample({{"job", "a"}, {"job", "b"}}, 1);
+  CHECK(labels.text() == "# HELP ok_gauge x\n# TYPE ok_gauge gauge\n");
+  CHECK_THAT(std::string(labels.status().message()), Catch::Contains("bad label"));
+}
+
+TEST_CASE("a family is written once; samples belong to an open family of the right type") {
+  sd::Exposition out;
+  out.Sample({}, 1);
+  CHECK_FALSE(out.status().ok());
+
+  sd::Exposition twice;
+  twice.Family("x_total", sd::MetricType::kCounter, "x");
+  twice.Sample({}, 1);
+  twice.Family("x_total", sd::MetricType::kCounter, "x");
+  twice.Sample({}, 2);
+  CHECK(twice.text() == "# HELP x_total x\n# TYPE x_total counter\nx_total 1\n");
+  CHECK_THAT(std::string(twice.status().message()), Catch::Contains("written twice"));
+
+  sd::Exposition kinds;
+  kinds.Family("h", sd::MetricType::kHistogram, "x");
+  kinds.Sample({}, 1);
+  CHECK_FALSE(kinds.status().ok());
+  sd::Exposition le;
+  le.Family("h", sd::MetricType::kHistogram, "x");
+  sd::Histogram h{1.0};
+  le.Histogram({{"le", "1"}}, h.Snapshot());
+  CHECK_FALSE(le.status().ok());
+}
+
+TEST_CASE("histogram buckets are inclusive, cumulative and end in +Inf") {
+  sd::Histogram h{1, 2.5, 10};
+  for (double v : {0.5, 1.0, 1.0001, 2.5, 3.0, 10.0, 11.0, 1e300}) h.Observe(v);
+  h.Observe(std::nan(""));  // ignored
+  const sd::HistogramSnapshot s = h.Snapshot();
+  REQUIRE(s.counts.size() == 4);
+  CHECK(s.counts[0] == 2);  // 0.5, 1.0 (le is inclusive)
+  CHECK(s.counts[1] == 2);  // 1.0001, 2.5
+  CHECK(s.counts[2] == 2);  // 3, 10
+  CHECK(s.counts[3] == 2);  // 11, 1e300
+  CHECK(s.count() == 8);
+
+  sd::Exposition out;
+  out.Family("lat_seconds", sd::MetricType::kHistogram, "Latency.");
+  sd::Histogram small{0.25, 1};
+  small.Observe(0.25);
+  small.Observe(0.5);
+  small.Observe(4);
+  out.Histogram({{"job", "a"}}, small.Snapshot());
+  CHECK(out.status().ok());
+  CHECK(out.text() ==
+        "# HELP lat_seconds Latency.\n"
+        "# TYPE lat_seconds histogram\n"
+        "lat_seconds_bucket{job=\"a\",le=\"0.25\"} 1\n"
+        "lat_seconds_bucket{job=\"a\",le=\"1\"} 2\n"
+        "lat_seconds_bucket{job=\"a\",le=\"+Inf\"} 3\n"
+        "lat_seconds_sum{job=\"a\"} 4.75\n"
+        "lat_seconds_count{job=\"a\"} 3\n");
+}
+
+TEST_CASE("a small exposition, byte for byte") {
+  sd::Exposition out;
+  out.Family("straggler_build_info", sd::MetricType::kGauge, "Always 1.");
+  out.Sample({{"version", "0.1.0"}}, 1);
+  out.Family("straggler_reports_rejected_total", sd::MetricType::kCounter,
+             "Reports refused,\nby reason \\ kind.");
+  out.Sample({{"reason", "stale"}}, 3);
+  out.Sample({{"reason", "invalid_value"}}, 0);
+  out.Family("straggler_rank_compute_seconds", sd::MetricType::kGauge, "Last compute time.");
+  out.Sample({{"job", "we\"ird\\job\nx"}, {"rank", "0"}, {"node", ""}}, 0.125);
+  out.Sample({{"job", "b"}, {"rank", "1"}, {"node", "n1"}},
+             std::numeric_limits<double>::quiet_NaN());
+  out.Family("straggler_ingest_batch_duration_seconds", sd::MetricType::kHistogram,
+             "Batch time.");
+  sd::Histogram h{1e-5, 1e-4};
+  h.Observe(5e-6);
+  h.Observe(5e-5);
+  out.Histogram({}, h.Snapshot());
+  out.Family("process_start_time_seconds", sd::MetricType::kGauge, "Start.");
+  out.Sample({}, 1700000000.5);
+  REQUIRE(out.status().ok());
+  CHECK(out.Take() ==
+        "# HELP straggler_build_info Always 1.\n"
+        "# TYPE straggler_build_info gauge\n"
+        "straggler_build_info{version=\"0.1.0\"} 1\n"
+        "# HELP straggler_reports_rejected_total Reports refused,\\nby reason \\\\ kind.\n"
+        "# TYPE straggler_reports_rejected_total counter\n"
+        "straggler_reports_rejected_total{reason=\"stale\"} 3\n"
+        "straggler_reports_rejected_total{reason=\"invalid_value\"} 0\n"
+        "# HELP straggler_rank_compute_seconds Last compute time.\n"
+        "# TYPE straggler_rank_compute_seconds gauge\n"
+        "straggler_rank_compute_seconds{job=\"we\\\"ird\\\\job\\nx\",rank=\"0\",node=\"\"} 0.125\n"
+        "straggler_rank_compute_seconds{job=\"b\",rank=\"1\",node=\"n1\"} NaN\n"
+        "# HELP straggler_ingest_batch_duration_seconds Batch time.\n"
+        "# TYPE straggler_ingest_batch_duration_seconds histogram\n"
+        "straggler_ingest_batch_duration_seconds_bucket{le=\"1e-05\"} 1\n"
+        "straggler_ingest_batch_duration_seconds_bucket{le=\"0.0001\"} 2\n"
+        "straggler_ingest_batch_duration_seconds_bucket{le=\"+Inf\"} 2\n"
+        "straggler_ingest_batch_duration_seconds_sum 5.5e-05\n"
+        "straggler_ingest_batch_duration_seconds_count 2\n"
+        "# HELP process_start_time_seconds Start.\n"
+        "# TYPE process_start_time_seconds gauge\n"
+        "process_start_time_seconds 1700000000.5\n");
+}
+
+TEST_CASE("process metrics are read from /proc") {
+  const sd::ProcessStats p = sd::ReadProcessStats();
+  REQUIRE(p.cpu_seconds);
+  REQUIRE(p.resident_memory_bytes);
+  REQUIRE(p.virtual_memory_bytes);
+  REQUIRE(p.open_fds);
+  REQUIRE(p.start_time_seconds);
+  CHECK(*p.resident_memory_bytes > 0);
+  CHECK(*p.virtual_memory_bytes >= *p.resident_memory_bytes);
+  CHECK(*p.open_fds >= 3);
+  CHECK(*p.start_time_seconds > 1.6e9);  // after 2020
+  sd::Exposition out;
+  sd::WriteProcessMetrics(p, out);
+  CHECK(out.status().ok());
+  CHECK_THAT(out.text(), Catch::Contains("# TYPE process_cpu_seconds_total counter\n"));
+  CHECK_THAT(out.text(), Catch::Contains("# TYPE process_open_fds gauge\n"));
+}
+
+namespace {
+
+class NullSubscriber final : public sd::JobSubscriber {
+ public:
+  void OnMembershipChangedLocked(const sd::Job&) override {}
+  void CloseLocked(const absl::Status&) override {}
+};
+
+}  // namespace
+
+TEST_CASE("the daemon collector: per-rank series up to per_rank_max_ranks, one-hot state") {
+  sd::DaemonStats stats;
+  sd::JobRegistry registry(std::make_shared<const sd::DaemonConfig>(), stats);
+  sd::StreamHello hello;
+  hello.job_id = "small";
+  hello.node = "n0";
+  hello.world_size = 2;
+  hello.ranks = {0, 1};
+  const auto now = sd::WallNow();
+  auto small = registry.Attach(hello, std::make_shared<NullSubscriber>(), now);
+  REQUIRE(small.ok());
+  {
+    std::lock_guard lock((*small)->mu);
+    straggler::engine::Report r;
+    r.rank = 1;
+    r.iteration = 1;
+    r.compute_seconds = 0.5;
+    REQUIRE((*small)->engine.Ingest(r, now).accepted);
+  }
+  hello.job_id = "big";
+  hello.world_size = 3;
+  hello.ranks = {0};
+  REQUIRE(registry.Attach(hello, std::make_shared<NullSubscriber>(), now).ok());
+
+  sd::MetricsOptions options;
+  options.version = "9.9.9";
+  options.per_rank_max_ranks = 2;
+  const std::string text = sd::RenderDaemonMetrics(registry, stats, options);
+  CHECK_THAT(text, Catch::Contains("straggler_build_info{version=\"9.9.9\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_jobs 2\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_job_ranks{job=\"big\"} 3\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_job_ranks{job=\"small\"} 2\n"));
+  CHECK_THAT(text, Catch::Contains(
+                       "straggler_job_detection_latency_iterations_bucket{job=\"small\",le=\"89\"} 0\n"));
+  CHECK_THAT(text, Catch::Contains(
+                       "straggler_rank_compute_seconds{job=\"small\",rank=\"1\",node=\"n0\"} 0.5\n"));
+  CHECK_THAT(text, Catch::Contains(
+                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",state=\"pending\"} 0\n"
+                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",state=\"healthy\"} 1\n"
+                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",state=\"straggler\"} 0\n"
+                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",state=\"unresponsive\"} 0\n"));
+  // "big" (3 ranks > 2) keeps its job series only.
+  CHECK_THAT(text, !Catch::Contains("straggler_rank_compute_seconds{job=\"big\""));
+  CHECK_THAT(text, !Catch::Contains("straggler_rank_state{job=\"big\""));
+  // Every reason and kind is there from the start.
+  CHECK_THAT(text, Catch::Contains("straggler_reports_rejected_total{reason=\"batch_too_large\"} 0\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_events_total{kind=\"reprofile\"} 0\n"));
+
+  options.per_rank_max_ranks = 0;
+  CHECK_THAT(sd::RenderDaemonMetrics(registry, stats, options),
+             !Catch::Contains("straggler_rank_compute_seconds{"));
+}
