@@ -14,6 +14,7 @@
 #include <atomic>
 #include <charconv>
 #include <cmath>
+#include <ctime>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -65,6 +66,15 @@ std::chrono::milliseconds ClampTimeout(std::chrono::milliseconds t) {
 }
 
 // What Report() stores: fixed size, trivially copyable (see BoundedQueue).
+// The wall time stamped on a report only dates it (start_time = this -
+// compute_seconds): CLOCK_REALTIME_COARSE (vDSO, a few ns, 1-4 ms resolution)
+// instead of CLOCK_REALTIME (~30 ns here, half of Report()'s cost).
+inline int64_t CoarseUnixNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 struct QueuedReport {
   uint32_t rank;
   uint64_t epoch;
@@ -222,10 +232,7 @@ class ClientImpl final : public Client {
         compute_seconds,
         step_seconds.value_or(std::numeric_limits<double>::quiet_NaN()),
         collective_wait_seconds.value_or(std::numeric_limits<double>::quiet_NaN()),
-        // clock_gettime(CLOCK_REALTIME) is served by the vDSO: no system call.
-        std::chrono::duration_cast<std::chrono::nanoseconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count()};
+        CoarseUnixNanos()};
     if (!queue_.TryPush(r)) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
       return false;

@@ -1,0 +1,244 @@
+// The cost of straggler::Client::Report() on the training thread (issue 6,
+// item 1; goal: <= 50 ns median, never blocking).
+//
+// Report() is a bounded lock-free enqueue plus a check whether the sender
+// thread sleeps. Benchmarks, from the inside out:
+//
+//  * BM_QueuePushPop         detail::BoundedQueue TryPush + TryPop on one
+//                            thread: the enqueue path itself, cache-hot.
+//  * BM_ClientReport_Draining  Client::Report() connected to an in-process
+//                            fake IngestService that acknowledges every batch,
+//                            so the client's sender really drains the queue.
+//                            Reports are timed in bursts of kBurst; between
+//                            bursts (untimed) we wait until the backlog leaves
+//                            room for a whole burst, so no timed call hits a
+//                            full queue (counter `dropped` proves it).
+//                            Sender busy: no wake-up is needed.
+//  * BM_ClientReport_IdleSender  one Report() per "training step" with the
+//                            sender asleep, as in real training (a report every
+//                            few ms): each call is timed on its own; p50/p99
+//                            counters (ns) include about one clock read
+//                            (BM_SteadyClockNow).
+//  * BM_ClientReport_QueueFull  Report() to an unreachable endpoint once the
+//                            queue is full: the drop path.
+//  * BM_SystemClockNow / BM_SteadyClockNow  one clock read: Report() reads
+//                            system_clock once for the report's wall time.
+//
+//   client_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "report_queue.h"
+#include "straggler/client.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace {
+
+namespace v1 = straggler::v1;
+using Clock = std::chrono::steady_clock;
+
+// The same layout as the client's queued report (client.cc): 56 bytes.
+struct QueuedReport {
+  uint32_t rank;
+  uint64_t epoch;
+  uint64_t iteration;
+  double compute_seconds;
+  double step_seconds;
+  double collective_wait_seconds;
+  int64_t reported_unix_ns;
+};
+
+constexpr size_t kQueueCapacity = 4096;  // ClientOptions default
+
+void BM_QueuePushPop(benchmark::State& state) {
+  straggler::detail::BoundedQueue<QueuedReport> q(kQueueCapacity);
+  QueuedReport in{3, 0, 0, 0.1, 0, 0, 0}, out{};
+  for (auto _ : state) {
+    ++in.iteration;
+    benchmark::DoNotOptimize(q.TryPush(in));
+    benchmark::DoNotOptimize(q.TryPop(out));
+  }
+  benchmark::DoNotOptimize(out);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_QueuePushPop);
+
+// A fake IngestService: acknowledges every batch at once (no engine), so the
+// client's sender drains its queue at full speed.
+class AckAll final : public v1::IngestService::Service {
+ public:
+  grpc::Status Stream(grpc::ServerContext*,
+                      grpc::ServerReaderWriter<v1::Directive, v1::ReportBatch>* stream) override {
+    v1::ReportBatch batch;
+    v1::Directive d;
+    while (stream->Read(&batch)) {
+      d.Clear();
+      d.set_acked_sequence(batch.sequence());
+      d.set_accepted(static_cast<uint32_t>(batch.reports_size()));
+      if (!stream->Write(d)) break;
+    }
+    return grpc::Status::OK;
+  }
+};
+
+struct FakeDaemon {
+  AckAll service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+FakeDaemon& Fake() {
+  static FakeDaemon* fake = [] {
+    auto* f = new FakeDaemon;
+    int port = 0;
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&f->service);
+    f->server = b.BuildAndStart();
+    f->address = "127.0.0.1:" + std::to_string(port);
+    return f;
+  }();
+  return *fake;
+}
+
+std::unique_ptr<straggler::Client> MakeClient(const std::string& endpoint) {
+  straggler::ClientOptions o;
+  o.endpoint = endpoint;
+  o.job_id = "bench";
+  o.ranks = {0};
+  o.world_size = 1;
+  o.node = "bench";
+  std::string error;
+  auto c = straggler::Client::Create(o, &error);
+  if (!c) std::fprintf(stderr, "client_bench: %s\n", error.c_str());
+  return c;
+}
+
+// Waits (bounded) until the connected client's backlog is at most `backlog`.
+bool WaitBacklog(straggler::Client& c, uint64_t backlog, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    const auto s = c.Stats();
+    if (s.enqueued - std::min(s.enqueued, s.sent) <= backlog) return true;
+    std::this_thread::yield();
+  }
+  return false;
+}
+
+bool WaitConnected(straggler::Client& c) {
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < deadline) {
+    if (c.Stats().connected) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+constexpr int kBurst = 1024;
+
+void BM_ClientReport_Draining(benchmark::State& state) {
+  auto client = MakeClient(Fake().address);
+  if (!client || !WaitConnected(*client)) {
+    state.SkipWithError("client did not connect to the in-process fake daemon");
+    return;
+  }
+  uint64_t iteration = 0;
+  uint64_t dropped = 0;
+  for (auto _ : state) {
+    if (!WaitBacklog(*client, kQueueCapacity - kBurst, std::chrono::seconds(5))) {
+      state.SkipWithError("the client's sender did not drain the queue within 5 s");
+      break;
+    }
+    const auto t0 = Clock::now();
+    for (int k = 0; k < kBurst; ++k) {
+      if (!client->Report(0, 0, iteration++, 0.1)) ++dropped;
+    }
+    const auto t1 = Clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+  }
+  state.SetItemsProcessed(state.iterations() * kBurst);
+  // Seconds per report (printed with an SI prefix: "45.2n" is 45.2 ns).
+  state.counters["per_report"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * kBurst),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["dropped"] = static_cast<double>(dropped);
+}
+BENCHMARK(BM_ClientReport_Draining)->UseManualTime();
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+void BM_ClientReport_IdleSender(benchmark::State& state) {
+  auto client = MakeClient(Fake().address);
+  if (!client || !WaitConnected(*client)) {
+    state.SkipWithError("client did not connect to the in-process fake daemon");
+    return;
+  }
+  std::vector<double> ns;
+  ns.reserve(static_cast<size_t>(state.max_iterations));
+  uint64_t iteration = 0;
+  uint64_t dropped = 0;
+  for (auto _ : state) {
+    // Untimed: everything sent and the sender back asleep, as between two
+    // training steps.
+    WaitBacklog(*client, 0, std::chrono::seconds(5));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    const auto t0 = Clock::now();
+    if (!client->Report(0, 0, iteration++, 0.1)) ++dropped;
+    const auto t1 = Clock::now();
+    const double d = std::chrono::duration<double>(t1 - t0).count();
+    state.SetIterationTime(d);
+    ns.push_back(d * 1e9);
+  }
+  state.counters["p50_ns"] = Percentile(ns, 0.50);
+  state.counters["p99_ns"] = Percentile(ns, 0.99);
+  state.counters["dropped"] = static_cast<double>(dropped);
+}
+// Each iteration sleeps 200 us untimed: a fixed count keeps the run short.
+BENCHMARK(BM_ClientReport_IdleSender)->UseManualTime()->Iterations(2000);
+
+void BM_ClientReport_QueueFull(benchmark::State& state) {
+  // Port 1 on loopback: nothing listens, the client keeps reconnecting.
+  auto client = MakeClient("127.0.0.1:1");
+  if (!client) {
+    state.SkipWithError("client creation failed");
+    return;
+  }
+  uint64_t iteration = 0;
+  for (size_t i = 0; i <= kQueueCapacity; ++i) client->Report(0, 0, iteration++, 0.1);
+  uint64_t accepted = 0;
+  for (auto _ : state) accepted += client->Report(0, 0, iteration++, 0.1);
+  state.SetItemsProcessed(state.iterations());
+  state.counters["accepted"] = static_cast<double>(accepted);  // stays 0: all dropped
+}
+BENCHMARK(BM_ClientReport_QueueFull);
+
+// The clocks: Report() reads system_clock once (the report's wall time);
+// the per-call timings of BM_ClientReport_IdleSender read steady_clock twice.
+void BM_SystemClockNow(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(std::chrono::system_clock::now());
+}
+BENCHMARK(BM_SystemClockNow);
+
+void BM_SteadyClockNow(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(Clock::now());
+}
+BENCHMARK(BM_SteadyClockNow);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,80 @@
+// Prometheus exposition of the daemon's metrics (daemon/src/metrics.h,
+// RenderDaemonMetrics) for one job of 10 000 ranks (issue 6, item 1): with
+// per-rank series (per_rank_max_ranks raised to 10 000) and with the default
+// (per-rank series only up to 4 096 ranks, so only job-level families here).
+// The job is real: a JobRegistry job fed 10 complete iteration rows.
+//
+//   metrics_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+
+#include "config.h"
+#include "job_registry.h"
+#include "metrics.h"
+#include "stats.h"
+
+namespace {
+
+namespace d = straggler::daemon;
+namespace engine = straggler::engine;
+
+class NullSubscriber final : public d::JobSubscriber {
+ public:
+  void OnMembershipChangedLocked(const d::Job&) override {}
+  void CloseLocked(const absl::Status&) override {}
+};
+
+constexpr uint32_t kRanks = 10000;
+
+void BM_RenderDaemonMetrics(benchmark::State& state) {
+  const bool per_rank = state.range(0) != 0;
+  d::DaemonStats stats;
+  d::JobRegistry registry(std::make_shared<const d::DaemonConfig>(), stats);
+  d::StreamHello hello;
+  hello.job_id = "bench";
+  hello.node = "bench";
+  hello.world_size = kRanks;
+  hello.ranks.resize(kRanks);
+  std::iota(hello.ranks.begin(), hello.ranks.end(), 0u);
+  engine::Time now{1'700'000'000'000'000'000};
+  auto job = registry.Attach(hello, std::make_shared<NullSubscriber>(), now);
+  if (!job.ok()) {
+    state.SkipWithError(std::string(job.status().message()).c_str());
+    return;
+  }
+  {
+    std::lock_guard lock((*job)->mu);
+    for (uint64_t it = 0; it < 10; ++it) {
+      for (uint32_t r = 0; r < kRanks; ++r) {
+        engine::Report rep;
+        rep.rank = r;
+        rep.iteration = it;
+        rep.compute_seconds = 0.1 + 1e-6 * (r % 97);
+        (*job)->engine.Ingest(rep, now);
+      }
+      now += std::chrono::milliseconds(100);
+    }
+    (*job)->engine.TakeEvents();
+  }
+  d::MetricsOptions options;
+  options.version = "bench";
+  if (per_rank) options.per_rank_max_ranks = kRanks;
+  size_t bytes = 0;
+  for (auto _ : state) {
+    std::string text = d::RenderDaemonMetrics(registry, stats, options);
+    bytes = text.size();
+    benchmark::DoNotOptimize(text.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+  state.counters["bytes_per_scrape"] = static_cast<double>(bytes);
+}
+BENCHMARK(BM_RenderDaemonMetrics)->ArgName("per_rank")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,157 @@
+#include "straggler/quality/csv_trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace straggler::quality {
+namespace {
+
+struct Cell {
+  uint64_t iteration;
+  uint32_t rank;
+  double compute;
+  std::optional<uint64_t> epoch;
+  size_t line;
+};
+
+}  // namespace
+
+absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source) {
+  auto error = [&](size_t line, absl::string_view msg) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": ", msg));
+  };
+  std::string text;
+  size_t line_no = 0;
+  int col_iteration = -1, col_rank = -1, col_compute = -1, col_epoch = -1;
+  size_t columns = 0;
+  bool have_header = false;
+  std::vector<Cell> cells;
+  while (std::getline(in, text)) {
+    ++line_no;
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    const absl::string_view stripped = absl::StripAsciiWhitespace(text);
+    if (stripped.empty() || stripped.front() == '#') continue;
+    std::vector<std::string> fields = absl::StrSplit(stripped, ',');
+    for (auto& f : fields) f = std::string(absl::StripAsciiWhitespace(f));
+    if (!have_header) {
+      have_header = true;
+      columns = fields.size();
+      for (size_t i = 0; i < fields.size(); ++i) {
+        const std::string name = absl::AsciiStrToLower(fields[i]);
+        int* slot = name == "iteration"         ? &col_iteration
+                    : name == "rank"            ? &col_rank
+                    : name == "compute_seconds" ? &col_compute
+                    : name == "epoch"           ? &col_epoch
+                                                : nullptr;
+        if (slot == nullptr) continue;  // other columns are ignored
+        if (*slot >= 0) return error(line_no, absl::StrCat("column '", name, "' appears twice"));
+        *slot = static_cast<int>(i);
+      }
+      std::vector<std::string> missing;
+      if (col_iteration < 0) missing.push_back("iteration");
+      if (col_rank < 0) missing.push_back("rank");
+      if (col_compute < 0) missing.push_back("compute_seconds");
+      if (!missing.empty())
+        return error(line_no, absl::StrCat("header lacks column ", absl::StrJoin(missing, ", "),
+                                           " (needs iteration,rank,compute_seconds[,epoch])"));
+      continue;
+    }
+    if (fields.size() != columns)
+      return error(line_no, absl::StrCat("has ", fields.size(), " fields, the header has ",
+                                         columns));
+    Cell c{};
+    c.line = line_no;
+    uint64_t rank = 0;
+    if (!absl::SimpleAtoi(fields[col_iteration], &c.iteration))
+      return error(line_no, absl::StrCat("iteration '", fields[col_iteration],
+                                         "' is not a non-negative integer"));
+    if (!absl::SimpleAtoi(fields[col_rank], &rank) || rank > 1'000'000)
+      return error(line_no, absl::StrCat("rank '", fields[col_rank],
+                                         "' is not a rank (integer in [0, 1000000])"));
+    c.rank = static_cast<uint32_t>(rank);
+    if (!absl::SimpleAtod(fields[col_compute], &c.compute) || !std::isfinite(c.compute) ||
+        c.compute < 0)
+      return error(line_no, absl::StrCat("compute_seconds '", fields[col_compute],
+                                         "' is not a finite number >= 0"));
+    if (col_epoch >= 0) {
+      uint64_t e = 0;
+      if (!absl::SimpleAtoi(fields[col_epoch], &e))
+        return error(line_no, absl::StrCat("epoch '", fields[col_epoch],
+                                           "' is not a non-negative integer"));
+      c.epoch = e;
+    }
+    cells.push_back(c);
+  }
+  if (!have_header) return absl::InvalidArgumentError(absl::StrCat(source, ": empty trace"));
+  if (cells.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": no data rows"));
+
+  Trace t;
+  t.name = source;
+  uint64_t lo = cells[0].iteration, hi = lo;
+  uint32_t max_rank = 0;
+  for (const auto& c : cells) {
+    lo = std::min(lo, c.iteration);
+    hi = std::max(hi, c.iteration);
+    max_rank = std::max(max_rank, c.rank);
+  }
+  if (hi - lo >= 10'000'000)
+    return absl::InvalidArgumentError(absl::StrCat(source, ": iterations span ", lo, "..", hi,
+                                                   ", more than 1e7"));
+  t.ranks = max_rank + 1;
+  t.first_iteration = lo;
+  t.iterations = hi - lo + 1;
+  t.compute.assign(static_cast<size_t>(t.iterations) * t.ranks, Trace::kNoReport);
+  t.epoch.assign(t.iterations, 0);
+  std::vector<size_t> epoch_line(t.iterations, 0);
+  std::vector<size_t> cell_line(t.compute.size(), 0);
+  for (const auto& c : cells) {
+    const uint64_t row = c.iteration - lo;
+    const size_t idx = static_cast<size_t>(row) * t.ranks + c.rank;
+    if (cell_line[idx] != 0)
+      return error(c.line, absl::StrCat("rank ", c.rank, " iteration ", c.iteration,
+                                        " already given at line ", cell_line[idx]));
+    cell_line[idx] = c.line;
+    t.compute[idx] = c.compute;
+    if (c.epoch) {
+      if (epoch_line[row] != 0 && t.epoch[row] != *c.epoch)
+        return error(c.line, absl::StrCat("epoch ", *c.epoch, " for iteration ", c.iteration,
+                                          " differs from epoch ", t.epoch[row], " at line ",
+                                          epoch_line[row]));
+      t.epoch[row] = *c.epoch;
+      epoch_line[row] = c.line;
+    }
+  }
+  // Rows no rank gave an epoch for inherit the previous row's.
+  for (uint64_t row = 1; row < t.iterations; ++row)
+    if (epoch_line[row] == 0) t.epoch[row] = t.epoch[row - 1];
+  for (uint64_t row = 1; row < t.iterations; ++row)
+    if (t.epoch[row] < t.epoch[row - 1])
+      return error(epoch_line[row], absl::StrCat("epoch goes back from ", t.epoch[row - 1],
+                                                 " to ", t.epoch[row], " at iteration ",
+                                                 t.Iteration(row)));
+  std::vector<double> all;
+  all.reserve(cells.size());
+  for (const auto& c : cells) all.push_back(c.compute);
+  auto mid = all.begin() + all.size() / 2;
+  std::nth_element(all.begin(), mid, all.end());
+  t.base_seconds = *mid;
+  return t;
+}
+
+absl::StatusOr<Trace> LoadCsvTrace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  return ParseCsvTrace(in, path);
+}
+
+}  // namespace straggler::quality

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""straggler-replay over the scenario suite (Python 3 standard library only).
+
+  replay_suite.py smoke --replay BIN --scenarios DIR
+      every scenarios/*.yaml with --policy all: exit 0, a JSON report with
+      per-rank detections and scores for all five policies.
+  replay_suite.py gate --replay BIN --scenario FILE --expect no_fp|detect
+      the default `dynamic` policy: no false positive at all (no_fp), or
+      every straggler episode detected within 10 iterations with recall
+      >= 0.9 (detect). Prints the numbers either way.
+  replay_suite.py cli --replay BIN --scenarios DIR --workdir DIR
+      CSV input, --set, --report and the exit-2 error contract.
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+POLICIES = ["dynamic", "ewma", "static", "nvrx", "greyhound"]
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def smoke(a):
+    files = sorted(glob.glob(os.path.join(a.scenarios, "*.yaml")))
+    if len(files) < 15:
+        fail(f"expected the whole suite in {a.scenarios}, found {len(files)} scenarios")
+    for f in files:
+        p = run([a.replay, f, "--policy", "all", "--format", "json"])
+        if p.returncode != 0:
+            fail(f"{f}: exit {p.returncode}: {p.stderr}")
+        doc = json.loads(p.stdout)
+        got = [x["policy"] for x in doc["policies"]]
+        if got != POLICIES:
+            fail(f"{f}: policies {got}")
+        for x in doc["policies"]:
+            if len(x["ranks"]) != doc["ranks_count"] or "scores" not in x:
+                fail(f"{f}: {x['policy']}: ranks or scores missing")
+        s = doc["scores"]
+        print(f"{os.path.basename(f)}: dynamic precision={s['precision']} recall={s['recall']} "
+              f"FP/1k={s['false_positives_per_1000']:.2f} detected={s['detected']}/{s['episodes']}")
+    print(f"ok: {len(files)} scenarios x {len(POLICIES)} policies")
+
+
+def gate(a):
+    p = run([a.replay, a.scenario, "--policy", "dynamic", "--format", "json"])
+    if p.returncode != 0:
+        fail(f"exit {p.returncode}: {p.stderr}")
+    doc = json.loads(p.stdout)
+    s = doc["scores"]
+    flagged = {r["rank"]: r["detected_at"] for r in doc["ranks"] if r["detected_at"]}
+    print(f"{doc['name']} (dynamic, defaults): FP={s['false_positives']} "
+          f"FP/1k={s['false_positives_per_1000']:.2f} recall={s['recall']} "
+          f"detected={s['detected']}/{s['episodes']} latency={s['detection_latency']} "
+          f"detections={flagged}")
+    if a.expect == "no_fp":
+        if s["false_positives"] != 0:
+            fail(f"{s['false_positives']} false-positive rank-iterations "
+                 f"(ranks flagged: {sorted(flagged)})")
+    else:
+        if s["episodes"] == 0:
+            fail("scenario has no straggler episode")
+        if s["missed"] != 0:
+            fail(f"{s['missed']} of {s['episodes']} episodes missed")
+        if s["detection_latency"]["max"] > 10:
+            fail(f"detection latency max {s['detection_latency']['max']} > 10 iterations")
+        if s["recall"] < 0.9:
+            fail(f"recall {s['recall']} < 0.9")
+    print("ok")
+
+
+def cli(a):
+    os.makedirs(a.workdir, exist_ok=True)
+    # A CSV trace: 4 ranks x 60 iterations, rank 2 at 3x from iteration 20,
+    # columns in a different order, with epochs.
+    csv = os.path.join(a.workdir, "trace.csv")
+    with open(csv, "w") as f:
+        f.write("epoch,rank,iteration,compute_seconds\n")
+        for i in range(60):
+            for r in range(4):
+                t = 0.1 * (1 + 0.01 * ((i * 7 + r * 3) % 5))
+                if r == 2 and i >= 20:
+                    t *= 3
+                f.write(f"{i // 30},{r},{i},{t:.6f}\n")
+    report = os.path.join(a.workdir, "report.json")
+    p = run([a.replay, csv, "--policy", "dynamic", "--report", report])
+    if p.returncode != 0:
+        fail(f"csv replay: exit {p.returncode}: {p.stderr}")
+    doc = json.load(open(report))
+    ranks = {r["rank"]: r for r in doc["ranks"]}
+    if sorted(ranks) != [0, 1, 2, 3] or not ranks[2]["detected_at"]:
+        fail(f"csv replay: rank 2 not detected: {doc['ranks']}")
+    if not (20 <= ranks[2]["detected_at"][0] <= 30):
+        fail(f"csv replay: rank 2 detected at {ranks[2]['detected_at']}")
+    for r in (0, 1, 3):
+        if ranks[r]["detected_at"]:
+            fail(f"csv replay: healthy rank {r} detected")
+    if "scores" in doc:
+        fail("csv replay: a CSV trace has no ground truth, yet scores were written")
+    # Deterministic: the same input gives the same report.
+    report2 = os.path.join(a.workdir, "report2.json")
+    run([a.replay, csv, "--policy", "all", "--report", report2])
+    p2 = run([a.replay, csv, "--policy", "all", "--format", "json"])
+    if json.load(open(report2)) != json.loads(p2.stdout):
+        fail("two runs of the same trace differ")
+    # --set takes effect: a limit of 20 delays detection.
+    p = run([a.replay, csv, "--set", "limit=20", "--set", "cooldown_iterations=0",
+             "--format", "json"])
+    d = json.loads(p.stdout)
+    at = [r for r in d["ranks"] if r["rank"] == 2][0]["detected_at"]
+    if not at or at[0] < 20 + 19:
+        fail(f"--set limit=20 not applied: rank 2 detected at {at}")
+    scenario = os.path.join(a.scenarios, "slowdown-3x.yaml")
+    errors = [
+        (["--set", "bogus=1"], "bogus"),
+        (["--set", "limit=abc"], "limit=abc"),
+        (["--set", "threshold_factor=0.5"], "threshold_factor"),
+        (["--set", "kind=ewma"], "--policy"),
+        (["--policy", "fastest"], "fastest"),
+        (["--format", "xml"], "xml"),
+    ]
+    for extra, needle in errors:
+        p = run([a.replay, scenario] + extra)
+        if p.returncode != 2 or needle not in p.stderr:
+            fail(f"{extra}: expected exit 2 naming '{needle}', got {p.returncode}: {p.stderr!r}")
+    bad = os.path.join(a.workdir, "bad.csv")
+    with open(bad, "w") as f:
+        f.write("iteration,rank,compute_seconds\n0,0,0.1\n1,0,fast\n")
+    p = run([a.replay, bad])
+    if p.returncode != 2 or "bad.csv:3" not in p.stderr or "'fast'" not in p.stderr:
+        fail(f"bad CSV: expected exit 2 naming line 3 and 'fast': {p.returncode} {p.stderr!r}")
+    p = run([a.replay, os.path.join(a.workdir, "missing.yaml")])
+    if p.returncode != 2:
+        fail(f"missing file: exit {p.returncode}")
+    print("ok")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["smoke", "gate", "cli"])
+    ap.add_argument("--replay", required=True)
+    ap.add_argument("--scenarios")
+    ap.add_argument("--scenario")
+    ap.add_argument("--expect", choices=["no_fp", "detect"])
+    ap.add_argument("--workdir")
+    a = ap.parse_args()
+    {"smoke": smoke, "gate": gate, "cli": cli}[a.mode](a)
+
+
+if __name__ == "__main__":
+    main()

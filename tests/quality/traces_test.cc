@@ -1,0 +1,201 @@
+// CSV traces and scenario YAML: parsing, errors that name the line and the
+// value, generation and ground truth.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include "straggler/quality/csv_trace.h"
+#include "straggler/quality/scenario.h"
+
+using namespace straggler::quality;
+
+namespace {
+absl::StatusOr<Trace> Csv(const std::string& text) {
+  std::istringstream in(text);
+  return ParseCsvTrace(in, "t.csv");
+}
+bool Has(const absl::Status& s, const std::string& needle) {
+  return std::string(s.message()).find(needle) != std::string::npos;
+}
+}  // namespace
+
+TEST_CASE("csv: good file, any column order, optional epoch, extra columns ignored") {
+  auto t = Csv(
+      "# exported by stragglerctl\n"
+      "rank,compute_seconds,host,iteration,epoch\r\n"
+      "0,0.10,a,10,1\n"
+      "1,0.30,b,10,1\n"
+      "\n"
+      "0,0.11,a,11,1\n"
+      "1,0.12,b,12,2\n");
+  REQUIRE(t.ok());
+  CHECK(t->ranks == 2);
+  CHECK(t->first_iteration == 10);
+  CHECK(t->iterations == 3);
+  CHECK(t->At(0, 1) == Approx(0.30));
+  CHECK(t->At(1, 0) == Approx(0.11));
+  CHECK_FALSE(t->Reported(1, 1));  // rank 1 skipped iteration 11
+  CHECK(t->epoch == std::vector<uint64_t>{1, 1, 2});
+  CHECK(t->base_seconds == Approx(0.12));  // median of 0.10 0.11 0.12 0.30 (upper middle)
+  CHECK_FALSE(t->has_truth);
+}
+
+TEST_CASE("csv: without an epoch column every iteration is epoch 0") {
+  auto t = Csv("iteration,rank,compute_seconds\n0,0,1\n1,0,1\n");
+  REQUIRE(t.ok());
+  CHECK(t->epoch == std::vector<uint64_t>{0, 0});
+}
+
+TEST_CASE("csv: missing column names it") {
+  auto t = Csv("iteration,rank,seconds\n0,0,1\n");
+  REQUIRE_FALSE(t.ok());
+  CHECK(Has(t.status(), "t.csv:1"));
+  CHECK(Has(t.status(), "compute_seconds"));
+}
+
+TEST_CASE("csv: bad number names the line and the value") {
+  auto t = Csv("iteration,rank,compute_seconds\n0,0,0.1\n1,0,abc\n");
+  REQUIRE_FALSE(t.ok());
+  CHECK(Has(t.status(), "t.csv:3"));
+  CHECK(Has(t.status(), "'abc'"));
+  auto neg = Csv("iteration,rank,compute_seconds\n0,0,-1\n");
+  REQUIRE_FALSE(neg.ok());
+  CHECK(Has(neg.status(), "'-1'"));
+  auto rank = Csv("iteration,rank,compute_seconds\n0,x,1\n");
+  REQUIRE_FALSE(rank.ok());
+  CHECK(Has(rank.status(), "rank 'x'"));
+}
+
+TEST_CASE("csv: wrong field count, duplicates and contradicting epochs are errors") {
+  CHECK(Has(Csv("iteration,rank,compute_seconds\n0,0\n").status(), "t.csv:2"));
+  auto dup = Csv("iteration,rank,compute_seconds\n0,0,1\n0,0,2\n");
+  REQUIRE_FALSE(dup.ok());
+  CHECK(Has(dup.status(), "t.csv:3"));
+  CHECK(Has(dup.status(), "already given at line 2"));
+  auto ep = Csv("iteration,rank,compute_seconds,epoch\n0,0,1,0\n0,1,1,1\n");
+  REQUIRE_FALSE(ep.ok());
+  CHECK(Has(ep.status(), "t.csv:3"));
+  CHECK_FALSE(Csv("").ok());
+  CHECK_FALSE(Csv("iteration,rank,compute_seconds\n").ok());
+}
+
+namespace {
+const char* kBase = R"(name: t
+ranks: 4
+iterations: 40
+iterations_per_epoch: 10
+base_seconds: 1.0
+noise: 0.0
+seed: 7
+)";
+Scenario Must(const std::string& effects) {
+  auto s = ParseScenario(std::string(kBase) + effects, "t.yaml");
+  INFO(s.status().message());
+  REQUIRE(s.ok());
+  return *s;
+}
+}  // namespace
+
+TEST_CASE("scenario: noiseless slow effect gives exact times and truth") {
+  const Scenario s = Must("effects:\n  - {type: slow, rank: 1, factor: 3, from: 10, to: 20}\n");
+  const Trace t = Generate(s);
+  CHECK(t.At(9, 1) == 1.0);
+  CHECK(t.At(10, 1) == 3.0);
+  CHECK(t.At(19, 1) == 3.0);
+  CHECK(t.At(20, 1) == 1.0);
+  CHECK(t.epoch[25] == 2);
+  CHECK(Intervals(t.truth) == std::vector<Interval>{{1, 10, 20}});
+}
+
+TEST_CASE("scenario: below truth_min_factor is not a straggler; the factor is configurable") {
+  CHECK(Generate(Must("effects:\n  - {type: slow, rank: 0, factor: 1.2}\n")).truth.Count() == 0);
+  auto s = ParseScenario(std::string(kBase) + "truth_min_factor: 1.2\n" +
+                             "effects:\n  - {type: slow, rank: 0, factor: 1.2}\n",
+                         "t.yaml");
+  REQUIRE(s.ok());
+  CHECK(Generate(*s).truth.Count() == 40);
+}
+
+TEST_CASE("scenario: K/N pattern - short period averaged, long period per step") {
+  // 4/5 at 3x: mean (4*3 + 1)/5 = 2.6 >= 1.5 -> the whole interval.
+  const Trace a = Generate(Must("effects:\n  - {type: slow, rank: 0, factor: 3, pattern: 4/5}\n"));
+  CHECK(a.At(0, 0) == 3.0);
+  CHECK(a.At(4, 0) == 1.0);
+  CHECK(a.truth.Count() == 40);
+  // 1/5 at 3x: mean 1.4 < 1.5 -> never.
+  CHECK(Generate(Must("effects:\n  - {type: slow, rank: 0, factor: 3, pattern: 1/5}\n"))
+            .truth.Count() == 0);
+  // 10/20 (period > 10): only the slow steps.
+  const Trace b = Generate(Must("effects:\n  - {type: slow, rank: 0, factor: 3, pattern: 10/20}\n"));
+  CHECK(Intervals(b.truth) == std::vector<Interval>{{0, 0, 10}, {0, 20, 30}});
+  // explicit truth: steps on a short period
+  const Trace c = Generate(
+      Must("effects:\n  - {type: slow, rank: 0, factor: 3, pattern: 1/2, truth: steps}\n"));
+  CHECK(c.truth.Count() == 20);
+}
+
+TEST_CASE("scenario: ramp truth starts where the factor reaches 1.5, holds, then ends") {
+  // 1.0 -> 3.0 over [0, 20): factor 1 + 2*i/20 >= 1.5 from i = 5; held to 30.
+  const Trace t = Generate(Must(
+      "effects:\n  - {type: ramp, rank: 2, from: 0, to: 20, start_factor: 1.0, end_factor: 3.0, "
+      "hold_until: 30}\n"));
+  CHECK(Intervals(t.truth) == std::vector<Interval>{{2, 5, 30}});
+  CHECK(t.At(10, 2) == Approx(2.0));
+  CHECK(t.At(25, 2) == Approx(3.0));
+  CHECK(t.At(30, 2) == Approx(1.0));
+}
+
+TEST_CASE("scenario: global and generation effects slow ranks but are not stragglers") {
+  const Trace t = Generate(Must(
+      "effects:\n  - {type: global, factor: 2, from: 5, to: 10}\n"
+      "  - {type: generation, ranks: [\"2-3\"], factor: 2}\n"));
+  CHECK(t.At(0, 0) == 1.0);
+  CHECK(t.At(0, 3) == 2.0);
+  CHECK(t.At(5, 0) == 2.0);
+  CHECK(t.At(5, 3) == 4.0);
+  CHECK(t.truth.Count() == 0);
+}
+
+TEST_CASE("scenario: a silent rank has no reports and no truth from `from` on") {
+  const Trace t = Generate(Must(
+      "effects:\n  - {type: slow, rank: 1, factor: 3}\n  - {type: silent, rank: 1, from: 30}\n"));
+  CHECK(t.Reported(29, 1));
+  CHECK_FALSE(t.Reported(30, 1));
+  CHECK(Intervals(t.truth) == std::vector<Interval>{{1, 0, 30}});
+}
+
+TEST_CASE("scenario: generation is deterministic from the seed") {
+  const std::string noisy =
+      "name: n\nranks: 3\niterations: 50\nbase_seconds: 0.5\nnoise: 0.1\nseed: 42\n"
+      "effects:\n  - {type: spike, ranks: all, factor: 3, probability: 0.1}\n";
+  auto a = ParseScenario(noisy, "a.yaml"), b = ParseScenario(noisy, "b.yaml");
+  REQUIRE(a.ok());
+  const Trace ta = Generate(*a), tb = Generate(*b);
+  CHECK(ta.compute == tb.compute);
+  auto c = ParseScenario(noisy.substr(0, noisy.find("seed: 42")) + "seed: 43\n", "c.yaml");
+  REQUIRE(c.ok());
+  CHECK(Generate(*c).compute != ta.compute);
+  // Same seed, same first value on every platform (own RNG, no std:: distribution).
+  uint64_t st = 1;
+  CHECK(SplitMix64(st) == 0x910a2dec89025cc1ULL);
+}
+
+TEST_CASE("scenario: errors name the file, line and key") {
+  auto unknown = ParseScenario(std::string(kBase) + "colour: red\n", "t.yaml");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(Has(unknown.status(), "t.yaml:8"));
+  CHECK(Has(unknown.status(), "'colour'"));
+  auto bad_rank = ParseScenario(std::string(kBase) + "effects:\n  - {type: slow, rank: 9, factor: 2}\n",
+                                "t.yaml");
+  REQUIRE_FALSE(bad_rank.ok());
+  CHECK(Has(bad_rank.status(), "out of range"));
+  auto bad_type = ParseScenario(std::string(kBase) + "effects:\n  - {type: slowish, rank: 1}\n",
+                                "t.yaml");
+  CHECK(Has(bad_type.status(), "slowish"));
+  auto bad_pattern = ParseScenario(
+      std::string(kBase) + "effects:\n  - {type: slow, rank: 1, factor: 2, pattern: 6/5}\n", "t.yaml");
+  CHECK(Has(bad_pattern.status(), "6/5"));
+  auto missing = ParseScenario("name: x\nranks: 4\n", "t.yaml");
+  CHECK(Has(missing.status(), "missing `iterations`"));
+}

@@ -1,0 +1,52 @@
+"""bench:loadgen_smoke - a real stragglerd (127.0.0.1:0, --ready-file) driven by
+straggler-loadgen for ~3 s with 1000 ranks: exit 0, reports accepted, none
+rejected, the JSON well-formed. No timing asserts.
+
+    loadgen_smoke.py --stragglerd PATH --loadgen PATH --harness-dir DIR
+
+Python 3 standard library only (tests/integration/harness.py).
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stragglerd", required=True)
+    ap.add_argument("--loadgen", required=True)
+    ap.add_argument("--harness-dir", required=True)
+    args = ap.parse_args()
+    sys.path.insert(0, args.harness_dir)
+    import harness
+    from harness import check
+
+    def test():
+        with tempfile.TemporaryDirectory() as tmp, harness.Daemon(args.stragglerd, tmp) as d:
+            out = os.path.join(tmp, "loadgen.json")
+            cmd = [args.loadgen, "--ready-file", d.ready_file, "--ranks", "1000",
+                   "--streams", "4", "--batch", "250", "--rate", "100000",
+                   "--duration", "3", "--job", "smoke", "--json", out]
+            p = harness.run(cmd, timeout=60)
+            print(p.stdout)
+            check(p.returncode == 0, "straggler-loadgen exited %d:\n%s\n%s\ndaemon log:\n%s"
+                  % (p.returncode, p.stdout, p.stderr, d.log_tail()))
+            with open(out) as f:
+                r = json.load(f)
+            check(r["accepted"] > 0, "no report accepted: %r" % r)
+            check(r["rejected"] == 0, "%d reports rejected" % r["rejected"])
+            step = r["steps"][0]
+            check(step["batches_acked"] > 0, "no batch acknowledged: %r" % step)
+            check(r["memory"]["daemon_pid"] == d.proc.pid,
+                  "the pid was not read from the ready file: %r" % r["memory"])
+            check(r["memory"]["rss_after_kib"] is not None, "VmRSS not read: %r" % r["memory"])
+            check(d.stop() == 0, "stragglerd did not exit 0 on SIGTERM")
+
+    harness.main(test)
+
+
+if __name__ == "__main__":
+    main()

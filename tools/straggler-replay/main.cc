@@ -1,0 +1,397 @@
+// straggler-replay — runs a scenario (scenarios/*.yaml) or a recorded trace
+// (CSV: iteration,rank,compute_seconds[,epoch]) through the detection engine
+// offline and deterministically, and through two reference rules, and
+// scores each against the scenario's ground truth.
+//
+//   straggler-replay scenarios/slowdown-3x.yaml --policy all
+//   straggler-replay job.csv --policy ewma --set ewma_ratio=1.3 --report out.json
+//
+// Exit status: 0 done; 2 bad usage, bad --set, unreadable or invalid input.
+// No network, no sleeps, no threads: the same input gives the same output.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "replay.h"
+#include "straggler/engine/policy.h"
+#include "straggler/quality/csv_trace.h"
+#include "straggler/quality/reference_rules.h"
+#include "straggler/quality/scenario.h"
+#include "straggler/quality/scoring.h"
+
+namespace {
+
+using straggler::engine::PolicyConfig;
+using straggler::engine::PolicyKind;
+using straggler::engine::RecoveryMode;
+using namespace straggler::quality;
+using straggler::replay::PolicyRun;
+
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 2;
+
+// --set keys: PolicyConfig fields by their YAML names (deploy/stragglerd.yaml)
+// and the reference rules' options.
+using Member = std::variant<uint32_t PolicyConfig::*, double PolicyConfig::*,
+                            bool PolicyConfig::*, RecoveryMode PolicyConfig::*,
+                            uint32_t NvrxOptions::*, double NvrxOptions::*,
+                            uint32_t GreyhoundOptions::*, double GreyhoundOptions::*>;
+struct Field {
+  const char* name;
+  Member member;
+};
+const Field kFields[] = {
+    {"limit", &PolicyConfig::limit},
+    {"limit_fraction", &PolicyConfig::limit_fraction},
+    {"rejoin_mark", &PolicyConfig::rejoin_mark},
+    {"profile_iterations", &PolicyConfig::profile_iterations},
+    {"threshold_factor", &PolicyConfig::threshold_factor},
+    {"window_iterations", &PolicyConfig::window_iterations},
+    {"recovery", &PolicyConfig::recovery},
+    {"global_shift_fraction", &PolicyConfig::global_shift_fraction},
+    {"ewma_alpha", &PolicyConfig::ewma_alpha},
+    {"ewma_ratio", &PolicyConfig::ewma_ratio},
+    {"ewma_min_samples", &PolicyConfig::ewma_min_samples},
+    {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds},
+    {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction},
+    {"min_active_ranks", &PolicyConfig::min_active_ranks},
+    {"cooldown_iterations", &PolicyConfig::cooldown_iterations},
+    {"min_throughput_gain", &PolicyConfig::min_throughput_gain},
+    {"lead_iterations", &PolicyConfig::lead_iterations},
+    {"unresponsive_after_seconds", &PolicyConfig::unresponsive_after_seconds},
+    {"exclusion_enabled", &PolicyConfig::exclusion_enabled},
+    {"max_compute_seconds", &PolicyConfig::max_compute_seconds},
+    {"nvrx_window", &NvrxOptions::window},
+    {"nvrx_threshold", &NvrxOptions::threshold},
+    {"nvrx_min_samples", &NvrxOptions::min_samples},
+    {"greyhound_window", &GreyhoundOptions::window},
+    {"greyhound_ratio", &GreyhoundOptions::ratio},
+    {"greyhound_persistence", &GreyhoundOptions::persistence},
+    {"greyhound_min_samples", &GreyhoundOptions::min_samples},
+};
+
+struct Settings {
+  PolicyConfig policy;
+  NvrxOptions nvrx;
+  GreyhoundOptions greyhound;
+  bool static_threshold_set = false;
+};
+
+// Applies one KEY=VALUE; the error names the key or the value.
+std::string ApplySet(const std::string& text, Settings& s) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return "--set '" + text + "' is not KEY=VALUE";
+  const std::string key = text.substr(0, eq), value = text.substr(eq + 1);
+  if (key == "kind") return "--set kind: choose the policy with --policy";
+  const Field* field = nullptr;
+  for (const auto& f : kFields)
+    if (key == f.name) field = &f;
+  if (field == nullptr) {
+    std::string known;
+    for (const auto& f : kFields) known += std::string(known.empty() ? "" : ", ") + f.name;
+    return "--set: unknown key '" + key + "' (known: " + known + ")";
+  }
+  if (key == "static_threshold_seconds") s.static_threshold_set = true;
+  const std::string bad = "--set " + key + "=" + value + ": ";
+  return std::visit(
+      [&](auto member) -> std::string {
+        using M = decltype(member);
+        auto target = [&]() -> auto& {
+          if constexpr (std::is_same_v<M, uint32_t NvrxOptions::*> ||
+                        std::is_same_v<M, double NvrxOptions::*>)
+            return s.nvrx.*member;
+          else if constexpr (std::is_same_v<M, uint32_t GreyhoundOptions::*> ||
+                             std::is_same_v<M, double GreyhoundOptions::*>)
+            return s.greyhound.*member;
+          else
+            return s.policy.*member;
+        };
+        auto& out = target();
+        using T = std::remove_reference_t<decltype(out)>;
+        if constexpr (std::is_same_v<T, uint32_t>) {
+          uint32_t v = 0;
+          if (!absl::SimpleAtoi(value, &v)) return bad + "not an unsigned 32-bit integer";
+          out = v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          double v = 0;
+          if (!absl::SimpleAtod(value, &v) || !std::isfinite(v)) return bad + "not a number";
+          out = v;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          const std::string v = absl::AsciiStrToLower(value);
+          if (v == "true" || v == "yes" || v == "on") out = true;
+          else if (v == "false" || v == "no" || v == "off") out = false;
+          else return bad + "not true or false";
+        } else {
+          auto v = straggler::engine::ParseRecoveryMode(value);
+          if (!v.ok()) return bad + "not shadow or probation";
+          out = *v;
+        }
+        return "";
+      },
+      field->member);
+}
+
+std::string CheckRuleOptions(const Settings& s) {
+  if (s.nvrx.window < 1) return "--set nvrx_window must be >= 1";
+  if (!(s.nvrx.threshold > 0 && s.nvrx.threshold <= 1)) return "--set nvrx_threshold must be in (0, 1]";
+  if (s.nvrx.min_samples < 1 || s.nvrx.min_samples > s.nvrx.window)
+    return "--set nvrx_min_samples must be in [1, nvrx_window]";
+  if (s.greyhound.window < 1) return "--set greyhound_window must be >= 1";
+  if (!(s.greyhound.ratio > 1)) return "--set greyhound_ratio must be > 1";
+  if (s.greyhound.persistence < 1) return "--set greyhound_persistence must be >= 1";
+  if (s.greyhound.min_samples < 1 || s.greyhound.min_samples > s.greyhound.window)
+    return "--set greyhound_min_samples must be in [1, greyhound_window]";
+  return "";
+}
+
+nlohmann::json Opt(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+nlohmann::json Opt(const std::optional<uint64_t>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::json ScoreJson(const Score& s) {
+  return {{"precision", Opt(s.precision)},
+          {"recall", Opt(s.recall)},
+          {"f1", Opt(s.f1)},
+          {"true_positives", s.tp},
+          {"false_positives", s.fp},
+          {"false_negatives", s.fn},
+          {"true_negatives", s.tn},
+          {"scored_rank_iterations", s.scored},
+          {"false_positives_per_1000", s.fp_per_1000},
+          {"false_alarms", s.false_alarms},
+          {"episodes", s.episodes},
+          {"detected", s.detected},
+          {"missed", s.missed},
+          {"detection_latency",
+           {{"mean", Opt(s.detection_latency_mean)},
+            {"max", Opt(s.detection_latency_max)},
+            {"per_episode", s.detection_latencies}}},
+          {"recovery_latency",
+           {{"mean", Opt(s.recovery_latency_mean)},
+            {"max", Opt(s.recovery_latency_max)},
+            {"recoverable", s.recoverable},
+            {"recovered", s.recovered},
+            {"not_recovered", s.not_recovered}}}};
+}
+
+std::string Fmt(const std::optional<double>& v, int digits) {
+  return v ? absl::StrFormat("%.*f", digits, *v) : std::string("-");
+}
+
+struct Result {
+  PolicyRun run;
+  std::optional<Score> score;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string input, policy_name = "dynamic", report_path, format = "table";
+  std::vector<std::string> sets;
+  CLI::App app{
+      "straggler-replay: run a scenario (YAML) or a recorded trace (CSV) through the detection "
+      "engine and reference rules, offline, and score the result"};
+  app.add_option("input", input, "scenario .yaml or trace .csv (iteration,rank,compute_seconds[,epoch])")
+      ->required();
+  app.add_option("--policy", policy_name, "dynamic|ewma|static|nvrx|greyhound|all")
+      ->capture_default_str();
+  app.add_option("--set", sets,
+                 "KEY=VALUE: a PolicyConfig field by its YAML name (limit, threshold_factor, "
+                 "ewma_ratio, ...) or nvrx_*/greyhound_* rule options; repeatable");
+  app.add_option("--report", report_path, "write the per-rank JSON report to this file");
+  app.add_option("--format", format, "table|json|markdown")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  auto fail = [](const std::string& msg) {
+    std::cerr << "straggler-replay: " << msg << '\n';
+    return kExitUsage;
+  };
+  if (format != "table" && format != "json" && format != "markdown")
+    return fail("--format " + format + " is not table, json or markdown");
+  std::vector<std::string> policies;
+  if (policy_name == "all") {
+    policies = {"dynamic", "ewma", "static", "nvrx", "greyhound"};
+  } else if (policy_name == "dynamic" || policy_name == "ewma" || policy_name == "static" ||
+             policy_name == "nvrx" || policy_name == "greyhound") {
+    policies = {policy_name};
+  } else {
+    return fail("--policy " + policy_name + " is not dynamic, ewma, static, nvrx, greyhound or all");
+  }
+
+  Settings settings;
+  for (const auto& s : sets)
+    if (std::string err = ApplySet(s, settings); !err.empty()) return fail(err);
+  if (std::string err = CheckRuleOptions(settings); !err.empty()) return fail(err);
+
+  // Input.
+  Trace trace;
+  std::optional<Scenario> scenario;
+  const std::string lower = absl::AsciiStrToLower(input);
+  if (absl::EndsWith(lower, ".csv")) {
+    auto t = LoadCsvTrace(input);
+    if (!t.ok()) return fail(std::string(t.status().message()));
+    trace = std::move(*t);
+  } else if (absl::EndsWith(lower, ".yaml") || absl::EndsWith(lower, ".yml")) {
+    auto s = LoadScenario(input);
+    if (!s.ok()) return fail(std::string(s.status().message()));
+    scenario = *s;
+    trace = Generate(*s);
+  } else {
+    return fail(input + ": not a .yaml scenario or a .csv trace");
+  }
+
+  // static needs a threshold: unless --set, threshold_factor x base_seconds
+  // (for a CSV trace: x the median compute time).
+  if (!settings.static_threshold_set)
+    settings.policy.static_threshold_seconds = settings.policy.threshold_factor * trace.base_seconds;
+
+  const RankMatrix scored = trace.ReportedMatrix();
+  std::vector<Result> results;
+  for (const auto& name : policies) {
+    Result res;
+    if (name == "nvrx") {
+      res.run = straggler::replay::FromFlags(trace, RunNvrx(trace, settings.nvrx), name);
+    } else if (name == "greyhound") {
+      res.run = straggler::replay::FromFlags(trace, RunGreyhound(trace, settings.greyhound), name);
+    } else {
+      PolicyConfig p = settings.policy;
+      p.kind = name == "dynamic" ? PolicyKind::kDynamic
+               : name == "ewma"  ? PolicyKind::kEwma
+                                 : PolicyKind::kStatic;
+      if (auto st = p.Validate(); !st.ok())
+        return fail("policy " + name + ": " + std::string(st.message()));
+      res.run = straggler::replay::ReplayEngine(trace, p, name);
+      if (res.run.rejected > 0)
+        std::cerr << "straggler-replay: " << name << ": " << res.run.rejected
+                  << " reports rejected by the engine, first: " << res.run.first_rejection
+                  << '\n';
+    }
+    if (trace.has_truth) res.score = ScoreFlags(trace.truth, res.run.flagged, scored);
+    results.push_back(std::move(res));
+  }
+
+  // JSON document: the report file and --format json.
+  nlohmann::json truth = nlohmann::json::array();
+  uint64_t truth_cells = 0;
+  if (trace.has_truth) {
+    for (const auto& iv : Intervals(trace.truth)) {
+      truth.push_back({{"rank", iv.rank},
+                       {"from", trace.Iteration(iv.from)},
+                       {"to", trace.Iteration(iv.to)}});
+      truth_cells += iv.to - iv.from;
+    }
+  }
+  nlohmann::json policies_json = nlohmann::json::array();
+  for (const auto& res : results) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (uint32_t r = 0; r < trace.ranks; ++r)
+      ranks.push_back({{"rank", r},
+                       {"detected_at", res.run.detected_at[r]},
+                       {"recovered_at", res.run.recovered_at[r]},
+                       {"unresponsive_at", res.run.unresponsive_at[r]}});
+    nlohmann::json p = {{"policy", res.run.policy}, {"ranks", ranks}};
+    if (res.score) p["scores"] = ScoreJson(*res.score);
+    policies_json.push_back(std::move(p));
+  }
+  nlohmann::json doc = {{"input", input},
+                        {"name", trace.name},
+                        {"ranks_count", trace.ranks},
+                        {"first_iteration", trace.first_iteration},
+                        {"iterations", trace.iterations},
+                        {"base_seconds", trace.base_seconds},
+                        {"policy", policies_json[0]["policy"]},
+                        {"ranks", policies_json[0]["ranks"]}};
+  if (policies_json[0].contains("scores")) doc["scores"] = policies_json[0]["scores"];
+  if (trace.has_truth) {
+    doc["truth"] = truth;
+    doc["truth_min_factor"] = scenario->truth_min_factor;
+  }
+  doc["policies"] = policies_json;
+  if (!report_path.empty()) {
+    std::ofstream out(report_path);
+    out << doc.dump(2) << '\n';
+    if (!out) return fail("cannot write --report " + report_path);
+  }
+
+  if (format == "json") {
+    std::cout << doc.dump(2) << '\n';
+    return kExitOk;
+  }
+  if (format == "markdown") {
+    std::cout << "| scenario | policy | precision | recall | F1 | det. latency mean / max | "
+                 "rec. latency mean | FP/1k | detected | false alarms |\n"
+              << "|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& res : results) {
+      std::cout << "| " << trace.name << " | " << res.run.policy << " | ";
+      if (!res.score) {
+        std::cout << "- | - | - | - | - | - | - | - |\n";
+        continue;
+      }
+      const Score& s = *res.score;
+      std::optional<double> dmax;
+      if (s.detection_latency_max) dmax = static_cast<double>(*s.detection_latency_max);
+      std::cout << Fmt(s.precision, 3) << " | " << Fmt(s.recall, 3) << " | " << Fmt(s.f1, 3)
+                << " | " << Fmt(s.detection_latency_mean, 1) << " / " << Fmt(dmax, 0) << " | "
+                << Fmt(s.recovery_latency_mean, 1) << " | " << absl::StrFormat("%.2f", s.fp_per_1000)
+                << " | " << s.detected << "/" << s.episodes << " | " << s.false_alarms << " |\n";
+    }
+    return kExitOk;
+  }
+
+  std::cout << trace.name << ": " << trace.ranks << " ranks x " << trace.iterations
+            << " iterations";
+  if (trace.has_truth)
+    std::cout << ", " << truth_cells << " straggler rank-iterations in " << truth.size()
+              << " episode(s) (truth_min_factor " << scenario->truth_min_factor << ")";
+  else
+    std::cout << ", no ground truth (CSV): detections only";
+  std::cout << '\n';
+  if (trace.has_truth)
+    std::cout << absl::StrFormat("%-10s %9s %7s %6s %9s %8s %9s %8s %9s %7s\n", "policy",
+                               "precision", "recall", "F1", "det.mean", "det.max", "rec.mean",
+                               "FP/1k", "detected", "alarms");
+  for (const auto& res : results) {
+    if (!res.score) {
+      uint64_t d = 0, rcv = 0;
+      for (uint32_t r = 0; r < trace.ranks; ++r) {
+        d += res.run.detected_at[r].size();
+        rcv += res.run.recovered_at[r].size();
+      }
+      std::cout << absl::StrFormat("%-10s detections %llu, recoveries %llu\n", res.run.policy,
+                                   static_cast<unsigned long long>(d),
+                                   static_cast<unsigned long long>(rcv));
+      continue;
+    }
+    const Score& s = *res.score;
+    std::optional<double> dmax;
+    if (s.detection_latency_max) dmax = static_cast<double>(*s.detection_latency_max);
+    std::cout << absl::StrFormat(
+        "%-10s %9s %7s %6s %9s %8s %9s %8.2f %9s %7llu\n", res.run.policy, Fmt(s.precision, 3),
+        Fmt(s.recall, 3), Fmt(s.f1, 3), Fmt(s.detection_latency_mean, 1), Fmt(dmax, 0),
+        Fmt(s.recovery_latency_mean, 1), s.fp_per_1000,
+        std::to_string(s.detected) + "/" + std::to_string(s.episodes),
+        static_cast<unsigned long long>(s.false_alarms));
+  }
+  return kExitOk;
+}

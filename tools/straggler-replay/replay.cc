@@ -1,0 +1,103 @@
+#include "replay.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "straggler/engine/job_engine.h"
+
+namespace straggler::replay {
+
+using engine::EventKind;
+using engine::JobEngine;
+using engine::Time;
+using engine::WorkerState;
+
+PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& policy,
+                       std::string name) {
+  PolicyRun run;
+  run.policy = std::move(name);
+  run.flagged = quality::RankMatrix(t.ranks, t.iterations);
+  run.detected_at.resize(t.ranks);
+  run.recovered_at.resize(t.ranks);
+  run.unresponsive_at.resize(t.ranks);
+
+  const Time t0 = std::chrono::seconds(1'700'000'000);
+  const auto step = std::chrono::duration_cast<Time>(
+      std::chrono::duration<double>(t.base_seconds > 0 ? t.base_seconds : 1.0));
+  JobEngine job(t.ranks, policy, t0);
+  if (t.iterations_per_epoch > 0) job.SetIterationsPerEpoch(t.iterations_per_epoch);
+  for (uint32_t r = 0; r < t.ranks; ++r) job.Announce(r, t0);
+
+  // Per rank: (row, flagged from that row on), in emission order.
+  std::vector<std::vector<std::pair<uint64_t, bool>>> changes(t.ranks);
+  auto collect = [&] {
+    for (const auto& e : job.TakeEvents()) {
+      if (e.kind != EventKind::kStateChange) continue;
+      const uint64_t row = e.iteration >= t.first_iteration ? e.iteration - t.first_iteration : 0;
+      if (e.to == WorkerState::kStraggler) {
+        run.detected_at[e.rank].push_back(e.iteration);
+        changes[e.rank].push_back({row, true});
+      } else if (e.from == WorkerState::kStraggler) {
+        if (e.to == WorkerState::kHealthy) run.recovered_at[e.rank].push_back(e.iteration);
+        changes[e.rank].push_back({row, false});
+      }
+      if (e.to == WorkerState::kUnresponsive) run.unresponsive_at[e.rank].push_back(e.iteration);
+    }
+  };
+
+  engine::Report rep;
+  for (uint64_t row = 0; row < t.iterations; ++row) {
+    const Time now = t0 + step * static_cast<int64_t>(row + 1);
+    for (uint32_t r = 0; r < t.ranks; ++r) {
+      if (!t.Reported(row, r)) continue;
+      rep.rank = r;
+      rep.epoch = t.epoch[row];
+      rep.iteration = t.Iteration(row);
+      rep.compute_seconds = t.At(row, r);
+      rep.start_time = now;
+      ++run.reports;
+      const auto res = job.Ingest(rep, now);
+      if (!res.accepted) {
+        if (run.rejected++ == 0) run.first_rejection = res.message;
+      }
+    }
+    job.Tick(now);
+    collect();
+  }
+
+  for (uint32_t r = 0; r < t.ranks; ++r) {
+    auto& c = changes[r];
+    std::stable_sort(c.begin(), c.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    bool state = false;
+    size_t k = 0;
+    for (uint64_t row = 0; row < t.iterations; ++row) {
+      while (k < c.size() && c[k].first <= row) state = c[k++].second;
+      if (state) run.flagged.set(r, row, true);
+    }
+  }
+  return run;
+}
+
+PolicyRun FromFlags(const quality::Trace& t, quality::RankMatrix flags, std::string name) {
+  PolicyRun run;
+  run.policy = std::move(name);
+  run.detected_at.resize(t.ranks);
+  run.recovered_at.resize(t.ranks);
+  run.unresponsive_at.resize(t.ranks);
+  for (uint32_t r = 0; r < t.ranks; ++r) {
+    bool prev = false;
+    for (uint64_t row = 0; row < t.iterations; ++row) {
+      if (!t.Reported(row, r)) continue;
+      ++run.reports;
+      const bool f = flags.at(r, row);
+      if (f && !prev) run.detected_at[r].push_back(t.Iteration(row));
+      if (!f && prev) run.recovered_at[r].push_back(t.Iteration(row));
+      prev = f;
+    }
+  }
+  run.flagged = std::move(flags);
+  return run;
+}
+
+}  // namespace straggler::replay

@@ -1,0 +1,37 @@
+// straggler-replay's core: runs a Trace through engine::JobEngine offline and
+// deterministically, or through a reference rule, and keeps per (rank,
+// iteration) whether the rank was flagged (engine: its WorkerState is
+// straggler - classification, not exclusion).
+//
+// Time is synthetic: row r of the trace is fed at T0 + (r + 1) x
+// base_seconds, every reporting rank in ascending rank order, then Tick().
+// All ranks are announced at T0 (as the client's hello does), and the epoch
+// length is announced when the trace knows it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "straggler/engine/policy.h"
+#include "straggler/quality/scoring.h"
+#include "straggler/quality/trace.h"
+
+namespace straggler::replay {
+
+struct PolicyRun {
+  std::string policy;
+  quality::RankMatrix flagged;
+  // Absolute iterations, per rank.
+  std::vector<std::vector<uint64_t>> detected_at, recovered_at, unresponsive_at;
+  uint64_t reports = 0;
+  uint64_t rejected = 0;
+  std::string first_rejection;  // message of the first rejected report
+};
+
+PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& policy,
+                       std::string name);
+// A reference rule's flags, with detections / recoveries at their rises and falls.
+PolicyRun FromFlags(const quality::Trace& t, quality::RankMatrix flags, std::string name);
+
+}  // namespace straggler::replay
