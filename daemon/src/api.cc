@@ -1,6 +1,8 @@
 #include "api.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "convert.h"
@@ -88,6 +90,46 @@ absl::StatusOr<v1::ListEventsResponse> ListEvents(const JobRegistry& registry,
   v1::ListEventsResponse response;
   for (const JournalEntry& e : page.events) ToProto(e, response.add_events());
   response.set_last_sequence(page.last_sequence);
+  return response;
+}
+
+absl::StatusOr<v1::ExportReportsResponse> ExportReports(
+    const JobRegistry& registry, const v1::ExportReportsRequest& request) {
+  const uint64_t since = request.since_iteration();
+  std::vector<RecentReport> kept;
+  uint64_t dropped = 0;
+  // Copy under the job's mu; sort and render after releasing it.
+  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
+    kept.reserve(job.recent.size());
+    job.recent.ForEach([&](const RecentReport& r) {
+      if (r.iteration >= since) kept.push_back(r);
+    });
+    if (job.recent.dropped() > 0 && job.recent.dropped_max_iteration() >= since) {
+      dropped = job.recent.dropped();
+    }
+  });
+  if (!s.ok()) return s;
+  auto by_iteration_rank = [](const RecentReport& a, const RecentReport& b) {
+    return a.iteration != b.iteration ? a.iteration < b.iteration : a.rank < b.rank;
+  };
+  size_t n = kept.size();
+  if (request.limit() > 0 && request.limit() < n) {
+    n = request.limit();
+    std::partial_sort(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(n), kept.end(),
+                      by_iteration_rank);
+  } else {
+    std::sort(kept.begin(), kept.end(), by_iteration_rank);
+  }
+  v1::ExportReportsResponse response;
+  response.mutable_reports()->Reserve(static_cast<int>(n));
+  for (size_t i = 0; i < n; ++i) {
+    v1::IterationReport* out = response.add_reports();
+    out->set_rank(kept[i].rank);
+    out->set_epoch(kept[i].epoch);
+    out->set_iteration(kept[i].iteration);
+    out->set_compute_seconds(kept[i].compute_seconds);
+  }
+  response.set_dropped_before(dropped);
   return response;
 }
 

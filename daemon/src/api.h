@@ -38,6 +38,11 @@ absl::StatusOr<v1::Membership> GetMembership(const JobRegistry& registry,
 // that are gone. limit 0 = 1000, clamped to 10000.
 absl::StatusOr<v1::ListEventsResponse> ListEvents(const JobRegistry& registry,
                                                   const v1::ListEventsRequest& request);
+// The job's kept reports with iteration >= since_iteration, ascending by
+// (iteration, rank), the first `limit` of them (0 = all). NOT_FOUND for an
+// unknown job.
+absl::StatusOr<v1::ExportReportsResponse> ExportReports(const JobRegistry& registry,
+                                                        const v1::ExportReportsRequest& request);
 
 // Only the fields set in request.policy change; the rest keep their values.
 absl::StatusOr<v1::Job> SetPolicy(JobRegistry& registry, const v1::SetPolicyRequest& request,

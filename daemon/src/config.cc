@@ -180,13 +180,15 @@ class Parser {
       if (key == "max_batch_reports") target = &limits.max_batch_reports;
       if (key == "events_retained") target = &limits.events_retained;
       if (key == "job_idle_ttl_seconds") target = &limits.job_idle_ttl_seconds;
+      if (key == "recent_reports_per_job") target = &limits.recent_reports_per_job;
       if (target == nullptr) {
         return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in limits"));
       }
       const std::string qualified = absl::StrCat("limits.", key);
       auto v = Uint(kv.second, qualified);
       if (!v.ok()) return v.status();
-      if (*v == 0) return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      // recent_reports_per_job=0: keep no reports (ExportReports returns none).
+      if (*v == 0 && key != "recent_reports_per_job") return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
       *target = *v;
     }
     return absl::OkStatus();

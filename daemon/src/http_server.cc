@@ -226,6 +226,7 @@ enum class RouteId {
   kEvents,
   kPolicy,
   kReset,
+  kReports,
 };
 
 struct Route {
@@ -249,6 +250,7 @@ const std::vector<Route>& Routes() {
       {{"v1", "jobs", "{job}", "events"}, "GET", RouteId::kJobEvents},
       {{"v1", "jobs", "{job}", "policy"}, "PUT", RouteId::kPolicy},
       {{"v1", "jobs", "{job}", "reset"}, "POST", RouteId::kReset},
+      {{"v1", "jobs", "{job}", "reports"}, "GET", RouteId::kReports},
   };
   return routes;
 }
@@ -579,6 +581,26 @@ void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
     if (route->id == RouteId::kJobEvents) request.set_job_id(segments[2]);
     if (absl::Status s = EventsQuery(*query, request); !s.ok()) return SendStatus(res, s);
     return SendResult(res, api::ListEvents(registry_, request));
+  }
+  if (route->id == RouteId::kReports) {
+    // ?since_iteration=N&limit=N
+    v1::ExportReportsRequest request;
+    request.set_job_id(segments[2]);
+    if (absl::Status s = CheckParams(*query, {"since_iteration", "limit"}); !s.ok()) {
+      return SendStatus(res, s);
+    }
+    if (query->count("since_iteration")) {
+      auto v = ParseUint("since_iteration", Param(*query, "since_iteration"),
+                         std::numeric_limits<uint64_t>::max());
+      if (!v.ok()) return SendStatus(res, v.status());
+      request.set_since_iteration(*v);
+    }
+    if (query->count("limit")) {
+      auto v = ParseUint("limit", Param(*query, "limit"), std::numeric_limits<uint32_t>::max());
+      if (!v.ok()) return SendStatus(res, v.status());
+      request.set_limit(static_cast<uint32_t>(*v));
+    }
+    return SendResult(res, api::ExportReports(registry_, request));
   }
   if (absl::Status s = CheckParams(*query, {}); !s.ok()) return SendStatus(res, s);
   const std::string& job = segments.size() > 2 ? segments[2] : segments[0];

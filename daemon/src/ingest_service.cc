@@ -20,8 +20,9 @@ constexpr int kMaxRejectionsPerDirective = 8;
 // A newer directive folded into a pending one: memberships are the union
 // (ascending by version) capped to the newest kMembershipHistory versions (the
 // engine keeps no more either, and a peer that stopped reading must cost
-// bounded memory), acknowledgement and progress are the newer ones, counts add
-// up over the batches the merged directive acknowledges.
+// bounded memory), acknowledgement is the newer one, progress is the union
+// per rank (the higher iteration: a directive carries only the ranks its batch
+// touched), counts add up over the batches the merged directive acknowledges.
 void MergeDirective(v1::Directive& pending, v1::Directive&& newer) {
   std::map<uint64_t, v1::Membership> by_version;
   for (auto& m : *pending.mutable_memberships()) by_version[m.version()] = std::move(m);
@@ -33,7 +34,22 @@ void MergeDirective(v1::Directive& pending, v1::Directive&& newer) {
   for (auto& [version, m] : by_version) *pending.add_memberships() = std::move(m);
 
   pending.set_acked_sequence(newer.acked_sequence());
-  *pending.mutable_progress() = std::move(*newer.mutable_progress());
+  if (pending.progress_size() == 0) {
+    *pending.mutable_progress() = std::move(*newer.mutable_progress());
+  } else if (newer.progress_size() > 0) {
+    std::map<uint32_t, uint64_t> by_rank;
+    for (const auto& p : pending.progress()) by_rank[p.rank()] = p.iteration();
+    for (const auto& p : newer.progress()) {
+      uint64_t& it = by_rank[p.rank()];
+      it = std::max(it, p.iteration());
+    }
+    pending.clear_progress();
+    for (const auto& [rank, iteration] : by_rank) {
+      v1::RankProgress* rp = pending.add_progress();
+      rp->set_rank(rank);
+      rp->set_iteration(iteration);
+    }
+  }
   pending.set_accepted(pending.accepted() + newer.accepted());
   pending.set_rejected(pending.rejected() + newer.rejected());
   pending.set_duplicates(pending.duplicates() + newer.duplicates());
@@ -96,7 +112,7 @@ class IngestReactor final
   }
 
   // Reached through ReactorLink with job.mu held.
-  void PushLocked(const Job& job) { Offer(DirectiveLocked(job)); }
+  void PushLocked(const Job& job) { Offer(DirectiveLocked(job, nullptr)); }
   void Close(const absl::Status& status) { Finish(ToGrpcStatus(status), /*flush=*/true); }
 
  private:
@@ -110,6 +126,7 @@ class IngestReactor final
     // ranks_ must be in place before Attach subscribes the link: a push may
     // arrive from another thread right after.
     ranks_ = hello.ranks;
+    touched_stamp_.assign(ranks_.size(), 0);
     auto job = registry_.Attach(hello, link_, WallNow());
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
@@ -147,6 +164,14 @@ class IngestReactor final
       }
     };
 
+    // Ranks (as indices into ranks_) with a report in this batch: the ack
+    // carries their progress only. A per-slot stamp, no clearing per batch.
+    touched_.clear();
+    if (++batch_stamp_ == 0) {  // wrapped: forget the old stamps
+      std::fill(touched_stamp_.begin(), touched_stamp_.end(), 0);
+      batch_stamp_ = 1;
+    }
+
     std::lock_guard job_lock(job_->mu);
     const int n = batch_.reports_size();
     for (int i = 0; i < n; ++i) {
@@ -161,7 +186,8 @@ class IngestReactor final
         rejected += excess - 1;
         break;
       }
-      if (!std::binary_search(ranks_.begin(), ranks_.end(), report.rank())) {
+      const auto slot = std::lower_bound(ranks_.begin(), ranks_.end(), report.rank());
+      if (slot == ranks_.end() || *slot != report.rank()) {
         stats_.CountRejected(StreamRejectReason::kRankNotInStream);
         reject(report.rank(), report.iteration(),
                StreamRejectReasonName(StreamRejectReason::kRankNotInStream),
@@ -169,9 +195,16 @@ class IngestReactor final
                             " ranks named in this stream's hello"));
         continue;
       }
+      const size_t index = static_cast<size_t>(slot - ranks_.begin());
+      if (touched_stamp_[index] != batch_stamp_) {
+        touched_stamp_[index] = batch_stamp_;
+        touched_.push_back(static_cast<uint32_t>(index));
+      }
       engine::IngestResult result = job_->engine.Ingest(FromProto(report), now);
       if (result.accepted) {
         ++accepted;
+        job_->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
+                          report.rank()});
       } else if (result.reason == engine::RejectReason::kDuplicate ||
                  result.reason == engine::RejectReason::kStale) {
         // A replay (reconnect, agent buffer): idempotent, not the sender's error.
@@ -190,7 +223,8 @@ class IngestReactor final
     // from the acknowledgement built below, under the same lock.
     registry_.CommitLocked(*job_, link_.get());
 
-    v1::Directive ack = DirectiveLocked(*job_);
+    std::sort(touched_.begin(), touched_.end());  // progress ascending by rank
+    v1::Directive ack = DirectiveLocked(*job_, &touched_);
     ack.set_accepted(accepted);
     ack.set_rejected(rejected);
     ack.set_duplicates(duplicates);
@@ -200,8 +234,12 @@ class IngestReactor final
     Offer(std::move(ack));
   }
 
-  // With job.mu held: the progress of each rank of the stream and the
-  // memberships the stream has not carried yet. The first directive carries
+  // With job.mu held: rank progress and the memberships the stream has not
+  // carried yet. Progress: the stream's first directive carries every rank of
+  // the stream (that has any); later ones only the ranks in `touched`
+  // (indices into ranks_ of the ranks the acknowledged batch had reports for;
+  // null for a push), so an ack costs O(batch), not O(ranks of the stream).
+  // The client merges progress per rank. The first directive carries
   // what the stream's slowest rank may still need; later ones only the
   // versions above offered_version_. Directives enter the write slot in the
   // order they are built here (under job.mu), the slot merges rather than
@@ -211,24 +249,31 @@ class IngestReactor final
   // So an acknowledgement still reflects, together with the directives before
   // it, every version that existed when it was built, at O(new versions) per
   // directive instead of O(kept versions x excluded ranks).
-  v1::Directive DirectiveLocked(const Job& job) {
+  v1::Directive DirectiveLocked(const Job& job, const std::vector<uint32_t>* touched) {
     v1::Directive d;
-    uint64_t from = std::numeric_limits<uint64_t>::max();
-    for (uint32_t rank : ranks_) {
-      std::optional<uint64_t> p = job.engine.Progress(rank);
-      if (p) {
-        v1::RankProgress* rp = d.add_progress();
-        rp->set_rank(rank);
-        rp->set_iteration(*p);
-      }
-      // A rank that never reported may start anywhere: give it everything.
-      from = std::min<uint64_t>(from, p.value_or(0));
-    }
+    auto add_progress = [&](uint32_t rank, uint64_t iteration) {
+      v1::RankProgress* rp = d.add_progress();
+      rp->set_rank(rank);
+      rp->set_iteration(iteration);
+    };
     if (!offered_version_) {
+      uint64_t from = std::numeric_limits<uint64_t>::max();
+      for (uint32_t rank : ranks_) {
+        std::optional<uint64_t> p = job.engine.Progress(rank);
+        if (p) add_progress(rank, *p);
+        // A rank that never reported may start anywhere: give it everything.
+        from = std::min<uint64_t>(from, p.value_or(0));
+      }
       for (const engine::Membership& m : job.engine.MembershipsFrom(from)) {
         ToProto(m, job, d.add_memberships());
       }
     } else {
+      if (touched != nullptr) {
+        for (uint32_t index : *touched) {
+          const uint32_t rank = ranks_[index];
+          if (std::optional<uint64_t> p = job.engine.Progress(rank)) add_progress(rank, *p);
+        }
+      }
       const auto& history = job.engine.membership_history();  // ascending
       auto it = std::upper_bound(
           history.begin(), history.end(), *offered_version_,
@@ -272,6 +317,11 @@ class IngestReactor final
   v1::ReportBatch batch_;
   std::shared_ptr<Job> job_;
   std::vector<uint32_t> ranks_;  // ascending, unique
+  // Per batch: indices into ranks_ of the ranks with a report (touched_),
+  // found through touched_stamp_[index] == batch_stamp_.
+  std::vector<uint32_t> touched_;
+  std::vector<uint32_t> touched_stamp_;
+  uint32_t batch_stamp_ = 0;
 
   uint64_t last_acked_sequence_ = 0;  // guarded by job_->mu
   // Newest membership version already offered to slot_; nullopt before the

@@ -137,7 +137,8 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
                            config->limits.max_jobs, " jobs already tracked"));
         }
         job = std::make_shared<Job>(hello.job_id, hello.world_size,
-                                    config->PolicyFor(hello.job_id), now, incarnation_);
+                                    config->PolicyFor(hello.job_id), now, incarnation_,
+                                    config->limits.recent_reports_per_job);
         jobs_.emplace(hello.job_id, job);
         spdlog::info("job={} created: world_size={} policy={}", hello.job_id, hello.world_size,
                      engine::PolicyKindName(job->engine.policy().kind));

@@ -27,6 +27,7 @@
 // named *Locked require the caller to hold the job's `mu`.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -54,6 +55,54 @@ engine::Time WallNow();
 
 struct Job;
 
+// One accepted report as ExportReports returns it.
+struct RecentReport {
+  uint64_t epoch = 0;
+  uint64_t iteration = 0;
+  double compute_seconds = 0;
+  uint32_t rank = 0;
+};
+
+// A job's most recent accepted reports, oldest overwritten first: a vector
+// used as a ring. It grows (amortized) to `capacity` on first use and is then
+// reused, so a report costs a copy, never an allocation. capacity 0 keeps
+// nothing (limits.recent_reports_per_job=0). Not thread-safe: Job::mu.
+class RecentReports {
+ public:
+  explicit RecentReports(uint32_t capacity) : capacity_(capacity) {}
+
+  void Add(const RecentReport& r) {
+    if (capacity_ == 0) return;
+    if (ring_.size() < capacity_) {
+      ring_.push_back(r);
+    } else {
+      RecentReport& slot = ring_[next_];
+      dropped_max_iteration_ = std::max(dropped_max_iteration_, slot.iteration);
+      slot = r;
+      ++dropped_;
+    }
+    if (++next_ == capacity_) next_ = 0;
+  }
+  // Every kept report, oldest first.
+  template <class Fn>
+  void ForEach(Fn&& fn) const {
+    const size_t start = ring_.size() < capacity_ ? 0 : next_;
+    for (size_t i = 0; i < ring_.size(); ++i) fn(ring_[(start + i) % ring_.size()]);
+  }
+  size_t size() const { return ring_.size(); }
+  uint32_t capacity() const { return capacity_; }
+  // Reports overwritten so far, and the highest iteration among them.
+  uint64_t dropped() const { return dropped_; }
+  uint64_t dropped_max_iteration() const { return dropped_max_iteration_; }
+
+ private:
+  uint32_t capacity_;
+  std::vector<RecentReport> ring_;
+  size_t next_ = 0;  // slot the next report goes to once the ring is full
+  uint64_t dropped_ = 0;
+  uint64_t dropped_max_iteration_ = 0;
+};
+
 // Something that wants a job's membership changes: an ingest stream (to push
 // directives) or a WatchMembership call. The registry holds it by
 // shared_ptr; the RPC behind it may already be gone, which the implementation
@@ -71,14 +120,15 @@ class JobSubscriber {
 
 struct Job {
   Job(std::string job_id, uint32_t world, engine::PolicyConfig policy, engine::Time now,
-      uint64_t daemon_incarnation)
+      uint64_t daemon_incarnation, uint32_t recent_reports_capacity = 0)
       : id(std::move(job_id)),
         world_size(world),
         created_at(now),
         incarnation(daemon_incarnation),
         engine(world, std::move(policy), now),
         nodes(world),
-        last_activity(now) {}
+        last_activity(now),
+        recent(recent_reports_capacity) {}
 
   const std::string id;
   const uint32_t world_size;
@@ -106,6 +156,9 @@ struct Job {
   // Set (under mu) by the idle sweep just before the job leaves the map;
   // atomic so the map lookup may skip it without taking mu.
   std::atomic<bool> removed{false};
+  // The newest accepted reports (ingest appends, ExportReports reads);
+  // capacity limits.recent_reports_per_job as of the job's creation.
+  RecentReports recent;
 };
 
 // What a stream's first message says, without wire types.

@@ -127,4 +127,10 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListEvents(grpc::CallbackServerConte
   return FinishUnary(ctx, api::ListEvents(registry_, *request), response);
 }
 
+grpc::ServerUnaryReactor* QueryServiceImpl::ExportReports(
+    grpc::CallbackServerContext* ctx, const v1::ExportReportsRequest* request,
+    v1::ExportReportsResponse* response) {
+  return FinishUnary(ctx, api::ExportReports(registry_, *request), response);
+}
+
 }  // namespace straggler::daemon

@@ -45,6 +45,9 @@ class QueryServiceImpl final : public straggler::v1::QueryService::CallbackServi
   grpc::ServerUnaryReactor* ListEvents(grpc::CallbackServerContext* ctx,
                                        const straggler::v1::ListEventsRequest* request,
                                        straggler::v1::ListEventsResponse* response) override;
+  grpc::ServerUnaryReactor* ExportReports(grpc::CallbackServerContext* ctx,
+                                          const straggler::v1::ExportReportsRequest* request,
+                                          straggler::v1::ExportReportsResponse* response) override;
 
  private:
   JobRegistry& registry_;

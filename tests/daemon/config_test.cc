@@ -51,6 +51,7 @@ TEST_CASE("no config file at all gives the embedded defaults") {
   CHECK(cfg->limits.max_batch_reports == 10000);
   CHECK(cfg->limits.events_retained == 100000);
   CHECK(cfg->limits.job_idle_ttl_seconds == 3600);
+  CHECK(cfg->limits.recent_reports_per_job == 65536);
   CHECK(cfg->metrics.per_rank_max_ranks == 4096);
   CHECK(cfg->http.threads == 4);
   CHECK(cfg->http.read_timeout_seconds == 5);
@@ -78,6 +79,7 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->limits.max_batch_reports == defaults.limits.max_batch_reports);
   CHECK(cfg->limits.events_retained == defaults.limits.events_retained);
   CHECK(cfg->limits.job_idle_ttl_seconds == defaults.limits.job_idle_ttl_seconds);
+  CHECK(cfg->limits.recent_reports_per_job == defaults.limits.recent_reports_per_job);
   CHECK(cfg->metrics.per_rank_max_ranks == defaults.metrics.per_rank_max_ranks);
   CHECK(cfg->http.threads == defaults.http.threads);
   CHECK(cfg->http.read_timeout_seconds == defaults.http.read_timeout_seconds);
@@ -110,6 +112,7 @@ limits:
   max_jobs: 5
   events_retained: 50
   job_idle_ttl_seconds: 120
+  recent_reports_per_job: 0
 metrics:
   per_rank_max_ranks: 0
 http:
@@ -140,6 +143,7 @@ jobs:
   CHECK(cfg->limits.max_jobs == 5);
   CHECK(cfg->limits.events_retained == 50);
   CHECK(cfg->limits.job_idle_ttl_seconds == 120);
+  CHECK(cfg->limits.recent_reports_per_job == 0);  // 0 is allowed: keep no reports
   CHECK(cfg->limits.max_batch_reports == 10000);  // untouched key keeps its default
   CHECK(cfg->metrics.per_rank_max_ranks == 0);      // 0: no per-rank series at all
   CHECK(cfg->http.threads == 8);

@@ -297,6 +297,38 @@ TEST_CASE("http: every REST GET answers the proto3 JSON of the gRPC message") {
   CHECK(FromJson<v1::ListEventsResponse>(res->body).events_size() == events.events_size());
 }
 
+TEST_CASE("http: GET /v1/jobs/{job}/reports is ExportReports") {
+  Fixture f;
+  const std::string job = std::string("/v1/jobs/") + kJob;
+  auto res = f.http->Get((job + "/reports").c_str());
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  auto all = FromJson<v1::ExportReportsResponse>(res->body);
+  CHECK(all.reports_size() == 48);
+  CHECK(all.dropped_before() == 0);
+
+  res = f.http->Get((job + "/reports?since_iteration=11&limit=5").c_str());
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  auto page = FromJson<v1::ExportReportsResponse>(res->body);
+  REQUIRE(page.reports_size() == 5);
+  CHECK(page.reports(0).iteration() == 11);
+  CHECK(page.reports(0).rank() == 0);
+  CHECK(page.reports(4).iteration() == 12);
+  CHECK(page.reports(4).rank() == 0);
+  CHECK(page.reports(3).compute_seconds() == 0.3);
+
+  res = f.http->Get((job + "/reports?limit=x").c_str());
+  REQUIRE(res);
+  CHECK(res->status == 400);
+  res = f.http->Get((job + "/reports?since=1").c_str());
+  REQUIRE(res);
+  CHECK(res->status == 400);
+  res = f.http->Get("/v1/jobs/nope/reports");
+  REQUIRE(res);
+  CHECK(res->status == 404);
+}
+
 TEST_CASE("http: errors are JSON with the right status") {
   Fixture f;
   const std::string job = std::string("/v1/jobs/") + kJob;

@@ -5,9 +5,10 @@ Covers every subcommand in table and JSON form, the admin round trips (a policy
 set is what GetJob then shows; a forced exclusion appears in the membership and
 the running sim follows it without disagreement), and the error contract:
 bad rank -> nonzero exit naming the rank, unknown job -> exit 1 "not found",
-unreachable daemon -> exit 3.
+unreachable daemon -> exit 3. `export --format csv` of the finished job is a
+trace straggler-replay accepts.
 
-    stragglerctl_test.py --stragglerd PATH --sim PATH --ctl PATH
+    stragglerctl_test.py --stragglerd PATH --sim PATH --ctl PATH --replay PATH
 """
 
 import argparse
@@ -183,6 +184,41 @@ def test(args):
               "rank %d was not excluded and readmitted by the override: %s"
               % (FORCED_RANK, forced_rank))
 
+        # export: the job's reports as straggler-replay's CSV, and as JSON.
+        csv_path = os.path.join(workdir, "trace.csv")
+        ctl("export", job, "--format", "csv", "--output-file", csv_path)
+        with open(csv_path) as f:
+            lines = f.read().splitlines()
+        check(lines and lines[0] == "epoch,iteration,rank,compute_seconds",
+              "export csv: header %r" % (lines[:1],))
+        rows = [tuple(line.split(",")) for line in lines[1:]]
+        keys = [(int(it), int(rank)) for _, it, rank, _ in rows]
+        check(len(rows) >= RANKS * 100, "export csv: only %d rows" % len(rows))
+        check(keys == sorted(keys) and len(set(keys)) == len(keys),
+              "export csv: not sorted by (iteration, rank) without duplicates")
+        check({rank for _, rank in keys} == set(range(RANKS)), "export csv: ranks %s"
+              % sorted({rank for _, rank in keys}))
+        check(all(float(c) > 0 for _, _, _, c in rows), "export csv: a compute_seconds <= 0")
+        check(ctl("export", job).stdout.splitlines() == lines,
+              "export to stdout differs from --output-file")
+        replay_report = os.path.join(workdir, "replay.json")
+        replay = run([args.replay, csv_path, "--policy", "dynamic", "--report", replay_report],
+                     CTL_TIMEOUT_S * 4)
+        check(replay.returncode == 0, "straggler-replay of the exported CSV exited with %d:\n%s"
+              % (replay.returncode, replay.stderr))
+        with open(replay_report) as f:
+            replayed = json.load(f)
+        check(len(replayed.get("ranks", [])) == RANKS, "replay report ranks: %s"
+              % replayed.get("ranks"))
+        since = keys[len(keys) // 2][0]
+        page = ctl.json("export", job, "--since-iteration", str(since), "--limit", "3")
+        check([(int(r["iteration"]), r["rank"]) for r in page["reports"]]
+              == [k for k in keys if k[0] >= since][:3], "export json page: %s" % page)
+        check(page["droppedBefore"] == "0", "export json: droppedBefore %s" % page)
+        missing = ctl("export", "no-such-job-%d" % os.getpid(), expect_rc=1)
+        check(missing.stderr.startswith("stragglerctl: NOT_FOUND: "),
+              "export of an unknown job: %r" % missing.stderr)
+
         # reset, after the job ran: everyone included again.
         job_after = ctl.json("reset", job)
         check(job_after["jobId"] == job, "reset: %s" % job_after)
@@ -205,5 +241,6 @@ if __name__ == "__main__":
     parser.add_argument("--stragglerd", required=True)
     parser.add_argument("--sim", required=True)
     parser.add_argument("--ctl", required=True)
+    parser.add_argument("--replay", required=True)
     parsed = parser.parse_args()
     main(lambda: test(parsed))

@@ -7,6 +7,7 @@
 //   stragglerctl policy resnet-42 --limit 8 --threshold-factor 2.5
 //   stragglerctl override resnet-42 3 exclude --reason "bad NIC"
 //   stragglerctl --output json membership resnet-42  # proto3 JSON, same schema as REST
+//   stragglerctl export resnet-42 --output-file trace.csv  # for straggler-replay
 //
 // Exit status: 0 ok, 1 the daemon answered with an error, 2 bad command line,
 // 3 the daemon could not be reached. Errors go to stderr as
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -101,9 +103,17 @@ class Ctl {
  public:
   explicit Ctl(const Globals& g)
       : g_(g),
-        channel_(grpc::CreateChannel(g.daemon, grpc::InsecureChannelCredentials())),
+        channel_(grpc::CreateCustomChannel(g.daemon, grpc::InsecureChannelCredentials(),
+                                           ChannelArgs())),
         query_(v1::QueryService::NewStub(channel_)),
         admin_(v1::AdminService::NewStub(channel_)) {}
+
+  // No 4 MB cap on responses: an export of a large ring exceeds it.
+  static grpc::ChannelArguments ChannelArgs() {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    return args;
+  }
 
   void Deadline(grpc::ClientContext& ctx) const {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(g_.timeout_ms));
@@ -256,6 +266,52 @@ class Ctl {
     return Show(s, r, stragglerctl::PrintMembership);
   }
 
+  // Recent reports as CSV (straggler-replay's trace format) or proto JSON,
+  // to `file` ("" = stdout).
+  int Export(const std::string& job, const std::string& format, uint64_t since_iteration,
+             uint32_t limit, const std::string& file) {
+    auto req = ForJob<v1::ExportReportsRequest>(job);
+    req.set_since_iteration(since_iteration);
+    req.set_limit(limit);
+    v1::ExportReportsResponse r;
+    auto s = Call(*query_, &v1::QueryService::Stub::ExportReports, req, &r);
+    if (!s.ok()) return Fail(s, g_);
+    if (r.dropped_before() > 0) {
+      std::cerr << "stragglerctl: note: " << r.dropped_before()
+                << " older reports of job " << job
+                << " are no longer kept (limits.recent_reports_per_job)\n";
+    }
+    std::ofstream file_out;
+    if (!file.empty()) {
+      file_out.open(file, std::ios::out | std::ios::trunc);
+      if (!file_out) {
+        std::cerr << "stragglerctl: cannot write " << file << '\n';
+        return kExitUsage;
+      }
+    }
+    std::ostream& out = file.empty() ? std::cout : file_out;
+    if (format == "json") {
+      google::protobuf::util::JsonPrintOptions options;
+      options.add_whitespace = true;
+      options.always_print_primitive_fields = true;
+      std::string text;
+      if (auto js = google::protobuf::util::MessageToJsonString(r, &text, options); !js.ok()) {
+        std::cerr << "stragglerctl: INTERNAL: cannot render JSON: " << js.ToString() << '\n';
+        return kExitRpcError;
+      }
+      out << text;
+      if (text.empty() || text.back() != '\n') out << '\n';
+    } else {
+      stragglerctl::PrintReportsCsv(r, out);
+    }
+    out.flush();
+    if (!out) {
+      std::cerr << "stragglerctl: cannot write " << (file.empty() ? "stdout" : file) << '\n';
+      return kExitUsage;
+    }
+    return kExitOk;
+  }
+
   int Reset(const std::string& job) {
     v1::Job r;
     auto s = Call(*admin_, &v1::AdminService::Stub::ResetJob, ForJob<v1::ResetJobRequest>(job), &r);
@@ -378,6 +434,21 @@ int main(int argc, char** argv) {
   std::string reason;
   override_cmd->add_option("--reason", reason, "why (kept in the event journal)");
 
+  auto* export_cmd = app.add_subcommand(
+      "export", "write a job's recent reports (CSV for straggler-replay, or JSON)");
+  export_cmd->add_option("JOB", job, "job id")->required();
+  std::string export_format;
+  export_cmd->add_option("--format", export_format, "csv (default; json with --output json)")
+      ->check(CLI::IsMember({"csv", "json"}));
+  uint64_t since_iteration = 0;
+  export_cmd->add_option("--since-iteration", since_iteration,
+                         "only reports with iteration >= this");
+  uint32_t export_limit = 0;
+  export_cmd->add_option("--limit", export_limit,
+                         "at most this many, the oldest iterations first (0 = all kept)");
+  std::string output_file;
+  export_cmd->add_option("--output-file", output_file, "write here instead of stdout");
+
   auto* reset = app.add_subcommand("reset", "forget a job's per-rank state; include everyone");
   reset->add_option("JOB", job, "job id")->required();
 
@@ -405,6 +476,10 @@ int main(int argc, char** argv) {
   if (watch->parsed()) return ctl.Watch(job, stop_signals);
   if (events->parsed()) return ctl.Events(job, since_sequence, limit);
   if (reset->parsed()) return ctl.Reset(job);
+  if (export_cmd->parsed()) {
+    if (export_format.empty()) export_format = g.json() ? "json" : "csv";
+    return ctl.Export(job, export_format, since_iteration, export_limit, output_file);
+  }
   if (override_cmd->parsed()) {
     v1::RankOverride o = action == "include"   ? v1::RANK_OVERRIDE_FORCE_INCLUDE
                          : action == "exclude" ? v1::RANK_OVERRIDE_FORCE_EXCLUDE

@@ -276,4 +276,14 @@ void PrintPolicy(const v1::PolicyConfig& p, std::ostream& out) {
   t.Print(out);
 }
 
+void PrintReportsCsv(const v1::ExportReportsResponse& r, std::ostream& out) {
+  out << "epoch,iteration,rank,compute_seconds\n";
+  char compute[32];
+  for (const v1::IterationReport& report : r.reports()) {
+    std::snprintf(compute, sizeof compute, "%.9g", report.compute_seconds());
+    out << report.epoch() << ',' << report.iteration() << ',' << report.rank() << ','
+        << compute << '\n';
+  }
+}
+
 }  // namespace stragglerctl

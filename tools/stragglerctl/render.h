@@ -58,5 +58,9 @@ void PrintMembership(const straggler::v1::Membership& m, std::ostream& out);
 void PrintMembershipLine(const straggler::v1::Membership& m, std::ostream& out);
 void PrintEvents(const straggler::v1::ListEventsResponse& r, std::ostream& out);
 void PrintPolicy(const straggler::v1::PolicyConfig& p, std::ostream& out);
+// `export --format csv`: header epoch,iteration,rank,compute_seconds, one line
+// per report in the response's order, compute_seconds with %.9g (what
+// straggler-replay reads).
+void PrintReportsCsv(const straggler::v1::ExportReportsResponse& r, std::ostream& out);
 
 }  // namespace stragglerctl
