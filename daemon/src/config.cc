@@ -18,38 +18,10 @@ using engine::PolicyConfig;
 using engine::PolicyKind;
 using engine::RecoveryMode;
 
-// One table drives parsing, equality and (through convert.cc) the wire
-// mapping, so adding a PolicyConfig field is one line here.
-using PolicyMember =
-    std::variant<uint32_t PolicyConfig::*, double PolicyConfig::*, bool PolicyConfig::*,
-                 PolicyKind PolicyConfig::*, RecoveryMode PolicyConfig::*>;
-struct PolicyField {
-  const char* name;
-  PolicyMember member;
-};
-const PolicyField kPolicyFields[] = {
-    {"kind", &PolicyConfig::kind},
-    {"limit", &PolicyConfig::limit},
-    {"limit_fraction", &PolicyConfig::limit_fraction},
-    {"rejoin_mark", &PolicyConfig::rejoin_mark},
-    {"profile_iterations", &PolicyConfig::profile_iterations},
-    {"threshold_factor", &PolicyConfig::threshold_factor},
-    {"window_iterations", &PolicyConfig::window_iterations},
-    {"recovery", &PolicyConfig::recovery},
-    {"global_shift_fraction", &PolicyConfig::global_shift_fraction},
-    {"ewma_alpha", &PolicyConfig::ewma_alpha},
-    {"ewma_ratio", &PolicyConfig::ewma_ratio},
-    {"ewma_min_samples", &PolicyConfig::ewma_min_samples},
-    {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds},
-    {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction},
-    {"min_active_ranks", &PolicyConfig::min_active_ranks},
-    {"cooldown_iterations", &PolicyConfig::cooldown_iterations},
-    {"min_throughput_gain", &PolicyConfig::min_throughput_gain},
-    {"lead_iterations", &PolicyConfig::lead_iterations},
-    {"unresponsive_after_seconds", &PolicyConfig::unresponsive_after_seconds},
-    {"exclusion_enabled", &PolicyConfig::exclusion_enabled},
-    {"max_compute_seconds", &PolicyConfig::max_compute_seconds},
-};
+// The field table lives with PolicyConfig; it drives parsing, equality and
+// (through convert.cc) the wire mapping.
+using engine::PolicyField;
+using engine::PolicyMember;
 
 class Parser {
  public:
@@ -113,7 +85,7 @@ class Parser {
     for (const auto& kv : node) {
       const std::string key = kv.first.Scalar();
       const PolicyField* field = nullptr;
-      for (const auto& f : kPolicyFields) {
+      for (const auto& f : engine::PolicyFields()) {
         if (key == f.name) field = &f;
       }
       if (field == nullptr) {
@@ -392,7 +364,7 @@ absl::Status ValidateLogLevel(absl::string_view level) {
 }
 
 bool SamePolicy(const engine::PolicyConfig& a, const engine::PolicyConfig& b) {
-  for (const auto& f : kPolicyFields) {
+  for (const auto& f : engine::PolicyFields()) {
     const bool same = std::visit([&](auto member) { return a.*member == b.*member; }, f.member);
     if (!same) return false;
   }

@@ -94,4 +94,34 @@ uint32_t PolicyConfig::EffectiveLimit(uint64_t iterations_per_epoch) const {
   return static_cast<uint32_t>(l);
 }
 
+namespace {
+
+const PolicyField kPolicyFields[] = {
+    {"kind", &PolicyConfig::kind},
+    {"limit", &PolicyConfig::limit},
+    {"limit_fraction", &PolicyConfig::limit_fraction},
+    {"rejoin_mark", &PolicyConfig::rejoin_mark},
+    {"profile_iterations", &PolicyConfig::profile_iterations},
+    {"threshold_factor", &PolicyConfig::threshold_factor},
+    {"window_iterations", &PolicyConfig::window_iterations},
+    {"recovery", &PolicyConfig::recovery},
+    {"global_shift_fraction", &PolicyConfig::global_shift_fraction},
+    {"ewma_alpha", &PolicyConfig::ewma_alpha},
+    {"ewma_ratio", &PolicyConfig::ewma_ratio},
+    {"ewma_min_samples", &PolicyConfig::ewma_min_samples},
+    {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds},
+    {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction},
+    {"min_active_ranks", &PolicyConfig::min_active_ranks},
+    {"cooldown_iterations", &PolicyConfig::cooldown_iterations},
+    {"min_throughput_gain", &PolicyConfig::min_throughput_gain},
+    {"lead_iterations", &PolicyConfig::lead_iterations},
+    {"unresponsive_after_seconds", &PolicyConfig::unresponsive_after_seconds},
+    {"exclusion_enabled", &PolicyConfig::exclusion_enabled},
+    {"max_compute_seconds", &PolicyConfig::max_compute_seconds},
+};
+
+}  // namespace
+
+std::span<const PolicyField> PolicyFields() { return kPolicyFields; }
+
 }  // namespace straggler::engine

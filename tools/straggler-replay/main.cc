@@ -43,8 +43,8 @@ using straggler::replay::PolicyRun;
 constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;
 
-// --set keys: PolicyConfig fields by their YAML names (deploy/stragglerd.yaml)
-// and the reference rules' options.
+// --set keys: PolicyConfig fields by their YAML names (engine::PolicyFields(),
+// as in deploy/stragglerd.yaml) and the reference rules' options (kFields).
 using Member = std::variant<uint32_t PolicyConfig::*, double PolicyConfig::*,
                             bool PolicyConfig::*, RecoveryMode PolicyConfig::*,
                             uint32_t NvrxOptions::*, double NvrxOptions::*,
@@ -54,26 +54,6 @@ struct Field {
   Member member;
 };
 const Field kFields[] = {
-    {"limit", &PolicyConfig::limit},
-    {"limit_fraction", &PolicyConfig::limit_fraction},
-    {"rejoin_mark", &PolicyConfig::rejoin_mark},
-    {"profile_iterations", &PolicyConfig::profile_iterations},
-    {"threshold_factor", &PolicyConfig::threshold_factor},
-    {"window_iterations", &PolicyConfig::window_iterations},
-    {"recovery", &PolicyConfig::recovery},
-    {"global_shift_fraction", &PolicyConfig::global_shift_fraction},
-    {"ewma_alpha", &PolicyConfig::ewma_alpha},
-    {"ewma_ratio", &PolicyConfig::ewma_ratio},
-    {"ewma_min_samples", &PolicyConfig::ewma_min_samples},
-    {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds},
-    {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction},
-    {"min_active_ranks", &PolicyConfig::min_active_ranks},
-    {"cooldown_iterations", &PolicyConfig::cooldown_iterations},
-    {"min_throughput_gain", &PolicyConfig::min_throughput_gain},
-    {"lead_iterations", &PolicyConfig::lead_iterations},
-    {"unresponsive_after_seconds", &PolicyConfig::unresponsive_after_seconds},
-    {"exclusion_enabled", &PolicyConfig::exclusion_enabled},
-    {"max_compute_seconds", &PolicyConfig::max_compute_seconds},
     {"nvrx_window", &NvrxOptions::window},
     {"nvrx_threshold", &NvrxOptions::threshold},
     {"nvrx_min_samples", &NvrxOptions::min_samples},
@@ -97,12 +77,24 @@ std::string ApplySet(const std::string& text, Settings& s) {
     return "--set '" + text + "' is not KEY=VALUE";
   const std::string key = text.substr(0, eq), value = text.substr(eq + 1);
   if (key == "kind") return "--set kind: choose the policy with --policy";
-  const Field* field = nullptr;
+  std::optional<Member> member;
+  for (const auto& f : straggler::engine::PolicyFields())
+    if (key == f.name)
+      member = std::visit(
+          [](auto m) -> std::optional<Member> {
+            if constexpr (std::is_same_v<decltype(m), straggler::engine::PolicyKind PolicyConfig::*>)
+              return std::nullopt;  // --policy chooses the kind
+            else
+              return Member{m};
+          },
+          f.member);
   for (const auto& f : kFields)
-    if (key == f.name) field = &f;
-  if (field == nullptr) {
+    if (key == f.name) member = f.member;
+  if (!member) {
     std::string known;
-    for (const auto& f : kFields) known += std::string(known.empty() ? "" : ", ") + f.name;
+    for (const auto& f : straggler::engine::PolicyFields())
+      if (std::string_view(f.name) != "kind") known += std::string(known.empty() ? "" : ", ") + f.name;
+    for (const auto& f : kFields) known += std::string(", ") + f.name;
     return "--set: unknown key '" + key + "' (known: " + known + ")";
   }
   if (key == "static_threshold_seconds") s.static_threshold_set = true;
@@ -142,7 +134,7 @@ std::string ApplySet(const std::string& text, Settings& s) {
         }
         return "";
       },
-      field->member);
+      *member);
 }
 
 std::string CheckRuleOptions(const Settings& s) {

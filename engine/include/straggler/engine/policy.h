@@ -13,8 +13,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -82,5 +84,17 @@ struct PolicyConfig {
   // (0 = unknown).
   uint32_t EffectiveLimit(uint64_t iterations_per_epoch) const;
 };
+
+// Every PolicyConfig field by its YAML name (deploy/stragglerd.yaml), in
+// declaration order: one table for the config loader, `straggler-replay
+// --set` and anything else that sets fields by name.
+using PolicyMember =
+    std::variant<uint32_t PolicyConfig::*, double PolicyConfig::*, bool PolicyConfig::*,
+                 PolicyKind PolicyConfig::*, RecoveryMode PolicyConfig::*>;
+struct PolicyField {
+  const char* name;
+  PolicyMember member;
+};
+std::span<const PolicyField> PolicyFields();
 
 }  // namespace straggler::engine
