@@ -16,7 +16,9 @@
 //                            Sender busy: no wake-up is needed.
 //  * BM_ClientReport_IdleSender  one Report() per "training step" with the
 //                            sender asleep, as in real training (a report every
-//                            few ms): each call is timed on its own; p50/p99
+//                            few ms; Flush between steps stands for the
+//                            trainer's MembershipFor, which wakes the sender):
+//                            each call is timed on its own; p50/p99
 //                            counters (ns) include about one clock read
 //                            (BM_SteadyClockNow).
 //  * BM_ClientReport_QueueFull  Report() to an unreachable endpoint once the
@@ -193,9 +195,10 @@ void BM_ClientReport_IdleSender(benchmark::State& state) {
   uint64_t iteration = 0;
   uint64_t dropped = 0;
   for (auto _ : state) {
-    // Untimed: everything sent and the sender back asleep, as between two
-    // training steps.
-    WaitBacklog(*client, 0, std::chrono::seconds(5));
+    // Untimed: everything sent and acknowledged and the sender back asleep,
+    // as between two training steps (Flush wakes the sender, as
+    // MembershipFor does in a trainer).
+    client->Flush(std::chrono::seconds(5));
     std::this_thread::sleep_for(std::chrono::microseconds(200));
     const auto t0 = Clock::now();
     if (!client->Report(0, 0, iteration++, 0.1)) ++dropped;

@@ -7,11 +7,14 @@
 //     resending, reconnects with backoff.
 //   * reader (one per connection): reads Directives, applies acknowledgements,
 //     progress and memberships, runs membership callbacks.
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <ctime>
@@ -180,6 +183,11 @@ class ClientImpl final : public Client {
     std::sort(served_.begin(), served_.end());
     progress_.resize(served_.size());
     current_.store(history_.Newest(), std::memory_order_release);
+    // A power of two no larger than a batch or a quarter of the queue: a
+    // burst wakes the sender while there is still room.
+    const size_t stride = std::bit_floor(
+        std::max<size_t>(1, std::min(options_.max_batch, queue_.capacity() / 4)));
+    wake_stride_mask_ = stride - 1;
 
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
@@ -233,17 +241,19 @@ class ClientImpl final : public Client {
         step_seconds.value_or(std::numeric_limits<double>::quiet_NaN()),
         collective_wait_seconds.value_or(std::numeric_limits<double>::quiet_NaN()),
         CoarseUnixNanos()};
-    if (!queue_.TryPush(r)) {
+    uint64_t position;
+    if (!queue_.TryPush(r, &position)) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    enqueued_.fetch_add(1, std::memory_order_relaxed);
-    // Pairs with the fence in WaitForWork(): either the sender sees our item
-    // when it re-checks the queue, or we see its idle flag and wake it. Only an
-    // idle sender costs a futex wake; a busy one costs this fence and a load.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sender_idle_.load(std::memory_order_relaxed) &&
-        sender_idle_.exchange(false, std::memory_order_acq_rel))
+    // No wake-up per report: a futex wake costs ~5 us, 100x the rest of this
+    // call, and between training steps the sender is always asleep. The
+    // sender polls on a timer (max_send_delay) instead, and the callers that
+    // wait for reports to reach the daemon (MembershipFor, Flush) wake it.
+    // Every wake_stride-th report also checks, so that a burst fills batches
+    // instead of the queue.
+    if ((position & wake_stride_mask_) == wake_stride_mask_ &&
+        sender_idle_.load(std::memory_order_relaxed))
       WakeSender();
     return true;
   }
@@ -260,9 +270,14 @@ class ClientImpl final : public Client {
       const uint32_t lead = history_.Newest()->lead_iterations;
       return detail::IsCertain(iteration, lead, slot < 0 ? std::nullopt : progress_[slot]);
     };
-    bool ok = slot >= 0 && (certain() || state_cv_.wait_for(lock, ClampTimeout(timeout), [&] {
-                                           return certain() || stop_.load();
-                                         }));
+    bool ok = slot >= 0 && certain();
+    if (!ok && slot >= 0) {
+      // The report that makes us certain is usually still in the queue
+      // (Report() does not wake the sender): send it now, not at the next poll.
+      WakeSender();
+      ok = state_cv_.wait_for(lock, ClampTimeout(timeout),
+                              [&] { return certain() || stop_.load(); });
+    }
     if (ok && stop_.load()) ok = certain();
     MembershipView v = history_.InForce(iteration);
     v.ok = ok;
@@ -276,14 +291,15 @@ class ClientImpl final : public Client {
   }
 
   bool Flush(std::chrono::milliseconds timeout) override {
-    const uint64_t target = enqueued_.load(std::memory_order_acquire);
+    const uint64_t target = queue_.PushedCount();
+    WakeSender();  // queued reports go now, not at the sender's next poll
     std::unique_lock<std::mutex> lock(flight_mu_);
     return flush_cv_.wait_for(lock, ClampTimeout(timeout), [&] { return completed_ >= target; });
   }
 
   ClientStats Stats() const override {
     ClientStats s;
-    s.enqueued = enqueued_.load(std::memory_order_relaxed);
+    s.enqueued = queue_.PushedCount();
     s.dropped = dropped_.load(std::memory_order_relaxed);
     s.sent = sent_.load(std::memory_order_relaxed);
     s.acked = acked_.load(std::memory_order_relaxed);
@@ -316,9 +332,13 @@ class ClientImpl final : public Client {
     return static_cast<int>(it - served_.begin());
   }
 
+  // wake_ is waited on and woken with raw futex calls, not
+  // std::atomic::wait/notify: libstdc++ has no timed atomic wait, and its
+  // notify skips the system call unless its own wait registered a waiter.
   void WakeSender() {
     wake_.fetch_add(1, std::memory_order_release);
-    wake_.notify_one();
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_), FUTEX_WAKE_PRIVATE, 1, nullptr,
+            nullptr, 0);
   }
 
   // Room for one more batch among the unacknowledged ones.
@@ -331,17 +351,32 @@ class ClientImpl final : public Client {
     return stop_.load() || broken_.load() || (queue_.SizeApprox() > 0 && InFlightHasRoom());
   }
 
-  // Sleeps until Report(), an acknowledgement, a stream failure or a stop.
+  // Sleeps until woken (MembershipFor, Flush, a burst of reports, an
+  // acknowledgement that frees room, a stream failure, a stop) or until the
+  // poll timer fires. The timer starts at 1 ms after the sender found work and
+  // doubles on every empty poll up to max_send_delay: a report waits at most
+  // that long for a sender nobody woke, and an idle client costs a few
+  // wake-ups per step rather than one per report.
   void WaitForWork() {
     const uint32_t seen = wake_.load(std::memory_order_acquire);
     sender_idle_.store(true, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (HasWork()) {
       sender_idle_.store(false, std::memory_order_relaxed);
+      poll_ = kMinPoll;
       return;
     }
-    wake_.wait(seen, std::memory_order_acquire);
+    const auto poll = std::min<std::chrono::microseconds>(poll_, options_.max_send_delay);
+    timespec ts{static_cast<time_t>(poll.count() / 1000000),
+                static_cast<long>(poll.count() % 1000000) * 1000};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_), FUTEX_WAIT_PRIVATE, seen, &ts,
+            nullptr, 0);
     sender_idle_.store(false, std::memory_order_relaxed);
+    if (queue_.SizeApprox() > 0) {
+      poll_ = kMinPoll;
+    } else {
+      poll_ = std::min<std::chrono::microseconds>(poll_ * 2, options_.max_send_delay);
+    }
   }
 
   // Moves up to max_batch reports from the queue into a new in-flight batch.
@@ -590,12 +625,15 @@ class ClientImpl final : public Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::IngestService::Stub> stub_;
 
-  // Report() -> sender wake-up.
+  // Sender wake-up (see WaitForWork). poll_ is the sender's alone.
+  static constexpr std::chrono::microseconds kMinPoll{1000};
   std::atomic<bool> sender_idle_{false};
   std::atomic<uint32_t> wake_{0};
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  std::chrono::microseconds poll_{kMinPoll};
+  uint64_t wake_stride_mask_ = 0;
 
   // Statistics.
-  std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> acked_{0};
@@ -704,6 +742,9 @@ std::string ClientOptions::Validate() const {
            std::to_string(backoff_initial.count()) + "ms";
   if (backoff_max.count() > std::numeric_limits<int>::max())
     return "backoff_max=" + std::to_string(backoff_max.count()) + "ms is too large";
+  if (max_send_delay.count() < 1 || max_send_delay > std::chrono::hours(1))
+    return "max_send_delay=" + std::to_string(max_send_delay.count()) +
+           "ms: must be between 1 ms and 1 h";
   return {};
 }
 

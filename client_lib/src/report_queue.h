@@ -62,8 +62,10 @@ class BoundedQueue {
   BoundedQueue(const BoundedQueue&) = delete;
   BoundedQueue& operator=(const BoundedQueue&) = delete;
 
-  // False when the queue is full; `item` is then not stored.
-  bool TryPush(const T& item) noexcept {
+  // False when the queue is full; `item` is then not stored. On success
+  // `*position` (if given) is the item's position: the number of items pushed
+  // before it, counting every producer.
+  bool TryPush(const T& item, uint64_t* position = nullptr) noexcept {
     uint64_t pos = enqueue_pos_.load(std::memory_order_relaxed);
     for (;;) {
       Cell& cell = cells_[pos & mask_];
@@ -75,6 +77,7 @@ class BoundedQueue {
         if (enqueue_pos_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           cell.value = item;
           cell.sequence.store(pos + 1, std::memory_order_release);
+          if (position != nullptr) *position = pos;
           return true;
         }
       } else if (diff < 0) {
@@ -109,6 +112,9 @@ class BoundedQueue {
       }
     }
   }
+
+  // Items pushed so far (every successful TryPush). Monotonic.
+  uint64_t PushedCount() const noexcept { return enqueue_pos_.load(std::memory_order_acquire); }
 
   // A snapshot that may be stale by the time it is read; for idle checks and
   // statistics, never for correctness.

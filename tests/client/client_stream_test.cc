@@ -155,6 +155,25 @@ TEST_CASE("reports reach the daemon after a hello and Flush sees them acknowledg
   CHECK(s.service.seen_.size() == 50);
 }
 
+// Report() never wakes the sender; a trainer that only reports (no
+// MembershipFor, no Flush) relies on the sender's poll timer.
+TEST_CASE("without Flush or MembershipFor, reports still reach the daemon", "[stream]") {
+  Server s;
+  straggler::ClientOptions o = Options(s.Endpoint());
+  o.max_send_delay = 5ms;
+  auto client = straggler::Client::Create(o);
+  REQUIRE(client);
+  // Let the sender go idle after its opening hello.
+  {
+    std::unique_lock<std::mutex> lock(s.service.mu_);
+    REQUIRE(s.service.cv_.wait_for(lock, 10s, [&] { return !s.service.hellos_.empty(); }));
+  }
+  std::this_thread::sleep_for(50ms);
+  for (uint64_t it = 0; it < 3; ++it) REQUIRE(client->Report(0, it, 0.1));
+  std::unique_lock<std::mutex> lock(s.service.mu_);
+  CHECK(s.service.cv_.wait_for(lock, 10s, [&] { return s.service.seen_.size() == 3; }));
+}
+
 TEST_CASE("memberships arrive in order, callbacks fire, MembershipFor waits for progress",
           "[stream]") {
   Server s;

@@ -149,6 +149,10 @@ TEST_CASE("Validate names the offending value", "[options]") {
   o.backoff_initial = std::chrono::milliseconds(200);
   o.backoff_max = std::chrono::milliseconds(100);
   CHECK(o.Validate().find("backoff_max=100ms") != std::string::npos);
+
+  o = Good();
+  o.max_send_delay = std::chrono::milliseconds(0);
+  CHECK(o.Validate().find("max_send_delay=0ms") != std::string::npos);
 }
 
 TEST_CASE("Client::Create refuses invalid options with the reason", "[options]") {

@@ -12,9 +12,11 @@
 //     if (m.ok && !m.IsExcluded(rank)) allreduce_among(m);
 //   }
 //
-// Report() never blocks and never allocates: it enqueues into a bounded
-// lock-free queue that a background thread drains over one gRPC stream
-// (reconnecting with exponential backoff and jitter). When the queue is full
+// Report() never blocks, never allocates and makes no system call: it
+// enqueues into a bounded lock-free queue that a background thread drains
+// over one gRPC stream (reconnecting with exponential backoff and jitter)
+// within ClientOptions::max_send_delay, or at once when MembershipFor() or
+// Flush() needs the reports. When the queue is full
 // the report is dropped and counted (Stats().dropped).
 //
 // Thread safety: every method may be called from any thread concurrently.
@@ -47,6 +49,11 @@ struct ClientOptions {
   size_t max_batch = 256;             // reports per ReportBatch
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
+  // Longest a report waits in the queue when nothing wakes the sender.
+  // Report() never wakes it (a wake-up is a system call); MembershipFor(),
+  // Flush() and a queue filling up do. Monitoring-only trainers see their
+  // reports reach the daemon within this delay. At least 1 ms.
+  std::chrono::milliseconds max_send_delay{20};
   // Set by FromEnv when a variable does not parse ("WORLD_SIZE='eight' is not
   // an unsigned integer"); Validate() reports it first. Empty otherwise.
   std::string env_error;
