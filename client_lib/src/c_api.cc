@@ -11,12 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "c_api_internal.h"
 #include "straggler/client.h"
 #include "straggler/straggler_c.h"
-
-struct straggler_client {
-  std::unique_ptr<straggler::Client> client;
-};
 
 namespace {
 
