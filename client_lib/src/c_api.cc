@@ -88,6 +88,8 @@ straggler_client_t* straggler_client_create(const straggler_options_t* options, 
     o.world_size = options->world_size;
     o.local_rank = options->local_rank;
     if (options->node != nullptr) o.node = options->node;
+    if (options->cuda_visible_devices != nullptr) o.cuda_visible_devices = options->cuda_visible_devices;
+    if (options->gpu_uuid != nullptr) o.gpu_uuid = options->gpu_uuid;
     o.iterations_per_epoch = options->iterations_per_epoch;
     if (options->queue_capacity != 0) o.queue_capacity = options->queue_capacity;
     if (options->max_batch != 0) o.max_batch = options->max_batch;

@@ -404,6 +404,14 @@ class ClientImpl final : public Client {
     h->set_world_size(options_.world_size);
     h->set_iterations_per_epoch(options_.iterations_per_epoch);
     h->set_client_version(kClientVersion);
+    // One process, one GPU: every rank this client serves computes on it.
+    for (uint32_t r : served_) {
+      pb::RankDevice* d = h->add_devices();
+      d->set_rank(r);
+      d->set_local_rank(options_.local_rank);
+      d->set_cuda_visible_devices(options_.cuda_visible_devices);
+      d->set_gpu_uuid(options_.gpu_uuid);
+    }
     // The newest version we hold, so that a restarted daemon (which starts
     // again from version 0) publishes a version above it, effective after it,
     // instead of versions this client would ignore as already known.
@@ -708,6 +716,8 @@ ClientOptions ClientOptions::FromEnv() {
   if (const char* v = std::getenv("STRAGGLER_ENDPOINT"); v != nullptr && *v != '\0') o.endpoint = v;
   if (const char* v = std::getenv("STRAGGLER_JOB_ID"); v != nullptr) o.job_id = v;
   if (const char* v = std::getenv("STRAGGLER_NODE"); v != nullptr) o.node = v;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o.cuda_visible_devices = v;
+  if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o.gpu_uuid = v;
   uint32_t rank = 0;
   if (ReadEnvUnsigned("RANK", &rank, &error)) o.ranks = {rank};
   ReadEnvUnsigned("WORLD_SIZE", &o.world_size, &error);

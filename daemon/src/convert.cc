@@ -81,6 +81,42 @@ v1::EventKind ToProto(engine::EventKind k) {
   return v1::EVENT_KIND_UNSPECIFIED;
 }
 
+v1::LikelyCause ToProto(LikelyCause c) {
+  switch (c) {
+    case LikelyCause::kUnspecified: return v1::LIKELY_CAUSE_UNSPECIFIED;
+    case LikelyCause::kNoneVisible: return v1::LIKELY_CAUSE_NONE_VISIBLE;
+    case LikelyCause::kThermalThrottle: return v1::LIKELY_CAUSE_THERMAL_THROTTLE;
+    case LikelyCause::kPowerThrottle: return v1::LIKELY_CAUSE_POWER_THROTTLE;
+    case LikelyCause::kHwSlowdown: return v1::LIKELY_CAUSE_HW_SLOWDOWN;
+    case LikelyCause::kClockDrop: return v1::LIKELY_CAUSE_CLOCK_DROP;
+    case LikelyCause::kLowUtilization: return v1::LIKELY_CAUSE_LOW_UTILIZATION;
+  }
+  return v1::LIKELY_CAUSE_UNSPECIFIED;
+}
+
+absl::Status ValidateTelemetry(const v1::GpuTelemetry& t) {
+  auto check = [&](bool has, double v, const char* name, double max) -> absl::Status {
+    if (has && !(v >= 0 && v <= max)) {  // also NaN
+      return absl::InvalidArgumentError(
+          absl::StrCat("telemetry of gpu ", t.gpu_index(), ": ", name, "=", v,
+                       " is outside [0, ", max, "]"));
+    }
+    return absl::OkStatus();
+  };
+  constexpr double kInf = std::numeric_limits<double>::max();
+  for (absl::Status s : {check(t.has_sm_clock_hertz(), t.sm_clock_hertz(), "sm_clock_hertz", kInf),
+                         check(t.has_max_sm_clock_hertz(), t.max_sm_clock_hertz(), "max_sm_clock_hertz", kInf),
+                         check(t.has_memory_clock_hertz(), t.memory_clock_hertz(), "memory_clock_hertz", kInf),
+                         check(t.has_temperature_celsius(), t.temperature_celsius(), "temperature_celsius", 1000),
+                         check(t.has_power_watts(), t.power_watts(), "power_watts", kInf),
+                         check(t.has_power_limit_watts(), t.power_limit_watts(), "power_limit_watts", kInf),
+                         check(t.has_gpu_utilization(), t.gpu_utilization(), "gpu_utilization", 1),
+                         check(t.has_memory_utilization(), t.memory_utilization(), "memory_utilization", 1)}) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 v1::PolicyKind ToProto(engine::PolicyKind k) {
   switch (k) {
     case engine::PolicyKind::kDynamic: return v1::POLICY_KIND_DYNAMIC;
@@ -157,6 +193,10 @@ void ToProto(const engine::WorkerView& w, const Job& job, v1::Worker* out) {
   out->set_reports_total(w.reports_total);
   if (w.last_report_time.count() > 0) ToProto(w.last_report_time, out->mutable_last_report_time());
   out->set_override(ToProto(w.override));
+  if (w.rank < job.gpu.size() && job.gpu[w.rank]) {
+    *out->mutable_gpu() = job.gpu[w.rank]->telemetry;
+    out->set_gpu_stale(!job.gpu[w.rank]->Fresh(WallNow()));
+  }
 }
 
 void ToProto(const Job& job, v1::Job* out) {
@@ -198,6 +238,8 @@ void ToProto(const JournalEntry& e, v1::Event* out) {
   ev->set_limit(e.event.evidence.limit);
   ev->set_baseline_seconds(e.event.evidence.baseline_seconds);
   ev->set_latency_iterations(e.event.evidence.latency_iterations);
+  ev->set_likely_cause(ToProto(e.likely_cause));
+  ev->set_likely_cause_detail(e.likely_cause_detail);
   out->set_membership_version(e.event.membership_version);
   out->set_message(e.event.message);
 }

@@ -30,6 +30,11 @@ v1::RankOverride ToProto(engine::RankOverride o);
 v1::EventKind ToProto(engine::EventKind k);
 v1::PolicyKind ToProto(engine::PolicyKind k);
 v1::RecoveryMode ToProto(engine::RecoveryMode m);
+v1::LikelyCause ToProto(LikelyCause c);
+// INVALID_ARGUMENT naming the field and value when a measured value is
+// negative, NaN, or a utilisation above 1 (a broken sender; the sample is
+// dropped, nothing else of the batch).
+absl::Status ValidateTelemetry(const v1::GpuTelemetry& t);
 // RANK_OVERRIDE_UNSPECIFIED is not an instruction: INVALID_ARGUMENT.
 absl::StatusOr<engine::RankOverride> FromProto(v1::RankOverride o);
 

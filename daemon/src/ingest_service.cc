@@ -173,6 +173,23 @@ class IngestReactor final
     }
 
     std::lock_guard job_lock(job_->mu);
+    // Telemetry before reports: a detection made by this batch's reports is
+    // attributed with the telemetry that rode along with them.
+    for (v1::RankTelemetry& t : *batch_.mutable_telemetry()) {
+      if (!std::binary_search(ranks_.begin(), ranks_.end(), t.rank())) {
+        stats_.telemetry_rejected_rank.fetch_add(1, std::memory_order_relaxed);
+        spdlog::debug("job={} telemetry for rank {} ignored: not a rank of the stream from {}",
+                      job_->id, t.rank(), peer_);
+        continue;
+      }
+      if (absl::Status s = ValidateTelemetry(t.gpu()); !s.ok()) {
+        stats_.telemetry_rejected_invalid.fetch_add(1, std::memory_order_relaxed);
+        spdlog::debug("job={} rank={} {}", job_->id, t.rank(), std::string(s.message()));
+        continue;
+      }
+      stats_.telemetry_accepted.fetch_add(1, std::memory_order_relaxed);
+      job_->StoreTelemetryLocked(t.rank(), std::move(*t.mutable_gpu()), now);
+    }
     const int n = batch_.reports_size();
     for (int i = 0; i < n; ++i) {
       const v1::IterationReport& report = batch_.reports(i);

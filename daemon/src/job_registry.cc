@@ -22,7 +22,7 @@ std::string DescribeMembership(const engine::Membership& m) {
 }
 
 // One line per event, the operator's view of what the engine decided.
-std::string DescribeEvent(const Job& job, const engine::Event& e) {
+std::string DescribeEvent(const Job& job, const engine::Event& e, const Attribution& cause) {
   switch (e.kind) {
     case engine::EventKind::kStateChange: {
       const auto& ev = e.evidence;
@@ -36,6 +36,12 @@ std::string DescribeEvent(const Job& job, const engine::Event& e) {
                               ev.threshold_seconds, ev.counter, ev.limit);
       }
       if (!e.message.empty()) absl::StrAppend(&line, ": ", e.message);
+      if (e.to == engine::WorkerState::kStraggler) {
+        absl::StrAppend(&line, "; likely cause ", std::string(LikelyCauseName(cause.cause)),
+                        cause.detail.empty() ? absl::string_view(" (no GPU telemetry)")
+                                             : absl::string_view(": "),
+                        cause.detail);
+      }
       return line;
     }
     case engine::EventKind::kMembership: {
@@ -262,9 +268,28 @@ void JobRegistry::CommitLocked(Job& job, const JobSubscriber* skip) {
   }
 }
 
+Attribution Job::AttributeLocked(uint32_t rank, engine::Time now) const {
+  std::vector<const v1::GpuTelemetry*> others;
+  for (uint32_t r = 0; r < gpu.size(); ++r) {
+    if (r == rank) continue;
+    if (const v1::GpuTelemetry* t = FreshTelemetryLocked(r, now)) others.push_back(t);
+  }
+  return AttributeLikelyCause(FreshTelemetryLocked(rank, now), others);
+}
+
 void JobRegistry::JournalLocked(Job& job, std::vector<engine::Event> events) {
-  for (const auto& e : events) {
-    spdlog::info("{}", DescribeEvent(job, e));
+  std::vector<Attribution> causes(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    const engine::Event& e = events[i];
+    if (e.kind == engine::EventKind::kStateChange && e.to == engine::WorkerState::kStraggler) {
+      // Judged at the daemon's clock now, not the event's: the telemetry's
+      // freshness is measured on the daemon's receive clock too.
+      causes[i] = job.AttributeLocked(e.rank, WallNow());
+    }
+  }
+  for (size_t i = 0; i < events.size(); ++i) {
+    const engine::Event& e = events[i];
+    spdlog::info("{}", DescribeEvent(job, e, causes[i]));
     stats_.events_by_kind[static_cast<size_t>(e.kind)].fetch_add(1, std::memory_order_relaxed);
     if (e.kind == engine::EventKind::kStateChange && e.from == engine::WorkerState::kHealthy &&
         e.to == engine::WorkerState::kStraggler) {
@@ -273,8 +298,9 @@ void JobRegistry::JournalLocked(Job& job, std::vector<engine::Event> events) {
   }
   stats_.events_total.fetch_add(events.size(), std::memory_order_relaxed);
   std::lock_guard lock(events_mu_);
-  for (auto& e : events) {
-    events_.push_back(JournalEntry{next_sequence_++, job.id, std::move(e)});
+  for (size_t i = 0; i < events.size(); ++i) {
+    events_.push_back(JournalEntry{next_sequence_++, job.id, std::move(events[i]),
+                                   causes[i].cause, std::move(causes[i].detail)});
   }
   while (events_.size() > events_retained_) events_.pop_front();
 }

@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -43,10 +44,12 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "attribution.h"
 #include "config.h"
 #include "metrics.h"
 #include "stats.h"
 #include "straggler/engine/job_engine.h"
+#include "straggler/v1/straggler.pb.h"
 
 namespace straggler::daemon {
 
@@ -54,6 +57,15 @@ namespace straggler::daemon {
 engine::Time WallNow();
 
 struct Job;
+
+// The latest GPU telemetry of a rank, as the agent sent it, and when the
+// daemon received it (its own clock: staleness must not depend on the
+// agent's clock being right).
+struct RankGpu {
+  v1::GpuTelemetry telemetry;
+  engine::Time received{0};
+  bool Fresh(engine::Time now) const { return now - received <= kTelemetryStaleAfter; }
+};
 
 // One accepted report as ExportReports returns it.
 struct RecentReport {
@@ -159,6 +171,23 @@ struct Job {
   // The newest accepted reports (ingest appends, ExportReports reads);
   // capacity limits.recent_reports_per_job as of the job's creation.
   RecentReports recent;
+  // Latest GPU telemetry per rank (ReportBatch.telemetry): empty until the
+  // first sample arrives, then world_size slots, so bounded by the job.
+  std::vector<std::optional<RankGpu>> gpu;
+
+  // With mu held. `rank` < world_size.
+  void StoreTelemetryLocked(uint32_t rank, v1::GpuTelemetry telemetry, engine::Time now) {
+    if (gpu.empty()) gpu.resize(world_size);
+    gpu[rank] = RankGpu{std::move(telemetry), now};
+  }
+  // The rank's telemetry if it is fresh at `now`, else null. With mu held.
+  const v1::GpuTelemetry* FreshTelemetryLocked(uint32_t rank, engine::Time now) const {
+    if (rank >= gpu.size() || !gpu[rank] || !gpu[rank]->Fresh(now)) return nullptr;
+    return &gpu[rank]->telemetry;
+  }
+  // The likely cause of `rank` being slow, from its fresh telemetry against
+  // the other ranks' fresh telemetry (attribution.h). With mu held.
+  Attribution AttributeLocked(uint32_t rank, engine::Time now) const;
 };
 
 // What a stream's first message says, without wire types.
@@ -179,6 +208,9 @@ struct JournalEntry {
   uint64_t sequence = 0;  // daemon-wide, grows by one per event
   std::string job_id;
   engine::Event event;
+  // On a transition to straggler: what the rank's GPU telemetry points at.
+  LikelyCause likely_cause = LikelyCause::kUnspecified;
+  std::string likely_cause_detail;
 };
 
 struct EventQuery {

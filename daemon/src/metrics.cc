@@ -395,6 +395,8 @@ struct RankRow {
   std::string rank;  // label text
   std::string node;
   engine::WorkerView w;
+  std::optional<v1::GpuTelemetry> gpu;  // fresh telemetry only
+  std::string gpu_label;                // NVML index of that GPU
 };
 
 struct JobRow {
@@ -408,6 +410,7 @@ struct JobRow {
 
 // Copies one job's numbers; the only place the renderer holds a job's mutex.
 std::optional<JobRow> Copy(const Job& job, uint32_t per_rank_max_ranks) {
+  const engine::Time now = WallNow();
   JobRow row;
   row.id = job.id;
   const bool per_rank = job.world_size <= per_rank_max_ranks;
@@ -422,6 +425,9 @@ std::optional<JobRow> Copy(const Job& job, uint32_t per_rank_max_ranks) {
     for (uint32_t r = 0; r < job.world_size; ++r) {
       row.ranks[r].w = job.engine.Worker(r);
       row.ranks[r].node = job.nodes[r];
+      // Stale telemetry is left out: a GPU whose agent went silent must not
+      // keep an alert firing on its last reading.
+      if (const v1::GpuTelemetry* t = job.FreshTelemetryLocked(r, now)) row.ranks[r].gpu = *t;
     }
   }
   return row;
@@ -437,7 +443,10 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   }
   // No lock from here on.
   for (JobRow& j : jobs) {
-    for (size_t r = 0; r < j.ranks.size(); ++r) j.ranks[r].rank = absl::StrCat(r);
+    for (size_t r = 0; r < j.ranks.size(); ++r) {
+      j.ranks[r].rank = absl::StrCat(r);
+      if (j.ranks[r].gpu) j.ranks[r].gpu_label = absl::StrCat(j.ranks[r].gpu->gpu_index());
+    }
   }
 
   Exposition out;
@@ -556,6 +565,61 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
       }
     }
   }
+
+  // GPU telemetry per rank (agent, NVML): only ranks with a fresh sample,
+  // only the values the GPU measures; labels job, rank, node, gpu.
+  auto per_gpu = [&](const char* name, const char* help, auto value) {
+    out.Family(name, MetricType::kGauge, help);
+    for (const JobRow& j : jobs) {
+      for (const RankRow& r : j.ranks) {
+        if (!r.gpu) continue;
+        if (std::optional<double> v = value(*r.gpu)) {
+          out.Sample({{"job", j.id}, {"rank", r.rank}, {"node", r.node}, {"gpu", r.gpu_label}}, *v);
+        }
+      }
+    }
+  };
+  using T = v1::GpuTelemetry;
+  auto field = [](bool has, double v) { return has ? std::optional<double>(v) : std::nullopt; };
+  auto reason = [](const T& t, uint64_t bits) {
+    return t.has_clock_event_reasons()
+               ? std::optional<double>((t.clock_event_reasons() & bits) != 0 ? 1 : 0)
+               : std::nullopt;
+  };
+  per_gpu("straggler_rank_gpu_sm_clock_hertz", "SM clock of the rank's GPU.",
+          [&](const T& t) { return field(t.has_sm_clock_hertz(), t.sm_clock_hertz()); });
+  per_gpu("straggler_rank_gpu_max_sm_clock_hertz", "Maximum SM clock of the rank's GPU.",
+          [&](const T& t) { return field(t.has_max_sm_clock_hertz(), t.max_sm_clock_hertz()); });
+  per_gpu("straggler_rank_gpu_memory_clock_hertz", "Memory clock of the rank's GPU.",
+          [&](const T& t) { return field(t.has_memory_clock_hertz(), t.memory_clock_hertz()); });
+  per_gpu("straggler_rank_gpu_temperature_celsius", "Temperature of the rank's GPU.",
+          [&](const T& t) { return field(t.has_temperature_celsius(), t.temperature_celsius()); });
+  per_gpu("straggler_rank_gpu_power_watts", "Power draw of the rank's GPU.",
+          [&](const T& t) { return field(t.has_power_watts(), t.power_watts()); });
+  per_gpu("straggler_rank_gpu_power_limit_watts", "Enforced power limit of the rank's GPU.",
+          [&](const T& t) { return field(t.has_power_limit_watts(), t.power_limit_watts()); });
+  per_gpu("straggler_rank_gpu_utilization_ratio",
+          "Share of the last sample period with a kernel running on the rank's GPU (0..1).",
+          [&](const T& t) { return field(t.has_gpu_utilization(), t.gpu_utilization()); });
+  per_gpu("straggler_rank_gpu_memory_utilization_ratio",
+          "Share of the last sample period with the rank's GPU memory read or written (0..1).",
+          [&](const T& t) { return field(t.has_memory_utilization(), t.memory_utilization()); });
+  per_gpu("straggler_rank_gpu_throttle_thermal",
+          "1 while the rank's GPU reports a thermal slowdown reason (SW or HW), else 0.",
+          [&](const T& t) { return reason(t, 0x20 | 0x40); });
+  per_gpu("straggler_rank_gpu_throttle_power",
+          "1 while the rank's GPU reports a power cap or power brake reason, else 0.",
+          [&](const T& t) { return reason(t, 0x4 | 0x80); });
+
+  out.Family("straggler_telemetry_samples_total", MetricType::kCounter,
+             "GPU telemetry samples kept (ReportBatch.telemetry).");
+  out.Sample({}, static_cast<double>(stats.telemetry_accepted.load(std::memory_order_relaxed)));
+  out.Family("straggler_telemetry_rejected_total", MetricType::kCounter,
+             "GPU telemetry samples refused, by reason.");
+  out.Sample({{"reason", "rank_not_in_stream"}},
+             static_cast<double>(stats.telemetry_rejected_rank.load(std::memory_order_relaxed)));
+  out.Sample({{"reason", "invalid_value"}},
+             static_cast<double>(stats.telemetry_rejected_invalid.load(std::memory_order_relaxed)));
 
   WriteProcessMetrics(ReadProcessStats(), out);
   return out.Take();

@@ -40,6 +40,11 @@ struct DaemonStats {
   std::atomic<uint64_t> directives_coalesced{0};  // merged into a pending write
   std::atomic<uint64_t> events_total{0};
   std::array<std::atomic<uint64_t>, kEventKinds> events_by_kind{};
+  // ReportBatch.telemetry samples kept, and refused (a rank the stream does
+  // not speak for, a value out of range).
+  std::atomic<uint64_t> telemetry_accepted{0};
+  std::atomic<uint64_t> telemetry_rejected_rank{0};
+  std::atomic<uint64_t> telemetry_rejected_invalid{0};
   // Wall time of IngestService's processing of one ReportBatch.
   Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
 

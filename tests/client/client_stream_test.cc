@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "straggler/client.h"
+#include "straggler/straggler_c.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace pb = straggler::v1;
@@ -131,7 +132,11 @@ TEST_CASE("reports reach the daemon after a hello and Flush sees them acknowledg
           "[stream]") {
   Server s;
   REQUIRE(s.port != 0);
-  auto client = straggler::Client::Create(Options(s.Endpoint()));
+  straggler::ClientOptions options = Options(s.Endpoint());
+  options.local_rank = 1;
+  options.cuda_visible_devices = "0,1";
+  options.gpu_uuid = "GPU-1111";
+  auto client = straggler::Client::Create(options);
   REQUIRE(client);
   for (uint64_t it = 0; it < 50; ++it) REQUIRE(client->Report(0, it, 0.1));
   REQUIRE(client->Flush(10s));
@@ -152,6 +157,12 @@ TEST_CASE("reports reach the daemon after a hello and Flush sees them acknowledg
   CHECK(h.iterations_per_epoch() == 100);
   CHECK(h.client_version() == "0.1.0");
   CHECK(h.known_membership_version() == 0);  // held nothing from a daemon yet
+  // The rank's device identity, for the agent's GPU telemetry.
+  REQUIRE(h.devices_size() == 1);
+  CHECK(h.devices(0).rank() == 1);
+  CHECK(h.devices(0).local_rank() == 1);
+  CHECK(h.devices(0).cuda_visible_devices() == "0,1");
+  CHECK(h.devices(0).gpu_uuid() == "GPU-1111");
   CHECK(s.service.seen_.size() == 50);
 }
 
@@ -264,4 +275,37 @@ TEST_CASE("a refused hello is retried slowly and the client still shuts down", "
   }
   CHECK_FALSE(client->Flush(10ms));
   client.reset();  // must return
+}
+
+TEST_CASE("the C ABI passes the GPU identity into the hello", "[stream][c_api]") {
+  Server s;
+  REQUIRE(s.port != 0);
+  const std::string endpoint = s.Endpoint();
+  const uint32_t ranks[] = {2};
+  straggler_options_t o;
+  straggler_options_init(&o);
+  CHECK(o.cuda_visible_devices == nullptr);  // init leaves them unknown
+  CHECK(o.gpu_uuid == nullptr);
+  o.endpoint = endpoint.c_str();
+  o.job_id = "job";
+  o.ranks = ranks;
+  o.num_ranks = 1;
+  o.world_size = 4;
+  o.local_rank = 3;
+  o.cuda_visible_devices = "GPU-abcd";
+  o.gpu_uuid = "GPU-abcd-full";
+  char err[256] = {};
+  straggler_client_t* c = straggler_client_create(&o, err, sizeof err);
+  REQUIRE(c != nullptr);
+  REQUIRE(straggler_report(c, 2, 0, 0, 0.1) == STRAGGLER_OK);
+  CHECK(straggler_flush(c, 10000) == STRAGGLER_OK);
+  straggler_client_destroy(c);
+  std::lock_guard<std::mutex> lock(s.service.mu_);
+  REQUIRE(!s.service.hellos_.empty());
+  const pb::StreamHello& h = s.service.hellos_[0];
+  REQUIRE(h.devices_size() == 1);
+  CHECK(h.devices(0).rank() == 2);
+  CHECK(h.devices(0).local_rank() == 3);
+  CHECK(h.devices(0).cuda_visible_devices() == "GPU-abcd");
+  CHECK(h.devices(0).gpu_uuid() == "GPU-abcd-full");
 }

@@ -13,7 +13,8 @@ namespace {
 
 const char* const kVars[] = {"RANK",           "WORLD_SIZE",       "LOCAL_RANK",
                              "STRAGGLER_ENDPOINT", "STRAGGLER_JOB_ID", "STRAGGLER_NODE",
-                             "STRAGGLER_ITERATIONS_PER_EPOCH"};
+                             "STRAGGLER_ITERATIONS_PER_EPOCH", "CUDA_VISIBLE_DEVICES",
+                             "STRAGGLER_GPU_UUID"};
 
 // Each test starts from a clean environment for the variables FromEnv reads.
 struct CleanEnv {
@@ -43,7 +44,11 @@ TEST_CASE("FromEnv reads the launcher and straggler variables", "[options]") {
   setenv("STRAGGLER_JOB_ID", "resnet-42", 1);
   setenv("STRAGGLER_NODE", "gpu-node-7", 1);
   setenv("STRAGGLER_ITERATIONS_PER_EPOCH", "391", 1);
+  setenv("CUDA_VISIBLE_DEVICES", "2,3", 1);
+  setenv("STRAGGLER_GPU_UUID", "GPU-8f3a0c11-2b4e-4c1d-9e7a-0123456789ab", 1);
   const ClientOptions o = ClientOptions::FromEnv();
+  CHECK(o.cuda_visible_devices == "2,3");
+  CHECK(o.gpu_uuid == "GPU-8f3a0c11-2b4e-4c1d-9e7a-0123456789ab");
   CHECK(o.ranks == std::vector<uint32_t>{3});
   CHECK(o.world_size == 8);
   CHECK(o.local_rank == 1);

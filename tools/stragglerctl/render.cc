@@ -189,6 +189,44 @@ void PrintWorker(const v1::Worker& w, std::ostream& out) {
   t.AddRow({"slowdown", w.slowdown_ratio() > 0 ? Num(w.slowdown_ratio(), 2) + "x" : "-"});
   t.AddRow({"reports", std::to_string(w.reports_total())});
   t.AddRow({"last report", TimeText(w.last_report_time())});
+  if (w.has_gpu()) {
+    const v1::GpuTelemetry& g = w.gpu();
+    auto opt = [](bool has, double v, int digits, const char* unit) {
+      return has ? Num(v, digits) + unit : std::string("-");
+    };
+    t.AddRow({"gpu", std::to_string(g.gpu_index()) + " " + (g.uuid().empty() ? "-" : g.uuid()) +
+                         (w.gpu_stale() ? "  (stale)" : "")});
+    t.AddRow({"gpu sampled", TimeText(g.sample_time())});
+    t.AddRow({"sm clock", opt(g.has_sm_clock_hertz(), g.sm_clock_hertz() / 1e9, 2, " GHz") +
+                              " / max " +
+                              opt(g.has_max_sm_clock_hertz(), g.max_sm_clock_hertz() / 1e9, 2, " GHz")});
+    t.AddRow({"memory clock", opt(g.has_memory_clock_hertz(), g.memory_clock_hertz() / 1e9, 2, " GHz")});
+    t.AddRow({"temperature", opt(g.has_temperature_celsius(), g.temperature_celsius(), 0, " C")});
+    t.AddRow({"power", opt(g.has_power_watts(), g.power_watts(), 0, " W") + " / limit " +
+                           opt(g.has_power_limit_watts(), g.power_limit_watts(), 0, " W")});
+    t.AddRow({"utilization", opt(g.has_gpu_utilization(), g.gpu_utilization() * 100, 0, "%") +
+                                 " gpu, " +
+                                 opt(g.has_memory_utilization(), g.memory_utilization() * 100, 0, "%") +
+                                 " memory"});
+    std::string reasons = "-";
+    if (g.has_clock_event_reasons()) {
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "0x%llx",
+                    static_cast<unsigned long long>(g.clock_event_reasons()));
+      reasons = hex;
+      if (g.clock_event_reasons() & (0x20 | 0x40)) reasons += " thermal";
+      if (g.clock_event_reasons() & (0x4 | 0x80)) reasons += " power";
+      if (g.clock_event_reasons() & 0x8) reasons += " hw_slowdown";
+    }
+    t.AddRow({"clock event reasons", reasons});
+    auto count = [](bool has, uint64_t v) { return has ? std::to_string(v) : std::string("-"); };
+    t.AddRow({"ecc errors", count(g.has_ecc_corrected_errors(), g.ecc_corrected_errors()) +
+                                " corrected, " +
+                                count(g.has_ecc_uncorrected_errors(), g.ecc_uncorrected_errors()) +
+                                " uncorrected"});
+  } else {
+    t.AddRow({"gpu", "- (no telemetry)"});
+  }
   t.Print(out);
 }
 
@@ -213,6 +251,17 @@ void PrintMembershipLine(const v1::Membership& m, std::ostream& out) {
       << m.effective_iteration() << "  excluded " << ExcludedList(m) << '\n';
 }
 
+// The event's message, and on a detection the likely cause from GPU telemetry.
+std::string MessageWithCause(const v1::Event& e) {
+  std::string m = e.message();
+  if (e.has_evidence() && e.evidence().likely_cause() != v1::LIKELY_CAUSE_UNSPECIFIED) {
+    if (!m.empty()) m += "; ";
+    m += "likely cause " + ShortName(v1::LikelyCause_Name(e.evidence().likely_cause()), "LIKELY_CAUSE_");
+    if (!e.evidence().likely_cause_detail().empty()) m += ": " + e.evidence().likely_cause_detail();
+  }
+  return m.empty() ? "-" : m;
+}
+
 void PrintEvents(const v1::ListEventsResponse& r, std::ostream& out) {
   Table t({"SEQ", "TIME", "KIND", "RANK", "CHANGE", "ITERATION", "COMPUTE", "THRESHOLD", "COUNTER",
            "MEMBERSHIP", "MESSAGE"},
@@ -234,7 +283,7 @@ void PrintEvents(const v1::ListEventsResponse& r, std::ostream& out) {
                              std::to_string(e.evidence().limit())
                        : "-",
               e.membership_version() > 0 ? "v" + std::to_string(e.membership_version()) : "-",
-              e.message().empty() ? "-" : e.message()});
+              MessageWithCause(e)});
   }
   t.Print(out);
   out << "last sequence: " << r.last_sequence() << '\n';

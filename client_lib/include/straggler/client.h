@@ -43,6 +43,12 @@ struct ClientOptions {
   std::vector<uint32_t> ranks;
   uint32_t world_size = 0;
   uint32_t local_rank = 0;
+  // The GPU this process computes on, sent in the stream's hello so the
+  // node's agent can attach that GPU's telemetry (README, "GPU telemetry"):
+  // CUDA_VISIBLE_DEVICES verbatim ("" = unset) and, when the trainer knows
+  // it, the GPU's UUID ("GPU-8f3a...", what nvidia-smi -L prints), which wins.
+  std::string cuda_visible_devices;
+  std::string gpu_uuid;
   std::string node;                   // default: host name
   uint64_t iterations_per_epoch = 0;  // 0 = unknown
   size_t queue_capacity = 4096;       // rounded up to a power of two
@@ -59,8 +65,8 @@ struct ClientOptions {
   std::string env_error;
 
   // RANK, WORLD_SIZE, LOCAL_RANK (as set by torchrun and other launchers),
-  // STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
-  // STRAGGLER_ITERATIONS_PER_EPOCH. Missing RANK/WORLD_SIZE leave defaults;
+  // CUDA_VISIBLE_DEVICES, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
+  // STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_GPU_UUID. Missing RANK/WORLD_SIZE leave defaults;
   // Validate() then tells what is missing. A variable that is set but does
   // not parse is recorded in env_error (FromEnv itself never fails).
   static ClientOptions FromEnv();

@@ -55,6 +55,11 @@ typedef struct straggler_options {
   size_t max_batch;                /* 0 = 256 reports per batch */
   uint32_t backoff_initial_ms;     /* 0 = 100 */
   uint32_t backoff_max_ms;         /* 0 = 5000 */
+  /* The GPU this process computes on (ClientOptions::cuda_visible_devices and
+   * gpu_uuid): NULL = unknown. Appended last so earlier fields keep their
+   * offsets. */
+  const char* cuda_visible_devices;
+  const char* gpu_uuid;
 } straggler_options_t;
 
 /* A membership version. The caller provides `ranks` (may be NULL when `cap`
