@@ -2,6 +2,9 @@
 // precedence flags > environment > file, errors name key, value and line.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -22,7 +25,7 @@ straggler::daemon::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
 
 }  // namespace
 
-TEST_CASE("agent: deploy/straggler-agent.yaml parses and equals the built-in defaults") {
+TEST_CASE("deploy/straggler-agent.yaml parses and equals the built-in defaults") {
   std::ifstream in(std::string(STRAGGLER_SOURCE_DIR) + "/deploy/straggler-agent.yaml");
   REQUIRE(in);
   std::stringstream text;
@@ -44,8 +47,11 @@ TEST_CASE("agent: deploy/straggler-agent.yaml parses and equals the built-in def
   CHECK(parsed->shutdown_flush_ms == d.shutdown_flush_ms);
 }
 
-TEST_CASE("agent: flags beat the environment, which beats the file") {
-  const std::string path = "agent_config_test.yaml";
+TEST_CASE("flags beat the environment, which beats the file") {
+  // Outside the source tree, whichever directory the test runs in.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("agent_config_test." + std::to_string(getpid()) + ".yaml"))
+                               .string();
   {
     std::ofstream out(path);
     out << "upstream: \"file:1\"\nlisten: \"unix:///tmp/file.sock\"\nbuffer:\n  max_reports: 10\n";
@@ -61,9 +67,10 @@ TEST_CASE("agent: flags beat the environment, which beats the file") {
   CHECK(cfg->listen == "unix:///tmp/env.sock");
   CHECK(cfg->buffer_max_reports == 10);
   CHECK(cfg->config_file == path);
+  std::filesystem::remove(path);
 }
 
-TEST_CASE("agent: bad values are errors naming key, value and line") {
+TEST_CASE("bad values are errors naming key, value and line") {
   auto bad = sa::ParseAgentConfig("batch:\n  max_reports: -3\n", "a.yaml");
   REQUIRE_FALSE(bad.ok());
   CHECK(std::string(bad.status().message()) ==
@@ -87,7 +94,7 @@ TEST_CASE("agent: bad values are errors naming key, value and line") {
   CHECK(std::string(up.status().message()).find("upstream=nohost") != std::string::npos);
 }
 
-TEST_CASE("agent: unix socket addresses") {
+TEST_CASE("unix socket addresses") {
   CHECK(sa::UnixSocketPath("unix:///run/straggler/agent.sock") == "/run/straggler/agent.sock");
   CHECK(sa::UnixSocketPath("unix:rel.sock") == "rel.sock");
   CHECK_FALSE(sa::UnixSocketPath("unix://").has_value());
