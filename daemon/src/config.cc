@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "config_reader.h"
 #include "yaml-cpp/yaml.h"
 
 namespace straggler::daemon {
@@ -23,58 +24,9 @@ using engine::RecoveryMode;
 using engine::PolicyField;
 using engine::PolicyMember;
 
-class Parser {
+class Parser : public ConfigReader {
  public:
-  explicit Parser(absl::string_view source) : source_(source) {}
-
-  absl::Status Error(const YAML::Mark& mark, absl::string_view message) const {
-    // yaml-cpp lines are 0-based; editors count from 1. A null mark (-1)
-    // means the node has no position (an absent key): name the file only.
-    if (mark.line < 0) return absl::InvalidArgumentError(absl::StrCat(source_, ": ", message));
-    return absl::InvalidArgumentError(
-        absl::StrCat(source_, ":", mark.line + 1, ": ", message));
-  }
-
-  absl::StatusOr<std::string> Scalar(const YAML::Node& node, absl::string_view key) const {
-    if (!node.IsScalar()) {
-      return Error(node.Mark(), absl::StrCat(key, " must be a single value"));
-    }
-    return node.Scalar();
-  }
-
-  absl::StatusOr<uint32_t> Uint(const YAML::Node& node, absl::string_view key) const {
-    auto text = Scalar(node, key);
-    if (!text.ok()) return text.status();
-    uint32_t value = 0;
-    if (!absl::SimpleAtoi(*text, &value)) {
-      return Error(node.Mark(),
-                   absl::StrCat(key, "=", *text, " is not an unsigned 32-bit integer"));
-    }
-    return value;
-  }
-
-  absl::StatusOr<double> Double(const YAML::Node& node, absl::string_view key) const {
-    auto text = Scalar(node, key);
-    if (!text.ok()) return text.status();
-    double value = 0;
-    if (!absl::SimpleAtod(*text, &value)) {
-      return Error(node.Mark(), absl::StrCat(key, "=", *text, " is not a number"));
-    }
-    return value;
-  }
-
-  absl::StatusOr<bool> Bool(const YAML::Node& node, absl::string_view key) const {
-    auto text = Scalar(node, key);
-    if (!text.ok()) return text.status();
-    const std::string v = absl::AsciiStrToLower(*text);
-    if (v == "true" || v == "yes" || v == "on") return true;
-    if (v == "false" || v == "no" || v == "off") return false;
-    return Error(node.Mark(), absl::StrCat(key, "=", *text, " is not true or false"));
-  }
-
-  absl::StatusOr<std::string> String(const YAML::Node& node, absl::string_view key) const {
-    return Scalar(node, key);
-  }
+  using ConfigReader::ConfigReader;
 
   // Applies the keys present in `node` (a map) over `policy`; `context`
   // names the map in messages ("policy", "jobs[2].policy").
@@ -295,9 +247,17 @@ class Parser {
     return config;
   }
 
- private:
-  std::string source_;
 };
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 absl::Status ValidateAddress(absl::string_view key, absl::string_view address,
                              bool allow_unix) {
@@ -317,8 +277,6 @@ absl::Status ValidateAddress(absl::string_view key, absl::string_view address,
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 const engine::PolicyConfig& DaemonConfig::PolicyFor(absl::string_view job_id) const {
   for (const auto& rule : jobs) {
@@ -383,13 +341,9 @@ absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLoo
 
   DaemonConfig config;
   if (file) {
-    std::ifstream in(*file);
-    if (!in) {
-      return absl::NotFoundError(absl::StrCat("cannot read config file ", *file));
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    auto parsed = ParseConfig(text.str(), *file);
+    absl::StatusOr<std::string> text = ReadConfigFile(*file);
+    if (!text.ok()) return text.status();
+    auto parsed = ParseConfig(*text, *file);
     if (!parsed.ok()) return parsed.status();
     config = *std::move(parsed);
     config.config_file = *file;

@@ -112,6 +112,10 @@ bool GlobMatch(absl::string_view pattern, absl::string_view text);
 
 absl::Status ValidateLogLevel(absl::string_view level);
 
+// HOST:PORT (port 0..65535), or unix:PATH when `allow_unix`. The error names
+// `key` and the value.
+absl::Status ValidateAddress(absl::string_view key, absl::string_view address, bool allow_unix);
+
 // Field-by-field equality (engine::PolicyConfig has no operator==).
 bool SamePolicy(const engine::PolicyConfig& a, const engine::PolicyConfig& b);
 

@@ -1,6 +1,8 @@
 #include "convert.h"
 
+#include <algorithm>
 #include <limits>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 
@@ -312,6 +314,42 @@ absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& u,
     return absl::InvalidArgumentError(s.message());
   }
   return p;
+}
+
+void MergeDirective(v1::Directive& pending, v1::Directive&& newer) {
+  std::map<uint64_t, v1::Membership> by_version;
+  for (auto& m : *pending.mutable_memberships()) by_version[m.version()] = std::move(m);
+  for (auto& m : *newer.mutable_memberships()) by_version[m.version()] = std::move(m);
+  while (by_version.size() > engine::JobEngine::kMembershipHistory) {
+    by_version.erase(by_version.begin());
+  }
+  pending.clear_memberships();
+  for (auto& [version, m] : by_version) *pending.add_memberships() = std::move(m);
+
+  pending.set_acked_sequence(newer.acked_sequence());
+  if (pending.progress_size() == 0) {
+    *pending.mutable_progress() = std::move(*newer.mutable_progress());
+  } else if (newer.progress_size() > 0) {
+    std::map<uint32_t, uint64_t> by_rank;
+    for (const auto& p : pending.progress()) by_rank[p.rank()] = p.iteration();
+    for (const auto& p : newer.progress()) {
+      uint64_t& it = by_rank[p.rank()];
+      it = std::max(it, p.iteration());
+    }
+    pending.clear_progress();
+    for (const auto& [rank, iteration] : by_rank) {
+      v1::RankProgress* rp = pending.add_progress();
+      rp->set_rank(rank);
+      rp->set_iteration(iteration);
+    }
+  }
+  pending.set_accepted(pending.accepted() + newer.accepted());
+  pending.set_rejected(pending.rejected() + newer.rejected());
+  pending.set_duplicates(pending.duplicates() + newer.duplicates());
+  for (auto& r : *newer.mutable_rejections()) {
+    if (pending.rejections_size() >= kMaxDirectiveRejections) break;
+    *pending.add_rejections() = std::move(r);
+  }
 }
 
 }  // namespace straggler::daemon

@@ -14,51 +14,6 @@
 namespace straggler::daemon {
 namespace {
 
-// Directives carry at most this many rejections; the counts carry the rest.
-constexpr int kMaxRejectionsPerDirective = 8;
-
-// A newer directive folded into a pending one: memberships are the union
-// (ascending by version) capped to the newest kMembershipHistory versions (the
-// engine keeps no more either, and a peer that stopped reading must cost
-// bounded memory), acknowledgement is the newer one, progress is the union
-// per rank (the higher iteration: a directive carries only the ranks its batch
-// touched), counts add up over the batches the merged directive acknowledges.
-void MergeDirective(v1::Directive& pending, v1::Directive&& newer) {
-  std::map<uint64_t, v1::Membership> by_version;
-  for (auto& m : *pending.mutable_memberships()) by_version[m.version()] = std::move(m);
-  for (auto& m : *newer.mutable_memberships()) by_version[m.version()] = std::move(m);
-  while (by_version.size() > engine::JobEngine::kMembershipHistory) {
-    by_version.erase(by_version.begin());
-  }
-  pending.clear_memberships();
-  for (auto& [version, m] : by_version) *pending.add_memberships() = std::move(m);
-
-  pending.set_acked_sequence(newer.acked_sequence());
-  if (pending.progress_size() == 0) {
-    *pending.mutable_progress() = std::move(*newer.mutable_progress());
-  } else if (newer.progress_size() > 0) {
-    std::map<uint32_t, uint64_t> by_rank;
-    for (const auto& p : pending.progress()) by_rank[p.rank()] = p.iteration();
-    for (const auto& p : newer.progress()) {
-      uint64_t& it = by_rank[p.rank()];
-      it = std::max(it, p.iteration());
-    }
-    pending.clear_progress();
-    for (const auto& [rank, iteration] : by_rank) {
-      v1::RankProgress* rp = pending.add_progress();
-      rp->set_rank(rank);
-      rp->set_iteration(iteration);
-    }
-  }
-  pending.set_accepted(pending.accepted() + newer.accepted());
-  pending.set_rejected(pending.rejected() + newer.rejected());
-  pending.set_duplicates(pending.duplicates() + newer.duplicates());
-  for (auto& r : *newer.mutable_rejections()) {
-    if (pending.rejections_size() >= kMaxRejectionsPerDirective) break;
-    *pending.add_rejections() = std::move(r);
-  }
-}
-
 class IngestReactor final
     : public grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive> {
  public:
@@ -154,7 +109,7 @@ class IngestReactor final
     auto reject = [&](uint32_t rank, uint64_t iteration, absl::string_view reason,
                       std::string message) {
       ++rejected;
-      if (rejections.size() < kMaxRejectionsPerDirective) {
+      if (rejections.size() < kMaxDirectiveRejections) {
         v1::ReportRejection r;
         r.set_rank(rank);
         r.set_iteration(iteration);
@@ -173,6 +128,17 @@ class IngestReactor final
     }
 
     std::lock_guard job_lock(job_->mu);
+    // A hello after the first adds ranks to the stream (a node agent whose
+    // ranks connect at different times). Taken under job.mu, as pushes read
+    // ranks_ there. The next directive carries a full set again (every rank's
+    // progress, every version a rank of the stream may need), since a new
+    // rank may need versions older than those the stream carried so far.
+    if (batch_.has_hello() && !first_batch_) {
+      if (absl::Status s = AddRanksLocked(now); !s.ok()) {
+        reject(0, 0, "invalid_hello", std::string(s.message()));
+      }
+    }
+    first_batch_ = false;
     // Telemetry before reports: a detection made by this batch's reports is
     // attributed with the telemetry that rode along with them.
     for (v1::RankTelemetry& t : *batch_.mutable_telemetry()) {
@@ -249,6 +215,32 @@ class IngestReactor final
     // Offered while job.mu is still held so that directives enter the slot
     // in the order their memberships were snapshotted.
     Offer(std::move(ack));
+  }
+
+  // With job.mu held: merges the ranks of a later hello into ranks_. A bad
+  // hello is refused (named in the ack's rejections, reason invalid_hello)
+  // and the stream goes on with its ranks; reports of the refused ranks then
+  // fail rank_not_in_stream.
+  absl::Status AddRanksLocked(engine::Time now) {
+    StreamHello hello = FromProto(batch_.hello());
+    absl::Status s = registry_.AddRanksLocked(*job_, hello, now);
+    if (!s.ok()) {
+      spdlog::warn("job={} stream from {}: later hello refused: {}", job_->id, peer_,
+                   std::string(s.message()));
+      return s;
+    }
+    const size_t before = ranks_.size();
+    ranks_.insert(ranks_.end(), hello.ranks.begin(), hello.ranks.end());
+    std::sort(ranks_.begin(), ranks_.end());
+    ranks_.erase(std::unique(ranks_.begin(), ranks_.end()), ranks_.end());
+    if (ranks_.size() == before) return absl::OkStatus();
+    // Indices into ranks_ moved: the stamps restart with the new layout.
+    touched_stamp_.assign(ranks_.size(), 0);
+    batch_stamp_ = 1;
+    offered_version_.reset();
+    spdlog::info("job={} stream from {} node='{}' now speaks for {} ranks", job_->id, peer_,
+                 hello.node, ranks_.size());
+    return absl::OkStatus();
   }
 
   // With job.mu held: rank progress and the memberships the stream has not
@@ -340,6 +332,7 @@ class IngestReactor final
   std::vector<uint32_t> touched_stamp_;
   uint32_t batch_stamp_ = 0;
 
+  bool first_batch_ = true;           // the batch that carried the opening hello
   uint64_t last_acked_sequence_ = 0;  // guarded by job_->mu
   // Newest membership version already offered to slot_; nullopt before the
   // first directive. Guarded by the job's mu (pushes arrive with it held,

@@ -88,10 +88,11 @@ std::shared_ptr<const DaemonConfig> JobRegistry::config() const {
   return config_;
 }
 
-absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hello,
-                                                         std::shared_ptr<JobSubscriber> stream,
-                                                         engine::Time now) {
-  const auto config = this->config();
+namespace {
+
+// The checks every hello passes, whether it opens a stream or adds ranks to
+// one (Attach, AddRanksLocked).
+absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job) {
   if (hello.job_id.empty()) {
     return absl::InvalidArgumentError("hello.job_id must not be empty");
   }
@@ -99,10 +100,10 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
     return absl::InvalidArgumentError(
         absl::StrCat("hello.world_size=0 for job '", hello.job_id, "' must be > 0"));
   }
-  if (hello.world_size > config->limits.max_ranks_per_job) {
+  if (hello.world_size > max_ranks_per_job) {
     return absl::InvalidArgumentError(
         absl::StrCat("hello.world_size=", hello.world_size, " exceeds limits.max_ranks_per_job=",
-                     config->limits.max_ranks_per_job));
+                     max_ranks_per_job));
   }
   if (hello.ranks.empty()) {
     return absl::InvalidArgumentError(
@@ -114,6 +115,18 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
                                                      hello.world_size, " of job '",
                                                      hello.job_id, "'"));
     }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hello,
+                                                         std::shared_ptr<JobSubscriber> stream,
+                                                         engine::Time now) {
+  const auto config = this->config();
+  if (absl::Status s = ValidateHello(hello, config->limits.max_ranks_per_job); !s.ok()) {
+    return s;
   }
 
   // Retried only when the idle sweep removed the job between the lookup and
@@ -162,37 +175,61 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
           "world_size=", hello.world_size, " differs from job '", job->id,
           "' world_size=", job->world_size));
     }
-    for (uint32_t r : hello.ranks) {
-      job->nodes[r] = hello.node;
-      // Rows wait for ranks a stream speaks for, so the first iterations are
-      // judged with every rank in them.
-      job->engine.Announce(r, now);
-    }
-    if (hello.iterations_per_epoch > 0) {
-      job->engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
-    }
-    // Only versions of another daemon run need a floor: a plain reconnect to
-    // this run (known_incarnation == ours) holds versions we made.
-    if (hello.known_membership_version > 0 && hello.known_incarnation != job->incarnation) {
-      // The client holds a version from an earlier daemon incarnation: publish
-      // one above it, in force after its effective iteration, so every rank
-      // switches to this daemon's memberships together. Committed below, which
-      // pushes it to every subscriber, this stream included.
-      const uint64_t before = job->engine.membership().version;
-      job->engine.AdoptVersionFloor(hello.known_membership_version,
-                                    hello.known_effective_iteration, now);
-      if (job->engine.membership().version != before) {
-        spdlog::info("job={} node='{}' holds membership v{} (effective at iteration {}) from an "
-                     "earlier daemon: now at v{}",
-                     job->id, hello.node, hello.known_membership_version,
-                     hello.known_effective_iteration, job->engine.membership().version);
-      }
-    }
+    AdmitLocked(*job, hello, now);
     job->subscribers.push_back(std::move(stream));
     ++job->streams;
     CommitLocked(*job);
     return job;
   }
+}
+
+// With job.mu held, after validation: what a hello tells the job about its
+// ranks (nodes, announced ranks, epoch length, version floor).
+void JobRegistry::AdmitLocked(Job& job, const StreamHello& hello, engine::Time now) {
+  for (uint32_t r : hello.ranks) {
+    job.nodes[r] = hello.node;
+    // Rows wait for ranks a stream speaks for, so the first iterations are
+    // judged with every rank in them.
+    job.engine.Announce(r, now);
+  }
+  if (hello.iterations_per_epoch > 0) {
+    job.engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
+  }
+  // Only versions of another daemon run need a floor: a plain reconnect to
+  // this run (known_incarnation == ours) holds versions we made.
+  if (hello.known_membership_version > 0 && hello.known_incarnation != job.incarnation) {
+    // The client holds a version from an earlier daemon incarnation: publish
+    // one above it, in force after its effective iteration, so every rank
+    // switches to this daemon's memberships together. The caller commits it
+    // (CommitLocked), which pushes it to every subscriber.
+    const uint64_t before = job.engine.membership().version;
+    job.engine.AdoptVersionFloor(hello.known_membership_version,
+                                  hello.known_effective_iteration, now);
+    if (job.engine.membership().version != before) {
+      spdlog::info("job={} node='{}' holds membership v{} (effective at iteration {}) from an "
+                   "earlier daemon: now at v{}",
+                   job.id, hello.node, hello.known_membership_version,
+                   hello.known_effective_iteration, job.engine.membership().version);
+    }
+  }
+}
+
+absl::Status JobRegistry::AddRanksLocked(Job& job, const StreamHello& hello, engine::Time now) {
+  if (absl::Status s = ValidateHello(hello, config()->limits.max_ranks_per_job); !s.ok()) {
+    return s;
+  }
+  if (hello.job_id != job.id) {
+    return absl::InvalidArgumentError(absl::StrCat("a later hello names job '", hello.job_id,
+                                                   "' but the stream belongs to job '", job.id,
+                                                   "'"));
+  }
+  if (hello.world_size != job.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size=", hello.world_size,
+                                                   " differs from job '", job.id,
+                                                   "' world_size=", job.world_size));
+  }
+  AdmitLocked(job, hello, now);
+  return absl::OkStatus();
 }
 
 absl::Status JobRegistry::Watch(Job& job, std::shared_ptr<JobSubscriber> watcher) {

@@ -247,6 +247,12 @@ class JobRegistry {
   absl::StatusOr<std::shared_ptr<Job>> Attach(const StreamHello& hello,
                                               std::shared_ptr<JobSubscriber> stream,
                                               engine::Time now);
+  // With job.mu held: a later hello on a stream already attached to `job`
+  // adds ranks to it (a node agent whose ranks connect at different times).
+  // Same checks as Attach plus the same job id and world size; the ranks get
+  // what Attach gives them (node, announcement, version floor). The caller
+  // commits (CommitLocked). INVALID_ARGUMENT names the offending value.
+  absl::Status AddRanksLocked(Job& job, const StreamHello& hello, engine::Time now);
   // Subscribes a watcher of `job` (from Find) and sends it the current
   // membership at once. UNAVAILABLE while shutting down; NOT_FOUND when the
   // job was removed as idle since Find.
@@ -292,6 +298,7 @@ class JobRegistry {
   uint64_t last_event_sequence() const;
 
  private:
+  void AdmitLocked(Job& job, const StreamHello& hello, engine::Time now);
   void JournalLocked(Job& job, std::vector<engine::Event> events);
 
   DaemonStats& stats_;

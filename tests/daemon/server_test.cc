@@ -174,6 +174,77 @@ TEST_CASE("batches are acknowledged with counts, rejections and the membership")
   CHECK(stream->Finish().ok());
 }
 
+TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the stream goes on") {
+  // The node agent's case: ranks of one job connect to it at different times
+  // and it speaks for all of them on one upstream stream.
+  Fixture f;
+  grpc::ClientContext ctx;
+  auto stream = f.ingest->Stream(&ctx);
+  v1::ReportBatch b = Fixture::Hello("later", 4, {0});
+  b.set_sequence(1);
+  Fixture::AddReport(b, 0, 1, 0.1);
+  REQUIRE(stream->Write(b));
+  v1::Directive ack = ReadAck(*stream, 1);
+  CHECK(ack.accepted() == 1);
+
+  // Before the later hello rank 2 is not the stream's.
+  v1::ReportBatch before;
+  before.set_sequence(2);
+  Fixture::AddReport(before, 2, 1, 0.1);
+  REQUIRE(stream->Write(before));
+  ack = ReadAck(*stream, 2);
+  CHECK(ack.accepted() == 0);
+  REQUIRE(ack.rejections_size() == 1);
+  CHECK(ack.rejections(0).reason() == "rank_not_in_stream");
+
+  v1::ReportBatch later = Fixture::Hello("later", 4, {2, 3});
+  later.set_sequence(3);
+  Fixture::AddReport(later, 2, 1, 0.1);
+  Fixture::AddReport(later, 3, 1, 0.1);
+  REQUIRE(stream->Write(later));
+  ack = ReadAck(*stream, 3);
+  CHECK(ack.accepted() == 2);
+  CHECK(ack.rejected() == 0);
+  // A full set again: progress of every rank of the stream, and memberships.
+  REQUIRE(ack.progress_size() == 3);
+  CHECK(ack.progress(0).rank() == 0);
+  CHECK(ack.progress(1).rank() == 2);
+  CHECK(ack.progress(2).rank() == 3);
+  CHECK(ack.memberships_size() >= 1);
+
+  // Another job's hello, or another world size, is refused by name; the
+  // stream keeps its ranks and goes on.
+  v1::ReportBatch wrong = Fixture::Hello("other-job", 4, {1});
+  wrong.set_sequence(4);
+  Fixture::AddReport(wrong, 0, 2, 0.1);
+  REQUIRE(stream->Write(wrong));
+  ack = ReadAck(*stream, 4);
+  CHECK(ack.accepted() == 1);
+  REQUIRE(ack.rejections_size() == 1);
+  CHECK(ack.rejections(0).reason() == "invalid_hello");
+  CHECK(ack.rejections(0).message().find("other-job") != std::string::npos);
+
+  v1::ReportBatch wrong_size = Fixture::Hello("later", 8, {1});
+  wrong_size.set_sequence(5);
+  REQUIRE(stream->Write(wrong_size));
+  ack = ReadAck(*stream, 5);
+  REQUIRE(ack.rejections_size() == 1);
+  CHECK(ack.rejections(0).message().find("world_size=8") != std::string::npos);
+
+  v1::Job job;
+  grpc::ClientContext qctx;
+  v1::GetJobRequest req;
+  req.set_job_id("later");
+  REQUIRE(f.query->GetJob(&qctx, req, &job).ok());
+  CHECK(job.streams() == 1);
+  CHECK(job.reports_total() == 4);
+
+  stream->WritesDone();
+  while (stream->Read(&ack)) {
+  }
+  CHECK(stream->Finish().ok());
+}
+
 TEST_CASE("queries and admin calls report bad input with the right code") {
   Fixture f;
   {

@@ -29,13 +29,15 @@ def check(condition, message):
 
 
 class Daemon:
-    def __init__(self, binary, workdir):
+    def __init__(self, binary, workdir, grpc_address="127.0.0.1:0", name="stragglerd"):
         self.binary = binary
         self.workdir = workdir
-        self.ready_file = os.path.join(workdir, "stragglerd.ready.json")
-        self.log_path = os.path.join(workdir, "stragglerd.log")
+        self.grpc_address = grpc_address
+        self.ready_file = os.path.join(workdir, name + ".ready.json")
+        self.log_path = os.path.join(workdir, name + ".log")
         self.proc = None
         self.address = None
+        self.http_address = None
 
     def __enter__(self):
         self.start()
@@ -53,7 +55,7 @@ class Daemon:
             os.unlink(self.ready_file)
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [self.binary, "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
+            [self.binary, "--grpc-address", self.grpc_address, "--http-address", "127.0.0.1:0",
              "--ready-file", self.ready_file, "--log-level", "info"],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -65,6 +67,7 @@ class Daemon:
                 with open(self.ready_file) as f:
                     ready = json.load(f)
                 self.address = ready["grpc_address"]
+                self.http_address = ready["http_address"]
                 check(ready.get("pid") == self.proc.pid,
                       "ready file pid %r is not the daemon's pid %d" % (ready.get("pid"),
                                                                        self.proc.pid))

@@ -139,20 +139,20 @@ std::vector<uint32_t> Sim::ActiveRanks(const MembershipView& m) const {
   // Computed from our own world size: a view received before the daemon knew
   // the job may carry world_size 0.
   std::vector<uint32_t> active;
-  for (uint32_t r = 0; r < o_.ranks; ++r)
+  for (uint32_t r = o_.first_rank; r < o_.first_rank + o_.ranks; ++r)
     if (!m.IsExcluded(r)) active.push_back(r);
   return active;
 }
 
 bool Sim::CreateClients(std::string* error) {
-  for (uint32_t r = 0; r < o_.ranks; ++r) {
+  for (uint32_t r = o_.first_rank; r < o_.first_rank + o_.ranks; ++r) {
     auto state = std::make_unique<RankState>();
     state->rng.seed(o_.seed + 0x9E3779B97F4A7C15ull * (r + 1));
     straggler::ClientOptions co;
     co.endpoint = o_.daemon;
     co.job_id = o_.job;
     co.ranks = {r};
-    co.world_size = o_.ranks;
+    co.world_size = o_.World();
     co.local_rank = r;
     // Without --epoch-iterations the run is one epoch, and saying how long it
     // is lets the daemon size fractional limits correctly.
@@ -176,7 +176,7 @@ bool Sim::CreateClients(std::string* error) {
 }
 
 double Sim::Compute(uint32_t rank, uint64_t job_iteration) {
-  RankState& s = *ranks_[rank];
+  RankState& s = *ranks_[rank - o_.first_rank];
   const double base = o_.iteration_ms / 1000.0 * SlowFactor(o_, rank, job_iteration);
   double relative = 1.0;
   if (o_.noise > 0.0) {
@@ -233,7 +233,7 @@ void Sim::RecordApplied(uint32_t rank, uint64_t iteration, const MembershipView&
 }
 
 std::optional<MembershipView> Sim::FirstIncludingVersion(uint32_t rank, uint64_t after_version) {
-  RankState& s = *ranks_[rank];
+  RankState& s = *ranks_[rank - o_.first_rank];
   // The callback sees every version; CurrentMembership() is merged in as well
   // so that a version whose callback has not run yet is not missed.
   MembershipView newest = s.client->CurrentMembership();
@@ -250,7 +250,7 @@ std::optional<MembershipView> Sim::FirstIncludingVersion(uint32_t rank, uint64_t
 
 std::optional<MembershipView> Sim::Shadow(uint32_t rank, uint64_t start,
                                           uint64_t excluded_version) {
-  RankState& s = *ranks_[rank];
+  RankState& s = *ranks_[rank - o_.first_rank];
   s.excluded_at.push_back(start);
   uint64_t own = start;
   while (!collective_->Finished() && !collective_->aborted()) {
@@ -294,10 +294,10 @@ std::optional<MembershipView> Sim::Shadow(uint32_t rank, uint64_t start,
 }
 
 void Sim::RankMain(uint32_t rank) {
-  RankState& s = *ranks_[rank];
+  RankState& s = *ranks_[rank - o_.first_rank];
   const std::chrono::milliseconds timeout(o_.membership_timeout_ms);
   MembershipView everyone;
-  everyone.world_size = o_.ranks;
+  everyone.world_size = o_.World();
   std::optional<MembershipView> rejoin;
   uint64_t i = 0;
   while (i < o_.iterations && !collective_->aborted()) {
@@ -337,7 +337,8 @@ void Sim::RankMain(uint32_t rank) {
 }
 
 bool Sim::FetchEvents(std::vector<v1::Event>* events, std::string* error) const {
-  auto channel = grpc::CreateChannel(o_.daemon, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel(o_.query_daemon.empty() ? o_.daemon : o_.query_daemon,
+                                     grpc::InsecureChannelCredentials());
   auto stub = v1::QueryService::NewStub(channel);
   uint64_t since = 0;
   while (true) {
@@ -365,7 +366,7 @@ bool Sim::FetchEvents(std::vector<v1::Event>* events, std::string* error) const 
 }
 
 uint64_t Sim::JobIteration(uint32_t rank, uint64_t reported_iteration) const {
-  const auto& map = ranks_[rank]->shadow_job_iteration;
+  const auto& map = ranks_[rank - o_.first_rank]->shadow_job_iteration;
   auto it = map.find(reported_iteration);
   return it == map.end() ? reported_iteration : it->second;
 }
@@ -399,7 +400,8 @@ int Sim::Run() {
 
   const auto start = Clock::now();
   std::vector<std::thread> threads;
-  for (uint32_t r = 0; r < o_.ranks; ++r) threads.emplace_back([this, r] { RankMain(r); });
+  for (uint32_t r = o_.first_rank; r < o_.first_rank + o_.ranks; ++r)
+    threads.emplace_back([this, r] { RankMain(r); });
   for (auto& t : threads) t.join();
   const bool finished = collective_->Finished();
   const double wall = std::chrono::duration<double>(
@@ -413,8 +415,9 @@ int Sim::Run() {
     flushers.emplace_back([&, r] { flushed[r] = ranks_[r]->client->Flush(kFlushTimeout); });
   for (auto& t : flushers) t.join();
   uint64_t dropped = 0, rejected = 0, unflushed = 0;
-  for (auto& s : ranks_) {
-    if (!flushed[s->client->FirstRank()]) ++unflushed;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const auto& s = ranks_[i];
+    if (!flushed[i]) ++unflushed;
     const auto stats = s->client->Stats();
     dropped += stats.dropped;
     rejected += stats.rejected;
@@ -435,7 +438,7 @@ int Sim::Run() {
   nlohmann::json ranks_json = nlohmann::json::array();
   std::vector<std::string> detection_text, recovery_text;
   uint64_t detections = 0, recoveries = 0;
-  for (uint32_t r = 0; r < o_.ranks; ++r) {
+  for (uint32_t r = o_.first_rank; r < o_.first_rank + o_.ranks; ++r) {
     nlohmann::json detected = nlohmann::json::array(), recovered = nlohmann::json::array(),
                    changes = nlohmann::json::array();
     for (const auto& e : events) {
@@ -460,7 +463,7 @@ int Sim::Run() {
     nlohmann::json slow = nlohmann::json::array();
     for (const auto& s : o_.slow)
       if (s.rank == r) slow.push_back({{"factor", s.factor}, {"from", s.from}, {"to", s.to}});
-    const RankState& s = *ranks_[r];
+    const RankState& s = *ranks_[r - o_.first_rank];
     ranks_json.push_back({{"rank", r},
                           {"detected_at", detected},
                           {"recovered_at", recovered},
@@ -527,6 +530,8 @@ int Sim::Run() {
     nlohmann::json report = {
         {"job", o_.job},
         {"ranks_count", o_.ranks},
+        {"first_rank", o_.first_rank},
+        {"world_size", o_.World()},
         {"iterations", done_iterations},
         {"iterations_requested", o_.iterations},
         {"iteration_ms", o_.iteration_ms},
@@ -568,7 +573,12 @@ int main(int argc, char** argv) {
   CLI::App app{"straggler-sim: a simulated synchronous data-parallel job reporting to stragglerd"};
   app.add_option("--daemon", o.daemon, "daemon gRPC address")->capture_default_str();
   app.add_option("--job", o.job, "job id (default sim-<pid>)");
-  app.add_option("--ranks", o.ranks, "ranks (threads)")->capture_default_str();
+  app.add_option("--ranks", o.ranks, "ranks (threads) this process runs")->capture_default_str();
+  app.add_option("--first-rank", o.first_rank,
+                 "the first of this process's ranks: it runs FIRST..FIRST+RANKS-1 (one job split "
+                 "across processes; each process's collective waits for its own ranks only)")
+      ->capture_default_str();
+  app.add_option("--world-size", o.world_size, "ranks in the whole job (default: --ranks)");
   app.add_option("--iterations", o.iterations, "iterations to run")->capture_default_str();
   app.add_option("--iteration-ms", o.iteration_ms, "compute time of a healthy step, ms")
       ->capture_default_str();
@@ -582,6 +592,9 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_flag("--no-exclusion", o.no_exclusion, "ignore memberships: every rank in every step");
   app.add_option("--report", o.report, "write a JSON report to this file");
+  app.add_option("--query-daemon", o.query_daemon,
+                 "daemon address for reading the job's events when --daemon is a node agent "
+                 "(default: --daemon)");
   auto* seed = app.add_option("--seed", o.seed, "random seed (default: random, printed)");
   app.add_option("--membership-timeout-ms", o.membership_timeout_ms,
                  "how long a rank waits for the membership of an iteration")

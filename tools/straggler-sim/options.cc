@@ -89,10 +89,14 @@ std::string Validate(const SimOptions& o) {
     return "--noise " + Num(o.noise) + " must be in [0, 1]";
   if (o.membership_timeout_ms < 1)
     return "--membership-timeout-ms " + std::to_string(o.membership_timeout_ms) + " must be >= 1";
+  if (o.first_rank + static_cast<uint64_t>(o.ranks) > o.World()) {
+    return "--first-rank " + std::to_string(o.first_rank) + " + --ranks " +
+           std::to_string(o.ranks) + " exceeds --world-size " + std::to_string(o.World());
+  }
   for (const auto& s : o.slow) {
-    if (s.rank >= o.ranks) {
-      return "--slow rank " + std::to_string(s.rank) + " is out of range: the job has ranks 0.." +
-             std::to_string(o.ranks - 1);
+    if (s.rank < o.first_rank || s.rank >= o.first_rank + o.ranks) {
+      return "--slow rank " + std::to_string(s.rank) + " is out of range: this process runs ranks " +
+             std::to_string(o.first_rank) + ".." + std::to_string(o.first_rank + o.ranks - 1);
     }
   }
   return "";

@@ -22,9 +22,12 @@ struct SlowSpec {
 };
 
 struct SimOptions {
-  std::string daemon = "127.0.0.1:7070";
+  std::string daemon = "127.0.0.1:7070";  // where the ranks report: daemon or agent
+  std::string query_daemon;               // QueryService for events; "" = daemon
   std::string job;  // empty: "sim-<pid>"
-  uint32_t ranks = 8;
+  uint32_t ranks = 8;        // run by this process: first_rank .. first_rank + ranks - 1
+  uint32_t first_rank = 0;
+  uint32_t world_size = 0;   // of the whole job; 0 = ranks
   uint64_t iterations = 400;
   double iteration_ms = 20.0;
   double noise = 0.05;
@@ -36,6 +39,8 @@ struct SimOptions {
   bool seed_given = false;
   int64_t membership_timeout_ms = 5000;
   bool quiet = false;
+
+  uint32_t World() const { return world_size > 0 ? world_size : ranks; }
 };
 
 // Parses one --slow value; on error returns false and sets *error.

@@ -1,0 +1,876 @@
+#include "agent.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+
+#include "absl/strings/str_cat.h"
+#include "convert.h"    // daemon::MergeDirective
+#include "metrics.h"    // daemon::Exposition, process metrics
+#include "report_buffer.h"
+#include "rpc_util.h"   // daemon::WriteSlot
+#include "server.h"     // daemon::ApplyLogLevel
+#include "spdlog/spdlog.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+#ifndef STRAGGLERD_VERSION
+#define STRAGGLERD_VERSION "unknown"
+#endif
+
+namespace straggler::agent {
+namespace {
+
+using daemon::WriteAction;
+using daemon::WriteSlot;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMembershipHistory = 32;  // as the daemon keeps
+
+struct AgentStats {
+  std::atomic<int64_t> downstream_streams{0};
+  std::atomic<uint64_t> downstream_streams_total{0};
+  std::atomic<uint64_t> reports_received{0};
+  std::atomic<uint64_t> reports_forwarded{0};  // acknowledged by the daemon
+  std::atomic<uint64_t> reports_rejected_local{0};
+  std::atomic<uint64_t> upstream_connects{0};
+  std::atomic<uint64_t> directives_relayed{0};
+};
+
+// The live part of the config, copied under the job's mutex when used.
+struct LiveConfig {
+  uint32_t batch_max_reports;
+  std::chrono::milliseconds batch_max_delay;
+  uint32_t buffer_max_reports;
+  std::chrono::milliseconds reconnect_initial;
+  std::chrono::milliseconds reconnect_max;
+  std::chrono::milliseconds shutdown_flush;
+  static LiveConfig From(const AgentConfig& c) {
+    return {c.batch_max_reports,
+            std::chrono::milliseconds(c.batch_max_delay_ms),
+            c.buffer_max_reports,
+            std::chrono::milliseconds(c.reconnect_initial_ms),
+            std::chrono::milliseconds(c.reconnect_max_ms),
+            std::chrono::milliseconds(c.shutdown_flush_ms)};
+  }
+};
+
+class DownstreamReactor;
+
+// A downstream stream as its job sees it. Relay state (ranks, versions sent)
+// is guarded by the job's mutex; the reactor pointer by mu (null once the
+// reactor is done, as with the daemon's ReactorLink).
+struct DownLink {
+  explicit DownLink(DownstreamReactor* r) : reactor(r) {}
+  void Offer(v1::Directive d);
+  void Detach() {
+    std::lock_guard lock(mu);
+    reactor = nullptr;
+  }
+
+  std::mutex mu;
+  DownstreamReactor* reactor;            // guarded by mu
+  std::vector<uint32_t> ranks;           // ascending; job mutex
+  std::set<uint64_t> sent_versions;      // job mutex
+  uint64_t last_acked_sequence = 0;      // job mutex
+  bool Owns(uint32_t rank) const { return std::binary_search(ranks.begin(), ranks.end(), rank); }
+};
+
+// One job's fan-in: the buffer, the upstream stream (own thread), the
+// membership history and the daemon's per-rank progress, and the downstream
+// links to relay to. Thread-safe (mu_).
+class UpstreamJob {
+ public:
+  UpstreamJob(std::string job_id, uint32_t world_size, uint64_t iterations_per_epoch,
+              std::shared_ptr<grpc::Channel> channel, std::string node, LiveConfig live,
+              AgentStats& stats, const BatchDecorator* decorator)
+      : id_(std::move(job_id)),
+        world_size_(world_size),
+        iterations_per_epoch_(iterations_per_epoch),
+        stub_(v1::IngestService::NewStub(channel)),
+        node_(std::move(node)),
+        live_(live),
+        stats_(stats),
+        decorator_(decorator),
+        buffer_(live.buffer_max_reports),
+        rng_(std::random_device{}()) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~UpstreamJob() { Join(); }
+
+  const std::string& id() const { return id_; }
+
+  // A downstream hello. Checks the world size against the job's; registers
+  // the link, offers its first directive (every kept version, the daemon's
+  // progress of its ranks) and, when it brings ranks the upstream stream
+  // does not speak for, schedules a later hello.
+  absl::Status Attach(const v1::StreamHello& hello, const std::shared_ptr<DownLink>& link) {
+    std::lock_guard lock(mu_);
+    if (hello.world_size() != world_size_) {
+      return absl::InvalidArgumentError(absl::StrCat("world_size=", hello.world_size(),
+                                                     " differs from job '", id_,
+                                                     "' world_size=", world_size_));
+    }
+    for (uint32_t r : hello.ranks()) {
+      if (r >= world_size_) {
+        return absl::InvalidArgumentError(absl::StrCat("hello rank ", r, " >= world_size=",
+                                                       world_size_, " of job '", id_, "'"));
+      }
+    }
+    std::vector<uint32_t> ranks(hello.ranks().begin(), hello.ranks().end());
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    link->ranks = ranks;
+    for (uint32_t r : ranks) {
+      if (ranks_.insert(r).second) hello_pending_ = true;
+    }
+    if (hello.iterations_per_epoch() > 0) iterations_per_epoch_ = hello.iterations_per_epoch();
+    if (hello.known_membership_version() > known_.version) {
+      known_ = {hello.known_membership_version(), hello.known_effective_iteration(),
+                hello.known_incarnation()};
+    }
+    links_.push_back(link);
+    v1::Directive first;
+    for (uint32_t r : ranks) {
+      if (auto it = progress_.find(r); it != progress_.end()) {
+        v1::RankProgress* p = first.add_progress();
+        p->set_rank(r);
+        p->set_iteration(it->second);
+      }
+    }
+    AddUnsentVersionsLocked(*link, first);
+    link->Offer(std::move(first));
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+
+  void Detach(const DownLink* link) {
+    std::lock_guard lock(mu_);
+    links_.erase(std::remove_if(links_.begin(), links_.end(),
+                                [&](const auto& l) { return l.get() == link; }),
+                 links_.end());
+  }
+
+  // Takes a downstream batch's reports into the buffer; never waits for the
+  // daemon. Returns the acknowledgement to send back.
+  v1::Directive Take(const std::shared_ptr<DownLink>& link, const v1::ReportBatch& batch) {
+    v1::Directive ack;
+    ack.set_acked_sequence(batch.sequence());
+    uint32_t accepted = 0, rejected = 0;
+    const auto now = Clock::now();
+    std::lock_guard lock(mu_);
+    for (const v1::IterationReport& r : batch.reports()) {
+      if (!link->Owns(r.rank())) {
+        // Checked here so that the daemon's answers about a rank always have
+        // exactly one downstream stream to go to.
+        ++rejected;
+        stats_.reports_rejected_local.fetch_add(1, std::memory_order_relaxed);
+        if (ack.rejections_size() < daemon::kMaxDirectiveRejections) {
+          v1::ReportRejection* rej = ack.add_rejections();
+          rej->set_rank(r.rank());
+          rej->set_iteration(r.iteration());
+          rej->set_reason("rank_not_in_stream");
+          rej->set_message(absl::StrCat("rank ", r.rank(), " is not among the ",
+                                        link->ranks.size(),
+                                        " ranks named in this stream's hello"));
+        }
+        continue;
+      }
+      ++accepted;
+      ++received_[r.rank()];
+      dropped_ += buffer_.Push(r, now);
+    }
+    stats_.reports_received.fetch_add(accepted, std::memory_order_relaxed);
+    link->last_acked_sequence = std::max(link->last_acked_sequence, batch.sequence());
+    ack.set_accepted(accepted);
+    ack.set_rejected(rejected);
+    if (accepted > 0) cv_.notify_all();
+    return ack;
+  }
+
+  void SetLive(LiveConfig live) {
+    std::lock_guard lock(mu_);
+    live_ = live;
+    dropped_ += buffer_.SetCapacity(live.buffer_max_reports);
+    cv_.notify_all();
+  }
+
+  // Begins the bounded flush: the upstream thread exits once the buffer is
+  // acknowledged or at the deadline.
+  void Stop(Clock::time_point deadline) {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    deadline_ = deadline;
+    cv_.notify_all();
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  struct Snapshot {
+    size_t buffered = 0;
+    uint64_t dropped = 0;
+    bool connected = false;
+    uint64_t connects = 0;
+    size_t downstreams = 0;
+    std::map<uint32_t, uint64_t> acked;        // highest iteration the daemon acknowledged
+    std::map<uint32_t, uint64_t> acked_count;  // reports the daemon acknowledged
+    std::map<uint32_t, uint64_t> received;     // reports taken from trainer streams
+  };
+  Snapshot Snap() const {
+    std::lock_guard lock(mu_);
+    return {buffer_.size(), dropped_,     connected_, connects_,
+            links_.size(),  acked_,       acked_count_, received_};
+  }
+
+ private:
+  struct Known {
+    uint64_t version = 0, effective_iteration = 0, incarnation = 0;
+  };
+
+  // Versions kept that `link` has not been sent, ascending, into `d`.
+  void AddUnsentVersionsLocked(DownLink& link, v1::Directive& d) {
+    for (const auto& [version, m] : history_) {
+      if (link.sent_versions.insert(version).second) *d.add_memberships() = m;
+    }
+    // Forget versions the history no longer holds: bounded per link.
+    if (!history_.empty()) {
+      link.sent_versions.erase(link.sent_versions.begin(),
+                               link.sent_versions.lower_bound(history_.begin()->first));
+    }
+  }
+
+  void FillHelloLocked(v1::ReportBatch& b) {
+    v1::StreamHello* h = b.mutable_hello();
+    h->set_job_id(id_);
+    h->set_node(node_);
+    for (uint32_t r : ranks_) h->add_ranks(r);
+    h->set_world_size(world_size_);
+    h->set_iterations_per_epoch(iterations_per_epoch_);
+    h->set_client_version(absl::StrCat("straggler-agent/", STRAGGLERD_VERSION));
+    // The newest version held here or by any client: after a daemon restart
+    // the new daemon publishes a version above it (README, "Membership switch
+    // rule").
+    Known k = known_;
+    if (!history_.empty() && history_.rbegin()->first > k.version) {
+      const v1::Membership& m = history_.rbegin()->second;
+      k = {m.version(), m.effective_iteration(), m.incarnation()};
+    }
+    if (k.version > 0) {
+      h->set_known_membership_version(k.version);
+      h->set_known_effective_iteration(k.effective_iteration);
+      h->set_known_incarnation(k.incarnation);
+    }
+    hello_pending_ = false;
+  }
+
+  // Reader thread: an upstream directive.
+  void HandleDirective(const v1::Directive& d) {
+    std::lock_guard lock(mu_);
+    if (!connected_) {
+      connected_ = true;
+      backoff_ = live_.reconnect_initial;
+      spdlog::info("job={} upstream connected ({} reports buffered)", id_, buffer_.size());
+    }
+    for (const v1::Membership& m : d.memberships()) history_[m.version()] = m;
+    while (history_.size() > kMembershipHistory) history_.erase(history_.begin());
+    for (const v1::RankProgress& p : d.progress()) {
+      uint64_t& it = progress_[p.rank()];
+      it = std::max(it, p.iteration());
+    }
+    const size_t acked = buffer_.Ack(d.acked_sequence(), [&](const v1::IterationReport& r) {
+      auto [it, fresh] = acked_.emplace(r.rank(), r.iteration());
+      if (!fresh) it->second = std::max(it->second, r.iteration());
+      ++acked_count_[r.rank()];
+    });
+    stats_.reports_forwarded.fetch_add(acked, std::memory_order_relaxed);
+    if (d.rejected() > 0) {
+      spdlog::debug("job={} daemon rejected {} reports", id_, d.rejected());
+    }
+    for (const auto& link : links_) {
+      v1::Directive out;
+      AddUnsentVersionsLocked(*link, out);
+      for (const v1::RankProgress& p : d.progress()) {
+        if (link->Owns(p.rank())) *out.add_progress() = p;
+      }
+      uint32_t rejected = 0;
+      for (const v1::ReportRejection& r : d.rejections()) {
+        if (link->Owns(r.rank())) {
+          *out.add_rejections() = r;
+          ++rejected;
+        }
+      }
+      if (out.memberships_size() == 0 && out.progress_size() == 0 && rejected == 0) continue;
+      out.set_rejected(rejected);
+      out.set_acked_sequence(link->last_acked_sequence);
+      stats_.directives_relayed.fetch_add(1, std::memory_order_relaxed);
+      link->Offer(std::move(out));
+    }
+    cv_.notify_all();  // a stopping writer waits for the buffer to drain
+  }
+
+  bool FlushDone() const {
+    return stopping_ && (buffer_.size() == 0 || Clock::now() >= deadline_);
+  }
+
+  // The upstream thread: connect, (re)send the hello, replay the buffer,
+  // then batch by size and time; on failure back off with jitter and retry.
+  void Run() {
+    backoff_ = live_.reconnect_initial;
+    for (;;) {
+      grpc::ClientContext ctx;
+      std::unique_ptr<grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>> stream;
+      std::atomic<bool> broken{false};
+      {
+        std::lock_guard lock(mu_);
+        if (FlushDone()) break;
+        buffer_.Rewind();  // whatever was not acknowledged goes again
+        hello_pending_ = true;
+        ++connects_;
+      }
+      stream = stub_->Stream(&ctx);
+      stats_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
+      std::thread reader([&] {
+        v1::Directive d;
+        while (stream->Read(&d)) HandleDirective(d);
+        {
+          std::lock_guard lock(mu_);
+          broken.store(true);
+        }
+        cv_.notify_all();
+      });
+
+      bool ok = true;
+      bool half_closed = false;
+      for (;;) {
+        v1::ReportBatch batch;
+        {
+          std::unique_lock lock(mu_);
+          for (;;) {
+            if (broken.load() || FlushDone()) break;
+            if (hello_pending_) break;
+            const size_t unsent = buffer_.unsent();
+            if (unsent >= live_.batch_max_reports || (stopping_ && unsent > 0)) break;
+            if (auto oldest = buffer_.oldest_unsent_time()) {
+              const auto due = *oldest + live_.batch_max_delay;
+              if (Clock::now() >= due) break;
+              cv_.wait_until(lock, std::min(due, stopping_ ? deadline_ : due));
+            } else if (stopping_) {
+              cv_.wait_until(lock, deadline_);
+            } else {
+              cv_.wait(lock);
+            }
+          }
+          if (broken.load()) break;
+          if (FlushDone()) {
+            half_closed = buffer_.size() == 0;
+            break;
+          }
+          batch.set_sequence(++next_sequence_);
+          if (hello_pending_) FillHelloLocked(batch);
+          buffer_.TakeUnsent(live_.batch_max_reports, batch.sequence(), &batch);
+        }
+        if (decorator_ != nullptr && *decorator_) (*decorator_)(id_, batch);
+        if (!stream->Write(batch)) {
+          ok = false;
+          break;
+        }
+      }
+      if (ok && half_closed) {
+        stream->WritesDone();
+      } else {
+        ctx.TryCancel();
+      }
+      reader.join();
+      const grpc::Status status = stream->Finish();
+      std::chrono::milliseconds delay;
+      {
+        std::unique_lock lock(mu_);
+        const bool was_connected = connected_;
+        connected_ = false;
+        if (FlushDone()) break;
+        if (was_connected) {
+          spdlog::warn("job={} upstream stream ended ({}: {}); {} reports buffered, reconnecting",
+                       id_, static_cast<int>(status.error_code()), status.error_message(),
+                       buffer_.size());
+        } else {
+          spdlog::debug("job={} upstream unreachable ({})", id_, status.error_message());
+        }
+        // +-20% jitter so that the agents of a cluster do not reconnect in step.
+        std::uniform_real_distribution<double> jitter(0.8, 1.2);
+        delay = std::chrono::milliseconds(
+            static_cast<int64_t>(static_cast<double>(backoff_.count()) * jitter(rng_)));
+        backoff_ = std::min(backoff_ * 2, live_.reconnect_max);
+        cv_.wait_for(lock, delay, [&] { return stopping_ && Clock::now() >= deadline_; });
+        if (stopping_ && Clock::now() >= deadline_) break;
+      }
+    }
+    std::lock_guard lock(mu_);
+    if (buffer_.size() > 0) {
+      spdlog::warn("job={} stopping with {} reports not acknowledged by the daemon", id_,
+                   buffer_.size());
+    }
+  }
+
+  const std::string id_;
+  const uint32_t world_size_;
+  uint64_t iterations_per_epoch_;
+  std::unique_ptr<v1::IngestService::Stub> stub_;
+  const std::string node_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  LiveConfig live_;
+  AgentStats& stats_;
+  const BatchDecorator* decorator_;
+  ReportBuffer buffer_;
+  std::set<uint32_t> ranks_;                 // every rank a downstream hello named
+  bool hello_pending_ = true;
+  Known known_;
+  std::map<uint64_t, v1::Membership> history_;  // newest kMembershipHistory versions
+  std::map<uint32_t, uint64_t> progress_;       // the daemon's, per rank
+  std::map<uint32_t, uint64_t> acked_;          // highest iteration acknowledged upstream
+  std::map<uint32_t, uint64_t> acked_count_;    // reports acknowledged upstream, per rank
+  std::map<uint32_t, uint64_t> received_;       // reports taken from downstream, per rank
+  std::vector<std::shared_ptr<DownLink>> links_;
+  uint64_t dropped_ = 0;
+  uint64_t next_sequence_ = 0;
+  uint64_t connects_ = 0;
+  bool connected_ = false;
+  bool stopping_ = false;
+  Clock::time_point deadline_{};
+  std::chrono::milliseconds backoff_{100};
+  std::mt19937_64 rng_;
+  std::thread thread_;
+};
+
+// Finds or creates a job's fan-in. Thread-safe.
+class JobTable {
+ public:
+  JobTable(std::shared_ptr<grpc::Channel> channel, std::string node, AgentStats& stats,
+           const BatchDecorator* decorator, LiveConfig live)
+      : channel_(std::move(channel)),
+        node_(std::move(node)),
+        stats_(stats),
+        decorator_(decorator),
+        live_(live) {}
+
+  absl::StatusOr<std::shared_ptr<UpstreamJob>> Find(const v1::StreamHello& hello) {
+    if (hello.job_id().empty()) {
+      return absl::InvalidArgumentError("hello.job_id must not be empty");
+    }
+    if (hello.world_size() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hello.world_size=0 for job '", hello.job_id(), "' must be > 0"));
+    }
+    if (hello.ranks().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hello.ranks is empty for job '", hello.job_id(), "'"));
+    }
+    std::lock_guard lock(mu_);
+    if (closed_) return absl::UnavailableError("straggler-agent is shutting down");
+    auto& job = jobs_[hello.job_id()];
+    if (!job) {
+      job = std::make_shared<UpstreamJob>(hello.job_id(), hello.world_size(),
+                                          hello.iterations_per_epoch(), channel_, node_, live_,
+                                          stats_, decorator_);
+      spdlog::info("job={} first stream: upstream stream opened (world_size={})",
+                   hello.job_id(), hello.world_size());
+    }
+    return job;
+  }
+
+  void SetLive(LiveConfig live) {
+    std::lock_guard lock(mu_);
+    live_ = live;
+    for (auto& [id, job] : jobs_) job->SetLive(live);
+  }
+
+  std::vector<std::shared_ptr<UpstreamJob>> Jobs() const {
+    std::lock_guard lock(mu_);
+    std::vector<std::shared_ptr<UpstreamJob>> out;
+    for (const auto& [id, job] : jobs_) out.push_back(job);
+    return out;
+  }
+
+  // Refuses new jobs from now on; returns the existing ones.
+  std::vector<std::shared_ptr<UpstreamJob>> Close() {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    std::vector<std::shared_ptr<UpstreamJob>> out;
+    for (const auto& [id, job] : jobs_) out.push_back(job);
+    return out;
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  const std::string node_;
+  AgentStats& stats_;
+  const BatchDecorator* decorator_;
+  mutable std::mutex mu_;
+  LiveConfig live_;  // guarded by mu_
+  std::map<std::string, std::shared_ptr<UpstreamJob>> jobs_;
+  bool closed_ = false;
+};
+
+// One trainer stream (a client_lib Client) on the agent: the daemon's
+// IngestReactor seen from the client, with the agent's buffer behind it.
+class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive> {
+ public:
+  DownstreamReactor(JobTable& jobs, AgentStats& stats, std::string peer)
+      : jobs_(jobs), stats_(stats), peer_(std::move(peer)),
+        link_(std::make_shared<DownLink>(this)) {
+    stats_.downstream_streams.fetch_add(1, std::memory_order_relaxed);
+    stats_.downstream_streams_total.fetch_add(1, std::memory_order_relaxed);
+    StartRead(&batch_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::OK, /*flush=*/true);
+      return;
+    }
+    if (!job_) {
+      absl::Status s = Hello();
+      if (!s.ok()) {
+        spdlog::warn("downstream stream from {} refused: {}", peer_, std::string(s.message()));
+        Finish(daemon::ToGrpcStatus(s), /*flush=*/false);
+        return;
+      }
+    }
+    // A later hello on a downstream stream is ignored (client_lib never
+    // sends one); its reports must belong to the first hello's ranks.
+    Offer(job_->Take(link_, batch_));
+    std::lock_guard lock(mu_);
+    if (!slot_.finishing()) StartRead(&batch_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    Act(slot_.WriteDone(ok));
+  }
+
+  void OnDone() override {
+    link_->Detach();
+    if (job_) job_->Detach(link_.get());
+    stats_.downstream_streams.fetch_sub(1, std::memory_order_relaxed);
+    delete this;
+  }
+
+  void Offer(v1::Directive d) {
+    std::lock_guard lock(mu_);
+    Act(slot_.Offer(std::move(d), &daemon::MergeDirective));
+  }
+  void Finish(grpc::Status status, bool flush) {
+    std::lock_guard lock(mu_);
+    Act(slot_.RequestFinish(std::move(status), flush));
+  }
+
+ private:
+  absl::Status Hello() {
+    if (!batch_.has_hello()) {
+      return absl::InvalidArgumentError("the first ReportBatch of a stream must carry hello");
+    }
+    auto job = jobs_.Find(batch_.hello());
+    if (!job.ok()) return job.status();
+    if (absl::Status s = (*job)->Attach(batch_.hello(), link_); !s.ok()) return s;
+    job_ = *std::move(job);
+    spdlog::info("job={} downstream stream from {} ranks={}", job_->id(), peer_,
+                 batch_.hello().ranks_size());
+    return absl::OkStatus();
+  }
+
+  void Act(WriteAction action) {
+    switch (action) {
+      case WriteAction::kWrite: StartWrite(&slot_.current()); break;
+      case WriteAction::kFinish: ServerBidiReactor::Finish(slot_.finish_status()); break;
+      case WriteAction::kNone: break;
+    }
+  }
+
+  JobTable& jobs_;
+  AgentStats& stats_;
+  const std::string peer_;
+  const std::shared_ptr<DownLink> link_;
+  v1::ReportBatch batch_;
+  std::shared_ptr<UpstreamJob> job_;  // read chain only
+  std::mutex mu_;
+  WriteSlot<v1::Directive> slot_;  // guarded by mu_
+};
+
+void DownLink::Offer(v1::Directive d) {
+  std::lock_guard lock(mu);
+  if (reactor != nullptr) reactor->Offer(std::move(d));
+}
+
+class IngestProxy final : public v1::IngestService::CallbackService {
+ public:
+  IngestProxy(JobTable& jobs, AgentStats& stats) : jobs_(jobs), stats_(stats) {}
+  grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive>* Stream(
+      grpc::CallbackServerContext* context) override {
+    return new DownstreamReactor(jobs_, stats_, context->peer());
+  }
+
+ private:
+  JobTable& jobs_;
+  AgentStats& stats_;
+};
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::string DialAddress(const std::string& address, int port) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = "127.0.0.1";
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+struct Agent::Impl {
+  explicit Impl(AgentConfig c) : config(std::move(c)) {}
+
+  std::string RenderMetrics() const {
+    daemon::Exposition out;
+    const auto jobs = table->Jobs();
+    std::vector<std::pair<std::string, UpstreamJob::Snapshot>> snaps;
+    for (const auto& j : jobs) snaps.emplace_back(j->id(), j->Snap());
+    auto per_job = [&](const char* name, daemon::MetricType type, const char* help,
+                       auto value) {
+      out.Family(name, type, help);
+      for (const auto& [id, s] : snaps) out.Sample({{"job", id}}, value(s));
+    };
+    using T = daemon::MetricType;
+    per_job("straggler_agent_buffered_reports", T::kGauge,
+            "Reports held for the daemon (not yet acknowledged by it).",
+            [](const auto& s) { return static_cast<double>(s.buffered); });
+    per_job("straggler_agent_dropped_reports_total", T::kCounter,
+            "Reports dropped from a full buffer (oldest first) before the daemon acknowledged them.",
+            [](const auto& s) { return static_cast<double>(s.dropped); });
+    per_job("straggler_agent_upstream_connected", T::kGauge,
+            "1 while the job's upstream stream to the daemon is up.",
+            [](const auto& s) { return s.connected ? 1.0 : 0.0; });
+    per_job("straggler_agent_upstream_connects_total", T::kCounter,
+            "Upstream stream attempts (the first one included).",
+            [](const auto& s) { return static_cast<double>(s.connects); });
+    per_job("straggler_agent_job_downstream_streams", T::kGauge,
+            "Open trainer streams of the job.",
+            [](const auto& s) { return static_cast<double>(s.downstreams); });
+    out.Family("straggler_agent_rank_acked_iteration", T::kGauge,
+               "Highest iteration of the rank the daemon acknowledged through this agent.");
+    for (const auto& [id, s] : snaps) {
+      for (const auto& [rank, it] : s.acked) {
+        const std::string r = std::to_string(rank);
+        out.Sample({{"job", id}, {"rank", r}}, static_cast<double>(it));
+      }
+    }
+    auto per_rank = [&](const char* name, daemon::MetricType type, const char* help,
+                        auto member) {
+      out.Family(name, type, help);
+      for (const auto& [id, s] : snaps) {
+        for (const auto& [rank, v] : s.*member) {
+          const std::string r = std::to_string(rank);
+          out.Sample({{"job", id}, {"rank", r}}, static_cast<double>(v));
+        }
+      }
+    };
+    // Per rank: a node runs a handful of ranks, so the cardinality is small.
+    per_rank("straggler_agent_rank_received_reports_total", T::kCounter,
+             "Reports of the rank taken from its trainer stream.",
+             &UpstreamJob::Snapshot::received);
+    per_rank("straggler_agent_rank_acked_reports_total", T::kCounter,
+             "Reports of the rank the daemon acknowledged (all daemon runs together).",
+             &UpstreamJob::Snapshot::acked_count);
+    out.Family("straggler_agent_downstream_streams", T::kGauge, "Open trainer streams.");
+    out.Sample({}, static_cast<double>(stats.downstream_streams.load()));
+    out.Family("straggler_agent_reports_received_total", T::kCounter,
+               "Reports taken from trainer streams into the buffer.");
+    out.Sample({}, static_cast<double>(stats.reports_received.load()));
+    out.Family("straggler_agent_reports_forwarded_total", T::kCounter,
+               "Reports the daemon acknowledged.");
+    out.Sample({}, static_cast<double>(stats.reports_forwarded.load()));
+    out.Family("straggler_agent_reports_rejected_total", T::kCounter,
+               "Reports refused by the agent itself (rank not in the stream's hello).");
+    out.Sample({}, static_cast<double>(stats.reports_rejected_local.load()));
+    out.Family("straggler_agent_directives_relayed_total", T::kCounter,
+               "Directives relayed from the daemon to trainer streams.");
+    out.Sample({}, static_cast<double>(stats.directives_relayed.load()));
+    out.Family("straggler_agent_build_info", T::kGauge, "Always 1.");
+    out.Sample({{"version", STRAGGLERD_VERSION}}, 1);
+    daemon::WriteProcessMetrics(daemon::ReadProcessStats(), out);
+    return out.Take();
+  }
+
+  AgentConfig config;
+  BatchDecorator decorator;
+  AgentStats stats;
+  std::unique_ptr<JobTable> table;
+  std::unique_ptr<IngestProxy> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<httplib::Server> http;
+  std::thread http_thread;
+  int tcp_port = 0;
+  int http_port = 0;
+  bool stopped = false;
+};
+
+Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+Agent::~Agent() { Shutdown(); }
+
+void Agent::SetBatchDecorator(BatchDecorator decorator) {
+  impl_->decorator = std::move(decorator);
+}
+
+absl::Status Agent::Start() {
+  Impl& m = *impl_;
+  const AgentConfig& c = m.config;
+  const std::string path = *UnixSocketPath(c.listen);
+  // The socket's directory (e.g. /run/straggler) may not exist yet on a
+  // fresh node or in a fresh hostPath volume.
+  std::error_code ec;
+  if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty()) {
+    std::filesystem::create_directories(dir, ec);
+  }
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot create the directory of listen=",
+                                                      c.listen, ": ", ec.message()));
+  }
+
+  grpc::ChannelArguments args;
+  // Reconnect quickly after a daemon restart; the agent's own backoff paces
+  // the stream attempts.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel =
+      grpc::CreateCustomChannel(c.upstream, grpc::InsecureChannelCredentials(), args);
+  m.table = std::make_unique<JobTable>(channel, c.node.empty() ? HostName() : c.node, m.stats,
+                                       &m.decorator, LiveConfig::From(c));
+  m.service = std::make_unique<IngestProxy>(*m.table, m.stats);
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(c.listen, grpc::InsecureServerCredentials());
+  if (!c.listen_tcp.empty()) {
+    builder.AddListeningPort(c.listen_tcp, grpc::InsecureServerCredentials(), &m.tcp_port);
+  }
+  builder.RegisterService(m.service.get());
+  m.server = builder.BuildAndStart();
+  if (!m.server) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on listen=", c.listen,
+                                               c.listen_tcp.empty() ? "" : " / listen_tcp=",
+                                               c.listen_tcp));
+  }
+  // Trainer processes of the same group (not every local user) may connect.
+  if (chmod(path.c_str(), 0660) != 0) {
+    spdlog::warn("cannot chmod 0660 {}: {}", path, std::strerror(errno));
+  }
+
+  if (!c.http_address.empty()) {
+    const size_t colon = c.http_address.rfind(':');
+    std::string host = c.http_address.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    const int port = std::stoi(c.http_address.substr(colon + 1));
+    m.http = std::make_unique<httplib::Server>();
+    m.http->set_socket_options([](int sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+    Impl* impl = impl_.get();
+    m.http->Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
+      res.set_content(impl->RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    m.http->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("ok\n", "text/plain");
+    });
+    m.http_port = port == 0 ? m.http->bind_to_any_port(host)
+                            : (m.http->bind_to_port(host, port) ? port : -1);
+    if (m.http_port <= 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on http_address=", c.http_address));
+    }
+    m.http_thread = std::thread([impl] { impl->http->listen_after_bind(); });
+  }
+  return absl::OkStatus();
+}
+
+void Agent::Reload(const AgentConfig& next) {
+  Impl& m = *impl_;
+  auto restart_needed = [&](const char* key, const std::string& was, const std::string& now) {
+    if (was != now) {
+      spdlog::warn("SIGHUP: {} changed ({} -> {}): takes effect after a restart", key, was, now);
+    }
+  };
+  restart_needed("listen", m.config.listen, next.listen);
+  restart_needed("listen_tcp", m.config.listen_tcp, next.listen_tcp);
+  restart_needed("upstream", m.config.upstream, next.upstream);
+  restart_needed("http_address", m.config.http_address, next.http_address);
+  restart_needed("node", m.config.node, next.node);
+  AgentConfig applied = m.config;
+  applied.log_level = next.log_level;
+  applied.batch_max_reports = next.batch_max_reports;
+  applied.batch_max_delay_ms = next.batch_max_delay_ms;
+  applied.buffer_max_reports = next.buffer_max_reports;
+  applied.reconnect_initial_ms = next.reconnect_initial_ms;
+  applied.reconnect_max_ms = next.reconnect_max_ms;
+  applied.shutdown_flush_ms = next.shutdown_flush_ms;
+  m.config = applied;
+  daemon::ApplyLogLevel(applied.log_level);
+  if (m.table) m.table->SetLive(LiveConfig::From(applied));
+  spdlog::info("SIGHUP: config reloaded (log_level={}, batch {} reports / {} ms, buffer {} "
+               "reports per job, reconnect {}..{} ms, shutdown flush {} ms)",
+               applied.log_level, applied.batch_max_reports, applied.batch_max_delay_ms,
+               applied.buffer_max_reports, applied.reconnect_initial_ms,
+               applied.reconnect_max_ms, applied.shutdown_flush_ms);
+}
+
+void Agent::Shutdown() {
+  Impl& m = *impl_;
+  if (m.stopped || !m.table) return;
+  m.stopped = true;
+  // No new streams; ending the open ones lets clients reconnect elsewhere
+  // (or to the next agent) with what they hold.
+  const auto jobs = m.table->Close();
+  if (m.server) m.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(m.config.shutdown_flush_ms);
+  for (const auto& j : jobs) j->Stop(deadline);
+  for (const auto& j : jobs) j->Join();
+  if (m.http) {
+    m.http->stop();
+    if (m.http_thread.joinable()) m.http_thread.join();
+  }
+  if (m.server) m.server->Wait();
+  // The socket file stays otherwise; a later bind replaces it anyway.
+  if (auto path = UnixSocketPath(m.config.listen)) unlink(path->c_str());
+}
+
+const std::string& Agent::listen_address() const { return impl_->config.listen; }
+
+std::string Agent::tcp_dial_address() const {
+  return impl_->config.listen_tcp.empty() ? ""
+                                          : DialAddress(impl_->config.listen_tcp, impl_->tcp_port);
+}
+
+std::string Agent::http_dial_address() const {
+  return impl_->config.http_address.empty()
+             ? ""
+             : DialAddress(impl_->config.http_address, impl_->http_port);
+}
+
+}  // namespace straggler::agent

@@ -1,0 +1,80 @@
+// straggler-agent's core: serves straggler.v1.IngestService on a unix socket
+// (and optionally TCP) to the trainer ranks of this node, and per job fans
+// their streams into ONE upstream stream to stragglerd.
+//
+//   Agent agent(config);
+//   if (absl::Status s = agent.Start(); !s.ok()) ...;
+//   agent.Reload(next);                           // SIGHUP: the live part
+//   agent.Shutdown();                             // SIGTERM: flush, then stop
+//
+// Semantics a client relies on (it cannot tell agent from daemon):
+//  * Acknowledgement: a downstream batch is acknowledged (acked_sequence,
+//    accepted) as soon as its reports are in the agent's buffer; from then on
+//    the agent owns their delivery, so a client never waits for the daemon.
+//  * Progress: RankProgress is the daemon's, relayed unchanged to the stream
+//    owning the rank, in the same directive as (or after) every membership
+//    version the daemon had sent upstream before it. So a client's
+//    MembershipFor certainty rule ("my report of i + 1 - lead was processed")
+//    still means processed by the daemon.
+//  * Memberships: the agent keeps, per job, every version the daemon sent
+//    (the newest 32); each downstream stream gets every kept version it has
+//    not been sent yet (its first directive: all of them).
+//  * New ranks: a downstream hello naming ranks the upstream stream does not
+//    speak for yet makes the agent send a later hello (all its ranks of the
+//    job) on the same upstream stream (proto: ReportBatch.hello).
+//  * Daemon restarts: reports stay buffered (bounded, drop-oldest, counted)
+//    until the daemon acknowledges them; a new upstream stream replays the
+//    unacknowledged ones in arrival order (the daemon deduplicates by
+//    (job, rank, iteration)). The upstream hello carries the newest version
+//    the agent or any of its clients holds, for the daemon's version floor.
+//
+// Thread-safe: Start, Reload and Shutdown from one thread (main); gRPC and
+// the per-job upstream threads run the rest.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "agent_config.h"
+#include "straggler/v1/straggler.pb.h"
+
+namespace straggler::agent {
+
+// Called on an upstream batch just before it is written (per job, on that
+// job's upstream thread): the seam for per-rank extra data such as GPU
+// telemetry. Must not block for long.
+using BatchDecorator = std::function<void(const std::string& job_id, v1::ReportBatch& batch)>;
+
+class Agent {
+ public:
+  explicit Agent(AgentConfig config);
+  ~Agent();  // Shutdown(0) if still running
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Before Start.
+  void SetBatchDecorator(BatchDecorator decorator);
+
+  // Creates the socket's directory, binds the unix socket (mode 0660), the
+  // optional TCP listener and HTTP (/metrics, /healthz), starts serving.
+  absl::Status Start();
+  // Applies the live keys (log level, batching, buffer bound, reconnect
+  // delays, shutdown flush); logs the keys that need a restart.
+  void Reload(const AgentConfig& next);
+  // Stops accepting, ends the downstream streams, gives every job up to
+  // shutdown_flush_ms to deliver its buffer upstream, then stops.
+  void Shutdown();
+
+  const std::string& listen_address() const;
+  std::string tcp_dial_address() const;   // "" without TCP
+  std::string http_dial_address() const;  // "" without HTTP
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace straggler::agent

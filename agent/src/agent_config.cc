@@ -1,0 +1,167 @@
+#include "agent_config.h"
+
+#include "absl/strings/str_cat.h"
+#include "config_reader.h"
+
+namespace straggler::agent {
+namespace {
+
+using daemon::ConfigReader;
+
+class Parser : public ConfigReader {
+ public:
+  using ConfigReader::ConfigReader;
+
+  absl::StatusOr<AgentConfig> Parse(const std::string& text) const {
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      return Error(e.mark, e.msg);
+    }
+    AgentConfig c;
+    if (root.IsNull()) return c;
+    if (!root.IsMap()) return Error(root.Mark(), "the top level must be a map");
+    for (const auto& kv : root) {
+      const std::string key = kv.first.Scalar();
+      absl::Status s;
+      if (key == "listen") {
+        s = Str(kv.second, key, c.listen);
+      } else if (key == "listen_tcp") {
+        s = Str(kv.second, key, c.listen_tcp);
+      } else if (key == "upstream") {
+        s = Str(kv.second, key, c.upstream);
+      } else if (key == "http_address") {
+        s = Str(kv.second, key, c.http_address);
+      } else if (key == "node") {
+        s = Str(kv.second, key, c.node);
+      } else if (key == "log_level") {
+        s = Str(kv.second, key, c.log_level);
+      } else if (key == "batch") {
+        s = Section(kv.second, key, {{"max_reports", &c.batch_max_reports},
+                                     {"max_delay_ms", &c.batch_max_delay_ms}});
+      } else if (key == "buffer") {
+        s = Section(kv.second, key, {{"max_reports", &c.buffer_max_reports}});
+      } else if (key == "reconnect") {
+        s = Section(kv.second, key, {{"initial_ms", &c.reconnect_initial_ms},
+                                     {"max_ms", &c.reconnect_max_ms}});
+      } else if (key == "shutdown") {
+        s = Section(kv.second, key, {{"flush_ms", &c.shutdown_flush_ms}});
+      } else {
+        s = Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "'"));
+      }
+      if (!s.ok()) return s;
+    }
+    // Values that would make the agent useless are errors, named.
+    for (auto [name, v, node_key] :
+         {std::tuple{"batch.max_reports", c.batch_max_reports, "batch"},
+          std::tuple{"buffer.max_reports", c.buffer_max_reports, "buffer"},
+          std::tuple{"reconnect.initial_ms", c.reconnect_initial_ms, "reconnect"},
+          std::tuple{"reconnect.max_ms", c.reconnect_max_ms, "reconnect"}}) {
+      if (v == 0) return Error(root[node_key].Mark(), absl::StrCat(name, "=0 must be >= 1"));
+    }
+    return c;
+  }
+
+ private:
+  struct Field {
+    const char* name;
+    uint32_t* value;
+  };
+
+  absl::Status Str(const YAML::Node& node, const std::string& key, std::string& out) const {
+    if (node.IsNull()) {
+      out.clear();
+      return absl::OkStatus();
+    }
+    auto v = String(node, key);
+    if (!v.ok()) return v.status();
+    out = *v;
+    return absl::OkStatus();
+  }
+
+  absl::Status Section(const YAML::Node& node, const std::string& section,
+                       std::initializer_list<Field> fields) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), absl::StrCat(section, " must be a map"));
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      const Field* field = nullptr;
+      for (const Field& f : fields) {
+        if (key == f.name) field = &f;
+      }
+      if (field == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in ", section));
+      }
+      auto v = Uint(kv.second, absl::StrCat(section, ".", key));
+      if (!v.ok()) return v.status();
+      *field->value = *v;
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+std::optional<std::string> UnixSocketPath(const std::string& address) {
+  if (address.rfind("unix://", 0) == 0) {
+    std::string path = address.substr(7);
+    if (path.empty() || path[0] != '/') return std::nullopt;
+    return path;
+  }
+  if (address.rfind("unix:", 0) == 0 && address.size() > 5) return address.substr(5);
+  return std::nullopt;
+}
+
+absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml_text,
+                                             const std::string& source_name) {
+  return Parser(source_name).Parse(yaml_text);
+}
+
+absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
+                                            const daemon::EnvLookup& env) {
+  std::optional<std::string> file = flags.config_file;
+  if (!file) file = env("STRAGGLER_AGENT_CONFIG");
+  if (file && file->empty()) file.reset();
+
+  AgentConfig config;
+  if (file) {
+    absl::StatusOr<std::string> text = daemon::ReadConfigFile(*file);
+    if (!text.ok()) return text.status();
+    auto parsed = ParseAgentConfig(*text, *file);
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
+    config.config_file = *file;
+  }
+  auto pick = [&](std::string& field, const char* env_name,
+                  const std::optional<std::string>& flag) {
+    if (auto v = env(env_name)) field = *v;
+    if (flag) field = *flag;
+  };
+  pick(config.listen, "STRAGGLER_AGENT_LISTEN", flags.listen);
+  pick(config.listen_tcp, "STRAGGLER_AGENT_LISTEN_TCP", flags.listen_tcp);
+  pick(config.upstream, "STRAGGLER_AGENT_UPSTREAM", flags.upstream);
+  pick(config.http_address, "STRAGGLER_AGENT_HTTP_ADDRESS", flags.http_address);
+  pick(config.log_level, "STRAGGLER_AGENT_LOG_LEVEL", flags.log_level);
+
+  if (!UnixSocketPath(config.listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen=", config.listen, " is not a unix socket address (unix:///PATH or unix:PATH)"));
+  }
+  if (!config.listen_tcp.empty()) {
+    if (absl::Status s = daemon::ValidateAddress("listen_tcp", config.listen_tcp, false); !s.ok())
+      return s;
+  }
+  if (absl::Status s = daemon::ValidateAddress("upstream", config.upstream, true); !s.ok()) {
+    return s;
+  }
+  if (!config.http_address.empty()) {
+    if (absl::Status s = daemon::ValidateAddress("http_address", config.http_address, false);
+        !s.ok())
+      return s;
+  }
+  if (absl::Status s = daemon::ValidateLogLevel(config.log_level); !s.ok()) return s;
+  return config;
+}
+
+}  // namespace straggler::agent

@@ -1,0 +1,70 @@
+// straggler-agent's configuration: embedded defaults, an optional YAML file,
+// environment variables and flags, in rising precedence (as stragglerd's,
+// through the same YAML reader, daemon/src/config_reader.h).
+//
+//   AgentSources src;
+//   src.upstream = "stragglerd.cluster:7070";          // --upstream
+//   absl::StatusOr<AgentConfig> cfg = LoadAgentConfig(src, daemon::GetEnv);
+//   // error: "agent.yaml:5: buffer.max_reports=0 must be >= 1"
+//
+// Every key, with its default, is documented in deploy/straggler-agent.yaml.
+// Plain value types and pure functions; no shared state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "config.h"  // daemon::EnvLookup, GetEnv
+
+namespace straggler::agent {
+
+inline constexpr char kDefaultListen[] = "unix:///run/straggler/agent.sock";
+inline constexpr char kDefaultUpstream[] = "127.0.0.1:7070";
+inline constexpr char kDefaultHttpAddress[] = "0.0.0.0:7072";
+
+struct AgentConfig {
+  // Restart needed for a change of these four.
+  std::string listen = kDefaultListen;  // unix:PATH or unix:///PATH
+  std::string listen_tcp;               // HOST:PORT, "" = no TCP listener
+  std::string upstream = kDefaultUpstream;
+  std::string http_address = kDefaultHttpAddress;  // "" = no HTTP
+  std::string node;                     // name sent upstream; "" = host name
+  // Live on SIGHUP.
+  std::string log_level = "info";
+  uint32_t batch_max_reports = 256;     // an upstream batch is sent at this size...
+  uint32_t batch_max_delay_ms = 5;      // ...or this long after its oldest report arrived
+  // Reports held per job while unacknowledged: 8 ranks x 10 iterations/s for
+  // ~13 minutes. Overflow drops the oldest (counted).
+  uint32_t buffer_max_reports = 65536;
+  uint32_t reconnect_initial_ms = 100;  // first retry delay; doubles per failure
+  uint32_t reconnect_max_ms = 5000;     // retry delay cap (+-20% jitter)
+  uint32_t shutdown_flush_ms = 5000;    // SIGTERM: time to deliver the buffer upstream
+  std::string config_file;              // "" = embedded defaults only
+};
+
+// Flags that were given (unset = not given).
+struct AgentSources {
+  std::optional<std::string> config_file;
+  std::optional<std::string> listen;
+  std::optional<std::string> listen_tcp;
+  std::optional<std::string> upstream;
+  std::optional<std::string> http_address;
+  std::optional<std::string> log_level;
+};
+
+// Parses YAML text over the defaults; `source_name` prefixes errors.
+absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml_text,
+                                             const std::string& source_name);
+
+// Defaults <- file (--config, else STRAGGLER_AGENT_CONFIG) <- environment
+// (STRAGGLER_AGENT_LISTEN, _LISTEN_TCP, _UPSTREAM, _HTTP_ADDRESS, _LOG_LEVEL)
+// <- flags, validated.
+absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
+                                            const daemon::EnvLookup& env);
+
+// unix:///a/b or unix:/a/b -> /a/b; nullopt for anything else.
+std::optional<std::string> UnixSocketPath(const std::string& address);
+
+}  // namespace straggler::agent

@@ -1,0 +1,165 @@
+// straggler-agent: the per-node sidecar. Parses flags, loads the config,
+// starts the agent and waits for signals on the main thread: SIGHUP reloads
+// the config file, SIGTERM/SIGINT flush the buffer upstream (bounded) and
+// exit 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "agent.h"
+#include "agent_config.h"
+#include "server.h"  // daemon::ApplyLogLevel
+#include "spdlog/spdlog.h"
+
+#ifndef STRAGGLERD_VERSION
+#define STRAGGLERD_VERSION "unknown"
+#endif
+
+namespace {
+
+using straggler::agent::AgentConfig;
+using straggler::agent::AgentSources;
+
+constexpr int kExitBadConfig = 2;
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Written to a temporary file and renamed: a test polling for it never reads
+// half a line.
+bool WriteReadyFile(const std::string& path, const straggler::agent::Agent& agent) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "{\"listen\":" << JsonString(agent.listen_address())
+        << ",\"listen_tcp\":" << JsonString(agent.tcp_dial_address())
+        << ",\"http_address\":" << JsonString(agent.http_dial_address())
+        << ",\"pid\":" << getpid() << "}\n";
+    if (!out.flush()) return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  return !ec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "straggler-agent - per-node sidecar of stragglerd: serves the daemon's IngestService\n"
+      "to the trainer ranks of this node on a unix socket (mode 0660), fans each job's\n"
+      "ranks into one upstream stream, buffers reports while the daemon is unreachable\n"
+      "and replays them, and relays memberships back.\n\n"
+      "Precedence: flags > environment (STRAGGLER_AGENT_CONFIG, STRAGGLER_AGENT_LISTEN,\n"
+      "STRAGGLER_AGENT_LISTEN_TCP, STRAGGLER_AGENT_UPSTREAM, STRAGGLER_AGENT_HTTP_ADDRESS,\n"
+      "STRAGGLER_AGENT_LOG_LEVEL) > config file > built-in defaults.\n"
+      "Signals: SIGHUP reloads the config file (batching, buffer, reconnect, log level live;\n"
+      "addresses need a restart); SIGTERM/SIGINT flush the buffer upstream for up to\n"
+      "shutdown.flush_ms and exit 0.",
+      "straggler-agent"};
+  std::string config_file, listen, listen_tcp, upstream, http_address, log_level, ready_file;
+  bool version = false;
+  auto* config_opt = app.add_option("--config", config_file,
+                                    "YAML config file (every key: deploy/straggler-agent.yaml); "
+                                    "default: $STRAGGLER_AGENT_CONFIG, else built-in defaults");
+  auto* listen_opt = app.add_option("--listen", listen,
+                                    "unix socket to serve trainers on, unix:///PATH (default "
+                                    "unix:///run/straggler/agent.sock; the directory is created)");
+  auto* tcp_opt = app.add_option("--listen-tcp", listen_tcp,
+                                 "also serve on TCP HOST:PORT, port 0 picks a free port "
+                                 "(default: no TCP)");
+  auto* upstream_opt = app.add_option("--upstream", upstream,
+                                      "stragglerd gRPC address HOST:PORT (default 127.0.0.1:7070)");
+  auto* http_opt = app.add_option("--http-address", http_address,
+                                  "HTTP HOST:PORT for /metrics and /healthz, port 0 picks a "
+                                  "free port (default 0.0.0.0:7072)");
+  auto* level_opt = app.add_option("--log-level", log_level,
+                                   "trace|debug|info|warn|error (default info)");
+  app.add_option("--ready-file", ready_file,
+                 "once serving, atomically write {\"listen\":\"unix:...\",\"listen_tcp\":"
+                 "\"HOST:PORT\",\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable "
+                 "addresses; \"\" for a listener that is off)");
+  app.add_flag("--version", version, "print the version and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitBadConfig;
+  }
+  if (version) {
+    std::cout << "straggler-agent " << STRAGGLERD_VERSION << "\n";
+    return 0;
+  }
+
+  // Blocked before any thread exists, so only sigwait below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  AgentSources sources;
+  if (*config_opt) sources.config_file = config_file;
+  if (*listen_opt) sources.listen = listen;
+  if (*tcp_opt) sources.listen_tcp = listen_tcp;
+  if (*upstream_opt) sources.upstream = upstream;
+  if (*http_opt) sources.http_address = http_address;
+  if (*level_opt) sources.log_level = log_level;
+
+  auto config = straggler::agent::LoadAgentConfig(sources, straggler::daemon::GetEnv);
+  if (!config.ok()) {
+    std::cerr << "straggler-agent: " << config.status().message() << "\n";
+    return kExitBadConfig;
+  }
+  straggler::daemon::ApplyLogLevel(config->log_level);
+  spdlog::info("straggler-agent {} starting; config: {}; upstream {}", STRAGGLERD_VERSION,
+               config->config_file.empty() ? "built-in defaults" : config->config_file,
+               config->upstream);
+
+  straggler::agent::Agent agent(*config);
+  if (absl::Status s = agent.Start(); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 1;
+  }
+  spdlog::info("straggler-agent listening: {}{}{}", agent.listen_address(),
+               agent.tcp_dial_address().empty() ? "" : " tcp=" + agent.tcp_dial_address(),
+               agent.http_dial_address().empty() ? "" : " http=" + agent.http_dial_address());
+  if (!ready_file.empty() && !WriteReadyFile(ready_file, agent)) {
+    spdlog::error("cannot write --ready-file {}", ready_file);
+    return 1;
+  }
+
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      auto next = straggler::agent::LoadAgentConfig(sources, straggler::daemon::GetEnv);
+      if (!next.ok()) {
+        spdlog::error("SIGHUP: config rejected, keeping the running one: {}",
+                      std::string(next.status().message()));
+        continue;
+      }
+      agent.Reload(*next);
+      continue;
+    }
+    spdlog::info("{} received: flushing the buffer upstream", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    break;
+  }
+  agent.Shutdown();
+  spdlog::info("straggler-agent stopped");
+  return 0;
+}

@@ -1,0 +1,102 @@
+// straggler-agent's config: embedded defaults equal the shipped file,
+// precedence flags > environment > file, errors name key, value and line.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "agent_config.h"
+
+namespace sa = straggler::agent;
+
+namespace {
+
+straggler::daemon::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+  return [vars](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("deploy/straggler-agent.yaml parses and equals the built-in defaults") {
+  std::ifstream in(std::string(STRAGGLER_SOURCE_DIR) + "/deploy/straggler-agent.yaml");
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = sa::ParseAgentConfig(text.str(), "straggler-agent.yaml");
+  REQUIRE(parsed.ok());
+  const sa::AgentConfig d;
+  CHECK(parsed->listen == d.listen);
+  CHECK(parsed->listen_tcp == d.listen_tcp);
+  CHECK(parsed->upstream == d.upstream);
+  CHECK(parsed->http_address == d.http_address);
+  CHECK(parsed->node == d.node);
+  CHECK(parsed->log_level == d.log_level);
+  CHECK(parsed->batch_max_reports == d.batch_max_reports);
+  CHECK(parsed->batch_max_delay_ms == d.batch_max_delay_ms);
+  CHECK(parsed->buffer_max_reports == d.buffer_max_reports);
+  CHECK(parsed->reconnect_initial_ms == d.reconnect_initial_ms);
+  CHECK(parsed->reconnect_max_ms == d.reconnect_max_ms);
+  CHECK(parsed->shutdown_flush_ms == d.shutdown_flush_ms);
+}
+
+TEST_CASE("flags beat the environment, which beats the file") {
+  // Outside the source tree, whichever directory the test runs in.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("agent_config_test." + std::to_string(getpid()) + ".yaml"))
+                               .string();
+  {
+    std::ofstream out(path);
+    out << "upstream: \"file:1\"\nlisten: \"unix:///tmp/file.sock\"\nbuffer:\n  max_reports: 10\n";
+  }
+  sa::AgentSources flags;
+  flags.config_file = path;
+  flags.upstream = "flag:3";
+  auto cfg = sa::LoadAgentConfig(
+      flags, FakeEnv({{"STRAGGLER_AGENT_UPSTREAM", "env:2"},
+                      {"STRAGGLER_AGENT_LISTEN", "unix:///tmp/env.sock"}}));
+  REQUIRE(cfg.ok());
+  CHECK(cfg->upstream == "flag:3");
+  CHECK(cfg->listen == "unix:///tmp/env.sock");
+  CHECK(cfg->buffer_max_reports == 10);
+  CHECK(cfg->config_file == path);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("bad values are errors naming key, value and line") {
+  auto bad = sa::ParseAgentConfig("batch:\n  max_reports: -3\n", "a.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()) ==
+        "a.yaml:2: batch.max_reports=-3 is not an unsigned 32-bit integer");
+  auto unknown = sa::ParseAgentConfig("buffer:\n  max_report: 3\n", "a.yaml");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(std::string(unknown.status().message()) == "a.yaml:2: unknown key 'max_report' in buffer");
+  auto zero = sa::ParseAgentConfig("buffer:\n  max_reports: 0\n", "a.yaml");
+  REQUIRE_FALSE(zero.ok());
+  CHECK(std::string(zero.status().message()).find("buffer.max_reports=0 must be >= 1") !=
+        std::string::npos);
+  sa::AgentSources flags;
+  flags.listen = "127.0.0.1:5";
+  auto not_unix = sa::LoadAgentConfig(flags, FakeEnv({}));
+  REQUIRE_FALSE(not_unix.ok());
+  CHECK(std::string(not_unix.status().message()).find("listen=127.0.0.1:5") != std::string::npos);
+  flags.listen.reset();
+  flags.upstream = "nohost";
+  auto up = sa::LoadAgentConfig(flags, FakeEnv({}));
+  REQUIRE_FALSE(up.ok());
+  CHECK(std::string(up.status().message()).find("upstream=nohost") != std::string::npos);
+}
+
+TEST_CASE("unix socket addresses") {
+  CHECK(sa::UnixSocketPath("unix:///run/straggler/agent.sock") == "/run/straggler/agent.sock");
+  CHECK(sa::UnixSocketPath("unix:rel.sock") == "rel.sock");
+  CHECK_FALSE(sa::UnixSocketPath("unix://").has_value());
+  CHECK_FALSE(sa::UnixSocketPath("127.0.0.1:1").has_value());
+}
