@@ -21,6 +21,8 @@ PACKAGES=(
   # tests and benchmarks; prometheus ships /usr/bin/prometheus and promtool for
   # the observability tests, which start their own server (never the service)
   catch2 libbenchmark-dev prometheus
+  # the collective layer (straggler_collective: Gloo CPU backend)
+  libgloo-dev
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }

@@ -29,8 +29,9 @@ def check(condition, message):
 
 
 class Daemon:
-    def __init__(self, binary, workdir):
+    def __init__(self, binary, workdir, extra_args=()):
         self.binary = binary
+        self.extra_args = list(extra_args)
         self.workdir = workdir
         self.ready_file = os.path.join(workdir, "stragglerd.ready.json")
         self.log_path = os.path.join(workdir, "stragglerd.log")
@@ -54,7 +55,7 @@ class Daemon:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [self.binary, "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
-             "--ready-file", self.ready_file, "--log-level", "info"],
+             "--ready-file", self.ready_file, "--log-level", "info", *self.extra_args],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
