@@ -24,6 +24,8 @@ PACKAGES=(
   # deploy/ linters (tests/deploy): systemd-analyze (systemd), yamllint, and
   # the Kubernetes API models of the official Python client
   systemd yamllint python3-kubernetes python3-yaml
+  # the collective layer (straggler_collective: Gloo CPU backend)
+  libgloo-dev
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }

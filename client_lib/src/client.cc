@@ -275,10 +275,21 @@ class ClientImpl final : public Client {
       // The report that makes us certain is usually still in the queue
       // (Report() does not wake the sender): send it now, not at the next poll.
       WakeSender();
-      ok = state_cv_.wait_for(lock, ClampTimeout(timeout),
-                              [&] { return certain() || stop_.load(); });
+      // Once a wait has timed out while the stream was down, later calls do
+      // not wait again until a new connection reached the daemon: no
+      // acknowledgement can arrive meanwhile, so waiting would only stall
+      // every step of a job whose daemon is gone by `timeout`. This never
+      // makes an answer certain that is not, so the switch rule holds; the
+      // caller treats ok = false as "keep the membership you applied".
+      const bool known_unreachable =
+          !connected_.load() && gave_up_on_connection_ == connections_.load();
+      if (!known_unreachable) {
+        ok = state_cv_.wait_for(lock, ClampTimeout(timeout),
+                                [&] { return certain() || stop_.load(); });
+        if (ok && stop_.load()) ok = certain();
+        if (!ok && !connected_.load()) gave_up_on_connection_ = connections_.load();
+      }
     }
-    if (ok && stop_.load()) ok = certain();
     MembershipView v = history_.InForce(iteration);
     v.ok = ok;
     return v;
@@ -551,7 +562,10 @@ class ClientImpl final : public Client {
   void ReaderLoop(grpc::ClientReaderWriter<pb::ReportBatch, pb::Directive>* stream) {
     pb::Directive d;
     while (stream->Read(&d)) {
-      if (!got_directive_.exchange(true)) connected_.store(true);
+      if (!got_directive_.exchange(true)) {
+        connections_.fetch_add(1);
+        connected_.store(true);
+      }
       HandleDirective(d);
     }
     {
@@ -666,6 +680,10 @@ class ClientImpl final : public Client {
   detail::MembershipHistory history_;
   std::vector<std::optional<uint64_t>> progress_;  // by slot of served_
   std::atomic<const MembershipView*> current_{nullptr};
+  // Connections that reached the daemon so far, and the count at which a
+  // MembershipFor wait last timed out while disconnected (guarded by state_mu_).
+  std::atomic<uint64_t> connections_{0};
+  std::optional<uint64_t> gave_up_on_connection_;
 
   std::mutex callbacks_mu_;
   std::vector<std::shared_ptr<MembershipCallback>> callbacks_;

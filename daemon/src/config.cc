@@ -118,6 +118,37 @@ class Parser : public ConfigReader {
     return absl::OkStatus();
   }
 
+  absl::Status ApplyRendezvous(const YAML::Node& node, RendezvousConfig& rv) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "rendezvous must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      uint32_t* target = nullptr;
+      if (key == "max_key_bytes") target = &rv.max_key_bytes;
+      if (key == "max_value_bytes") target = &rv.max_value_bytes;
+      if (key == "max_keys_per_job") target = &rv.max_keys_per_job;
+      if (key == "max_jobs") target = &rv.max_jobs;
+      if (key == "default_ttl_seconds") target = &rv.default_ttl_seconds;
+      if (key == "max_ttl_seconds") target = &rv.max_ttl_seconds;
+      if (key == "max_wait_seconds") target = &rv.max_wait_seconds;
+      if (key == "max_waiters") target = &rv.max_waiters;
+      if (target == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in rendezvous"));
+      }
+      const std::string qualified = absl::StrCat("rendezvous.", key);
+      auto v = Uint(kv.second, qualified);
+      if (!v.ok()) return v.status();
+      if (*v == 0) return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      *target = *v;
+    }
+    if (rv.default_ttl_seconds > rv.max_ttl_seconds) {
+      return Error(node.Mark(), absl::StrCat("rendezvous.default_ttl_seconds=", rv.default_ttl_seconds,
+                                             " must be <= rendezvous.max_ttl_seconds=",
+                                             rv.max_ttl_seconds));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ApplyMetrics(const YAML::Node& node, MetricsConfig& metrics) const {
     if (node.IsNull()) return absl::OkStatus();
     if (!node.IsMap()) return Error(node.Mark(), "metrics must be a map");
@@ -234,6 +265,8 @@ class Parser : public ConfigReader {
         s = ApplyLimits(kv.second, config.limits);
       } else if (key == "metrics") {
         s = ApplyMetrics(kv.second, config.metrics);
+      } else if (key == "rendezvous") {
+        s = ApplyRendezvous(kv.second, config.rendezvous);
       } else if (key == "http") {
         s = ApplyHttp(kv.second, config.http);
       } else {

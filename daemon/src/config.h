@@ -60,6 +60,19 @@ struct HttpConfig {
   uint32_t keep_alive_timeout_seconds = 2;
 };
 
+// The job-scoped rendezvous key-value store (RendezvousService; reloadable:
+// a change applies to later requests, stored keys keep their expiry).
+struct RendezvousConfig {
+  uint32_t max_key_bytes = 512;            // longer keys: INVALID_ARGUMENT
+  uint32_t max_value_bytes = 1048576;      // larger values: INVALID_ARGUMENT
+  uint32_t max_keys_per_job = 65536;       // more live keys: RESOURCE_EXHAUSTED
+  uint32_t max_jobs = 1000;                // jobs holding keys at once
+  uint32_t default_ttl_seconds = 3600;     // a Set/Add without a TTL
+  uint32_t max_ttl_seconds = 86400;        // longer TTLs are capped
+  uint32_t max_wait_seconds = 300;         // longest Wait; longer ones are capped
+  uint32_t max_waiters = 100000;           // Waits held at once, all jobs
+};
+
 // A per-job policy: `match` is a job id or a glob where `*` matches any run
 // of characters; `policy` is the top-level policy with the rule's overrides
 // applied (already merged and validated).
@@ -77,6 +90,7 @@ struct DaemonConfig {
   Limits limits;
   MetricsConfig metrics;
   HttpConfig http;
+  RendezvousConfig rendezvous;
   std::string config_file;                   // "" = embedded defaults only
 
   // The policy for `job_id`: the first rule whose pattern matches, else the

@@ -10,6 +10,8 @@
 #include "ingest_service.h"
 #include "job_registry.h"
 #include "query_service.h"
+#include "rendezvous_service.h"
+#include "rendezvous_store.h"
 #include "spdlog/spdlog.h"
 
 namespace straggler::daemon {
@@ -38,6 +40,8 @@ absl::Status Server::Start(const DaemonConfig& config) {
   ingest_ = std::make_unique<IngestServiceImpl>(*registry_, stats_);
   query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_);
   admin_ = std::make_unique<AdminServiceImpl>(*registry_);
+  rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
+  rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_);
   configured_grpc_address_ = config.grpc_address;
   configured_http_address_ = config.http_address;
   configured_http_ = config.http;
@@ -50,6 +54,7 @@ absl::Status Server::Start(const DaemonConfig& config) {
   builder.RegisterService(ingest_.get());
   builder.RegisterService(query_.get());
   builder.RegisterService(admin_.get());
+  builder.RegisterService(rendezvous_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
     server_.reset();
@@ -66,7 +71,8 @@ absl::Status Server::Start(const DaemonConfig& config) {
   health->SetServingStatus("", true);
   for (const char* service : {straggler::v1::IngestService::service_full_name(),
                               straggler::v1::QueryService::service_full_name(),
-                              straggler::v1::AdminService::service_full_name()}) {
+                              straggler::v1::AdminService::service_full_name(),
+                              straggler::v1::RendezvousService::service_full_name()}) {
     health->SetServingStatus(service, true);
   }
 
@@ -118,6 +124,7 @@ void Server::Reload(const DaemonConfig& config) {
     spdlog::warn("reload: http.* changes take effect only after a restart");
   }
   registry_->ApplyConfig(std::make_shared<const DaemonConfig>(config));
+  rendezvous_store_->ApplyConfig(config.rendezvous);
   spdlog::info("config reloaded from {}",
                config.config_file.empty() ? "defaults" : config.config_file);
 }
@@ -140,6 +147,8 @@ void Server::Shutdown(std::chrono::milliseconds grace) {
   if (http_) http_->SetPhase(HttpServer::Phase::kDraining);
   server_->GetHealthCheckService()->Shutdown();
   registry_->CloseAll(absl::UnavailableError("stragglerd is shutting down"));
+  // Held Waits end now (UNAVAILABLE) rather than holding the drain for their timeout.
+  rendezvous_store_->Close(absl::UnavailableError("stragglerd is shutting down"));
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   {
     std::lock_guard lock(tick_mu_);

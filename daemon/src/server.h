@@ -1,4 +1,5 @@
-// The running daemon: gRPC server (ingest, query, admin, health, reflection),
+// The running daemon: gRPC server (ingest, query, admin, rendezvous, health,
+// reflection),
 // the HTTP server (/metrics, /healthz, /readyz, REST), the job registry and
 // the once-a-second tick thread.
 //
@@ -34,6 +35,8 @@ class JobRegistry;
 class IngestServiceImpl;
 class QueryServiceImpl;
 class AdminServiceImpl;
+class RendezvousStore;
+class RendezvousServiceImpl;
 class HttpServer;
 
 class Server {
@@ -69,6 +72,7 @@ class Server {
   std::string http_dial_address() const;
 
   JobRegistry& registry() { return *registry_; }
+  RendezvousStore& rendezvous() { return *rendezvous_store_; }
   const DaemonStats& stats() const { return stats_; }
 
  private:
@@ -79,6 +83,9 @@ class Server {
   std::unique_ptr<IngestServiceImpl> ingest_;
   std::unique_ptr<QueryServiceImpl> query_;
   std::unique_ptr<AdminServiceImpl> admin_;
+  // Declared before server_: held Waits reference the store until they end.
+  std::unique_ptr<RendezvousStore> rendezvous_store_;
+  std::unique_ptr<RendezvousServiceImpl> rendezvous_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
   std::string configured_grpc_address_;

@@ -1,7 +1,10 @@
 // straggler::Client against an in-process fake IngestService on loopback:
 // the hello, batching, acknowledgements, Flush, membership delivery and
 // MembershipFor's certainty rule, and resending after a dropped stream.
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -308,4 +311,38 @@ TEST_CASE("the C ABI passes the GPU identity into the hello", "[stream][c_api]")
   CHECK(h.devices(0).local_rank() == 3);
   CHECK(h.devices(0).cuda_visible_devices() == "GPU-abcd");
   CHECK(h.devices(0).gpu_uuid() == "GPU-abcd-full");
+}
+
+TEST_CASE("MembershipFor waits its timeout once per outage, then answers at once until reconnected",
+          "[stream]") {
+  // A unix socket path: nothing listens on it until the server starts there,
+  // without the race of re-binding a freed TCP port.
+  const std::string path = "/tmp/straggler-client-test-" + std::to_string(::getpid()) + ".sock";
+  std::remove(path.c_str());
+  const std::string endpoint = "unix://" + path;
+  auto client = straggler::Client::Create(Options(endpoint));
+  REQUIRE(client);
+  // The first wait while the daemon is unreachable runs out its timeout.
+  straggler::MembershipView first = client->MembershipFor(10, 50ms);
+  CHECK_FALSE(first.ok);
+  // Now the client knows: a wait of an hour must return at once (else this
+  // test hangs until ctest's timeout fails it), still uncertain.
+  straggler::MembershipView second = client->MembershipFor(11, std::chrono::hours(1));
+  CHECK_FALSE(second.ok);
+  CHECK(second.version == 0);
+  // Once the stream reaches a daemon again, MembershipFor waits as before and
+  // becomes certain when the progress arrives.
+  FakeIngest service;
+  grpc::ServerBuilder b;
+  b.AddListeningPort(endpoint, grpc::InsecureServerCredentials());
+  b.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  REQUIRE(server);
+  for (uint64_t it = 0; it <= 10; ++it) REQUIRE(client->Report(0, it, 0.1));
+  while (!client->Stats().connected) std::this_thread::sleep_for(5ms);
+  straggler::MembershipView third = client->MembershipFor(11, std::chrono::hours(1));
+  CHECK(third.ok);
+  client.reset();
+  server->Shutdown(std::chrono::system_clock::now() + 1s);
+  std::remove(path.c_str());
 }

@@ -87,6 +87,32 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->http.max_body_bytes == defaults.http.max_body_bytes);
   CHECK(cfg->http.keep_alive_max_requests == defaults.http.keep_alive_max_requests);
   CHECK(cfg->http.keep_alive_timeout_seconds == defaults.http.keep_alive_timeout_seconds);
+  CHECK(cfg->rendezvous.max_key_bytes == defaults.rendezvous.max_key_bytes);
+  CHECK(cfg->rendezvous.max_value_bytes == defaults.rendezvous.max_value_bytes);
+  CHECK(cfg->rendezvous.max_keys_per_job == defaults.rendezvous.max_keys_per_job);
+  CHECK(cfg->rendezvous.max_jobs == defaults.rendezvous.max_jobs);
+  CHECK(cfg->rendezvous.default_ttl_seconds == defaults.rendezvous.default_ttl_seconds);
+  CHECK(cfg->rendezvous.max_ttl_seconds == defaults.rendezvous.max_ttl_seconds);
+  CHECK(cfg->rendezvous.max_wait_seconds == defaults.rendezvous.max_wait_seconds);
+  CHECK(cfg->rendezvous.max_waiters == defaults.rendezvous.max_waiters);
+}
+
+TEST_CASE("rendezvous limits parse and bad ones name the key") {
+  auto cfg = sd::ParseConfig("rendezvous:\n  max_key_bytes: 64\n  max_wait_seconds: 2\n", "rv.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->rendezvous.max_key_bytes == 64);
+  CHECK(cfg->rendezvous.max_wait_seconds == 2);
+  auto zero = sd::ParseConfig("rendezvous:\n  max_keys_per_job: 0\n", "rv.yaml");
+  REQUIRE_FALSE(zero.ok());
+  CHECK_THAT(std::string(zero.status().message()),
+             Catch::Contains("rendezvous.max_keys_per_job=0 must be > 0"));
+  auto unknown = sd::ParseConfig("rendezvous:\n  max_keyz: 3\n", "rv.yaml");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(std::string(unknown.status().message()), Catch::Contains("max_keyz"));
+  auto ttl = sd::ParseConfig("rendezvous:\n  default_ttl_seconds: 10\n  max_ttl_seconds: 5\n",
+                             "rv.yaml");
+  REQUIRE_FALSE(ttl.ok());
+  CHECK_THAT(std::string(ttl.status().message()), Catch::Contains("default_ttl_seconds=10"));
 }
 
 TEST_CASE("an empty file is all defaults") {

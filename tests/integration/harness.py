@@ -29,8 +29,10 @@ def check(condition, message):
 
 
 class Daemon:
-    def __init__(self, binary, workdir, grpc_address="127.0.0.1:0", name="stragglerd"):
+    def __init__(self, binary, workdir, grpc_address="127.0.0.1:0", name="stragglerd",
+                 extra_args=()):
         self.binary = binary
+        self.extra_args = list(extra_args)
         self.workdir = workdir
         self.grpc_address = grpc_address
         self.ready_file = os.path.join(workdir, name + ".ready.json")
@@ -56,7 +58,7 @@ class Daemon:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [self.binary, "--grpc-address", self.grpc_address, "--http-address", "127.0.0.1:0",
-             "--ready-file", self.ready_file, "--log-level", "info"],
+             "--ready-file", self.ready_file, "--log-level", "info", *self.extra_args],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:

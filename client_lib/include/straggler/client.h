@@ -133,6 +133,10 @@ class Client {
   // iteration + 1 - lead (immediately for iteration < lead): waits for that
   // up to `timeout`; on timeout returns the best known answer with ok = false.
   // `rank` must be served by this client (else: best known, ok = false).
+  // When a wait has already timed out while the client was disconnected,
+  // later calls return at once (ok = false) until the stream reaches the
+  // daemon again, so a job whose daemon is gone does not lose `timeout` at
+  // every step.
   virtual MembershipView MembershipFor(uint64_t iteration, std::chrono::milliseconds timeout,
                                        std::optional<uint32_t> rank = std::nullopt) = 0;
 

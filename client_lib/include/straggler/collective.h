@@ -1,0 +1,143 @@
+// straggler::PartialAllReduce — gradient averaging among the ACTIVE ranks of
+// the job's current membership, switched at the same iteration on every rank.
+// Backend-neutral: the CPU backend is Gloo (CreateGlooPartialAllReduce, in
+// libstraggler_collective); an NCCL backend will implement the same interface.
+//
+//   auto client = straggler::Client::Create(options);
+//   auto reducer = straggler::CreateGlooPartialAllReduce(*client, gloo_options);
+//   for (uint64_t it = 0; ...; ++it) {
+//     straggler::StepPlan plan = reducer->BeginIteration(it);   // the switch rule
+//     if (plan.sync_parameters) reducer->SyncParameters({{params.data(), bytes}});
+//     { straggler::ComputeTimer t(*client, epoch, it); compute_gradients(); }
+//     if (reducer->AllReduceAverage(std::span<float>(grads)).participated) optimizer_step();
+//   }
+//
+// The agreement rule (README "Collective layer" has the full argument):
+//  * BeginIteration(i) asks Client::MembershipFor(i, membership_timeout). When it
+//    answers in time the membership is certain, and every participating rank
+//    applies version v at exactly effective_iteration(v).
+//  * When it times out (daemon unreachable, directive late), the rank does not
+//    guess: it keeps the LAST MEMBERSHIP IT APPLIED (plan.certain = false).
+//    While the daemon is down no rank can learn a new version, so every rank
+//    keeps the same one and training goes on with it. Only a version delivered
+//    to some ranks and not others can make ranks differ; then their
+//    collectives do not match and fail within collective_timeout with a
+//    CollectiveError naming the iteration and versions — never a hang and never
+//    a silently mixed average (each active set has its own Gloo context).
+//  * An excluded rank issues no collective at all: AllReduceAverage returns its
+//    buffer unchanged with participated = false.
+//
+// Thread safety: a PartialAllReduce is used by one thread (the training
+// loop); calls from several threads at once must be serialised by the caller.
+// Errors (a collective or rendezvous that timed out, bad arguments) are thrown
+// as straggler::CollectiveError; the object stays usable for later iterations.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "straggler/client.h"
+
+namespace straggler {
+
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What the collective does on this rank at one iteration.
+struct StepPlan {
+  uint64_t iteration = 0;
+  uint64_t version = 0;              // the membership version applied
+  uint64_t effective_iteration = 0;  // of that version
+  // true: MembershipFor answered in time. false: it timed out and the rank
+  // kept the last membership it applied (see the agreement rule above).
+  bool certain = true;
+  bool participating = true;         // this rank is active at `iteration`
+  std::vector<uint32_t> active_ranks;  // ascending
+  // The active set gained ranks since this rank's previous iteration (a
+  // readmission, or the first iteration): every active rank must call
+  // SyncParameters at this iteration, before its first AllReduceAverage.
+  bool sync_parameters = false;
+  uint32_t root = 0;                 // lowest active rank: the source of SyncParameters
+};
+
+struct AllReduceResult {
+  bool participated = false;  // false: excluded, the buffer is untouched
+  uint64_t version = 0;
+  uint32_t active_ranks = 0;  // the divisor of the average
+};
+
+// A caller-owned byte range broadcast by SyncParameters (parameters,
+// optimizer state, the step counter...). Same sizes on every rank.
+struct ParameterBuffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+class PartialAllReduce {
+ public:
+  virtual ~PartialAllReduce() = default;
+
+  // Applies the switch rule for `iteration` (strictly increasing across
+  // calls) and prepares the collective for this rank's active set. Call once
+  // per iteration before its first collective.
+  virtual StepPlan BeginIteration(uint64_t iteration) = 0;
+
+  // Sums `data` across the active ranks and divides by their number, in
+  // place. Excluded: returns at once, `data` unchanged.
+  virtual AllReduceResult AllReduceAverage(std::span<float> data) = 0;
+  virtual AllReduceResult AllReduceAverage(std::span<double> data) = 0;
+
+  // When the plan says sync_parameters: overwrites `buffers` on every active
+  // rank with the root's (a broadcast from plan.root). Returns whether it
+  // broadcast (false: nothing to do at this iteration, or excluded).
+  virtual bool SyncParameters(const std::vector<ParameterBuffer>& buffers) = 0;
+
+  // The plan of the current iteration (after BeginIteration).
+  virtual const StepPlan& Plan() const = 0;
+};
+
+struct GlooOptions {
+  // The daemon serving RendezvousService (stragglerd's gRPC address; the
+  // rendezvous goes to the daemon even when reports go through an agent).
+  std::string rendezvous_endpoint = "127.0.0.1:7070";
+  std::string job_id;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  // Address the Gloo TCP transport binds to and announces to peers.
+  std::string hostname = "127.0.0.1";
+  // Bound on building a context and on each collective: a peer that does not
+  // take part within it turns into a CollectiveError, not a hang.
+  std::chrono::milliseconds collective_timeout{30000};
+  // Bound on BeginIteration's wait for the membership (Client::MembershipFor).
+  std::chrono::milliseconds membership_timeout{5000};
+  // Gloo contexts kept at once (each holds world-size sockets).
+  size_t max_cached_contexts = 4;
+  // Names this run of the job in the rendezvous keys. Versions are unique
+  // within a job, except version 0 of a job id that is reused: set a fresh
+  // run_id per launch (the same on every rank) when a job id is reused
+  // within key_ttl, or stale keys of the earlier run may be read.
+  std::string run_id;
+  // Expiry of this rank's rendezvous keys on the daemon.
+  std::chrono::milliseconds key_ttl{std::chrono::minutes(10)};
+
+  // Empty when usable, else what is wrong, naming the value.
+  std::string Validate() const;
+};
+
+// The Gloo (CPU, TCP) backend. `client` reports for options.rank and must
+// outlive the result. Fails (nullptr + *error) only on invalid options or
+// when the transport cannot bind options.hostname; an unreachable daemon is
+// noticed at the first context build.
+std::unique_ptr<PartialAllReduce> CreateGlooPartialAllReduce(Client& client,
+                                                             const GlooOptions& options,
+                                                             std::string* error = nullptr);
+
+}  // namespace straggler

@@ -1,0 +1,37 @@
+// RendezvousService: the gRPC face of RendezvousStore (Set, Get, Wait, Add).
+// Wait is held on the server without a thread: its reactor finishes from the
+// store's callback (keys complete, deadline, cancellation or shutdown).
+//
+//   RendezvousServiceImpl rendezvous(store);
+//   builder.RegisterService(&rendezvous);
+//
+// Thread-safe; the store must outlive the server.
+#pragma once
+
+#include "rendezvous_store.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace straggler::daemon {
+
+class RendezvousServiceImpl final : public straggler::v1::RendezvousService::CallbackService {
+ public:
+  explicit RendezvousServiceImpl(RendezvousStore& store) : store_(store) {}
+
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* ctx,
+                                const straggler::v1::RendezvousSetRequest* request,
+                                straggler::v1::RendezvousSetResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx,
+                                const straggler::v1::RendezvousGetRequest* request,
+                                straggler::v1::RendezvousGetResponse* response) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx,
+                                 const straggler::v1::RendezvousWaitRequest* request,
+                                 straggler::v1::RendezvousWaitResponse* response) override;
+  grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext* ctx,
+                                const straggler::v1::RendezvousAddRequest* request,
+                                straggler::v1::RendezvousAddResponse* response) override;
+
+ private:
+  RendezvousStore& store_;
+};
+
+}  // namespace straggler::daemon

@@ -1,0 +1,150 @@
+// One rank of a small synchronous "training" job for the collective tests:
+// the real straggler::Client reports each step to the real stragglerd, and a
+// Gloo PartialAllReduce averages a gradient among the active ranks. The
+// gradient of rank r at iteration i is 12*(r+1) + 12*k + 12*(i%7) for
+// element k: multiples of 12, so the sum over 3 or 4 ranks divides exactly
+// and the average is an exact integer in float and double — the test
+// compares it with the expected value for equality.
+//
+// Parameters start at 1000*rank + k (different on every rank) and move by the
+// average each iteration in which the rank took part; SyncParameters makes
+// them equal at iteration 0 and gives a readmitted rank the active group's.
+//
+// Prints one JSON object per iteration on stdout (flushed), then a final
+// {"final": ...}; exits 1 with the error on stderr when a collective fails.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "straggler/client.h"
+#include "straggler/collective.h"
+
+namespace {
+
+std::string Json(const std::vector<uint32_t>& v) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
+  out << "]";
+  return out.str();
+}
+
+template <class T>
+std::string Json(const std::vector<T>& v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << "[";
+  for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
+  out << "]";
+  return out.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"straggler collective test driver"};
+  std::string daemon, report_endpoint, job;
+  uint32_t rank = 0, world = 0;
+  uint64_t iterations = 100;
+  int step_ms = 20;
+  int membership_timeout_ms = 10000;
+  int collective_timeout_ms = 20000;
+  size_t elements = 8;
+  std::string go_file;
+  app.add_option("--daemon", daemon, "stragglerd gRPC address (rendezvous)")->required();
+  app.add_option("--report-endpoint", report_endpoint,
+                 "where the client streams reports (default: --daemon; a test proxy can "
+                 "delay directives)");
+  app.add_option("--job", job)->required();
+  app.add_option("--rank", rank)->required();
+  app.add_option("--world-size", world)->required();
+  app.add_option("--iterations", iterations);
+  app.add_option("--step-ms", step_ms, "simulated compute time per step");
+  app.add_option("--membership-timeout-ms", membership_timeout_ms);
+  app.add_option("--collective-timeout-ms", collective_timeout_ms);
+  app.add_option("--elements", elements);
+  app.add_option("--go-file", go_file,
+                 "wait for this file before iteration 0, so all ranks start together");
+  CLI11_PARSE(app, argc, argv);
+
+  straggler::ClientOptions copts;
+  copts.endpoint = report_endpoint.empty() ? daemon : report_endpoint;
+  copts.job_id = job;
+  copts.ranks = {rank};
+  copts.world_size = world;
+  copts.node = "node" + std::to_string(rank);
+  std::string error;
+  auto client = straggler::Client::Create(copts, &error);
+  if (!client) {
+    std::cerr << "client: " << error << "\n";
+    return 2;
+  }
+  straggler::GlooOptions gopts;
+  gopts.rendezvous_endpoint = daemon;
+  gopts.job_id = job;
+  gopts.rank = rank;
+  gopts.world_size = world;
+  gopts.membership_timeout = std::chrono::milliseconds(membership_timeout_ms);
+  gopts.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);
+  auto reducer = straggler::CreateGlooPartialAllReduce(*client, gopts, &error);
+  if (!reducer) {
+    std::cerr << "gloo: " << error << "\n";
+    return 2;
+  }
+  while (!go_file.empty() && !std::ifstream(go_file).good())
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  std::vector<float> params(elements);
+  for (size_t k = 0; k < elements; ++k) params[k] = static_cast<float>(1000 * rank + k);
+  uint64_t steps_taken = 0;  // optimizer steps: part of the state a rejoiner receives
+
+  try {
+    for (uint64_t it = 0; it < iterations; ++it) {
+      const straggler::StepPlan plan = reducer->BeginIteration(it);
+      bool synced = false;
+      if (plan.sync_parameters) {
+        synced = reducer->SyncParameters({{params.data(), params.size() * sizeof(float)},
+                                          {&steps_taken, sizeof(steps_taken)}});
+      }
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<float> grad(elements);
+      std::vector<double> grad64(elements);
+      for (size_t k = 0; k < elements; ++k) {
+        grad[k] = static_cast<float>(12 * (rank + 1) + 12 * k + 12 * (it % 7));
+        grad64[k] = 2.0 * grad[k];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+      client->Report(0, it, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      const straggler::AllReduceResult r = reducer->AllReduceAverage(std::span<float>(grad));
+      reducer->AllReduceAverage(std::span<double>(grad64));
+      if (r.participated) {
+        // Excluded ranks never step on an average they did not take part in.
+        for (size_t k = 0; k < elements; ++k) params[k] += grad[k];
+        ++steps_taken;
+      }
+      std::printf(
+          "{\"it\":%llu,\"version\":%llu,\"effective_iteration\":%llu,\"certain\":%s,"
+          "\"participated\":%s,\"active\":%s,\"synced\":%s,\"avg\":%s,\"avg64\":%s}\n",
+          static_cast<unsigned long long>(it), static_cast<unsigned long long>(plan.version),
+          static_cast<unsigned long long>(plan.effective_iteration), plan.certain ? "true" : "false",
+          r.participated ? "true" : "false", Json(plan.active_ranks).c_str(),
+          synced ? "true" : "false", Json(grad).c_str(), Json(grad64).c_str());
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "rank " << rank << ": " << e.what() << "\n";
+    return 1;
+  }
+  std::printf("{\"final\":%s,\"steps_taken\":%llu}\n", Json(params).c_str(),
+              static_cast<unsigned long long>(steps_taken));
+  std::fflush(stdout);
+  client->Flush(std::chrono::seconds(2));
+  return 0;
+}

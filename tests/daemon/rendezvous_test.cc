@@ -1,0 +1,237 @@
+// RendezvousService over real gRPC on loopback (port 0): set/get, waits that
+// complete from a later Set, time out naming the missing keys, end on client
+// cancellation and on shutdown; limits with errors naming the value; TTL
+// expiry; jobs kept apart; the Add counter.
+#include <catch2/catch.hpp>
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "config.h"
+#include "rendezvous_store.h"
+#include "server.h"
+#include "spdlog/spdlog.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace sd = straggler::daemon;
+namespace v1 = straggler::v1;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Fixture {
+  explicit Fixture(sd::RendezvousConfig rv = {}) {
+    spdlog::set_level(spdlog::level::warn);
+    sd::DaemonConfig config;
+    config.grpc_address = "127.0.0.1:0";
+    config.http_address = "127.0.0.1:0";
+    config.rendezvous = rv;
+    REQUIRE(server.Start(config).ok());
+    channel = grpc::CreateChannel(server.grpc_dial_address(), grpc::InsecureChannelCredentials());
+    stub = v1::RendezvousService::NewStub(channel);
+  }
+
+  grpc::Status Set(const std::string& job, const std::string& key, const std::string& value,
+                   std::chrono::milliseconds ttl = 0ms) {
+    v1::RendezvousSetRequest req;
+    req.set_job_id(job);
+    req.set_key(key);
+    req.set_value(value);
+    if (ttl.count() > 0) {
+      req.mutable_ttl()->set_seconds(ttl.count() / 1000);
+      req.mutable_ttl()->set_nanos(static_cast<int32_t>((ttl.count() % 1000) * 1000000));
+    }
+    v1::RendezvousSetResponse resp;
+    grpc::ClientContext ctx;
+    return stub->Set(&ctx, req, &resp);
+  }
+
+  grpc::Status Get(const std::string& job, std::vector<std::string> keys,
+                   v1::RendezvousGetResponse* resp) {
+    v1::RendezvousGetRequest req;
+    req.set_job_id(job);
+    for (auto& k : keys) req.add_keys(k);
+    grpc::ClientContext ctx;
+    return stub->Get(&ctx, req, resp);
+  }
+
+  grpc::Status Wait(const std::string& job, std::vector<std::string> keys,
+                    std::chrono::milliseconds timeout, grpc::ClientContext* ctx = nullptr) {
+    v1::RendezvousWaitRequest req;
+    req.set_job_id(job);
+    for (auto& k : keys) req.add_keys(k);
+    req.mutable_timeout()->set_seconds(timeout.count() / 1000);
+    req.mutable_timeout()->set_nanos(static_cast<int32_t>((timeout.count() % 1000) * 1000000));
+    v1::RendezvousWaitResponse resp;
+    grpc::ClientContext own;
+    return stub->Wait(ctx ? ctx : &own, req, &resp);
+  }
+
+  sd::Server server;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::RendezvousService::Stub> stub;
+};
+
+// Polls until the server holds `n` waits, so a test acts only once its Wait
+// is registered (no sleeps guessing how long that takes).
+void AwaitWaiters(sd::Server& server, size_t n) {
+  while (server.rendezvous().WaiterCount() != n) std::this_thread::sleep_for(1ms);
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous: set then get returns the values in request order; jobs are apart") {
+  Fixture f;
+  REQUIRE(f.Set("a", "k1", "one").ok());
+  REQUIRE(f.Set("a", "k2", std::string("t\0o", 3)).ok());
+  REQUIRE(f.Set("b", "k1", "other job").ok());
+  v1::RendezvousGetResponse resp;
+  REQUIRE(f.Get("a", {"k2", "k1"}, &resp).ok());
+  REQUIRE(resp.entries_size() == 2);
+  CHECK(resp.entries(0).key() == "k2");
+  CHECK(resp.entries(0).value() == std::string("t\0o", 3));
+  CHECK(resp.entries(1).value() == "one");
+  v1::RendezvousGetResponse other;
+  REQUIRE(f.Get("b", {"k1"}, &other).ok());
+  CHECK(other.entries(0).value() == "other job");
+  // A Set replaces.
+  REQUIRE(f.Set("a", "k1", "uno").ok());
+  v1::RendezvousGetResponse again;
+  REQUIRE(f.Get("a", {"k1"}, &again).ok());
+  CHECK(again.entries(0).value() == "uno");
+}
+
+TEST_CASE("rendezvous: a missing key is NOT_FOUND naming it") {
+  Fixture f;
+  REQUIRE(f.Set("a", "present", "x").ok());
+  v1::RendezvousGetResponse resp;
+  grpc::Status s = f.Get("a", {"present", "absent"}, &resp);
+  CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
+  CHECK_THAT(s.error_message(), Catch::Contains("'absent'"));
+  CHECK_THAT(s.error_message(), Catch::Contains("job 'a'"));
+}
+
+TEST_CASE("rendezvous: a Wait completes when a later Set supplies the last key") {
+  Fixture f;
+  REQUIRE(f.Set("j", "r0", "addr0").ok());
+  auto waiting = std::async(std::launch::async, [&] { return f.Wait("j", {"r0", "r1"}, 60000ms); });
+  AwaitWaiters(f.server, 1);
+  REQUIRE(f.Set("j", "r1", "addr1").ok());
+  grpc::Status s = waiting.get();
+  CHECK(s.ok());
+  CHECK(f.server.rendezvous().WaiterCount() == 0);
+}
+
+TEST_CASE("rendezvous: a Wait for keys already set returns at once") {
+  Fixture f;
+  REQUIRE(f.Set("j", "r0", "a").ok());
+  CHECK(f.Wait("j", {"r0"}, 60000ms).ok());
+}
+
+TEST_CASE("rendezvous: a Wait times out with DEADLINE_EXCEEDED naming the missing keys") {
+  Fixture f;
+  REQUIRE(f.Set("j", "r0", "a").ok());
+  grpc::Status s = f.Wait("j", {"r0", "r7"}, 50ms);
+  CHECK(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK_THAT(s.error_message(), Catch::Contains("'r7'"));
+  CHECK_THAT(s.error_message(), !Catch::Contains("'r0'"));
+  CHECK(f.server.rendezvous().WaiterCount() == 0);
+}
+
+TEST_CASE("rendezvous: a client that cancels its Wait frees the server's wait") {
+  Fixture f;
+  grpc::ClientContext ctx;
+  auto waiting = std::async(std::launch::async, [&] { return f.Wait("j", {"never"}, 60000ms, &ctx); });
+  AwaitWaiters(f.server, 1);
+  ctx.TryCancel();
+  CHECK(waiting.get().error_code() == grpc::StatusCode::CANCELLED);
+  AwaitWaiters(f.server, 0);  // would hang (ctest timeout) if the wait leaked
+}
+
+TEST_CASE("rendezvous: held Waits end UNAVAILABLE when the daemon shuts down") {
+  Fixture f;
+  auto waiting = std::async(std::launch::async, [&] { return f.Wait("j", {"never"}, 60000ms); });
+  AwaitWaiters(f.server, 1);
+  f.server.Shutdown(60000ms);  // must not wait out the 60 s grace for the held Wait
+  CHECK(waiting.get().error_code() == grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_CASE("rendezvous: limits refuse with errors naming the value and the limit") {
+  sd::RendezvousConfig rv;
+  rv.max_key_bytes = 8;
+  rv.max_value_bytes = 4;
+  rv.max_keys_per_job = 2;
+  rv.max_jobs = 2;
+  Fixture f(rv);
+  grpc::Status key = f.Set("j", "a-very-long-key", "v");
+  CHECK(key.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(key.error_message(), Catch::Contains("rendezvous.max_key_bytes=8"));
+  grpc::Status value = f.Set("j", "k", "12345");
+  CHECK(value.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(value.error_message(), Catch::Contains("5 bytes"));
+  CHECK_THAT(value.error_message(), Catch::Contains("rendezvous.max_value_bytes=4"));
+  REQUIRE(f.Set("j", "k1", "v").ok());
+  REQUIRE(f.Set("j", "k2", "v").ok());
+  REQUIRE(f.Set("j", "k2", "w").ok());  // replacing is not a new key
+  grpc::Status many = f.Set("j", "k3", "v");
+  CHECK(many.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(many.error_message(), Catch::Contains("key 'k3' not stored"));
+  REQUIRE(f.Set("j2", "k", "v").ok());
+  grpc::Status jobs = f.Set("j3", "k", "v");
+  CHECK(jobs.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(jobs.error_message(), Catch::Contains("rendezvous.max_jobs=2"));
+  grpc::Status nojob = f.Set("", "k", "v");
+  CHECK(nojob.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("rendezvous: a key expires after its TTL and no longer counts") {
+  sd::RendezvousConfig rv;
+  rv.max_keys_per_job = 1;
+  Fixture f(rv);
+  REQUIRE(f.Set("j", "short", "v", 30ms).ok());
+  // The key is live right after the Set or has expired; wait for expiry by
+  // polling the outcome, not by a timed assertion.
+  v1::RendezvousGetResponse resp;
+  while (f.Get("j", {"short"}, &resp).ok()) std::this_thread::sleep_for(5ms);
+  CHECK(f.Get("j", {"short"}, &resp).error_code() == grpc::StatusCode::NOT_FOUND);
+  // Its slot is free again for a new key (max_keys_per_job=1).
+  CHECK(f.Set("j", "next", "v").ok());
+}
+
+TEST_CASE("rendezvous: Add is an atomic counter across concurrent callers") {
+  Fixture f;
+  constexpr int kThreads = 4, kEach = 25;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        v1::RendezvousAddRequest req;
+        req.set_job_id("j");
+        req.set_key("counter");
+        req.set_delta(2);
+        v1::RendezvousAddResponse resp;
+        grpc::ClientContext ctx;
+        REQUIRE(f.stub->Add(&ctx, req, &resp).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  v1::RendezvousGetResponse resp;
+  REQUIRE(f.Get("j", {"counter"}, &resp).ok());
+  CHECK(resp.entries(0).value() == std::to_string(2 * kThreads * kEach));
+  REQUIRE(f.Set("j", "text", "abc").ok());
+  v1::RendezvousAddRequest req;
+  req.set_job_id("j");
+  req.set_key("text");
+  req.set_delta(1);
+  v1::RendezvousAddResponse out;
+  grpc::ClientContext ctx;
+  grpc::Status s = f.stub->Add(&ctx, req, &out);
+  CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_THAT(s.error_message(), Catch::Contains("'text'"));
+}

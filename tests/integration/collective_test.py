@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""The collective layer end to end: 4 real rank processes (straggler-collective-
+driver: the real client + a Gloo PartialAllReduce) and the real stragglerd on
+loopback. Exclusions are forced with `stragglerctl override` so the test is
+deterministic; the daemon's own detection is switched off (a busy CI machine
+must not add exclusions of its own).
+
+  exclusion_rejoin  rank 3 (a slow rank) is forced out mid-run, then back in:
+                    every rank switches at each version's effective iteration,
+                    the averages equal the active ranks' mean exactly, rank 3
+                    receives the parameters by broadcast when it rejoins, and
+                    all ranks end with the same parameters as a reference run.
+  late_directive    rank 2's directives are held back by a proxy across the
+                    switch iteration: it waits (bounded) instead of guessing,
+                    and every rank still switches at the effective iteration.
+  daemon_killed     the daemon is killed mid-run: training goes on with the
+                    last applied membership on every rank (certain = false).
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Daemon, TestFailure, check, main, run  # noqa: E402
+
+WORLD = 4
+ELEMENTS = 8
+JOB = "collective"
+DEADLINE_S = 150
+
+
+def grad(rank, it, k):
+    return 12 * (rank + 1) + 12 * k + 12 * (it % 7)
+
+
+class DelayProxy:
+    """TCP forwarder; while `hold_until` is in the future, bytes from the
+    server to the client are held back (then delivered in order)."""
+
+    def __init__(self, target):
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.hold_until = 0.0
+        self.held_bytes = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+
+    def _pump(self, src, dst, to_client):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if to_client:
+                    wait = self.hold_until - time.monotonic()
+                    if wait > 0:
+                        self.held_bytes += len(data)
+                        time.sleep(wait)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class Ranks:
+    """Starts the 4 drivers and follows their JSON lines."""
+
+    def __init__(self, driver, daemon_address, workdir, iterations, step_ms, report_endpoints=None,
+                 membership_timeout_ms=10000):
+        self.go_file = os.path.join(workdir, "go")
+        self.lines = {r: [] for r in range(WORLD)}
+        self.final = {}
+        self.procs = []
+        self.errs = []
+        for r in range(WORLD):
+            err = open(os.path.join(workdir, "rank%d.err" % r), "w+")
+            self.errs.append(err)
+            cmd = [driver, "--daemon", daemon_address, "--job", JOB, "--rank", str(r),
+                   "--world-size", str(WORLD), "--iterations", str(iterations),
+                   "--step-ms", str(step_ms[r]), "--elements", str(ELEMENTS),
+                   "--membership-timeout-ms", str(membership_timeout_ms),
+                   "--collective-timeout-ms", "20000", "--go-file", self.go_file]
+            if report_endpoints and report_endpoints.get(r):
+                cmd += ["--report-endpoint", report_endpoints[r]]
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+            self.procs.append(p)
+            threading.Thread(target=self._read, args=(r, p), daemon=True).start()
+        with open(self.go_file, "w") as f:
+            f.write("go\n")
+
+    def _read(self, rank, proc):
+        for line in proc.stdout:
+            obj = json.loads(line)
+            if "final" in obj:
+                self.final[rank] = obj
+            else:
+                self.lines[rank].append(obj)
+
+    def wait_all_past(self, iteration, ranks=range(WORLD)):
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            if all(len(self.lines[r]) > iteration for r in ranks):
+                return
+            for r, p in enumerate(self.procs):
+                if p.poll() not in (None, 0):
+                    raise TestFailure("rank %d exited with %d: %s" % (r, p.returncode, self.err(r)))
+            time.sleep(0.01)
+        raise TestFailure("ranks did not all pass iteration %d within %d s" % (iteration, DEADLINE_S))
+
+    def finish(self):
+        deadline = time.monotonic() + DEADLINE_S
+        for r, p in enumerate(self.procs):
+            try:
+                rc = p.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                for q in self.procs:
+                    q.kill()
+                raise TestFailure("rank %d hung (still running after %d s): %s"
+                                  % (r, DEADLINE_S, self.err(r)))
+            check(rc == 0, "rank %d exited with %d: %s" % (r, rc, self.err(r)))
+        time.sleep(0.1)  # the reader threads drain the pipes after exit
+        check(len(self.final) == WORLD, "only ranks %s printed their final state" % sorted(self.final))
+
+    def kill(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+
+    def err(self, r):
+        self.errs[r].flush()
+        self.errs[r].seek(0)
+        return self.errs[r].read()[-2000:]
+
+
+def ctl(args, daemon_address, *rest):
+    res = run([args.ctl, "--daemon", daemon_address, *rest], timeout=30)
+    check(res.returncode == 0, "stragglerctl %s failed: %s" % (" ".join(rest), res.stderr))
+    return res.stdout
+
+
+def check_iterations(ranks, iterations):
+    """Per iteration: participants agree on the version; the averages are exact."""
+    for r in range(WORLD):
+        check(len(ranks.lines[r]) == iterations,
+              "rank %d printed %d iterations, expected %d" % (r, len(ranks.lines[r]), iterations))
+    for it in range(iterations):
+        rows = {r: ranks.lines[r][it] for r in range(WORLD)}
+        participants = [r for r in range(WORLD) if rows[r]["participated"]]
+        check(participants, "iteration %d: no rank took part" % it)
+        versions = {rows[r]["version"] for r in participants}
+        check(len(versions) == 1, "iteration %d: participants applied versions %s" % (it, versions))
+        active = rows[participants[0]]["active"]
+        check(active == participants,
+              "iteration %d: active set %s but ranks %s took part" % (it, active, participants))
+        for r in range(WORLD):
+            if r in participants:
+                for k in range(ELEMENTS):
+                    want = sum(grad(a, it, k) for a in active) // len(active)
+                    check(rows[r]["avg"][k] == want and rows[r]["avg64"][k] == 2 * want,
+                          "iteration %d rank %d element %d: average %r (double %r), expected %d"
+                          % (it, r, k, rows[r]["avg"][k], rows[r]["avg64"][k], want))
+            else:
+                check(rows[r]["avg"][0] == grad(r, it, 0),
+                      "iteration %d: excluded rank %d's buffer changed" % (it, r))
+
+
+def switch_iterations(ranks, version):
+    """The first iteration at which each rank applied `version`."""
+    first = {}
+    for r in range(WORLD):
+        for row in ranks.lines[r]:
+            if row["version"] >= version:
+                first[r] = (row["it"], row["version"], row["effective_iteration"])
+                break
+    return first
+
+
+def check_switch(ranks, version, label):
+    first = switch_iterations(ranks, version)
+    check(len(first) == WORLD, "%s: only ranks %s reached version %d" % (label, sorted(first), version))
+    its = {v[0] for v in first.values()}
+    check(len(its) == 1, "%s: ranks switched to version %d at different iterations: %s"
+          % (label, version, first))
+    it, v, eff = next(iter(first.values()))
+    check(v == version and it == eff,
+          "%s: version %d applied at %d, effective at %d" % (label, v, it, eff))
+    return it
+
+
+def reference_params(ranks, iterations):
+    """Rank 0's initial parameters moved by every average the active group took."""
+    params = [float(k) for k in range(ELEMENTS)]
+    for it in range(iterations):
+        row = ranks.lines[0][it]  # rank 0 is never excluded in these tests
+        params = [p + a for p, a in zip(params, row["avg"])]
+    return params
+
+
+def test_exclusion_rejoin(args, workdir, config):
+    iterations = 140
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+        # Rank 3 is the slow one (2x): while it is left out the others stop
+        # waiting for it, and it never runs ahead of the group it rejoins.
+        ranks = Ranks(args.driver, d.address, workdir, iterations, [20, 20, 20, 40])
+        try:
+            ranks.wait_all_past(25)
+            ctl(args, d.address, "override", JOB, "3", "exclude", "--reason", "test")
+            ranks.wait_all_past(70, ranks=[0, 1, 2])
+            ctl(args, d.address, "override", JOB, "3", "include", "--reason", "test")
+            ranks.finish()
+        finally:
+            ranks.kill()
+        check(d.stop() == 0, "stragglerd did not exit cleanly")
+    check_iterations(ranks, iterations)
+    versions = sorted({row["version"] for row in ranks.lines[0]})
+    check(len(versions) == 3, "expected versions 0, exclusion, readmission; saw %s" % versions)
+    out_at = check_switch(ranks, versions[1], "exclusion")
+    back_at = check_switch(ranks, versions[2], "readmission")
+    check(ranks.lines[3][out_at]["participated"] is False, "rank 3 still took part after exclusion")
+    check(ranks.lines[3][back_at]["participated"] and ranks.lines[3][back_at]["synced"],
+          "rank 3 did not rejoin with a parameter broadcast at iteration %d" % back_at)
+    for r in range(3):
+        check(ranks.lines[r][back_at]["synced"], "rank %d skipped the rejoin broadcast" % r)
+        check(not ranks.lines[r][out_at]["synced"], "rank %d broadcast on a shrink" % r)
+    want = reference_params(ranks, iterations)
+    for r in range(WORLD):
+        check(ranks.final[r]["final"] == want,
+              "rank %d ended with parameters %s, the active group's are %s"
+              % (r, ranks.final[r]["final"], want))
+    check(ranks.final[3]["steps_taken"] == ranks.final[0]["steps_taken"],
+          "rank 3's step counter %d was not taken from the group (%d)"
+          % (ranks.final[3]["steps_taken"], ranks.final[0]["steps_taken"]))
+    print("exclusion at iteration %d, rejoin at %d; %d iterations exact on 4 ranks"
+          % (out_at, back_at, iterations))
+
+
+def test_late_directive(args, workdir, config):
+    iterations = 80
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+        proxy = DelayProxy(d.address)
+        ranks = Ranks(args.driver, d.address, workdir, iterations, [20, 20, 20, 20],
+                      report_endpoints={2: proxy.address})
+        try:
+            ranks.wait_all_past(25)
+            # Hold rank 2's directives (acks and the new membership) for 3 s,
+            # well past the switch iteration (2 iterations ahead) of the
+            # exclusion made next.
+            proxy.hold_until = time.monotonic() + 3.0
+            ctl(args, d.address, "override", JOB, "3", "exclude", "--reason", "test")
+            ranks.finish()
+        finally:
+            ranks.kill()
+        check(d.stop() == 0, "stragglerd did not exit cleanly")
+    check(proxy.held_bytes > 0, "the proxy held nothing back: the test did not delay rank 2")
+    check_iterations(ranks, iterations)
+    versions = sorted({row["version"] for row in ranks.lines[0]})
+    check(len(versions) == 2, "expected versions 0 and the exclusion; saw %s" % versions)
+    at = check_switch(ranks, versions[1], "late directive")
+    check(all(row["certain"] for r in range(WORLD) for row in ranks.lines[r]),
+          "a rank guessed (certain = false) although the daemon was up")
+    print("rank 2's directives held %d bytes; every rank switched at iteration %d"
+          % (proxy.held_bytes, at))
+
+
+def test_daemon_killed(args, workdir, config):
+    iterations = 90
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+        ranks = Ranks(args.driver, d.address, workdir, iterations, [20, 20, 20, 20],
+                      membership_timeout_ms=1500)
+        try:
+            ranks.wait_all_past(15)
+            ctl(args, d.address, "override", JOB, "3", "exclude", "--reason", "test")
+            ranks.wait_all_past(40, ranks=[0, 1, 2])
+            d.proc.kill()  # no drain: the daemon is simply gone
+            d.proc.wait()
+            ranks.finish()
+        finally:
+            ranks.kill()
+    check_iterations(ranks, iterations)
+    versions = sorted({row["version"] for row in ranks.lines[0]})
+    check(len(versions) == 2, "expected versions 0 and the exclusion; saw %s" % versions)
+    check_switch(ranks, versions[1], "before the kill")
+    uncertain = [row["it"] for row in ranks.lines[0] if not row["certain"]]
+    check(uncertain, "rank 0 never noticed the daemon was gone")
+    for r in range(WORLD):
+        tail = ranks.lines[r][-1]
+        check(tail["version"] == versions[1] and not tail["certain"],
+              "rank %d did not keep the last applied membership after the kill: %s" % (r, tail))
+    print("daemon killed; iterations %d..%d ran on the last applied membership"
+          % (uncertain[0], iterations - 1))
+
+
+def test(args):
+    with tempfile.TemporaryDirectory(prefix="collective-") as workdir:
+        config = os.path.join(workdir, "stragglerd.yaml")
+        with open(config, "w") as f:
+            # Only the test's overrides exclude ranks.
+            f.write("policy:\n  exclusion_enabled: false\n")
+        {"exclusion_rejoin": test_exclusion_rejoin, "late_directive": test_late_directive,
+         "daemon_killed": test_daemon_killed}[args.case](args, workdir, config)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case", choices=["exclusion_rejoin", "late_directive", "daemon_killed"])
+    parser.add_argument("--stragglerd", required=True)
+    parser.add_argument("--driver", required=True)
+    parser.add_argument("--ctl", required=True)
+    args = parser.parse_args()
+    main(lambda: test(args))
