@@ -1,0 +1,155 @@
+// The CUDA-free decisions of the NCCL backend of PartialAllReduce: how a rank
+// gets the communicator of a new active set (reuse, ncclCommShrink of the
+// current one, or a fresh ncclCommInitRank), the exclude list handed to
+// ncclCommShrink, the rendezvous key of a communicator id, and the bounded
+// cache of communicators. Kept apart from nccl_partial_allreduce.cc so that
+// tests/collective/nccl_plan_test.cc pins them on machines without CUDA.
+//
+//   CommPlan p = PlanCommunicator(prev_participating, prev_set, new_set);
+//   if (p.how == CommPlan::How::kShrink) ncclCommShrink(current, p.exclude.data(), ...);
+//
+// Not thread-safe: used by the one thread that drives a PartialAllReduce.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace straggler::detail {
+
+// "{0,1,3}": how sets appear in keys and error messages.
+std::string SetText(const std::vector<uint32_t>& ranks);
+
+// The ranks of `parent` (ascending) that are not in `child` (ascending), as
+// positions in `parent` - the rank numbering of the parent communicator that
+// ncclCommShrink expects. nullopt when `child` holds a rank `parent` lacks
+// (a shrink cannot add ranks) or `child` is empty.
+std::optional<std::vector<int>> ShrinkExcludeList(const std::vector<uint32_t>& parent,
+                                                  const std::vector<uint32_t>& child);
+
+struct CommPlan {
+  enum class How {
+    kNone,    // this rank is excluded: no communicator, no collective
+    kReuse,   // same set as at this rank's previous iteration: the current one
+    kShrink,  // ncclCommShrink of the current communicator, survivors only
+    kInit,    // a fresh ncclCommInitRank for the set, id through the store
+  };
+  How how = How::kNone;
+  std::vector<int> exclude;  // kShrink: positions in the previous set
+};
+
+// Why these rules: an NCCL communicator may only be used (and shrunk) by
+// ranks that issued the same sequence of operations on it. Every member of
+// `now` that also took part at its previous iteration holds the previous
+// set's communicator with the same history (the switch rule keeps them in
+// step), so a pure exclusion shrinks it - called by the survivors only, the
+// excluded rank is never waited on. A set that gained ranks (a readmission),
+// or a rank that did not take part at its previous iteration, has no such
+// shared communicator: the rejoiner missed operations (the shrinks among
+// them), so a fresh communicator is built from an id in the store.
+CommPlan PlanCommunicator(bool previously_participating, const std::vector<uint32_t>& previous,
+                          bool participating, const std::vector<uint32_t>& now);
+
+// The rendezvous key under which the lowest rank of `set` publishes the
+// ncclUniqueId of the communicator it builds for `version`. Names the run,
+// the version and the set (as the Gloo backend's prefix does), so an id of
+// another build - an older version, a rank that applied another membership,
+// an earlier run of the same job id - is never read as this one's.
+std::string CommIdKey(const std::string& run_id, uint64_t version, const std::vector<uint32_t>& set);
+
+// The key of the full communicator's id, built once by every rank at start:
+// apart from every CommIdKey, so a later readmission of everyone (a new
+// version over the whole world) never reads it.
+std::string FullCommIdKey(const std::string& run_id, uint32_t world_size);
+
+// A bounded most-recently-used cache of communicators keyed by active set.
+// `release(handle, healthy)` is called exactly once per handle that leaves
+// the cache (evicted, replaced, erased, or at destruction); healthy = false
+// when it was erased after an error, so the owner aborts instead of
+// finalizing. The entry marked current (in use this iteration) and the one
+// marked pending (built ahead of a switch) are never evicted, so the bound
+// is max(capacity, those two).
+template <class Handle>
+class CommCache {
+ public:
+  struct Entry {
+    std::vector<uint32_t> ranks;
+    uint64_t version = 0;
+    Handle handle{};
+  };
+  using Release = std::function<void(Handle&, bool healthy)>;
+
+  CommCache(size_t capacity, Release release) : capacity_(capacity), release_(std::move(release)) {}
+  ~CommCache() {
+    for (Entry& e : entries_) release_(e.handle, true);
+  }
+  CommCache(const CommCache&) = delete;
+  CommCache& operator=(const CommCache&) = delete;
+
+  Entry* Find(const std::vector<uint32_t>& ranks) {
+    for (Entry& e : entries_)
+      if (e.ranks == ranks) return &e;
+    return nullptr;
+  }
+
+  // Inserts (most recent), releasing an older entry of the same set first
+  // (its history may differ from the other members'), then evicts the least
+  // recently used entries that are neither current nor pending.
+  Entry* Insert(std::vector<uint32_t> ranks, uint64_t version, Handle handle) {
+    Erase(ranks, true);
+    entries_.push_front(Entry{std::move(ranks), version, std::move(handle)});
+    Entry* inserted = &entries_.front();
+    Trim(inserted);
+    return inserted;
+  }
+
+  void Touch(const Entry* e) {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (&*it == e) {
+        entries_.splice(entries_.begin(), entries_, it);
+        return;
+      }
+    }
+  }
+
+  // Releases the entry of `ranks` if any (healthy = false: after an error).
+  void Erase(const std::vector<uint32_t>& ranks, bool healthy) {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->ranks == ranks) {
+        if (&*it == current_) current_ = nullptr;
+        if (&*it == pending_) pending_ = nullptr;
+        release_(it->handle, healthy);
+        entries_.erase(it);
+        return;
+      }
+    }
+  }
+
+  void SetCurrent(Entry* e) { current_ = e; Trim(nullptr); }
+  void SetPending(Entry* e) { pending_ = e; Trim(nullptr); }
+  Entry* Pending() const { return pending_; }
+  size_t Size() const { return entries_.size(); }
+
+ private:
+  void Trim(const Entry* keep) {
+    const size_t bound = capacity_ == 0 ? 1 : capacity_;
+    for (auto it = entries_.end(); entries_.size() > bound && it != entries_.begin();) {
+      --it;
+      if (&*it == current_ || &*it == pending_ || &*it == keep) continue;
+      release_(it->handle, true);
+      it = entries_.erase(it);
+    }
+  }
+
+  size_t capacity_;
+  Release release_;
+  std::list<Entry> entries_;  // most recently used first
+  Entry* current_ = nullptr;
+  Entry* pending_ = nullptr;
+};
+
+}  // namespace straggler::detail

@@ -1,0 +1,120 @@
+// The CUDA-free decisions of the NCCL backend (client_lib/src/collective/
+// nccl_plan.h): which communicator a rank uses for a new active set, the
+// ncclCommShrink exclude list, the id's rendezvous key, and the bounded
+// communicator cache. Runs on every machine, with or without CUDA.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "nccl_plan.h"
+
+using straggler::detail::CommCache;
+using straggler::detail::CommIdKey;
+using straggler::detail::FullCommIdKey;
+using straggler::detail::CommPlan;
+using straggler::detail::PlanCommunicator;
+using straggler::detail::ShrinkExcludeList;
+
+TEST_CASE("shrink exclude list is in the parent's rank numbering") {
+  // Parent {0,2,3,5}: world rank 3 is parent rank 2, world rank 5 parent rank 3.
+  auto e = ShrinkExcludeList({0, 2, 3, 5}, {0, 2});
+  REQUIRE(e.has_value());
+  CHECK(*e == std::vector<int>{2, 3});
+  CHECK(*ShrinkExcludeList({0, 1, 2, 3}, {0, 1, 2, 3}) == std::vector<int>{});
+  // A shrink cannot add a rank, and an empty survivor set is no communicator.
+  CHECK_FALSE(ShrinkExcludeList({0, 1, 2}, {0, 3}).has_value());
+  CHECK_FALSE(ShrinkExcludeList({0, 1, 2}, {}).has_value());
+}
+
+TEST_CASE("communicator plan: reuse, shrink among survivors, fresh init on readmission") {
+  using How = CommPlan::How;
+  CHECK(PlanCommunicator(true, {0, 1, 2, 3}, true, {0, 1, 2, 3}).how == How::kReuse);
+
+  CommPlan shrink = PlanCommunicator(true, {0, 1, 2, 3}, true, {0, 1, 3});
+  CHECK(shrink.how == How::kShrink);
+  CHECK(shrink.exclude == std::vector<int>{2});
+
+  // The excluded rank itself issues nothing, not even the shrink.
+  CHECK(PlanCommunicator(true, {0, 1, 2, 3}, false, {0, 1, 3}).how == How::kNone);
+  // Readmission: the set gained rank 2, so no shared communicator exists.
+  CHECK(PlanCommunicator(true, {0, 1, 3}, true, {0, 1, 2, 3}).how == How::kInit);
+  // The rejoiner (not participating before) never reuses or shrinks, even
+  // when its stale previous set happens to equal or contain the new one.
+  CHECK(PlanCommunicator(false, {0, 1, 2, 3}, true, {0, 1, 2, 3}).how == How::kInit);
+  CHECK(PlanCommunicator(false, {0, 1, 2, 3}, true, {0, 1, 2}).how == How::kInit);
+  // A swap (one out, another in) cannot be a shrink.
+  CHECK(PlanCommunicator(true, {0, 1, 2}, true, {0, 1, 3}).how == How::kInit);
+}
+
+TEST_CASE("communicator id key names run, version and set") {
+  CHECK(CommIdKey("run7", 3, {0, 1, 3}) == "nccl/run7/v3/{0,1,3}/id");
+  CHECK(CommIdKey("run7", 3, {0, 1, 3}) != CommIdKey("run7", 4, {0, 1, 3}));
+  CHECK(CommIdKey("run7", 3, {0, 1, 3}) != CommIdKey("run7", 3, {0, 1, 2, 3}));
+  CHECK(CommIdKey("run7", 3, {0, 1, 3}) != CommIdKey("run8", 3, {0, 1, 3}));
+  CHECK(FullCommIdKey("run7", 4) == "nccl/run7/full/w4/id");
+  CHECK(FullCommIdKey("run7", 4) != CommIdKey("run7", 0, {0, 1, 2, 3}));
+}
+
+namespace {
+struct Released {
+  std::vector<std::pair<int, bool>> log;  // (handle, healthy)
+};
+}  // namespace
+
+TEST_CASE("communicator cache: bounded LRU, current and pending never evicted") {
+  Released r;
+  {
+    CommCache<int> cache(2, [&](int& h, bool healthy) { r.log.emplace_back(h, healthy); });
+    auto* a = cache.Insert({0, 1, 2, 3}, 0, 10);
+    cache.SetCurrent(a);
+    cache.Insert({0, 1, 2}, 1, 11);
+    CHECK(cache.Size() == 2);
+    CHECK(r.log.empty());
+
+    // Third entry: the LRU that is not current ({0,1,2}) goes, healthy.
+    auto* c = cache.Insert({0, 1}, 2, 12);
+    CHECK(cache.Size() == 2);
+    REQUIRE(r.log.size() == 1);
+    CHECK(r.log[0] == std::make_pair(11, true));
+    CHECK(cache.Find({0, 1, 2}) == nullptr);
+    CHECK(cache.Find({0, 1, 2, 3}) != nullptr);
+
+    // Current and pending both pinned: the bound stretches, nothing is lost
+    // that is in use or being built ahead of a switch.
+    cache.SetPending(c);
+    auto* d = cache.Insert({0}, 3, 13);
+    CHECK(cache.Size() == 3);  // a (current), c (pending), d (just inserted)
+    cache.SetCurrent(d);       // a is no longer pinned: evicted now
+    CHECK(cache.Size() == 2);
+    REQUIRE(r.log.size() == 2);
+    CHECK(r.log[1] == std::make_pair(10, true));
+
+    // Replacing a set's entry releases the old handle first.
+    cache.Insert({0}, 4, 14);
+    REQUIRE(r.log.size() == 3);
+    CHECK(r.log[2] == std::make_pair(13, true));
+    CHECK(cache.Find({0})->version == 4);
+
+    // Erased after an error: released as unhealthy (the owner aborts it),
+    // and the pending mark goes with it.
+    cache.Erase({0, 1}, false);
+    REQUIRE(r.log.size() == 4);
+    CHECK(r.log[3] == std::make_pair(12, false));
+    CHECK(cache.Pending() == nullptr);
+  }
+  // Destruction releases what is left, exactly once each.
+  REQUIRE(r.log.size() == 5);
+  CHECK(r.log[4] == std::make_pair(14, true));
+}
+
+TEST_CASE("communicator cache: touch protects the recently used") {
+  Released r;
+  CommCache<int> cache(2, [&](int& h, bool healthy) { r.log.emplace_back(h, healthy); });
+  auto* a = cache.Insert({0, 1}, 0, 1);
+  cache.Insert({0, 2}, 0, 2);
+  cache.Touch(a);  // {0,2} is now the least recently used
+  cache.Insert({1, 2}, 0, 3);
+  REQUIRE(r.log.size() == 1);
+  CHECK(r.log[0].first == 2);
+}
