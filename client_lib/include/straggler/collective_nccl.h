@@ -1,0 +1,88 @@
+// straggler::CreateNcclPartialAllReduce — the GPU (NCCL) backend of
+// PartialAllReduce (straggler/collective.h), in libstraggler_collective_nccl,
+// built only where CUDA and NCCL (>= 2.27, for ncclCommShrink) were found.
+// This header carries no CUDA or NCCL type: the stream is a void*.
+//
+//   straggler::NcclOptions o;  // rendezvous_endpoint, job_id, rank, world_size, device
+//   auto reducer = straggler::CreateNcclPartialAllReduce(*client, o, &error);
+//   // ... the same loop as the Gloo backend; buffers may be device memory.
+//
+// How the active set acts on communicators (README "Collective layer"):
+//  * One full communicator over all ranks, built at creation (every rank is
+//    there then); it serves while everyone is active.
+//  * Exclusion: the surviving ranks - and only they - call ncclCommShrink on
+//    the communicator they all used at the previous iteration; the excluded
+//    rank is never waited on (never ncclCommSplit, which it would have to enter).
+//  * Readmission (the set gained ranks): a fresh communicator through
+//    ncclCommInitRankConfig, its ncclUniqueId published by the lowest rank of
+//    the set under a key naming run, version and set. It is built, non-blocking,
+//    as soon as a rank knows the next version (CurrentMembership, ~lead
+//    iterations ahead), so the switch iteration only waits for what is left.
+//  * Every new communicator is warmed up by a one-element all-reduce before
+//    its first real collective. Communicators are cached per active set (LRU,
+//    max_cached_communicators) and released with finalize + destroy, or
+//    ncclCommAbort after an error or when finalizing does not finish in time.
+//  * Averages use ncclAvg on a communicator whose ranks are exactly the active
+//    set, so they divide by the number of active ranks.
+//  * Every wait is bounded by collective_timeout: communicators are
+//    non-blocking and polled with ncclCommGetAsyncError; a dead or diverged
+//    peer turns into a CollectiveError naming iteration, set and version (the
+//    communicator is then aborted), never a hang.
+//
+// Buffers: AllReduceAverage and SyncParameters accept device memory (used in
+// place) or host memory (staged through a device buffer). Both return after
+// the result is in the buffer: they synchronise with `stream`.
+//
+// Thread safety: as PartialAllReduce - one thread (the training loop) uses it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "straggler/client.h"
+#include "straggler/collective.h"
+
+namespace straggler {
+
+struct NcclOptions {
+  // The daemon serving RendezvousService (the ids of new communicators).
+  std::string rendezvous_endpoint = "127.0.0.1:7070";
+  std::string job_id;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  // The CUDA device of this rank (made current by the backend's calls);
+  // -1: the device current when CreateNcclPartialAllReduce is called. NCCL
+  // refuses two ranks of one communicator on the same GPU.
+  int device = -1;
+  // A cudaStream_t for the collectives; nullptr: a stream of the backend's own.
+  void* stream = nullptr;
+  // Bound on building a communicator (including waiting for its id) and on
+  // each collective.
+  std::chrono::milliseconds collective_timeout{30000};
+  // Bound on BeginIteration's wait for the membership (Client::MembershipFor).
+  std::chrono::milliseconds membership_timeout{5000};
+  // Communicators kept at once besides the full one (each holds GPU memory).
+  // The one in use and one built ahead of a switch are never evicted.
+  size_t max_cached_communicators = 3;
+  // As GlooOptions::run_id: names this launch in the rendezvous keys.
+  std::string run_id;
+  std::chrono::milliseconds key_ttl{std::chrono::minutes(10)};
+
+  // Empty when usable, else what is wrong, naming the value.
+  std::string Validate() const;
+};
+
+// Builds the full communicator (every rank must call this within
+// collective_timeout). `client` reports for options.rank and must outlive the
+// result. Fails (nullptr + *error) on invalid options, a CUDA error, or when
+// the full communicator cannot be built in time (the error names the step).
+std::unique_ptr<PartialAllReduce> CreateNcclPartialAllReduce(Client& client,
+                                                             const NcclOptions& options,
+                                                             std::string* error = nullptr);
+
+// The number of CUDA devices visible to this process; 0 with *error set when
+// there is no driver or no device (so a test can skip with the reason).
+int NcclVisibleDevices(std::string* error = nullptr);
+
+}  // namespace straggler

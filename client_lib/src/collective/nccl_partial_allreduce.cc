@@ -1,0 +1,583 @@
+// The NCCL backend of PartialAllReduce (see straggler/collective_nccl.h for
+// the design): shrink among survivors, fresh init on readmission (built ahead
+// of the switch), warm-up, a bounded LRU of communicators, bounded waits.
+// Decisions that need no GPU live in nccl_plan.h and are unit-tested there.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <gloo/common/error.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "nccl_plan.h"
+#include "straggler/collective_nccl.h"
+#include "straggler/gloo_store.h"
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 27, 0)
+#error "the NCCL backend needs NCCL >= 2.27 (ncclCommShrink)"
+#endif
+
+namespace straggler {
+namespace {
+
+using detail::CommPlan;
+using detail::SetText;
+using Clock = std::chrono::steady_clock;
+
+// Every CUDA and NCCL call is checked where it is made; the error names the
+// call, the file and line and the library's own message (STYLE.md).
+[[noreturn]] void ThrowCall(const std::string& call, const char* file, int line, const std::string& why) {
+  throw CollectiveError(call + " failed at " + file + ":" + std::to_string(line) + ": " + why);
+}
+#define STRAGGLER_CUDA_CHECK(expr)                                                      \
+  do {                                                                                  \
+    cudaError_t e_ = (expr);                                                            \
+    if (e_ != cudaSuccess) ThrowCall(#expr, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+  } while (0)
+// Non-blocking communicators answer ncclInProgress: the call was accepted and
+// completes in the background (polled with ncclCommGetAsyncError).
+#define STRAGGLER_NCCL_START(expr)                                                        \
+  do {                                                                                    \
+    ncclResult_t r_ = (expr);                                                             \
+    if (r_ != ncclSuccess && r_ != ncclInProgress)                                        \
+      ThrowCall(#expr, __FILE__, __LINE__,                                                \
+                std::string(ncclGetErrorString(r_)) + " (" + ncclGetLastError(nullptr) + ")"); \
+  } while (0)
+
+// A communicator of one active set. A set of one rank has none (comm null):
+// its average is its own buffer.
+struct Comm {
+  ncclComm_t comm = nullptr;
+  std::vector<uint32_t> ranks;
+  uint64_t version = 0;
+  bool started = false;  // init/shrink issued (a pending build may wait for its id)
+  bool ready = false;    // built and warmed up
+};
+using CommPtr = std::unique_ptr<Comm>;
+
+ncclConfig_t NonBlockingConfig() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every wait of ours is a bounded poll, never a block inside NCCL
+  return config;
+}
+
+class NcclPartialAllReduce final : public PartialAllReduce {
+ public:
+  NcclPartialAllReduce(Client& client, NcclOptions options, int device, cudaStream_t stream,
+                       bool own_stream)
+      : client_(client),
+        options_(std::move(options)),
+        device_(device),
+        stream_(stream),
+        own_stream_(own_stream),
+        store_(options_.rendezvous_endpoint, options_.job_id, options_.key_ttl,
+               options_.collective_timeout),
+        cache_(std::make_unique<detail::CommCache<CommPtr>>(
+            std::max<size_t>(1, options_.max_cached_communicators),
+            [this](CommPtr& c, bool healthy) { Release(c, healthy); })) {
+    for (uint32_t r = 0; r < options_.world_size; ++r) world_.push_back(r);
+  }
+
+  ~NcclPartialAllReduce() override {
+    cudaSetDevice(device_);
+    cache_.reset();  // releases every communicator while the stream still exists
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (own_stream_) cudaStreamDestroy(stream_);
+  }
+
+  // Every rank builds the full communicator at creation, when all are there.
+  void BuildFull() {
+    auto c = std::make_unique<Comm>();
+    c->ranks = world_;
+    if (world_.size() > 1) {
+      StartInit(*c, detail::FullCommIdKey(options_.run_id, options_.world_size),
+                Clock::now() + options_.collective_timeout, /*blocking_get=*/true);
+      Finish(*c, 0, Clock::now() + options_.collective_timeout, "building the full communicator");
+    }
+    c->ready = true;
+    auto* e = cache_->Insert(world_, 0, std::move(c));
+    cache_->SetCurrent(e);
+    current_ = e->handle.get();
+    // Every rank now holds the full communicator with the same (empty)
+    // history: the first iteration starts from "took part with the whole
+    // world", so a first set without some rank is a shrink of it.
+    previous_active_ = world_;
+    previously_participating_ = true;
+  }
+
+  StepPlan BeginIteration(uint64_t iteration) override {
+    if (begun_ && iteration <= plan_.iteration) {
+      throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") after iteration " +
+                            std::to_string(plan_.iteration) + ": iterations must increase");
+    }
+    STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
+    // The agreement rule, exactly as the Gloo backend (collective.h).
+    MembershipView m = client_.MembershipFor(iteration, options_.membership_timeout, options_.rank);
+    const bool certain = m.ok;
+    if (!certain && applied_) m = *applied_;
+    const std::vector<uint32_t> active = m.ActiveRanks();
+    const bool participating = !m.IsExcluded(options_.rank);
+
+    StepPlan plan;
+    plan.iteration = iteration;
+    plan.version = m.version;
+    plan.effective_iteration = m.effective_iteration;
+    plan.certain = certain;
+    plan.participating = participating;
+    plan.active_ranks = active;
+    plan.root = active.empty() ? 0 : active.front();
+    for (uint32_t r : active) {
+      if (!begun_ || !previously_participating_ ||
+          !std::binary_search(previous_active_.begin(), previous_active_.end(), r)) {
+        plan.sync_parameters = participating;
+        break;
+      }
+    }
+
+    // (At the first iteration "previous" is the whole world on the full
+    // communicator: see BuildFull.)
+    const CommPlan how = detail::PlanCommunicator(previously_participating_, previous_active_,
+                                                  participating, active);
+    const auto deadline = Clock::now() + options_.collective_timeout;
+    Comm* next = nullptr;
+    switch (how.how) {
+      case CommPlan::How::kNone:
+        break;
+      case CommPlan::How::kReuse: {
+        auto* e = cache_->Find(active);
+        if (e == nullptr || e->handle == nullptr) {
+          throw CollectiveError("iteration " + std::to_string(iteration) + ": the communicator of ranks " +
+                                SetText(active) + " (membership version " + std::to_string(m.version) +
+                                ") was aborted after an earlier error; it is rebuilt only when the "
+                                "membership changes");
+        }
+        next = e->handle.get();
+        break;
+      }
+      case CommPlan::How::kShrink:
+        next = Shrink(iteration, m.version, active, how.exclude, deadline);
+        break;
+      case CommPlan::How::kInit:
+        next = Init(iteration, m.version, active, deadline);
+        break;
+    }
+    current_ = next;
+    if (next != nullptr) {
+      auto* e = cache_->Find(active);
+      cache_->Touch(e);
+      cache_->SetCurrent(e);
+    }
+
+    applied_ = m;
+    previous_active_ = active;
+    previously_participating_ = participating;
+    plan_ = std::move(plan);
+    begun_ = true;
+    PrepareNext(iteration);
+    return plan_;
+  }
+
+  AllReduceResult AllReduceAverage(std::span<float> data) override {
+    return Average(data.data(), data.size(), sizeof(float), ncclFloat32);
+  }
+  AllReduceResult AllReduceAverage(std::span<double> data) override {
+    return Average(data.data(), data.size(), sizeof(double), ncclFloat64);
+  }
+
+  bool SyncParameters(const std::vector<ParameterBuffer>& buffers) override {
+    RequireBegun("SyncParameters");
+    if (!plan_.participating || !plan_.sync_parameters) return false;
+    if (current_ == nullptr || current_->comm == nullptr) return true;  // a set of one
+    STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
+    // The root is the lowest active rank: rank 0 of the communicator, whose
+    // ranks are the active set in ascending order (ncclCommShrink keeps the
+    // order when it closes the gaps; Init uses the position in the set).
+    for (const ParameterBuffer& b : buffers) {
+      if (b.bytes == 0) continue;
+      Collective("broadcast of parameters from rank " + std::to_string(plan_.root), b.data, b.bytes,
+                 [&](void* dev) {
+                   return ncclBroadcast(dev, dev, b.bytes, ncclUint8, 0, current_->comm, stream_);
+                 });
+    }
+    return true;
+  }
+
+  const StepPlan& Plan() const override { return plan_; }
+
+ private:
+  AllReduceResult Average(void* data, size_t count, size_t elem, ncclDataType_t type) {
+    RequireBegun("AllReduceAverage");
+    AllReduceResult r;
+    r.version = plan_.version;
+    r.active_ranks = static_cast<uint32_t>(plan_.active_ranks.size());
+    if (!plan_.participating) return r;  // excluded: no collective on any communicator
+    r.participated = true;
+    if (current_ == nullptr || current_->comm == nullptr || count == 0) return r;
+    STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
+    // ncclAvg divides by the communicator's size, which is the active set's.
+    Collective("allreduce", data, count * elem, [&](void* dev) {
+      return ncclAllReduce(dev, dev, count, type, ncclAvg, current_->comm, stream_);
+    });
+    return r;
+  }
+
+  // Runs `op` on device memory (`data` itself, or a staging copy of host
+  // memory) and waits for it, bounded by collective_timeout. On failure the
+  // communicator is aborted (it cannot be trusted after a partial collective).
+  template <class Op>
+  void Collective(const std::string& what, void* data, size_t bytes, Op op) {
+    void* dev = data;
+    const bool host = !IsDevicePointer(data);
+    try {
+      if (host) {
+        dev = Scratch(bytes);
+        STRAGGLER_CUDA_CHECK(cudaMemcpyAsync(dev, data, bytes, cudaMemcpyHostToDevice, stream_));
+      }
+      STRAGGLER_NCCL_START(op(dev));
+      WaitStream(*current_, Clock::now() + options_.collective_timeout);
+      if (host) {
+        STRAGGLER_CUDA_CHECK(cudaMemcpyAsync(data, dev, bytes, cudaMemcpyDeviceToHost, stream_));
+        STRAGGLER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      }
+    } catch (const std::exception& e) {
+      const std::vector<uint32_t> set = current_->ranks;
+      current_ = nullptr;
+      cache_->Erase(set, /*healthy=*/false);
+      throw CollectiveError("iteration " + std::to_string(plan_.iteration) + ": NCCL " + what +
+                            " among ranks " + SetText(plan_.active_ranks) + " (membership version " +
+                            std::to_string(plan_.version) +
+                            (plan_.certain ? ", certain" : ", kept after MembershipFor timed out") +
+                            ") failed within " + std::to_string(options_.collective_timeout.count()) +
+                            " ms; a peer is gone or applied another membership; the communicator "
+                            "was aborted: " + e.what());
+    }
+  }
+
+  bool IsDevicePointer(const void* p) const {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error of an unknown pointer
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+
+  void* Scratch(size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      if (scratch_ != nullptr) STRAGGLER_CUDA_CHECK(cudaFree(scratch_));
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+      STRAGGLER_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+      scratch_bytes_ = bytes;
+    }
+    return scratch_;
+  }
+
+  // Waits until `c`'s pending init/shrink/finalize has completed, polling
+  // ncclCommGetAsyncError (the non-blocking contract), up to `deadline`.
+  void WaitComm(Comm& c, Clock::time_point deadline, const std::string& what) {
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      STRAGGLER_NCCL_START(ncclCommGetAsyncError(c.comm, &state));
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) {
+        throw CollectiveError(what + ": " + ncclGetErrorString(state) + " (" + ncclGetLastError(c.comm) + ")");
+      }
+      if (Clock::now() >= deadline) {
+        throw CollectiveError(what + ": not finished within " +
+                              std::to_string(options_.collective_timeout.count()) +
+                              " ms (a member of " + SetText(c.ranks) + " did not take part)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  // Waits for the stream while watching the communicator for asynchronous
+  // errors (a peer that died makes NCCL report ncclRemoteError/SystemError).
+  void WaitStream(Comm& c, Clock::time_point deadline) {
+    WaitComm(c, deadline, "enqueueing the collective");
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) ThrowCall("cudaStreamQuery(stream)", __FILE__, __LINE__, cudaGetErrorString(q));
+      ncclResult_t state = ncclSuccess;
+      STRAGGLER_NCCL_START(ncclCommGetAsyncError(c.comm, &state));
+      if (state != ncclSuccess && state != ncclInProgress) {
+        throw CollectiveError(std::string("asynchronous NCCL error ") + ncclGetErrorString(state) + " (" +
+                              ncclGetLastError(c.comm) + ")");
+      }
+      if (Clock::now() >= deadline) throw CollectiveError("the collective did not complete");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  // Issues ncclCommInitRankConfig for `c` (non-blocking). The lowest rank of
+  // the set makes the id and publishes it; the others read it - with
+  // blocking_get, waiting up to `deadline`; without, only if it is already
+  // there (a build ahead of the switch must not stall this iteration).
+  // Returns whether the init was issued.
+  bool StartInit(Comm& c, const std::string& key, Clock::time_point deadline, bool blocking_get) {
+    const auto index = static_cast<int>(std::find(c.ranks.begin(), c.ranks.end(), options_.rank) - c.ranks.begin());
+    ncclUniqueId id;
+    if (index == 0) {
+      STRAGGLER_NCCL_START(ncclGetUniqueId(&id));
+      store_.set(key, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+    } else {
+      try {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        store_.wait({key}, blocking_get ? std::max(left, std::chrono::milliseconds(1)) : std::chrono::milliseconds(1));
+      } catch (const gloo::IoException& e) {
+        if (!blocking_get) return false;  // not published yet: try again next iteration
+        throw CollectiveError("the id of the communicator of ranks " + SetText(c.ranks) + " (key '" + key +
+                              "') did not arrive: " + e.what());
+      }
+      const std::vector<char> bytes = store_.get(key);
+      if (bytes.size() != sizeof(id.internal)) {
+        throw CollectiveError("rendezvous key '" + key + "' holds " + std::to_string(bytes.size()) +
+                              " bytes, an ncclUniqueId has " + std::to_string(sizeof(id.internal)));
+      }
+      std::memcpy(id.internal, bytes.data(), bytes.size());
+    }
+    ncclConfig_t config = NonBlockingConfig();
+    STRAGGLER_NCCL_START(ncclCommInitRankConfig(&c.comm, static_cast<int>(c.ranks.size()), id, index, &config));
+    c.started = true;
+    return true;
+  }
+
+  // Completes a started build and warms it up with a one-element all-reduce,
+  // so the first real collective pays no connection setup and a member that
+  // is missing is noticed here, naming the build.
+  void Finish(Comm& c, uint64_t iteration, Clock::time_point deadline, const std::string& what) {
+    const std::string label = "iteration " + std::to_string(iteration) + ": " + what + " of ranks " +
+                              SetText(c.ranks) + " (membership version " + std::to_string(c.version) + ")";
+    try {
+      WaitComm(c, deadline, label);
+      float* one = static_cast<float*>(Scratch(sizeof(float)));
+      STRAGGLER_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(float), stream_));
+      STRAGGLER_NCCL_START(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, c.comm, stream_));
+      WaitStream(c, deadline);
+    } catch (const CollectiveError& e) {
+      throw CollectiveError(label + " failed: " + e.what());
+    }
+    c.ready = true;
+  }
+
+  Comm* Shrink(uint64_t iteration, uint64_t version, const std::vector<uint32_t>& active,
+               const std::vector<int>& exclude, Clock::time_point deadline) {
+    auto* parent = cache_->Find(previous_active_);
+    if (parent == nullptr || !parent->handle) {
+      throw CollectiveError("iteration " + std::to_string(iteration) + ": cannot shrink to ranks " +
+                            SetText(active) + ": the communicator of ranks " + SetText(previous_active_) +
+                            " was aborted after an earlier error");
+    }
+    auto c = std::make_unique<Comm>();
+    c->ranks = active;
+    c->version = version;
+    if (active.size() > 1) {
+      ncclConfig_t config = NonBlockingConfig();
+      // Called by the survivors only; the excluded ranks are never waited on.
+      STRAGGLER_NCCL_START(ncclCommShrink(parent->handle->comm, const_cast<int*>(exclude.data()),
+                                          static_cast<int>(exclude.size()), &c->comm, &config,
+                                          NCCL_SHRINK_DEFAULT));
+      c->started = true;
+      try {
+        Finish(*c, iteration, deadline, "ncclCommShrink");
+      } catch (...) {
+        CommPtr broken = std::move(c);
+        Release(broken, false);
+        throw;
+      }
+    }
+    c->ready = true;
+    return cache_->Insert(active, version, std::move(c))->handle.get();
+  }
+
+  Comm* Init(uint64_t iteration, uint64_t version, const std::vector<uint32_t>& active,
+             Clock::time_point deadline) {
+    // Built ahead of the switch (PrepareNext) for this very version and set?
+    if (auto* e = cache_->Find(active); e != nullptr && e->handle && e->version == version &&
+                                        cache_->Pending() == e) {
+      Comm& c = *e->handle;
+      cache_->SetPending(nullptr);
+      try {
+        if (!c.started) StartInit(c, detail::CommIdKey(options_.run_id, version, active), deadline, true);
+        if (!c.ready && c.comm != nullptr) Finish(c, iteration, deadline, "ncclCommInitRankConfig");
+      } catch (...) {
+        cache_->Erase(active, false);
+        throw;
+      }
+      c.ready = true;
+      return &c;
+    }
+    auto c = std::make_unique<Comm>();
+    c->ranks = active;
+    c->version = version;
+    if (active.size() > 1) {
+      try {
+        StartInit(*c, detail::CommIdKey(options_.run_id, version, active), deadline, true);
+        Finish(*c, iteration, deadline, "ncclCommInitRankConfig");
+      } catch (...) {
+        CommPtr broken = std::move(c);
+        Release(broken, false);
+        throw;
+      }
+    }
+    c->ready = true;
+    return cache_->Insert(active, version, std::move(c))->handle.get();
+  }
+
+  // Looks ahead: when the newest membership received takes effect later and
+  // readmits ranks into this rank's set, start building its communicator now
+  // (non-blocking init in NCCL's own thread), so the switch iteration finds
+  // it built. Shrinks are not built ahead: a shrink is an operation on the
+  // current communicator and must sit at the same place in its sequence on
+  // every survivor, which only the switch iteration guarantees.
+  void PrepareNext(uint64_t iteration) {
+    // A build ahead of a version that is now applied (or superseded by it)
+    // and was not used by Init is dead: release it.
+    if (auto* p = cache_->Pending(); p != nullptr && p->version <= plan_.version) {
+      cache_->Erase(p->ranks, false);
+    }
+    const MembershipView next = client_.CurrentMembership();
+    if (next.version > plan_.version && next.effective_iteration > iteration) {
+      const std::vector<uint32_t> set = next.ActiveRanks();
+      const bool in = !next.IsExcluded(options_.rank);
+      const CommPlan how = detail::PlanCommunicator(plan_.participating, plan_.active_ranks, in, set);
+      auto* pending = cache_->Pending();
+      if (how.how == CommPlan::How::kInit && set.size() > 1 &&
+          (pending == nullptr || pending->version != next.version || pending->ranks != set)) {
+        if (pending != nullptr) cache_->Erase(pending->ranks, false);  // superseded
+        auto c = std::make_unique<Comm>();
+        c->ranks = set;
+        c->version = next.version;
+        cache_->SetPending(cache_->Insert(set, next.version, std::move(c)));
+      }
+    }
+    // Progress a pending build whose id was not published yet. Errors here
+    // are not this iteration's: the switch iteration retries with a bounded
+    // wait and reports them.
+    if (auto* e = cache_->Pending();
+        e != nullptr && e->handle && !e->handle->started) {
+      try {
+        StartInit(*e->handle, detail::CommIdKey(options_.run_id, e->version, e->ranks),
+                  Clock::now() + options_.collective_timeout, /*blocking_get=*/false);
+      } catch (const std::exception&) {
+        cache_->Erase(e->ranks, false);
+      }
+    }
+  }
+
+  // Healthy and built: finalize (flushes its operations), bounded, then
+  // destroy. Otherwise - after an error, a build that never finished, or a
+  // finalize that does not finish in time - abort, which never waits on peers.
+  void Release(CommPtr& c, bool healthy) {
+    if (!c || c->comm == nullptr) return;
+    cudaSetDevice(device_);
+    bool destroyed = false;
+    if (healthy && c->ready) {
+      const ncclResult_t r = ncclCommFinalize(c->comm);
+      if (r == ncclSuccess || r == ncclInProgress) {
+        try {
+          WaitComm(*c, Clock::now() + options_.collective_timeout, "ncclCommFinalize");
+          destroyed = ncclCommDestroy(c->comm) == ncclSuccess;
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    if (!destroyed) ncclCommAbort(c->comm);
+    c->comm = nullptr;
+  }
+
+  void RequireBegun(const char* what) const {
+    if (!begun_) throw CollectiveError(std::string(what) + " before the first BeginIteration");
+  }
+
+  Client& client_;
+  const NcclOptions options_;
+  const int device_;
+  cudaStream_t stream_;
+  const bool own_stream_;
+  DaemonStore store_;
+  std::vector<uint32_t> world_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  std::unique_ptr<detail::CommCache<CommPtr>> cache_;
+  Comm* current_ = nullptr;  // the communicator of the current iteration
+
+  std::optional<MembershipView> applied_;
+  std::vector<uint32_t> previous_active_;
+  bool previously_participating_ = false;
+  bool begun_ = false;
+  StepPlan plan_;
+};
+
+}  // namespace
+
+std::string NcclOptions::Validate() const {
+  if (job_id.empty()) return "job_id is empty";
+  if (world_size == 0) return "world_size=0 must be > 0";
+  if (rank >= world_size) {
+    return "rank=" + std::to_string(rank) + " must be < world_size=" + std::to_string(world_size);
+  }
+  if (rendezvous_endpoint.empty()) return "rendezvous_endpoint is empty";
+  if (device < -1) return "device=" + std::to_string(device) + " must be >= 0, or -1 for the current device";
+  if (collective_timeout.count() <= 0) {
+    return "collective_timeout=" + std::to_string(collective_timeout.count()) + "ms must be > 0";
+  }
+  if (membership_timeout.count() < 0) {
+    return "membership_timeout=" + std::to_string(membership_timeout.count()) + "ms must be >= 0";
+  }
+  if (max_cached_communicators == 0) return "max_cached_communicators=0 must be >= 1";
+  return "";
+}
+
+int NcclVisibleDevices(std::string* error) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (error) *error = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && error) *error = "no CUDA device visible";
+  return n;
+}
+
+std::unique_ptr<PartialAllReduce> CreateNcclPartialAllReduce(Client& client, const NcclOptions& options,
+                                                             std::string* error) {
+  auto fail = [&](const std::string& why) -> std::unique_ptr<PartialAllReduce> {
+    if (error) *error = why;
+    return nullptr;
+  };
+  if (std::string why = options.Validate(); !why.empty()) return fail(why);
+  std::string why;
+  const int devices = NcclVisibleDevices(&why);
+  if (devices == 0) return fail("rank " + std::to_string(options.rank) + ": " + why);
+  int device = options.device;
+  if (device >= devices) {
+    return fail("device=" + std::to_string(device) + " but only " + std::to_string(devices) +
+                " CUDA devices are visible");
+  }
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) return fail("cudaGetDevice failed");
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return fail("cudaSetDevice(" + std::to_string(device) + "): " + cudaGetErrorString(e));
+  }
+  cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
+  const bool own = stream == nullptr;
+  if (own) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+      return fail(std::string("cudaStreamCreateWithFlags: ") + cudaGetErrorString(e));
+    }
+  }
+  auto r = std::make_unique<NcclPartialAllReduce>(client, options, device, stream, own);
+  try {
+    r->BuildFull();
+  } catch (const std::exception& e) {
+    return fail("rank " + std::to_string(options.rank) + ": " + e.what());
+  }
+  return r;
+}
+
+}  // namespace straggler
