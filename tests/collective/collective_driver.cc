@@ -12,6 +12,11 @@
 //
 // Prints one JSON object per iteration on stdout (flushed), then a final
 // {"final": ...}; exits 1 with the error on stderr when a collective fails.
+//
+// --backend gloo (default) or nccl (builds with straggler::collective_nccl:
+// rank r uses GPU r; the buffers stay host memory, which the backend stages
+// through the device). --gpu-count prints the visible GPUs and exits, so the
+// test can skip where there are fewer than it needs.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -25,6 +30,9 @@
 
 #include "straggler/client.h"
 #include "straggler/collective.h"
+#ifdef STRAGGLER_WITH_NCCL
+#include "straggler/collective_nccl.h"
+#endif
 
 namespace {
 
@@ -58,6 +66,8 @@ int main(int argc, char** argv) {
   int collective_timeout_ms = 20000;
   size_t elements = 8;
   std::string go_file;
+  std::string backend = "gloo";
+  bool gpu_count = false;
   app.add_option("--daemon", daemon, "stragglerd gRPC address (rendezvous)")->required();
   app.add_option("--report-endpoint", report_endpoint,
                  "where the client streams reports (default: --daemon; a test proxy can "
@@ -72,7 +82,22 @@ int main(int argc, char** argv) {
   app.add_option("--elements", elements);
   app.add_option("--go-file", go_file,
                  "wait for this file before iteration 0, so all ranks start together");
+  app.add_option("--backend", backend, "gloo or nccl")->check(CLI::IsMember({"gloo", "nccl"}));
+  app.add_flag("--gpu-count", gpu_count, "print the number of visible CUDA devices and exit");
   CLI11_PARSE(app, argc, argv);
+
+  if (gpu_count) {
+#ifdef STRAGGLER_WITH_NCCL
+    std::string why;
+    const int n = straggler::NcclVisibleDevices(&why);
+    std::printf("%d\n", n);
+    if (n == 0) std::fprintf(stderr, "%s\n", why.c_str());
+#else
+    std::printf("0\n");
+    std::fprintf(stderr, "this build has no NCCL backend\n");
+#endif
+    return 0;
+  }
 
   straggler::ClientOptions copts;
   copts.endpoint = report_endpoint.empty() ? daemon : report_endpoint;
@@ -86,16 +111,33 @@ int main(int argc, char** argv) {
     std::cerr << "client: " << error << "\n";
     return 2;
   }
-  straggler::GlooOptions gopts;
-  gopts.rendezvous_endpoint = daemon;
-  gopts.job_id = job;
-  gopts.rank = rank;
-  gopts.world_size = world;
-  gopts.membership_timeout = std::chrono::milliseconds(membership_timeout_ms);
-  gopts.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);
-  auto reducer = straggler::CreateGlooPartialAllReduce(*client, gopts, &error);
+  std::unique_ptr<straggler::PartialAllReduce> reducer;
+  if (backend == "gloo") {
+    straggler::GlooOptions gopts;
+    gopts.rendezvous_endpoint = daemon;
+    gopts.job_id = job;
+    gopts.rank = rank;
+    gopts.world_size = world;
+    gopts.membership_timeout = std::chrono::milliseconds(membership_timeout_ms);
+    gopts.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);
+    reducer = straggler::CreateGlooPartialAllReduce(*client, gopts, &error);
+  } else {
+#ifdef STRAGGLER_WITH_NCCL
+    straggler::NcclOptions nopts;
+    nopts.rendezvous_endpoint = daemon;
+    nopts.job_id = job;
+    nopts.rank = rank;
+    nopts.world_size = world;
+    nopts.device = static_cast<int>(rank);  // NCCL refuses two ranks on one GPU
+    nopts.membership_timeout = std::chrono::milliseconds(membership_timeout_ms);
+    nopts.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);
+    reducer = straggler::CreateNcclPartialAllReduce(*client, nopts, &error);
+#else
+    error = "this build has no NCCL backend (built without CUDA/NCCL)";
+#endif
+  }
   if (!reducer) {
-    std::cerr << "gloo: " << error << "\n";
+    std::cerr << backend << ": " << error << "\n";
     return 2;
   }
   while (!go_file.empty() && !std::ifstream(go_file).good())

@@ -158,7 +158,15 @@ class NcclPartialAllReduce final : public PartialAllReduce {
         break;
       }
       case CommPlan::How::kShrink:
-        next = Shrink(iteration, m.version, active, how.exclude, deadline);
+        // The parent is gone only after it was aborted on an error; then a
+        // fresh communicator is the one way left (members that still hold the
+        // parent shrink it instead, and both sides fail within the timeout
+        // with errors naming the build - never a hang).
+        if (const auto* parent = cache_->Find(previous_active_); parent != nullptr && parent->handle) {
+          next = Shrink(iteration, m.version, active, how.exclude, deadline);
+        } else {
+          next = Init(iteration, m.version, active, deadline);
+        }
         break;
       case CommPlan::How::kInit:
         next = Init(iteration, m.version, active, deadline);
@@ -190,7 +198,8 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   bool SyncParameters(const std::vector<ParameterBuffer>& buffers) override {
     RequireBegun("SyncParameters");
     if (!plan_.participating || !plan_.sync_parameters) return false;
-    if (current_ == nullptr || current_->comm == nullptr) return true;  // a set of one
+    RequireCommunicator("SyncParameters");
+    if (current_->comm == nullptr) return true;  // a set of one
     STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
     // The root is the lowest active rank: rank 0 of the communicator, whose
     // ranks are the active set in ascending order (ncclCommShrink keeps the
@@ -214,8 +223,9 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     r.version = plan_.version;
     r.active_ranks = static_cast<uint32_t>(plan_.active_ranks.size());
     if (!plan_.participating) return r;  // excluded: no collective on any communicator
+    RequireCommunicator("AllReduceAverage");
     r.participated = true;
-    if (current_ == nullptr || current_->comm == nullptr || count == 0) return r;
+    if (current_->comm == nullptr || count == 0) return r;  // a set of one: its own average
     STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
     // ncclAvg divides by the communicator's size, which is the active set's.
     Collective("allreduce", data, count * elem, [&](void* dev) {
@@ -489,6 +499,17 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     }
     if (!destroyed) ncclCommAbort(c->comm);
     c->comm = nullptr;
+  }
+
+  // A participating rank without a communicator: a collective failed earlier
+  // in this iteration and its communicator was aborted. Never pretend to
+  // average.
+  void RequireCommunicator(const char* what) const {
+    if (current_ == nullptr) {
+      throw CollectiveError(std::string(what) + " at iteration " + std::to_string(plan_.iteration) +
+                            ": the communicator of ranks " + SetText(plan_.active_ranks) +
+                            " was aborted after an earlier error in this iteration");
+    }
   }
 
   void RequireBegun(const char* what) const {
