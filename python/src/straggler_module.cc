@@ -57,11 +57,24 @@ class PyClient {
   }
   ~PyClient() { Close(); }
 
+  // A PartialAllReduce keeps a reference to the C++ client, so closing the
+  // client first closes the reducers built on it (later calls on them raise).
+  struct ReducerSlot {
+    std::unique_ptr<straggler::PartialAllReduce> reducer;
+  };
+  void Attach(const std::shared_ptr<ReducerSlot>& slot) { reducers_.push_back(slot); }
+
   void Close() {
     if (!client_) return;
+    std::vector<std::unique_ptr<straggler::PartialAllReduce>> reducers;
+    for (const auto& weak : reducers_) {
+      if (auto slot = weak.lock()) reducers.push_back(std::move(slot->reducer));
+    }
+    reducers_.clear();
     std::unique_ptr<straggler::Client> doomed = std::move(client_);
     py::gil_scoped_release release;
-    doomed.reset();  // flushes for at most 1 s, joins the background thread
+    reducers.clear();  // closing Gloo pairs may wait on sockets
+    doomed.reset();    // flushes for at most 1 s, joins the background thread
   }
 
   const straggler::ClientOptions& Options() const { return options_; }
@@ -91,6 +104,7 @@ class PyClient {
 
  private:
   straggler::ClientOptions options_;
+  std::vector<std::weak_ptr<ReducerSlot>> reducers_;
   std::vector<std::unique_ptr<py::function>> callbacks_;
   std::unique_ptr<straggler::Client> client_;  // declared last: destroyed first
 };
@@ -98,20 +112,26 @@ class PyClient {
 class PyPartialAllReduce {
  public:
   PyPartialAllReduce(std::shared_ptr<PyClient> client, const straggler::GlooOptions& options)
-      : client_(std::move(client)) {
+      : client_(std::move(client)), slot_(std::make_shared<PyClient::ReducerSlot>()) {
     std::string error;
-    reducer_ = straggler::CreateGlooPartialAllReduce(client_->Get(), options, &error);
-    if (!reducer_) throw py::value_error("straggler.PartialAllReduce: " + error);
+    slot_->reducer = straggler::CreateGlooPartialAllReduce(client_->Get(), options, &error);
+    if (!slot_->reducer) throw py::value_error("straggler.PartialAllReduce: " + error);
+    client_->Attach(slot_);
   }
   ~PyPartialAllReduce() {
     py::gil_scoped_release release;  // closing Gloo pairs may wait on sockets
-    reducer_.reset();
+    slot_->reducer.reset();
   }
-  straggler::PartialAllReduce& Get() { return *reducer_; }
+  straggler::PartialAllReduce& Get() {
+    if (!slot_->reducer) {
+      throw std::runtime_error("straggler.PartialAllReduce: its Client was closed");
+    }
+    return *slot_->reducer;
+  }
 
  private:
-  std::shared_ptr<PyClient> client_;  // the reducer holds a reference to its client
-  std::unique_ptr<straggler::PartialAllReduce> reducer_;
+  std::shared_ptr<PyClient> client_;
+  std::shared_ptr<PyClient::ReducerSlot> slot_;
 };
 
 // A writable, C-contiguous view of `obj` without a copy. Takes anything with
