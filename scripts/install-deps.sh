@@ -26,6 +26,10 @@ PACKAGES=(
   systemd yamllint python3-kubernetes python3-yaml
   # the collective layer (straggler_collective: Gloo CPU backend)
   libgloo-dev
+  # the straggler Python package (python/: pybind11 against Debian's python3)
+  # and its PyTorch DDP test; Debian's python3-torch is 1.13, CPU only, and
+  # links the same libgloo as straggler_collective
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-torch
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }

@@ -1,0 +1,54 @@
+"""stragglerd for Python trainers.
+
+    import straggler
+    client = straggler.Client(job_id="resnet", rank=0, world_size=4)  # the rest from env
+    reducer = straggler.PartialAllReduce(client)      # rendezvous through the same daemon
+    for it in range(steps):
+        plan = reducer.begin_iteration(it)            # the membership switch rule
+        if plan.sync_parameters:
+            reducer.sync_parameters([params])         # rejoin: from the lowest active rank
+        grads = compute()
+        client.report(epoch, it, compute_seconds)
+        if reducer.all_reduce_average(grads)["participated"]:
+            params -= lr * grads                      # excluded ranks do not step
+
+`Client` and `PartialAllReduce` are the C++ classes of client_lib (see
+client_lib/include/straggler/client.h and collective.h) through pybind11;
+buffers are numpy arrays or CPU torch tensors (float32/float64, contiguous),
+reduced in place without a copy. For PyTorch DDP see `straggler.torch`.
+"""
+
+import atexit
+import weakref
+
+from ._straggler import (  # noqa: F401
+    ClientStats,
+    CollectiveError,
+    ExcludedRank,
+    Membership,
+    PartialAllReduce,
+    StepPlan,
+)
+from ._straggler import Client as _Client
+
+__all__ = ["Client", "ClientStats", "CollectiveError", "ExcludedRank", "Membership",
+           "PartialAllReduce", "StepPlan"]
+
+_live_clients = weakref.WeakSet()
+
+
+class Client(_Client):
+    __doc__ = _Client.__init__.__doc__
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        _live_clients.add(self)
+
+
+@atexit.register
+def _close_clients():
+    # A client's background thread must stop before the interpreter finalizes:
+    # a membership callback taking the GIL during finalization would end that
+    # thread inside the interpreter.
+    for client in list(_live_clients):
+        client.close()

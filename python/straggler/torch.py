@@ -1,0 +1,157 @@
+"""PyTorch DDP integration: average gradients among the ACTIVE ranks only.
+
+    import straggler, straggler.torch
+    dist.init_process_group("gloo", ...)                 # DDP's own bootstrap
+    ddp = DDP(model, broadcast_buffers=False, find_unused_parameters=False)
+    state = straggler.torch.PartialAllReduceState()      # client + reducer from env
+    ddp.register_comm_hook(state, straggler.torch.partial_allreduce_hook)
+    for it, (x, y) in enumerate(loader):
+        state.begin_step(it, model=ddp.module, optimizer=opt)   # before forward
+        start = time.perf_counter()
+        loss_fn(ddp(x), y).backward()                    # the hook reduces each bucket
+        state.end_step(epoch, time.perf_counter() - start)  # reports compute time
+        state.optimizer_step(opt)                        # skipped on an excluded rank
+        opt.zero_grad()
+
+Why a hook on the project's own Gloo contexts and not torch.distributed
+subgroups: in torch 1.13 `new_group` must be entered by every rank of the
+default group, the straggler too, so building a subgroup waits on the very rank
+it leaves out. straggler.PartialAllReduce builds one Gloo context per active
+set through stragglerd's rendezvous, by its members only.
+
+What DDP itself must not do (each is a collective on the FULL group, which the
+active ranks would then wait on the straggler for):
+  * find_unused_parameters=False: True all-reduces the used-parameter bitmap
+    through the process group every step;
+  * broadcast_buffers=False: True broadcasts module buffers (BatchNorm running
+    stats) from rank 0 at every forward. Buffers are instead sent with the
+    parameters by begin_step when a rank rejoins.
+  * no DDP `join()` context and no other torch.distributed collective in the
+    step. DDP's construction (a parameter broadcast) and its one-time bucket
+    rebuild at the second forward do use the full group: every rank is
+    present then, since an excluded rank keeps running forward and backward.
+
+An excluded rank gets back its own local gradients from the hook; it must not
+apply them (it did not take part in the average): `optimizer_step` skips it.
+Rejoin: at the iteration where a rank is readmitted (and at the first
+iteration), begin_step broadcasts, from the lowest active rank, the
+parameters, the module buffers, the optimizer state and the step counter
+(`steps_taken`), so the readmitted rank continues from the group's model.
+"""
+
+import io
+import time
+
+import numpy as np
+import torch
+
+from . import Client, PartialAllReduce
+
+__all__ = ["PartialAllReduceState", "partial_allreduce_hook"]
+
+
+class PartialAllReduceState:
+    """Per-process state of the hook: the client, the PartialAllReduce and the
+    plan of the current step. Create one per process, before training.
+
+    The membership is decided once per step, in begin_step: DDP calls the hook
+    once per gradient bucket, and every bucket of a step must be reduced among
+    the same ranks.
+
+    Thread safety: used by the training thread (and DDP's hook, which runs
+    inside that thread's backward); not for concurrent steps.
+    """
+
+    def __init__(self, client=None, reducer=None, **gloo_options):
+        # Client options come from the environment (RANK, WORLD_SIZE,
+        # STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, ...) when no client is given.
+        self.client = client if client is not None else Client()
+        self.reducer = reducer if reducer is not None else PartialAllReduce(self.client,
+                                                                            **gloo_options)
+        self.plan = None
+        self.iteration = None
+        self.participated = False
+        self.buckets = 0
+        self.collective_seconds = 0.0
+        self.steps_taken = 0  # optimizer steps applied; broadcast on rejoin
+        self.synced_at = []   # iterations at which begin_step broadcast the model
+
+    def begin_step(self, iteration, model=None, optimizer=None):
+        """Apply the membership switch rule for `iteration` (call before the
+        forward pass, with strictly increasing iterations). When the plan says
+        so, broadcast the model, its buffers, the optimizer state and the step
+        counter from the lowest active rank. Returns the StepPlan."""
+        self.plan = self.reducer.begin_iteration(iteration)
+        self.iteration = iteration
+        self.participated = self.plan.participating
+        self.buckets = 0
+        self.collective_seconds = 0.0
+        if self.plan.sync_parameters and self.plan.participating:
+            if model is None:
+                raise ValueError(
+                    "begin_step(%d): the plan asks for a parameter broadcast (a rank joins "
+                    "at this iteration) but no model was given" % iteration)
+            self._sync(model, optimizer)
+        return self.plan
+
+    def end_step(self, epoch, step_seconds):
+        """Report this step to stragglerd: compute time = step_seconds minus the
+        time the hook spent in collectives (waiting on other ranks is not this
+        rank's slowness)."""
+        compute = max(0.0, step_seconds - self.collective_seconds)
+        return self.client.report(epoch, self.iteration, compute, step_seconds=step_seconds,
+                                  collective_wait_seconds=self.collective_seconds)
+
+    def optimizer_step(self, optimizer):
+        """optimizer.step() when this rank took part in the step's average;
+        an excluded rank skips it. Returns whether it stepped."""
+        if not self.participated:
+            return False
+        optimizer.step()
+        self.steps_taken += 1
+        return True
+
+    def _sync(self, model, optimizer):
+        # Pass 1, fixed sizes on every rank: the step counter and the size of
+        # the root's serialized optimizer state (its structure may differ on
+        # a rank that stepped less, e.g. momentum buffers not yet created).
+        blob = b""
+        if optimizer is not None and self.client.rank == self.plan.root:
+            out = io.BytesIO()
+            torch.save(optimizer.state_dict(), out)
+            blob = out.getvalue()
+        header = np.array([self.steps_taken, len(blob)], dtype=np.int64)
+        self.reducer.sync_parameters([header])
+        self.steps_taken = int(header[0])
+        # Pass 2: parameters and buffers in place (same shapes everywhere, as
+        # DDP checks at construction), and the optimizer state bytes.
+        tensors = [p.data for p in model.parameters()] + [b.data for b in model.buffers()]
+        for t in tensors:
+            if not t.is_contiguous():
+                raise ValueError("begin_step: a parameter or buffer of shape %s is not "
+                                 "contiguous; it cannot be broadcast in place" % (tuple(t.shape),))
+        state = bytearray(blob) if blob else bytearray(int(header[1]))
+        self.reducer.sync_parameters(tensors + ([state] if len(state) else []))
+        if optimizer is not None and len(state) and self.client.rank != self.plan.root:
+            optimizer.load_state_dict(torch.load(io.BytesIO(bytes(state))))
+        self.synced_at.append(self.iteration)
+
+
+def partial_allreduce_hook(state, bucket):
+    """DDP communication hook (torch 1.13: ddp.register_comm_hook(state, hook)).
+    Averages the bucket among the active ranks of state.plan through the
+    project's Gloo context; on an excluded rank returns the bucket unchanged.
+    state.begin_step must have been called for this step."""
+    if state.plan is None:
+        raise RuntimeError("partial_allreduce_hook: state.begin_step(iteration) was not called "
+                           "before the first backward")
+    buffer = bucket.buffer()
+    start = time.perf_counter()
+    result = state.reducer.all_reduce_average(buffer)  # in place, GIL released
+    state.collective_seconds += time.perf_counter() - start
+    state.buckets += 1
+    if not result["participated"]:
+        state.participated = False
+    future = torch.futures.Future()
+    future.set_result(buffer)
+    return future

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The straggler Python module against the real stragglerd, in one process.
+
+  * Two ranks of a 2-rank job run in two Python threads of this process. Each
+    rank's begin_iteration / sync_parameters / all_reduce_average can only
+    finish once the other rank has entered its own call, so this passes only
+    if those calls release the GIL (holding it, the first thread in would wait
+    for a peer that cannot run, and fail with CollectiveError after
+    collective_timeout). Averages of numpy float32 and torch float64 buffers
+    are exact (multiples of 2); sync_parameters overwrites rank 1's buffer
+    with rank 0's.
+  * Membership callbacks run on the client's thread: a forced exclusion
+    (stragglerctl override) reaches both; a callback that raises is reported
+    through sys.unraisablehook and the client keeps working.
+  * Bad options raise, naming the value; a PartialAllReduce whose Client was
+    closed raises instead of touching a destroyed client.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Daemon, TestFailure, check, main, run  # noqa: E402
+
+JOB = "python-module"
+ITERATIONS = 6
+
+
+def rank_loop(client, reducer, rank, out, errors):
+    import numpy as np
+    import torch
+    try:
+        params = np.full(4, 100.0 * (rank + 1), dtype=np.float32)
+        for it in range(ITERATIONS):
+            plan = reducer.begin_iteration(it)
+            if not plan.certain:
+                raise RuntimeError("iteration %d: membership not certain" % it)
+            client.report(0, it, 0.01)  # what makes the next iteration's membership certain
+            synced = reducer.sync_parameters([params]) if plan.sync_parameters else False
+            g32 = np.full(3, 2.0 * (rank + 1) + it, dtype=np.float32)
+            g64 = torch.full((2, 2), 4.0 * (rank + 1) + it, dtype=torch.float64)
+            r32 = reducer.all_reduce_average(g32)
+            r64 = reducer.all_reduce_average(g64)
+            out.append((it, plan.version, synced, r32, r64, g32.tolist(),
+                        g64.reshape(-1).tolist(), params.tolist()))
+    except Exception as e:  # noqa: BLE001 - reported by the main thread
+        errors.append("rank %d: %s: %s" % (rank, type(e).__name__, e))
+
+
+def test(args):
+    try:
+        import numpy  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as e:
+        print("SKIPPED: %s cannot import numpy/torch (%s)" % (sys.executable, e))
+        sys.exit(77)
+    sys.path.insert(0, args.pythonpath)
+    import straggler
+
+    for kwargs, needle, kind in [
+            (dict(job_id="j", world_size=2), "ranks is empty", ValueError),
+            (dict(job_id="j", rank=0, world_size=2, bogus=1), "unknown option 'bogus'", TypeError),
+            (dict(job_id="j", rank=0, world_size=2, max_send_delay=-1.0), "max_send_delay=-1", ValueError)]:
+        try:
+            straggler.Client(**kwargs)
+            raise TestFailure("Client(%s) was accepted" % kwargs)
+        except kind as e:
+            check(needle in str(e), "Client(%s) raised %r, not naming '%s'" % (kwargs, str(e), needle))
+
+    unraisable = []
+    sys.unraisablehook = lambda u: unraisable.append(str(u.exc_value))
+
+    with tempfile.TemporaryDirectory(prefix="python-module-") as workdir:
+        config = os.path.join(workdir, "stragglerd.yaml")
+        with open(config, "w") as f:
+            f.write("policy:\n  exclusion_enabled: false\n")
+        with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+            clients = [straggler.Client(endpoint=d.address, job_id=JOB, rank=r, world_size=2,
+                                        node="node%d" % r) for r in range(2)]
+            seen = {0: [], 1: []}
+            # Registered first: callbacks run in registration order, so once
+            # rank 0's event is set the raising one has run.
+            def bad_callback(m):
+                raise RuntimeError("callback failure for version %d" % m.version)
+            clients[0].on_membership_change(bad_callback)
+            changed = {0: threading.Event(), 1: threading.Event()}
+            for r, c in enumerate(clients):
+                c.on_membership_change(lambda m, r=r: (seen[r].append(m.version),
+                                                        changed[r].set()))
+
+            reducers = [straggler.PartialAllReduce(c, collective_timeout=20.0,
+                                                   membership_timeout=10.0) for c in clients]
+            outs, errors = {0: [], 1: []}, []
+            threads = [threading.Thread(target=rank_loop,
+                                        args=(clients[r], reducers[r], r, outs[r], errors))
+                       for r in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            check(not errors, "the two ranks in two threads failed: %s" % errors)
+            for r in range(2):
+                check(len(outs[r]) == ITERATIONS, "rank %d ran %d iterations" % (r, len(outs[r])))
+                for it, version, synced, r32, r64, g32, g64, params in outs[r]:
+                    check(r32["participated"] and r64["active_ranks"] == 2,
+                          "iteration %d rank %d: result %s %s" % (it, r, r32, r64))
+                    check(g32 == [3.0 + it] * 3 and g64 == [6.0 + it] * 4,
+                          "iteration %d rank %d: averages %s %s, expected %s and %s"
+                          % (it, r, g32, g64, 3.0 + it, 6.0 + it))
+                    check(params == [100.0] * 4,
+                          "iteration %d rank %d: parameters %s, rank 0's are 100" % (it, r, params))
+                check(outs[r][0][2], "rank %d did not broadcast at iteration 0" % r)
+
+            for c in clients:
+                check(c.flush(10.0), "flush did not complete: %s" % c.stats().last_rejection)
+            res = run([args.ctl, "--daemon", d.address, "override", JOB, "1", "exclude",
+                       "--reason", "test"], timeout=30)
+            check(res.returncode == 0, "stragglerctl override failed: %s" % res.stderr)
+            for r in range(2):
+                check(changed[r].wait(30), "rank %d's membership callback never ran" % r)
+            m = clients[0].current_membership()
+            check(m.version >= 1 and m.is_excluded(1) and m.active_ranks == [0],
+                  "rank 0's membership after the override: %r" % m)
+            check(clients[0].stats().connected, "rank 0's client lost its stream")
+            check(seen[0] == [m.version], "rank 0's callback saw %s, not [%d]" % (seen[0], m.version))
+            check(any("callback failure for version" in u for u in unraisable),
+                  "the raising callback was not reported as unraisable: %s" % unraisable)
+
+            clients[1].close()
+            try:
+                reducers[1].begin_iteration(ITERATIONS)
+                raise TestFailure("a PartialAllReduce of a closed Client still ran")
+            except RuntimeError as e:
+                check("Client was closed" in str(e), "closed client: %r" % str(e))
+            clients[0].close()
+            check(d.stop() == 0, "stragglerd did not exit cleanly")
+    print("2 ranks in 2 threads: %d exact iterations; callbacks saw %s" % (ITERATIONS, seen))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stragglerd", required=True)
+    parser.add_argument("--ctl", required=True)
+    parser.add_argument("--pythonpath", required=True)
+    args = parser.parse_args()
+    main(lambda: test(args))
