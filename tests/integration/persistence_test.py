@@ -47,7 +47,7 @@ def http_json(http_address, path):
 
 def startup_error(stragglerd, db_path, workdir):
     """Runs stragglerd on db_path; it must exit 2 naming the path."""
-    result = run([stragglerd, "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
+    result = run([os.path.abspath(stragglerd), "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
                   "--state-db", db_path], 30, cwd=workdir)
     output = result.stdout + result.stderr
     check(result.returncode == 2, "stragglerd on %s exited %d, expected 2:\n%s"
