@@ -164,6 +164,12 @@ absl::StatusOr<v1::Membership> SetRankOverride(JobRegistry& registry,
         !s.ok()) {
       return absl::InvalidArgumentError(s.message());
     }
+    // Kept for the state database, which restores the reason with the override.
+    if (*override == engine::RankOverride::kNone) {
+      job.override_reasons.erase(request.rank());
+    } else {
+      job.override_reasons[request.rank()] = request.reason();
+    }
     spdlog::info("job={} rank={} override {} by admin call from {}{}{}", job.id, request.rank(),
                  v1::RankOverride_Name(request.override()), caller,
                  request.reason().empty() ? "" : ": ", request.reason());

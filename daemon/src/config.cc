@@ -191,6 +191,42 @@ class Parser : public ConfigReader {
     return absl::OkStatus();
   }
 
+  absl::Status ApplyPersistence(const YAML::Node& node, PersistenceConfig& p) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "persistence must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      const std::string qualified = absl::StrCat("persistence.", key);
+      if (key == "path" || key == "synchronous") {
+        auto v = String(kv.second, qualified);
+        if (!v.ok()) return v.status();
+        if (key == "synchronous" && *v != "normal" && *v != "full") {
+          return Error(kv.second.Mark(),
+                       absl::StrCat(qualified, "=", *v, " must be 'normal' or 'full'"));
+        }
+        (key == "path" ? p.path : p.synchronous) = *v;
+        continue;
+      }
+      uint32_t* target = nullptr;
+      if (key == "event_queue_capacity") target = &p.event_queue_capacity;
+      if (key == "events_max_age_seconds") target = &p.events_max_age_seconds;
+      if (key == "events_max_rows") target = &p.events_max_rows;
+      if (key == "membership_versions_kept") target = &p.membership_versions_kept;
+      if (key == "retention_interval_seconds") target = &p.retention_interval_seconds;
+      if (target == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in persistence"));
+      }
+      auto v = Uint(kv.second, qualified);
+      if (!v.ok()) return v.status();
+      // 0 means "no limit" only for the two event limits.
+      if (*v == 0 && key != "events_max_age_seconds" && key != "events_max_rows") {
+        return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      }
+      *target = *v;
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ApplyJobs(const YAML::Node& node, DaemonConfig& config) const {
     if (node.IsNull()) return absl::OkStatus();
     if (!node.IsSequence()) {
@@ -269,6 +305,8 @@ class Parser : public ConfigReader {
         s = ApplyRendezvous(kv.second, config.rendezvous);
       } else if (key == "http") {
         s = ApplyHttp(kv.second, config.http);
+      } else if (key == "persistence") {
+        s = ApplyPersistence(kv.second, config.persistence);
       } else {
         s = Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "'"));
       }
@@ -390,6 +428,7 @@ absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLoo
   pick(config.grpc_address, "STRAGGLERD_GRPC_ADDRESS", flags.grpc_address);
   pick(config.http_address, "STRAGGLERD_HTTP_ADDRESS", flags.http_address);
   pick(config.log_level, "STRAGGLERD_LOG_LEVEL", flags.log_level);
+  pick(config.persistence.path, "STRAGGLERD_STATE_DB", flags.state_db);
 
   if (absl::Status s = ValidateAddress("grpc_address", config.grpc_address, /*allow_unix=*/true);
       !s.ok()) {

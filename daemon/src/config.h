@@ -73,6 +73,19 @@ struct RendezvousConfig {
   uint32_t max_waiters = 100000;           // Waits held at once, all jobs
 };
 
+// The state database (README "Persistence"). path "" keeps everything in
+// memory only. A change of path or synchronous needs a restart; the
+// retention keys apply at the next retention pass after a reload.
+struct PersistenceConfig {
+  std::string path;                      // SQLite file, created with its directory
+  std::string synchronous = "normal";    // normal | full (see README)
+  uint32_t event_queue_capacity = 65536; // events waiting for the writer; more are dropped
+  uint32_t events_max_age_seconds = 604800;  // 7 days; 0 = no age limit
+  uint32_t events_max_rows = 1000000;        // 0 = no row limit
+  uint32_t membership_versions_kept = 32;    // per job, newest first (>= 1)
+  uint32_t retention_interval_seconds = 60;  // how often retention runs
+};
+
 // A per-job policy: `match` is a job id or a glob where `*` matches any run
 // of characters; `policy` is the top-level policy with the rule's overrides
 // applied (already merged and validated).
@@ -91,6 +104,7 @@ struct DaemonConfig {
   MetricsConfig metrics;
   HttpConfig http;
   RendezvousConfig rendezvous;
+  PersistenceConfig persistence;
   std::string config_file;                   // "" = embedded defaults only
 
   // The policy for `job_id`: the first rule whose pattern matches, else the
@@ -105,6 +119,7 @@ struct ConfigSources {
   std::optional<std::string> grpc_address;
   std::optional<std::string> http_address;
   std::optional<std::string> log_level;
+  std::optional<std::string> state_db;  // --state-db: persistence.path
 };
 
 // Reads an environment variable; injectable so tests need not touch the

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "convert.h"
+#include "google/protobuf/util/json_util.h"
 #include "spdlog/spdlog.h"
 
 namespace straggler::daemon {
@@ -76,8 +78,10 @@ uint64_t NewIncarnation() {
 
 }  // namespace
 
-JobRegistry::JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats)
+JobRegistry::JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats,
+                         Store* store)
     : stats_(stats),
+      store_(store),
       incarnation_(NewIncarnation()),
       config_(std::move(config)),
       max_batch_reports_(config_->limits.max_batch_reports),
@@ -155,9 +159,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
               absl::StrCat("job '", hello.job_id, "' refused: limits.max_jobs=",
                            config->limits.max_jobs, " jobs already tracked"));
         }
-        job = std::make_shared<Job>(hello.job_id, hello.world_size,
-                                    config->PolicyFor(hello.job_id), now, incarnation_,
-                                    config->limits.recent_reports_per_job);
+        job = MakeJob(hello.job_id, hello.world_size, *config, now);
         jobs_.emplace(hello.job_id, job);
         spdlog::info("job={} created: world_size={} policy={}", hello.job_id, hello.world_size,
                      engine::PolicyKindName(job->engine.policy().kind));
@@ -286,11 +288,126 @@ absl::Status JobRegistry::Mutate(absl::string_view job_id,
                                  absl::FunctionRef<absl::Status(Job&, engine::Time)> fn) {
   auto job = Find(job_id);
   if (!job) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
-  std::lock_guard lock(job->mu);
-  if (job->removed.load()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
-  absl::Status status = fn(*job, WallNow());
-  CommitLocked(*job);
+  absl::Status status;
+  {
+    std::lock_guard lock(job->mu);
+    if (job->removed.load()) {
+      return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+    }
+    status = fn(*job, WallNow());
+    CommitLocked(*job);
+    if (store_ != nullptr) SaveOverridesLocked(*job);
+  }
+  // An admin change is on disk, events included, when the call returns; the
+  // wait is outside the job's mu so ingest of the job goes on meanwhile.
+  if (store_ != nullptr) store_->Flush();
   return status;
+}
+
+void JobRegistry::SaveOverridesLocked(const Job& job) {
+  std::string policy_json;
+  if (job.policy_overridden) {
+    v1::PolicyConfig p;
+    ToProto(job.engine.policy(), &p);
+    (void)google::protobuf::util::MessageToJsonString(p, &policy_json);
+  }
+  std::vector<StoredOverride> overrides;
+  for (uint32_t r = 0; r < job.world_size; ++r) {
+    const engine::RankOverride o = job.engine.Worker(r).override;
+    if (o == engine::RankOverride::kNone) continue;
+    auto it = job.override_reasons.find(r);
+    overrides.push_back({r, o, it == job.override_reasons.end() ? "" : it->second});
+  }
+  if (absl::Status s = store_->SaveOverrides(job.id, job.world_size, job.incarnation,
+                                             policy_json, overrides);
+      !s.ok()) {
+    stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("job={} policy/overrides not persisted: {}", job.id, std::string(s.message()));
+  }
+}
+
+std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t world_size,
+                                          const DaemonConfig& config, engine::Time now) {
+  auto job = std::make_shared<Job>(job_id, world_size, config.PolicyFor(job_id), now,
+                                   incarnation_, config.limits.recent_reports_per_job);
+  if (store_ == nullptr) return job;
+  auto loaded = store_->LoadJob(job_id);
+  if (!loaded.ok()) {
+    stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("job={} not restored: {}", job_id, std::string(loaded.status().message()));
+    return job;
+  }
+  if (!loaded->has_value()) return job;
+  const StoredJob& stored = **loaded;
+  if (!stored.policy_json.empty()) {
+    // Merged over the config's policy, so a field a newer build added keeps
+    // its configured value; the engine validates it.
+    v1::PolicyConfig p;
+    absl::Status s = google::protobuf::util::JsonStringToMessage(stored.policy_json, &p).ok()
+                         ? absl::OkStatus()
+                         : absl::InvalidArgumentError("not a PolicyConfig in JSON");
+    absl::StatusOr<engine::PolicyConfig> merged = MergePolicy(p, job->engine.policy());
+    if (s.ok() && merged.ok()) s = job->engine.SetPolicy(*merged, now);
+    if (!s.ok() || !merged.ok()) {
+      spdlog::error("job={} stored policy {} not restored: {}", job_id, stored.policy_json,
+                    std::string((s.ok() ? merged.status() : s).message()));
+    } else {
+      job->policy_overridden = true;
+    }
+  }
+  if (!stored.membership) return job;
+  const engine::Membership& m = *stored.membership;
+  if (stored.world_size != world_size) {
+    // Another run of the job at another scale: the excluded ranks mean
+    // nothing to it, but versions must still grow.
+    spdlog::warn("job={} world_size={} differs from the stored world_size={}: exclusions not "
+                 "restored, versions continue above v{}",
+                 job_id, world_size, stored.world_size, m.version);
+    job->engine.AdoptVersionFloor(m.version, m.effective_iteration, now);
+    return job;
+  }
+  std::vector<std::pair<uint32_t, engine::RankOverride>> overrides;
+  for (const StoredOverride& o : stored.overrides) {
+    overrides.emplace_back(o.rank, o.override);
+    job->override_reasons[o.rank] = o.reason;
+  }
+  job->engine.RestoreMembership(m, overrides, now);
+  spdlog::info("job={} restored from {}: membership v{} -> v{}, {} excluded, {} overrides{}",
+               job_id, store_->path(), m.version, job->engine.membership().version,
+               m.excluded.size(), overrides.size(),
+               job->policy_overridden ? ", admin policy" : "");
+  return job;
+}
+
+absl::Status JobRegistry::Restore(engine::Time now) {
+  if (store_ == nullptr) return absl::OkStatus();
+  const auto config = this->config();
+  auto max_sequence = store_->MaxSequence();
+  if (!max_sequence.ok()) return max_sequence.status();
+  auto events = store_->LoadEvents(config->limits.events_retained);
+  if (!events.ok()) return events.status();
+  {
+    std::lock_guard lock(events_mu_);
+    events_.assign(std::make_move_iterator(events->begin()), std::make_move_iterator(events->end()));
+    next_sequence_ = *max_sequence + 1;
+  }
+  auto jobs = store_->LoadJobs(now - std::chrono::seconds(config->limits.job_idle_ttl_seconds));
+  if (!jobs.ok()) return jobs.status();
+  for (const StoredJob& stored : *jobs) {
+    if (stored.world_size == 0 || stored.world_size > config->limits.max_ranks_per_job) continue;
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(jobs_mu_);
+      if (jobs_.size() >= config->limits.max_jobs) break;
+      job = MakeJob(stored.job_id, stored.world_size, *config, now);
+      jobs_.emplace(stored.job_id, job);
+    }
+    std::lock_guard lock(job->mu);
+    CommitLocked(*job);  // journals and persists the restored version
+  }
+  spdlog::info("state database {}: {} events (next sequence {}), {} jobs restored",
+               store_->path(), events->size(), *max_sequence + 1, jobs->size());
+  return absl::OkStatus();
 }
 
 void JobRegistry::CommitLocked(Job& job, const JobSubscriber* skip) {
@@ -299,6 +416,22 @@ void JobRegistry::CommitLocked(Job& job, const JobSubscriber* skip) {
 
   const uint64_t version = job.engine.membership().version;
   if (version == job.pushed_version) return;
+  if (store_ != nullptr) {
+    // Durable before anyone sees it (the ack built after this call, a push,
+    // a query): a client can then never hold a version that a restarted
+    // daemon does not know of and would hand out again with other content.
+    for (const engine::Membership& m : job.engine.membership_history()) {
+      if (m.version <= job.pushed_version) continue;
+      if (absl::Status s = store_->SaveMembership(job.id, job.world_size, job.incarnation, m);
+          !s.ok()) {
+        // Published anyway: the job needs the version now, and the hello
+        // floor still protects clients that hold it across a restart.
+        stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+        spdlog::error("job={} membership v{} not persisted: {}", job.id, m.version,
+                      std::string(s.message()));
+      }
+    }
+  }
   job.pushed_version = version;
   for (const auto& sub : job.subscribers) {
     if (sub.get() != skip) sub->OnMembershipChangedLocked(job);
@@ -338,11 +471,30 @@ void JobRegistry::JournalLocked(Job& job, std::vector<engine::Event> events) {
   for (size_t i = 0; i < events.size(); ++i) {
     events_.push_back(JournalEntry{next_sequence_++, job.id, std::move(events[i]),
                                    causes[i].cause, std::move(causes[i].detail)});
+    // A queue append, no I/O: ingest never waits on the disk (store.h).
+    if (store_ != nullptr && !store_->EnqueueEvent(events_.back())) {
+      stats_.state_db_events_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   while (events_.size() > events_retained_) events_.pop_front();
 }
 
+void JobRegistry::ApplyRetention(engine::Time now) {
+  const PersistenceConfig p = config()->persistence;
+  if (now - last_retention_ < std::chrono::seconds(p.retention_interval_seconds)) return;
+  last_retention_ = now;
+  auto deleted = store_->ApplyRetention(now, std::chrono::seconds(p.events_max_age_seconds),
+                                        p.events_max_rows, p.membership_versions_kept);
+  if (!deleted.ok()) {
+    stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("state database retention failed: {}", std::string(deleted.status().message()));
+  } else if (*deleted > 0) {
+    spdlog::info("state database retention deleted {} rows", *deleted);
+  }
+}
+
 void JobRegistry::TickAll(engine::Time now) {
+  if (store_ != nullptr) ApplyRetention(now);
   const std::chrono::seconds ttl(config()->limits.job_idle_ttl_seconds);
   std::vector<std::shared_ptr<Job>> idle;
   for (const auto& job : Jobs()) {
@@ -425,12 +577,12 @@ EventPage JobRegistry::Events(const EventQuery& query) const {
   std::lock_guard lock(events_mu_);
   page.last_sequence = next_sequence_ - 1;
   if (events_.empty()) return page;
-  // Sequences in the ring are contiguous, so the start is an index.
-  const uint64_t first = events_.front().sequence;
-  size_t start = 0;
-  if (query.since_sequence >= first) {
-    start = static_cast<size_t>(query.since_sequence - first + 1);
-  }
+  // Ascending sequences, not always contiguous (events restored from the
+  // state database may have gaps: a dropped write, retention).
+  const size_t start = static_cast<size_t>(
+      std::upper_bound(events_.begin(), events_.end(), query.since_sequence,
+                       [](uint64_t seq, const JournalEntry& e) { return seq < e.sequence; }) -
+      events_.begin());
   for (size_t i = start; i < events_.size(); ++i) {
     const JournalEntry& e = events_[i];
     if (!query.job_id.empty() && e.job_id != query.job_id) continue;

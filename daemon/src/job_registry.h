@@ -48,6 +48,7 @@
 #include "config.h"
 #include "metrics.h"
 #include "stats.h"
+#include "store.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
 
@@ -159,6 +160,9 @@ struct Job {
   // alone, so an operator's runtime decision is not silently undone.
   bool policy_overridden = false;
   uint64_t pushed_version = 0;  // newest membership version pushed
+  // The reason given with each rank's current SetRankOverride (what the
+  // state database keeps with the override; the engine keeps only the kind).
+  std::map<uint32_t, std::string> override_reasons;
   // Iterations from an episode's first slow step to its detection, one
   // observation per healthy -> straggler event journaled (CommitLocked).
   // Kept across Reset, like every cumulative metric.
@@ -204,14 +208,6 @@ struct StreamHello {
   uint64_t known_incarnation = 0;  // daemon run that made that version; 0 = unknown
 };
 
-struct JournalEntry {
-  uint64_t sequence = 0;  // daemon-wide, grows by one per event
-  std::string job_id;
-  engine::Event event;
-  // On a transition to straggler: what the rank's GPU telemetry points at.
-  LikelyCause likely_cause = LikelyCause::kUnspecified;
-  std::string likely_cause_detail;
-};
 
 struct EventQuery {
   std::string job_id;             // "" = every job
@@ -233,7 +229,9 @@ class JobRegistry {
   static constexpr uint32_t kDefaultEventLimit = 1000;
   static constexpr uint32_t kMaxEventLimit = 10000;
 
-  JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats);
+  // `store` (may be null: nothing persists) must outlive the registry.
+  JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats,
+              Store* store = nullptr);
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
@@ -294,14 +292,29 @@ class JobRegistry {
   // Refuses new subscribers from now on and closes every current one.
   void CloseAll(const absl::Status& status);
 
+  // Once, before serving, with a store: the journal's newest
+  // limits.events_retained events and the sequence after the highest ever
+  // stored, and the jobs active within limits.job_idle_ttl_seconds, each
+  // restored (JobEngine::RestoreMembership: its last membership under a
+  // higher version, its admin policy and rank overrides). A job that comes
+  // back later is restored by Attach the same way. Errors name the path.
+  absl::Status Restore(engine::Time now);
+
   EventPage Events(const EventQuery& query) const;
   uint64_t last_event_sequence() const;
 
  private:
   void AdmitLocked(Job& job, const StreamHello& hello, engine::Time now);
+  // A new Job for `job_id`, restored from the store when it knows the job.
+  std::shared_ptr<Job> MakeJob(const std::string& job_id, uint32_t world_size,
+                               const DaemonConfig& config, engine::Time now);
+  void SaveOverridesLocked(const Job& job);
+  void ApplyRetention(engine::Time now);
   void JournalLocked(Job& job, std::vector<engine::Event> events);
 
   DaemonStats& stats_;
+  Store* const store_;  // null: no persistence
+  engine::Time last_retention_{0};  // TickAll's thread only
   const uint64_t incarnation_;  // see Job::incarnation
 
   mutable std::mutex config_mu_;

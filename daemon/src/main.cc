@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       "STRAGGLERD_LOG_LEVEL, STRAGGLERD_CONFIG) > config file > built-in defaults.\n"
       "Signals: SIGHUP reloads the config file, SIGTERM/SIGINT drain and exit 0.",
       "stragglerd"};
-  std::string config_file, grpc_address, http_address, log_level, ready_file;
+  std::string config_file, grpc_address, http_address, log_level, ready_file, state_db;
   bool version = false;
   auto* config_opt = app.add_option("--config", config_file,
                                     "YAML config file (every key: deploy/stragglerd.yaml); "
@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
                                   "(default 0.0.0.0:7071)");
   auto* level_opt = app.add_option("--log-level", log_level,
                                    "trace|debug|info|warn|error (default info)");
+  auto* state_db_opt = app.add_option(
+      "--state-db", state_db,
+      "SQLite state database (persistence.path; default $STRAGGLERD_STATE_DB, else none: "
+      "nothing survives a restart)");
   app.add_option("--ready-file", ready_file,
                  "once serving, atomically write {\"grpc_address\":\"HOST:PORT\","
                  "\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable addresses, "
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
   if (*grpc_opt) sources.grpc_address = grpc_address;
   if (*http_opt) sources.http_address = http_address;
   if (*level_opt) sources.log_level = log_level;
+  if (*state_db_opt) sources.state_db = state_db;
 
   absl::StatusOr<DaemonConfig> config = LoadConfig(sources, straggler::daemon::GetEnv);
   if (!config.ok()) {
@@ -113,7 +118,9 @@ int main(int argc, char** argv) {
   straggler::daemon::Server server;
   if (absl::Status s = server.Start(*config); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
-    return 1;
+    // A state database that cannot be opened is a configuration error
+    // (persistence.path), like a bad key: exit 2.
+    return s.code() == absl::StatusCode::kFailedPrecondition ? kExitBadConfig : 1;
   }
   spdlog::info("stragglerd listening: grpc={} http={}", server.grpc_address(),
                server.http_address());

@@ -482,6 +482,14 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
                    std::memory_order_relaxed)));
   }
 
+  // Always present (0 without persistence), so an alert needs no absent().
+  out.Family("straggler_state_db_events_dropped_total", MetricType::kCounter,
+             "Events not persisted because the state database writer's queue was full.");
+  out.Sample({}, static_cast<double>(stats.state_db_events_dropped.load(std::memory_order_relaxed)));
+  out.Family("straggler_state_db_errors_total", MetricType::kCounter,
+             "State database writes or reads that failed (memberships, overrides, retention).");
+  out.Sample({}, static_cast<double>(stats.state_db_errors.load(std::memory_order_relaxed)));
+
   out.Family("straggler_ingest_batch_duration_seconds", MetricType::kHistogram,
              "Time to process one ReportBatch, under the job's lock.");
   out.Histogram({}, stats.ingest_batch_duration.Snapshot());

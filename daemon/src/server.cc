@@ -13,6 +13,7 @@
 #include "rendezvous_service.h"
 #include "rendezvous_store.h"
 #include "spdlog/spdlog.h"
+#include "store.h"
 
 namespace straggler::daemon {
 namespace {
@@ -36,7 +37,17 @@ Server::Server() = default;
 Server::~Server() { Shutdown(std::chrono::milliseconds(0)); }
 
 absl::Status Server::Start(const DaemonConfig& config) {
-  registry_ = std::make_unique<JobRegistry>(std::make_shared<const DaemonConfig>(config), stats_);
+  if (!config.persistence.path.empty()) {
+    const PersistenceConfig& p = config.persistence;
+    auto store = Store::Open({.path = p.path,
+                              .synchronous_full = p.synchronous == "full",
+                              .event_queue_capacity = p.event_queue_capacity});
+    if (!store.ok()) return store.status();
+    store_ = std::move(*store);
+  }
+  registry_ = std::make_unique<JobRegistry>(std::make_shared<const DaemonConfig>(config), stats_,
+                                            store_.get());
+  if (absl::Status s = registry_->Restore(WallNow()); !s.ok()) return s;
   ingest_ = std::make_unique<IngestServiceImpl>(*registry_, stats_);
   query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_);
   admin_ = std::make_unique<AdminServiceImpl>(*registry_);
@@ -111,6 +122,9 @@ std::string Server::grpc_dial_address() const {
 
 void Server::Reload(const DaemonConfig& config) {
   ApplyLogLevel(config.log_level);
+  if (config.persistence.path != (store_ ? store_->path() : std::string())) {
+    spdlog::warn("reload: persistence.path changes take effect only after a restart");
+  }
   if (config.grpc_address != configured_grpc_address_ ||
       config.http_address != configured_http_address_) {
     spdlog::warn("reload: grpc_address/http_address changes take effect only after a restart");

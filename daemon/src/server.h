@@ -38,6 +38,7 @@ class AdminServiceImpl;
 class RendezvousStore;
 class RendezvousServiceImpl;
 class HttpServer;
+class Store;
 
 class Server {
  public:
@@ -46,7 +47,9 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds config.grpc_address, then config.http_address (port 0 picks a free
+  // Opens the state database when persistence.path is set (and restores the
+  // journal and jobs from it: JobRegistry::Restore; an error there is
+  // FAILED_PRECONDITION naming the path), then binds config.grpc_address, then config.http_address (port 0 picks a free
   // port), and starts serving; /readyz answers 200 once both are up.
   absl::Status Start(const DaemonConfig& config);
 
@@ -74,11 +77,14 @@ class Server {
   JobRegistry& registry() { return *registry_; }
   RendezvousStore& rendezvous() { return *rendezvous_store_; }
   const DaemonStats& stats() const { return stats_; }
+  const Store* store() const { return store_.get(); }  // null without persistence
 
  private:
   void TickLoop();
 
   DaemonStats stats_;
+  // Before registry_: the registry writes into it until it is destroyed.
+  std::unique_ptr<Store> store_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<IngestServiceImpl> ingest_;
   std::unique_ptr<QueryServiceImpl> query_;

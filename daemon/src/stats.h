@@ -45,6 +45,11 @@ struct DaemonStats {
   std::atomic<uint64_t> telemetry_accepted{0};
   std::atomic<uint64_t> telemetry_rejected_rank{0};
   std::atomic<uint64_t> telemetry_rejected_invalid{0};
+  // State database writes or reads that failed (membership versions,
+  // overrides, retention; the event writer counts its own in Store).
+  std::atomic<uint64_t> state_db_errors{0};
+  // Events the state database's writer queue had no room for.
+  std::atomic<uint64_t> state_db_events_dropped{0};
   // Wall time of IngestService's processing of one ReportBatch.
   Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
 

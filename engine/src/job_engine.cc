@@ -1056,6 +1056,40 @@ void JobEngine::AdoptVersionFloor(uint64_t version, uint64_t effective_iteration
             effective_iteration + 1, version + 1);
 }
 
+void JobEngine::RestoreMembership(
+    const Membership& m, const std::vector<std::pair<uint32_t, RankOverride>>& overrides,
+    Time now) {
+  Impl& d = *impl_;
+  constexpr uint64_t kAbsurd = uint64_t{1} << 62;  // as in AdoptVersionFloor
+  if (m.version >= kAbsurd || m.effective_iteration >= kAbsurd) return;
+  for (const auto& [rank, o] : overrides) {
+    if (rank < d.world_size) d.ranks[rank].override = o;
+  }
+  std::vector<ExcludedRank> excluded;
+  for (const ExcludedRank& e : m.excluded) {
+    if (e.rank >= d.world_size) continue;
+    Impl::RankState& r = d.ranks[e.rank];
+    switch (e.reason) {
+      case ExclusionReason::kStraggler:
+      case ExclusionReason::kProbationEnd:
+        r.state = WorkerState::kStraggler;
+        r.counter = d.Limit();
+        break;
+      case ExclusionReason::kUnresponsive:
+        r.state = WorkerState::kUnresponsive;
+        break;
+      default:
+        break;
+    }
+    excluded.push_back(e);
+  }
+  std::sort(excluded.begin(), excluded.end(),
+            [](const ExcludedRank& a, const ExcludedRank& b) { return a.rank < b.rank; });
+  d.Publish(std::move(excluded), now,
+            absl::StrCat("restored version ", m.version, " from the state database"),
+            m.effective_iteration + 1, m.version + 1);
+}
+
 void JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
   impl_->iterations_per_epoch = iterations;
   impl_->epoch_length_announced = iterations > 0;

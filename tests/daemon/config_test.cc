@@ -95,6 +95,46 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->rendezvous.max_ttl_seconds == defaults.rendezvous.max_ttl_seconds);
   CHECK(cfg->rendezvous.max_wait_seconds == defaults.rendezvous.max_wait_seconds);
   CHECK(cfg->rendezvous.max_waiters == defaults.rendezvous.max_waiters);
+  const sd::PersistenceConfig& p = cfg->persistence;
+  CHECK(p.path == defaults.persistence.path);
+  CHECK(p.synchronous == defaults.persistence.synchronous);
+  CHECK(p.event_queue_capacity == defaults.persistence.event_queue_capacity);
+  CHECK(p.events_max_age_seconds == defaults.persistence.events_max_age_seconds);
+  CHECK(p.events_max_rows == defaults.persistence.events_max_rows);
+  CHECK(p.membership_versions_kept == defaults.persistence.membership_versions_kept);
+  CHECK(p.retention_interval_seconds == defaults.persistence.retention_interval_seconds);
+}
+
+TEST_CASE("persistence keys parse, --state-db wins, and bad values name the key") {
+  auto cfg = sd::ParseConfig("persistence:\n  path: /var/lib/s.db\n  synchronous: full\n"
+                             "  events_max_rows: 0\n",
+                             "t.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->persistence.path == "/var/lib/s.db");
+  CHECK(cfg->persistence.synchronous == "full");
+  CHECK(cfg->persistence.events_max_rows == 0);
+
+  auto bad = sd::ParseConfig("persistence:\n  synchronous: sometimes\n", "t.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()).find("persistence.synchronous=sometimes") !=
+        std::string::npos);
+  bad = sd::ParseConfig("persistence:\n  retention_interval_seconds: 0\n", "t.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()).find("persistence.retention_interval_seconds=0") !=
+        std::string::npos);
+  bad = sd::ParseConfig("persistence:\n  pth: x\n", "t.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()).find("unknown key 'pth' in persistence") !=
+        std::string::npos);
+
+  sd::ConfigSources flags;
+  flags.state_db = "/flag.db";
+  auto loaded = sd::LoadConfig(flags, FakeEnv({{"STRAGGLERD_STATE_DB", "/env.db"}}));
+  REQUIRE(loaded.ok());
+  CHECK(loaded->persistence.path == "/flag.db");
+  loaded = sd::LoadConfig(sd::ConfigSources{}, FakeEnv({{"STRAGGLERD_STATE_DB", "/env.db"}}));
+  REQUIRE(loaded.ok());
+  CHECK(loaded->persistence.path == "/env.db");
 }
 
 TEST_CASE("rendezvous limits parse and bad ones name the key") {

@@ -281,6 +281,21 @@ class JobEngine {
   // across daemon restarts and clients do not ignore this daemon's versions.
   void AdoptVersionFloor(uint64_t version, uint64_t effective_iteration, Time now);
 
+  // A daemon restarting from its state database: `m` is the newest version
+  // an earlier daemon published, `overrides` the operators' rank overrides.
+  // Call on a new engine, before any report. Sets the overrides and publishes
+  // version m.version + 1 with m's excluded set, in force from
+  // m.effective_iteration + 1: the same ranks clients already leave out, so
+  // where a client is when it applies it cannot matter. Ranks m excluded as
+  // stragglers (or at probation's end) become stragglers with a full counter
+  // and unresponsive ones unresponsive, so they stay out until their own
+  // reports show recovery, and are released, as always, by a version in force
+  // after the progress the engine has then seen; forced ones stay forced.
+  // Excluded ranks >= world_size are dropped.
+  void RestoreMembership(const Membership& m,
+                         const std::vector<std::pair<uint32_t, RankOverride>>& overrides,
+                         Time now);
+
   // The epoch length, when the trainer announces it.
   void SetIterationsPerEpoch(uint64_t iterations);
 
