@@ -68,13 +68,13 @@ int main(int argc, char** argv) {
   std::string go_file;
   std::string backend = "gloo";
   bool gpu_count = false;
-  app.add_option("--daemon", daemon, "stragglerd gRPC address (rendezvous)")->required();
+  auto* daemon_opt = app.add_option("--daemon", daemon, "stragglerd gRPC address (rendezvous)");
   app.add_option("--report-endpoint", report_endpoint,
                  "where the client streams reports (default: --daemon; a test proxy can "
                  "delay directives)");
-  app.add_option("--job", job)->required();
-  app.add_option("--rank", rank)->required();
-  app.add_option("--world-size", world)->required();
+  auto* job_opt = app.add_option("--job", job);
+  auto* rank_opt = app.add_option("--rank", rank);
+  auto* world_opt = app.add_option("--world-size", world);
   app.add_option("--iterations", iterations);
   app.add_option("--step-ms", step_ms, "simulated compute time per step");
   app.add_option("--membership-timeout-ms", membership_timeout_ms);
@@ -97,6 +97,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "this build has no NCCL backend\n");
 #endif
     return 0;
+  }
+  // Required for a run, not for --gpu-count (which the test calls first).
+  for (const CLI::Option* o : {daemon_opt, job_opt, rank_opt, world_opt}) {
+    if (o->count() == 0) {
+      std::fprintf(stderr, "%s is required\n", o->get_name().c_str());
+      return 2;
+    }
   }
 
   straggler::ClientOptions copts;
