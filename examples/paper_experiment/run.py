@@ -45,9 +45,10 @@ def run_case(args, name, mode, factor, with_daemon, workdir):
     os.makedirs(case_dir)
     daemon = None
     if with_daemon:
-        daemon = Daemon(os.path.join(args.build, "daemon", "stragglerd"), case_dir)
+        daemon = Daemon(args.stragglerd or os.path.join(args.build, "daemon", "stragglerd"),
+                        case_dir)
         daemon.start()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(args.build, "python"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=args.pythonpath or os.path.join(args.build, "python"))
     lines = {r: [] for r in range(WORLD)}
     final, procs, threads = {}, [], []
     start = time.time()
@@ -153,11 +154,20 @@ def fmt(x, digits=2):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--stragglerd", help="default: BUILD/daemon/stragglerd")
+    p.add_argument("--pythonpath", help="the straggler package; default: BUILD/python")
+    p.add_argument("--smoke", action="store_true",
+                   help="ctest smoke: 1 epoch of 24 iterations, half-sd only; passes when "
+                        "every rank finishes (detection under load is not asserted)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--iterations", type=int, default=40, help="iterations per epoch")
     p.add_argument("--cases", default=",".join(c[0] for c in CASES))
     p.add_argument("--case-timeout", type=float, default=900)
     p.add_argument("--json", help="write every case's analysis here")
+    p.add_argument("--write-benchmarks", metavar="FILE",
+                   help="replace the section '## Paper experiment (issue 5)' of FILE "
+                        "(BENCHMARKS.md) with this run's table")
+    p.add_argument("--from-json", help="only rewrite the table from a saved --json file")
     p.add_argument("--workdir", help="keep each case's logs, events and per-step rows here")
     a = p.parse_args()
     try:
@@ -165,8 +175,18 @@ def main():
     except ImportError as e:
         print("SKIPPED: %s cannot import torch (%s)" % (sys.executable, e))
         sys.exit(77)
+    if a.smoke:
+        a.epochs, a.iterations, a.cases, a.case_timeout = 1, 24, "half-sd", 120
+    if a.from_json:
+        with open(a.from_json) as f:
+            out = json.load(f)
+        print_table(out)
+        if a.write_benchmarks:
+            write_benchmarks(a.write_benchmarks, out)
+        return
     wanted = a.cases.split(",")
     out = {}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="paper-exp-") as tmp:
         workdir = a.workdir or tmp
         os.makedirs(workdir, exist_ok=True)
@@ -179,11 +199,55 @@ def main():
                      for row in res["lines"][r]]
             out[name] = dict(ana, job_s=res["job_s"], mode=mode, factor=factor, stragglerd=sd,
                              healthy_step_ms=1000 * sorted(steps)[len(steps) // 2])
+            out[name]["loadavg_1min_after"] = os.getloadavg()[0]
             print(json.dumps({name: out[name]}), flush=True)
+    out["_run"] = {"loadavg_1min_before": load_before[0], "epochs": a.epochs,
+                   "iterations_per_epoch": a.iterations, "cpus": os.cpu_count(),
+                   "date": datetime.datetime.now().isoformat(timespec="seconds")}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
     print_table(out)
+    if a.write_benchmarks:
+        write_benchmarks(a.write_benchmarks, out)
+
+
+SECTION = "## Paper experiment (issue 5)"
+
+
+def write_benchmarks(path, out):
+    """Replaces the section (up to the next '## ') with the table of `out`."""
+    import io
+    import contextlib
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print_table(out)
+    run = out["_run"]
+    body = ["<!-- written by examples/paper_experiment/run.py --write-benchmarks; the text "
+            "around the table is in run.py -->",
+            "",
+            "Measured %s: %d epochs x %d iterations, %d CPUs; 1-minute load average %.1f before "
+            "the run, after each case: %s." % (
+                run["date"], run["epochs"], run["iterations_per_epoch"], run["cpus"],
+                run["loadavg_1min_before"],
+                ", ".join("%s %.1f" % (k, v["loadavg_1min_after"]) for k, v in out.items()
+                          if not k.startswith("_"))),
+            "", buf.getvalue().rstrip(), ""]
+    with open(path) as f:
+        text = f.read()
+    start = text.find(SECTION)
+    table_marker = "<!-- paper-experiment-table -->"
+    if start < 0:
+        raise SystemExit("%s has no section '%s'" % (path, SECTION))
+    end = text.find("\n## ", start + len(SECTION))
+    end = len(text) if end < 0 else end + 1
+    section = text[start:end]
+    a, b = section.find(table_marker), section.rfind(table_marker)
+    if a < 0 or a == b:
+        raise SystemExit("the section has no pair of %s markers" % table_marker)
+    section = section[:a + len(table_marker)] + "\n" + "\n".join(body) + "\n" + section[b:]
+    with open(path, "w") as f:
+        f.write(text[:start] + section + text[end:])
 
 
 def print_table(out):
@@ -193,6 +257,8 @@ def print_table(out):
           "missed | premature recoveries |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in out.items():
+        if name.startswith("_"):
+            continue
         det, rec = r.get("detection", []), r.get("recovery", [])
         row = [name, fmt(r["job_s"], 1), fmt(r["job_s"] / base if base else None)]
         if r["stragglerd"]:
