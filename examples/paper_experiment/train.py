@@ -7,8 +7,9 @@ go through straggler.torch.partial_allreduce_hook (averaged among the active
 ranks that stragglerd names); without it DDP's own all-reduce runs (no
 mitigation).
 
-The straggler (--slow-rank) sleeps (factor - 1) x its measured compute time
-after its backward pass, inside the timed step, in its slow iterations:
+The straggler (--slow-rank) sleeps (factor - 1) x its wall-clock compute time
+after its backward pass, inside the timed step, in its slow iterations (and,
+with --timing cpu, reports factor x its CPU time; see README.md):
   --slow-mode half   the first half of every epoch (the paper's experiment)
   --slow-mode whole  every iteration (the paper's motivating experiment)
 Iterations are numbered globally (epoch * iterations_per_epoch + k).
@@ -115,17 +116,18 @@ def main():
         loss.backward()
         cpu = time.process_time() - cpu0
         wall_own = time.perf_counter() - start - (state.collective_seconds if state else 0.0)
-        own = cpu if a.timing == "cpu" else wall_own
         slow = slow_here and is_slow(a.slow_mode, it, a.iterations_per_epoch)
-        slept = 0.0
+        reported = cpu
         if slow:
-            # Sleep so the rank's compute is slow_factor x what it measured.
-            slept = (a.slow_factor - 1.0) * own
-            time.sleep(slept)
+            # The step takes slow_factor x its wall-clock compute (the job sees a
+            # rank that many times slower); the CPU time reported is scaled the
+            # same way (a sleep burns no CPU).
+            time.sleep((a.slow_factor - 1.0) * wall_own)
+            reported = a.slow_factor * cpu
         step = time.perf_counter() - start
         if state is not None:
             if a.timing == "cpu":
-                state.client.report(epoch, it, own + slept, step_seconds=step,
+                state.client.report(epoch, it, reported, step_seconds=step,
                                     collective_wait_seconds=state.collective_seconds)
             else:
                 state.end_step(epoch, step)
@@ -135,7 +137,8 @@ def main():
             opt.step()
             stepped, coll = True, None
         opt.zero_grad()
-        print(json.dumps({"it": it, "epoch": epoch, "t0": t0, "step": step, "cpu": cpu, "reported": own + slept,
+        print(json.dumps({"it": it, "epoch": epoch, "t0": t0, "step": step, "cpu": cpu, "wall_compute": wall_own,
+                          "reported": reported,
                           "collective": coll,
                           "slow": slow, "participating": participating, "stepped": stepped,
                           "loss": loss.item()}), flush=True)
