@@ -129,7 +129,13 @@ def analyse(res, per_epoch, mode):
                 premature += 1
             if mode == "half" and back and b in by_it:
                 x = back[0]
-                rec.append((int(x["iteration"]) - b + 1, ts(x["time"]) - by_it[b]["t0"]))
+                # Readmission into the collective: the straggler's first
+                # participating iteration after the phase (it must reach the
+                # version's effective iteration itself, see README.md).
+                rejoin = next((row for row in lines if row["it"] >= b and row["participating"]),
+                              None)
+                rec.append((int(x["iteration"]) - b + 1, ts(x["time"]) - by_it[b]["t0"],
+                            rejoin["t0"] - by_it[b]["t0"] if rejoin else None))
     for e in mine:
         if e.get("to") == "WORKER_STATE_STRAGGLER" and not any(
                 a <= int(e.get("iteration", 0)) < b for a, b in phases):
@@ -180,6 +186,15 @@ def main():
     if a.from_json:
         with open(a.from_json) as f:
             out = json.load(f)
+        if a.workdir:  # re-score from the kept per-case rows and events
+            for name, r in out.items():
+                path = os.path.join(a.workdir, name, "result.json")
+                if r.get("stragglerd") and os.path.exists(path):
+                    with open(path) as f:
+                        res = json.load(f)
+                    res["lines"] = {int(k): v for k, v in res["lines"].items()}
+                    res["final"] = {int(k): v for k, v in res["final"].items()}
+                    r.update(analyse(res, out["_run"]["iterations_per_epoch"], r["mode"]))
         print_table(out)
         if a.write_benchmarks:
             write_benchmarks(a.write_benchmarks, out)
@@ -226,7 +241,7 @@ def write_benchmarks(path, out):
     body = ["<!-- written by examples/paper_experiment/run.py --write-benchmarks; the text "
             "around the table is in run.py -->",
             "",
-            "Measured %s: %d epochs x %d iterations, %d CPUs; 1-minute load average %.1f before "
+            "Run finished %s: %d epochs x %d iterations, %d CPUs; 1-minute load average %.1f before "
             "the run, after each case: %s." % (
                 run["date"], run["epochs"], run["iterations_per_epoch"], run["cpus"],
                 run["loadavg_1min_before"],
@@ -253,9 +268,11 @@ def write_benchmarks(path, out):
 def print_table(out):
     base = out.get("baseline", {}).get("job_s")
     print("| case | job time s | × baseline | det. latency it (mean/max) | det. latency s (mean/max) "
-          "| rec. latency it (mean) | rec. latency s (mean/max) | healthy flagged | slow phases "
-          "missed | premature recoveries |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| rec. latency it (mean) | rec. latency s (mean/max) | back in the collective s (mean) "
+          "| healthy flagged "
+          "| rank 3 flagged while fast | slow phases missed | premature recoveries "
+          "| rank 3 excluded (its iterations) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in out.items():
         if name.startswith("_"):
             continue
@@ -269,10 +286,14 @@ def print_table(out):
                     fmt(mean([x[0] for x in rec]), 1),
                     "%s / %s" % (fmt(mean([x[1] for x in rec])),
                                  fmt(max([x[1] for x in rec], default=None))),
-                    str(r["healthy_flagged"]), "%d of %d" % (r["missed"], r["phases"]),
-                    str(r["premature"])]
+                    fmt(mean([x[2] if len(x) > 2 else None for x in rec])),
+                    str(r["healthy_flagged"]), str(r["flagged_outside"]),
+                    "%d of %d" % (r["missed"], r["phases"]), str(r["premature"]),
+                    str(r["excluded_iterations"]) + (
+                        " (stopped at %d)" % r["stopped_early"]
+                        if r["stopped_early"] is not None else "")]
         else:
-            row += ["-"] * 7
+            row += ["-"] * 10
         print("| " + " | ".join(row) + " |")
 
 
