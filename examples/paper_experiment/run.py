@@ -195,6 +195,9 @@ def main():
                     res["lines"] = {int(k): v for k, v in res["lines"].items()}
                     res["final"] = {int(k): v for k, v in res["final"].items()}
                     r.update(analyse(res, out["_run"]["iterations_per_epoch"], r["mode"]))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=1)
         print_table(out)
         if a.write_benchmarks:
             write_benchmarks(a.write_benchmarks, out)
