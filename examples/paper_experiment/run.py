@@ -176,11 +176,6 @@ def main():
     p.add_argument("--from-json", help="only rewrite the table from a saved --json file")
     p.add_argument("--workdir", help="keep each case's logs, events and per-step rows here")
     a = p.parse_args()
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print("SKIPPED: %s cannot import torch (%s)" % (sys.executable, e))
-        sys.exit(77)
     if a.smoke:
         a.epochs, a.iterations, a.cases, a.case_timeout = 1, 24, "half-sd", 120
     if a.from_json:
@@ -202,6 +197,11 @@ def main():
         if a.write_benchmarks:
             write_benchmarks(a.write_benchmarks, out)
         return
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print("SKIPPED: %s cannot import torch (%s)" % (sys.executable, e))
+        sys.exit(77)
     wanted = a.cases.split(",")
     out = {}
     load_before = os.getloadavg()
