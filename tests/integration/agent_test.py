@@ -73,8 +73,11 @@ def wait_for(what, fn, timeout=30.0, interval=0.05):
 
 
 class Agent:
-    def __init__(self, binary, workdir, socket_path, upstream, name="agent"):
+    def __init__(self, binary, workdir, socket_path, upstream, name="agent", extra_args=(),
+                 env=None):
         self.binary = binary
+        self.extra_args = list(extra_args)
+        self.env = env  # None: inherit
         self.socket_path = socket_path
         self.upstream = upstream
         self.ready_file = os.path.join(workdir, name + ".ready.json")
@@ -88,7 +91,8 @@ class Agent:
         self.proc = subprocess.Popen(
             [self.binary, "--listen", "unix://" + self.socket_path, "--upstream", self.upstream,
              "--http-address", "127.0.0.1:0", "--ready-file", self.ready_file,
-             "--log-level", "info"], stdout=self.log, stderr=subprocess.STDOUT)
+             "--log-level", "info"] + self.extra_args, stdout=self.log, stderr=subprocess.STDOUT,
+            env=self.env)
 
         def ready():
             if self.proc.poll() is not None:
