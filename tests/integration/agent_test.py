@@ -16,9 +16,9 @@ agent's unix socket.
 2. The agent is restarted (SIGTERM, flushes) under a running sim: the client
    reconnects, the sim finishes, and the daemon has every report exactly once.
 
-While the daemon is down MembershipFor waits its full timeout every step
-(the daemon-unreachable fallback is issue 5), so the sims run with
---membership-timeout-ms 100.
+While the daemon is down the agent tells its clients (upstream_unavailable),
+so MembershipFor waits its full timeout once per outage, not every step; the
+sims still run with --membership-timeout-ms 100 to keep that one wait short.
 """
 
 import argparse
