@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -23,9 +24,12 @@
 #include "convert.h"    // daemon::MergeDirective
 #include "metrics.h"    // daemon::Exposition, process metrics
 #include "report_buffer.h"
+#include "telemetry_attach.h"
 #include "rpc_util.h"   // daemon::WriteSlot
 #include "server.h"     // daemon::ApplyLogLevel
 #include "spdlog/spdlog.h"
+#include "straggler/nvml/nvml_sampler.h"
+#include "straggler/nvml/telemetry_proto.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 #ifndef STRAGGLERD_VERSION
@@ -49,6 +53,7 @@ struct AgentStats {
   std::atomic<uint64_t> reports_rejected_local{0};
   std::atomic<uint64_t> upstream_connects{0};
   std::atomic<uint64_t> directives_relayed{0};
+  std::atomic<uint64_t> jobs_removed{0};
 };
 
 // The live part of the config, copied under the job's mutex when used.
@@ -59,13 +64,15 @@ struct LiveConfig {
   std::chrono::milliseconds reconnect_initial;
   std::chrono::milliseconds reconnect_max;
   std::chrono::milliseconds shutdown_flush;
+  std::chrono::milliseconds idle_job_timeout;
   static LiveConfig From(const AgentConfig& c) {
     return {c.batch_max_reports,
             std::chrono::milliseconds(c.batch_max_delay_ms),
             c.buffer_max_reports,
             std::chrono::milliseconds(c.reconnect_initial_ms),
             std::chrono::milliseconds(c.reconnect_max_ms),
-            std::chrono::milliseconds(c.shutdown_flush_ms)};
+            std::chrono::milliseconds(c.shutdown_flush_ms),
+            std::chrono::milliseconds(c.idle_job_timeout_ms)};
   }
 };
 
@@ -139,6 +146,10 @@ class UpstreamJob {
       if (ranks_.insert(r).second) hello_pending_ = true;
     }
     if (hello.iterations_per_epoch() > 0) iterations_per_epoch_ = hello.iterations_per_epoch();
+    for (const nvml::RankDevice& d : nvml::DevicesOf(hello)) {
+      if (std::binary_search(ranks.begin(), ranks.end(), d.rank)) devices_[d.rank] = d;
+    }
+    ++devices_version_;
     if (hello.known_membership_version() > known_.version) {
       known_ = {hello.known_membership_version(), hello.known_effective_iteration(),
                 hello.known_incarnation()};
@@ -153,7 +164,10 @@ class UpstreamJob {
       }
     }
     AddUnsentVersionsLocked(*link, first);
+    // Until the daemon answers, the client should not count on progress.
+    first.set_upstream_unavailable(!connected_);
     link->Offer(std::move(first));
+    idle_since_.reset();
     cv_.notify_all();
     return absl::OkStatus();
   }
@@ -200,6 +214,25 @@ class UpstreamJob {
     ack.set_rejected(rejected);
     if (accepted > 0) cv_.notify_all();
     return ack;
+  }
+
+  // Called by the table's sweeper: true when the job has had no downstream
+  // stream and an empty buffer for `timeout`; it then stops (nothing to
+  // flush) and must be forgotten. The table calls this holding its lock, so
+  // no new stream can attach to a job that returned true.
+  bool RetireIfIdle(Clock::time_point now, std::chrono::milliseconds timeout) {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    if (!links_.empty() || buffer_.size() > 0) {
+      idle_since_.reset();
+      return false;
+    }
+    if (!idle_since_) idle_since_ = now;
+    if (now - *idle_since_ < timeout) return false;
+    stopping_ = true;
+    deadline_ = now;
+    cv_.notify_all();
+    return true;
   }
 
   void SetLive(LiveConfig live) {
@@ -281,6 +314,7 @@ class UpstreamJob {
   // Reader thread: an upstream directive.
   void HandleDirective(const v1::Directive& d) {
     std::lock_guard lock(mu_);
+    const bool became_connected = !connected_;
     if (!connected_) {
       connected_ = true;
       backoff_ = live_.reconnect_initial;
@@ -314,13 +348,28 @@ class UpstreamJob {
           ++rejected;
         }
       }
-      if (out.memberships_size() == 0 && out.progress_size() == 0 && rejected == 0) continue;
+      if (out.memberships_size() == 0 && out.progress_size() == 0 && rejected == 0 &&
+          !became_connected) {
+        continue;
+      }
+      if (became_connected) out.set_upstream_unavailable(false);
       out.set_rejected(rejected);
       out.set_acked_sequence(link->last_acked_sequence);
       stats_.directives_relayed.fetch_add(1, std::memory_order_relaxed);
       link->Offer(std::move(out));
     }
     cv_.notify_all();  // a stopping writer waits for the buffer to drain
+  }
+
+  // With mu_ held: tells every downstream stream whether the daemon is
+  // reachable through this job's upstream stream.
+  void OfferUpstreamStateLocked(bool unavailable) {
+    for (const auto& link : links_) {
+      v1::Directive d;
+      d.set_upstream_unavailable(unavailable);
+      d.set_acked_sequence(link->last_acked_sequence);
+      link->Offer(std::move(d));
+    }
   }
 
   bool FlushDone() const {
@@ -342,6 +391,7 @@ class UpstreamJob {
         hello_pending_ = true;
         ++connects_;
       }
+      marks_.clear();  // a new stream (maybe a new daemon) has seen nothing
       stream = stub_->Stream(&ctx);
       stats_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
       std::thread reader([&] {
@@ -383,8 +433,14 @@ class UpstreamJob {
           batch.set_sequence(++next_sequence_);
           if (hello_pending_) FillHelloLocked(batch);
           buffer_.TakeUnsent(live_.batch_max_reports, batch.sequence(), &batch);
+          if (run_devices_version_ != devices_version_) {
+            run_devices_ = devices_;
+            run_devices_version_ = devices_version_;
+          }
         }
-        if (decorator_ != nullptr && *decorator_) (*decorator_)(id_, batch);
+        if (decorator_ != nullptr && *decorator_) {
+          (*decorator_)(BatchContext{id_, run_devices_, marks_}, batch);
+        }
         if (!stream->Write(batch)) {
           ok = false;
           break;
@@ -402,6 +458,7 @@ class UpstreamJob {
         std::unique_lock lock(mu_);
         const bool was_connected = connected_;
         connected_ = false;
+        if (was_connected) OfferUpstreamStateLocked(true);
         if (FlushDone()) break;
         if (was_connected) {
           spdlog::warn("job={} upstream stream ended ({}: {}); {} reports buffered, reconnecting",
@@ -447,6 +504,13 @@ class UpstreamJob {
   std::map<uint32_t, uint64_t> acked_count_;    // reports acknowledged upstream, per rank
   std::map<uint32_t, uint64_t> received_;       // reports taken from downstream, per rank
   std::vector<std::shared_ptr<DownLink>> links_;
+  std::map<uint32_t, nvml::RankDevice> devices_;  // from downstream hellos, by rank
+  uint64_t devices_version_ = 0;                  // grows on every change of devices_
+  std::optional<Clock::time_point> idle_since_;   // no links, empty buffer since
+  // Upstream thread only: its copy of devices_, and the decorator's marks.
+  std::map<uint32_t, nvml::RankDevice> run_devices_;
+  uint64_t run_devices_version_ = ~uint64_t{0};
+  std::map<uint32_t, uint64_t> marks_;
   uint64_t dropped_ = 0;
   uint64_t next_sequence_ = 0;
   uint64_t connects_ = 0;
@@ -458,7 +522,8 @@ class UpstreamJob {
   std::thread thread_;
 };
 
-// Finds or creates a job's fan-in. Thread-safe.
+// Finds or creates a job's fan-in; a sweeper thread removes idle jobs.
+// Thread-safe. Lock order: the table's mu_, then a job's.
 class JobTable {
  public:
   JobTable(std::shared_ptr<grpc::Channel> channel, std::string node, AgentStats& stats,
@@ -467,8 +532,25 @@ class JobTable {
         node_(std::move(node)),
         stats_(stats),
         decorator_(decorator),
-        live_(live) {}
+        live_(live) {
+    sweeper_ = std::thread([this] { Sweep(); });
+  }
+  ~JobTable() { StopSweeper(); }
 
+  // Finds or creates the hello's job and attaches `link` to it, as one step
+  // under the table's lock, so the sweeper never retires a job a new stream
+  // is joining.
+  absl::StatusOr<std::shared_ptr<UpstreamJob>> Attach(const v1::StreamHello& hello,
+                                                      const std::shared_ptr<DownLink>& link) {
+    std::lock_guard lock(mu_);
+    auto job = Find(hello);
+    if (!job.ok()) return job.status();
+    if (absl::Status s = (*job)->Attach(hello, link); !s.ok()) return s;
+    return job;
+  }
+
+ private:
+  // With mu_ held (through Attach).
   absl::StatusOr<std::shared_ptr<UpstreamJob>> Find(const v1::StreamHello& hello) {
     if (hello.job_id().empty()) {
       return absl::InvalidArgumentError("hello.job_id must not be empty");
@@ -481,7 +563,6 @@ class JobTable {
       return absl::InvalidArgumentError(
           absl::StrCat("hello.ranks is empty for job '", hello.job_id(), "'"));
     }
-    std::lock_guard lock(mu_);
     if (closed_) return absl::UnavailableError("straggler-agent is shutting down");
     auto& job = jobs_[hello.job_id()];
     if (!job) {
@@ -494,10 +575,12 @@ class JobTable {
     return job;
   }
 
+ public:
   void SetLive(LiveConfig live) {
     std::lock_guard lock(mu_);
     live_ = live;
     for (auto& [id, job] : jobs_) job->SetLive(live);
+    sweep_cv_.notify_all();
   }
 
   std::vector<std::shared_ptr<UpstreamJob>> Jobs() const {
@@ -509,6 +592,7 @@ class JobTable {
 
   // Refuses new jobs from now on; returns the existing ones.
   std::vector<std::shared_ptr<UpstreamJob>> Close() {
+    StopSweeper();
     std::lock_guard lock(mu_);
     closed_ = true;
     std::vector<std::shared_ptr<UpstreamJob>> out;
@@ -517,6 +601,49 @@ class JobTable {
   }
 
  private:
+  void StopSweeper() {
+    {
+      std::lock_guard lock(mu_);
+      sweeper_stop_ = true;
+    }
+    sweep_cv_.notify_all();
+    if (sweeper_.joinable()) sweeper_.join();
+  }
+
+  // Removes jobs idle for live_.idle_job_timeout: checked every quarter of
+  // it (at most once a second), so a job goes within 1.25x the timeout.
+  void Sweep() {
+    std::unique_lock lock(mu_);
+    while (!sweeper_stop_) {
+      const auto timeout = live_.idle_job_timeout;
+      const auto period = std::clamp<std::chrono::milliseconds>(
+          timeout / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
+      sweep_cv_.wait_for(lock, period);
+      if (sweeper_stop_) break;
+      std::vector<std::shared_ptr<UpstreamJob>> retired;
+      const auto now = Clock::now();
+      for (auto it = jobs_.begin(); it != jobs_.end();) {
+        if (it->second->RetireIfIdle(now, live_.idle_job_timeout)) {
+          retired.push_back(std::move(it->second));
+          it = jobs_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (retired.empty()) continue;
+      // Joined without the table's lock: a stopping job may still wait for
+      // its upstream stream to close.
+      lock.unlock();
+      for (const auto& job : retired) {
+        job->Join();
+        stats_.jobs_removed.fetch_add(1, std::memory_order_relaxed);
+        spdlog::info("job={} removed: no trainer stream and nothing buffered for {} ms",
+                     job->id(), timeout.count());
+      }
+      lock.lock();
+    }
+  }
+
   std::shared_ptr<grpc::Channel> channel_;
   const std::string node_;
   AgentStats& stats_;
@@ -525,6 +652,9 @@ class JobTable {
   LiveConfig live_;  // guarded by mu_
   std::map<std::string, std::shared_ptr<UpstreamJob>> jobs_;
   bool closed_ = false;
+  bool sweeper_stop_ = false;  // guarded by mu_
+  std::condition_variable sweep_cv_;
+  std::thread sweeper_;
 };
 
 // One trainer stream (a client_lib Client) on the agent: the daemon's
@@ -585,9 +715,8 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
     if (!batch_.has_hello()) {
       return absl::InvalidArgumentError("the first ReportBatch of a stream must carry hello");
     }
-    auto job = jobs_.Find(batch_.hello());
+    auto job = jobs_.Attach(batch_.hello(), link_);
     if (!job.ok()) return job.status();
-    if (absl::Status s = (*job)->Attach(batch_.hello(), link_); !s.ok()) return s;
     job_ = *std::move(job);
     spdlog::info("job={} downstream stream from {} ranks={}", job_->id(), peer_,
                  batch_.hello().ranks_size());
@@ -712,6 +841,20 @@ struct Agent::Impl {
     out.Family("straggler_agent_directives_relayed_total", T::kCounter,
                "Directives relayed from the daemon to trainer streams.");
     out.Sample({}, static_cast<double>(stats.directives_relayed.load()));
+    out.Family("straggler_agent_jobs", T::kGauge, "Jobs with an upstream stream (or retrying).");
+    out.Sample({}, static_cast<double>(jobs.size()));
+    out.Family("straggler_agent_jobs_removed_total", T::kCounter,
+               "Jobs removed after jobs.idle_timeout_ms without trainer streams or buffer.");
+    out.Sample({}, static_cast<double>(stats.jobs_removed.load()));
+    const bool telemetry_on = sampler && sampler->enabled();
+    out.Family("straggler_agent_telemetry_enabled", T::kGauge,
+               "1 while GPU telemetry (NVML) is on; 0 when disabled or NVML is absent.");
+    out.Sample({}, telemetry_on ? 1.0 : 0.0);
+    out.Family("straggler_agent_gpus", T::kGauge, "GPUs NVML lists on this node.");
+    out.Sample({}, telemetry_on ? static_cast<double>(sampler->Gpus().size()) : 0.0);
+    out.Family("straggler_agent_telemetry_samples_sent_total", T::kCounter,
+               "Per-rank GPU samples attached to upstream batches.");
+    out.Sample({}, static_cast<double>(telemetry_sent.load()));
     out.Family("straggler_agent_build_info", T::kGauge, "Always 1.");
     out.Sample({{"version", STRAGGLERD_VERSION}}, 1);
     daemon::WriteProcessMetrics(daemon::ReadProcessStats(), out);
@@ -719,7 +862,11 @@ struct Agent::Impl {
   }
 
   AgentConfig config;
-  BatchDecorator decorator;
+  BatchDecorator user_decorator;  // SetBatchDecorator's
+  BatchDecorator decorator;       // telemetry, then user_decorator
+  std::unique_ptr<nvml::NvmlSampler> sampler;  // null when telemetry is disabled
+  std::atomic<uint64_t> telemetry_sent{0};
+  std::atomic<bool> ready{false};
   AgentStats stats;
   std::unique_ptr<JobTable> table;
   std::unique_ptr<IngestProxy> service;
@@ -736,7 +883,7 @@ Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config
 Agent::~Agent() { Shutdown(); }
 
 void Agent::SetBatchDecorator(BatchDecorator decorator) {
-  impl_->decorator = std::move(decorator);
+  impl_->user_decorator = std::move(decorator);
 }
 
 absl::Status Agent::Start() {
@@ -752,6 +899,33 @@ absl::Status Agent::Start() {
   if (ec) {
     return absl::FailedPreconditionError(absl::StrCat("cannot create the directory of listen=",
                                                       c.listen, ": ", ec.message()));
+  }
+
+  if (c.telemetry_enabled) {
+    nvml::NvmlSampler::Options o;
+    o.library = c.nvml_library;
+    o.interval = std::chrono::milliseconds(c.telemetry_interval_ms);
+    // On a GPU-less host this logs its one line and stays off.
+    m.sampler = nvml::NvmlSampler::Start(o);
+    if (m.sampler->enabled()) {
+      spdlog::info("GPU telemetry on: {} GPUs, sampled every {} ms", m.sampler->Gpus().size(),
+                   c.telemetry_interval_ms);
+    }
+  } else {
+    spdlog::info("GPU telemetry off (telemetry.enabled=false)");
+  }
+  {
+    Impl* impl = impl_.get();
+    const bool telemetry_on = m.sampler && m.sampler->enabled();
+    if (telemetry_on || m.user_decorator) {
+      m.decorator = [impl, telemetry_on](const BatchContext& ctx, v1::ReportBatch& batch) {
+        if (telemetry_on) {
+          impl->telemetry_sent.fetch_add(AttachTelemetry(*impl->sampler, ctx, batch),
+                                         std::memory_order_relaxed);
+        }
+        if (impl->user_decorator) impl->user_decorator(ctx, batch);
+      };
+    }
   }
 
   grpc::ChannelArguments args;
@@ -799,6 +973,15 @@ absl::Status Agent::Start() {
     m.http->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok\n", "text/plain");
     });
+    // Ready while trainers can connect: from Start until Shutdown begins.
+    m.http->Get("/readyz", [impl](const httplib::Request&, httplib::Response& res) {
+      if (impl->ready.load()) {
+        res.set_content("ready\n", "text/plain");
+      } else {
+        res.status = 503;
+        res.set_content("shutting down\n", "text/plain");
+      }
+    });
     m.http_port = port == 0 ? m.http->bind_to_any_port(host)
                             : (m.http->bind_to_port(host, port) ? port : -1);
     if (m.http_port <= 0) {
@@ -807,6 +990,7 @@ absl::Status Agent::Start() {
     }
     m.http_thread = std::thread([impl] { impl->http->listen_after_bind(); });
   }
+  m.ready.store(true);
   return absl::OkStatus();
 }
 
@@ -830,20 +1014,28 @@ void Agent::Reload(const AgentConfig& next) {
   applied.reconnect_initial_ms = next.reconnect_initial_ms;
   applied.reconnect_max_ms = next.reconnect_max_ms;
   applied.shutdown_flush_ms = next.shutdown_flush_ms;
+  applied.idle_job_timeout_ms = next.idle_job_timeout_ms;
+  if (m.config.telemetry_enabled != next.telemetry_enabled ||
+      m.config.telemetry_interval_ms != next.telemetry_interval_ms ||
+      m.config.nvml_library != next.nvml_library) {
+    spdlog::warn("SIGHUP: telemetry changed: takes effect after a restart");
+  }
   m.config = applied;
   daemon::ApplyLogLevel(applied.log_level);
   if (m.table) m.table->SetLive(LiveConfig::From(applied));
   spdlog::info("SIGHUP: config reloaded (log_level={}, batch {} reports / {} ms, buffer {} "
-               "reports per job, reconnect {}..{} ms, shutdown flush {} ms)",
+               "reports per job, reconnect {}..{} ms, shutdown flush {} ms, idle job timeout "
+               "{} ms)",
                applied.log_level, applied.batch_max_reports, applied.batch_max_delay_ms,
                applied.buffer_max_reports, applied.reconnect_initial_ms,
-               applied.reconnect_max_ms, applied.shutdown_flush_ms);
+               applied.reconnect_max_ms, applied.shutdown_flush_ms, applied.idle_job_timeout_ms);
 }
 
 void Agent::Shutdown() {
   Impl& m = *impl_;
   if (m.stopped || !m.table) return;
   m.stopped = true;
+  m.ready.store(false);
   // No new streams; ending the open ones lets clients reconnect elsewhere
   // (or to the next agent) with what they hold.
   const auto jobs = m.table->Close();

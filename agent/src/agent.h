@@ -22,6 +22,16 @@
 //  * New ranks: a downstream hello naming ranks the upstream stream does not
 //    speak for yet makes the agent send a later hello (all its ranks of the
 //    job) on the same upstream stream (proto: ReportBatch.hello).
+//  * Upstream state: each downstream stream's first directive, and one on
+//    every change, says whether the job's upstream stream is down
+//    (Directive.upstream_unavailable), so MembershipFor behind the agent
+//    stops waiting every step while the daemon is gone.
+//  * GPU telemetry (config telemetry.*): NVML is sampled on its own thread;
+//    each upstream batch carries, per rank with a known device, that GPU's
+//    latest sample when it is new to the current upstream stream.
+//  * Idle jobs: a job with no downstream stream and an empty buffer for
+//    jobs.idle_timeout_ms is removed (upstream stream closed, state freed);
+//    its next trainer stream starts it afresh.
 //  * Daemon restarts: reports stay buffered (bounded, drop-oldest, counted)
 //    until the daemon acknowledges them; a new upstream stream replays the
 //    unacknowledged ones in arrival order (the daemon deduplicates by
@@ -34,19 +44,34 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "agent_config.h"
+#include "straggler/nvml/telemetry.h"
 #include "straggler/v1/straggler.pb.h"
 
 namespace straggler::agent {
 
+// What a BatchDecorator sees of the job besides the batch.
+struct BatchContext {
+  const std::string& job_id;
+  // Every device a downstream hello of the job reported (StreamHello.devices),
+  // by rank; a rank's later hello replaces its entry.
+  const std::map<uint32_t, nvml::RankDevice>& devices;
+  // Per-rank marks the decorator keeps for the current upstream stream (e.g.
+  // the sequence of the last telemetry sample sent); cleared whenever a new
+  // upstream stream starts, so a restarted daemon gets everything again.
+  std::map<uint32_t, uint64_t>& marks;
+};
+
 // Called on an upstream batch just before it is written (per job, on that
-// job's upstream thread): the seam for per-rank extra data such as GPU
-// telemetry. Must not block for long.
-using BatchDecorator = std::function<void(const std::string& job_id, v1::ReportBatch& batch)>;
+// job's upstream thread, never under a lock of the agent): the seam for
+// per-rank extra data such as GPU telemetry. Calls for different jobs may
+// run concurrently. Must not block for long.
+using BatchDecorator = std::function<void(const BatchContext& context, v1::ReportBatch& batch)>;
 
 class Agent {
  public:
@@ -55,11 +80,13 @@ class Agent {
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
 
-  // Before Start.
+  // Before Start. Runs after the agent's own GPU telemetry decorator.
   void SetBatchDecorator(BatchDecorator decorator);
 
-  // Creates the socket's directory, binds the unix socket (mode 0660), the
-  // optional TCP listener and HTTP (/metrics, /healthz), starts serving.
+  // Starts GPU telemetry (when enabled; without NVML: one log line, off),
+  // creates the socket's directory, binds the unix socket (mode 0660), the
+  // optional TCP listener and HTTP (/metrics, /healthz, /readyz), starts
+  // serving.
   absl::Status Start();
   // Applies the live keys (log level, batching, buffer bound, reconnect
   // delays, shutdown flush); logs the keys that need a restart.

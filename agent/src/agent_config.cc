@@ -1,5 +1,6 @@
 #include "agent_config.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "config_reader.h"
 
@@ -47,6 +48,10 @@ class Parser : public ConfigReader {
                                      {"max_ms", &c.reconnect_max_ms}});
       } else if (key == "shutdown") {
         s = Section(kv.second, key, {{"flush_ms", &c.shutdown_flush_ms}});
+      } else if (key == "jobs") {
+        s = Section(kv.second, key, {{"idle_timeout_ms", &c.idle_job_timeout_ms}});
+      } else if (key == "telemetry") {
+        s = Telemetry(kv.second, c);
       } else {
         s = Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "'"));
       }
@@ -57,7 +62,9 @@ class Parser : public ConfigReader {
          {std::tuple{"batch.max_reports", c.batch_max_reports, "batch"},
           std::tuple{"buffer.max_reports", c.buffer_max_reports, "buffer"},
           std::tuple{"reconnect.initial_ms", c.reconnect_initial_ms, "reconnect"},
-          std::tuple{"reconnect.max_ms", c.reconnect_max_ms, "reconnect"}}) {
+          std::tuple{"reconnect.max_ms", c.reconnect_max_ms, "reconnect"},
+          std::tuple{"telemetry.interval_ms", c.telemetry_interval_ms, "telemetry"},
+          std::tuple{"jobs.idle_timeout_ms", c.idle_job_timeout_ms, "jobs"}}) {
       if (v == 0) return Error(root[node_key].Mark(), absl::StrCat(name, "=0 must be >= 1"));
     }
     return c;
@@ -77,6 +84,30 @@ class Parser : public ConfigReader {
     auto v = String(node, key);
     if (!v.ok()) return v.status();
     out = *v;
+    return absl::OkStatus();
+  }
+
+  // telemetry: {enabled: BOOL, interval_ms: N, nvml_library: PATH}
+  absl::Status Telemetry(const YAML::Node& node, AgentConfig& c) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "telemetry must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      if (key == "enabled") {
+        auto v = Bool(kv.second, "telemetry.enabled");
+        if (!v.ok()) return v.status();
+        c.telemetry_enabled = *v;
+      } else if (key == "interval_ms") {
+        auto v = Uint(kv.second, "telemetry.interval_ms");
+        if (!v.ok()) return v.status();
+        c.telemetry_interval_ms = *v;
+      } else if (key == "nvml_library") {
+        if (absl::Status s = Str(kv.second, "telemetry.nvml_library", c.nvml_library); !s.ok())
+          return s;
+      } else {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in telemetry"));
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -143,6 +174,26 @@ absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
   pick(config.upstream, "STRAGGLER_AGENT_UPSTREAM", flags.upstream);
   pick(config.http_address, "STRAGGLER_AGENT_HTTP_ADDRESS", flags.http_address);
   pick(config.log_level, "STRAGGLER_AGENT_LOG_LEVEL", flags.log_level);
+  // The Kubernetes DaemonSet sets this from spec.nodeName (downward API).
+  pick(config.node, "STRAGGLER_AGENT_NODE", flags.node);
+  if (auto v = env("STRAGGLER_AGENT_TELEMETRY_ENABLED")) {
+    if (*v == "true" || *v == "1") {
+      config.telemetry_enabled = true;
+    } else if (*v == "false" || *v == "0") {
+      config.telemetry_enabled = false;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "STRAGGLER_AGENT_TELEMETRY_ENABLED=", *v, " must be true, false, 1 or 0"));
+    }
+  }
+  if (auto v = env("STRAGGLER_AGENT_TELEMETRY_INTERVAL_MS")) {
+    uint32_t ms = 0;
+    if (!absl::SimpleAtoi(*v, &ms) || ms == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "STRAGGLER_AGENT_TELEMETRY_INTERVAL_MS=", *v, " must be an integer >= 1"));
+    }
+    config.telemetry_interval_ms = ms;
+  }
 
   if (!UnixSocketPath(config.listen)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -31,6 +31,12 @@ struct AgentConfig {
   std::string upstream = kDefaultUpstream;
   std::string http_address = kDefaultHttpAddress;  // "" = no HTTP
   std::string node;                     // name sent upstream; "" = host name
+  // GPU telemetry (restart needed for a change): NVML sampled every
+  // telemetry_interval_ms; nvml_library "" = $STRAGGLER_NVML_LIBRARY, else
+  // libnvidia-ml.so.1. Without NVML the agent runs with telemetry off.
+  bool telemetry_enabled = true;
+  uint32_t telemetry_interval_ms = 1000;
+  std::string nvml_library;
   // Live on SIGHUP.
   std::string log_level = "info";
   uint32_t batch_max_reports = 256;     // an upstream batch is sent at this size...
@@ -41,6 +47,9 @@ struct AgentConfig {
   uint32_t reconnect_initial_ms = 100;  // first retry delay; doubles per failure
   uint32_t reconnect_max_ms = 5000;     // retry delay cap (+-20% jitter)
   uint32_t shutdown_flush_ms = 5000;    // SIGTERM: time to deliver the buffer upstream
+  // A job with no trainer stream and an empty buffer for this long is
+  // forgotten (its upstream stream closed, its state freed).
+  uint32_t idle_job_timeout_ms = 300000;
   std::string config_file;              // "" = embedded defaults only
 };
 
@@ -52,6 +61,7 @@ struct AgentSources {
   std::optional<std::string> upstream;
   std::optional<std::string> http_address;
   std::optional<std::string> log_level;
+  std::optional<std::string> node;
 };
 
 // Parses YAML text over the defaults; `source_name` prefixes errors.
@@ -59,8 +69,9 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml_text,
                                              const std::string& source_name);
 
 // Defaults <- file (--config, else STRAGGLER_AGENT_CONFIG) <- environment
-// (STRAGGLER_AGENT_LISTEN, _LISTEN_TCP, _UPSTREAM, _HTTP_ADDRESS, _LOG_LEVEL)
-// <- flags, validated.
+// (STRAGGLER_AGENT_LISTEN, _LISTEN_TCP, _UPSTREAM, _HTTP_ADDRESS, _LOG_LEVEL,
+// _NODE, _TELEMETRY_ENABLED, _TELEMETRY_INTERVAL_MS) <- flags, validated.
+// A bad environment value is an error naming the variable and the value.
 absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
                                             const daemon::EnvLookup& env);
 

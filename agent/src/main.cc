@@ -65,12 +65,15 @@ int main(int argc, char** argv) {
       "and replays them, and relays memberships back.\n\n"
       "Precedence: flags > environment (STRAGGLER_AGENT_CONFIG, STRAGGLER_AGENT_LISTEN,\n"
       "STRAGGLER_AGENT_LISTEN_TCP, STRAGGLER_AGENT_UPSTREAM, STRAGGLER_AGENT_HTTP_ADDRESS,\n"
-      "STRAGGLER_AGENT_LOG_LEVEL) > config file > built-in defaults.\n"
-      "Signals: SIGHUP reloads the config file (batching, buffer, reconnect, log level live;\n"
-      "addresses need a restart); SIGTERM/SIGINT flush the buffer upstream for up to\n"
-      "shutdown.flush_ms and exit 0.",
+      "STRAGGLER_AGENT_LOG_LEVEL, STRAGGLER_AGENT_NODE, STRAGGLER_AGENT_TELEMETRY_ENABLED,\n"
+      "STRAGGLER_AGENT_TELEMETRY_INTERVAL_MS; NVML library: STRAGGLER_NVML_LIBRARY)\n"
+      "> config file > built-in defaults.\n"
+      "Signals: SIGHUP reloads the config file (batching, buffer, reconnect, idle jobs, log\n"
+      "level live; addresses, node and telemetry need a restart); SIGTERM/SIGINT flush the\n"
+      "buffer upstream for up to shutdown.flush_ms and exit 0.",
       "straggler-agent"};
-  std::string config_file, listen, listen_tcp, upstream, http_address, log_level, ready_file;
+  std::string config_file, listen, listen_tcp, upstream, http_address, log_level, ready_file,
+      node;
   bool version = false;
   auto* config_opt = app.add_option("--config", config_file,
                                     "YAML config file (every key: deploy/straggler-agent.yaml); "
@@ -84,10 +87,12 @@ int main(int argc, char** argv) {
   auto* upstream_opt = app.add_option("--upstream", upstream,
                                       "stragglerd gRPC address HOST:PORT (default 127.0.0.1:7070)");
   auto* http_opt = app.add_option("--http-address", http_address,
-                                  "HTTP HOST:PORT for /metrics and /healthz, port 0 picks a "
+                                  "HTTP HOST:PORT for /metrics, /healthz and /readyz, port 0 picks a "
                                   "free port (default 0.0.0.0:7072)");
   auto* level_opt = app.add_option("--log-level", log_level,
                                    "trace|debug|info|warn|error (default info)");
+  auto* node_opt = app.add_option("--node", node,
+                                  "node name sent to the daemon (default: the host name)");
   app.add_option("--ready-file", ready_file,
                  "once serving, atomically write {\"listen\":\"unix:...\",\"listen_tcp\":"
                  "\"HOST:PORT\",\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable "
@@ -119,6 +124,7 @@ int main(int argc, char** argv) {
   if (*upstream_opt) sources.upstream = upstream;
   if (*http_opt) sources.http_address = http_address;
   if (*level_opt) sources.log_level = log_level;
+  if (*node_opt) sources.node = node;
 
   auto config = straggler::agent::LoadAgentConfig(sources, straggler::daemon::GetEnv);
   if (!config.ok()) {

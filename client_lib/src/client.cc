@@ -281,13 +281,16 @@ class ClientImpl final : public Client {
       // every step of a job whose daemon is gone by `timeout`. This never
       // makes an answer certain that is not, so the switch rule holds; the
       // caller treats ok = false as "keep the membership you applied".
+      // Behind an agent the stream stays up while the daemon is gone; the
+      // agent says so (upstream_unavailable) and that counts as disconnected.
+      auto unreachable = [&] { return !connected_.load() || upstream_unavailable_.load(); };
       const bool known_unreachable =
-          !connected_.load() && gave_up_on_connection_ == connections_.load();
+          unreachable() && gave_up_on_connection_ == connections_.load();
       if (!known_unreachable) {
         ok = state_cv_.wait_for(lock, ClampTimeout(timeout),
                                 [&] { return certain() || stop_.load(); });
         if (ok && stop_.load()) ok = certain();
-        if (!ok && !connected_.load()) gave_up_on_connection_ = connections_.load();
+        if (!ok && unreachable()) gave_up_on_connection_ = connections_.load();
       }
     }
     MembershipView v = history_.InForce(iteration);
@@ -318,6 +321,7 @@ class ClientImpl final : public Client {
     s.duplicates = duplicates_.load(std::memory_order_relaxed);
     s.reconnects = reconnects_.load(std::memory_order_relaxed);
     s.connected = connected_.load(std::memory_order_relaxed);
+    s.upstream_unavailable = upstream_unavailable_.load(std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(rejection_mu_);
     s.last_rejection = last_rejection_;
     return s;
@@ -508,6 +512,7 @@ class ClientImpl final : public Client {
       }
       const bool was_connected = got_directive_.load();
       connected_.store(false);
+      upstream_unavailable_.store(false);  // known again from the next stream
       if (stop_.load()) break;
 
       std::chrono::milliseconds delay;
@@ -563,8 +568,16 @@ class ClientImpl final : public Client {
     pb::Directive d;
     while (stream->Read(&d)) {
       if (!got_directive_.exchange(true)) {
+        // A daemon never sets the field; an agent sets it in its first
+        // directive, so a new stream starts from what this one says.
+        upstream_unavailable_.store(d.has_upstream_unavailable() && d.upstream_unavailable());
         connections_.fetch_add(1);
         connected_.store(true);
+      } else if (d.has_upstream_unavailable()) {
+        const bool down = d.upstream_unavailable();
+        // The agent's stream reached the daemon again: like a new connection
+        // for MembershipFor's once-per-outage rule.
+        if (upstream_unavailable_.exchange(down) && !down) connections_.fetch_add(1);
       }
       HandleDirective(d);
     }
@@ -577,6 +590,17 @@ class ClientImpl final : public Client {
   }
 
   void HandleDirective(const pb::Directive& d) {
+    // Rejections are counted on every directive, not only on a new
+    // acknowledgement: a daemon names each rejected report in exactly one
+    // directive (the ack of its batch), but an agent acknowledges a batch
+    // when it buffers it and relays the daemon's rejections later, under an
+    // acked_sequence the client has already seen. Counted before the progress
+    // below wakes MembershipFor, so a caller that saw the progress sees them.
+    rejected_.fetch_add(d.rejected(), std::memory_order_relaxed);
+    if (d.rejections_size() > 0) {
+      std::lock_guard<std::mutex> lock(rejection_mu_);
+      last_rejection_ = d.rejections(d.rejections_size() - 1).message();
+    }
     // Memberships first: a MembershipFor waiter woken by the progress below
     // must already see every version this directive carries.
     std::vector<const MembershipView*> announced;
@@ -598,12 +622,7 @@ class ClientImpl final : public Client {
     if (d.acked_sequence() > last_acked_sequence_) {
       last_acked_sequence_ = d.acked_sequence();
       acked_.fetch_add(d.accepted(), std::memory_order_relaxed);
-      rejected_.fetch_add(d.rejected(), std::memory_order_relaxed);
       duplicates_.fetch_add(d.duplicates(), std::memory_order_relaxed);
-      if (d.rejections_size() > 0) {
-        std::lock_guard<std::mutex> lock(rejection_mu_);
-        last_rejection_ = d.rejections(d.rejections_size() - 1).message();
-      }
       bool freed = false;
       {
         std::lock_guard<std::mutex> lock(flight_mu_);
@@ -682,6 +701,8 @@ class ClientImpl final : public Client {
   std::atomic<const MembershipView*> current_{nullptr};
   // Connections that reached the daemon so far, and the count at which a
   // MembershipFor wait last timed out while disconnected (guarded by state_mu_).
+  // Reset per connection from its first directive; written by the reader.
+  std::atomic<bool> upstream_unavailable_{false};
   std::atomic<uint64_t> connections_{0};
   std::optional<uint64_t> gave_up_on_connection_;
 

@@ -350,6 +350,10 @@ void MergeDirective(v1::Directive& pending, v1::Directive&& newer) {
     if (pending.rejections_size() >= kMaxDirectiveRejections) break;
     *pending.add_rejections() = std::move(r);
   }
+  // The agent's upstream state: the newer word is the current one.
+  if (newer.has_upstream_unavailable()) {
+    pending.set_upstream_unavailable(newer.upstream_unavailable());
+  }
 }
 
 }  // namespace straggler::daemon

@@ -45,6 +45,61 @@ TEST_CASE("deploy/straggler-agent.yaml parses and equals the built-in defaults")
   CHECK(parsed->reconnect_initial_ms == d.reconnect_initial_ms);
   CHECK(parsed->reconnect_max_ms == d.reconnect_max_ms);
   CHECK(parsed->shutdown_flush_ms == d.shutdown_flush_ms);
+  CHECK(parsed->idle_job_timeout_ms == d.idle_job_timeout_ms);
+  CHECK(parsed->telemetry_enabled == d.telemetry_enabled);
+  CHECK(parsed->telemetry_interval_ms == d.telemetry_interval_ms);
+  CHECK(parsed->nvml_library == d.nvml_library);
+  // Equal defaults alone would pass for a file that omits a key: every key
+  // must be shown.
+  for (const char* key : {"listen:", "listen_tcp:", "upstream:", "http_address:", "node:",
+                          "log_level:", "batch:", "buffer:", "reconnect:", "shutdown:", "jobs:",
+                          "idle_timeout_ms:", "telemetry:", "enabled:", "interval_ms:",
+                          "nvml_library:"}) {
+    INFO(key);
+    const bool shown = text.str().find(std::string("\n") + key) != std::string::npos ||
+                       text.str().find(std::string("  ") + key) != std::string::npos;
+    CHECK(shown);
+  }
+}
+
+TEST_CASE("telemetry, idle jobs and the node name: file keys and environment") {
+  auto parsed = sa::ParseAgentConfig(
+      "telemetry:\n  enabled: false\n  interval_ms: 250\n  nvml_library: /opt/libnvml.so\n"
+      "jobs:\n  idle_timeout_ms: 1500\nnode: file-node\n",
+      "a.yaml");
+  REQUIRE(parsed.ok());
+  CHECK_FALSE(parsed->telemetry_enabled);
+  CHECK(parsed->telemetry_interval_ms == 250);
+  CHECK(parsed->nvml_library == "/opt/libnvml.so");
+  CHECK(parsed->idle_job_timeout_ms == 1500);
+  CHECK(parsed->node == "file-node");
+
+  auto bad = sa::ParseAgentConfig("telemetry:\n  enabled: maybe\n", "a.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()).find("telemetry.enabled") != std::string::npos);
+  auto zero = sa::ParseAgentConfig("telemetry:\n  interval_ms: 0\n", "a.yaml");
+  REQUIRE_FALSE(zero.ok());
+  CHECK(std::string(zero.status().message()).find("telemetry.interval_ms=0 must be >= 1") !=
+        std::string::npos);
+
+  sa::AgentSources flags;
+  auto env = sa::LoadAgentConfig(flags, FakeEnv({{"STRAGGLER_AGENT_NODE", "k8s-node-7"},
+                                                 {"STRAGGLER_AGENT_TELEMETRY_ENABLED", "false"},
+                                                 {"STRAGGLER_AGENT_TELEMETRY_INTERVAL_MS", "20"}}));
+  REQUIRE(env.ok());
+  CHECK(env->node == "k8s-node-7");
+  CHECK_FALSE(env->telemetry_enabled);
+  CHECK(env->telemetry_interval_ms == 20);
+  flags.node = "flag-node";
+  auto flag = sa::LoadAgentConfig(flags, FakeEnv({{"STRAGGLER_AGENT_NODE", "k8s-node-7"}}));
+  REQUIRE(flag.ok());
+  CHECK(flag->node == "flag-node");
+
+  auto bad_env = sa::LoadAgentConfig(
+      sa::AgentSources{}, FakeEnv({{"STRAGGLER_AGENT_TELEMETRY_ENABLED", "yes please"}}));
+  REQUIRE_FALSE(bad_env.ok());
+  CHECK(std::string(bad_env.status().message()) ==
+        "STRAGGLER_AGENT_TELEMETRY_ENABLED=yes please must be true, false, 1 or 0");
 }
 
 TEST_CASE("flags beat the environment, which beats the file") {

@@ -158,8 +158,10 @@ def main():
     p.add_argument("manifests", nargs="+")
     p.add_argument("--daemon-config", required=True, help="deploy/stragglerd.yaml")
     p.add_argument("--stragglerd", help="the stragglerd binary; container flags are checked against its --help")
+    p.add_argument("--agent", help="the straggler-agent binary; container flags are checked "
+                   "against its --help (else against --agent-flags)")
     p.add_argument("--agent-flags", default="--config,--listen,--listen-tcp,--upstream,--http-address,"
-                   "--ready-file,--log-level", help="the agent's flags, comma-separated")
+                   "--ready-file,--log-level,--node", help="the agent's flags, comma-separated")
     a = p.parse_args()
 
     c = Checker()
@@ -204,6 +206,13 @@ def main():
         allowed_flags["stragglerd"] = set(re.findall(r"(--[a-z][a-z0-9-]*)", help_text))
         if "--grpc-address" not in allowed_flags["stragglerd"]:
             c.err(a.stragglerd, "--help does not list --grpc-address: not the daemon?")
+    if a.agent:
+        import subprocess
+        help_text = subprocess.run([a.agent, "--help"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True).stdout
+        allowed_flags["straggler-agent"] = set(re.findall(r"(--[a-z][a-z0-9-]*)", help_text))
+        if "--upstream" not in allowed_flags["straggler-agent"]:
+            c.err(a.agent, "--help does not list --upstream: not the agent?")
     pods = []  # (where, labels, {port name: number}, namespace)
     for kind in ("Deployment", "DaemonSet"):
         for where, doc in objs.get(kind, []):

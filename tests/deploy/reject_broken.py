@@ -34,6 +34,7 @@ MANIFEST_BREAKS = [
     ("probe on an unknown port", "straggler-agent.yaml", "path: /healthz\n              port: http-metrics",
      "path: /healthz\n              port: metrics"),
     ("flag the daemon does not have", "stragglerd.yaml", "--grpc-address=", "--grpc-addr="),
+    ("flag the agent does not have", "straggler-agent.yaml", "--upstream=", "--upstream-address="),
     ("ServiceMonitor port the Service lacks", "servicemonitors.yaml", "- port: http-metrics", "- port: metrics"),
     ("ServiceMonitor unknown field", "servicemonitors.yaml", "honorLabels: true", "honourLabels: true"),
     ("unknown daemon config key", "stragglerd.yaml", "    log_level: info", "    loglevel: info"),
@@ -97,10 +98,15 @@ def main():
             return ["sh", a.verify_units, a.stragglerd, a.agent] + [
                 os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".service")]
 
+        # The agent's flags come from its --help when the real agent is built
+        # (a stand-in binary has no --help).
+        agent_help = run([a.agent, "--help"])[1] if os.access(a.agent, os.X_OK) else ""
+        agent_args = ["--agent", a.agent] if "--upstream" in agent_help else []
+
         def k8s_cmd(d):
             return [a.python, a.k8s_validate, "--daemon-config", daemon_cfg, "--stragglerd",
-                    a.stragglerd] + [os.path.join(d, f) for f in sorted(os.listdir(d))
-                                          if f.endswith(".yaml")]
+                    a.stragglerd] + agent_args + [os.path.join(d, f) for f in sorted(os.listdir(d))
+                                                  if f.endswith(".yaml")]
 
         def yamllint_cmd(d):
             return ["yamllint", "-c", yamllint_cfg, d]

@@ -16,9 +16,9 @@ agent's unix socket.
 2. The agent is restarted (SIGTERM, flushes) under a running sim: the client
    reconnects, the sim finishes, and the daemon has every report exactly once.
 
-While the daemon is down MembershipFor waits its full timeout every step
-(the daemon-unreachable fallback is issue 5), so the sims run with
---membership-timeout-ms 100.
+While the daemon is down the agent tells its clients (upstream_unavailable),
+so MembershipFor waits its full timeout once per outage, not every step; the
+sims still run with --membership-timeout-ms 100 to keep that one wait short.
 """
 
 import argparse
@@ -73,8 +73,11 @@ def wait_for(what, fn, timeout=30.0, interval=0.05):
 
 
 class Agent:
-    def __init__(self, binary, workdir, socket_path, upstream, name="agent"):
+    def __init__(self, binary, workdir, socket_path, upstream, name="agent", extra_args=(),
+                 env=None):
         self.binary = binary
+        self.extra_args = list(extra_args)
+        self.env = env  # None: inherit
         self.socket_path = socket_path
         self.upstream = upstream
         self.ready_file = os.path.join(workdir, name + ".ready.json")
@@ -88,7 +91,8 @@ class Agent:
         self.proc = subprocess.Popen(
             [self.binary, "--listen", "unix://" + self.socket_path, "--upstream", self.upstream,
              "--http-address", "127.0.0.1:0", "--ready-file", self.ready_file,
-             "--log-level", "info"], stdout=self.log, stderr=subprocess.STDOUT)
+             "--log-level", "info"] + self.extra_args, stdout=self.log, stderr=subprocess.STDOUT,
+            env=self.env)
 
         def ready():
             if self.proc.poll() is not None:

@@ -100,10 +100,13 @@ struct ClientStats {
   uint64_t dropped = 0;        // queue full
   uint64_t sent = 0;           // written to a stream at least once
   uint64_t acked = 0;          // accepted by the daemon
-  uint64_t rejected = 0;       // rejected by the daemon (see last_rejection)
+  uint64_t rejected = 0;       // rejected by the daemon or agent (see last_rejection)
   uint64_t duplicates = 0;     // already taken by the daemon (resent after a reconnect)
   uint64_t reconnects = 0;
   bool connected = false;
+  // Connected to a straggler-agent whose own stream to the daemon is down
+  // (Directive.upstream_unavailable); always false when talking to the daemon.
+  bool upstream_unavailable = false;
   std::string last_rejection;  // the daemon's message naming the value
 };
 
@@ -133,7 +136,8 @@ class Client {
   // iteration + 1 - lead (immediately for iteration < lead): waits for that
   // up to `timeout`; on timeout returns the best known answer with ok = false.
   // `rank` must be served by this client (else: best known, ok = false).
-  // When a wait has already timed out while the client was disconnected,
+  // When a wait has already timed out while the client was disconnected (or
+  // its agent said the daemon is unreachable, Stats().upstream_unavailable),
   // later calls return at once (ok = false) until the stream reaches the
   // daemon again, so a job whose daemon is gone does not lose `timeout` at
   // every step.

@@ -1,0 +1,134 @@
+// The real straggler-agent core (in process) between a real stragglerd
+// Server and a real straggler::Client: what a client learns through the
+// agent that it would learn from the daemon directly.
+//  * The daemon's rejections reach Stats().rejected once (through the agent
+//    and directly), though the agent acknowledged the batch long before.
+//  * While the daemon is down the agent says so (upstream_unavailable), and
+//    MembershipFor stops waiting its full timeout at every step (else this
+//    test hangs on a one-hour wait until ctest's timeout fails it); once the
+//    daemon is back, MembershipFor is certain again.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "agent.h"
+#include "agent_config.h"
+#include "config.h"
+#include "server.h"
+#include "straggler/client.h"
+
+namespace sa = straggler::agent;
+namespace sd = straggler::daemon;
+using namespace std::chrono_literals;
+
+namespace {
+
+sd::DaemonConfig DaemonOn(const std::string& grpc_address) {
+  sd::DaemonConfig c;
+  c.grpc_address = grpc_address;
+  c.http_address = "127.0.0.1:0";  // never the default port: tests run in parallel
+  c.log_level = "warn";
+  return c;
+}
+
+straggler::ClientOptions ClientTo(const std::string& endpoint, const std::string& job) {
+  straggler::ClientOptions o;
+  o.endpoint = endpoint;
+  o.job_id = job;
+  o.ranks = {0};
+  o.world_size = 1;
+  return o;
+}
+
+template <typename Pred>
+void WaitUntil(Pred pred) {
+  // No deadline of our own: ctest's timeout fails a test that never gets here.
+  while (!pred()) std::this_thread::sleep_for(5ms);
+}
+
+}  // namespace
+
+TEST_CASE("daemon rejections reach the client's stats once, with and without the agent",
+          "[relay]") {
+  sd::Server daemon;
+  REQUIRE(daemon.Start(DaemonOn("127.0.0.1:0")).ok());
+  const std::string upstream = "127.0.0.1:" + std::to_string(daemon.grpc_port());
+
+  sa::AgentConfig ac;
+  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-a.sock";
+  ac.upstream = upstream;
+  ac.http_address = "";
+  ac.telemetry_enabled = false;
+  sa::Agent agent(ac);
+  REQUIRE(agent.Start().ok());
+
+  for (const std::string endpoint : {ac.listen, upstream}) {
+    INFO("endpoint " << endpoint);
+    auto client = straggler::Client::Create(ClientTo(endpoint, "reject-" + endpoint.substr(0, 4)));
+    REQUIRE(client);
+    REQUIRE(client->Report(0, 0, 0.1));
+    REQUIRE(client->Report(0, 1, -0.3));  // the daemon refuses a negative compute time
+    REQUIRE(client->Report(0, 2, 0.1));
+    // Certain for iteration 3 once the daemon processed iteration 2 (lead 2):
+    // every directive about the batches before it has arrived by then.
+    REQUIRE(client->MembershipFor(3, std::chrono::hours(1)).ok);
+    const straggler::ClientStats s = client->Stats();
+    CHECK(s.rejected == 1);
+    CHECK(s.last_rejection.find("compute_seconds=-0.3") != std::string::npos);
+    CHECK_FALSE(s.upstream_unavailable);
+  }
+  agent.Shutdown();
+  daemon.Shutdown(0ms);
+}
+
+TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[relay]") {
+  auto first = std::make_unique<sd::Server>();
+  REQUIRE(first->Start(DaemonOn("127.0.0.1:0")).ok());
+  const std::string upstream = "127.0.0.1:" + std::to_string(first->grpc_port());
+
+  sa::AgentConfig ac;
+  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-b.sock";
+  ac.upstream = upstream;
+  ac.http_address = "";
+  ac.telemetry_enabled = false;
+  ac.reconnect_initial_ms = 20;
+  ac.reconnect_max_ms = 100;
+  sa::Agent agent(ac);
+  REQUIRE(agent.Start().ok());
+
+  auto client = straggler::Client::Create(ClientTo(ac.listen, "outage"));
+  REQUIRE(client);
+  for (uint64_t it = 0; it <= 5; ++it) REQUIRE(client->Report(0, it, 0.1));
+  REQUIRE(client->MembershipFor(6, std::chrono::hours(1)).ok);
+  CHECK_FALSE(client->Stats().upstream_unavailable);
+
+  // The daemon goes away; the client's stream to the agent stays up.
+  first->Shutdown(0ms);
+  first.reset();
+  WaitUntil([&] { return client->Stats().upstream_unavailable; });
+  CHECK(client->Stats().connected);
+  for (uint64_t it = 6; it <= 20; ++it) REQUIRE(client->Report(0, it, 0.1));
+  // One wait runs out its timeout...
+  CHECK_FALSE(client->MembershipFor(20, 50ms).ok);
+  // ...after which the client knows: an hour's wait answers at once, and
+  // still uncertain (the last agreed membership stays in force).
+  const straggler::MembershipView known = client->MembershipFor(21, std::chrono::hours(1));
+  CHECK_FALSE(known.ok);
+  CHECK(known.version == client->CurrentMembership().version);
+
+  // The daemon comes back on the same address; the agent replays, and
+  // MembershipFor waits (and becomes certain) again.
+  sd::Server second;
+  REQUIRE(second.Start(DaemonOn(upstream)).ok());
+  WaitUntil([&] { return !client->Stats().upstream_unavailable; });
+  for (uint64_t it = 21; it <= 30; ++it) REQUIRE(client->Report(0, it, 0.1));
+  CHECK(client->MembershipFor(31, std::chrono::hours(1)).ok);
+  client.reset();
+  agent.Shutdown();
+  second.Shutdown(0ms);
+}
