@@ -151,31 +151,19 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml_text,
 
 absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
                                             const daemon::EnvLookup& env) {
-  std::optional<std::string> file = flags.config_file;
-  if (!file) file = env("STRAGGLER_AGENT_CONFIG");
-  if (file && file->empty()) file.reset();
+  absl::StatusOr<AgentConfig> loaded = daemon::LoadConfigFileOrDefaults<AgentConfig>(
+      flags.config_file, "STRAGGLER_AGENT_CONFIG", env, ParseAgentConfig);
+  if (!loaded.ok()) return loaded.status();
+  AgentConfig config = *std::move(loaded);
 
-  AgentConfig config;
-  if (file) {
-    absl::StatusOr<std::string> text = daemon::ReadConfigFile(*file);
-    if (!text.ok()) return text.status();
-    auto parsed = ParseAgentConfig(*text, *file);
-    if (!parsed.ok()) return parsed.status();
-    config = *std::move(parsed);
-    config.config_file = *file;
-  }
-  auto pick = [&](std::string& field, const char* env_name,
-                  const std::optional<std::string>& flag) {
-    if (auto v = env(env_name)) field = *v;
-    if (flag) field = *flag;
-  };
-  pick(config.listen, "STRAGGLER_AGENT_LISTEN", flags.listen);
-  pick(config.listen_tcp, "STRAGGLER_AGENT_LISTEN_TCP", flags.listen_tcp);
-  pick(config.upstream, "STRAGGLER_AGENT_UPSTREAM", flags.upstream);
-  pick(config.http_address, "STRAGGLER_AGENT_HTTP_ADDRESS", flags.http_address);
-  pick(config.log_level, "STRAGGLER_AGENT_LOG_LEVEL", flags.log_level);
+  using daemon::Override;
+  Override(config.listen, env("STRAGGLER_AGENT_LISTEN"), flags.listen);
+  Override(config.listen_tcp, env("STRAGGLER_AGENT_LISTEN_TCP"), flags.listen_tcp);
+  Override(config.upstream, env("STRAGGLER_AGENT_UPSTREAM"), flags.upstream);
+  Override(config.http_address, env("STRAGGLER_AGENT_HTTP_ADDRESS"), flags.http_address);
+  Override(config.log_level, env("STRAGGLER_AGENT_LOG_LEVEL"), flags.log_level);
   // The Kubernetes DaemonSet sets this from spec.nodeName (downward API).
-  pick(config.node, "STRAGGLER_AGENT_NODE", flags.node);
+  Override(config.node, env("STRAGGLER_AGENT_NODE"), flags.node);
   if (auto v = env("STRAGGLER_AGENT_TELEMETRY_ENABLED")) {
     if (*v == "true" || *v == "1") {
       config.telemetry_enabled = true;

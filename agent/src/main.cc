@@ -2,12 +2,8 @@
 // starts the agent and waits for signals on the main thread: SIGHUP reloads
 // the config file, SIGTERM/SIGINT flush the buffer upstream (bounded) and
 // exit 0.
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +12,7 @@
 #include "agent.h"
 #include "agent_config.h"
 #include "server.h"  // daemon::ApplyLogLevel
+#include "service_main.h"
 #include "spdlog/spdlog.h"
 
 #ifndef STRAGGLERD_VERSION
@@ -26,8 +23,7 @@ namespace {
 
 using straggler::agent::AgentConfig;
 using straggler::agent::AgentSources;
-
-constexpr int kExitBadConfig = 2;
+using straggler::daemon::kExitBadConfig;
 
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
@@ -38,21 +34,12 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-// Written to a temporary file and renamed: a test polling for it never reads
-// half a line.
 bool WriteReadyFile(const std::string& path, const straggler::agent::Agent& agent) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"listen\":" << JsonString(agent.listen_address())
-        << ",\"listen_tcp\":" << JsonString(agent.tcp_dial_address())
-        << ",\"http_address\":" << JsonString(agent.http_dial_address())
-        << ",\"pid\":" << getpid() << "}\n";
-    if (!out.flush()) return false;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  return !ec;
+  return straggler::daemon::WriteFileAtomically(
+      path, absl::StrCat("{\"listen\":", JsonString(agent.listen_address()),
+                         ",\"listen_tcp\":", JsonString(agent.tcp_dial_address()),
+                         ",\"http_address\":", JsonString(agent.http_dial_address()),
+                         ",\"pid\":", getpid(), "}\n"));
 }
 
 }  // namespace
@@ -74,7 +61,6 @@ int main(int argc, char** argv) {
       "straggler-agent"};
   std::string config_file, listen, listen_tcp, upstream, http_address, log_level, ready_file,
       node;
-  bool version = false;
   auto* config_opt = app.add_option("--config", config_file,
                                     "YAML config file (every key: deploy/straggler-agent.yaml); "
                                     "default: $STRAGGLER_AGENT_CONFIG, else built-in defaults");
@@ -97,25 +83,13 @@ int main(int argc, char** argv) {
                  "once serving, atomically write {\"listen\":\"unix:...\",\"listen_tcp\":"
                  "\"HOST:PORT\",\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable "
                  "addresses; \"\" for a listener that is off)");
-  app.add_flag("--version", version, "print the version and exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitBadConfig;
-  }
-  if (version) {
-    std::cout << "straggler-agent " << STRAGGLERD_VERSION << "\n";
-    return 0;
+  if (std::optional<int> rc =
+          straggler::daemon::ParseCommandLine(app, argc, argv, STRAGGLERD_VERSION)) {
+    return *rc;
   }
 
-  // Blocked before any thread exists, so only sigwait below sees them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Before any thread exists, so only ServeUntilStopped below sees them.
+  const sigset_t signals = straggler::daemon::BlockControlSignals();
 
   AgentSources sources;
   if (*config_opt) sources.config_file = config_file;
@@ -149,22 +123,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  for (;;) {
-    int sig = 0;
-    if (sigwait(&signals, &sig) != 0) continue;
-    if (sig == SIGHUP) {
-      auto next = straggler::agent::LoadAgentConfig(sources, straggler::daemon::GetEnv);
-      if (!next.ok()) {
-        spdlog::error("SIGHUP: config rejected, keeping the running one: {}",
-                      std::string(next.status().message()));
-        continue;
-      }
-      agent.Reload(*next);
-      continue;
-    }
-    spdlog::info("{} received: flushing the buffer upstream", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    break;
-  }
+  const int sig = straggler::daemon::ServeUntilStopped(
+      signals, [&] { return straggler::agent::LoadAgentConfig(sources, straggler::daemon::GetEnv); },
+      [&](const AgentConfig& next) { agent.Reload(next); });
+  spdlog::info("{} received: flushing the buffer upstream",
+               straggler::daemon::StopSignalName(sig));
   agent.Shutdown();
   spdlog::info("straggler-agent stopped");
   return 0;

@@ -406,29 +406,15 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text,
 }
 
 absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLookup& env) {
-  std::optional<std::string> file = flags.config_file;
-  if (!file) file = env("STRAGGLERD_CONFIG");
-  if (file && file->empty()) file.reset();
+  absl::StatusOr<DaemonConfig> loaded = LoadConfigFileOrDefaults<DaemonConfig>(
+      flags.config_file, "STRAGGLERD_CONFIG", env, ParseConfig);
+  if (!loaded.ok()) return loaded.status();
+  DaemonConfig config = *std::move(loaded);
 
-  DaemonConfig config;
-  if (file) {
-    absl::StatusOr<std::string> text = ReadConfigFile(*file);
-    if (!text.ok()) return text.status();
-    auto parsed = ParseConfig(*text, *file);
-    if (!parsed.ok()) return parsed.status();
-    config = *std::move(parsed);
-    config.config_file = *file;
-  }
-
-  auto pick = [&](std::string& field, const char* env_name,
-                  const std::optional<std::string>& flag) {
-    if (auto v = env(env_name)) field = *v;
-    if (flag) field = *flag;
-  };
-  pick(config.grpc_address, "STRAGGLERD_GRPC_ADDRESS", flags.grpc_address);
-  pick(config.http_address, "STRAGGLERD_HTTP_ADDRESS", flags.http_address);
-  pick(config.log_level, "STRAGGLERD_LOG_LEVEL", flags.log_level);
-  pick(config.persistence.path, "STRAGGLERD_STATE_DB", flags.state_db);
+  Override(config.grpc_address, env("STRAGGLERD_GRPC_ADDRESS"), flags.grpc_address);
+  Override(config.http_address, env("STRAGGLERD_HTTP_ADDRESS"), flags.http_address);
+  Override(config.log_level, env("STRAGGLERD_LOG_LEVEL"), flags.log_level);
+  Override(config.persistence.path, env("STRAGGLERD_STATE_DB"), flags.state_db);
 
   if (absl::Status s = ValidateAddress("grpc_address", config.grpc_address, /*allow_unix=*/true);
       !s.ok()) {

@@ -1,6 +1,9 @@
 // YAML scalar reading shared by the config loaders of stragglerd
 // (config.cc) and straggler-agent (agent/src/agent_config.cc): typed values
-// whose errors name the file, line, key and value.
+// whose errors name the file, line, key and value. Also the precedence both
+// loaders follow: config file (from --config, else its environment
+// variable) over built-in defaults, then environment, then flags
+// (LoadConfigFileOrDefaults, then Override per field).
 //
 //   ConfigReader r("agent.yaml");
 //   absl::StatusOr<uint32_t> n = r.Uint(node["max_reports"], "buffer.max_reports");
@@ -10,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -81,5 +86,41 @@ class ConfigReader {
 
 // Reads a whole file; NOT_FOUND names the path.
 absl::StatusOr<std::string> ReadConfigFile(const std::string& path);
+
+// The config before environment and flag overrides. The file is `flag` if
+// given, else env(env_name); an empty name from either means no file. No
+// file: a default-constructed Config (the built-in defaults). Otherwise the
+// file is read (ReadConfigFile) and parse(text, path) — returning
+// absl::StatusOr<Config> — turns it into the Config, whose config_file is
+// set to the path; a read or parse error is returned as is.
+template <typename Config, typename Env, typename Parse>
+absl::StatusOr<Config> LoadConfigFileOrDefaults(const std::optional<std::string>& flag,
+                                                const char* env_name, const Env& env,
+                                                const Parse& parse) {
+  std::optional<std::string> file = flag;
+  if (!file) file = env(env_name);
+  // An empty value lets a deployment that always sets the variable ask for
+  // the built-in defaults.
+  if (file && file->empty()) file.reset();
+
+  Config config;
+  if (!file) return config;
+  absl::StatusOr<std::string> text = ReadConfigFile(*file);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<Config> parsed = parse(*text, *file);
+  if (!parsed.ok()) return parsed.status();
+  config = *std::move(parsed);
+  config.config_file = *file;
+  return config;
+}
+
+// Environment over file, flag over environment: sets `field` to `env_value`
+// when the variable is set (even to ""), then to `flag` when the flag was
+// given. Neither: `field` keeps the file's or default value.
+inline void Override(std::string& field, const std::optional<std::string>& env_value,
+                     const std::optional<std::string>& flag) {
+  if (env_value) field = *env_value;
+  if (flag) field = *flag;
+}
 
 }  // namespace straggler::daemon

@@ -1,14 +1,8 @@
 // stragglerd: the straggler-monitoring daemon. Parses flags, loads the
 // config, starts the server and then waits for signals on the main thread:
 // SIGHUP reloads the config file, SIGTERM/SIGINT drain and exit 0.
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "config.h"
 #include "server.h"
+#include "service_main.h"
 #include "spdlog/spdlog.h"
 
 #ifndef STRAGGLERD_VERSION
@@ -26,24 +21,15 @@ namespace {
 
 using straggler::daemon::ConfigSources;
 using straggler::daemon::DaemonConfig;
+using straggler::daemon::kExitBadConfig;
 
-constexpr int kExitBadConfig = 2;
 constexpr auto kDrainGrace = std::chrono::seconds(5);
 
-// Written to a temporary file and renamed, so a test polling for the file
-// never reads half a line.
 bool WriteReadyFile(const std::string& path, const std::string& grpc_dial_address,
                     const std::string& http_dial_address) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"grpc_address\":\"" << grpc_dial_address << "\",\"http_address\":\""
-        << http_dial_address << "\",\"pid\":" << getpid() << "}\n";
-    if (!out.flush()) return false;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  return !ec;
+  return straggler::daemon::WriteFileAtomically(
+      path, absl::StrCat("{\"grpc_address\":\"", grpc_dial_address, "\",\"http_address\":\"",
+                         http_dial_address, "\",\"pid\":", getpid(), "}\n"));
 }
 
 }  // namespace
@@ -57,7 +43,6 @@ int main(int argc, char** argv) {
       "Signals: SIGHUP reloads the config file, SIGTERM/SIGINT drain and exit 0.",
       "stragglerd"};
   std::string config_file, grpc_address, http_address, log_level, ready_file, state_db;
-  bool version = false;
   auto* config_opt = app.add_option("--config", config_file,
                                     "YAML config file (every key: deploy/stragglerd.yaml); "
                                     "default: $STRAGGLERD_CONFIG, else built-in defaults");
@@ -78,26 +63,14 @@ int main(int argc, char** argv) {
                  "once serving, atomically write {\"grpc_address\":\"HOST:PORT\","
                  "\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable addresses, "
                  "useful with port 0)");
-  app.add_flag("--version", version, "print the version and exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitBadConfig;
-  }
-  if (version) {
-    std::cout << "stragglerd " << STRAGGLERD_VERSION << "\n";
-    return 0;
+  if (std::optional<int> rc =
+          straggler::daemon::ParseCommandLine(app, argc, argv, STRAGGLERD_VERSION)) {
+    return *rc;
   }
 
-  // Block the signals before any thread exists (gRPC, tick) so that every
-  // thread inherits the mask and only sigwait below ever sees them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Before any thread exists (gRPC, tick), so that every thread inherits the
+  // mask and only ServeUntilStopped below ever sees the signals.
+  const sigset_t signals = straggler::daemon::BlockControlSignals();
 
   ConfigSources sources;
   if (*config_opt) sources.config_file = config_file;
@@ -131,23 +104,10 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  for (;;) {
-    int sig = 0;
-    if (sigwait(&signals, &sig) != 0) continue;
-    if (sig == SIGHUP) {
-      // Re-read the same sources: the file may have changed, flags have not.
-      absl::StatusOr<DaemonConfig> next = LoadConfig(sources, straggler::daemon::GetEnv);
-      if (!next.ok()) {
-        spdlog::error("SIGHUP: config rejected, keeping the running one: {}",
-                      std::string(next.status().message()));
-        continue;
-      }
-      server.Reload(*next);
-      continue;
-    }
-    spdlog::info("{} received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    break;
-  }
+  const int sig = straggler::daemon::ServeUntilStopped(
+      signals, [&] { return LoadConfig(sources, straggler::daemon::GetEnv); },
+      [&](const DaemonConfig& next) { server.Reload(next); });
+  spdlog::info("{} received", straggler::daemon::StopSignalName(sig));
   server.Shutdown(kDrainGrace);
   return 0;
 }

@@ -12,19 +12,15 @@
 #include <list>
 #include <sstream>
 
+#include "agreement.h"
+#include "nccl_plan.h"  // SetText
 #include "straggler/collective.h"
 #include "straggler/gloo_store.h"
 
 namespace straggler {
 namespace {
 
-std::string SetText(const std::vector<uint32_t>& ranks) {
-  std::ostringstream out;
-  out << "{";
-  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? "," : "") << ranks[i];
-  out << "}";
-  return out.str();
-}
+using detail::SetText;
 
 // A context and the op counter its members share: every member issues the
 // same sequence of collectives on it (all built it at the same iteration),
@@ -44,73 +40,30 @@ class GlooPartialAllReduce final : public PartialAllReduce {
         options_(std::move(options)),
         device_(std::move(device)),
         store_(options_.rendezvous_endpoint, options_.job_id, options_.key_ttl,
-               options_.collective_timeout) {}
+               options_.collective_timeout),
+        agreement_(options_.rank, /*previous_active=*/{}, /*previously_participating=*/false) {}
 
   StepPlan BeginIteration(uint64_t iteration) override {
-    if (begun_ && iteration <= plan_.iteration) {
-      throw CollectiveError("BeginIteration(" + std::to_string(iteration) +
-                            ") after iteration " + std::to_string(plan_.iteration) +
-                            ": iterations must increase");
-    }
-    MembershipView m = client_.MembershipFor(iteration, options_.membership_timeout, options_.rank);
-    const bool certain = m.ok;
-    if (!certain && applied_) {
-      // Never guess: a version this rank has received but cannot prove final
-      // may not have reached the other ranks (the daemon may have died while
-      // pushing it). The last applied membership is the one every rank that
-      // was in step at the previous iteration holds.
-      m = *applied_;
-    }
-    // (No applied membership and no answer: the first iteration of a rank
-    // whose daemon is down. MembershipFor then returns the best known, which
-    // is version 0 - everyone - unless a directive arrived: the same choice
-    // every other rank in that position makes.)
-    const std::vector<uint32_t> active = m.ActiveRanks();
-    const bool participating = !m.IsExcluded(options_.rank);
-
-    StepPlan plan;
-    plan.iteration = iteration;
-    plan.version = m.version;
-    plan.effective_iteration = m.effective_iteration;
-    plan.certain = certain;
-    plan.participating = participating;
-    plan.active_ranks = active;
-    plan.root = active.empty() ? 0 : active.front();
-    // Ranks that were not active at this rank's previous iteration need the
-    // parameters. Every active rank computes the same answer: those active
-    // before all applied the same previous membership, and a rejoiner was
-    // not active in its previous one.
-    for (uint32_t r : active) {
-      if (!std::binary_search(previous_active_.begin(), previous_active_.end(), r) ||
-          !previously_participating_) {
-        plan.sync_parameters = participating;
-        break;
-      }
-    }
-
+    StepPlan plan = agreement_.Decide(iteration, client_, options_.membership_timeout);
     // The context: kept only when this rank used the same active set at its
     // previous iteration - then every member has it (they were all in step
     // with this rank). Otherwise a fresh one for this version, so a member
     // whose cache differs (it was excluded meanwhile, or evicted) can never
     // pair with a stale address.
     current_ = nullptr;
-    if (participating) {
-      const bool same = previously_participating_ && previous_active_ == active;
-      CachedContext* cached = Find(active);
+    if (plan.participating) {
+      const bool same = agreement_.previously_participating() &&
+                        agreement_.previous_active() == plan.active_ranks;
+      CachedContext* cached = Find(plan.active_ranks);
       if (same && cached != nullptr) {
         current_ = cached;
       } else {
-        current_ = Build(iteration, m, active);
+        current_ = Build(iteration, agreement_.membership(), plan.active_ranks);
       }
       Touch(current_);
     }
-
-    applied_ = m;
-    previous_active_ = active;
-    previously_participating_ = participating;
-    plan_ = std::move(plan);
-    begun_ = true;
-    return plan_;
+    agreement_.Commit(std::move(plan));
+    return agreement_.plan();
   }
 
   AllReduceResult AllReduceAverage(std::span<float> data) override { return Average(data); }
@@ -118,10 +71,10 @@ class GlooPartialAllReduce final : public PartialAllReduce {
 
   bool SyncParameters(const std::vector<ParameterBuffer>& buffers) override {
     RequireBegun("SyncParameters");
-    if (!plan_.participating || !plan_.sync_parameters) return false;
+    if (!agreement_.plan().participating || !agreement_.plan().sync_parameters) return false;
     if (current_->context == nullptr) return true;  // a set of one: nothing to send
     const auto root = static_cast<int>(
-        std::find(current_->ranks.begin(), current_->ranks.end(), plan_.root) -
+        std::find(current_->ranks.begin(), current_->ranks.end(), agreement_.plan().root) -
         current_->ranks.begin());
     for (const ParameterBuffer& b : buffers) {
       if (b.bytes == 0) continue;
@@ -133,22 +86,22 @@ class GlooPartialAllReduce final : public PartialAllReduce {
         opts.setTimeout(options_.collective_timeout);
         gloo::broadcast(opts);
       } catch (const std::exception& e) {
-        throw Failure("broadcast of parameters from rank " + std::to_string(plan_.root), e);
+        throw Failure("broadcast of parameters from rank " + std::to_string(agreement_.plan().root), e);
       }
     }
     return true;
   }
 
-  const StepPlan& Plan() const override { return plan_; }
+  const StepPlan& Plan() const override { return agreement_.plan(); }
 
  private:
   template <class T>
   AllReduceResult Average(std::span<T> data) {
     RequireBegun("AllReduceAverage");
     AllReduceResult r;
-    r.version = plan_.version;
-    r.active_ranks = static_cast<uint32_t>(plan_.active_ranks.size());
-    if (!plan_.participating) return r;  // excluded: no collective at all
+    r.version = agreement_.plan().version;
+    r.active_ranks = static_cast<uint32_t>(agreement_.plan().active_ranks.size());
+    if (!agreement_.plan().participating) return r;  // excluded: no collective at all
     r.participated = true;
     if (current_->context != nullptr && !data.empty()) {
       try {
@@ -168,21 +121,15 @@ class GlooPartialAllReduce final : public PartialAllReduce {
     return r;
   }
 
-  void RequireBegun(const char* what) const {
-    if (!begun_) throw CollectiveError(std::string(what) + " before the first BeginIteration");
-  }
+  void RequireBegun(const char* what) const { agreement_.RequireBegun(what); }
 
   CollectiveError Failure(const std::string& op, const std::exception& e) {
     // The context is kept as it is: rebuilding it under the same version
     // would read the first build's (stale) rendezvous keys. The next change
     // of membership builds a fresh one; until then the caller decides (a
     // failed step usually means restarting from a checkpoint).
-    return CollectiveError(
-        "iteration " + std::to_string(plan_.iteration) + ": Gloo " + op + " among ranks " +
-        SetText(plan_.active_ranks) + " (membership version " + std::to_string(plan_.version) +
-        (plan_.certain ? ", certain" : ", kept after MembershipFor timed out") + ") failed within " +
-        std::to_string(options_.collective_timeout.count()) +
-        " ms; a peer is gone or applied another membership: " + e.what());
+    return CollectiveError(agreement_.FailureText("Gloo", op, options_.collective_timeout) + ": " +
+                           e.what());
   }
 
   CachedContext* Find(const std::vector<uint32_t>& ranks) {
@@ -244,29 +191,16 @@ class GlooPartialAllReduce final : public PartialAllReduce {
 
   std::list<CachedContext> cache_;  // most recently used first; bounded
   CachedContext* current_ = nullptr;  // the context of the current iteration
-  std::optional<MembershipView> applied_;
-  std::vector<uint32_t> previous_active_;
-  bool previously_participating_ = false;
-  bool begun_ = false;
-  StepPlan plan_;
+  detail::Agreement agreement_;
 };
 
 }  // namespace
 
 std::string GlooOptions::Validate() const {
-  if (job_id.empty()) return "job_id is empty";
-  if (world_size == 0) return "world_size=0 must be > 0";
-  if (rank >= world_size) {
-    return "rank=" + std::to_string(rank) + " must be < world_size=" + std::to_string(world_size);
-  }
-  if (rendezvous_endpoint.empty()) return "rendezvous_endpoint is empty";
+  std::string common = detail::ValidateCommonOptions(job_id, rank, world_size, rendezvous_endpoint,
+                                                     collective_timeout, membership_timeout);
+  if (!common.empty()) return common;
   if (hostname.empty()) return "hostname is empty";
-  if (collective_timeout.count() <= 0) {
-    return "collective_timeout=" + std::to_string(collective_timeout.count()) + "ms must be > 0";
-  }
-  if (membership_timeout.count() < 0) {
-    return "membership_timeout=" + std::to_string(membership_timeout.count()) + "ms must be >= 0";
-  }
   return "";
 }
 

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "agreement.h"
 #include "nccl_plan.h"
 #include "straggler/collective_nccl.h"
 #include "straggler/gloo_store.h"
@@ -64,6 +65,12 @@ ncclConfig_t NonBlockingConfig() {
   return config;
 }
 
+std::vector<uint32_t> AllRanks(uint32_t world_size) {
+  std::vector<uint32_t> all(world_size);
+  for (uint32_t r = 0; r < world_size; ++r) all[r] = r;
+  return all;
+}
+
 class NcclPartialAllReduce final : public PartialAllReduce {
  public:
   NcclPartialAllReduce(Client& client, NcclOptions options, int device, cudaStream_t stream,
@@ -77,8 +84,10 @@ class NcclPartialAllReduce final : public PartialAllReduce {
                options_.collective_timeout),
         cache_(std::make_unique<detail::CommCache<CommPtr>>(
             std::max<size_t>(1, options_.max_cached_communicators),
-            [this](CommPtr& c, bool healthy) { Release(c, healthy); })) {
-    for (uint32_t r = 0; r < options_.world_size; ++r) world_.push_back(r);
+            [this](CommPtr& c, bool healthy) { Release(c, healthy); })),
+        agreement_(options_.rank, AllRanks(options_.world_size),
+                   /*previously_participating=*/true) {
+    world_ = AllRanks(options_.world_size);
   }
 
   ~NcclPartialAllReduce() override {
@@ -102,45 +111,22 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     cache_->SetCurrent(e);
     current_ = e->handle.get();
     // Every rank now holds the full communicator with the same (empty)
-    // history: the first iteration starts from "took part with the whole
-    // world", so a first set without some rank is a shrink of it.
-    previous_active_ = world_;
-    previously_participating_ = true;
+    // history: agreement_ starts from "took part with the whole world", so
+    // a first set without some rank is a shrink of it.
   }
 
   StepPlan BeginIteration(uint64_t iteration) override {
-    if (begun_ && iteration <= plan_.iteration) {
-      throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") after iteration " +
-                            std::to_string(plan_.iteration) + ": iterations must increase");
-    }
     STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
-    // The agreement rule, exactly as the Gloo backend (collective.h).
-    MembershipView m = client_.MembershipFor(iteration, options_.membership_timeout, options_.rank);
-    const bool certain = m.ok;
-    if (!certain && applied_) m = *applied_;
-    const std::vector<uint32_t> active = m.ActiveRanks();
-    const bool participating = !m.IsExcluded(options_.rank);
-
-    StepPlan plan;
-    plan.iteration = iteration;
-    plan.version = m.version;
-    plan.effective_iteration = m.effective_iteration;
-    plan.certain = certain;
-    plan.participating = participating;
-    plan.active_ranks = active;
-    plan.root = active.empty() ? 0 : active.front();
-    for (uint32_t r : active) {
-      if (!begun_ || !previously_participating_ ||
-          !std::binary_search(previous_active_.begin(), previous_active_.end(), r)) {
-        plan.sync_parameters = participating;
-        break;
-      }
-    }
+    StepPlan plan = agreement_.Decide(iteration, client_, options_.membership_timeout);
+    const MembershipView& m = agreement_.membership();
+    const std::vector<uint32_t>& active = plan.active_ranks;
+    const bool participating = plan.participating;
+    const std::vector<uint32_t>& prev_active = agreement_.previous_active();
 
     // (At the first iteration "previous" is the whole world on the full
     // communicator: see BuildFull.)
-    const CommPlan how = detail::PlanCommunicator(previously_participating_, previous_active_,
-                                                  participating, active);
+    const CommPlan how = detail::PlanCommunicator(agreement_.previously_participating(),
+                                                  prev_active, participating, active);
     const auto deadline = Clock::now() + options_.collective_timeout;
     Comm* next = nullptr;
     switch (how.how) {
@@ -162,7 +148,7 @@ class NcclPartialAllReduce final : public PartialAllReduce {
         // fresh communicator is the one way left (members that still hold the
         // parent shrink it instead, and both sides fail within the timeout
         // with errors naming the build - never a hang).
-        if (const auto* parent = cache_->Find(previous_active_); parent != nullptr && parent->handle) {
+        if (const auto* parent = cache_->Find(prev_active); parent != nullptr && parent->handle) {
           next = Shrink(iteration, m.version, active, how.exclude, deadline);
         } else {
           next = Init(iteration, m.version, active, deadline);
@@ -179,13 +165,9 @@ class NcclPartialAllReduce final : public PartialAllReduce {
       cache_->SetCurrent(e);
     }
 
-    applied_ = m;
-    previous_active_ = active;
-    previously_participating_ = participating;
-    plan_ = std::move(plan);
-    begun_ = true;
+    agreement_.Commit(std::move(plan));
     PrepareNext(iteration);
-    return plan_;
+    return agreement_.plan();
   }
 
   AllReduceResult AllReduceAverage(std::span<float> data) override {
@@ -197,7 +179,7 @@ class NcclPartialAllReduce final : public PartialAllReduce {
 
   bool SyncParameters(const std::vector<ParameterBuffer>& buffers) override {
     RequireBegun("SyncParameters");
-    if (!plan_.participating || !plan_.sync_parameters) return false;
+    if (!agreement_.plan().participating || !agreement_.plan().sync_parameters) return false;
     RequireCommunicator("SyncParameters");
     if (current_->comm == nullptr) return true;  // a set of one
     STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
@@ -206,7 +188,7 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     // order when it closes the gaps; Init uses the position in the set).
     for (const ParameterBuffer& b : buffers) {
       if (b.bytes == 0) continue;
-      Collective("broadcast of parameters from rank " + std::to_string(plan_.root), b.data, b.bytes,
+      Collective("broadcast of parameters from rank " + std::to_string(agreement_.plan().root), b.data, b.bytes,
                  [&](void* dev) {
                    return ncclBroadcast(dev, dev, b.bytes, ncclUint8, 0, current_->comm, stream_);
                  });
@@ -214,15 +196,15 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     return true;
   }
 
-  const StepPlan& Plan() const override { return plan_; }
+  const StepPlan& Plan() const override { return agreement_.plan(); }
 
  private:
   AllReduceResult Average(void* data, size_t count, size_t elem, ncclDataType_t type) {
     RequireBegun("AllReduceAverage");
     AllReduceResult r;
-    r.version = plan_.version;
-    r.active_ranks = static_cast<uint32_t>(plan_.active_ranks.size());
-    if (!plan_.participating) return r;  // excluded: no collective on any communicator
+    r.version = agreement_.plan().version;
+    r.active_ranks = static_cast<uint32_t>(agreement_.plan().active_ranks.size());
+    if (!agreement_.plan().participating) return r;  // excluded: no collective on any communicator
     RequireCommunicator("AllReduceAverage");
     r.participated = true;
     if (current_->comm == nullptr || count == 0) return r;  // a set of one: its own average
@@ -256,13 +238,8 @@ class NcclPartialAllReduce final : public PartialAllReduce {
       const std::vector<uint32_t> set = current_->ranks;
       current_ = nullptr;
       cache_->Erase(set, /*healthy=*/false);
-      throw CollectiveError("iteration " + std::to_string(plan_.iteration) + ": NCCL " + what +
-                            " among ranks " + SetText(plan_.active_ranks) + " (membership version " +
-                            std::to_string(plan_.version) +
-                            (plan_.certain ? ", certain" : ", kept after MembershipFor timed out") +
-                            ") failed within " + std::to_string(options_.collective_timeout.count()) +
-                            " ms; a peer is gone or applied another membership; the communicator "
-                            "was aborted: " + e.what());
+      throw CollectiveError(agreement_.FailureText("NCCL", what, options_.collective_timeout) +
+                            "; the communicator was aborted: " + e.what());
     }
   }
 
@@ -377,10 +354,10 @@ class NcclPartialAllReduce final : public PartialAllReduce {
 
   Comm* Shrink(uint64_t iteration, uint64_t version, const std::vector<uint32_t>& active,
                const std::vector<int>& exclude, Clock::time_point deadline) {
-    auto* parent = cache_->Find(previous_active_);
+    auto* parent = cache_->Find(agreement_.previous_active());
     if (parent == nullptr || !parent->handle) {
       throw CollectiveError("iteration " + std::to_string(iteration) + ": cannot shrink to ranks " +
-                            SetText(active) + ": the communicator of ranks " + SetText(previous_active_) +
+                            SetText(active) + ": the communicator of ranks " + SetText(agreement_.previous_active()) +
                             " was aborted after an earlier error");
     }
     auto c = std::make_unique<Comm>();
@@ -448,14 +425,14 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   void PrepareNext(uint64_t iteration) {
     // A build ahead of a version that is now applied (or superseded by it)
     // and was not used by Init is dead: release it.
-    if (auto* p = cache_->Pending(); p != nullptr && p->version <= plan_.version) {
+    if (auto* p = cache_->Pending(); p != nullptr && p->version <= agreement_.plan().version) {
       cache_->Erase(p->ranks, false);
     }
     const MembershipView next = client_.CurrentMembership();
-    if (next.version > plan_.version && next.effective_iteration > iteration) {
+    if (next.version > agreement_.plan().version && next.effective_iteration > iteration) {
       const std::vector<uint32_t> set = next.ActiveRanks();
       const bool in = !next.IsExcluded(options_.rank);
-      const CommPlan how = detail::PlanCommunicator(plan_.participating, plan_.active_ranks, in, set);
+      const CommPlan how = detail::PlanCommunicator(agreement_.plan().participating, agreement_.plan().active_ranks, in, set);
       auto* pending = cache_->Pending();
       if (how.how == CommPlan::How::kInit && set.size() > 1 &&
           (pending == nullptr || pending->version != next.version || pending->ranks != set)) {
@@ -506,15 +483,13 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   // average.
   void RequireCommunicator(const char* what) const {
     if (current_ == nullptr) {
-      throw CollectiveError(std::string(what) + " at iteration " + std::to_string(plan_.iteration) +
-                            ": the communicator of ranks " + SetText(plan_.active_ranks) +
+      throw CollectiveError(std::string(what) + " at iteration " + std::to_string(agreement_.plan().iteration) +
+                            ": the communicator of ranks " + SetText(agreement_.plan().active_ranks) +
                             " was aborted after an earlier error in this iteration");
     }
   }
 
-  void RequireBegun(const char* what) const {
-    if (!begun_) throw CollectiveError(std::string(what) + " before the first BeginIteration");
-  }
+  void RequireBegun(const char* what) const { agreement_.RequireBegun(what); }
 
   Client& client_;
   const NcclOptions options_;
@@ -528,29 +503,16 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   std::unique_ptr<detail::CommCache<CommPtr>> cache_;
   Comm* current_ = nullptr;  // the communicator of the current iteration
 
-  std::optional<MembershipView> applied_;
-  std::vector<uint32_t> previous_active_;
-  bool previously_participating_ = false;
-  bool begun_ = false;
-  StepPlan plan_;
+  detail::Agreement agreement_;
 };
 
 }  // namespace
 
 std::string NcclOptions::Validate() const {
-  if (job_id.empty()) return "job_id is empty";
-  if (world_size == 0) return "world_size=0 must be > 0";
-  if (rank >= world_size) {
-    return "rank=" + std::to_string(rank) + " must be < world_size=" + std::to_string(world_size);
-  }
-  if (rendezvous_endpoint.empty()) return "rendezvous_endpoint is empty";
+  std::string common = detail::ValidateCommonOptions(job_id, rank, world_size, rendezvous_endpoint,
+                                                     collective_timeout, membership_timeout);
+  if (!common.empty()) return common;
   if (device < -1) return "device=" + std::to_string(device) + " must be >= 0, or -1 for the current device";
-  if (collective_timeout.count() <= 0) {
-    return "collective_timeout=" + std::to_string(collective_timeout.count()) + "ms must be > 0";
-  }
-  if (membership_timeout.count() < 0) {
-    return "membership_timeout=" + std::to_string(membership_timeout.count()) + "ms must be >= 0";
-  }
   if (max_cached_communicators == 0) return "max_cached_communicators=0 must be >= 1";
   return "";
 }
