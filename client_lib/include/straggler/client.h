@@ -12,11 +12,13 @@
 //     if (m.ok && !m.IsExcluded(rank)) allreduce_among(m);
 //   }
 //
-// Report() never blocks, never allocates and makes no system call: it
-// enqueues into a bounded lock-free queue that a background thread drains
-// over one gRPC stream (reconnecting with exponential backoff and jitter)
-// within ClientOptions::max_send_delay, or at once when MembershipFor() or
-// Flush() needs the reports. When the queue is full
+// Report() never blocks and never allocates: it enqueues into a bounded
+// lock-free queue that a background thread drains over one gRPC stream
+// (reconnecting with exponential backoff and jitter). In a client that uses
+// MembershipFor() it wakes that thread (one futex wake while it sleeps), so
+// the report's round trip overlaps the rest of the step; otherwise it makes
+// no system call and the thread takes reports within
+// ClientOptions::max_send_delay. When the queue is full
 // the report is dropped and counted (Stats().dropped).
 //
 // Thread safety: every method may be called from any thread concurrently.
@@ -55,10 +57,12 @@ struct ClientOptions {
   size_t max_batch = 256;             // reports per ReportBatch
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
-  // Longest a report waits in the queue when nothing wakes the sender.
-  // Report() never wakes it (a wake-up is a system call); MembershipFor(),
-  // Flush() and a queue filling up do. Monitoring-only trainers see their
-  // reports reach the daemon within this delay. At least 1 ms.
+  // Longest a report waits in the queue when nothing wakes the sender. Once
+  // MembershipFor() has been called, Report() wakes a sleeping sender (its
+  // next MembershipFor waits for that report's acknowledgement); before, it
+  // does not (a wake-up is a system call), and a monitoring-only trainer's
+  // reports reach the daemon within this delay. Flush() and a queue filling
+  // up always wake it. At least 1 ms.
   std::chrono::milliseconds max_send_delay{20};
   // Set by FromEnv when a variable does not parse ("WORLD_SIZE='eight' is not
   // an unsigned integer"); Validate() reports it first. Empty otherwise.
