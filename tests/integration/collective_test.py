@@ -24,17 +24,15 @@ by 1/n before summing, so its averages are compared within float rounding
 """
 
 import argparse
-import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, TestFailure, check, main, run  # noqa: E402
+from harness import Daemon, RankProcesses, check, ctl, main, run  # noqa: E402
 
 WORLD = 4  # 4 on Gloo; the number of GPUs (2..4) on NCCL
 ELEMENTS = 8
@@ -102,19 +100,14 @@ class DelayProxy:
                 pass
 
 
-class Ranks:
-    """Starts the 4 drivers and follows their JSON lines."""
+class Ranks(RankProcesses):
+    """Starts the drivers (one per rank) and follows their JSON lines."""
 
     def __init__(self, driver, daemon_address, workdir, iterations, step_ms, report_endpoints=None,
                  membership_timeout_ms=10000):
         self.go_file = os.path.join(workdir, "go")
-        self.lines = {r: [] for r in range(WORLD)}
-        self.final = {}
-        self.procs = []
-        self.errs = []
+        cmds = []
         for r in range(WORLD):
-            err = open(os.path.join(workdir, "rank%d.err" % r), "w+")
-            self.errs.append(err)
             cmd = [driver, "--daemon", daemon_address, "--job", JOB, "--rank", str(r),
                    "--world-size", str(WORLD), "--iterations", str(iterations),
                    "--step-ms", str(step_ms[r]), "--elements", str(ELEMENTS),
@@ -123,61 +116,10 @@ class Ranks:
                    "--backend", BACKEND]
             if report_endpoints and report_endpoints.get(r):
                 cmd += ["--report-endpoint", report_endpoints[r]]
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-            self.procs.append(p)
-            threading.Thread(target=self._read, args=(r, p), daemon=True).start()
+            cmds.append(cmd)
+        super().__init__(cmds, workdir, DEADLINE_S)
         with open(self.go_file, "w") as f:
             f.write("go\n")
-
-    def _read(self, rank, proc):
-        for line in proc.stdout:
-            obj = json.loads(line)
-            if "final" in obj:
-                self.final[rank] = obj
-            else:
-                self.lines[rank].append(obj)
-
-    def wait_all_past(self, iteration, ranks=None):
-        ranks = range(WORLD) if ranks is None else ranks
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:
-            if all(len(self.lines[r]) > iteration for r in ranks):
-                return
-            for r, p in enumerate(self.procs):
-                if p.poll() not in (None, 0):
-                    raise TestFailure("rank %d exited with %d: %s" % (r, p.returncode, self.err(r)))
-            time.sleep(0.01)
-        raise TestFailure("ranks did not all pass iteration %d within %d s" % (iteration, DEADLINE_S))
-
-    def finish(self):
-        deadline = time.monotonic() + DEADLINE_S
-        for r, p in enumerate(self.procs):
-            try:
-                rc = p.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                for q in self.procs:
-                    q.kill()
-                raise TestFailure("rank %d hung (still running after %d s): %s"
-                                  % (r, DEADLINE_S, self.err(r)))
-            check(rc == 0, "rank %d exited with %d: %s" % (r, rc, self.err(r)))
-        time.sleep(0.1)  # the reader threads drain the pipes after exit
-        check(len(self.final) == WORLD, "only ranks %s printed their final state" % sorted(self.final))
-
-    def kill(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-
-    def err(self, r):
-        self.errs[r].flush()
-        self.errs[r].seek(0)
-        return self.errs[r].read()[-2000:]
-
-
-def ctl(args, daemon_address, *rest):
-    res = run([args.ctl, "--daemon", daemon_address, *rest], timeout=30)
-    check(res.returncode == 0, "stragglerctl %s failed: %s" % (" ".join(rest), res.stderr))
-    return res.stdout
 
 
 def check_iterations(ranks, iterations):
@@ -247,9 +189,9 @@ def test_exclusion_rejoin(args, workdir, config):
         ranks = Ranks(args.driver, d.address, workdir, iterations, [20] * last + [40])
         try:
             ranks.wait_all_past(25)
-            ctl(args, d.address, "override", JOB, str(last), "exclude", "--reason", "test")
+            ctl(args.ctl, d.address, "override", JOB, str(last), "exclude", "--reason", "test")
             ranks.wait_all_past(70, ranks=range(last))
-            ctl(args, d.address, "override", JOB, str(last), "include", "--reason", "test")
+            ctl(args.ctl, d.address, "override", JOB, str(last), "include", "--reason", "test")
             ranks.finish()
         finally:
             ranks.kill()
@@ -290,7 +232,7 @@ def test_late_directive(args, workdir, config):
             # well past the switch iteration (2 iterations ahead) of the
             # exclusion made next.
             proxy.hold_until = time.monotonic() + 3.0
-            ctl(args, d.address, "override", JOB, "3", "exclude", "--reason", "test")
+            ctl(args.ctl, d.address, "override", JOB, "3", "exclude", "--reason", "test")
             ranks.finish()
         finally:
             ranks.kill()
@@ -313,7 +255,7 @@ def test_daemon_killed(args, workdir, config):
                       membership_timeout_ms=1500)
         try:
             ranks.wait_all_past(15)
-            ctl(args, d.address, "override", JOB, "3", "exclude", "--reason", "test")
+            ctl(args.ctl, d.address, "override", JOB, "3", "exclude", "--reason", "test")
             ranks.wait_all_past(40, ranks=[0, 1, 2])
             d.proc.kill()  # no drain: the daemon is simply gone
             d.proc.wait()

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 READY_TIMEOUT_S = 15.0
@@ -106,6 +107,78 @@ def run(cmd, timeout, **kwargs):
     except subprocess.TimeoutExpired as e:
         raise TestFailure("timed out after %d s: %s\nstdout:\n%s\nstderr:\n%s"
                           % (timeout, " ".join(cmd), e.stdout, e.stderr))
+
+
+class RankProcesses:
+    """One process per rank, each printing one JSON object per line: a line
+    per iteration, then one with "final". Collects them per rank and fails
+    with the rank's stderr when a rank exits badly or hangs."""
+
+    def __init__(self, cmds, workdir, deadline_s, env=None, err_tail=2000):
+        self.deadline_s = deadline_s
+        self.err_tail = err_tail
+        self.world = len(cmds)
+        self.lines = {r: [] for r in range(self.world)}
+        self.final = {}
+        self.procs, self.errs = [], []
+        for r, cmd in enumerate(cmds):
+            err = open(os.path.join(workdir, "rank%d.err" % r), "w+")
+            self.errs.append(err)
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+            self.procs.append(p)
+            threading.Thread(target=self._read, args=(r, p), daemon=True).start()
+
+    def _read(self, rank, proc):
+        for line in proc.stdout:
+            obj = json.loads(line)
+            if "final" in obj:
+                self.final[rank] = obj
+            else:
+                self.lines[rank].append(obj)
+
+    def wait_all_past(self, iteration, ranks=None):
+        ranks = range(self.world) if ranks is None else ranks
+        deadline = time.monotonic() + self.deadline_s
+        while time.monotonic() < deadline:
+            if all(len(self.lines[r]) > iteration for r in ranks):
+                return
+            for r, p in enumerate(self.procs):
+                if p.poll() not in (None, 0):
+                    raise TestFailure("rank %d exited with %d: %s" % (r, p.returncode, self.err(r)))
+            time.sleep(0.01)
+        raise TestFailure("ranks did not all pass iteration %d within %d s"
+                          % (iteration, self.deadline_s))
+
+    def finish(self):
+        deadline = time.monotonic() + self.deadline_s
+        for r, p in enumerate(self.procs):
+            try:
+                rc = p.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise TestFailure("rank %d hung (still running after %d s): %s"
+                                  % (r, self.deadline_s, self.err(r)))
+            check(rc == 0, "rank %d exited with %d: %s" % (r, rc, self.err(r)))
+        time.sleep(0.1)  # the reader threads drain the pipes after exit
+        check(len(self.final) == self.world,
+              "only ranks %s printed their final state" % sorted(self.final))
+
+    def kill(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+
+    def err(self, r):
+        self.errs[r].flush()
+        self.errs[r].seek(0)
+        return self.errs[r].read()[-self.err_tail:]
+
+
+def ctl(ctl_binary, daemon_address, *rest):
+    """Runs stragglerctl against the daemon; fails the test on a non-zero exit."""
+    res = run([ctl_binary, "--daemon", daemon_address, *rest], timeout=30)
+    check(res.returncode == 0, "stragglerctl %s failed: %s" % (" ".join(rest), res.stderr))
+    return res.stdout
 
 
 def check_memberships_agreed(report, label):

@@ -17,15 +17,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, TestFailure, check, main, run  # noqa: E402
+from harness import Daemon, check, main, run  # noqa: E402
 
 RANKS = 4
 FORCED_RANK = 2

@@ -24,16 +24,12 @@ Checks:
 """
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, TestFailure, check, main, run  # noqa: E402
+from harness import Daemon, RankProcesses, check, ctl, main  # noqa: E402
 
 WORLD = 4
 JOB = "torch-ddp"
@@ -42,68 +38,17 @@ DEADLINE_S = 180
 TOLERANCE = 1e-9
 
 
-class Ranks:
+class Ranks(RankProcesses):
     def __init__(self, python, rank_script, daemon_address, workdir, pythonpath):
-        self.lines = {r: [] for r in range(WORLD)}
-        self.final = {}
-        self.procs, self.errs = [], []
         env = dict(os.environ, PYTHONPATH=pythonpath, OMP_NUM_THREADS="1")
         store = os.path.join(workdir, "ddp.store")
-        for r in range(WORLD):
-            err = open(os.path.join(workdir, "rank%d.err" % r), "w+")
-            self.errs.append(err)
-            cmd = [python, rank_script, "--daemon", daemon_address, "--job", JOB,
-                   "--rank", str(r), "--world-size", str(WORLD), "--store", store,
-                   "--iterations", str(ITERATIONS),
-                   # Rank 3 is slow: while excluded it never runs ahead of the
-                   # group it rejoins (README, "Collective layer", known limit).
-                   "--step-ms", "40" if r == 3 else "10"]
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-            self.procs.append(p)
-            threading.Thread(target=self._read, args=(r, p), daemon=True).start()
-
-    def _read(self, rank, proc):
-        for line in proc.stdout:
-            obj = json.loads(line)
-            (self.final.__setitem__(rank, obj) if "final" in obj else self.lines[rank].append(obj))
-
-    def wait_all_past(self, iteration, ranks=range(WORLD)):
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:
-            if all(len(self.lines[r]) > iteration for r in ranks):
-                return
-            for r, p in enumerate(self.procs):
-                if p.poll() not in (None, 0):
-                    raise TestFailure("rank %d exited with %d: %s" % (r, p.returncode, self.err(r)))
-            time.sleep(0.01)
-        raise TestFailure("ranks did not all pass iteration %d within %d s" % (iteration, DEADLINE_S))
-
-    def finish(self):
-        deadline = time.monotonic() + DEADLINE_S
-        for r, p in enumerate(self.procs):
-            try:
-                rc = p.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise TestFailure("rank %d hung (still running after %d s): %s"
-                                  % (r, DEADLINE_S, self.err(r)))
-            check(rc == 0, "rank %d exited with %d: %s" % (r, rc, self.err(r)))
-        time.sleep(0.1)  # the reader threads drain the pipes after exit
-        check(len(self.final) == WORLD, "only ranks %s printed their final state" % sorted(self.final))
-
-    def kill(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-
-    def err(self, r):
-        self.errs[r].flush()
-        self.errs[r].seek(0)
-        return self.errs[r].read()[-3000:]
-
-
-def ctl(args, address, *rest):
-    res = run([args.ctl, "--daemon", address, *rest], timeout=30)
-    check(res.returncode == 0, "stragglerctl %s failed: %s" % (" ".join(rest), res.stderr))
+        cmds = [[python, rank_script, "--daemon", daemon_address, "--job", JOB,
+                 "--rank", str(r), "--world-size", str(WORLD), "--store", store,
+                 "--iterations", str(ITERATIONS),
+                 # Rank 3 is slow: while excluded it never runs ahead of the
+                 # group it rejoins (README, "Collective layer", known limit).
+                 "--step-ms", "40" if r == 3 else "10"] for r in range(WORLD)]
+        super().__init__(cmds, workdir, DEADLINE_S, env=env, err_tail=3000)
 
 
 def reference(rank_module, active_per_iteration):
@@ -162,9 +107,9 @@ def test(args):
                           workdir, args.pythonpath)
             try:
                 ranks.wait_all_past(12)
-                ctl(args, d.address, "override", JOB, "3", "exclude", "--reason", "test")
+                ctl(args.ctl, d.address, "override", JOB, "3", "exclude", "--reason", "test")
                 ranks.wait_all_past(45, ranks=[0, 1, 2])
-                ctl(args, d.address, "override", JOB, "3", "include", "--reason", "test")
+                ctl(args.ctl, d.address, "override", JOB, "3", "include", "--reason", "test")
                 ranks.finish()
             finally:
                 ranks.kill()
