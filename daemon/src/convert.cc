@@ -317,31 +317,49 @@ absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& u,
 }
 
 void MergeDirective(v1::Directive& pending, v1::Directive&& newer) {
-  std::map<uint64_t, v1::Membership> by_version;
-  for (auto& m : *pending.mutable_memberships()) by_version[m.version()] = std::move(m);
-  for (auto& m : *newer.mutable_memberships()) by_version[m.version()] = std::move(m);
-  while (by_version.size() > engine::JobEngine::kMembershipHistory) {
-    by_version.erase(by_version.begin());
+  // Runs under the job's lock whenever a peer reads slower than we write, and
+  // nearly every newer directive is a plain acknowledgement: no membership,
+  // a few ranks of progress. Both lists are ascending (by version, by rank),
+  // so merge them linearly instead of rebuilding them through maps.
+  if (newer.memberships_size() > 0) {
+    auto* mine = pending.mutable_memberships();
+    google::protobuf::RepeatedPtrField<v1::Membership> merged;
+    int i = 0, j = 0;
+    auto* theirs = newer.mutable_memberships();
+    while (i < mine->size() || j < theirs->size()) {
+      if (j == theirs->size() ||
+          (i < mine->size() && mine->Get(i).version() < theirs->Get(j).version())) {
+        *merged.Add() = std::move(*mine->Mutable(i++));
+      } else {
+        if (i < mine->size() && mine->Get(i).version() == theirs->Get(j).version()) ++i;
+        *merged.Add() = std::move(*theirs->Mutable(j++));  // the newer copy wins
+      }
+    }
+    const int excess = merged.size() - static_cast<int>(engine::JobEngine::kMembershipHistory);
+    if (excess > 0) merged.DeleteSubrange(0, excess);
+    mine->Swap(&merged);
   }
-  pending.clear_memberships();
-  for (auto& [version, m] : by_version) *pending.add_memberships() = std::move(m);
 
   pending.set_acked_sequence(newer.acked_sequence());
   if (pending.progress_size() == 0) {
     *pending.mutable_progress() = std::move(*newer.mutable_progress());
   } else if (newer.progress_size() > 0) {
-    std::map<uint32_t, uint64_t> by_rank;
-    for (const auto& p : pending.progress()) by_rank[p.rank()] = p.iteration();
-    for (const auto& p : newer.progress()) {
-      uint64_t& it = by_rank[p.rank()];
-      it = std::max(it, p.iteration());
+    const auto& a = pending.progress();
+    const auto& b = newer.progress();
+    google::protobuf::RepeatedPtrField<v1::RankProgress> merged;
+    int i = 0, j = 0;
+    while (i < a.size() || j < b.size()) {
+      v1::RankProgress* rp = merged.Add();
+      if (j == b.size() || (i < a.size() && a.Get(i).rank() < b.Get(j).rank())) {
+        *rp = a.Get(i++);
+      } else if (i == a.size() || b.Get(j).rank() < a.Get(i).rank()) {
+        *rp = b.Get(j++);
+      } else {  // same rank: the higher iteration
+        rp->set_rank(a.Get(i).rank());
+        rp->set_iteration(std::max(a.Get(i++).iteration(), b.Get(j++).iteration()));
+      }
     }
-    pending.clear_progress();
-    for (const auto& [rank, iteration] : by_rank) {
-      v1::RankProgress* rp = pending.add_progress();
-      rp->set_rank(rank);
-      rp->set_iteration(iteration);
-    }
+    pending.mutable_progress()->Swap(&merged);
   }
   pending.set_accepted(pending.accepted() + newer.accepted());
   pending.set_rejected(pending.rejected() + newer.rejected());
