@@ -63,12 +63,16 @@ def main():
     yamllint_cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "yamllint.yaml")
     have_yamllint = shutil.which("yamllint") is not None
     failures = []
+    ran = []      # checks that ran (a skipped one proves nothing)
+    skipped = []
 
     def check(kind, what, cmd, expect_ok):
         rc, out = run(cmd)
         if rc == 77:
             print(f"SKIP {kind}: {what}: {out.strip()}")
+            skipped.append(kind)
             return None
+        ran.append(kind)
         ok = rc == 0
         verdict = "accepted" if ok else "rejected"
         print(f"{'ok  ' if ok == expect_ok else 'FAIL'} {kind}: {what}: {verdict}")
@@ -133,7 +137,13 @@ def main():
     if failures:
         print("\nNOT REJECTED / WRONG:\n  " + "\n  ".join(failures))
         return 1
-    print("\nevery broken file was rejected")
+    if not ran:
+        # Every linter was missing: report a skip (77), never a pass.
+        print("\nSKIPPED: no linter ran (" + ", ".join(sorted(set(skipped))) + ")")
+        return 77
+    print("\nevery broken file was rejected by the checks that ran (" +
+          ", ".join(sorted(set(ran))) + ")" +
+          (("; skipped: " + ", ".join(sorted(set(skipped)))) if skipped else ""))
     return 0
 
 

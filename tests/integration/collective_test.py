@@ -280,7 +280,10 @@ def gpu_ranks(driver):
     """Ranks for the NCCL backend: one per visible GPU, 2..4; None if < 2."""
     res = run([driver, "--gpu-count"], timeout=60)
     check(res.returncode == 0, "%s --gpu-count failed: %s" % (driver, res.stderr))
-    n = int(res.stdout.strip() or "0")
+    out = res.stdout.strip()
+    # A driver that prints nothing is broken, not GPU-less: fail, do not skip.
+    check(out.isdigit(), "%s --gpu-count printed %r, not a number: %s" % (driver, out, res.stderr))
+    n = int(out)
     if n < 2:
         print("SKIPPED: the NCCL test needs >= 2 GPUs (NCCL refuses two ranks on one GPU); "
               "this machine has %d (%s)" % (n, res.stderr.strip() or "no reason given"))
