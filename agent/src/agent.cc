@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -132,12 +133,7 @@ class UpstreamJob {
                                                      " differs from job '", id_,
                                                      "' world_size=", world_size_));
     }
-    for (uint32_t r : hello.ranks()) {
-      if (r >= world_size_) {
-        return absl::InvalidArgumentError(absl::StrCat("hello rank ", r, " >= world_size=",
-                                                       world_size_, " of job '", id_, "'"));
-      }
-    }
+    // Ranks < world_size: checked by daemon::ValidateHello in JobTable::Find.
     std::vector<uint32_t> ranks(hello.ranks().begin(), hello.ranks().end());
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -552,16 +548,12 @@ class JobTable {
  private:
   // With mu_ held (through Attach).
   absl::StatusOr<std::shared_ptr<UpstreamJob>> Find(const v1::StreamHello& hello) {
-    if (hello.job_id().empty()) {
-      return absl::InvalidArgumentError("hello.job_id must not be empty");
-    }
-    if (hello.world_size() == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("hello.world_size=0 for job '", hello.job_id(), "' must be > 0"));
-    }
-    if (hello.ranks().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("hello.ranks is empty for job '", hello.job_id(), "'"));
+    // The daemon's own checks (its ranks-per-job limit is the daemon's to
+    // enforce; it answers the upstream hello with it).
+    if (absl::Status s = daemon::ValidateHello(daemon::FromProto(hello),
+                                               std::numeric_limits<uint32_t>::max());
+        !s.ok()) {
+      return s;
     }
     if (closed_) return absl::UnavailableError("straggler-agent is shutting down");
     auto& job = jobs_[hello.job_id()];

@@ -92,10 +92,6 @@ std::shared_ptr<const DaemonConfig> JobRegistry::config() const {
   return config_;
 }
 
-namespace {
-
-// The checks every hello passes, whether it opens a stream or adds ranks to
-// one (Attach, AddRanksLocked).
 absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job) {
   if (hello.job_id.empty()) {
     return absl::InvalidArgumentError("hello.job_id must not be empty");
@@ -122,6 +118,8 @@ absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job)
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 }  // namespace
 

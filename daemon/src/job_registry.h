@@ -208,6 +208,11 @@ struct StreamHello {
   uint64_t known_incarnation = 0;  // daemon run that made that version; 0 = unknown
 };
 
+// The checks every hello passes, whether it opens a stream or adds ranks to
+// one (JobRegistry::Attach, AddRanksLocked), and what the node agent checks
+// before it opens a job's upstream stream. Names the offending value.
+absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job);
+
 
 struct EventQuery {
   std::string job_id;             // "" = every job

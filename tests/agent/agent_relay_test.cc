@@ -21,6 +21,9 @@
 #include "config.h"
 #include "server.h"
 #include "straggler/client.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+#include <grpcpp/grpcpp.h>
 
 namespace sa = straggler::agent;
 namespace sd = straggler::daemon;
@@ -131,4 +134,49 @@ TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[rela
   client.reset();
   agent.Shutdown();
   second.Shutdown(0ms);
+}
+
+// The agent checks hellos with the daemon's own rules (daemon::ValidateHello)
+// before it opens anything upstream; the refusal names the value.
+TEST_CASE("the agent refuses a bad hello with the daemon's message", "[relay]") {
+  sa::AgentConfig ac;
+  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-h.sock";
+  ac.upstream = "127.0.0.1:1";  // never reached: the hello is refused first
+  ac.http_address = "";
+  ac.telemetry_enabled = false;
+  sa::Agent agent(ac);
+  REQUIRE(agent.Start().ok());
+
+  auto stub = straggler::v1::IngestService::NewStub(
+      grpc::CreateChannel(ac.listen, grpc::InsecureChannelCredentials()));
+  struct Case {
+    std::string job;
+    uint32_t world;
+    std::vector<uint32_t> ranks;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"", 4, {0}, "hello.job_id must not be empty"},
+      {"j", 0, {0}, "hello.world_size=0"},
+      {"j", 4, {}, "hello.ranks is empty"},
+      {"j", 4, {5}, "hello rank 5 >= world_size=4"},
+  };
+  for (const Case& c : cases) {
+    INFO("expect: " << c.message);
+    grpc::ClientContext ctx;
+    auto stream = stub->Stream(&ctx);
+    straggler::v1::ReportBatch b;
+    b.mutable_hello()->set_job_id(c.job);
+    b.mutable_hello()->set_world_size(c.world);
+    for (uint32_t r : c.ranks) b.mutable_hello()->add_ranks(r);
+    stream->Write(b);
+    stream->WritesDone();
+    straggler::v1::Directive d;
+    while (stream->Read(&d)) {
+    }
+    const grpc::Status st = stream->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(st.error_message().find(c.message) != std::string::npos);
+  }
+  agent.Shutdown();
 }
