@@ -150,7 +150,8 @@ class IngestReactor final
       }
       if (absl::Status s = ValidateTelemetry(t.gpu()); !s.ok()) {
         stats_.telemetry_rejected_invalid.fetch_add(1, std::memory_order_relaxed);
-        spdlog::debug("job={} rank={} {}", job_->id, t.rank(), std::string(s.message()));
+        if (spdlog::should_log(spdlog::level::debug))  // no string per rejection otherwise
+          spdlog::debug("job={} rank={} {}", job_->id, t.rank(), std::string(s.message()));
         continue;
       }
       stats_.telemetry_accepted.fetch_add(1, std::memory_order_relaxed);
