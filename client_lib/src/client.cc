@@ -256,7 +256,10 @@ class ClientImpl final : public Client {
     // Every wake_stride-th report also checks, so that a burst fills batches
     // instead of the queue.
     if (wake_on_report_.load(std::memory_order_relaxed)) {
-      WakeSenderIfIdle();
+      // Pairs with the fence in WaitForWork(): either the sender sees our
+      // item when it re-checks the queue, or we see its idle flag.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (sender_idle_.load(std::memory_order_relaxed)) WakeSender();
     } else if ((position & wake_stride_mask_) == wake_stride_mask_ &&
                sender_idle_.load(std::memory_order_relaxed)) {
       WakeSender();
@@ -280,10 +283,9 @@ class ClientImpl final : public Client {
     };
     bool ok = slot >= 0 && certain();
     if (!ok && slot >= 0) {
-      // The report that makes us certain may still be in the queue (the
-      // first MembershipFor, or a lost race with the sender going idle):
-      // send it now, not at the next poll. A busy sender takes it anyway.
-      WakeSenderIfIdle();
+      // The report that makes us certain is usually still in the queue
+      // (Report() does not wake the sender): send it now, not at the next poll.
+      WakeSender();
       // Once a wait has timed out while the stream was down, later calls do
       // not wait again until a new connection reached the daemon: no
       // acknowledgement can arrive meanwhile, so waiting would only stall
@@ -315,7 +317,7 @@ class ClientImpl final : public Client {
 
   bool Flush(std::chrono::milliseconds timeout) override {
     const uint64_t target = queue_.PushedCount();
-    WakeSenderIfIdle();  // queued reports go now, not at the sender's next poll
+    WakeSender();  // queued reports go now, not at the sender's next poll
     std::unique_lock<std::mutex> lock(flight_mu_);
     return flush_cv_.wait_for(lock, ClampTimeout(timeout), [&] { return completed_ >= target; });
   }
@@ -363,14 +365,6 @@ class ClientImpl final : public Client {
     wake_.fetch_add(1, std::memory_order_release);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_), FUTEX_WAKE_PRIVATE, 1, nullptr,
             nullptr, 0);
-  }
-
-  // Pairs with the fence in WaitForWork(): either the sender sees the work
-  // we published when it re-checks, or we see its idle flag and wake it. A
-  // busy sender costs a fence and a load, not a system call.
-  void WakeSenderIfIdle() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sender_idle_.load(std::memory_order_relaxed)) WakeSender();
   }
 
   // Room for one more batch among the unacknowledged ones.
