@@ -32,7 +32,8 @@ bool Collective::Complete(const Step& step) const {
 }
 
 Collective::Outcome Collective::Arrive(uint64_t iteration, uint32_t rank, uint64_t version,
-                                       const std::vector<uint32_t>& members) {
+                                       const std::vector<uint32_t>& members,
+                                       double planned_seconds) {
   std::unique_lock lock(mu_);
   if (aborted_) return Outcome::kAborted;
   auto [it, fresh] = steps_.try_emplace(iteration);
@@ -52,9 +53,14 @@ Collective::Outcome Collective::Arrive(uint64_t iteration, uint32_t rank, uint64
   }
   if (std::find(step.arrived.begin(), step.arrived.end(), rank) == step.arrived.end())
     step.arrived.push_back(rank);
+  step.slowest_planned = std::max(step.slowest_planned, planned_seconds);
 
   if (Complete(step)) {
-    if (completed_.load() < iteration + 1) completed_.store(iteration + 1, std::memory_order_release);
+    if (completed_.load() < iteration + 1) {
+      // Counted once per step, even if a disagreeing rank "completes" it again.
+      critical_path_seconds_ += step.slowest_planned;
+      completed_.store(iteration + 1, std::memory_order_release);
+    }
     if (completed_.load() >= iterations_) finished_at_ = std::chrono::steady_clock::now();
     if (iteration >= kKeepSteps) steps_.erase(steps_.begin(), steps_.lower_bound(iteration - kKeepSteps));
     cv_.notify_all();
@@ -110,6 +116,11 @@ void Collective::Abort(const std::string& why) {
 std::string Collective::abort_reason() const {
   std::lock_guard lock(mu_);
   return abort_reason_;
+}
+
+double Collective::critical_path_seconds() const {
+  std::lock_guard lock(mu_);
+  return critical_path_seconds_;
 }
 
 std::chrono::steady_clock::time_point Collective::finished_at() const {

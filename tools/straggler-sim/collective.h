@@ -32,10 +32,11 @@ class Collective {
   Collective(uint64_t iterations, std::chrono::milliseconds step_timeout);
 
   // Rank `rank` arrives at step `iteration` having used membership `version`,
-  // whose active ranks are `members` (ascending). Blocks until every member
-  // has arrived, the run is aborted, or the step times out (which aborts).
+  // whose active ranks are `members` (ascending), after a compute phase that
+  // was meant to take `planned_seconds`. Blocks until every member has
+  // arrived, the run is aborted, or the step times out (which aborts).
   Outcome Arrive(uint64_t iteration, uint32_t rank, uint64_t version,
-                 const std::vector<uint32_t>& members);
+                 const std::vector<uint32_t>& members, double planned_seconds);
 
   // Blocks until at least `steps` steps have completed; false on abort.
   bool WaitCompleted(uint64_t steps);
@@ -53,6 +54,11 @@ class Collective {
 
   uint64_t agreement_violations() const { return violations_.load(); }
   uint64_t timeouts() const { return timeouts_.load(); }
+  // Sum over completed steps of the slowest member's planned compute time:
+  // the job time a synchronous job would take if nothing but compute cost
+  // anything. Unlike wall time it does not depend on how busy the machine
+  // is, so it is what a test can compare between runs.
+  double critical_path_seconds() const;
   // When the last step completed (valid once Finished()).
   std::chrono::steady_clock::time_point finished_at() const;
 
@@ -62,6 +68,7 @@ class Collective {
     std::vector<uint32_t> members;
     std::vector<uint32_t> arrived;
     uint32_t first_rank = 0;
+    double slowest_planned = 0;
   };
   bool Complete(const Step& step) const;
 
@@ -76,6 +83,7 @@ class Collective {
   std::atomic<uint64_t> violations_{0};
   std::atomic<uint64_t> timeouts_{0};
   std::chrono::steady_clock::time_point finished_at_;  // guarded by mu_
+  double critical_path_seconds_ = 0;  // guarded by mu_
 };
 
 }  // namespace straggler_sim

@@ -104,7 +104,9 @@ class Sim {
   void RankMain(uint32_t rank);
   std::optional<MembershipView> Shadow(uint32_t rank, uint64_t start, uint64_t excluded_version);
   std::optional<MembershipView> FirstIncludingVersion(uint32_t rank, uint64_t after_version);
-  double Compute(uint32_t rank, uint64_t job_iteration);
+  // Sleeps for the drawn compute time of `rank` at `job_iteration`; returns
+  // the measured time. `planned` (optional) receives the drawn time.
+  double Compute(uint32_t rank, uint64_t job_iteration, double* planned = nullptr);
   void RecordApplied(uint32_t rank, uint64_t iteration, const MembershipView& m);
   std::vector<uint32_t> ActiveRanks(const MembershipView& m) const;
   uint64_t Epoch(uint64_t iteration) const {
@@ -175,7 +177,7 @@ bool Sim::CreateClients(std::string* error) {
   return true;
 }
 
-double Sim::Compute(uint32_t rank, uint64_t job_iteration) {
+double Sim::Compute(uint32_t rank, uint64_t job_iteration, double* planned) {
   RankState& s = *ranks_[rank - o_.first_rank];
   const double base = o_.iteration_ms / 1000.0 * SlowFactor(o_, rank, job_iteration);
   double relative = 1.0;
@@ -185,6 +187,7 @@ double Sim::Compute(uint32_t rank, uint64_t job_iteration) {
     do relative = gauss(s.rng);
     while (relative <= 0.0);
   }
+  if (planned) *planned = base * relative;
   const auto start = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(base * relative));
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -328,9 +331,11 @@ void Sim::RankMain(uint32_t rank) {
         continue;
       }
     }
-    const double seconds = Compute(rank, i);
+    double planned = 0;
+    const double seconds = Compute(rank, i, &planned);
     s.client->Report(rank, Epoch(i), i, seconds);
-    if (collective_->Arrive(i, rank, m.version, ActiveRanks(m)) != Collective::Outcome::kCompleted)
+    if (collective_->Arrive(i, rank, m.version, ActiveRanks(m), planned) !=
+        Collective::Outcome::kCompleted)
       return;
     ++i;
   }
@@ -515,7 +520,8 @@ int Sim::Run() {
     return s.empty() ? s : " (" + s + ")";
   };
   Print("done: " + std::to_string(done_iterations) + " iterations in " + Fixed(wall, 2) + " s (" +
-        Fixed(ips, 1) + " iterations/s)");
+        Fixed(ips, 1) + " iterations/s); critical path " +
+        Fixed(collective_->critical_path_seconds(), 2) + " s of planned compute");
   Print("detections: " + std::to_string(detections) + join(detection_text));
   Print("recoveries: " + std::to_string(recoveries) + join(recovery_text));
   Print("agreement violations: " + std::to_string(violations) +
@@ -539,6 +545,7 @@ int Sim::Run() {
         {"seed", o_.seed},
         {"no_exclusion", o_.no_exclusion},
         {"wall_seconds", wall},
+        {"critical_path_seconds", collective_->critical_path_seconds()},
         {"iterations_per_second", ips},
         {"agreement_violations", violations},
         {"collective_timeouts", collective_->timeouts()},
