@@ -4,7 +4,7 @@
 // Report() is a bounded lock-free enqueue plus a check whether the sender
 // thread sleeps. Benchmarks, from the inside out:
 //
-//  * BM_QueuePushPop         detail::BoundedQueue TryPush + TryPop on one
+//  * BM_QueuePushPop         detail::MpscQueue TryPush + TryPop on one
 //                            thread: the enqueue path itself, cache-hot.
 //  * BM_ClientReport_Draining  Client::Report() connected to an in-process
 //                            fake IngestService that acknowledges every batch,
@@ -20,7 +20,13 @@
 //                            trainer's MembershipFor, which wakes the sender):
 //                            each call is timed on its own; p50/p99
 //                            counters (ns) include about one clock read
-//                            (BM_SteadyClockNow).
+//                            (BM_SteadyClockNow). Second argument: how the
+//                            training thread spends the 200 us between
+//                            reports: 0 = asleep (sleep_for; in a VM the vCPU
+//                            halts and comes back with cold caches, so this
+//                            measures a cold call), 1 = computing (a busy
+//                            loop, as a trainer's CPU thread does while it
+//                            prepares and launches work).
 //  * BM_ClientReport_QueueFull  Report() to an unreachable endpoint once the
 //                            queue is full: the drop path.
 //  * BM_SystemClockNow / BM_SteadyClockNow  one clock read: Report() reads
@@ -63,7 +69,7 @@ struct QueuedReport {
 constexpr size_t kQueueCapacity = 4096;  // ClientOptions default
 
 void BM_QueuePushPop(benchmark::State& state) {
-  straggler::detail::BoundedQueue<QueuedReport> q(kQueueCapacity);
+  straggler::detail::MpscQueue<QueuedReport> q(kQueueCapacity);
   QueuedReport in{3, 0, 0, 0.1, 0, 0, 0}, out{};
   for (auto _ : state) {
     ++in.iteration;
@@ -184,10 +190,13 @@ double Percentile(std::vector<double>& v, double p) {
   return v[k];
 }
 
-// Arg 0: a monitoring-only client (never called MembershipFor): Report()
-// makes no system call. Arg 1: a client that uses MembershipFor: Report()
+// mode 0: a monitoring-only client (never called MembershipFor): Report()
+// makes no system call. mode 1: a client that uses MembershipFor: Report()
 // wakes the sleeping sender (a futex wake) so the report's round trip
-// overlaps the rest of the step.
+// overlaps the rest of the step. mode 2: no Report() between the two clock
+// reads: the timing's own cost in the same state, to subtract from modes 0/1.
+constexpr int64_t kTimingOnly = 2;
+
 void BM_ClientReport_IdleSender(benchmark::State& state) {
   auto client = MakeClient(Fake().address);
   if (!client || !WaitConnected(*client)) {
@@ -204,9 +213,15 @@ void BM_ClientReport_IdleSender(benchmark::State& state) {
     // as between two training steps (Flush wakes the sender, as
     // MembershipFor does in a trainer).
     client->Flush(std::chrono::seconds(5));
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (state.range(1) == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } else {
+      const auto until = Clock::now() + std::chrono::microseconds(200);
+      while (Clock::now() < until) {
+      }
+    }
     const auto t0 = Clock::now();
-    if (!client->Report(0, 0, iteration++, 0.1)) ++dropped;
+    if (state.range(0) != kTimingOnly && !client->Report(0, 0, iteration++, 0.1)) ++dropped;
     const auto t1 = Clock::now();
     const double d = std::chrono::duration<double>(t1 - t0).count();
     state.SetIterationTime(d);
@@ -217,7 +232,11 @@ void BM_ClientReport_IdleSender(benchmark::State& state) {
   state.counters["dropped"] = static_cast<double>(dropped);
 }
 // Each iteration sleeps 200 us untimed: a fixed count keeps the run short.
-BENCHMARK(BM_ClientReport_IdleSender)->Arg(0)->Arg(1)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_ClientReport_IdleSender)
+    ->ArgsProduct({{0, 1, kTimingOnly}, {0, 1}})
+    ->ArgNames({"mode", "busy"})
+    ->UseManualTime()
+    ->Iterations(2000);
 
 void BM_ClientReport_QueueFull(benchmark::State& state) {
   // Port 1 on loopback: nothing listens, the client keeps reconnecting.
