@@ -10,6 +10,11 @@
       >= 0.9 (detect). Prints the numbers either way.
   replay_suite.py cli --replay BIN --scenarios DIR --workdir DIR
       CSV input, --set, --report and the exit-2 error contract.
+  replay_suite.py tables --replay BIN --scenarios DIR --benchmarks FILE
+      regenerates BENCHMARKS.md's detection-quality table with the command
+      it documents and fails on any row that differs: the replay is
+      deterministic, so a stale table means the engine changed and the
+      numbers published for it did not.
 """
 import argparse
 import glob
@@ -144,16 +149,53 @@ def cli(a):
     print("ok")
 
 
+def tables(a):
+    files = sorted(glob.glob(os.path.join(a.scenarios, "*.yaml")))
+    fresh = []
+    for f in files:
+        p = run([a.replay, f, "--policy", "all", "--format", "markdown"])
+        if p.returncode != 0:
+            fail(f"{f}: exit {p.returncode}: {p.stderr}")
+        fresh += [l for l in p.stdout.splitlines()
+                  if l.startswith("| ") and not l.startswith("| scenario |")]
+    if len(fresh) != len(files) * len(POLICIES):
+        fail(f"expected {len(files) * len(POLICIES)} rows from {len(files)} scenarios, "
+             f"got {len(fresh)}")
+    with open(a.benchmarks) as fh:
+        doc = fh.read()
+    # The published table: the rows under the first "| scenario | policy |"
+    # header of the "Detection quality" section.
+    section = doc.split("## Detection quality", 1)[-1].split("\n## ", 1)[0]
+    published = [l for l in section.splitlines()
+                 if l.startswith("| ") and l.split("|")[1].strip() in
+                 {os.path.basename(f)[:-len(".yaml")] for f in files}
+                 and len(l.split("|")) == len(fresh[0].split("|"))]
+    key = lambda row: tuple(c.strip() for c in row.split("|")[1:3])  # noqa: E731
+    published_by_key = {key(r): r for r in published}
+    stale = [(r, published_by_key.get(key(r))) for r in fresh
+             if published_by_key.get(key(r)) != r]
+    for row, old in stale[:20]:
+        print(f"now:       {row}\npublished: {old}")
+    extra = sorted(set(published_by_key) - {key(r) for r in fresh})
+    if extra:
+        print(f"published rows for scenario/policy pairs the suite no longer has: {extra}")
+    if stale or extra:
+        fail(f"{len(stale)} of {len(fresh)} rows of BENCHMARKS.md's detection table are stale; "
+             f"regenerate it with the command above the table")
+    print(f"ok: all {len(fresh)} rows of the detection table match a fresh replay")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["smoke", "gate", "cli"])
+    ap.add_argument("mode", choices=["smoke", "gate", "cli", "tables"])
     ap.add_argument("--replay", required=True)
     ap.add_argument("--scenarios")
     ap.add_argument("--scenario")
     ap.add_argument("--expect", choices=["no_fp", "detect"])
     ap.add_argument("--workdir")
+    ap.add_argument("--benchmarks")
     a = ap.parse_args()
-    {"smoke": smoke, "gate": gate, "cli": cli}[a.mode](a)
+    {"smoke": smoke, "gate": gate, "cli": cli, "tables": tables}[a.mode](a)
 
 
 if __name__ == "__main__":
