@@ -4,7 +4,7 @@
 // Report() is a bounded lock-free enqueue plus a check whether the sender
 // thread sleeps. Benchmarks, from the inside out:
 //
-//  * BM_QueuePushPop         detail::MpscQueue TryPush + TryPop on one
+//  * BM_QueuePushPop         detail::BoundedQueue TryPush + TryPop on one
 //                            thread: the enqueue path itself, cache-hot.
 //  * BM_ClientReport_Draining  Client::Report() connected to an in-process
 //                            fake IngestService that acknowledges every batch,
@@ -69,7 +69,7 @@ struct QueuedReport {
 constexpr size_t kQueueCapacity = 4096;  // ClientOptions default
 
 void BM_QueuePushPop(benchmark::State& state) {
-  straggler::detail::MpscQueue<QueuedReport> q(kQueueCapacity);
+  straggler::detail::BoundedQueue<QueuedReport> q(kQueueCapacity);
   QueuedReport in{3, 0, 0, 0.1, 0, 0, 0}, out{};
   for (auto _ : state) {
     ++in.iteration;

@@ -68,7 +68,7 @@ std::chrono::milliseconds ClampTimeout(std::chrono::milliseconds t) {
   return std::min<std::chrono::milliseconds>(t, kLongestWait);
 }
 
-// What Report() stores: fixed size, trivially copyable (see MpscQueue).
+// What Report() stores: fixed size, trivially copyable (see BoundedQueue).
 // The wall time stamped on a report only dates it (start_time = this -
 // compute_seconds): CLOCK_REALTIME_COARSE (vDSO, a few ns, 1-4 ms resolution)
 // instead of CLOCK_REALTIME (~30 ns here, half of Report()'s cost).
@@ -374,7 +374,7 @@ class ClientImpl final : public Client {
   }
 
   bool HasWork() {
-    return stop_.load() || broken_.load() || (queue_.HasItems() && InFlightHasRoom());
+    return stop_.load() || broken_.load() || (queue_.SizeApprox() > 0 && InFlightHasRoom());
   }
 
   // Sleeps until woken (MembershipFor, Flush, a burst of reports, an
@@ -398,7 +398,7 @@ class ClientImpl final : public Client {
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_), FUTEX_WAIT_PRIVATE, seen, &ts,
             nullptr, 0);
     sender_idle_.store(false, std::memory_order_relaxed);
-    if (queue_.HasItems()) {
+    if (queue_.SizeApprox() > 0) {
       poll_ = kMinPoll;
     } else {
       poll_ = std::min<std::chrono::microseconds>(poll_ * 2, options_.max_send_delay);
@@ -671,30 +671,23 @@ class ClientImpl final : public Client {
 
   const ClientOptions options_;
   std::vector<uint32_t> served_;  // sorted; fixed after construction
-  detail::MpscQueue<QueuedReport> queue_;  // producers: Report(); consumer: the sender
+  detail::BoundedQueue<QueuedReport> queue_;
   const size_t max_in_flight_;
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::IngestService::Stub> stub_;
 
-  // What Report() reads besides the queue: written once (the first
-  // MembershipFor) or never, on a line of their own, so that the sender's and
-  // reader's frequent writes to the fields below never evict it from the
-  // training thread's cache (a load of a line another core just wrote costs
-  // a cross-core transfer, more than the rest of Report()).
-  alignas(detail::kCacheLine) std::atomic<bool> wake_on_report_{false};  // set by the first MembershipFor()
-  uint64_t wake_stride_mask_ = 0;
-  // Written by Report() only when the queue is full.
-  std::atomic<uint64_t> dropped_{0};
-
   // Sender wake-up (see WaitForWork). poll_ is the sender's alone.
   static constexpr std::chrono::microseconds kMinPoll{1000};
-  alignas(detail::kCacheLine) std::atomic<bool> sender_idle_{false};
+  std::atomic<bool> sender_idle_{false};
+  std::atomic<bool> wake_on_report_{false};  // set by the first MembershipFor()
   std::atomic<uint32_t> wake_{0};
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
   std::chrono::microseconds poll_{kMinPoll};
+  uint64_t wake_stride_mask_ = 0;
 
   // Statistics.
+  std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> acked_{0};
   std::atomic<uint64_t> rejected_{0};
@@ -799,9 +792,9 @@ std::string ClientOptions::Validate() const {
     if (i > 0 && sorted[i] == sorted[i - 1])
       return "rank " + std::to_string(sorted[i]) + " listed twice";
   }
-  if (queue_capacity == 0 || queue_capacity > detail::MpscQueue<int>::kMaxCapacity)
+  if (queue_capacity == 0 || queue_capacity > detail::BoundedQueue<int>::kMaxCapacity)
     return "queue_capacity=" + std::to_string(queue_capacity) + ": must be in [1, " +
-           std::to_string(detail::MpscQueue<int>::kMaxCapacity) + "]";
+           std::to_string(detail::BoundedQueue<int>::kMaxCapacity) + "]";
   if (max_batch == 0) return "max_batch=0: must be > 0";
   if (backoff_initial.count() <= 0)
     return "backoff_initial=" + std::to_string(backoff_initial.count()) + "ms: must be > 0";
