@@ -97,9 +97,10 @@ def wait_for(what, fn, timeout=60.0, interval=0.05):
     raise TestFailure("timed out waiting for %s (last: %r)" % (what, last))
 
 
-def ctl_json(args, address, *rest):
-    cmd = [args.ctl, "--daemon", address, "--output", "json", "--timeout-ms", "30000"] + list(rest)
-    res = run(cmd, CTL_TIMEOUT_S + 10)
+def ctl_json(args, address, *rest, timeout_s=CTL_TIMEOUT_S):
+    cmd = [args.ctl, "--daemon", address, "--output", "json",
+           "--timeout-ms", str(timeout_s * 1000)] + list(rest)
+    res = run(cmd, timeout_s + 10)
     check(res.returncode == 0, "%s exited %d:\n%s%s" % (" ".join(cmd), res.returncode,
                                                         res.stdout, res.stderr))
     return json.loads(res.stdout)
@@ -141,7 +142,7 @@ def excluded_ranks(membership):
 
 
 # ---------------------------------------------------------------------------
-SIM_ITERATIONS = 4000  # >= 40 s at 10 ms a step: outlasts the locked phase and the kill
+SIM_ITERATIONS = 6000  # >= 60 s at 10 ms a step: outlasts the locked phase and the kill
 
 
 def test_kill9_restart(args, work):
@@ -184,7 +185,11 @@ def test_kill9_restart(args, work):
         errors_before = metric(first.http_address, "straggler_state_db_errors_total")
         lock = sqlite3.connect(db, timeout=10, isolation_level=None)
         lock.execute("BEGIN IMMEDIATE")
-        ctl_json(args, address, "override", aux, "1", "exclude", "--reason", "lost at kill -9")
+        # Each of its writes waits out the busy timeout (membership, overrides,
+        # the event batch, and whatever else the daemon writes meanwhile): a
+        # long deadline, as a hang guard.
+        ctl_json(args, address, "override", aux, "1", "exclude", "--reason", "lost at kill -9",
+                 timeout_s=180)
         errors_after = metric(first.http_address, "straggler_state_db_errors_total")
         check(errors_after >= errors_before + 2,
               "straggler_state_db_errors_total %s -> %s: the failed membership, override and "
