@@ -388,6 +388,7 @@ absl::Status JobRegistry::Restore(engine::Time now) {
     std::lock_guard lock(events_mu_);
     events_.assign(std::make_move_iterator(events->begin()), std::make_move_iterator(events->end()));
     next_sequence_ = *max_sequence + 1;
+    reserved_sequence_ = *max_sequence;  // the first event reserves a block
   }
   auto jobs = store_->LoadJobs(now - std::chrono::seconds(config->limits.job_idle_ttl_seconds));
   if (!jobs.ok()) return jobs.status();
@@ -466,6 +467,19 @@ void JobRegistry::JournalLocked(Job& job, std::vector<engine::Event> events) {
   }
   stats_.events_total.fetch_add(events.size(), std::memory_order_relaxed);
   std::lock_guard lock(events_mu_);
+  const uint64_t last = next_sequence_ + events.size() - 1;
+  if (store_ != nullptr && last > reserved_sequence_) {
+    // Durable before any of these numbers can be seen: a restart after a
+    // kill -9 that lost queued events then numbers above them (store.h).
+    const uint64_t upto = last + kSequenceBlock;
+    if (absl::Status s = store_->ReserveSequences(upto); s.ok()) {
+      reserved_sequence_ = upto;
+    } else {
+      stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+      spdlog::error("event sequences {}..{} not reserved: {}", next_sequence_, last,
+                    std::string(s.message()));
+    }
+  }
   for (size_t i = 0; i < events.size(); ++i) {
     events_.push_back(JournalEntry{next_sequence_++, job.id, std::move(events[i]),
                                    causes[i].cause, std::move(causes[i].detail)});

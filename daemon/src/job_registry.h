@@ -307,6 +307,10 @@ class JobRegistry {
 
   EventPage Events(const EventQuery& query) const;
   uint64_t last_event_sequence() const;
+  // Event batches the state database's writer failed to commit (0 without one).
+  uint64_t state_db_writer_errors() const {
+    return store_ != nullptr ? store_->write_errors() : 0;
+  }
 
  private:
   void AdmitLocked(Job& job, const StreamHello& hello, engine::Time now);
@@ -333,9 +337,15 @@ class JobRegistry {
   // subscriber added concurrently with CloseAll is either refused or closed.
   std::atomic<bool> closed_{false};
 
+  // With a store, event sequences are reserved on disk in blocks of this
+  // many before they are handed out (Store::ReserveSequences): one
+  // synchronous write per block, under events_mu_.
+  static constexpr uint64_t kSequenceBlock = 1024;
+
   mutable std::mutex events_mu_;
   std::deque<JournalEntry> events_;  // guarded by events_mu_
   uint64_t next_sequence_ = 1;       // guarded by events_mu_
+  uint64_t reserved_sequence_ = 0;   // guarded by events_mu_: on disk, with a store
   size_t events_retained_;           // guarded by events_mu_
 };
 

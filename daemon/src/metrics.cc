@@ -487,8 +487,17 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
              "Events not persisted because the state database writer's queue was full.");
   out.Sample({}, static_cast<double>(stats.state_db_events_dropped.load(std::memory_order_relaxed)));
   out.Family("straggler_state_db_errors_total", MetricType::kCounter,
-             "State database writes or reads that failed (memberships, overrides, retention).");
-  out.Sample({}, static_cast<double>(stats.state_db_errors.load(std::memory_order_relaxed)));
+             "State database writes or reads that failed (event batches, memberships, "
+             "overrides, sequence reservations, retention).");
+  out.Sample({}, static_cast<double>(stats.state_db_errors.load(std::memory_order_relaxed) +
+                                     registry.state_db_writer_errors()));
+
+  out.Family("straggler_active_watches", MetricType::kGauge, "Open WatchMembership streams.");
+  out.Sample({}, static_cast<double>(stats.active_watches.load(std::memory_order_relaxed)));
+  out.Family("straggler_watch_versions_skipped_total", MetricType::kCounter,
+             "Membership versions a WatchMembership stream never sent: a newer one replaced "
+             "them while the watcher was not reading.");
+  out.Sample({}, static_cast<double>(stats.watch_versions_skipped.load(std::memory_order_relaxed)));
 
   out.Family("straggler_ingest_batch_duration_seconds", MetricType::kHistogram,
              "Time to process one ReportBatch, under the job's lock.");

@@ -57,7 +57,9 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
     v1::Membership m;
     ToProto(job.engine.membership(), job, &m);
     std::lock_guard lock(mu_);
-    Act(slot_.Offer(std::move(m), &KeepNewest));
+    bool skipped = false;
+    Act(slot_.Offer(std::move(m), &KeepNewest, &skipped));
+    if (skipped) stats_.watch_versions_skipped.fetch_add(1, std::memory_order_relaxed);
   }
   void Close(const absl::Status& status) {
     std::lock_guard lock(mu_);

@@ -7,8 +7,10 @@
 // Unary calls run on gRPC's callback threads and only translate: the logic is
 // api.h's (shared with REST), which holds one job's mutex while copying its
 // state out. WatchMembership keeps one write in flight and only
-// the newest version pending, so a slow watcher may skip versions but never
-// makes the daemon buffer.
+// the newest version pending, so a slow watcher (or one that never reads)
+// may skip versions (counted: straggler_watch_versions_skipped_total) but
+// never makes the daemon buffer more than one version per watcher beyond
+// gRPC's flow-control window.
 //
 // Thread-safe; the registry and stats must outlive the server.
 #pragma once

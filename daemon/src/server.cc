@@ -172,6 +172,13 @@ void Server::Shutdown(std::chrono::milliseconds grace) {
   if (tick_thread_.joinable()) tick_thread_.join();
   server_->Wait();
   server_.reset();
+  if (store_) {
+    // Nothing journals any more (no RPC, no tick): what is queued is all.
+    store_->Flush();
+    spdlog::info("state database {} flushed: {} events written, {} dropped, {} failed batches",
+                 store_->path(), store_->events_written(), store_->events_dropped(),
+                 store_->write_errors());
+  }
   // HTTP last: /metrics and /healthz answer while gRPC drains.
   if (http_) http_->Stop();
   http_.reset();

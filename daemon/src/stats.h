@@ -36,6 +36,8 @@ struct DaemonStats {
   std::atomic<uint64_t> streams_total{0};
   std::atomic<uint64_t> streams_refused{0};     // bad hello, job limit, shutdown
   std::atomic<int64_t> active_watches{0};
+  // A pending WatchMembership version replaced by a newer one (slow watcher).
+  std::atomic<uint64_t> watch_versions_skipped{0};
   std::atomic<uint64_t> directives_written{0};
   std::atomic<uint64_t> directives_coalesced{0};  // merged into a pending write
   std::atomic<uint64_t> events_total{0};
@@ -46,7 +48,8 @@ struct DaemonStats {
   std::atomic<uint64_t> telemetry_rejected_rank{0};
   std::atomic<uint64_t> telemetry_rejected_invalid{0};
   // State database writes or reads that failed (membership versions,
-  // overrides, retention; the event writer counts its own in Store).
+  // overrides, sequence reservations, retention; the event writer counts
+  // its own in Store, added in /metrics).
   std::atomic<uint64_t> state_db_errors{0};
   // Events the state database's writer queue had no room for.
   std::atomic<uint64_t> state_db_events_dropped{0};

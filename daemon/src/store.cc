@@ -526,10 +526,22 @@ absl::StatusOr<std::vector<JournalEntry>> Store::LoadEvents(size_t limit) {
 absl::StatusOr<uint64_t> Store::MaxSequence() {
   std::lock_guard lock(db_mu_);
   Stmt st(db_,
-          "SELECT max(coalesce((SELECT value FROM meta WHERE key = 'max_sequence'), 0), "
+          "SELECT max(coalesce((SELECT max(value) FROM meta "
+          "WHERE key IN ('max_sequence', 'reserved_sequence')), 0), "
           "coalesce((SELECT max(sequence) FROM events), 0))");
   if (st.Step() != SQLITE_ROW) return Error("cannot read the event high-water mark");
   return static_cast<uint64_t>(st.Int(0));
+}
+
+absl::Status Store::ReserveSequences(uint64_t upto) {
+  std::lock_guard lock(db_mu_);
+  // One statement: its own transaction, committed (in the WAL) on return.
+  Stmt st(db_,
+          "INSERT INTO meta(key, value) VALUES('reserved_sequence', ?) "
+          "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)");
+  st.Bind(1, I(upto));
+  if (st.Step() != SQLITE_DONE) return Error("cannot reserve event sequences");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Store::ApplyRetention(engine::Time now, std::chrono::seconds max_age,

@@ -114,9 +114,17 @@ class Store {
   absl::StatusOr<std::vector<StoredJob>> LoadJobs(engine::Time since);
   // The newest `limit` events, ascending by sequence.
   absl::StatusOr<std::vector<JournalEntry>> LoadEvents(size_t limit);
-  // Highest event sequence ever stored (also of events deleted by retention:
-  // kept in the meta table), 0 when none.
+  // Highest event sequence ever stored or reserved (also of events deleted by
+  // retention: kept in the meta table), 0 when none. A restarted daemon
+  // numbers its events from here + 1.
   absl::StatusOr<uint64_t> MaxSequence();
+  // Synchronous, durable on return: sequences up to `upto` may be handed out
+  // before their events are written, so MaxSequence() is at least `upto`
+  // from now on. Events still in the writer's queue at a kill -9 are lost;
+  // without the reservation the next daemon would number new events with
+  // the lost events' sequences, which clients may already have seen (a
+  // `since_sequence` cursor would then skip the new events).
+  absl::Status ReserveSequences(uint64_t upto);
 
   // Deletes events older than `now - max_age` (max_age 0: no age limit) and
   // all but the newest `max_rows` (0: no row limit), and all but the newest
@@ -128,6 +136,8 @@ class Store {
   const std::string& path() const { return options_.path; }
   uint64_t events_written() const { return events_written_.load(std::memory_order_relaxed); }
   uint64_t events_dropped() const { return events_dropped_.load(std::memory_order_relaxed); }
+  // Event batches the writer thread failed to commit (their events are lost
+  // from the database; still served from memory until a restart).
   uint64_t write_errors() const { return write_errors_.load(std::memory_order_relaxed); }
 
  private:

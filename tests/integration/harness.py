@@ -81,14 +81,14 @@ class Daemon:
         raise TestFailure("stragglerd did not write %s within %.0f s:\n%s"
                           % (self.ready_file, READY_TIMEOUT_S, self.log_tail()))
 
-    def stop(self):
+    def stop(self, timeout=STOP_TIMEOUT_S):
         """SIGTERM; returns the exit status, or raises if it does not exit in time."""
         self.proc.send_signal(signal.SIGTERM)
         try:
-            rc = self.proc.wait(timeout=STOP_TIMEOUT_S)
+            rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise TestFailure("stragglerd did not exit within %.0f s of SIGTERM:\n%s"
-                              % (STOP_TIMEOUT_S, self.log_tail()))
+                              % (timeout, self.log_tail()))
         self.log.close()
         return rc
 

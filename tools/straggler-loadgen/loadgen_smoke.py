@@ -1,6 +1,8 @@
 """bench:loadgen_smoke - a real stragglerd (127.0.0.1:0, --ready-file) driven by
 straggler-loadgen for ~3 s with 1000 ranks: exit 0, reports accepted, none
-rejected, the JSON well-formed. No timing asserts.
+rejected, the JSON well-formed; then the soak mode for 3 s (--soak-minutes
+0.05 --soak-interval 1): one line and one JSON sample per second, each with
+the daemon's VmRSS. No timing asserts.
 
     loadgen_smoke.py --stragglerd PATH --loadgen PATH --harness-dir DIR
 
@@ -43,6 +45,30 @@ def main():
             check(r["memory"]["daemon_pid"] == d.proc.pid,
                   "the pid was not read from the ready file: %r" % r["memory"])
             check(r["memory"]["rss_after_kib"] is not None, "VmRSS not read: %r" % r["memory"])
+
+            # The soak mode, shortened: 3 samples of 1 s, each with the
+            # daemon's VmRSS (BENCHMARKS.md "Soak" has the 10-minute run).
+            soak = os.path.join(tmp, "soak.json")
+            cmd = [args.loadgen, "--ready-file", d.ready_file, "--ranks", "1000",
+                   "--streams", "2", "--batch", "250", "--rate", "20000",
+                   "--soak-minutes", "0.05", "--soak-interval", "1", "--job", "soak",
+                   "--json", soak]
+            p = harness.run(cmd, timeout=60)
+            print(p.stdout)
+            check(p.returncode == 0, "straggler-loadgen --soak-minutes exited %d:\n%s\n%s"
+                  % (p.returncode, p.stdout, p.stderr))
+            check(p.stdout.count("soak ") >= 3 and "daemon VmRSS" in p.stdout,
+                  "no per-sample soak lines:\n%s" % p.stdout)
+            with open(soak) as f:
+                r = json.load(f)
+            samples = r["soak"]["samples"]
+            check(len(samples) == 3, "expected 3 soak samples: %r" % samples)
+            check(all(s["rss_kib"] and s["accepted_per_s"] > 0 for s in samples),
+                  "a soak sample without VmRSS or accepted reports: %r" % samples)
+            check([s["elapsed_s"] for s in samples] == sorted(s["elapsed_s"] for s in samples),
+                  "soak samples out of order: %r" % samples)
+            check(r["soak"]["rss_growth_kib"] is not None, "no VmRSS growth: %r" % r["soak"])
+            check(r["rejected"] == 0, "%d reports rejected in the soak" % r["rejected"])
             check(d.stop() == 0, "stragglerd did not exit 0 on SIGTERM")
 
     harness.main(test)

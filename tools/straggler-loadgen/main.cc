@@ -36,6 +36,12 @@
 // any step is printed too (the saturation throughput). The knee is the last step
 // that kept up with its offered rate and whose p99 had not exploded.
 //
+// --soak-minutes M runs M minutes at --rate in consecutive samples of
+// --soak-interval seconds (default 60): after each one it prints the daemon's
+// VmRSS, accepted reports/s and p99, so memory that grows with time (not with
+// ranks) shows as a rising column; --json gets the samples and the growth
+// from the first sample to the last (BENCHMARKS.md "Soak").
+//
 // Loopback only: --daemon must be 127.0.0.0/8, localhost, [::1] or unix:.
 // Every loop is bounded in time (a call deadline covers the whole run; every
 // wait has a timeout) and in count (steps, batches per step).
@@ -95,6 +101,8 @@ struct Options {
   double duration = 10;
   std::string job;
   bool find_saturation = false;
+  double soak_minutes = 0;    // 0 = no soak
+  double soak_interval = 60;  // seconds per soak sample
   double step_duration = 3;
   double step_factor = 2;
   uint32_t max_steps = 10;
@@ -397,7 +405,9 @@ class LoadGen {
 
   int Run() {
     // Every wait below is bounded; the call deadline bounds the streams too.
-    const double planned = o_.find_saturation ? o_.step_duration * o_.max_steps : o_.duration;
+    const double planned = o_.soak_minutes > 0   ? o_.soak_minutes * 60
+                           : o_.find_saturation ? o_.step_duration * o_.max_steps
+                                                : o_.duration;
     const auto deadline = Clock::now() + std::chrono::seconds(60) +
                           std::chrono::duration_cast<Clock::duration>(
                               std::chrono::duration<double>(planned * 1.5));
@@ -419,11 +429,13 @@ class LoadGen {
     }
     for (auto& s : streams_) s->TakeSamples();  // the hellos are not measured
 
-    if (!o_.find_saturation) {
+    if (o_.soak_minutes > 0) {
+      Soak();
+    } else if (o_.find_saturation) {
+      FindSaturation();
+    } else {
       steps_.push_back(Step(o_.rate, o_.duration));
       PrintStep(steps_.back());
-    } else {
-      FindSaturation();
     }
 
     bool drained = true;
@@ -518,6 +530,26 @@ class LoadGen {
     saturation_ = best;
   }
 
+  // Consecutive steps at one rate; the daemon's VmRSS after each.
+  void Soak() {
+    const double total = o_.soak_minutes * 60;
+    // Count bound: at most total / 0.1 s samples (the interval's minimum).
+    for (double t = 0; t < total - 1e-9 && soak_.size() < 1'000'000;) {
+      const double seconds = std::min(o_.soak_interval, total - t);
+      steps_.push_back(Step(o_.rate, seconds));
+      t += seconds;
+      soak_.push_back({t, RssKiB(o_.daemon_pid)});
+      const StepResult& s = steps_.back();
+      if (!o_.quiet) {
+        const std::optional<uint64_t>& rss = soak_.back().rss_kib;
+        std::printf("soak %7.2f min: daemon VmRSS %s KiB, accepted %.0f/s, p99 %.3f ms\n",
+                    t / 60, rss ? std::to_string(*rss).c_str() : "(not measured)",
+                    s.accepted_per_s, s.p99_ms);
+        std::fflush(stdout);
+      }
+    }
+  }
+
   void PrintHeader() {
     if (header_printed_ || o_.quiet) return;
     header_printed_ = true;
@@ -555,6 +587,13 @@ class LoadGen {
       }
       std::printf("saturation: best accepted %.0f/s (%s)\n", saturation_, stop_reason_.c_str());
     }
+    if (!soak_.empty() && soak_.front().rss_kib && soak_.back().rss_kib) {
+      std::printf("soak: daemon VmRSS %llu KiB after the first sample, %llu KiB after the last "
+                  "(max %llu KiB)\n",
+                  static_cast<unsigned long long>(*soak_.front().rss_kib),
+                  static_cast<unsigned long long>(*soak_.back().rss_kib),
+                  static_cast<unsigned long long>(SoakMaxRss()));
+    }
     if (auto b = BytesPerRank()) {
       std::printf("daemon VmRSS: %llu KiB before, %llu KiB after: %.0f bytes per rank\n",
                   static_cast<unsigned long long>(*rss_before_),
@@ -569,7 +608,8 @@ class LoadGen {
     j["config"] = {{"daemon", o_.daemon},   {"job", o_.job},         {"ranks", o_.ranks},
                    {"streams", o_.streams}, {"rate", o_.rate},       {"batch", o_.batch},
                    {"window", o_.window},   {"duration", o_.duration},
-                   {"find_saturation", o_.find_saturation}};
+                   {"find_saturation", o_.find_saturation},
+                   {"soak_minutes", o_.soak_minutes}, {"soak_interval", o_.soak_interval}};
     j["steps"] = json::array();
     for (const auto& s : steps_) j["steps"].push_back(ToJson(s));
     uint64_t accepted = 0, rejected = 0;
@@ -584,6 +624,22 @@ class LoadGen {
       j["saturation_accepted_per_s"] = saturation_;
       j["stop_reason"] = stop_reason_;
     }
+    if (o_.soak_minutes > 0) {
+      json samples = json::array();
+      for (size_t i = 0; i < soak_.size(); ++i) {
+        samples.push_back({{"elapsed_s", soak_[i].elapsed_s},
+                           {"rss_kib", soak_[i].rss_kib ? json(*soak_[i].rss_kib) : json(nullptr)},
+                           {"accepted_per_s", steps_[i].accepted_per_s},
+                           {"p99_ms", steps_[i].p99_ms}});
+      }
+      json soak{{"samples", samples}};
+      const bool measured = !soak_.empty() && soak_.front().rss_kib && soak_.back().rss_kib;
+      soak["rss_growth_kib"] = measured ? json(static_cast<int64_t>(*soak_.back().rss_kib) -
+                                               static_cast<int64_t>(*soak_.front().rss_kib))
+                                        : json(nullptr);
+      soak["rss_max_kib"] = measured ? json(SoakMaxRss()) : json(nullptr);
+      j["soak"] = soak;
+    }
     json mem;
     mem["daemon_pid"] = o_.daemon_pid;
     mem["rss_before_kib"] = rss_before_ ? json(*rss_before_) : json(nullptr);
@@ -596,8 +652,20 @@ class LoadGen {
     return static_cast<bool>(out.flush());
   }
 
+  uint64_t SoakMaxRss() const {
+    uint64_t m = 0;
+    for (const auto& s : soak_) m = std::max(m, s.rss_kib.value_or(0));
+    return m;
+  }
+
+  struct SoakSample {
+    double elapsed_s;                 // since the soak began, at the end of the sample
+    std::optional<uint64_t> rss_kib;  // the daemon's VmRSS then
+  };
+
   Options o_;
   std::vector<std::unique_ptr<Stream>> streams_;
+  std::vector<SoakSample> soak_;  // one per soak step, parallel to steps_
   std::vector<StepResult> steps_;
   std::optional<size_t> knee_;
   double saturation_ = 0;
@@ -643,11 +711,21 @@ int main(int argc, char** argv) {
   app.add_option("--rate", o.rate, "offered reports/s over all streams; 0 = as fast as possible")
       ->check(CLI::Range(0.0, 1e9));
   app.add_option("--batch", o.batch, "reports per ReportBatch")->check(CLI::Range(1u, kMaxBatch));
-  app.add_option("--duration", o.duration, "seconds to run (without --find-saturation)")
-      ->check(CLI::Range(0.1, 3600.0));
+  auto* duration =
+      app.add_option("--duration", o.duration, "seconds to run (without --find-saturation)")
+          ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--job", o.job, "job id (default: loadgen-<pid>)");
-  app.add_flag("--find-saturation", o.find_saturation,
-               "step the offered rate up until accepted/s stops growing or p99 explodes");
+  auto* saturation =
+      app.add_flag("--find-saturation", o.find_saturation,
+                   "step the offered rate up until accepted/s stops growing or p99 explodes");
+  app.add_option("--soak-minutes", o.soak_minutes,
+                 "soak: run this many minutes at --rate, printing the daemon's VmRSS, "
+                 "accepted/s and p99 every --soak-interval seconds")
+      ->check(CLI::Range(0.001, 10080.0))
+      ->excludes(duration)
+      ->excludes(saturation);
+  app.add_option("--soak-interval", o.soak_interval, "seconds per soak sample")
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--step-duration", o.step_duration, "seconds per saturation step")
       ->check(CLI::Range(0.1, 600.0));
   app.add_option("--step-factor", o.step_factor, "offered-rate multiplier per saturation step")
