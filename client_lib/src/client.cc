@@ -273,14 +273,13 @@ class ClientImpl final : public Client {
 
   MembershipView MembershipFor(uint64_t iteration, std::chrono::milliseconds timeout,
                                std::optional<uint32_t> rank) override {
-    const int slot = SlotOf(rank.value_or(FirstRank()));
+    const uint32_t who = rank.value_or(FirstRank());
+    const int slot = SlotOf(who);
     if (!wake_on_report_.load(std::memory_order_relaxed))
       wake_on_report_.store(true, std::memory_order_relaxed);
     std::unique_lock<std::mutex> lock(state_mu_);
-    auto certain = [&] {
-      const uint32_t lead = history_.Newest()->lead_iterations;
-      return detail::IsCertain(iteration, lead, slot < 0 ? std::nullopt : progress_[slot]);
-    };
+    // Only called with slot >= 0.
+    auto certain = [&] { return history_.Certain(iteration, who, progress_[slot]); };
     bool ok = slot >= 0 && certain();
     if (!ok && slot >= 0) {
       // The report that makes us certain is usually still in the queue
@@ -307,6 +306,12 @@ class ClientImpl final : public Client {
     MembershipView v = history_.InForce(iteration);
     v.ok = ok;
     return v;
+  }
+
+  std::optional<MembershipView> ReadmissionAfter(uint64_t iteration,
+                                                 std::optional<uint32_t> rank) override {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    return history_.ReadmissionAfter(iteration, rank.value_or(FirstRank()));
   }
 
   void OnMembershipChange(MembershipCallback callback) override {

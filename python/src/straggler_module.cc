@@ -342,6 +342,9 @@ PYBIND11_MODULE(_straggler, m) {
       .def_readonly("active_ranks", &straggler::StepPlan::active_ranks)
       .def_readonly("sync_parameters", &straggler::StepPlan::sync_parameters)
       .def_readonly("root", &straggler::StepPlan::root)
+      .def_readonly("rejoin_iteration", &straggler::StepPlan::rejoin_iteration,
+                    "when not participating and a known version readmits this rank: the "
+                    "iteration to skip to (certain there at once); else None")
       .def("__repr__", [](const straggler::StepPlan& p) {
         std::string act;
         for (uint32_t r : p.active_ranks) act += (act.empty() ? "" : ",") + std::to_string(r);

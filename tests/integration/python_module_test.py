@@ -38,6 +38,9 @@ def rank_loop(client, reducer, rank, out, errors):
             plan = reducer.begin_iteration(it)
             if not plan.certain:
                 raise RuntimeError("iteration %d: membership not certain" % it)
+            if plan.rejoin_iteration is not None:  # only for an excluded rank
+                raise RuntimeError("iteration %d: rejoin_iteration %r for a participating rank"
+                                   % (it, plan.rejoin_iteration))
             client.report(0, it, 0.01)  # what makes the next iteration's membership certain
             synced = reducer.sync_parameters([params]) if plan.sync_parameters else False
             g32 = np.full(3, 2.0 * (rank + 1) + it, dtype=np.float32)
