@@ -21,11 +21,13 @@
 #include "config.h"
 #include "server.h"
 #include "straggler/client.h"
+#include "straggler/straggler_c.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
 
 namespace sa = straggler::agent;
+namespace v1 = straggler::v1;
 namespace sd = straggler::daemon;
 using namespace std::chrono_literals;
 
@@ -131,6 +133,67 @@ TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[rela
   WaitUntil([&] { return !client->Stats().upstream_unavailable; });
   for (uint64_t it = 21; it <= 30; ++it) REQUIRE(client->Report(0, it, 0.1));
   CHECK(client->MembershipFor(31, std::chrono::hours(1)).ok);
+  client.reset();
+  agent.Shutdown();
+  second.Shutdown(0ms);
+}
+
+TEST_CASE("behind the agent, a daemon restarted without state keeps the exclusion, in force "
+          "after the ranks' progress", "[relay]") {
+  auto first = std::make_unique<sd::Server>();
+  REQUIRE(first->Start(DaemonOn("127.0.0.1:0")).ok());
+  const std::string upstream = "127.0.0.1:" + std::to_string(first->grpc_port());
+
+  sa::AgentConfig ac;
+  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-c.sock";
+  ac.upstream = upstream;
+  ac.http_address = "";
+  ac.telemetry_enabled = false;
+  ac.reconnect_initial_ms = 20;
+  ac.reconnect_max_ms = 100;
+  sa::Agent agent(ac);
+  REQUIRE(agent.Start().ok());
+
+  straggler::ClientOptions o = ClientTo(ac.listen, "restart-floor");
+  o.ranks = {0, 1};
+  o.world_size = 2;
+  auto client = straggler::Client::Create(o);
+  REQUIRE(client);
+  for (uint64_t it = 0; it <= 10; ++it) {
+    REQUIRE(client->Report(0, 0, it, 0.1));
+    REQUIRE(client->Report(1, 0, it, 0.1));
+  }
+  REQUIRE(client->MembershipFor(11, std::chrono::hours(1)).ok);
+  {
+    auto admin = v1::AdminService::NewStub(
+        grpc::CreateChannel(upstream, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::SetRankOverrideRequest req;
+    req.set_job_id("restart-floor");
+    req.set_rank(1);
+    req.set_override(v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+    v1::Membership m;
+    REQUIRE(admin->SetRankOverride(&ctx, req, &m).ok());
+  }
+  WaitUntil([&] { return client->CurrentMembership().IsExcluded(1); });
+  const straggler::MembershipView before = client->CurrentMembership();
+
+  // The daemon goes away (nothing persists); the ranks go on to iteration 60.
+  first->Shutdown(0ms);
+  first.reset();
+  WaitUntil([&] { return client->Stats().upstream_unavailable; });
+  for (uint64_t it = 11; it <= 60; ++it) REQUIRE(client->Report(0, 0, it, 0.1));
+  REQUIRE(client->Flush(std::chrono::hours(1)));  // the agent acknowledges once buffered
+
+  sd::Server second;
+  REQUIRE(second.Start(DaemonOn(upstream)).ok());
+  WaitUntil([&] { return client->CurrentMembership().version > before.version; });
+  const straggler::MembershipView floor = client->CurrentMembership();
+  // The agent's hello carried the version with its excluded rank and the
+  // highest iteration its ranks reported (60, from the reports it buffered).
+  CHECK(floor.IsExcluded(1));
+  CHECK(floor.excluded.size() == 1);
+  CHECK(floor.effective_iteration >= 60 + 1 + floor.lead_iterations);
   client.reset();
   agent.Shutdown();
   second.Shutdown(0ms);

@@ -507,6 +507,7 @@ int Sim::Run() {
   Print("detections: " + std::to_string(detections) + join(detection_text));
   Print("recoveries: " + std::to_string(recoveries) + join(recovery_text));
   Print("agreement violations: " + std::to_string(violations) +
+        ", version splits: " + std::to_string(collective_->version_splits()) +
         ", membership timeouts: " + std::to_string(membership_timeouts_.load()) +
         ", mean membership wait: " + Fixed(membership_wait_ms_mean, 3) + " ms" +
         ", reports dropped: " + std::to_string(dropped) +
@@ -530,6 +531,7 @@ int Sim::Run() {
         {"critical_path_seconds", collective_->critical_path_seconds()},
         {"iterations_per_second", ips},
         {"agreement_violations", violations},
+        {"version_splits", collective_->version_splits()},
         {"collective_timeouts", collective_->timeouts()},
         {"membership_timeouts", membership_timeouts_.load()},
         {"rejoined_behind", rejoined_behind},
