@@ -281,6 +281,8 @@ PYBIND11_MODULE(_straggler, m) {
       .def_readonly("duplicates", &straggler::ClientStats::duplicates)
       .def_readonly("reconnects", &straggler::ClientStats::reconnects)
       .def_readonly("connected", &straggler::ClientStats::connected)
+      .def_readonly("upstream_unavailable", &straggler::ClientStats::upstream_unavailable,
+                    "behind a straggler-agent whose stream to the daemon is down")
       .def_readonly("last_rejection", &straggler::ClientStats::last_rejection);
 
   py::class_<PyClient, std::shared_ptr<PyClient>>(m, "Client")

@@ -6,7 +6,11 @@
 //  * While the daemon is down the agent says so (upstream_unavailable), and
 //    MembershipFor stops waiting its full timeout at every step (else this
 //    test hangs on a one-hour wait until ctest's timeout fails it); once the
-//    daemon is back, MembershipFor is certain again.
+//    daemon is back, MembershipFor is certain again. The C ABI shows the
+//    same flag (straggler_stats_sized).
+//  * A daemon restarted without state, behind the agent: its first version
+//    keeps the excluded rank the agent's hello names and takes effect after
+//    the iterations the agent's ranks reported while it was down.
 #include <unistd.h>
 
 #include <chrono>
@@ -108,6 +112,26 @@ TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[rela
 
   auto client = straggler::Client::Create(ClientTo(ac.listen, "outage"));
   REQUIRE(client);
+  // The same through the C ABI (straggler_stats_sized).
+  straggler_options_t co;
+  straggler_options_init(&co);
+  const uint32_t c_rank = 0;
+  co.endpoint = ac.listen.c_str();
+  co.job_id = "outage-c";
+  co.ranks = &c_rank;
+  co.num_ranks = 1;
+  co.world_size = 1;
+  char err[256];
+  straggler_client_t* c_client = straggler_client_create(&co, err, sizeof err);
+  REQUIRE(c_client != nullptr);
+  auto c_stats = [&] {
+    straggler_stats_t s{};
+    s.upstream_unavailable = -1;
+    REQUIRE(straggler_stats_sized(c_client, &s, sizeof s) == STRAGGLER_OK);
+    return s;
+  };
+  WaitUntil([&] { return c_stats().connected == 1; });
+  CHECK(c_stats().upstream_unavailable == 0);
   for (uint64_t it = 0; it <= 5; ++it) REQUIRE(client->Report(0, it, 0.1));
   REQUIRE(client->MembershipFor(6, std::chrono::hours(1)).ok);
   CHECK_FALSE(client->Stats().upstream_unavailable);
@@ -117,6 +141,8 @@ TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[rela
   first.reset();
   WaitUntil([&] { return client->Stats().upstream_unavailable; });
   CHECK(client->Stats().connected);
+  WaitUntil([&] { return c_stats().upstream_unavailable == 1; });
+  CHECK(c_stats().connected == 1);
   for (uint64_t it = 6; it <= 20; ++it) REQUIRE(client->Report(0, it, 0.1));
   // One wait runs out its timeout...
   CHECK_FALSE(client->MembershipFor(20, 50ms).ok);
@@ -131,6 +157,8 @@ TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[rela
   sd::Server second;
   REQUIRE(second.Start(DaemonOn(upstream)).ok());
   WaitUntil([&] { return !client->Stats().upstream_unavailable; });
+  WaitUntil([&] { return c_stats().upstream_unavailable == 0; });
+  straggler_client_destroy(c_client);
   for (uint64_t it = 21; it <= 30; ++it) REQUIRE(client->Report(0, it, 0.1));
   CHECK(client->MembershipFor(31, std::chrono::hours(1)).ok);
   client.reset();

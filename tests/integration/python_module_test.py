@@ -14,6 +14,9 @@
     through sys.unraisablehook and the client keeps working.
   * Bad options raise, naming the value; a PartialAllReduce whose Client was
     closed raises instead of touching a destroyed client.
+  * With --agent: a Client behind a straggler-agent whose daemon is
+    unreachable shows it in stats().upstream_unavailable (False straight to
+    the daemon).
 """
 
 import argparse
@@ -132,6 +135,8 @@ def test(args):
             check(any("callback failure for version" in u for u in unraisable),
                   "the raising callback was not reported as unraisable: %s" % unraisable)
 
+            check(not clients[0].stats().upstream_unavailable,
+                  "a client talking to the daemon itself says its upstream is unavailable")
             clients[1].close()
             try:
                 reducers[1].begin_iteration(ITERATIONS)
@@ -140,7 +145,28 @@ def test(args):
                 check("Client was closed" in str(e), "closed client: %r" % str(e))
             clients[0].close()
             check(d.stop() == 0, "stragglerd did not exit cleanly")
+        if args.agent:
+            check_upstream_unavailable(straggler, args.agent, workdir)
     print("2 ranks in 2 threads: %d exact iterations; callbacks saw %s" % (ITERATIONS, seen))
+
+
+def check_upstream_unavailable(straggler, agent_binary, workdir):
+    from agent_test import Agent, wait_for
+    sock = os.path.join(workdir, "agent.sock")
+    # Port 1 on loopback: the agent's upstream is refused at once, so it tells
+    # its trainer streams the daemon is unavailable.
+    agent = Agent(agent_binary, workdir, sock, "127.0.0.1:1")
+    agent.start()
+    try:
+        c = straggler.Client(endpoint="unix://" + sock, job_id=JOB + "-agent", rank=0,
+                             world_size=1)
+        wait_for("upstream_unavailable through the agent",
+                 lambda: c.stats().upstream_unavailable, timeout=30)
+        check(c.stats().connected, "the client behind the agent is not connected to it")
+        c.close()
+        check(agent.stop() == 0, "straggler-agent did not exit 0 on SIGTERM")
+    finally:
+        agent.kill()
 
 
 if __name__ == "__main__":
@@ -148,5 +174,6 @@ if __name__ == "__main__":
     parser.add_argument("--stragglerd", required=True)
     parser.add_argument("--ctl", required=True)
     parser.add_argument("--pythonpath", required=True)
+    parser.add_argument("--agent", help="straggler-agent binary (the upstream_unavailable check)")
     args = parser.parse_args()
     main(lambda: test(args))

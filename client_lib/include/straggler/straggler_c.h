@@ -90,6 +90,11 @@ typedef struct straggler_stats {
   uint64_t reconnects;
   int connected;                   /* 1 while a stream to the daemon is up */
   char last_rejection[STRAGGLER_LAST_REJECTION_MAX];  /* NUL-terminated, may be truncated */
+  /* Fields below were appended later; only straggler_stats_sized fills them
+   * (straggler_stats writes the fields above only, so a program built
+   * against the shorter struct keeps working with a newer library). */
+  int upstream_unavailable;        /* 1 while the straggler-agent this client talks to says
+                                      its stream to the daemon is down; 0 with no agent */
 } straggler_stats_t;
 
 /* Fills `options` with the defaults. */
@@ -149,8 +154,15 @@ int straggler_on_membership_change(straggler_client_t* client, straggler_members
  * acknowledged. 0 when all were, STRAGGLER_INCOMPLETE on timeout. */
 int straggler_flush(straggler_client_t* client, uint32_t timeout_ms);
 
-/* Copies the client's counters into *out. */
+/* Copies the client's counters into *out: the fields up to last_rejection. */
 int straggler_stats(const straggler_client_t* client, straggler_stats_t* out);
+
+/* Copies every field of straggler_stats_t that lies entirely within the
+ * first `size` bytes of *out; pass sizeof(straggler_stats_t). Fields beyond
+ * `size` (appended in a later version than the caller was built with) are
+ * not touched. STRAGGLER_EINVAL for a NULL client or out, or a size smaller
+ * than the fields straggler_stats fills. */
+int straggler_stats_sized(const straggler_client_t* client, straggler_stats_t* out, size_t size);
 
 #ifdef __cplusplus
 } /* extern "C" */
