@@ -15,8 +15,10 @@
 // ("shadow"), and rejoins the group at the effective iteration of the first
 // version that includes it again.
 //
-// Exit status: 0 ok; 1 ranks disagreed about a membership (or the collective
-// hung); 2 bad flags.
+// Exit status: 0 ok; 1 ranks ran a step with different active sets (or the
+// collective hung); 2 bad flags. Ranks that ran a step with the same active
+// set under different version numbers (a rank still disconnected after a
+// daemon restart) are counted in the report's version_splits, not failed.
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
