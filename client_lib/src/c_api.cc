@@ -159,6 +159,18 @@ int straggler_membership_for(straggler_client_t* client, uint64_t iteration, uin
   }
 }
 
+int straggler_readmission_after(straggler_client_t* client, uint64_t iteration, uint32_t rank,
+                                straggler_membership_t* out) {
+  if (client == nullptr || out == nullptr) return STRAGGLER_EINVAL;
+  try {
+    const std::optional<straggler::MembershipView> back =
+        client->client->ReadmissionAfter(iteration, rank);
+    return back ? FillMembership(*back, out) : STRAGGLER_NONE;
+  } catch (...) {
+    return STRAGGLER_EINVAL;
+  }
+}
+
 int straggler_current_membership(const straggler_client_t* client, straggler_membership_t* out) {
   if (client == nullptr || out == nullptr) return STRAGGLER_EINVAL;
   try {

@@ -317,6 +317,13 @@ PYBIND11_MODULE(_straggler, m) {
           },
           py::arg("iteration"), py::arg("timeout") = 5.0, py::arg("rank") = py::none(),
           "The membership in force at `iteration` (switch rule); ok=False on timeout.")
+      .def("readmission_after",
+           [](PyClient& c, uint64_t iteration, std::optional<uint32_t> rank) {
+             return c.Get().ReadmissionAfter(iteration, rank);
+           },
+           py::arg("iteration"), py::arg("rank") = py::none(),
+           "For a rank excluded at `iteration`: the first received version that includes "
+           "it again (rejoin at its effective_iteration), else None.")
       .def("current_membership", [](PyClient& c) { return c.Get().CurrentMembership(); })
       .def(
           "flush",

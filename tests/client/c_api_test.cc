@@ -23,6 +23,7 @@ TEST_CASE("C API rejects NULL arguments without crashing", "[c_api]") {
   straggler_membership_t m{};
   CHECK(straggler_membership_for(nullptr, 0, 0, 0, &m) == STRAGGLER_EINVAL);
   CHECK(straggler_current_membership(nullptr, &m) == STRAGGLER_EINVAL);
+  CHECK(straggler_readmission_after(nullptr, 0, 0, &m) == STRAGGLER_EINVAL);
   CHECK(straggler_flush(nullptr, 0) == STRAGGLER_EINVAL);
   CHECK(straggler_stats(nullptr, nullptr) == STRAGGLER_EINVAL);
   CHECK(straggler_stats_sized(nullptr, nullptr, sizeof(straggler_stats_t)) == STRAGGLER_EINVAL);
@@ -69,6 +70,9 @@ TEST_CASE("straggler_stats fills the original fields only, _sized every field th
 
   REQUIRE(straggler_stats_sized(c, &s, sizeof s) == STRAGGLER_OK);
   CHECK(s.enqueued == 1);
+  // Nobody is excluded in version 0, so nothing readmits rank 0.
+  straggler_membership_t m{};
+  CHECK(straggler_readmission_after(c, 5, 0, &m) == STRAGGLER_NONE);
   CHECK(s.upstream_unavailable == 0);
 
   // Too small for even the original fields: refused, nothing written.

@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Daemon, TestFailure, check, main, run  # noqa: E402
@@ -134,6 +135,29 @@ def test(args):
             check(seen[0] == [m.version], "rank 0's callback saw %s, not [%d]" % (seen[0], m.version))
             check(any("callback failure for version" in u for u in unraisable),
                   "the raising callback was not reported as unraisable: %s" % unraisable)
+
+            # Readmission: rank 1 (excluded from m.effective_iteration on) learns
+            # where it rejoins, and is certain there at once (timeout 0) though
+            # its last report is far behind that iteration.
+            out_at = m.effective_iteration
+            check(clients[1].readmission_after(out_at) is None,
+                  "readmission_after before any readmission: %r"
+                  % clients[1].readmission_after(out_at))
+            res = run([args.ctl, "--daemon", d.address, "override", JOB, "1", "none",
+                       "--reason", "test"], timeout=30)
+            check(res.returncode == 0, "stragglerctl override failed: %s" % res.stderr)
+            deadline = time.monotonic() + 30
+            while clients[1].readmission_after(out_at) is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            back = clients[1].readmission_after(out_at)
+            check(back is not None and not back.is_excluded(1)
+                  and back.effective_iteration > out_at,
+                  "rank 1's readmission after iteration %d: %r" % (out_at, back))
+            check(clients[1].membership_for(back.effective_iteration, timeout=0.0).ok,
+                  "rank 1 is not certain at its readmission %d at once" % back.effective_iteration)
+            check(not clients[0].membership_for(back.effective_iteration, timeout=0.0).ok,
+                  "rank 0, not readmitted, was certain at %d without its reports"
+                  % back.effective_iteration)
 
             check(not clients[0].stats().upstream_unavailable,
                   "a client talking to the daemon itself says its upstream is unavailable")

@@ -37,6 +37,8 @@ extern "C" {
  * list did not fit in the caller's buffer (count says how many there are). */
 #define STRAGGLER_INCOMPLETE 1
 #define STRAGGLER_EINVAL (-1)
+/* straggler_readmission_after: no version readmitting the rank is known. */
+#define STRAGGLER_NONE 2
 
 typedef struct straggler_client straggler_client_t;
 
@@ -133,6 +135,16 @@ int straggler_report_ex(straggler_client_t* client, uint32_t rank, uint64_t epoc
  * list was truncated, or STRAGGLER_EINVAL. */
 int straggler_membership_for(straggler_client_t* client, uint64_t iteration, uint32_t timeout_ms,
                              uint32_t rank, straggler_membership_t* out);
+
+/* For `rank` excluded at `iteration`: the first version received after the
+ * one in force there that includes it again (Client::ReadmissionAfter). Its
+ * effective_iteration is where the rank rejoins, and straggler_membership_for
+ * is certain there at once for it, so a rank that fell behind while excluded
+ * can skip straight to it. Returns as straggler_membership_for, or
+ * STRAGGLER_NONE (out untouched) when `rank` is not excluded at `iteration`
+ * or no version readmitting it has been received yet. */
+int straggler_readmission_after(straggler_client_t* client, uint64_t iteration, uint32_t rank,
+                                straggler_membership_t* out);
 
 /* The newest membership received (lock-free). Returns as
  * straggler_membership_for. */
