@@ -148,8 +148,10 @@ class UpstreamJob {
     ++devices_version_;
     if (hello.known_membership_version() > known_.version) {
       known_ = {hello.known_membership_version(), hello.known_effective_iteration(),
-                hello.known_incarnation()};
+                hello.known_incarnation(),
+                {hello.known_excluded().begin(), hello.known_excluded().end()}};
     }
+    if (hello.has_reported_iteration()) NoteReportedLocked(hello.reported_iteration());
     links_.push_back(link);
     v1::Directive first;
     for (uint32_t r : ranks) {
@@ -202,6 +204,7 @@ class UpstreamJob {
       }
       ++accepted;
       ++received_[r.rank()];
+      NoteReportedLocked(r.iteration());
       dropped_ += buffer_.Push(r, now);
     }
     stats_.reports_received.fetch_add(accepted, std::memory_order_relaxed);
@@ -269,7 +272,15 @@ class UpstreamJob {
  private:
   struct Known {
     uint64_t version = 0, effective_iteration = 0, incarnation = 0;
+    std::vector<v1::ExcludedRank> excluded;
   };
+
+  // How far the job's ranks on this node are, for the upstream hello
+  // (StreamHello.reported_iteration): the maximum over its trainers' hellos
+  // and every report they sent here.
+  void NoteReportedLocked(uint64_t iteration) {
+    if (!reported_ || *reported_ < iteration) reported_ = iteration;
+  }
 
   // Versions kept that `link` has not been sent, ascending, into `d`.
   void AddUnsentVersionsLocked(DownLink& link, v1::Directive& d) {
@@ -297,13 +308,16 @@ class UpstreamJob {
     Known k = known_;
     if (!history_.empty() && history_.rbegin()->first > k.version) {
       const v1::Membership& m = history_.rbegin()->second;
-      k = {m.version(), m.effective_iteration(), m.incarnation()};
+      k = {m.version(), m.effective_iteration(), m.incarnation(),
+           {m.excluded().begin(), m.excluded().end()}};
     }
     if (k.version > 0) {
       h->set_known_membership_version(k.version);
       h->set_known_effective_iteration(k.effective_iteration);
       h->set_known_incarnation(k.incarnation);
+      for (v1::ExcludedRank& e : k.excluded) *h->add_known_excluded() = std::move(e);
     }
+    if (reported_) h->set_reported_iteration(*reported_);
     hello_pending_ = false;
   }
 
@@ -494,6 +508,7 @@ class UpstreamJob {
   std::set<uint32_t> ranks_;                 // every rank a downstream hello named
   bool hello_pending_ = true;
   Known known_;
+  std::optional<uint64_t> reported_;  // see NoteReportedLocked
   std::map<uint64_t, v1::Membership> history_;  // newest kMembershipHistory versions
   std::map<uint32_t, uint64_t> progress_;       // the daemon's, per rank
   std::map<uint32_t, uint64_t> acked_;          // highest iteration acknowledged upstream

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -158,6 +159,18 @@ int straggler_membership_for(straggler_client_t* client, uint64_t iteration, uin
   }
 }
 
+int straggler_readmission_after(straggler_client_t* client, uint64_t iteration, uint32_t rank,
+                                straggler_membership_t* out) {
+  if (client == nullptr || out == nullptr) return STRAGGLER_EINVAL;
+  try {
+    const std::optional<straggler::MembershipView> back =
+        client->client->ReadmissionAfter(iteration, rank);
+    return back ? FillMembership(*back, out) : STRAGGLER_NONE;
+  } catch (...) {
+    return STRAGGLER_EINVAL;
+  }
+}
+
 int straggler_current_membership(const straggler_client_t* client, straggler_membership_t* out) {
   if (client == nullptr || out == nullptr) return STRAGGLER_EINVAL;
   try {
@@ -205,7 +218,14 @@ int straggler_flush(straggler_client_t* client, uint32_t timeout_ms) {
 }
 
 int straggler_stats(const straggler_client_t* client, straggler_stats_t* out) {
+  // The struct as it was before fields were appended: a program built then
+  // passes a buffer of exactly this size.
+  return straggler_stats_sized(client, out, offsetof(straggler_stats_t, upstream_unavailable));
+}
+
+int straggler_stats_sized(const straggler_client_t* client, straggler_stats_t* out, size_t size) {
   if (client == nullptr || out == nullptr) return STRAGGLER_EINVAL;
+  if (size < offsetof(straggler_stats_t, upstream_unavailable)) return STRAGGLER_EINVAL;
   try {
     const straggler::ClientStats s = client->client->Stats();
     out->enqueued = s.enqueued;
@@ -218,6 +238,9 @@ int straggler_stats(const straggler_client_t* client, straggler_stats_t* out) {
     out->connected = s.connected ? 1 : 0;
     std::snprintf(out->last_rejection, sizeof(out->last_rejection), "%s",
                   s.last_rejection.c_str());
+    // Appended fields: each only when the caller's struct has it.
+    if (size >= offsetof(straggler_stats_t, upstream_unavailable) + sizeof(int))
+      out->upstream_unavailable = s.upstream_unavailable ? 1 : 0;
     return STRAGGLER_OK;
   } catch (...) {
     return STRAGGLER_EINVAL;

@@ -93,19 +93,24 @@ struct InFlightBatch {
   std::vector<QueuedReport> reports;
 };
 
+// The daemon's exclusion reasons and the names MembershipView carries.
+constexpr std::pair<pb::ExclusionReason, std::string_view> kReasonNames[] = {
+    {pb::EXCLUSION_REASON_STRAGGLER, "straggler"},
+    {pb::EXCLUSION_REASON_UNRESPONSIVE, "unresponsive"},
+    {pb::EXCLUSION_REASON_FORCED, "forced"},
+    {pb::EXCLUSION_REASON_PROBATION_END, "probation_end"},
+};
+
 std::string ReasonName(pb::ExclusionReason r) {
-  switch (r) {
-    case pb::EXCLUSION_REASON_STRAGGLER:
-      return "straggler";
-    case pb::EXCLUSION_REASON_UNRESPONSIVE:
-      return "unresponsive";
-    case pb::EXCLUSION_REASON_FORCED:
-      return "forced";
-    case pb::EXCLUSION_REASON_PROBATION_END:
-      return "probation_end";
-    default:
-      return "unspecified";
-  }
+  for (const auto& [reason, name] : kReasonNames)
+    if (reason == r) return std::string(name);
+  return "unspecified";
+}
+
+pb::ExclusionReason ReasonFromName(std::string_view n) {
+  for (const auto& [reason, name] : kReasonNames)
+    if (name == n) return reason;
+  return pb::EXCLUSION_REASON_UNSPECIFIED;
 }
 
 MembershipView ToView(const pb::Membership& m, uint32_t fallback_world_size) {
@@ -233,6 +238,14 @@ class ClientImpl final : public Client {
               std::optional<double> step_seconds,
               std::optional<double> collective_wait_seconds) override {
     if (SlotOf(rank) < 0) return false;
+    // The rank has reached `iteration`, whether or not the report fits in
+    // the queue: the next hello says so (StreamHello.reported_iteration).
+    // One relaxed load per report; a store only when it grows.
+    uint64_t seen = highest_reported_.load(std::memory_order_relaxed);
+    while (seen <= iteration &&
+           !highest_reported_.compare_exchange_weak(seen, iteration + 1,
+                                                    std::memory_order_relaxed)) {
+    }
     const QueuedReport r{
         rank,
         epoch,
@@ -273,14 +286,13 @@ class ClientImpl final : public Client {
 
   MembershipView MembershipFor(uint64_t iteration, std::chrono::milliseconds timeout,
                                std::optional<uint32_t> rank) override {
-    const int slot = SlotOf(rank.value_or(FirstRank()));
+    const uint32_t who = rank.value_or(FirstRank());
+    const int slot = SlotOf(who);
     if (!wake_on_report_.load(std::memory_order_relaxed))
       wake_on_report_.store(true, std::memory_order_relaxed);
     std::unique_lock<std::mutex> lock(state_mu_);
-    auto certain = [&] {
-      const uint32_t lead = history_.Newest()->lead_iterations;
-      return detail::IsCertain(iteration, lead, slot < 0 ? std::nullopt : progress_[slot]);
-    };
+    // Only called with slot >= 0.
+    auto certain = [&] { return history_.Certain(iteration, who, progress_[slot]); };
     bool ok = slot >= 0 && certain();
     if (!ok && slot >= 0) {
       // The report that makes us certain is usually still in the queue
@@ -307,6 +319,12 @@ class ClientImpl final : public Client {
     MembershipView v = history_.InForce(iteration);
     v.ok = ok;
     return v;
+  }
+
+  std::optional<MembershipView> ReadmissionAfter(uint64_t iteration,
+                                                 std::optional<uint32_t> rank) override {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    return history_.ReadmissionAfter(iteration, rank.value_or(FirstRank()));
   }
 
   void OnMembershipChange(MembershipCallback callback) override {
@@ -447,7 +465,19 @@ class ClientImpl final : public Client {
       h->set_known_membership_version(newest->version);
       h->set_known_effective_iteration(newest->effective_iteration);
       h->set_known_incarnation(newest->incarnation);
+      // Its excluded ranks: a daemon restarted without its state database
+      // republishes them rather than "everyone", so ranks that take up its
+      // first version at different iterations still agree on who takes part.
+      for (const ExcludedRankInfo& e : newest->excluded) {
+        pb::ExcludedRank* x = h->add_known_excluded();
+        x->set_rank(e.rank);
+        x->set_reason(ReasonFromName(e.reason));
+        x->set_detail(e.detail);
+      }
     }
+    // How far our ranks are: that daemon's versions take effect after it.
+    if (const uint64_t mark = highest_reported_.load(std::memory_order_relaxed); mark > 0)
+      h->set_reported_iteration(mark - 1);
   }
 
   // First messages of a connection: the hello, riding on the oldest
@@ -715,6 +745,8 @@ class ClientImpl final : public Client {
   // MembershipFor wait last timed out while disconnected (guarded by state_mu_).
   // Reset per connection from its first directive; written by the reader.
   std::atomic<bool> upstream_unavailable_{false};
+  // Highest iteration passed to Report() + 1 (0: none), for the hello.
+  std::atomic<uint64_t> highest_reported_{0};
   std::atomic<uint64_t> connections_{0};
   std::optional<uint64_t> gave_up_on_connection_;
 

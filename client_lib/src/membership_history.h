@@ -5,7 +5,8 @@
 //   MembershipHistory h(MembershipView{...version 0...});
 //   if (const MembershipView* v = h.Add(view_from_daemon)) callbacks(*v);
 //   const MembershipView& m = h.InForce(iteration);
-//   bool certain = IsCertain(iteration, lead, progress_of_rank);
+//   bool certain = h.Certain(iteration, rank, progress_of_rank);
+//   if (auto back = h.ReadmissionAfter(iteration, rank)) skip_to(back->effective_iteration);
 //
 // Snapshots are immutable and never freed before the history is destroyed,
 // so a pointer handed out (e.g. published through an atomic) stays valid for
@@ -99,6 +100,55 @@ class MembershipHistory {
     for (auto it = by_version_.rbegin(); it != by_version_.rend(); ++it)
       if ((*it)->effective_iteration <= iteration) return **it;
     return *by_version_.front();
+  }
+
+  // Whether InForce(iteration) is final for `rank`: by its progress at the
+  // daemon (IsCertain), or, for the iteration at which a held version
+  // readmits `rank`, at once. Why the latter is sound: effective iterations
+  // grow strictly with the version (the engine makes each one at least the
+  // previous + 1; a restarted daemon publishes above every version its
+  // clients hold, in force after it), so a version taking effect exactly at
+  // `iteration` is the one in force there whatever else is unknown. This lets
+  // a rank that was excluded and fell far behind jump straight to the
+  // iteration that readmits it: it sent no report near that iteration, so
+  // IsCertain cannot hold.
+  //
+  // Only for the readmitted rank, on purpose. Were every rank certain at a
+  // version's effective iteration as soon as it holds it, a daemon dying
+  // inside the lead after publishing a change would make the whole group
+  // switch to a set whose communicator it cannot build without the daemon,
+  // instead of keeping the last applied membership (the agreement rule). The
+  // group still waits for its own progress; in that outage only the
+  // readmitted rank applies the version, and its rejoin fails (bounded, a
+  // CollectiveError) without touching the group's collectives.
+  bool Certain(uint64_t iteration, uint32_t rank, std::optional<uint64_t> progress) const {
+    if (IsCertain(iteration, Newest()->lead_iterations, progress)) return true;
+    for (size_t i = by_version_.size(); i-- > 1;) {
+      const MembershipView& v = *by_version_[i];
+      if (v.effective_iteration < iteration) break;  // ascending with the version
+      if (v.effective_iteration == iteration)
+        return !v.IsExcluded(rank) && by_version_[i - 1]->IsExcluded(rank);
+    }
+    return false;
+  }
+
+  // For a rank excluded at `iteration`: the first held version after the one
+  // in force there that includes `rank` again, i.e. the membership, certain
+  // at its effective_iteration E (see Certain), at which the rank rejoins.
+  // Not simply the newest: when a readmission was quickly followed by another
+  // exclusion, the group still counts on the rank from E on. nullopt when
+  // `rank` is not excluded at `iteration` or no held version readmits it.
+  // A client holds every version the daemon made after the one in force at
+  // its progress (Directive.memberships), so no earlier readmission can be
+  // missing between `iteration` and E.
+  std::optional<MembershipView> ReadmissionAfter(uint64_t iteration, uint32_t rank) const {
+    const MembershipView& now = InForce(iteration);
+    if (!now.IsExcluded(rank)) return std::nullopt;
+    auto it = std::upper_bound(by_version_.begin(), by_version_.end(), now.version,
+                               [](uint64_t v, const MembershipView* m) { return v < m->version; });
+    for (; it != by_version_.end(); ++it)
+      if (!(*it)->IsExcluded(rank)) return **it;
+    return std::nullopt;
   }
 
   size_t size() const { return by_version_.size(); }

@@ -38,6 +38,16 @@ v1::WorkerState ToProto(engine::WorkerState s) {
   return v1::WORKER_STATE_UNSPECIFIED;
 }
 
+engine::ExclusionReason FromProto(v1::ExclusionReason r) {
+  switch (r) {
+    case v1::EXCLUSION_REASON_STRAGGLER: return engine::ExclusionReason::kStraggler;
+    case v1::EXCLUSION_REASON_UNRESPONSIVE: return engine::ExclusionReason::kUnresponsive;
+    case v1::EXCLUSION_REASON_FORCED: return engine::ExclusionReason::kForced;
+    case v1::EXCLUSION_REASON_PROBATION_END: return engine::ExclusionReason::kProbationEnd;
+    default: return engine::ExclusionReason::kNone;
+  }
+}
+
 v1::ExclusionReason ToProto(engine::ExclusionReason r) {
   switch (r) {
     case engine::ExclusionReason::kNone: return v1::EXCLUSION_REASON_UNSPECIFIED;
@@ -158,6 +168,11 @@ StreamHello FromProto(const v1::StreamHello& h) {
   out.known_membership_version = h.known_membership_version();
   out.known_effective_iteration = h.known_effective_iteration();
   out.known_incarnation = h.known_incarnation();
+  for (const v1::ExcludedRank& e : h.known_excluded()) {
+    out.known_excluded.push_back(
+        {e.rank(), FromProto(e.reason()), e.detail(), e.since_iteration()});
+  }
+  if (h.has_reported_iteration()) out.reported_iteration = h.reported_iteration();
   return out;
 }
 

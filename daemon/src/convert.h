@@ -26,6 +26,7 @@ engine::Time FromProto(const google::protobuf::Timestamp& t);  // saturates past
 
 v1::WorkerState ToProto(engine::WorkerState s);
 v1::ExclusionReason ToProto(engine::ExclusionReason r);
+engine::ExclusionReason FromProto(v1::ExclusionReason r);
 v1::RankOverride ToProto(engine::RankOverride o);
 v1::EventKind ToProto(engine::EventKind k);
 v1::PolicyKind ToProto(engine::PolicyKind k);

@@ -116,6 +116,13 @@ absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job)
                                                      hello.job_id, "'"));
     }
   }
+  for (const engine::ExcludedRank& e : hello.known_excluded) {
+    if (e.rank >= hello.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("hello.known_excluded rank ", e.rank,
+                                                     " >= world_size=", hello.world_size,
+                                                     " of job '", hello.job_id, "'"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -195,6 +202,10 @@ void JobRegistry::AdmitLocked(Job& job, const StreamHello& hello, engine::Time n
   if (hello.iterations_per_epoch > 0) {
     job.engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
   }
+  // Before the floor below: its version must take effect after the
+  // iterations the ranks have already reached, or ranks could apply it at
+  // different iterations (one certain of it, one that timed out meanwhile).
+  if (hello.reported_iteration) job.engine.NoteReportedIteration(*hello.reported_iteration);
   // Only versions of another daemon run need a floor: a plain reconnect to
   // this run (known_incarnation == ours) holds versions we made.
   if (hello.known_membership_version > 0 && hello.known_incarnation != job.incarnation) {
@@ -203,8 +214,11 @@ void JobRegistry::AdmitLocked(Job& job, const StreamHello& hello, engine::Time n
     // switches to this daemon's memberships together. The caller commits it
     // (CommitLocked), which pushes it to every subscriber.
     const uint64_t before = job.engine.membership().version;
-    job.engine.AdoptVersionFloor(hello.known_membership_version,
-                                  hello.known_effective_iteration, now);
+    engine::Membership held;
+    held.version = hello.known_membership_version;
+    held.effective_iteration = hello.known_effective_iteration;
+    held.excluded = hello.known_excluded;
+    job.engine.AdoptVersionFloor(held, now);
     if (job.engine.membership().version != before) {
       spdlog::info("job={} node='{}' holds membership v{} (effective at iteration {}) from an "
                    "earlier daemon: now at v{}",
@@ -361,7 +375,9 @@ std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t wo
     spdlog::warn("job={} world_size={} differs from the stored world_size={}: exclusions not "
                  "restored, versions continue above v{}",
                  job_id, world_size, stored.world_size, m.version);
-    job->engine.AdoptVersionFloor(m.version, m.effective_iteration, now);
+    engine::Membership floor = m;
+    floor.excluded.clear();
+    job->engine.AdoptVersionFloor(floor, now);
     return job;
   }
   std::vector<std::pair<uint32_t, engine::RankOverride>> overrides;

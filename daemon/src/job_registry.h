@@ -206,6 +206,9 @@ struct StreamHello {
   uint64_t known_membership_version = 0;
   uint64_t known_effective_iteration = 0;
   uint64_t known_incarnation = 0;  // daemon run that made that version; 0 = unknown
+  std::vector<engine::ExcludedRank> known_excluded;  // that version's excluded ranks
+  // The highest iteration the stream's ranks reported; nullopt = none yet.
+  std::optional<uint64_t> reported_iteration;
 };
 
 // The checks every hello passes, whether it opens a stream or adds ranks to

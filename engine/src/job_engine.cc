@@ -148,6 +148,9 @@ struct JobEngine::Impl {
   uint64_t last_completed = 0;  // reports at or below it are judged alone
   bool have_highest = false;
   uint64_t highest_active = 0;  // highest iteration reported through a row
+  // The highest iteration a stream's hello said its ranks reported
+  // (NoteReportedIteration); versions take effect after it too.
+  std::optional<uint64_t> hello_reported;
 
   // ---- epoch and reference -------------------------------------------------
   bool have_epoch = false;
@@ -865,6 +868,47 @@ struct JobEngine::Impl {
     if (changed) Publish(std::move(next), now, "exclusion set changed", min_effective);
   }
 
+  // An earlier daemon's excluded set, taken over by a new engine: ranks out
+  // as stragglers (or at probation's end) become stragglers with a full
+  // counter and unresponsive ones unresponsive, so they stay out until their
+  // own reports show recovery; forced ones stay forced (by their override,
+  // set here when none is). Ranks >= world_size are dropped. Returns the
+  // set, ascending by rank, one entry per rank.
+  std::vector<ExcludedRank> TakeOverExcluded(const std::vector<ExcludedRank>& held) {
+    std::vector<ExcludedRank> excluded;
+    for (const ExcludedRank& e : held) {
+      if (e.rank >= world_size) continue;
+      RankState& r = ranks[e.rank];
+      switch (e.reason) {
+        case ExclusionReason::kStraggler:
+        case ExclusionReason::kProbationEnd:
+          r.state = WorkerState::kStraggler;
+          r.counter = Limit();
+          break;
+        case ExclusionReason::kUnresponsive:
+          r.state = WorkerState::kUnresponsive;
+          break;
+        case ExclusionReason::kForced:
+          // An operator's decision. Restored from a state database it comes
+          // with its override; known only from a hello, it gets one here, or
+          // the next evaluation would release the rank nobody released.
+          if (r.override == RankOverride::kNone) r.override = RankOverride::kForceExclude;
+          break;
+        default:
+          break;
+      }
+      excluded.push_back(e);
+    }
+    std::sort(excluded.begin(), excluded.end(),
+              [](const ExcludedRank& a, const ExcludedRank& b) { return a.rank < b.rank; });
+    excluded.erase(std::unique(excluded.begin(), excluded.end(),
+                               [](const ExcludedRank& a, const ExcludedRank& b) {
+                                 return a.rank == b.rank;
+                               }),
+                   excluded.end());
+    return excluded;
+  }
+
   // `min_effective`: the new version may not take effect before this
   // iteration (a re-included rank that ran ahead; a floor from a client).
   void Publish(std::vector<ExcludedRank> excluded, Time now, std::string why,
@@ -875,7 +919,13 @@ struct JobEngine::Impl {
     // Clients judge certainty with the lead of the newest version they hold:
     // a lowered lead may only be used once a version carrying it is out.
     const uint64_t lead = std::max(policy.lead_iterations, cur.lead_iterations);
-    const uint64_t by_progress = (have_highest ? highest_active : 0) + lead;
+    uint64_t progress = have_highest ? highest_active : 0;
+    // A hello speaks for its own ranks only; a rank of the job not heard from
+    // yet may have reported one iteration more (a synchronous job's ranks are
+    // at most one step apart) and, from an earlier daemon, hold certainty up
+    // to lead iterations beyond that.
+    if (hello_reported) progress = std::max(progress, *hello_reported + 1);
+    const uint64_t by_progress = progress + lead;
     v.m.effective_iteration =
         std::max({by_progress, cur.effective_iteration + 1, min_effective});
     v.m.excluded = std::move(excluded);
@@ -1043,17 +1093,30 @@ void JobEngine::Reset(Time now) {
   d.Publish({}, now, "reset");
 }
 
-void JobEngine::AdoptVersionFloor(uint64_t version, uint64_t effective_iteration, Time now) {
+void JobEngine::NoteReportedIteration(uint64_t iteration) {
   Impl& d = *impl_;
-  if (version < d.Newest().version) return;
+  constexpr uint64_t kAbsurd = uint64_t{1} << 62;  // as in AdoptVersionFloor
+  if (iteration >= kAbsurd) return;
+  if (!d.hello_reported || *d.hello_reported < iteration) d.hello_reported = iteration;
+}
+
+void JobEngine::AdoptVersionFloor(const Membership& held, Time now) {
+  Impl& d = *impl_;
+  if (held.version < d.Newest().version) return;
   // A client cannot hold a version or an iteration anywhere near 2^63; a
   // floor that high would freeze every later version (or overflow).
   constexpr uint64_t kAbsurd = uint64_t{1} << 62;
-  if (version >= kAbsurd || effective_iteration >= kAbsurd) return;
-  std::vector<ExcludedRank> same = d.Newest().excluded;
-  d.Publish(std::move(same), now,
-            absl::StrCat("a client holds version ", version, " from an earlier daemon"),
-            effective_iteration + 1, version + 1);
+  if (held.version >= kAbsurd || held.effective_iteration >= kAbsurd) return;
+  // Version 0 is the only one an engine has before it publishes anything:
+  // then the held set is the one the ranks apply, and keeping it means a
+  // rank that switches to the new version late still agrees with one that
+  // switched early (the same content; see RestoreMembership). Otherwise this
+  // engine's own newest set stands.
+  std::vector<ExcludedRank> excluded =
+      d.Newest().version == 0 ? d.TakeOverExcluded(held.excluded) : d.Newest().excluded;
+  d.Publish(std::move(excluded), now,
+            absl::StrCat("a client holds version ", held.version, " from an earlier daemon"),
+            held.effective_iteration + 1, held.version + 1);
 }
 
 void JobEngine::RestoreMembership(
@@ -1065,26 +1128,7 @@ void JobEngine::RestoreMembership(
   for (const auto& [rank, o] : overrides) {
     if (rank < d.world_size) d.ranks[rank].override = o;
   }
-  std::vector<ExcludedRank> excluded;
-  for (const ExcludedRank& e : m.excluded) {
-    if (e.rank >= d.world_size) continue;
-    Impl::RankState& r = d.ranks[e.rank];
-    switch (e.reason) {
-      case ExclusionReason::kStraggler:
-      case ExclusionReason::kProbationEnd:
-        r.state = WorkerState::kStraggler;
-        r.counter = d.Limit();
-        break;
-      case ExclusionReason::kUnresponsive:
-        r.state = WorkerState::kUnresponsive;
-        break;
-      default:
-        break;
-    }
-    excluded.push_back(e);
-  }
-  std::sort(excluded.begin(), excluded.end(),
-            [](const ExcludedRank& a, const ExcludedRank& b) { return a.rank < b.rank; });
+  std::vector<ExcludedRank> excluded = d.TakeOverExcluded(m.excluded);
   d.Publish(std::move(excluded), now,
             absl::StrCat("restored version ", m.version, " from the state database"),
             m.effective_iteration + 1, m.version + 1);

@@ -281,6 +281,8 @@ PYBIND11_MODULE(_straggler, m) {
       .def_readonly("duplicates", &straggler::ClientStats::duplicates)
       .def_readonly("reconnects", &straggler::ClientStats::reconnects)
       .def_readonly("connected", &straggler::ClientStats::connected)
+      .def_readonly("upstream_unavailable", &straggler::ClientStats::upstream_unavailable,
+                    "behind a straggler-agent whose stream to the daemon is down")
       .def_readonly("last_rejection", &straggler::ClientStats::last_rejection);
 
   py::class_<PyClient, std::shared_ptr<PyClient>>(m, "Client")
@@ -315,6 +317,13 @@ PYBIND11_MODULE(_straggler, m) {
           },
           py::arg("iteration"), py::arg("timeout") = 5.0, py::arg("rank") = py::none(),
           "The membership in force at `iteration` (switch rule); ok=False on timeout.")
+      .def("readmission_after",
+           [](PyClient& c, uint64_t iteration, std::optional<uint32_t> rank) {
+             return c.Get().ReadmissionAfter(iteration, rank);
+           },
+           py::arg("iteration"), py::arg("rank") = py::none(),
+           "For a rank excluded at `iteration`: the first received version that includes "
+           "it again (rejoin at its effective_iteration), else None.")
       .def("current_membership", [](PyClient& c) { return c.Get().CurrentMembership(); })
       .def(
           "flush",
@@ -342,6 +351,9 @@ PYBIND11_MODULE(_straggler, m) {
       .def_readonly("active_ranks", &straggler::StepPlan::active_ranks)
       .def_readonly("sync_parameters", &straggler::StepPlan::sync_parameters)
       .def_readonly("root", &straggler::StepPlan::root)
+      .def_readonly("rejoin_iteration", &straggler::StepPlan::rejoin_iteration,
+                    "when not participating and a known version readmits this rank: the "
+                    "iteration to skip to (certain there at once); else None")
       .def("__repr__", [](const straggler::StepPlan& p) {
         std::string act;
         for (uint32_t r : p.active_ranks) act += (act.empty() ? "" : ",") + std::to_string(r);

@@ -6,7 +6,11 @@
 //  * While the daemon is down the agent says so (upstream_unavailable), and
 //    MembershipFor stops waiting its full timeout at every step (else this
 //    test hangs on a one-hour wait until ctest's timeout fails it); once the
-//    daemon is back, MembershipFor is certain again.
+//    daemon is back, MembershipFor is certain again. The C ABI shows the
+//    same flag (straggler_stats_sized).
+//  * A daemon restarted without state, behind the agent: its first version
+//    keeps the excluded rank the agent's hello names and takes effect after
+//    the iterations the agent's ranks reported while it was down.
 #include <unistd.h>
 
 #include <chrono>
@@ -21,11 +25,13 @@
 #include "config.h"
 #include "server.h"
 #include "straggler/client.h"
+#include "straggler/straggler_c.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
 
 namespace sa = straggler::agent;
+namespace v1 = straggler::v1;
 namespace sd = straggler::daemon;
 using namespace std::chrono_literals;
 
@@ -106,6 +112,28 @@ TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[rela
 
   auto client = straggler::Client::Create(ClientTo(ac.listen, "outage"));
   REQUIRE(client);
+  // The same through the C ABI (straggler_stats_sized).
+  straggler_options_t co;
+  straggler_options_init(&co);
+  const uint32_t c_rank = 0;
+  co.endpoint = ac.listen.c_str();
+  co.job_id = "outage-c";
+  co.ranks = &c_rank;
+  co.num_ranks = 1;
+  co.world_size = 1;
+  char err[256];
+  straggler_client_t* c_client = straggler_client_create(&co, err, sizeof err);
+  REQUIRE(c_client != nullptr);
+  auto c_stats = [&] {
+    straggler_stats_t s{};
+    s.upstream_unavailable = -1;
+    REQUIRE(straggler_stats_sized(c_client, &s, sizeof s) == STRAGGLER_OK);
+    return s;
+  };
+  WaitUntil([&] { return c_stats().connected == 1; });
+  // Its own job: the agent opens that job's upstream stream after the hello,
+  // and says "unavailable" until it is up.
+  WaitUntil([&] { return c_stats().upstream_unavailable == 0; });
   for (uint64_t it = 0; it <= 5; ++it) REQUIRE(client->Report(0, it, 0.1));
   REQUIRE(client->MembershipFor(6, std::chrono::hours(1)).ok);
   CHECK_FALSE(client->Stats().upstream_unavailable);
@@ -115,6 +143,8 @@ TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[rela
   first.reset();
   WaitUntil([&] { return client->Stats().upstream_unavailable; });
   CHECK(client->Stats().connected);
+  WaitUntil([&] { return c_stats().upstream_unavailable == 1; });
+  CHECK(c_stats().connected == 1);
   for (uint64_t it = 6; it <= 20; ++it) REQUIRE(client->Report(0, it, 0.1));
   // One wait runs out its timeout...
   CHECK_FALSE(client->MembershipFor(20, 50ms).ok);
@@ -129,8 +159,71 @@ TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[rela
   sd::Server second;
   REQUIRE(second.Start(DaemonOn(upstream)).ok());
   WaitUntil([&] { return !client->Stats().upstream_unavailable; });
+  WaitUntil([&] { return c_stats().upstream_unavailable == 0; });
+  straggler_client_destroy(c_client);
   for (uint64_t it = 21; it <= 30; ++it) REQUIRE(client->Report(0, it, 0.1));
   CHECK(client->MembershipFor(31, std::chrono::hours(1)).ok);
+  client.reset();
+  agent.Shutdown();
+  second.Shutdown(0ms);
+}
+
+TEST_CASE("behind the agent, a daemon restarted without state keeps the exclusion, in force "
+          "after the ranks' progress", "[relay]") {
+  auto first = std::make_unique<sd::Server>();
+  REQUIRE(first->Start(DaemonOn("127.0.0.1:0")).ok());
+  const std::string upstream = "127.0.0.1:" + std::to_string(first->grpc_port());
+
+  sa::AgentConfig ac;
+  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-c.sock";
+  ac.upstream = upstream;
+  ac.http_address = "";
+  ac.telemetry_enabled = false;
+  ac.reconnect_initial_ms = 20;
+  ac.reconnect_max_ms = 100;
+  sa::Agent agent(ac);
+  REQUIRE(agent.Start().ok());
+
+  straggler::ClientOptions o = ClientTo(ac.listen, "restart-floor");
+  o.ranks = {0, 1};
+  o.world_size = 2;
+  auto client = straggler::Client::Create(o);
+  REQUIRE(client);
+  for (uint64_t it = 0; it <= 10; ++it) {
+    REQUIRE(client->Report(0, 0, it, 0.1));
+    REQUIRE(client->Report(1, 0, it, 0.1));
+  }
+  REQUIRE(client->MembershipFor(11, std::chrono::hours(1)).ok);
+  {
+    auto admin = v1::AdminService::NewStub(
+        grpc::CreateChannel(upstream, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::SetRankOverrideRequest req;
+    req.set_job_id("restart-floor");
+    req.set_rank(1);
+    req.set_override(v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+    v1::Membership m;
+    REQUIRE(admin->SetRankOverride(&ctx, req, &m).ok());
+  }
+  WaitUntil([&] { return client->CurrentMembership().IsExcluded(1); });
+  const straggler::MembershipView before = client->CurrentMembership();
+
+  // The daemon goes away (nothing persists); the ranks go on to iteration 60.
+  first->Shutdown(0ms);
+  first.reset();
+  WaitUntil([&] { return client->Stats().upstream_unavailable; });
+  for (uint64_t it = 11; it <= 60; ++it) REQUIRE(client->Report(0, 0, it, 0.1));
+  REQUIRE(client->Flush(std::chrono::hours(1)));  // the agent acknowledges once buffered
+
+  sd::Server second;
+  REQUIRE(second.Start(DaemonOn(upstream)).ok());
+  WaitUntil([&] { return client->CurrentMembership().version > before.version; });
+  const straggler::MembershipView floor = client->CurrentMembership();
+  // The agent's hello carried the version with its excluded rank and the
+  // highest iteration its ranks reported (60, from the reports it buffered).
+  CHECK(floor.IsExcluded(1));
+  CHECK(floor.excluded.size() == 1);
+  CHECK(floor.effective_iteration >= 60 + 1 + floor.lead_iterations);
   client.reset();
   agent.Shutdown();
   second.Shutdown(0ms);

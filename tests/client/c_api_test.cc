@@ -23,8 +23,10 @@ TEST_CASE("C API rejects NULL arguments without crashing", "[c_api]") {
   straggler_membership_t m{};
   CHECK(straggler_membership_for(nullptr, 0, 0, 0, &m) == STRAGGLER_EINVAL);
   CHECK(straggler_current_membership(nullptr, &m) == STRAGGLER_EINVAL);
+  CHECK(straggler_readmission_after(nullptr, 0, 0, &m) == STRAGGLER_EINVAL);
   CHECK(straggler_flush(nullptr, 0) == STRAGGLER_EINVAL);
   CHECK(straggler_stats(nullptr, nullptr) == STRAGGLER_EINVAL);
+  CHECK(straggler_stats_sized(nullptr, nullptr, sizeof(straggler_stats_t)) == STRAGGLER_EINVAL);
   CHECK(straggler_is_excluded(nullptr, 0) == -1);
   CHECK(straggler_on_membership_change(nullptr, nullptr, nullptr) == STRAGGLER_EINVAL);
 }
@@ -40,4 +42,43 @@ TEST_CASE("straggler_is_excluded tells when a truncated list cannot answer", "[c
   m.count = 3;  // a third excluded rank did not fit
   CHECK(straggler_is_excluded(&m, 1) == 1);
   CHECK(straggler_is_excluded(&m, 2) == -1);
+}
+
+TEST_CASE("straggler_stats fills the original fields only, _sized every field that fits",
+          "[c_api]") {
+  straggler_options_t o;
+  straggler_options_init(&o);
+  const uint32_t rank = 0;
+  o.endpoint = "127.0.0.1:1";  // nobody listens: no agent, so upstream_unavailable is 0
+  o.job_id = "stats-sized";
+  o.ranks = &rank;
+  o.num_ranks = 1;
+  o.world_size = 1;
+  char err[256];
+  straggler_client_t* c = straggler_client_create(&o, err, sizeof err);
+  REQUIRE(c != nullptr);
+  REQUIRE(straggler_report(c, 0, 0, 0, 0.1) == STRAGGLER_OK);
+
+  // A program built against the struct before upstream_unavailable was
+  // appended passes a buffer that ends before it: straggler_stats must not
+  // write there.
+  straggler_stats_t s;
+  s.upstream_unavailable = 42;
+  REQUIRE(straggler_stats(c, &s) == STRAGGLER_OK);
+  CHECK(s.enqueued == 1);
+  CHECK(s.upstream_unavailable == 42);
+
+  REQUIRE(straggler_stats_sized(c, &s, sizeof s) == STRAGGLER_OK);
+  CHECK(s.enqueued == 1);
+  // Nobody is excluded in version 0, so nothing readmits rank 0.
+  straggler_membership_t m{};
+  CHECK(straggler_readmission_after(c, 5, 0, &m) == STRAGGLER_NONE);
+  CHECK(s.upstream_unavailable == 0);
+
+  // Too small for even the original fields: refused, nothing written.
+  straggler_stats_t t{};
+  t.enqueued = 7;
+  CHECK(straggler_stats_sized(c, &t, sizeof t.enqueued) == STRAGGLER_EINVAL);
+  CHECK(t.enqueued == 7);
+  straggler_client_destroy(c);
 }

@@ -262,6 +262,15 @@ TEST_CASE("after a failed stream the client reconnects, says hello again and res
   CHECK(s.service.hellos_.front().known_membership_version() == 0);
   CHECK(s.service.hellos_.back().known_membership_version() == 3);
   CHECK(s.service.hellos_.back().known_effective_iteration() == 7);
+  // With that version's excluded ranks, so that a daemon restarted without
+  // its state keeps them out, and how far the ranks are.
+  const pb::StreamHello& last = s.service.hellos_.back();
+  REQUIRE(last.known_excluded_size() == 1);
+  CHECK(last.known_excluded(0).rank() == 2);
+  CHECK(last.known_excluded(0).reason() == pb::EXCLUSION_REASON_STRAGGLER);
+  // The stream failed on a batch of reports, so the reconnect has some to name.
+  REQUIRE(last.has_reported_iteration());
+  CHECK(last.reported_iteration() <= 39);
 }
 
 TEST_CASE("a refused hello is retried slowly and the client still shuts down", "[stream]") {

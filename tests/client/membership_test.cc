@@ -70,3 +70,44 @@ TEST_CASE("certainty: the report of iteration + 1 - lead must be processed", "[m
   CHECK(IsCertain(1, 0, std::nullopt));
   CHECK_FALSE(IsCertain(2, 0, std::nullopt));
 }
+
+TEST_CASE("a readmitted rank is certain at its readmission's effective iteration at once",
+          "[membership]") {
+  MembershipHistory h(Version(0, 0));
+  h.Add(Version(1, 10, {3}));   // rank 3 out from 10
+  h.Add(Version(2, 40));        // back from 40
+  // Rank 3 fell behind in shadow: its last processed report is 12.
+  CHECK_FALSE(h.Certain(39, 3, 12));
+  CHECK(h.Certain(40, 3, 12));   // version 2 takes effect exactly at 40
+  CHECK(h.InForce(40).version == 2);
+  CHECK_FALSE(h.Certain(41, 3, 12));  // past it, a later version may still come
+  // Only the readmitted rank: the others keep waiting for their own progress
+  // (a daemon gone inside the lead must leave them on the applied membership).
+  CHECK_FALSE(h.Certain(40, 0, 12));
+  CHECK(h.Certain(40, 0, 39));
+  // An exclusion taking effect is never certain early, not even for the
+  // rank it excludes.
+  CHECK_FALSE(h.Certain(10, 3, 2));
+}
+
+TEST_CASE("ReadmissionAfter names the first later version that includes the rank",
+          "[membership]") {
+  MembershipHistory h(Version(0, 0));
+  h.Add(Version(1, 10, {3}));
+  CHECK_FALSE(h.ReadmissionAfter(5, 3).has_value());   // not excluded at 5
+  CHECK_FALSE(h.ReadmissionAfter(12, 3).has_value());  // nothing readmits it yet
+  h.Add(Version(2, 40, {3, 5}));                       // still out (and 5 too)
+  CHECK_FALSE(h.ReadmissionAfter(12, 3).has_value());
+  h.Add(Version(3, 45, {5}));                          // back at 45...
+  h.Add(Version(4, 50, {3, 5}));                       // ...and out again at 50
+  auto back = h.ReadmissionAfter(12, 3);
+  REQUIRE(back.has_value());
+  // Not the newest version: the group counts on rank 3 from 45 to 49.
+  CHECK(back->version == 3);
+  CHECK(back->effective_iteration == 45);
+  CHECK(h.Certain(45, 3, 12));
+  CHECK_FALSE(h.Certain(50, 3, 12));  // an exclusion, not a readmission
+  CHECK_FALSE(h.ReadmissionAfter(12, 0).has_value());  // rank 0 never left
+  CHECK_FALSE(h.ReadmissionAfter(46, 3).has_value());  // past its readmission
+  CHECK_FALSE(h.ReadmissionAfter(46, 5).has_value());  // 5 stays out
+}

@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   std::string go_file;
   std::string backend = "gloo";
   bool gpu_count = false;
+  bool jump_to_rejoin = false;
   auto* daemon_opt = app.add_option("--daemon", daemon, "stragglerd gRPC address (rendezvous)");
   app.add_option("--report-endpoint", report_endpoint,
                  "where the client streams reports (default: --daemon; a test proxy can "
@@ -84,6 +85,9 @@ int main(int argc, char** argv) {
                  "wait for this file before iteration 0, so all ranks start together");
   app.add_option("--backend", backend, "gloo or nccl")->check(CLI::IsMember({"gloo", "nccl"}));
   app.add_flag("--gpu-count", gpu_count, "print the number of visible CUDA devices and exit");
+  app.add_flag("--jump-to-rejoin", jump_to_rejoin,
+               "while excluded, skip the remaining shadow iterations to the one that "
+               "readmits this rank (StepPlan::rejoin_iteration)");
   CLI11_PARSE(app, argc, argv);
 
   if (gpu_count) {
@@ -180,12 +184,19 @@ int main(int argc, char** argv) {
       }
       std::printf(
           "{\"it\":%llu,\"version\":%llu,\"effective_iteration\":%llu,\"certain\":%s,"
-          "\"participated\":%s,\"active\":%s,\"synced\":%s,\"avg\":%s,\"avg64\":%s}\n",
+          "\"participated\":%s,\"active\":%s,\"synced\":%s,\"rejoin_iteration\":%s,"
+          "\"avg\":%s,\"avg64\":%s}\n",
           static_cast<unsigned long long>(it), static_cast<unsigned long long>(plan.version),
           static_cast<unsigned long long>(plan.effective_iteration), plan.certain ? "true" : "false",
           r.participated ? "true" : "false", Json(plan.active_ranks).c_str(),
-          synced ? "true" : "false", Json(grad).c_str(), Json(grad64).c_str());
+          synced ? "true" : "false",
+          plan.rejoin_iteration ? std::to_string(*plan.rejoin_iteration).c_str() : "null",
+          Json(grad).c_str(), Json(grad64).c_str());
       std::fflush(stdout);
+      // The parameters it would compute on until then are overwritten by the
+      // group's at the rejoin (SyncParameters), so the work is not needed.
+      if (jump_to_rejoin && plan.rejoin_iteration && *plan.rejoin_iteration > it + 1)
+        it = *plan.rejoin_iteration - 1;
     }
   } catch (const std::exception& e) {
     std::cerr << "rank " << rank << ": " << e.what() << "\n";

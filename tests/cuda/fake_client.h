@@ -32,6 +32,9 @@ class FakeClient final : public Client {
                                std::optional<uint32_t>) override {
     return {};
   }
+  std::optional<MembershipView> ReadmissionAfter(uint64_t, std::optional<uint32_t>) override {
+    return std::nullopt;
+  }
   void OnMembershipChange(MembershipCallback) override {}
   bool Flush(std::chrono::milliseconds) override { return true; }
   ClientStats Stats() const override { return {}; }

@@ -454,6 +454,61 @@ TEST_CASE("a hello naming a version from an earlier daemon raises the job above 
   }
 }
 
+TEST_CASE("a hello's excluded ranks and progress shape a restarted daemon's first version") {
+  Fixture f;
+  grpc::ClientContext ctx;
+  auto stream = f.ingest->Stream(&ctx);
+  // The client holds v7 (rank 2 out as a straggler, since iteration 100) and
+  // its ranks have reached iteration 500: the old daemon is gone, nothing
+  // else is known here.
+  v1::ReportBatch b = Fixture::Hello("restarted-excluded", 4, {0, 1});
+  b.mutable_hello()->set_known_membership_version(7);
+  b.mutable_hello()->set_known_effective_iteration(100);
+  v1::ExcludedRank* x = b.mutable_hello()->add_known_excluded();
+  x->set_rank(2);
+  x->set_reason(v1::EXCLUSION_REASON_STRAGGLER);
+  x->set_detail("1.9x the baseline");
+  b.mutable_hello()->set_reported_iteration(500);
+  b.set_sequence(1);
+  REQUIRE(stream->Write(b));
+  ReadAck(*stream, 1);
+
+  v1::Membership current;
+  {
+    grpc::ClientContext qctx;
+    v1::GetMembershipRequest req;
+    req.set_job_id("restarted-excluded");
+    REQUIRE(f.query->GetMembership(&qctx, req, &current).ok());
+  }
+  CHECK(current.version() == 8);
+  // Not 101: the ranks are past it. After 500, the one step a rank not heard
+  // from may be further, and the lead.
+  CHECK(current.effective_iteration() == 500 + 1 + current.lead_iterations());
+  REQUIRE(current.excluded_size() == 1);
+  CHECK(current.excluded(0).rank() == 2);
+  CHECK(current.excluded(0).reason() == v1::EXCLUSION_REASON_STRAGGLER);
+  stream->WritesDone();
+  v1::Directive d;
+  while (stream->Read(&d)) {
+  }
+  CHECK(stream->Finish().ok());
+
+  // An excluded rank outside the job is refused, naming it.
+  grpc::ClientContext ctx2;
+  auto bad = f.ingest->Stream(&ctx2);
+  v1::ReportBatch b2 = Fixture::Hello("restarted-bad", 4, {0});
+  b2.mutable_hello()->set_known_membership_version(3);
+  b2.mutable_hello()->add_known_excluded()->set_rank(9);
+  b2.set_sequence(1);
+  REQUIRE(bad->Write(b2));
+  while (bad->Read(&d)) {
+  }
+  const grpc::Status st = bad->Finish();
+  CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(st.error_message().find("hello.known_excluded rank 9 >= world_size=4") !=
+        std::string::npos);
+}
+
 TEST_CASE("after the first directive a stream is sent only the versions it lacks") {
   Fixture f;
   grpc::ClientContext ctx;

@@ -10,6 +10,8 @@ must not add exclusions of its own).
                     the averages equal the active ranks' mean exactly, rank 3
                     receives the parameters by broadcast when it rejoins, and
                     all ranks end with the same parameters as a reference run.
+  far_behind_rejoin the same with rank 3 10x slower: it falls far behind while
+                    out and skips straight to the iteration that readmits it.
   late_directive    rank 2's directives are held back by a proxy across the
                     switch iteration: it waits (bounded) instead of guessing,
                     and every rank still switches at the effective iteration.
@@ -104,7 +106,7 @@ class Ranks(RankProcesses):
     """Starts the drivers (one per rank) and follows their JSON lines."""
 
     def __init__(self, driver, daemon_address, workdir, iterations, step_ms, report_endpoints=None,
-                 membership_timeout_ms=10000):
+                 membership_timeout_ms=10000, jump_to_rejoin=()):
         self.go_file = os.path.join(workdir, "go")
         cmds = []
         for r in range(WORLD):
@@ -116,27 +118,39 @@ class Ranks(RankProcesses):
                    "--backend", BACKEND]
             if report_endpoints and report_endpoints.get(r):
                 cmd += ["--report-endpoint", report_endpoints[r]]
+            if r in jump_to_rejoin:
+                cmd += ["--jump-to-rejoin"]
             cmds.append(cmd)
         super().__init__(cmds, workdir, DEADLINE_S)
         with open(self.go_file, "w") as f:
             f.write("go\n")
 
 
-def check_iterations(ranks, iterations):
-    """Per iteration: participants agree on the version; the averages are exact."""
+def check_iterations(ranks, iterations, may_skip=()):
+    """Per iteration: participants agree on the version; the averages are exact.
+    Ranks in `may_skip` may have skipped iterations (a jump to their rejoin),
+    but only ones at which they were not in the active set."""
+    by_it = {r: {row["it"]: row for row in ranks.lines[r]} for r in range(WORLD)}
     for r in range(WORLD):
-        check(len(ranks.lines[r]) == iterations,
-              "rank %d printed %d iterations, expected %d" % (r, len(ranks.lines[r]), iterations))
+        if r in may_skip:
+            check(len(by_it[r]) == len(ranks.lines[r]) and iterations - 1 in by_it[r],
+                  "rank %d printed iterations %s" % (r, [row["it"] for row in ranks.lines[r]]))
+        else:
+            check(len(ranks.lines[r]) == iterations,
+                  "rank %d printed %d iterations, expected %d"
+                  % (r, len(ranks.lines[r]), iterations))
     for it in range(iterations):
-        rows = {r: ranks.lines[r][it] for r in range(WORLD)}
-        participants = [r for r in range(WORLD) if rows[r]["participated"]]
+        # A rank that skipped `it` is missing here; were it in the active set,
+        # the participants would not match it below.
+        rows = {r: by_it[r][it] for r in range(WORLD) if it in by_it[r]}
+        participants = [r for r in rows if rows[r]["participated"]]
         check(participants, "iteration %d: no rank took part" % it)
         versions = {rows[r]["version"] for r in participants}
         check(len(versions) == 1, "iteration %d: participants applied versions %s" % (it, versions))
         active = rows[participants[0]]["active"]
         check(active == participants,
               "iteration %d: active set %s but ranks %s took part" % (it, active, participants))
-        for r in range(WORLD):
+        for r in rows:
             if r in participants:
                 for k in range(ELEMENTS):
                     want = sum(grad(a, it, k) for a in active) // len(active)
@@ -218,6 +232,56 @@ def test_exclusion_rejoin(args, workdir, config):
           % (last, ranks.final[last]["steps_taken"], ranks.final[0]["steps_taken"]))
     print("%s: exclusion at iteration %d, rejoin at %d; %d iterations right on %d ranks"
           % (BACKEND, out_at, back_at, iterations, WORLD))
+
+
+def test_far_behind_rejoin(args, workdir, config):
+    """The excluded rank is 10x slower, so it falls far behind the group in
+    shadow; when it is readmitted it skips straight to the readmission's
+    effective iteration (StepPlan.rejoin_iteration), where MembershipFor is
+    certain for it at once, and takes the group's parameters there."""
+    iterations = 100
+    last = WORLD - 1
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+        ranks = Ranks(args.driver, d.address, workdir, iterations, [20] * last + [200],
+                      jump_to_rejoin=(last,))
+        try:
+            ranks.wait_all_past(12)
+            ctl(args.ctl, d.address, "override", JOB, str(last), "exclude", "--reason", "test")
+            ranks.wait_all_past(70, ranks=range(last))
+            ctl(args.ctl, d.address, "override", JOB, str(last), "include", "--reason", "test")
+            ranks.finish()
+        finally:
+            ranks.kill()
+        check(d.stop() == 0, "stragglerd did not exit cleanly")
+    check_iterations(ranks, iterations, may_skip=(last,))
+    versions = sorted({row["version"] for row in ranks.lines[0]})
+    check(len(versions) == 3, "expected versions 0, exclusion, readmission; saw %s" % versions)
+    check_switch(ranks, versions[1], "exclusion")
+    back_at = check_switch(ranks, versions[2], "readmission")
+    its = [row["it"] for row in ranks.lines[last]]
+    at = its.index(back_at)
+    check(at > 0 and back_at - its[at - 1] > 1,
+          "rank %d did not skip to its rejoin at %d: it ran iterations %s"
+          % (last, back_at, its))
+    before = ranks.lines[last][at - 1]
+    check(before["rejoin_iteration"] == back_at and not before["participated"],
+          "rank %d's last shadow iteration %d planned a rejoin at %s, not %d"
+          % (last, before["it"], before["rejoin_iteration"], back_at))
+    row = ranks.lines[last][at]
+    check(row["certain"] and row["participated"] and row["synced"],
+          "rank %d at its rejoin %d: %s" % (last, back_at, row))
+    check(all(r["certain"] for r in ranks.lines[last]),
+          "rank %d guessed (certain = false) although the daemon was up" % last)
+    want = reference_params(ranks, iterations)
+    for r in range(WORLD):
+        check(all(same(g, w) for g, w in zip(ranks.final[r]["final"], want)),
+              "rank %d ended with parameters %s, the active group's are %s"
+              % (r, ranks.final[r]["final"], want))
+    check(ranks.final[last]["steps_taken"] == ranks.final[0]["steps_taken"],
+          "rank %d's step counter %d was not taken from the group (%d)"
+          % (last, ranks.final[last]["steps_taken"], ranks.final[0]["steps_taken"]))
+    print("%s: rank %d skipped from iteration %d to its rejoin at %d"
+          % (BACKEND, last, its[at - 1], back_at))
 
 
 def test_late_directive(args, workdir, config):
@@ -304,13 +368,15 @@ def test(args):
         with open(config, "w") as f:
             # Only the test's overrides exclude ranks.
             f.write("policy:\n  exclusion_enabled: false\n")
-        {"exclusion_rejoin": test_exclusion_rejoin, "late_directive": test_late_directive,
+        {"exclusion_rejoin": test_exclusion_rejoin, "far_behind_rejoin": test_far_behind_rejoin,
+         "late_directive": test_late_directive,
          "daemon_killed": test_daemon_killed}[args.case](args, workdir, config)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=["exclusion_rejoin", "late_directive", "daemon_killed"])
+    parser.add_argument("case", choices=["exclusion_rejoin", "far_behind_rejoin", "late_directive",
+                                         "daemon_killed"])
     parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
     parser.add_argument("--stragglerd", required=True)
     parser.add_argument("--driver", required=True)

@@ -188,7 +188,8 @@ def check_memberships_agreed(report, label):
             check(iteration == m["effective_iteration"],
                   "%s: rank %s applied membership v%d at iteration %d, but it is effective at %d"
                   % (label, rank, m["version"], iteration, m["effective_iteration"]))
-    for key in ("reports_dropped", "reports_rejected", "rejoined_behind", "collective_timeouts"):
+    for key in ("reports_dropped", "reports_rejected", "rejoined_behind", "collective_timeouts",
+                "version_splits"):
         check(report.get(key, 0) == 0, "%s: %s = %s, expected 0" % (label, key, report.get(key)))
     check(report["agreement_violations"] == 0,
           "%s: %d agreement violations" % (label, report["agreement_violations"]))

@@ -14,6 +14,9 @@
     through sys.unraisablehook and the client keeps working.
   * Bad options raise, naming the value; a PartialAllReduce whose Client was
     closed raises instead of touching a destroyed client.
+  * With --agent: a Client behind a straggler-agent whose daemon is
+    unreachable shows it in stats().upstream_unavailable (False straight to
+    the daemon).
 """
 
 import argparse
@@ -21,6 +24,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Daemon, TestFailure, check, main, run  # noqa: E402
@@ -38,6 +42,9 @@ def rank_loop(client, reducer, rank, out, errors):
             plan = reducer.begin_iteration(it)
             if not plan.certain:
                 raise RuntimeError("iteration %d: membership not certain" % it)
+            if plan.rejoin_iteration is not None:  # only for an excluded rank
+                raise RuntimeError("iteration %d: rejoin_iteration %r for a participating rank"
+                                   % (it, plan.rejoin_iteration))
             client.report(0, it, 0.01)  # what makes the next iteration's membership certain
             synced = reducer.sync_parameters([params]) if plan.sync_parameters else False
             g32 = np.full(3, 2.0 * (rank + 1) + it, dtype=np.float32)
@@ -129,6 +136,31 @@ def test(args):
             check(any("callback failure for version" in u for u in unraisable),
                   "the raising callback was not reported as unraisable: %s" % unraisable)
 
+            # Readmission: rank 1 (excluded from m.effective_iteration on) learns
+            # where it rejoins, and is certain there at once (timeout 0) though
+            # its last report is far behind that iteration.
+            out_at = m.effective_iteration
+            check(clients[1].readmission_after(out_at) is None,
+                  "readmission_after before any readmission: %r"
+                  % clients[1].readmission_after(out_at))
+            res = run([args.ctl, "--daemon", d.address, "override", JOB, "1", "none",
+                       "--reason", "test"], timeout=30)
+            check(res.returncode == 0, "stragglerctl override failed: %s" % res.stderr)
+            deadline = time.monotonic() + 30
+            while clients[1].readmission_after(out_at) is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            back = clients[1].readmission_after(out_at)
+            check(back is not None and not back.is_excluded(1)
+                  and back.effective_iteration > out_at,
+                  "rank 1's readmission after iteration %d: %r" % (out_at, back))
+            check(clients[1].membership_for(back.effective_iteration, timeout=0.0).ok,
+                  "rank 1 is not certain at its readmission %d at once" % back.effective_iteration)
+            check(not clients[0].membership_for(back.effective_iteration, timeout=0.0).ok,
+                  "rank 0, not readmitted, was certain at %d without its reports"
+                  % back.effective_iteration)
+
+            check(not clients[0].stats().upstream_unavailable,
+                  "a client talking to the daemon itself says its upstream is unavailable")
             clients[1].close()
             try:
                 reducers[1].begin_iteration(ITERATIONS)
@@ -137,7 +169,28 @@ def test(args):
                 check("Client was closed" in str(e), "closed client: %r" % str(e))
             clients[0].close()
             check(d.stop() == 0, "stragglerd did not exit cleanly")
+        if args.agent:
+            check_upstream_unavailable(straggler, args.agent, workdir)
     print("2 ranks in 2 threads: %d exact iterations; callbacks saw %s" % (ITERATIONS, seen))
+
+
+def check_upstream_unavailable(straggler, agent_binary, workdir):
+    from agent_test import Agent, wait_for
+    sock = os.path.join(workdir, "agent.sock")
+    # Port 1 on loopback: the agent's upstream is refused at once, so it tells
+    # its trainer streams the daemon is unavailable.
+    agent = Agent(agent_binary, workdir, sock, "127.0.0.1:1")
+    agent.start()
+    try:
+        c = straggler.Client(endpoint="unix://" + sock, job_id=JOB + "-agent", rank=0,
+                             world_size=1)
+        wait_for("upstream_unavailable through the agent",
+                 lambda: c.stats().upstream_unavailable, timeout=30)
+        check(c.stats().connected, "the client behind the agent is not connected to it")
+        c.close()
+        check(agent.stop() == 0, "straggler-agent did not exit 0 on SIGTERM")
+    finally:
+        agent.kill()
 
 
 if __name__ == "__main__":
@@ -145,5 +198,6 @@ if __name__ == "__main__":
     parser.add_argument("--stragglerd", required=True)
     parser.add_argument("--ctl", required=True)
     parser.add_argument("--pythonpath", required=True)
+    parser.add_argument("--agent", help="straggler-agent binary (the upstream_unavailable check)")
     args = parser.parse_args()
     main(lambda: test(args))

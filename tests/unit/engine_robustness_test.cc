@@ -94,19 +94,74 @@ TEST_CASE("lead: a lowered lead counts only from the version that announces it",
   CHECK(v3.effective_iteration == std::max<uint64_t>(19 + 2, v2.effective_iteration + 1));
 }
 
+Membership Held(uint64_t version, uint64_t effective, std::vector<ExcludedRank> excluded = {}) {
+  Membership m;
+  m.version = version;
+  m.effective_iteration = effective;
+  m.excluded = std::move(excluded);
+  return m;
+}
+
 TEST_CASE("daemon restart: a client's version floor makes versions keep growing",
           "[engine][membership]") {
   Harness h(4);
   h.Rows(0, 10, 0, Uniform(4, 1.0));
   REQUIRE(h.engine().membership().version == 0);
-  h.engine().AdoptVersionFloor(7, 100, h.now());
+  h.engine().AdoptVersionFloor(Held(7, 100), h.now());
   const Membership& m = h.engine().membership();
   CHECK(m.version == 8);
   CHECK(m.effective_iteration == 101);
   CHECK(m.excluded.empty());
   // A floor below what we have changes nothing.
-  h.engine().AdoptVersionFloor(3, 50, h.now());
+  h.engine().AdoptVersionFloor(Held(3, 50), h.now());
   CHECK(h.engine().membership().version == 8);
+}
+
+TEST_CASE("daemon restart: the floor keeps the held excluded set and follows the hellos' progress",
+          "[engine][membership]") {
+  Harness h(4);
+  // Restarted without a state database: nothing known but what hellos say.
+  // The ranks are at iteration 300, far past the held version's 100.
+  h.engine().NoteReportedIteration(300);
+  h.engine().AdoptVersionFloor(
+      Held(7, 100, {{3, ExclusionReason::kStraggler, "slow", 90}}), h.now());
+  const Membership m = h.engine().membership();
+  CHECK(m.version == 8);
+  // After 300, plus the one step a rank not heard from may be ahead, plus
+  // the lead: no rank can have been certain of anything there.
+  CHECK(m.effective_iteration == 300 + 1 + m.lead_iterations);
+  REQUIRE(m.excluded.size() == 1);
+  CHECK(m.excluded[0].rank == 3);
+  CHECK(m.excluded[0].reason == ExclusionReason::kStraggler);
+  // Kept out as a straggler with a full counter, not released blindly.
+  CHECK(h.engine().Worker(3).state == WorkerState::kStraggler);
+
+  // A second floor (a client holding a newer version) keeps this engine's
+  // own set, whatever the hello says.
+  h.engine().AdoptVersionFloor(Held(9, 150, {}), h.now());
+  CHECK(h.engine().membership().version == 10);
+  REQUIRE(h.engine().membership().excluded.size() == 1);
+  CHECK(h.engine().membership().effective_iteration > m.effective_iteration);
+
+  // Later versions also take effect after the hellos' progress.
+  h.engine().NoteReportedIteration(400);
+  REQUIRE(h.engine().SetOverride(1, RankOverride::kForceExclude, "", h.now()).ok());
+  CHECK(h.engine().membership().effective_iteration >= 400 + 1 + m.lead_iterations);
+}
+
+TEST_CASE("daemon restart: a forced exclusion known only from a hello stays forced",
+          "[engine][membership]") {
+  Harness h(4);
+  h.engine().NoteReportedIteration(50);
+  h.engine().AdoptVersionFloor(Held(4, 30, {{2, ExclusionReason::kForced, "operator", 20}}),
+                               h.now());
+  REQUIRE(h.engine().membership().IsExcluded(2));
+  CHECK(h.engine().Worker(2).override == RankOverride::kForceExclude);
+  // Healthy rows of every rank: nothing releases rank 2 but an operator.
+  h.Rows(51, 20, 0, Uniform(4, 1.0));
+  CHECK(h.engine().membership().IsExcluded(2));
+  REQUIRE(h.engine().SetOverride(2, RankOverride::kNone, "", h.now()).ok());
+  CHECK_FALSE(h.engine().membership().IsExcluded(2));
 }
 
 TEST_CASE("re-inclusion: a rank that ran ahead while excluded is not expected in its past",

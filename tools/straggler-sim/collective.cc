@@ -42,7 +42,13 @@ Collective::Outcome Collective::Arrive(uint64_t iteration, uint32_t rank, uint64
     step.version = version;
     step.members = members;
     step.first_rank = rank;
-  } else if (step.version != version || step.members != members) {
+  } else if (step.members == members && step.version != version) {
+    if (++version_splits_ <= kPrintedViolations) {
+      std::cerr << "straggler-sim: iteration " << iteration << ": rank " << rank
+                << " used membership v" << version << ", rank " << step.first_rank << " v"
+                << step.version << ", both " << RankList(members) << '\n';
+    }
+  } else if (step.members != members) {
     const uint64_t n = ++violations_;
     if (n <= kPrintedViolations) {
       std::cerr << "straggler-sim: AGREEMENT VIOLATION at iteration " << iteration << ": rank "

@@ -52,7 +52,15 @@ class Collective {
   bool aborted() const { return aborted_.load(); }
   std::string abort_reason() const;
 
+  // Ranks that arrived at one step with different active sets: a real
+  // partial all-reduce would fail there (or mix gradients).
   uint64_t agreement_violations() const { return violations_.load(); }
+  // Ranks that arrived at one step with the same active set under different
+  // membership versions: harmless to the collective (the same members reuse
+  // their communicator), and what a rank that was still disconnected after a
+  // daemon restart does while the connected ones take up the new daemon's
+  // first version (same excluded set, README "Membership switch rule").
+  uint64_t version_splits() const { return version_splits_.load(); }
   uint64_t timeouts() const { return timeouts_.load(); }
   // Sum over completed steps of the slowest member's planned compute time:
   // the job time a synchronous job would take if nothing but compute cost
@@ -81,6 +89,7 @@ class Collective {
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;  // guarded by mu_
   std::atomic<uint64_t> violations_{0};
+  std::atomic<uint64_t> version_splits_{0};
   std::atomic<uint64_t> timeouts_{0};
   std::chrono::steady_clock::time_point finished_at_;  // guarded by mu_
   double critical_path_seconds_ = 0;  // guarded by mu_

@@ -137,8 +137,10 @@ class Client {
   // The membership in force at `iteration` for `rank` (default: first rank),
   // by the switch rule: the newest version whose effective_iteration <=
   // iteration. Certain once the daemon has processed this rank's report of
-  // iteration + 1 - lead (immediately for iteration < lead): waits for that
-  // up to `timeout`; on timeout returns the best known answer with ok = false.
+  // iteration + 1 - lead (immediately for iteration < lead), and at once at
+  // the effective iteration of a held version that readmits `rank` (see
+  // ReadmissionAfter): waits for that up to `timeout`; on timeout returns the
+  // best known answer with ok = false.
   // `rank` must be served by this client (else: best known, ok = false).
   // When a wait has already timed out while the client was disconnected (or
   // its agent said the daemon is unreachable, Stats().upstream_unavailable),
@@ -154,6 +156,18 @@ class Client {
   // registered. CurrentMembership()/MembershipFor() may return a version
   // before its callbacks have run. A callback must not destroy the Client,
   // and whatever it captures must outlive the Client.
+  // For `rank` (default: first rank) excluded at `iteration`: the first
+  // version received after the one in force there that includes it again, or
+  // nullopt (not excluded there, or no such version yet). Its
+  // effective_iteration E is where the rank rejoins, and MembershipFor(E)
+  // is certain for it without waiting for reports near E, so a rank that
+  // fell behind while excluded skips its remaining shadow iterations and
+  // goes straight to E (its parameters come from the group there). Known
+  // limit: a rank already past E (an excluded rank that ran ahead) gets
+  // nullopt.
+  virtual std::optional<MembershipView> ReadmissionAfter(
+      uint64_t iteration, std::optional<uint32_t> rank = std::nullopt) = 0;
+
   using MembershipCallback = std::function<void(const MembershipView&)>;
   virtual void OnMembershipChange(MembershipCallback callback) = 0;
 

@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -66,6 +67,13 @@ struct StepPlan {
   // SyncParameters at this iteration, before its first AllReduceAverage.
   bool sync_parameters = false;
   uint32_t root = 0;                 // lowest active rank: the source of SyncParameters
+  // Set when this rank is not participating and a version that readmits it
+  // is known (Client::ReadmissionAfter): the iteration at which it rejoins.
+  // A rank that fell behind while excluded should skip its remaining shadow
+  // iterations and call BeginIteration(*rejoin_iteration) next: that plan is
+  // certain at once and synchronises the group's parameters to it, so the
+  // group does not wait at the rejoin for the rank to work through them.
+  std::optional<uint64_t> rejoin_iteration;
 };
 
 struct AllReduceResult {

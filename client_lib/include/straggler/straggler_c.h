@@ -37,6 +37,8 @@ extern "C" {
  * list did not fit in the caller's buffer (count says how many there are). */
 #define STRAGGLER_INCOMPLETE 1
 #define STRAGGLER_EINVAL (-1)
+/* straggler_readmission_after: no version readmitting the rank is known. */
+#define STRAGGLER_NONE 2
 
 typedef struct straggler_client straggler_client_t;
 
@@ -90,6 +92,11 @@ typedef struct straggler_stats {
   uint64_t reconnects;
   int connected;                   /* 1 while a stream to the daemon is up */
   char last_rejection[STRAGGLER_LAST_REJECTION_MAX];  /* NUL-terminated, may be truncated */
+  /* Fields below were appended later; only straggler_stats_sized fills them
+   * (straggler_stats writes the fields above only, so a program built
+   * against the shorter struct keeps working with a newer library). */
+  int upstream_unavailable;        /* 1 while the straggler-agent this client talks to says
+                                      its stream to the daemon is down; 0 with no agent */
 } straggler_stats_t;
 
 /* Fills `options` with the defaults. */
@@ -129,6 +136,16 @@ int straggler_report_ex(straggler_client_t* client, uint32_t rank, uint64_t epoc
 int straggler_membership_for(straggler_client_t* client, uint64_t iteration, uint32_t timeout_ms,
                              uint32_t rank, straggler_membership_t* out);
 
+/* For `rank` excluded at `iteration`: the first version received after the
+ * one in force there that includes it again (Client::ReadmissionAfter). Its
+ * effective_iteration is where the rank rejoins, and straggler_membership_for
+ * is certain there at once for it, so a rank that fell behind while excluded
+ * can skip straight to it. Returns as straggler_membership_for, or
+ * STRAGGLER_NONE (out untouched) when `rank` is not excluded at `iteration`
+ * or no version readmitting it has been received yet. */
+int straggler_readmission_after(straggler_client_t* client, uint64_t iteration, uint32_t rank,
+                                straggler_membership_t* out);
+
 /* The newest membership received (lock-free). Returns as
  * straggler_membership_for. */
 int straggler_current_membership(const straggler_client_t* client, straggler_membership_t* out);
@@ -149,8 +166,15 @@ int straggler_on_membership_change(straggler_client_t* client, straggler_members
  * acknowledged. 0 when all were, STRAGGLER_INCOMPLETE on timeout. */
 int straggler_flush(straggler_client_t* client, uint32_t timeout_ms);
 
-/* Copies the client's counters into *out. */
+/* Copies the client's counters into *out: the fields up to last_rejection. */
 int straggler_stats(const straggler_client_t* client, straggler_stats_t* out);
+
+/* Copies every field of straggler_stats_t that lies entirely within the
+ * first `size` bytes of *out; pass sizeof(straggler_stats_t). Fields beyond
+ * `size` (appended in a later version than the caller was built with) are
+ * not touched. STRAGGLER_EINVAL for a NULL client or out, or a size smaller
+ * than the fields straggler_stats fills. */
+int straggler_stats_sized(const straggler_client_t* client, straggler_stats_t* out, size_t size);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -49,6 +49,10 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, std::chrono::mill
       break;
     }
   }
+  if (!plan.participating) {
+    if (std::optional<MembershipView> back = client.ReadmissionAfter(iteration, rank_))
+      plan.rejoin_iteration = back->effective_iteration;
+  }
   decided_ = std::move(m);
   return plan;
 }

@@ -274,12 +274,25 @@ class JobEngine {
   // included (as a new, higher version).
   void Reset(Time now);
 
-  // A client already holds membership `version` (from an earlier daemon
-  // incarnation), in force from `effective_iteration`. When that is not below
-  // the newest version here, publishes a new version above it (same excluded
-  // set) taking effect after `effective_iteration`, so versions keep growing
-  // across daemon restarts and clients do not ignore this daemon's versions.
-  void AdoptVersionFloor(uint64_t version, uint64_t effective_iteration, Time now);
+  // A client already holds membership `held` (from an earlier daemon
+  // incarnation; version, effective_iteration and excluded are read). When
+  // that is not below the newest version here, publishes a new version above
+  // it taking effect after held.effective_iteration (and after what
+  // NoteReportedIteration said), so versions keep growing across daemon
+  // restarts and clients do not ignore this daemon's versions. Its excluded
+  // set: this engine's newest one, or, while the engine has published
+  // nothing (version 0: a restart without a state database), held.excluded,
+  // taken over as RestoreMembership takes a stored set - the set the ranks
+  // apply, so a rank that switches to the new version at another moment than
+  // its peers still agrees with them on who takes part.
+  void AdoptVersionFloor(const Membership& held, Time now);
+
+  // A stream's hello says its ranks have reported up to `iteration`. Every
+  // version published from now on takes effect after iteration + 1 + lead: a
+  // rank not heard from yet may be one step further (ranks of a synchronous
+  // job are at most one step apart) and hold certainty from an earlier
+  // daemon up to lead iterations beyond that. Call before AdoptVersionFloor.
+  void NoteReportedIteration(uint64_t iteration);
 
   // A daemon restarting from its state database: `m` is the newest version
   // an earlier daemon published, `overrides` the operators' rank overrides.
