@@ -4,23 +4,17 @@
 // accepted config is usable (policy lookup, validation).
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include "absl/strings/string_view.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "config.h"
+#include "require.h"
 
 namespace sd = straggler::daemon;
 
 namespace {
 
-void Require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_config: invariant broken: %s\n", what);
-    std::abort();
-  }
-}
+void Require(bool ok, const char* what) { straggler::fuzz::Require(ok, "fuzz_config", what); }
 
 }  // namespace
 

@@ -6,11 +6,10 @@
 // A crash, sanitizer finding or broken invariant below is a bug.
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstdio>
 
 #include <google/protobuf/stubs/logging.h>
 
+#include "require.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
 #include "validate.h"
@@ -24,12 +23,7 @@ namespace {
 // Larger jobs are valid but only cost the fuzzer time per input.
 constexpr uint32_t kMaxRanks = 256;
 
-void Require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_ingest: invariant broken: %s\n", what);
-    std::abort();
-  }
-}
+void Require(bool ok, const char* what) { straggler::fuzz::Require(ok, "fuzz_ingest", what); }
 
 }  // namespace
 

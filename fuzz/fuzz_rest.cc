@@ -5,23 +5,17 @@
 // an error with an HTTP status and a message, never a crash.
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include "absl/strings/string_view.h"
 #include <variant>
 
+#include "absl/strings/string_view.h"
+#include "require.h"
 #include "rest_route.h"
 
 namespace sd = straggler::daemon;
 
 namespace {
 
-void Require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_rest: invariant broken: %s\n", what);
-    std::abort();
-  }
-}
+void Require(bool ok, const char* what) { straggler::fuzz::Require(ok, "fuzz_rest", what); }
 
 }  // namespace
 
