@@ -19,7 +19,8 @@
 // parameter parsing are rest_route.h's; this file serves what it decides.
 //
 // Requests are served by http.threads worker threads; the listener runs on a
-// thread of its own. Thread-safe: Start and Stop once each, from one thread;
+// thread of its own. A request must arrive, and its response be taken,
+// within http.read/write_timeout_seconds (http_deadline.h). Thread-safe: Start and Stop once each, from one thread;
 // SetPhase from any thread.
 #pragma once
 
