@@ -18,6 +18,9 @@ PACKAGES=(
   # libraries
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
   nlohmann-json3-dev libsqlite3-dev
+  # the libFuzzer targets (fuzz/, scripts/fuzz.sh, ctest fuzz:smoke): clang
+  # and its runtime libraries (libFuzzer, ASan, UBSan)
+  clang-14 libclang-rt-14-dev
   # tests and benchmarks; prometheus ships /usr/bin/prometheus and promtool for
   # the observability tests, which start their own server (never the service)
   catch2 libbenchmark-dev prometheus

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "convert.h"
+#include "validate.h"
 #include "spdlog/spdlog.h"
 
 namespace straggler::daemon::api {
@@ -17,6 +18,10 @@ absl::Status CheckRank(const Job& job, uint32_t rank) {
   return absl::NotFoundError(absl::StrCat("rank ", rank, " not found: job '", job.id,
                                           "' has world_size ", job.world_size));
 }
+
+// A job id no hello could have created is the caller's error, named, not
+// NOT_FOUND.
+absl::Status CheckJobId(const std::string& job_id) { return ValidateJobId("job_id", job_id); }
 
 // A status from a Read/Mutate whose callback may have failed on its own.
 absl::Status Either(const absl::Status& outer, const absl::Status& inner) {
@@ -37,6 +42,7 @@ absl::StatusOr<v1::ListJobsResponse> ListJobs(const JobRegistry& registry,
 }
 
 absl::StatusOr<v1::Job> GetJob(const JobRegistry& registry, const v1::GetJobRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Job response;
   absl::Status s = registry.Read(request.job_id(), [&](const Job& job) { ToProto(job, &response); });
   if (!s.ok()) return s;
@@ -45,6 +51,7 @@ absl::StatusOr<v1::Job> GetJob(const JobRegistry& registry, const v1::GetJobRequ
 
 absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const JobRegistry& registry,
                                                     const v1::ListWorkersRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::ListWorkersResponse response;
   absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
     // O(world_size) here: one engine::Worker lookup and an O(1) copy per rank.
@@ -59,6 +66,7 @@ absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const JobRegistry& registry,
 
 absl::StatusOr<v1::Worker> GetWorker(const JobRegistry& registry,
                                      const v1::GetWorkerRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Worker response;
   absl::Status in_range;
   absl::Status found = registry.Read(request.job_id(), [&](const Job& job) {
@@ -71,6 +79,7 @@ absl::StatusOr<v1::Worker> GetWorker(const JobRegistry& registry,
 
 absl::StatusOr<v1::Membership> GetMembership(const JobRegistry& registry,
                                              const v1::GetMembershipRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Membership response;
   absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
     ToProto(job.engine.membership(), job, &response);
@@ -81,6 +90,9 @@ absl::StatusOr<v1::Membership> GetMembership(const JobRegistry& registry,
 
 absl::StatusOr<v1::ListEventsResponse> ListEvents(const JobRegistry& registry,
                                                   const v1::ListEventsRequest& request) {
+  if (!request.job_id().empty()) {  // "" = every job
+    if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  }
   EventQuery query;
   query.job_id = request.job_id();
   if (request.has_since_time()) query.since_time = FromProto(request.since_time());
@@ -95,6 +107,7 @@ absl::StatusOr<v1::ListEventsResponse> ListEvents(const JobRegistry& registry,
 
 absl::StatusOr<v1::ExportReportsResponse> ExportReports(
     const JobRegistry& registry, const v1::ExportReportsRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   const uint64_t since = request.since_iteration();
   std::vector<RecentReport> kept;
   uint64_t dropped = 0;
@@ -135,6 +148,7 @@ absl::StatusOr<v1::ExportReportsResponse> ExportReports(
 
 absl::StatusOr<v1::Job> SetPolicy(JobRegistry& registry, const v1::SetPolicyRequest& request,
                                   std::string_view caller) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Job response;
   absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
     auto merged = MergePolicy(request.policy(), job.engine.policy());
@@ -155,7 +169,9 @@ absl::StatusOr<v1::Job> SetPolicy(JobRegistry& registry, const v1::SetPolicyRequ
 absl::StatusOr<v1::Membership> SetRankOverride(JobRegistry& registry,
                                                const v1::SetRankOverrideRequest& request,
                                                std::string_view caller) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Membership response;
+  if (absl::Status s = ValidateReason(request.reason()); !s.ok()) return s;
   absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
     if (absl::Status s = CheckRank(job, request.rank()); !s.ok()) return s;
     auto override = FromProto(request.override());
@@ -182,6 +198,7 @@ absl::StatusOr<v1::Membership> SetRankOverride(JobRegistry& registry,
 
 absl::StatusOr<v1::Job> ResetJob(JobRegistry& registry, const v1::ResetJobRequest& request,
                                  std::string_view caller) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Job response;
   absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
     job.engine.Reset(now);

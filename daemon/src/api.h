@@ -7,7 +7,8 @@
 //   // NOT_FOUND "job 'x' not found" / "rank 9 not found: job 'x' has world_size 8"
 //
 // Errors: NOT_FOUND for an unknown job or a rank >= world_size,
-// INVALID_ARGUMENT naming the value for a bad policy or override.
+// INVALID_ARGUMENT naming the value for a job id no job can have
+// (ValidateJobId), a bad policy, override or override reason.
 // `caller` (the gRPC peer, or "http 127.0.0.1:PORT") is logged with every
 // admin change.
 //

@@ -105,14 +105,27 @@ class Parser : public ConfigReader {
       if (key == "events_retained") target = &limits.events_retained;
       if (key == "job_idle_ttl_seconds") target = &limits.job_idle_ttl_seconds;
       if (key == "recent_reports_per_job") target = &limits.recent_reports_per_job;
+      if (key == "max_streams") target = &limits.max_streams;
+      if (key == "stream_reports_per_second") target = &limits.stream_reports_per_second;
+      if (key == "stream_reports_burst") target = &limits.stream_reports_burst;
+      if (key == "max_message_bytes") target = &limits.max_message_bytes;
       if (target == nullptr) {
         return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in limits"));
       }
       const std::string qualified = absl::StrCat("limits.", key);
       auto v = Uint(kv.second, qualified);
       if (!v.ok()) return v.status();
-      // recent_reports_per_job=0: keep no reports (ExportReports returns none).
-      if (*v == 0 && key != "recent_reports_per_job") return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      // recent_reports_per_job=0: keep no reports (ExportReports returns none);
+      // stream_reports_per_second=0: no rate limit.
+      if (*v == 0 && key != "recent_reports_per_job" && key != "stream_reports_per_second") {
+        return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      }
+      // Below this not even a hello with a few ranks fits.
+      constexpr uint32_t kMinMessageBytes = 4096;
+      if (key == "max_message_bytes" && *v < kMinMessageBytes) {
+        return Error(kv.second.Mark(),
+                     absl::StrCat(qualified, "=", *v, " must be >= ", kMinMessageBytes));
+      }
       *target = *v;
     }
     return absl::OkStatus();

@@ -39,6 +39,17 @@ struct Limits {
   // Accepted reports kept per job for ExportReports (a ring, ~24 bytes each,
   // filled on use); 0 keeps none. A change applies to jobs created after it.
   uint32_t recent_reports_per_job = 65536;
+  // Ingest streams open at once, all jobs; one more is refused with
+  // RESOURCE_EXHAUSTED (needs a restart to change, like the two below).
+  uint32_t max_streams = 65536;
+  // Reports per second one stream may send (a token bucket holding up to
+  // stream_reports_burst); reports beyond it are rejected as rate_limited.
+  // 0 = no limit.
+  uint32_t stream_reports_per_second = 20000;
+  uint32_t stream_reports_burst = 100000;
+  // Largest gRPC message the daemon accepts (any service); a larger one ends
+  // its call with RESOURCE_EXHAUSTED.
+  uint32_t max_message_bytes = 4194304;
 };
 
 // The /metrics exposition (reloadable).
@@ -50,8 +61,11 @@ struct MetricsConfig {
 // The HTTP server on http_address (a change needs a restart).
 struct HttpConfig {
   uint32_t threads = 4;                 // worker threads serving requests
-  uint32_t read_timeout_seconds = 5;    // per read of a request
-  uint32_t write_timeout_seconds = 5;   // per write of a response
+  // A request must arrive whole within read_timeout_seconds of its first
+  // byte, its response be taken within write_timeout_seconds, or the
+  // connection is closed (http_deadline.h): slow clients cannot hold workers.
+  uint32_t read_timeout_seconds = 5;
+  uint32_t write_timeout_seconds = 5;
   uint32_t max_body_bytes = 1048576;    // larger request bodies: 413
   // Keep-alive: a connection serves at most this many requests and is closed
   // after this long idle. A shutdown waits for idle connections to time out

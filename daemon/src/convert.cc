@@ -20,14 +20,6 @@ void ToProto(engine::Time t, google::protobuf::Timestamp* out) {
   out->set_nanos(static_cast<int32_t>(nanos));
 }
 
-engine::Time FromProto(const google::protobuf::Timestamp& t) {
-  // engine::Time (int64 ns) spans the years 1678..2262: saturate outside.
-  constexpr int64_t kMaxSeconds = std::numeric_limits<int64_t>::max() / 1'000'000'000 - 1;
-  if (t.seconds() > kMaxSeconds) return engine::Time::max();
-  if (t.seconds() < -kMaxSeconds) return engine::Time::min();
-  return engine::Time(t.seconds() * 1'000'000'000 + t.nanos());
-}
-
 v1::WorkerState ToProto(engine::WorkerState s) {
   switch (s) {
     case engine::WorkerState::kPending: return v1::WORKER_STATE_PENDING;
@@ -36,16 +28,6 @@ v1::WorkerState ToProto(engine::WorkerState s) {
     case engine::WorkerState::kUnresponsive: return v1::WORKER_STATE_UNRESPONSIVE;
   }
   return v1::WORKER_STATE_UNSPECIFIED;
-}
-
-engine::ExclusionReason FromProto(v1::ExclusionReason r) {
-  switch (r) {
-    case v1::EXCLUSION_REASON_STRAGGLER: return engine::ExclusionReason::kStraggler;
-    case v1::EXCLUSION_REASON_UNRESPONSIVE: return engine::ExclusionReason::kUnresponsive;
-    case v1::EXCLUSION_REASON_FORCED: return engine::ExclusionReason::kForced;
-    case v1::EXCLUSION_REASON_PROBATION_END: return engine::ExclusionReason::kProbationEnd;
-    default: return engine::ExclusionReason::kNone;
-  }
 }
 
 v1::ExclusionReason ToProto(engine::ExclusionReason r) {
@@ -106,29 +88,6 @@ v1::LikelyCause ToProto(LikelyCause c) {
   return v1::LIKELY_CAUSE_UNSPECIFIED;
 }
 
-absl::Status ValidateTelemetry(const v1::GpuTelemetry& t) {
-  auto check = [&](bool has, double v, const char* name, double max) -> absl::Status {
-    if (has && !(v >= 0 && v <= max)) {  // also NaN
-      return absl::InvalidArgumentError(
-          absl::StrCat("telemetry of gpu ", t.gpu_index(), ": ", name, "=", v,
-                       " is outside [0, ", max, "]"));
-    }
-    return absl::OkStatus();
-  };
-  constexpr double kInf = std::numeric_limits<double>::max();
-  for (absl::Status s : {check(t.has_sm_clock_hertz(), t.sm_clock_hertz(), "sm_clock_hertz", kInf),
-                         check(t.has_max_sm_clock_hertz(), t.max_sm_clock_hertz(), "max_sm_clock_hertz", kInf),
-                         check(t.has_memory_clock_hertz(), t.memory_clock_hertz(), "memory_clock_hertz", kInf),
-                         check(t.has_temperature_celsius(), t.temperature_celsius(), "temperature_celsius", 1000),
-                         check(t.has_power_watts(), t.power_watts(), "power_watts", kInf),
-                         check(t.has_power_limit_watts(), t.power_limit_watts(), "power_limit_watts", kInf),
-                         check(t.has_gpu_utilization(), t.gpu_utilization(), "gpu_utilization", 1),
-                         check(t.has_memory_utilization(), t.memory_utilization(), "memory_utilization", 1)}) {
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
 v1::PolicyKind ToProto(engine::PolicyKind k) {
   switch (k) {
     case engine::PolicyKind::kDynamic: return v1::POLICY_KIND_DYNAMIC;
@@ -144,36 +103,6 @@ v1::RecoveryMode ToProto(engine::RecoveryMode m) {
     case engine::RecoveryMode::kProbation: return v1::RECOVERY_MODE_PROBATION;
   }
   return v1::RECOVERY_MODE_UNSPECIFIED;
-}
-
-engine::Report FromProto(const v1::IterationReport& r) {
-  engine::Report out;
-  out.rank = r.rank();
-  out.epoch = r.epoch();
-  out.iteration = r.iteration();
-  out.compute_seconds = r.compute_seconds();
-  if (r.has_step_seconds()) out.step_seconds = r.step_seconds();
-  if (r.has_collective_wait_seconds()) out.collective_wait_seconds = r.collective_wait_seconds();
-  if (r.has_start_time()) out.start_time = FromProto(r.start_time());
-  return out;
-}
-
-StreamHello FromProto(const v1::StreamHello& h) {
-  StreamHello out;
-  out.job_id = h.job_id();
-  out.node = h.node();
-  out.ranks.assign(h.ranks().begin(), h.ranks().end());
-  out.world_size = h.world_size();
-  out.iterations_per_epoch = h.iterations_per_epoch();
-  out.known_membership_version = h.known_membership_version();
-  out.known_effective_iteration = h.known_effective_iteration();
-  out.known_incarnation = h.known_incarnation();
-  for (const v1::ExcludedRank& e : h.known_excluded()) {
-    out.known_excluded.push_back(
-        {e.rank(), FromProto(e.reason()), e.detail(), e.since_iteration()});
-  }
-  if (h.has_reported_iteration()) out.reported_iteration = h.reported_iteration();
-  return out;
 }
 
 void ToProto(const engine::Membership& m, const Job& job, v1::Membership* out) {

@@ -16,31 +16,25 @@
 #include "job_registry.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
+#include "validate.h"
 
 namespace straggler::daemon {
 
 namespace v1 = ::straggler::v1;
 
 void ToProto(engine::Time t, google::protobuf::Timestamp* out);
-engine::Time FromProto(const google::protobuf::Timestamp& t);  // saturates past 2262
 
 v1::WorkerState ToProto(engine::WorkerState s);
 v1::ExclusionReason ToProto(engine::ExclusionReason r);
-engine::ExclusionReason FromProto(v1::ExclusionReason r);
 v1::RankOverride ToProto(engine::RankOverride o);
 v1::EventKind ToProto(engine::EventKind k);
 v1::PolicyKind ToProto(engine::PolicyKind k);
 v1::RecoveryMode ToProto(engine::RecoveryMode m);
 v1::LikelyCause ToProto(LikelyCause c);
-// INVALID_ARGUMENT naming the field and value when a measured value is
-// negative, NaN, or a utilisation above 1 (a broken sender; the sample is
-// dropped, nothing else of the batch).
-absl::Status ValidateTelemetry(const v1::GpuTelemetry& t);
 // RANK_OVERRIDE_UNSPECIFIED is not an instruction: INVALID_ARGUMENT.
 absl::StatusOr<engine::RankOverride> FromProto(v1::RankOverride o);
 
-engine::Report FromProto(const v1::IterationReport& r);
-StreamHello FromProto(const v1::StreamHello& h);
+// FromProto of Timestamp, IterationReport and StreamHello: validate.h.
 
 // `job` supplies the id and the daemon incarnation stamped on the version.
 void ToProto(const engine::Membership& m, const Job& job, v1::Membership* out);

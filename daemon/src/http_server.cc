@@ -9,22 +9,20 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
-#include <map>
+#include <variant>
 #include <vector>
 
-#include <google/protobuf/empty.pb.h>
-#include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
-#include <google/protobuf/util/time_util.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "api.h"
+#include "http_deadline.h"
 #include "job_registry.h"
 #include "metrics.h"
+#include "rest_route.h"
 #include "spdlog/spdlog.h"
 #include "stats.h"
 
@@ -33,53 +31,6 @@
 #endif
 
 namespace straggler::daemon {
-
-int HttpStatusFor(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kOk: return 200;
-    case absl::StatusCode::kCancelled: return 499;  // client closed request
-    case absl::StatusCode::kUnknown: return 500;
-    case absl::StatusCode::kInvalidArgument: return 400;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kAlreadyExists: return 409;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kFailedPrecondition: return 400;
-    case absl::StatusCode::kAborted: return 409;
-    case absl::StatusCode::kOutOfRange: return 400;
-    case absl::StatusCode::kUnimplemented: return 501;
-    case absl::StatusCode::kInternal: return 500;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kDataLoss: return 500;
-    case absl::StatusCode::kUnauthenticated: return 401;
-    default: return 500;
-  }
-}
-
-std::optional<std::string> DecodePathSegment(absl::string_view segment) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(segment.size());
-  for (size_t i = 0; i < segment.size(); ++i) {
-    if (segment[i] != '%') {
-      out += segment[i];
-      continue;
-    }
-    if (i + 2 >= segment.size()) return std::nullopt;
-    const int hi = hex(segment[i + 1]), lo = hex(segment[i + 2]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
-}
-
 namespace {
 
 namespace v1 = ::straggler::v1;
@@ -142,213 +93,26 @@ void SendResult(httplib::Response& res, const absl::StatusOr<Msg>& result) {
 }
 
 // protobuf's JSON parser messages, made to name what was wrong.
-absl::Status ParseJsonBody(const std::string& body, google::protobuf::Message* msg,
-                           absl::string_view what) {
-  if (absl::StripAsciiWhitespace(body).empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body must be a ", what, " JSON object; it is empty"));
-  }
-  pbu::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
-  auto s = pbu::JsonStringToMessage(body, msg, options);
-  if (s.ok()) return absl::OkStatus();
-  std::string detail(s.message().data(), s.message().size());
-  constexpr absl::string_view kUnknown = ": Cannot find field.";
-  if (absl::EndsWith(detail, kUnknown)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown field '", detail.substr(0, detail.size() - kUnknown.size()),
-                     "' in the ", what, " JSON body"));
-  }
-  std::replace(detail.begin(), detail.end(), '\n', ' ');
-  absl::string_view text = absl::StripAsciiWhitespace(detail);
-  if (absl::StartsWith(text, ": ")) text.remove_prefix(2);  // "Root element must be a message."
-  return absl::InvalidArgumentError(
-      absl::StrCat("the request body is not valid ", what, " JSON: ", text));
-}
-
-absl::StatusOr<uint32_t> ParseRank(absl::string_view text) {
-  const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-    return c >= '0' && c <= '9';
-  });
-  if (!digits) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank '", text, "' is not a non-negative integer"));
-  }
-  uint64_t v = 0;
-  auto r = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (r.ec != std::errc() || v > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank '", text, "' is out of range (at most ",
-                                                   std::numeric_limits<uint32_t>::max(), ")"));
-  }
-  return static_cast<uint32_t>(v);
-}
-
-absl::StatusOr<uint64_t> ParseUint(absl::string_view name, absl::string_view text, uint64_t max) {
-  uint64_t v = 0;
-  const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-    return c >= '0' && c <= '9';
-  });
-  auto r = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (!digits || r.ec != std::errc() || v > max) {
-    return absl::InvalidArgumentError(absl::StrCat("query parameter ", name, "='", text,
-                                                   "' is not an integer from 0 to ", max));
-  }
-  return v;
-}
-
-// The rank override of a PUT .../override body: the enum name, or a short
-// lowercase alias.
-absl::StatusOr<v1::RankOverride> ParseOverride(absl::string_view text) {
-  v1::RankOverride o = v1::RANK_OVERRIDE_UNSPECIFIED;
-  if (text == "none") return v1::RANK_OVERRIDE_NONE;
-  if (text == "force_include") return v1::RANK_OVERRIDE_FORCE_INCLUDE;
-  if (text == "force_exclude") return v1::RANK_OVERRIDE_FORCE_EXCLUDE;
-  if (v1::RankOverride_Parse(std::string(text), &o) && o != v1::RANK_OVERRIDE_UNSPECIFIED) {
-    return o;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "override '", text,
-      "' is not one of none, force_include, force_exclude (or RANK_OVERRIDE_NONE, "
-      "RANK_OVERRIDE_FORCE_INCLUDE, RANK_OVERRIDE_FORCE_EXCLUDE)"));
-}
-
-enum class RouteId {
-  kMetrics,
-  kHealthz,
-  kReadyz,
-  kJobs,
-  kJob,
-  kWorkers,
-  kWorker,
-  kOverride,
-  kMembership,
-  kJobEvents,
-  kEvents,
-  kPolicy,
-  kReset,
-  kReports,
-};
-
-struct Route {
-  std::vector<absl::string_view> pattern;  // "{job}", "{rank}" or a literal segment
-  absl::string_view method;
-  RouteId id;
-};
-
-const std::vector<Route>& Routes() {
-  static const std::vector<Route> routes = {
-      {{"metrics"}, "GET", RouteId::kMetrics},
-      {{"healthz"}, "GET", RouteId::kHealthz},
-      {{"readyz"}, "GET", RouteId::kReadyz},
-      {{"v1", "jobs"}, "GET", RouteId::kJobs},
-      {{"v1", "events"}, "GET", RouteId::kEvents},
-      {{"v1", "jobs", "{job}"}, "GET", RouteId::kJob},
-      {{"v1", "jobs", "{job}", "workers"}, "GET", RouteId::kWorkers},
-      {{"v1", "jobs", "{job}", "workers", "{rank}"}, "GET", RouteId::kWorker},
-      {{"v1", "jobs", "{job}", "workers", "{rank}", "override"}, "PUT", RouteId::kOverride},
-      {{"v1", "jobs", "{job}", "membership"}, "GET", RouteId::kMembership},
-      {{"v1", "jobs", "{job}", "events"}, "GET", RouteId::kJobEvents},
-      {{"v1", "jobs", "{job}", "policy"}, "PUT", RouteId::kPolicy},
-      {{"v1", "jobs", "{job}", "reset"}, "POST", RouteId::kReset},
-      {{"v1", "jobs", "{job}", "reports"}, "GET", RouteId::kReports},
-  };
-  return routes;
-}
-
-bool Matches(const Route& route, const std::vector<std::string>& segments) {
-  if (route.pattern.size() != segments.size()) return false;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    const absl::string_view p = route.pattern[i];
-    if (p.front() == '{') {
-      if (segments[i].empty()) return false;
-    } else if (p != segments[i]) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// The query string of the target, decoded ('+' is a space). httplib's
-// req.params also holds the fields of a form-encoded body (`curl -d` sends
-// one), which are not query parameters.
-using Query = std::multimap<std::string, std::string>;
-
-absl::StatusOr<Query> ParseQuery(absl::string_view target) {
-  Query query;
-  const size_t mark = target.find('?');
-  if (mark == absl::string_view::npos) return query;
-  for (absl::string_view part : absl::StrSplit(target.substr(mark + 1), '&')) {
-    if (part.empty()) continue;
-    const size_t eq = part.find('=');
-    std::string name(part.substr(0, eq));
-    std::string value(eq == absl::string_view::npos ? absl::string_view() : part.substr(eq + 1));
-    std::replace(name.begin(), name.end(), '+', ' ');
-    std::replace(value.begin(), value.end(), '+', ' ');
-    auto n = DecodePathSegment(name);
-    auto v = DecodePathSegment(value);
-    if (!n || !v) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad percent-encoding in the query string of ", target));
-    }
-    query.emplace(*std::move(n), *std::move(v));
-  }
-  return query;
-}
-
-std::string Param(const Query& query, const std::string& name) {
-  auto it = query.find(name);
-  return it == query.end() ? std::string() : it->second;
-}
-
-// Query parameters a route accepts; any other is a 400 (typos do not pass
-// silently). /metrics, /healthz and /readyz ignore theirs.
-absl::Status CheckParams(const Query& query, std::vector<absl::string_view> allowed) {
-  for (const auto& [name, value] : query) {
-    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown query parameter '", name, "'",
-          allowed.empty() ? std::string(" (this endpoint takes none)")
-                          : absl::StrCat(" (this endpoint takes ", absl::StrJoin(allowed, ", "),
-                                         ")")));
-    }
-    if (query.count(name) > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("query parameter '", name, "' given more than once"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// ?since=SEQ&since_time=RFC3339&limit=N into a ListEventsRequest.
-absl::Status EventsQuery(const Query& query, v1::ListEventsRequest& out) {
-  if (absl::Status s = CheckParams(query, {"since", "since_time", "limit"}); !s.ok()) return s;
-  if (query.count("since")) {
-    auto v = ParseUint("since", Param(query, "since"), std::numeric_limits<uint64_t>::max());
-    if (!v.ok()) return v.status();
-    out.set_since_sequence(*v);
-  }
-  if (query.count("limit")) {
-    auto v = ParseUint("limit", Param(query, "limit"), JobRegistry::kMaxEventLimit);
-    if (!v.ok()) return v.status();
-    out.set_limit(static_cast<uint32_t>(*v));
-  }
-  if (query.count("since_time")) {
-    // A '+' of an unencoded UTC offset arrives as a space (form encoding):
-    // no RFC 3339 time has a space, so put it back.
-    std::string text = Param(query, "since_time");
-    std::replace(text.begin(), text.end(), ' ', '+');
-    if (!google::protobuf::util::TimeUtil::FromString(text, out.mutable_since_time())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("query parameter since_time='", text,
-                       "' is not an RFC 3339 time (e.g. 2024-05-01T12:00:00Z)"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 std::string Caller(const httplib::Request& req) {
   return absl::StrCat("http ", req.remote_addr, ":", req.remote_port);
 }
+
+// One api:: call per RestCall alternative (std::visit in Handle).
+using Reg = JobRegistry;
+using Who = const std::string&;  // the caller, for the admin log
+auto Call(Reg& r, const v1::ListJobsRequest& q, Who) { return api::ListJobs(r, q); }
+auto Call(Reg& r, const v1::GetJobRequest& q, Who) { return api::GetJob(r, q); }
+auto Call(Reg& r, const v1::ListWorkersRequest& q, Who) { return api::ListWorkers(r, q); }
+auto Call(Reg& r, const v1::GetWorkerRequest& q, Who) { return api::GetWorker(r, q); }
+auto Call(Reg& r, const v1::GetMembershipRequest& q, Who) { return api::GetMembership(r, q); }
+auto Call(Reg& r, const v1::ListEventsRequest& q, Who) { return api::ListEvents(r, q); }
+auto Call(Reg& r, const v1::ExportReportsRequest& q, Who) { return api::ExportReports(r, q); }
+auto Call(Reg& r, const v1::SetPolicyRequest& q, Who c) { return api::SetPolicy(r, q, c); }
+auto Call(Reg& r, const v1::SetRankOverrideRequest& q, Who c) {
+  return api::SetRankOverride(r, q, c);
+}
+auto Call(Reg& r, const v1::ResetJobRequest& q, Who c) { return api::ResetJob(r, q, c); }
 
 std::string HostOf(const std::string& address) {
   const size_t colon = address.rfind(':');
@@ -379,7 +143,8 @@ absl::Status HttpServer::Start(const DaemonConfig& config) {
     host = host.substr(1, host.size() - 2);  // [::] -> ::
   }
 
-  server_ = std::make_unique<httplib::Server>();
+  // Per-request deadlines, so slow clients cannot hold every worker.
+  server_ = MakeDeadlineServer(stats_);
   const size_t threads = http.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_read_timeout(http.read_timeout_seconds, 0);
@@ -446,6 +211,10 @@ absl::Status HttpServer::Start(const DaemonConfig& config) {
     }
     return httplib::Server::HandlerResponse::Handled;
   }));
+  // After every answer, httplib's own errors included.
+  server_->set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    stats_.CountHttpStatus(res.status);
+  });
   server_->set_exception_handler(
       [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown exception";
@@ -503,50 +272,15 @@ std::string HttpServer::dial_address() const {
 }
 
 void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
-  // Routing on the raw target, segment by segment, so that an encoded '/'
-  // (%2F) inside a job id stays inside it.
-  absl::string_view target = req.target;
-  target = target.substr(0, target.find('?'));
-  if (target.empty() || target.front() != '/') {
-    return SendError(res, 404, "NOT_FOUND", absl::StrCat("no such path: ", target));
+  auto matched = MatchRoute(req.method, req.target);
+  if (const RestError* e = std::get_if<RestError>(&matched)) {
+    if (!e->allow.empty()) res.set_header("Allow", e->allow);
+    return SendError(res, e->http_status, e->code, e->message);
   }
-  std::vector<std::string> segments;
-  for (absl::string_view rest = target.substr(1);;) {
-    const size_t slash = rest.find('/');
-    auto decoded = DecodePathSegment(rest.substr(0, slash));
-    if (!decoded) {
-      return SendError(res, 400, "INVALID_ARGUMENT",
-                       absl::StrCat("bad percent-encoding in path ", target));
-    }
-    segments.push_back(*std::move(decoded));
-    if (slash == absl::string_view::npos) break;
-    rest = rest.substr(slash + 1);
-  }
-
-  const absl::string_view method = req.method == "HEAD" ? "GET" : absl::string_view(req.method);
-  const Route* route = nullptr;
-  std::vector<std::string> allow;
-  for (const Route& r : Routes()) {
-    if (!Matches(r, segments)) continue;
-    if (r.method == method) {
-      route = &r;
-      break;
-    }
-    allow.emplace_back(r.method);
-    if (r.method == "GET") allow.emplace_back("HEAD");
-  }
-  if (route == nullptr) {
-    if (allow.empty()) {
-      return SendError(res, 404, "NOT_FOUND", absl::StrCat("no such path: ", target));
-    }
-    res.set_header("Allow", absl::StrJoin(allow, ", "));
-    return SendError(res, 405, "METHOD_NOT_ALLOWED",
-                     absl::StrCat(req.method, " is not allowed on ", target, " (allowed: ",
-                                  absl::StrJoin(allow, ", "), ")"));
-  }
+  const RouteMatch& route = std::get<RouteMatch>(matched);
 
   const Phase phase = phase_.load();
-  switch (route->id) {
+  switch (route.id) {
     case RouteId::kMetrics: {
       MetricsOptions options;
       options.version = STRAGGLERD_VERSION;
@@ -574,126 +308,11 @@ void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
   if (phase == Phase::kDraining) {
     return SendError(res, 503, "UNAVAILABLE", "stragglerd is shutting down");
   }
-  absl::StatusOr<Query> query = ParseQuery(req.target);
-  if (!query.ok()) return SendStatus(res, query.status());
-  if (route->id == RouteId::kJobEvents || route->id == RouteId::kEvents) {
-    v1::ListEventsRequest request;
-    if (route->id == RouteId::kJobEvents) request.set_job_id(segments[2]);
-    if (absl::Status s = EventsQuery(*query, request); !s.ok()) return SendStatus(res, s);
-    return SendResult(res, api::ListEvents(registry_, request));
-  }
-  if (route->id == RouteId::kReports) {
-    // ?since_iteration=N&limit=N
-    v1::ExportReportsRequest request;
-    request.set_job_id(segments[2]);
-    if (absl::Status s = CheckParams(*query, {"since_iteration", "limit"}); !s.ok()) {
-      return SendStatus(res, s);
-    }
-    if (query->count("since_iteration")) {
-      auto v = ParseUint("since_iteration", Param(*query, "since_iteration"),
-                         std::numeric_limits<uint64_t>::max());
-      if (!v.ok()) return SendStatus(res, v.status());
-      request.set_since_iteration(*v);
-    }
-    if (query->count("limit")) {
-      auto v = ParseUint("limit", Param(*query, "limit"), std::numeric_limits<uint32_t>::max());
-      if (!v.ok()) return SendStatus(res, v.status());
-      request.set_limit(static_cast<uint32_t>(*v));
-    }
-    return SendResult(res, api::ExportReports(registry_, request));
-  }
-  if (absl::Status s = CheckParams(*query, {}); !s.ok()) return SendStatus(res, s);
-  const std::string& job = segments.size() > 2 ? segments[2] : segments[0];
-  absl::StatusOr<uint32_t> rank = 0u;
-  if (route->id == RouteId::kWorker || route->id == RouteId::kOverride) {
-    rank = ParseRank(segments[4]);
-    if (!rank.ok()) return SendStatus(res, rank.status());
-  }
-
-  switch (route->id) {
-    case RouteId::kJobs:
-      return SendResult(res, api::ListJobs(registry_, v1::ListJobsRequest()));
-    case RouteId::kJob: {
-      v1::GetJobRequest request;
-      request.set_job_id(job);
-      return SendResult(res, api::GetJob(registry_, request));
-    }
-    case RouteId::kWorkers: {
-      v1::ListWorkersRequest request;
-      request.set_job_id(job);
-      return SendResult(res, api::ListWorkers(registry_, request));
-    }
-    case RouteId::kWorker: {
-      v1::GetWorkerRequest request;
-      request.set_job_id(job);
-      request.set_rank(*rank);
-      return SendResult(res, api::GetWorker(registry_, request));
-    }
-    case RouteId::kMembership: {
-      v1::GetMembershipRequest request;
-      request.set_job_id(job);
-      return SendResult(res, api::GetMembership(registry_, request));
-    }
-    case RouteId::kPolicy: {
-      v1::SetPolicyRequest request;
-      request.set_job_id(job);
-      if (absl::Status s = ParseJsonBody(req.body, request.mutable_policy(), "PolicyConfig");
-          !s.ok()) {
-        return SendStatus(res, s);
-      }
-      return SendResult(res, api::SetPolicy(registry_, request, Caller(req)));
-    }
-    case RouteId::kOverride: {
-      // {"override": "force_exclude" | "RANK_OVERRIDE_FORCE_EXCLUDE" | ..., "reason": "..."}
-      google::protobuf::Struct body;
-      if (absl::Status s = ParseJsonBody(req.body, &body, "override"); !s.ok()) {
-        return SendStatus(res, s);
-      }
-      v1::SetRankOverrideRequest request;
-      request.set_job_id(job);
-      request.set_rank(*rank);
-      bool has_override = false;
-      for (const auto& [key, value] : body.fields()) {
-        if (key != "override" && key != "reason") {
-          return SendError(res, 400, "INVALID_ARGUMENT",
-                           absl::StrCat("unknown field '", key,
-                                        "' in the override JSON body (fields: override, reason)"));
-        }
-        if (value.kind_case() != google::protobuf::Value::kStringValue) {
-          return SendError(res, 400, "INVALID_ARGUMENT",
-                           absl::StrCat("field '", key, "' of the override body must be a string"));
-        }
-        if (key == "reason") {
-          request.set_reason(value.string_value());
-          continue;
-        }
-        auto o = ParseOverride(value.string_value());
-        if (!o.ok()) return SendStatus(res, o.status());
-        request.set_override(*o);
-        has_override = true;
-      }
-      if (!has_override) {
-        return SendError(res, 400, "INVALID_ARGUMENT",
-                         "the override body needs \"override\": none, force_include or "
-                         "force_exclude");
-      }
-      return SendResult(res, api::SetRankOverride(registry_, request, Caller(req)));
-    }
-    case RouteId::kReset: {
-      // No body, or an empty JSON object.
-      if (!absl::StripAsciiWhitespace(req.body).empty()) {
-        google::protobuf::Empty empty;
-        if (absl::Status s = ParseJsonBody(req.body, &empty, "reset (empty or {})"); !s.ok()) {
-          return SendStatus(res, s);
-        }
-      }
-      v1::ResetJobRequest request;
-      request.set_job_id(job);
-      return SendResult(res, api::ResetJob(registry_, request, Caller(req)));
-    }
-    default:
-      return SendError(res, 500, "INTERNAL", "unrouted path");
-  }
+  absl::StatusOr<RestCall> call = ParseRestCall(route, req.target, req.body);
+  if (!call.ok()) return SendStatus(res, call.status());
+  const std::string caller = Caller(req);
+  std::visit([&](const auto& request) { SendResult(res, Call(registry_, request, caller)); },
+             *call);
 }
 
 }  // namespace straggler::daemon

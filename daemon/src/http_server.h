@@ -15,10 +15,12 @@
 //   PUT  /v1/jobs/{job}/policy  /v1/jobs/{job}/workers/{rank}/override
 //   POST /v1/jobs/{job}/reset
 // Errors are {"code":"NOT_FOUND","message":"job 'x' not found"} with the HTTP
-// status of HttpStatusFor(code); 405 carries an Allow header.
+// status of HttpStatusFor(code); 405 carries an Allow header. Routing and
+// parameter parsing are rest_route.h's; this file serves what it decides.
 //
 // Requests are served by http.threads worker threads; the listener runs on a
-// thread of its own. Thread-safe: Start and Stop once each, from one thread;
+// thread of its own. A request must arrive, and its response be taken,
+// within http.read/write_timeout_seconds (http_deadline.h). Thread-safe: Start and Stop once each, from one thread;
 // SetPhase from any thread.
 #pragma once
 
@@ -31,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "config.h"
+#include "rest_route.h"  // HttpStatusFor, DecodePathSegment
 
 namespace httplib {
 class Server;
@@ -42,14 +45,6 @@ namespace straggler::daemon {
 
 class JobRegistry;
 struct DaemonStats;
-
-// The HTTP status for an absl/gRPC status code (the mapping of grpc-gateway):
-// INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE 400; NOT_FOUND 404;
-// UNAVAILABLE 503; ...; OK 200.
-int HttpStatusFor(absl::StatusCode code);
-
-// Percent-decodes one path segment ('+' stays '+'); nullopt on a bad escape.
-std::optional<std::string> DecodePathSegment(absl::string_view segment);
 
 class HttpServer {
  public:

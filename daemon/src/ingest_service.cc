@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "convert.h"
+#include "rate_limit.h"
 #include "rpc_util.h"
 #include "spdlog/spdlog.h"
 
@@ -21,9 +22,24 @@ class IngestReactor final
       : registry_(registry),
         stats_(stats),
         peer_(std::move(peer)),
-        link_(std::make_shared<ReactorLink<IngestReactor>>(this)) {
-    stats_.active_streams.fetch_add(1, std::memory_order_relaxed);
+        link_(std::make_shared<ReactorLink<IngestReactor>>(this)),
+        limits_(registry.config()->limits),
+        bucket_(limits_.stream_reports_per_second, limits_.stream_reports_burst,
+                std::chrono::steady_clock::now()) {
+    const int64_t open = stats_.active_streams.fetch_add(1, std::memory_order_relaxed) + 1;
     stats_.streams_total.fetch_add(1, std::memory_order_relaxed);
+    if (open > static_cast<int64_t>(limits_.max_streams)) {
+      // Before reading anything: a refused stream costs no parse. OnDone
+      // still runs (and counts the stream out again).
+      stats_.CountRefused(StreamRefuseReason::kTooManyStreams);
+      spdlog::warn("ingest stream from {} refused: {} streams open (limits.max_streams={})", peer_,
+                   open - 1, limits_.max_streams);
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat(open - 1, " ingest streams are open (limits.max_streams=",
+                                       limits_.max_streams, "); retry later")),
+             /*flush=*/false);
+      return;
+    }
     StartRead(&batch_);
   }
 
@@ -36,7 +52,11 @@ class IngestReactor final
     if (!job_) {
       absl::Status s = Hello();
       if (!s.ok()) {
-        stats_.streams_refused.fetch_add(1, std::memory_order_relaxed);
+        stats_.CountRefused(s.code() == absl::StatusCode::kResourceExhausted
+                                ? StreamRefuseReason::kTooManyJobs
+                            : s.code() == absl::StatusCode::kUnavailable
+                                ? StreamRefuseReason::kShuttingDown
+                                : StreamRefuseReason::kInvalidHello);
         spdlog::warn("ingest stream from {} refused: {}", peer_, std::string(s.message()));
         Finish(ToGrpcStatus(s), /*flush=*/false);
         return;
@@ -158,18 +178,20 @@ class IngestReactor final
       job_->StoreTelemetryLocked(t.rank(), std::move(*t.mutable_gpu()), now);
     }
     const int n = batch_.reports_size();
-    for (int i = 0; i < n; ++i) {
+    // Reports past limits.max_batch_reports, then those the stream's rate
+    // limit has no tokens for, are dropped (one rejection entry each).
+    const int considered = static_cast<int>(std::min<uint64_t>(n, max_reports));
+    const int granted = static_cast<int>(
+        bucket_.Take(static_cast<uint64_t>(considered), std::chrono::steady_clock::now()));
+    auto drop = [&](int from, int to, StreamRejectReason why, std::string message) {
+      const uint32_t excess = static_cast<uint32_t>(to - from);
+      stats_.CountRejected(why, excess);
+      reject(batch_.reports(from).rank(), batch_.reports(from).iteration(),
+             StreamRejectReasonName(why), std::move(message));
+      rejected += excess - 1;
+    };
+    for (int i = 0; i < granted; ++i) {
       const v1::IterationReport& report = batch_.reports(i);
-      if (static_cast<uint32_t>(i) >= max_reports) {
-        const uint32_t excess = static_cast<uint32_t>(n - i);
-        stats_.CountRejected(StreamRejectReason::kBatchTooLarge, excess);
-        reject(report.rank(), report.iteration(),
-               StreamRejectReasonName(StreamRejectReason::kBatchTooLarge),
-               absl::StrCat(excess, " reports beyond limits.max_batch_reports=", max_reports,
-                            " in batch ", batch_.sequence(), " were dropped"));
-        rejected += excess - 1;
-        break;
-      }
       const auto slot = std::lower_bound(ranks_.begin(), ranks_.end(), report.rank());
       if (slot == ranks_.end() || *slot != report.rank()) {
         stats_.CountRejected(StreamRejectReason::kRankNotInStream);
@@ -199,6 +221,18 @@ class IngestReactor final
         reject(report.rank(), report.iteration(), std::string(engine::RejectReasonName(result.reason)),
                std::move(result.message));
       }
+    }
+    if (granted < considered) {
+      drop(granted, considered, StreamRejectReason::kRateLimited,
+           absl::StrCat(considered - granted, " reports of batch ", batch_.sequence(),
+                        " were dropped: over the stream's limits.stream_reports_per_second=",
+                        limits_.stream_reports_per_second, " (burst ",
+                        limits_.stream_reports_burst, ")"));
+    }
+    if (considered < n) {
+      drop(considered, n, StreamRejectReason::kBatchTooLarge,
+           absl::StrCat(n - considered, " reports beyond limits.max_batch_reports=", max_reports,
+                        " in batch ", batch_.sequence(), " were dropped"));
     }
     stats_.reports_accepted.fetch_add(accepted, std::memory_order_relaxed);
     if (n > 0) job_->last_activity = std::max(job_->last_activity, now);
@@ -321,6 +355,9 @@ class IngestReactor final
   DaemonStats& stats_;
   const std::string peer_;
   const std::shared_ptr<ReactorLink<IngestReactor>> link_;
+  // The limits as of the stream's opening (a reload applies to later streams).
+  const Limits limits_;
+  TokenBucket bucket_;  // the read chain's only
 
   // The read chain (OnReadDone) is the only writer of these; OnDone runs
   // after it ended. ranks_ is fixed before the link is subscribed.

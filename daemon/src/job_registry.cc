@@ -92,40 +92,6 @@ std::shared_ptr<const DaemonConfig> JobRegistry::config() const {
   return config_;
 }
 
-absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job) {
-  if (hello.job_id.empty()) {
-    return absl::InvalidArgumentError("hello.job_id must not be empty");
-  }
-  if (hello.world_size == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hello.world_size=0 for job '", hello.job_id, "' must be > 0"));
-  }
-  if (hello.world_size > max_ranks_per_job) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hello.world_size=", hello.world_size, " exceeds limits.max_ranks_per_job=",
-                     max_ranks_per_job));
-  }
-  if (hello.ranks.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hello.ranks is empty for job '", hello.job_id, "'"));
-  }
-  for (uint32_t r : hello.ranks) {
-    if (r >= hello.world_size) {
-      return absl::InvalidArgumentError(absl::StrCat("hello rank ", r, " >= world_size=",
-                                                     hello.world_size, " of job '",
-                                                     hello.job_id, "'"));
-    }
-  }
-  for (const engine::ExcludedRank& e : hello.known_excluded) {
-    if (e.rank >= hello.world_size) {
-      return absl::InvalidArgumentError(absl::StrCat("hello.known_excluded rank ", e.rank,
-                                                     " >= world_size=", hello.world_size,
-                                                     " of job '", hello.job_id, "'"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 namespace {
 
 }  // namespace

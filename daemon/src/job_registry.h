@@ -51,6 +51,7 @@
 #include "store.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
+#include "validate.h"
 
 namespace straggler::daemon {
 
@@ -194,27 +195,7 @@ struct Job {
   Attribution AttributeLocked(uint32_t rank, engine::Time now) const;
 };
 
-// What a stream's first message says, without wire types.
-struct StreamHello {
-  std::string job_id;
-  std::string node;
-  std::vector<uint32_t> ranks;
-  uint32_t world_size = 0;
-  uint64_t iterations_per_epoch = 0;
-  // The newest membership the client holds (from an earlier daemon
-  // incarnation, possibly): 0 = none.
-  uint64_t known_membership_version = 0;
-  uint64_t known_effective_iteration = 0;
-  uint64_t known_incarnation = 0;  // daemon run that made that version; 0 = unknown
-  std::vector<engine::ExcludedRank> known_excluded;  // that version's excluded ranks
-  // The highest iteration the stream's ranks reported; nullopt = none yet.
-  std::optional<uint64_t> reported_iteration;
-};
-
-// The checks every hello passes, whether it opens a stream or adds ranks to
-// one (JobRegistry::Attach, AddRanksLocked), and what the node agent checks
-// before it opens a job's upstream stream. Names the offending value.
-absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job);
+// StreamHello and ValidateHello: validate.h.
 
 
 struct EventQuery {
@@ -235,7 +216,7 @@ struct EventPage {
 class JobRegistry {
  public:
   static constexpr uint32_t kDefaultEventLimit = 1000;
-  static constexpr uint32_t kMaxEventLimit = 10000;
+  static constexpr uint32_t kMaxEventLimit = daemon::kMaxEventLimit;  // validate.h
 
   // `store` (may be null: nothing persists) must outlive the registry.
   JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats,

@@ -457,6 +457,25 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   out.Sample({}, static_cast<double>(jobs.size()));
   out.Family("straggler_active_streams", MetricType::kGauge, "Open ingest streams.");
   out.Sample({}, static_cast<double>(stats.active_streams.load(std::memory_order_relaxed)));
+  out.Family("straggler_http_rejected_total", MetricType::kCounter,
+             "HTTP requests answered with a status >= 400, by status.");
+  for (size_t i = 0; i < stats.http_rejected.size(); ++i) {
+    out.Sample({{"code", i < kHttpRejectStatuses.size() ? std::to_string(kHttpRejectStatuses[i])
+                                                         : std::string("other")}},
+               static_cast<double>(stats.http_rejected[i].load(std::memory_order_relaxed)));
+  }
+  out.Family("straggler_http_slow_clients_total", MetricType::kCounter,
+             "HTTP connections closed for a request or response slower than the timeouts.");
+  out.Sample({{"phase", "request"}},
+             static_cast<double>(stats.http_slow_clients[0].load(std::memory_order_relaxed)));
+  out.Sample({{"phase", "response"}},
+             static_cast<double>(stats.http_slow_clients[1].load(std::memory_order_relaxed)));
+  out.Family("straggler_streams_refused_total", MetricType::kCounter,
+             "Ingest streams ended before taking a report, by reason.");
+  for (size_t i = 0; i < kStreamRefuseReasons; ++i) {
+    out.Sample({{"reason", StreamRefuseReasonName(static_cast<StreamRefuseReason>(i))}},
+               static_cast<double>(stats.streams_refused[i].load(std::memory_order_relaxed)));
+  }
   out.Family("straggler_reports_accepted_total", MetricType::kCounter,
              "Reports taken, all jobs.");
   out.Sample({}, static_cast<double>(stats.reports_accepted.load(std::memory_order_relaxed)));

@@ -23,8 +23,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
     stats_.active_watches.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // Subscribes (which sends the current membership) or finishes NOT_FOUND.
+  // Subscribes (which sends the current membership) or finishes NOT_FOUND
+  // (INVALID_ARGUMENT for an id no job can have).
   void Start(const std::string& job_id) {
+    if (absl::Status s = ValidateJobId("job_id", job_id); !s.ok()) {
+      Close(s);
+      return;
+    }
     // job_ is set before subscribing: once subscribed, a write and a cancel
     // may complete on other threads and run OnDone, which reads job_.
     job_ = registry_.Find(job_id);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "validate.h"
 
 namespace straggler::daemon {
 namespace {
@@ -12,7 +13,6 @@ namespace {
 // The timer thread also sweeps expired keys at least this often, so a job
 // that stops using the store gives its memory back without a request.
 constexpr auto kSweepInterval = std::chrono::seconds(1);
-constexpr size_t kMaxJobIdBytes = 256;
 // Error messages list at most this many missing keys.
 constexpr size_t kKeysNamed = 4;
 
@@ -46,11 +46,7 @@ void RendezvousStore::ApplyConfig(const RendezvousConfig& config) {
 }
 
 absl::Status RendezvousStore::ValidateJobKey(const std::string& job, const std::string& key) const {
-  if (job.empty()) return absl::InvalidArgumentError("rendezvous request without a job_id");
-  if (job.size() > kMaxJobIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job_id of ", job.size(), " bytes is longer than ", kMaxJobIdBytes));
-  }
+  if (absl::Status s = ValidateJobId("job_id", job); !s.ok()) return s;
   if (key.empty()) return absl::InvalidArgumentError(absl::StrCat("job '", job, "': empty rendezvous key"));
   if (key.size() > config_.max_key_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("job '", job, "': rendezvous key of ", key.size(),

@@ -56,12 +56,16 @@ absl::Status Server::Start(const DaemonConfig& config) {
   configured_grpc_address_ = config.grpc_address;
   configured_http_address_ = config.http_address;
   configured_http_ = config.http;
+  configured_max_message_bytes_ = config.limits.max_message_bytes;
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config.grpc_address, grpc::InsecureServerCredentials(), &port);
+  // Every service: a larger message ends its call with RESOURCE_EXHAUSTED
+  // before any of it is parsed.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
   builder.RegisterService(ingest_.get());
   builder.RegisterService(query_.get());
   builder.RegisterService(admin_.get());
@@ -136,6 +140,9 @@ void Server::Reload(const DaemonConfig& config) {
       h.keep_alive_max_requests != c.keep_alive_max_requests ||
       h.keep_alive_timeout_seconds != c.keep_alive_timeout_seconds) {
     spdlog::warn("reload: http.* changes take effect only after a restart");
+  }
+  if (config.limits.max_message_bytes != configured_max_message_bytes_) {
+    spdlog::warn("reload: limits.max_message_bytes changes take effect only after a restart");
   }
   registry_->ApplyConfig(std::make_shared<const DaemonConfig>(config));
   rendezvous_store_->ApplyConfig(config.rendezvous);

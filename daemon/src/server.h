@@ -97,6 +97,7 @@ class Server {
   std::string configured_grpc_address_;
   std::string configured_http_address_;
   HttpConfig configured_http_;
+  uint32_t configured_max_message_bytes_ = 0;
   std::string grpc_address_;
   int grpc_port_ = 0;
 

@@ -19,13 +19,20 @@ namespace straggler::daemon {
 
 // Reasons the daemon rejects a report before the engine sees it; counted
 // beside the engine's own RejectReason values.
-enum class StreamRejectReason { kRankNotInStream, kBatchTooLarge };
-inline constexpr size_t kStreamRejectReasons = 2;
+enum class StreamRejectReason { kRankNotInStream, kBatchTooLarge, kRateLimited };
+inline constexpr size_t kStreamRejectReasons = 3;
+// Why an ingest stream was refused (ended before taking any report).
+enum class StreamRefuseReason { kInvalidHello, kTooManyJobs, kTooManyStreams, kShuttingDown };
+inline constexpr size_t kStreamRefuseReasons = 4;
 // engine::RejectReason runs kNone..kStale.
 inline constexpr size_t kEngineRejectReasons =
     static_cast<size_t>(engine::RejectReason::kStale) + 1;
 // engine::EventKind runs kStateChange..kReprofile.
 inline constexpr size_t kEventKinds = static_cast<size_t>(engine::EventKind::kReprofile) + 1;
+
+// HTTP answers >= 400 are counted by status: these, and any other as "other".
+inline constexpr std::array<int, 12> kHttpRejectStatuses = {400, 401, 403, 404, 405, 408,
+                                                            411, 413, 414, 429, 431, 503};
 
 struct DaemonStats {
   std::atomic<uint64_t> reports_accepted{0};
@@ -34,7 +41,7 @@ struct DaemonStats {
   std::atomic<uint64_t> batches_total{0};
   std::atomic<int64_t> active_streams{0};
   std::atomic<uint64_t> streams_total{0};
-  std::atomic<uint64_t> streams_refused{0};     // bad hello, job limit, shutdown
+  std::array<std::atomic<uint64_t>, kStreamRefuseReasons> streams_refused{};
   std::atomic<int64_t> active_watches{0};
   // A pending WatchMembership version replaced by a newer one (slow watcher).
   std::atomic<uint64_t> watch_versions_skipped{0};
@@ -53,6 +60,12 @@ struct DaemonStats {
   std::atomic<uint64_t> state_db_errors{0};
   // Events the state database's writer queue had no room for.
   std::atomic<uint64_t> state_db_events_dropped{0};
+  // HTTP connections closed because a request did not arrive whole within
+  // http.read_timeout_seconds ([0]) or its response was not taken within
+  // http.write_timeout_seconds ([1]) (http_deadline.h).
+  std::array<std::atomic<uint64_t>, 2> http_slow_clients{};
+  // HTTP answers >= 400, by kHttpRejectStatuses index; the last: any other.
+  std::array<std::atomic<uint64_t>, kHttpRejectStatuses.size() + 1> http_rejected{};
   // Wall time of IngestService's processing of one ReportBatch.
   Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
 
@@ -62,12 +75,32 @@ struct DaemonStats {
   void CountRejected(StreamRejectReason r, uint64_t n = 1) {
     reports_rejected_stream[static_cast<size_t>(r)].fetch_add(n, std::memory_order_relaxed);
   }
+  void CountHttpStatus(int status) {
+    if (status < 400) return;
+    size_t i = 0;
+    while (i < kHttpRejectStatuses.size() && kHttpRejectStatuses[i] != status) ++i;
+    http_rejected[i].fetch_add(1, std::memory_order_relaxed);
+  }
+  void CountRefused(StreamRefuseReason r) {
+    streams_refused[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+  }
 };
 
 inline const char* StreamRejectReasonName(StreamRejectReason r) {
   switch (r) {
     case StreamRejectReason::kRankNotInStream: return "rank_not_in_stream";
     case StreamRejectReason::kBatchTooLarge: return "batch_too_large";
+    case StreamRejectReason::kRateLimited: return "rate_limited";
+  }
+  return "unknown";
+}
+
+inline const char* StreamRefuseReasonName(StreamRefuseReason r) {
+  switch (r) {
+    case StreamRefuseReason::kInvalidHello: return "invalid_hello";
+    case StreamRefuseReason::kTooManyJobs: return "too_many_jobs";
+    case StreamRefuseReason::kTooManyStreams: return "too_many_streams";
+    case StreamRefuseReason::kShuttingDown: return "shutting_down";
   }
   return "unknown";
 }

@@ -52,6 +52,10 @@ TEST_CASE("no config file at all gives the embedded defaults") {
   CHECK(cfg->limits.events_retained == 100000);
   CHECK(cfg->limits.job_idle_ttl_seconds == 3600);
   CHECK(cfg->limits.recent_reports_per_job == 65536);
+  CHECK(cfg->limits.max_streams == 65536);
+  CHECK(cfg->limits.stream_reports_per_second == 20000);
+  CHECK(cfg->limits.stream_reports_burst == 100000);
+  CHECK(cfg->limits.max_message_bytes == 4194304);
   CHECK(cfg->metrics.per_rank_max_ranks == 4096);
   CHECK(cfg->http.threads == 4);
   CHECK(cfg->http.read_timeout_seconds == 5);
@@ -80,6 +84,10 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->limits.events_retained == defaults.limits.events_retained);
   CHECK(cfg->limits.job_idle_ttl_seconds == defaults.limits.job_idle_ttl_seconds);
   CHECK(cfg->limits.recent_reports_per_job == defaults.limits.recent_reports_per_job);
+  CHECK(cfg->limits.max_streams == defaults.limits.max_streams);
+  CHECK(cfg->limits.stream_reports_per_second == defaults.limits.stream_reports_per_second);
+  CHECK(cfg->limits.stream_reports_burst == defaults.limits.stream_reports_burst);
+  CHECK(cfg->limits.max_message_bytes == defaults.limits.max_message_bytes);
   CHECK(cfg->metrics.per_rank_max_ranks == defaults.metrics.per_rank_max_ranks);
   CHECK(cfg->http.threads == defaults.http.threads);
   CHECK(cfg->http.read_timeout_seconds == defaults.http.read_timeout_seconds);
@@ -103,6 +111,27 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(p.events_max_rows == defaults.persistence.events_max_rows);
   CHECK(p.membership_versions_kept == defaults.persistence.membership_versions_kept);
   CHECK(p.retention_interval_seconds == defaults.persistence.retention_interval_seconds);
+}
+
+TEST_CASE("ingest limits parse; stream_reports_per_second 0 is no limit; bad values named") {
+  auto cfg = sd::ParseConfig("limits:\n  max_streams: 7\n  stream_reports_per_second: 0\n"
+                             "  stream_reports_burst: 9\n  max_message_bytes: 65536\n",
+                             "t.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->limits.max_streams == 7);
+  CHECK(cfg->limits.stream_reports_per_second == 0);
+  CHECK(cfg->limits.stream_reports_burst == 9);
+  CHECK(cfg->limits.max_message_bytes == 65536);
+  auto bad = sd::ParseConfig("limits:\n  max_message_bytes: 100\n", "t.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == "t.yaml:2: limits.max_message_bytes=100 must be >= 4096");
+  bad = sd::ParseConfig("limits:\n  max_streams: 0\n", "t.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == "t.yaml:2: limits.max_streams=0 must be > 0");
+  bad = sd::ParseConfig("limits:\n  stream_reports_burst: -5\n", "t.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() ==
+        "t.yaml:2: limits.stream_reports_burst=-5 is not an unsigned 32-bit integer");
 }
 
 TEST_CASE("persistence keys parse, --state-db wins, and bad values name the key") {

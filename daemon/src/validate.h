@@ -1,0 +1,89 @@
+// The checks on what a client sends in an ingest stream, and the wire ->
+// value conversions they run on: job ids, hellos, reports and GPU telemetry.
+// Kept apart from the registry and services (this file needs only the
+// engine and the generated protos) so that the fuzz targets under fuzz/ can
+// exercise exactly the code the daemon runs on untrusted input.
+//
+//   StreamHello hello = FromProto(batch.hello());
+//   if (absl::Status s = ValidateHello(hello, limits.max_ranks_per_job); !s.ok()) ...
+//   // "hello.job_id 'a b' has ' ' at byte 1; allowed: A-Z a-z 0-9 . _ -, 1 to 128 bytes"
+//
+// Every error is INVALID_ARGUMENT and names the field and the offending value
+// (bytes outside printable ASCII shown C-escaped, long values cut).
+// Pure functions; no shared state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "straggler/engine/job_engine.h"
+#include "straggler/v1/straggler.pb.h"
+
+namespace straggler::daemon {
+
+namespace v1 = ::straggler::v1;
+
+// Job ids: 1 to kMaxJobIdBytes bytes of A-Z a-z 0-9 . _ - (what Kubernetes,
+// Slurm and torchrun ids use; safe in URLs, Prometheus labels and logs).
+inline constexpr size_t kMaxJobIdBytes = 128;
+// StreamHello.node and client_version (printable ASCII) and the reason of
+// SetRankOverride (no control characters) are at most these sizes.
+inline constexpr size_t kMaxNodeBytes = 255;
+inline constexpr size_t kMaxClientVersionBytes = 128;
+inline constexpr size_t kMaxReasonBytes = 1024;
+// ListEvents returns at most this many events per call (REST: a larger
+// limit is an error; gRPC: clamped).
+inline constexpr uint32_t kMaxEventLimit = 10000;
+// GpuTelemetry.uuid ("GPU-" or "MIG-" and a UUID; MIG ids are longer).
+inline constexpr size_t kMaxGpuUuidBytes = 96;
+
+// What a stream's first message says, without wire types.
+struct StreamHello {
+  std::string job_id;
+  std::string node;
+  std::string client_version;
+  std::vector<uint32_t> ranks;
+  uint32_t world_size = 0;
+  uint64_t iterations_per_epoch = 0;
+  // The newest membership the client holds (from an earlier daemon
+  // incarnation, possibly): 0 = none.
+  uint64_t known_membership_version = 0;
+  uint64_t known_effective_iteration = 0;
+  uint64_t known_incarnation = 0;  // daemon run that made that version; 0 = unknown
+  std::vector<engine::ExcludedRank> known_excluded;  // that version's excluded ranks
+  // The highest iteration the stream's ranks reported; nullopt = none yet.
+  std::optional<uint64_t> reported_iteration;
+};
+
+// `field` names the value in the message ("hello.job_id", "job_id").
+absl::Status ValidateJobId(absl::string_view field, absl::string_view job_id);
+
+// The checks every hello passes, whether it opens a stream or adds ranks to
+// one (JobRegistry::Attach, AddRanksLocked), and what the node agent checks
+// before it opens a job's upstream stream: the job id, node and
+// client_version as above, 0 < world_size <= max_ranks_per_job, at least one
+// rank, every rank < world_size.
+absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job);
+
+// A measured value that is negative, NaN, or a utilisation above 1, or a
+// uuid that is too long or not printable (a broken sender; the sample is
+// dropped, nothing else of the batch).
+absl::Status ValidateTelemetry(const v1::GpuTelemetry& t);
+
+// SetRankOverride's reason (kept in the state database and logged): at most
+// kMaxReasonBytes, no ASCII control characters (protobuf has checked UTF-8).
+absl::Status ValidateReason(absl::string_view reason);
+
+// `value` for an error message: C-escaped, cut to `max` bytes with "...".
+std::string Quoted(absl::string_view value, size_t max = 64);
+
+engine::Time FromProto(const google::protobuf::Timestamp& t);  // saturates past 2262
+engine::Report FromProto(const v1::IterationReport& r);
+engine::ExclusionReason FromProto(v1::ExclusionReason r);
+StreamHello FromProto(const v1::StreamHello& h);
+
+}  // namespace straggler::daemon

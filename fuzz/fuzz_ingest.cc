@@ -1,0 +1,79 @@
+// libFuzzer target: what an ingest stream's client controls. The input is a
+// serialized ReportBatch; it goes through the daemon's own checks and
+// conversions (validate.h) and, when its hello passes, through a job engine
+// like IngestService's (every report, then a tick), so that both the checks
+// and the engine's handling of whatever they let through are exercised.
+// A crash, sanitizer finding or broken invariant below is a bug.
+#include <cstddef>
+#include <cstdint>
+
+#include <google/protobuf/stubs/logging.h>
+
+#include "require.h"
+#include "straggler/engine/job_engine.h"
+#include "straggler/v1/straggler.pb.h"
+#include "validate.h"
+
+namespace sd = straggler::daemon;
+namespace v1 = straggler::v1;
+using straggler::engine::Time;
+
+namespace {
+
+// Larger jobs are valid but only cost the fuzzer time per input.
+constexpr uint32_t kMaxRanks = 256;
+
+void Require(bool ok, const char* what) { straggler::fuzz::Require(ok, "fuzz_ingest", what); }
+
+}  // namespace
+
+// protobuf logs every string field with invalid UTF-8 it refuses to parse:
+// expected here, and slow at fuzzing speed.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  v1::ReportBatch batch;
+  if (!batch.ParseFromArray(data, static_cast<int>(size))) return 0;
+
+  for (const v1::RankTelemetry& t : batch.telemetry()) {
+    absl::Status s = sd::ValidateTelemetry(t.gpu());
+    Require(s.ok() || !s.message().empty(), "a telemetry refusal without a message");
+  }
+  if (!batch.has_hello()) return 0;
+  const sd::StreamHello hello = sd::FromProto(batch.hello());
+  const absl::Status valid = sd::ValidateHello(hello, kMaxRanks);
+  if (!valid.ok()) {
+    Require(valid.code() == absl::StatusCode::kInvalidArgument, "hello refused with another code");
+    Require(!valid.message().empty(), "a hello refusal without a message");
+    return 0;
+  }
+  Require(sd::ValidateJobId("job_id", hello.job_id).ok(), "an accepted hello's job id fails");
+  Require(hello.world_size > 0 && hello.world_size <= kMaxRanks, "world_size out of bounds");
+
+  // The daemon's own clock: reports carry no time the engine trusts.
+  Time now = Time(1'700'000'000'000'000'000);
+  straggler::engine::JobEngine engine(hello.world_size, straggler::engine::PolicyConfig(), now);
+  // What JobRegistry::AdmitLocked does with a hello's fields.
+  for (uint32_t r : hello.ranks) engine.Announce(r, now);
+  if (hello.iterations_per_epoch > 0) engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
+  if (hello.known_membership_version > 0) {
+    engine.AdoptVersionFloor(hello.known_membership_version, hello.known_effective_iteration, now);
+  }
+  for (const v1::IterationReport& r : batch.reports()) {
+    now += Time(1'000'000);
+    straggler::engine::IngestResult result = engine.Ingest(sd::FromProto(r), now);
+    Require(result.accepted || !result.message.empty(), "a rejected report without a message");
+    Require(!result.accepted || r.rank() < hello.world_size, "a report of a rank out of range");
+  }
+  engine.Tick(now + Time(3'600'000'000'000));
+  // A floor at or above 2^62 (version or iteration) is absurd and ignored.
+  constexpr uint64_t kAbsurd = uint64_t{1} << 62;
+  Require(engine.membership().version >= hello.known_membership_version ||
+              hello.known_membership_version >= kAbsurd ||
+              hello.known_effective_iteration >= kAbsurd,
+          "membership below the version floor a client holds");
+  return 0;
+}

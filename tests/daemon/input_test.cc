@@ -1,0 +1,190 @@
+// The daemon's checks of untrusted input without a server: job ids, hellos,
+// override reasons (validate.h), REST routing and parameter parsing
+// (rest_route.h) and the per-stream token bucket (rate_limit.h). Messages
+// must name the offending value. The same code runs under the fuzz targets
+// in fuzz/.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <variant>
+
+#include "rate_limit.h"
+#include "rest_route.h"
+#include "validate.h"
+
+namespace sd = straggler::daemon;
+namespace v1 = straggler::v1;
+
+namespace {
+
+sd::StreamHello GoodHello() {
+  sd::StreamHello h;
+  h.job_id = "train.a-1_B";
+  h.node = "node-a.example.com";
+  h.client_version = "straggler 0.1.0";
+  h.world_size = 4;
+  h.ranks = {0, 3};
+  return h;
+}
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+}  // namespace
+
+TEST_CASE("job ids: A-Z a-z 0-9 . _ -, 1 to 128 bytes; errors name the value and the byte") {
+  CHECK(sd::ValidateJobId("job_id", "train.a-1_B").ok());
+  CHECK(sd::ValidateJobId("job_id", std::string(128, 'x')).ok());
+
+  absl::Status s = sd::ValidateJobId("hello.job_id", "a b");
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Message(s) == "hello.job_id 'a b' has ' ' at byte 1; allowed: A-Z a-z 0-9 . _ -, 1 to "
+                      "128 bytes");
+  CHECK(Message(sd::ValidateJobId("job_id", "")) == "job_id must not be empty");
+  CHECK_THAT(Message(sd::ValidateJobId("job_id", std::string(129, 'x'))),
+             Catch::Contains("is 129 bytes; at most 128") && Catch::Contains("'..."));
+  // Control and non-ASCII bytes are shown escaped, never raw.
+  CHECK_THAT(Message(sd::ValidateJobId("job_id", std::string("a\nb\xff", 4))),
+             Catch::Contains("'a\\nb\\xff'") && Catch::Contains("'\\n' at byte 1"));
+  CHECK_THAT(Message(sd::ValidateJobId("job_id", "a/b")), Catch::Contains("'/' at byte 1"));
+}
+
+TEST_CASE("hello checks cover every field a stream's first batch sets") {
+  const uint32_t max_ranks = 8;
+  CHECK(sd::ValidateHello(GoodHello(), max_ranks).ok());
+
+  sd::StreamHello h = GoodHello();
+  h.node = "node\x01";
+  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)),
+             Catch::Contains("hello.node 'node\\x01' has byte 0x01 at 4"));
+  h = GoodHello();
+  h.node = std::string(256, 'n');
+  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)),
+             Catch::Contains("hello.node") && Catch::Contains("256 bytes; at most 255"));
+  h = GoodHello();
+  h.client_version = "v\t1";
+  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)), Catch::Contains("hello.client_version"));
+  h = GoodHello();
+  h.world_size = 9;
+  CHECK(Message(sd::ValidateHello(h, max_ranks)) ==
+        "hello.world_size=9 exceeds limits.max_ranks_per_job=8");
+  h = GoodHello();
+  h.ranks = {4};
+  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)), Catch::Contains("hello rank 4 >= world_size=4"));
+  h = GoodHello();
+  h.job_id = "x y";
+  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)), Catch::StartsWith("hello.job_id 'x y'"));
+}
+
+TEST_CASE("override reasons: no control characters, at most 1024 bytes") {
+  CHECK(sd::ValidateReason("").ok());
+  CHECK(sd::ValidateReason("ECC errors on gpu3 (ticket #42) \xc3\xa9").ok());
+  CHECK_THAT(Message(sd::ValidateReason("a\nb")),
+             Catch::Contains("control character 0x0a at byte 1"));
+  CHECK_THAT(Message(sd::ValidateReason(std::string(1025, 'r'))),
+             Catch::Contains("1025 bytes; at most 1024"));
+}
+
+TEST_CASE("telemetry: a non-printable or overlong GPU uuid is refused") {
+  v1::GpuTelemetry t;
+  t.set_gpu_index(2);
+  t.set_uuid("GPU-8f0c1d2e-0000-1111-2222-333344445555");
+  CHECK(sd::ValidateTelemetry(t).ok());
+  t.set_uuid(std::string(97, 'u'));
+  CHECK_THAT(Message(sd::ValidateTelemetry(t)),
+             Catch::Contains("telemetry of gpu 2: uuid") && Catch::Contains("at most 96"));
+  t.set_uuid("GPU-\x7f");
+  CHECK_THAT(Message(sd::ValidateTelemetry(t)), Catch::Contains("byte 0x7f"));
+}
+
+TEST_CASE("report timestamps far outside engine time saturate instead of overflowing") {
+  google::protobuf::Timestamp t;
+  t.set_seconds(9'223'372'035);  // just inside the range the conversion computes
+  t.set_nanos(2'000'000'000);    // not a valid Timestamp, but the wire allows it
+  CHECK(sd::FromProto(t) == straggler::engine::Time::max());
+  t.set_seconds(-9'223'372'035);
+  t.set_nanos(-2'000'000'000);
+  CHECK(sd::FromProto(t) == straggler::engine::Time::min());
+  t.set_seconds(1);
+  t.set_nanos(5);
+  CHECK(sd::FromProto(t) == straggler::engine::Time(1'000'000'005));
+}
+
+TEST_CASE("REST routing: route, method, percent-encoding") {
+  auto route = [](absl::string_view method, absl::string_view target) {
+    return sd::MatchRoute(method, target);
+  };
+  auto m = route("GET", "/v1/jobs/a%2Fb/workers/3?x=1");
+  REQUIRE(std::holds_alternative<sd::RouteMatch>(m));
+  CHECK(std::get<sd::RouteMatch>(m).id == sd::RouteId::kWorker);
+  CHECK(std::get<sd::RouteMatch>(m).segments[2] == "a/b");
+  CHECK(std::get<sd::RouteMatch>(route("HEAD", "/metrics")).id == sd::RouteId::kMetrics);
+
+  auto e = route("DELETE", "/v1/jobs");
+  REQUIRE(std::holds_alternative<sd::RestError>(e));
+  CHECK(std::get<sd::RestError>(e).http_status == 405);
+  CHECK(std::get<sd::RestError>(e).allow == "GET, HEAD");
+  CHECK(std::get<sd::RestError>(route("GET", "/v1/nope")).http_status == 404);
+  CHECK(std::get<sd::RestError>(route("GET", "/v1/jobs//workers")).http_status == 404);
+  CHECK(std::get<sd::RestError>(route("GET", "relative")).http_status == 404);
+  const sd::RestError bad = std::get<sd::RestError>(route("GET", "/v1/jobs/%zz"));
+  CHECK(bad.http_status == 400);
+  CHECK_THAT(bad.message, Catch::Contains("/v1/jobs/%zz"));
+}
+
+TEST_CASE("REST parameters: each parsed into the api request or refused by name") {
+  auto call = [](absl::string_view method, absl::string_view target, absl::string_view body = "") {
+    auto m = sd::MatchRoute(method, target);
+    REQUIRE(std::holds_alternative<sd::RouteMatch>(m));
+    return sd::ParseRestCall(std::get<sd::RouteMatch>(m), target, body);
+  };
+  auto events = call("GET", "/v1/jobs/j/events?since=7&limit=20");
+  REQUIRE(events.ok());
+  const auto& ev = std::get<v1::ListEventsRequest>(*events);
+  CHECK(ev.job_id() == "j");
+  CHECK(ev.since_sequence() == 7);
+  CHECK(ev.limit() == 20);
+
+  CHECK(Message(call("GET", "/v1/events?limit=10001").status()) ==
+        "query parameter limit='10001' is not an integer from 0 to 10000");
+  CHECK_THAT(Message(call("GET", "/v1/events?since_time=noon").status()),
+             Catch::Contains("since_time='noon' is not an RFC 3339 time"));
+  CHECK_THAT(Message(call("GET", "/v1/jobs?verbose=1").status()),
+             Catch::Contains("unknown query parameter 'verbose'"));
+  CHECK_THAT(Message(call("GET", "/v1/events?limit=1&limit=2").status()),
+             Catch::Contains("'limit' given more than once"));
+  CHECK(Message(call("GET", "/v1/jobs/j/workers/x1").status()) ==
+        "rank 'x1' is not a non-negative integer");
+  CHECK_THAT(Message(call("GET", "/v1/jobs/j/workers/4294967296").status()),
+             Catch::Contains("out of range"));
+
+  auto o = call("PUT", "/v1/jobs/j/workers/2/override",
+                R"({"override": "force_exclude", "reason": "ECC"})");
+  REQUIRE(o.ok());
+  CHECK(std::get<v1::SetRankOverrideRequest>(*o).override() == v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+  CHECK(std::get<v1::SetRankOverrideRequest>(*o).rank() == 2);
+  CHECK_THAT(Message(call("PUT", "/v1/jobs/j/workers/2/override", R"({"override": "out"})").status()),
+             Catch::Contains("override 'out' is not one of"));
+  CHECK_THAT(Message(call("PUT", "/v1/jobs/j/policy", R"({"limitt": 3})").status()),
+             Catch::Contains("unknown field 'limitt'"));
+  CHECK_THAT(Message(call("POST", "/v1/jobs/j/reset", "[]").status()),
+             Catch::Contains("not valid reset"));
+  CHECK(call("POST", "/v1/jobs/j/reset", " {} ").ok());
+}
+
+TEST_CASE("token bucket: starts full, refills at the rate, never above the burst") {
+  using namespace std::chrono_literals;
+  const auto t0 = std::chrono::steady_clock::time_point() + 1h;
+  // Rates and times chosen so that every token count is exact in binary.
+  sd::TokenBucket bucket(8, 50, t0);
+  CHECK(bucket.Take(80, t0) == 50);  // the burst, not more
+  CHECK(bucket.Take(1, t0) == 0);
+  CHECK(bucket.Take(100, t0 + 2s) == 16);  // 2 s at 8/s
+  CHECK(bucket.Take(100, t0 + 1s) == 0);   // time going backwards adds nothing
+  CHECK(bucket.Take(100, t0 + 1h) == 50);  // a long pause refills to the burst only
+  CHECK(bucket.Take(3, t0 + 1h + 187500us) == 1);  // 1.5 tokens: whole ones only
+  CHECK(bucket.Take(2, t0 + 1h + 250000us) == 1);  // the half left plus 0.5 more
+
+  sd::TokenBucket unlimited(0, 1, t0);  // rate 0: no limit
+  CHECK(unlimited.Take(1'000'000, t0) == 1'000'000);
+}

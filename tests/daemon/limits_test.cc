@@ -1,0 +1,329 @@
+// The daemon's limits against a real server on loopback (gRPC and HTTP, port
+// 0): jobs, ranks per job, open streams, reports per second per stream,
+// gRPC message size, bad job ids and override reasons over gRPC, and slow
+// HTTP clients (slowloris) that must not keep a normal request from being
+// served. Every refusal names the limit and shows in /metrics. No assertion
+// on timing: the timeouts below only bound how long a broken build fails.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.h"
+#include "server.h"
+#include "spdlog/spdlog.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace sd = straggler::daemon;
+namespace v1 = straggler::v1;
+
+namespace {
+
+struct Daemon {
+  explicit Daemon(sd::DaemonConfig config) {
+    spdlog::set_level(spdlog::level::err);  // refusals log warnings by design
+    config.grpc_address = "127.0.0.1:0";
+    config.http_address = "127.0.0.1:0";
+    REQUIRE(server.Start(config).ok());
+    channel = grpc::CreateChannel(server.grpc_dial_address(), grpc::InsecureChannelCredentials());
+    ingest = v1::IngestService::NewStub(channel);
+    query = v1::QueryService::NewStub(channel);
+    admin = v1::AdminService::NewStub(channel);
+  }
+
+  // The value of one sample of /metrics ("name{labels}"); -1 when absent.
+  double Metric(const std::string& sample) {
+    httplib::Client http("127.0.0.1", server.http_port());
+    auto res = http.Get("/metrics");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    const std::string needle = "\n" + sample + " ";
+    const size_t at = res->body.find(needle);
+    if (at == std::string::npos) return -1;
+    return std::stod(res->body.substr(at + needle.size()));
+  }
+
+  sd::Server server;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::IngestService::Stub> ingest;
+  std::unique_ptr<v1::QueryService::Stub> query;
+  std::unique_ptr<v1::AdminService::Stub> admin;
+};
+
+v1::ReportBatch Hello(const std::string& job, uint32_t world, std::vector<uint32_t> ranks) {
+  v1::ReportBatch b;
+  b.mutable_hello()->set_job_id(job);
+  b.mutable_hello()->set_world_size(world);
+  b.mutable_hello()->set_node("test-node");
+  for (uint32_t r : ranks) b.mutable_hello()->add_ranks(r);
+  b.set_sequence(1);
+  return b;
+}
+
+// An open ingest stream whose hello was acknowledged; cancelled and finished
+// on destruction unless the test finished it (and reset `stream`).
+struct OpenStream {
+  ~OpenStream() {
+    if (!stream) return;
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>> stream;
+};
+
+std::unique_ptr<OpenStream> Open(Daemon& d, const v1::ReportBatch& hello) {
+  auto s = std::make_unique<OpenStream>();
+  s->stream = d.ingest->Stream(&s->ctx);
+  REQUIRE(s->stream->Write(hello));
+  v1::Directive ack;
+  REQUIRE(s->stream->Read(&ack));
+  return s;
+}
+
+// Sends `batch` on a new stream and returns how the stream ended.
+grpc::Status Refused(Daemon& d, const v1::ReportBatch& batch) {
+  grpc::ClientContext ctx;
+  auto stream = d.ingest->Stream(&ctx);
+  stream->Write(batch);
+  stream->WritesDone();
+  v1::Directive ack;
+  while (stream->Read(&ack)) {
+  }
+  return stream->Finish();
+}
+
+}  // namespace
+
+TEST_CASE("limits.max_jobs and max_ranks_per_job refuse the stream naming the limit") {
+  sd::DaemonConfig config;
+  config.limits.max_jobs = 2;
+  config.limits.max_ranks_per_job = 8;
+  Daemon d(config);
+  auto a = Open(d, Hello("job-a", 2, {0}));
+  auto b = Open(d, Hello("job-b", 2, {0}));
+  grpc::Status s = Refused(d, Hello("job-c", 2, {0}));
+  CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(s.error_message(), Catch::Contains("max_jobs"));
+  // A known job is still welcome.
+  auto a2 = Open(d, Hello("job-a", 2, {1}));
+
+  s = Refused(d, Hello("job-a", 9, {0}));
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message() == "hello.world_size=9 exceeds limits.max_ranks_per_job=8");
+  s = Refused(d, Hello("job a", 2, {0}));
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(s.error_message(), Catch::StartsWith("hello.job_id 'job a' has ' ' at byte 3"));
+
+  CHECK(d.Metric("straggler_streams_refused_total{reason=\"too_many_jobs\"}") == 1);
+  CHECK(d.Metric("straggler_streams_refused_total{reason=\"invalid_hello\"}") == 2);
+}
+
+TEST_CASE("limits.max_streams refuses one stream more, before reading it") {
+  sd::DaemonConfig config;
+  config.limits.max_streams = 2;
+  Daemon d(config);
+  auto a = Open(d, Hello("j", 4, {0}));
+  auto b = Open(d, Hello("j", 4, {1}));
+  grpc::Status s = Refused(d, Hello("j", 4, {2}));
+  CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(s.error_message() == "2 ingest streams are open (limits.max_streams=2); retry later");
+  CHECK(d.Metric("straggler_streams_refused_total{reason=\"too_many_streams\"}") == 1);
+
+  // A stream that closes makes room (once the server has seen it end).
+  a->stream->WritesDone();
+  CHECK(a->stream->Finish().ok());
+  a->stream.reset();
+  bool opened = false;
+  for (int attempt = 0; attempt < 500 && !opened; ++attempt) {
+    grpc::ClientContext ctx;
+    auto stream = d.ingest->Stream(&ctx);
+    stream->Write(Hello("j", 4, {2}));
+    v1::Directive ack;
+    opened = stream->Read(&ack);
+    if (opened) stream->WritesDone();
+    grpc::Status st = stream->Finish();
+    CHECK(st.error_code() == (opened ? grpc::StatusCode::OK : grpc::StatusCode::RESOURCE_EXHAUSTED));
+    if (!opened) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(opened);
+}
+
+TEST_CASE("a stream over its reports-per-second budget has the excess rejected as rate_limited") {
+  sd::DaemonConfig config;
+  config.limits.stream_reports_per_second = 1;
+  config.limits.stream_reports_burst = 5;
+  Daemon d(config);
+  auto s = Open(d, Hello("rate", 1, {0}));
+  v1::ReportBatch batch;
+  batch.set_sequence(2);
+  constexpr int kReports = 1000;
+  for (int i = 1; i <= kReports; ++i) {
+    v1::IterationReport* r = batch.add_reports();
+    r->set_rank(0);
+    r->set_iteration(static_cast<uint64_t>(i));
+    r->set_compute_seconds(0.1);
+  }
+  REQUIRE(s->stream->Write(batch));
+  v1::Directive ack;
+  do {
+    REQUIRE(s->stream->Read(&ack));
+  } while (ack.acked_sequence() != 2);
+  // The burst of 5, plus 1 per second the test took (far below 1000).
+  CHECK(ack.accepted() >= 5);
+  CHECK(ack.accepted() < kReports);
+  CHECK(ack.accepted() + ack.rejected() == kReports);
+  REQUIRE(ack.rejections_size() == 1);
+  CHECK(ack.rejections(0).reason() == "rate_limited");
+  CHECK_THAT(ack.rejections(0).message(),
+             Catch::Contains("limits.stream_reports_per_second=1 (burst 5)"));
+  CHECK(ack.rejections(0).iteration() == ack.accepted() + 1);  // the first one dropped
+  CHECK(d.Metric("straggler_reports_rejected_total{reason=\"rate_limited\"}") == ack.rejected());
+  // The stream stays open.
+  s->stream->WritesDone();
+  CHECK(s->stream->Finish().ok());
+  s->stream.reset();
+}
+
+TEST_CASE("limits.max_message_bytes ends a call with a larger message") {
+  sd::DaemonConfig config;
+  config.limits.max_message_bytes = 4096;
+  Daemon d(config);
+  v1::ReportBatch big = Hello("big", 1, {0});
+  big.mutable_hello()->set_node(std::string(5000, 'n'));
+  grpc::Status s = Refused(d, big);
+  CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // Below the limit the same daemon serves.
+  CHECK(Refused(d, Hello("small", 1, {0})).ok());
+}
+
+TEST_CASE("query and admin calls refuse job ids no job can have, and bad override reasons") {
+  Daemon d{sd::DaemonConfig()};
+  auto s = Open(d, Hello("ok-job", 2, {0, 1}));
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id("no such/job");
+    v1::Job job;
+    grpc::Status st = d.query->GetJob(&ctx, req, &job);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::StartsWith("job_id 'no such/job' has ' ' at byte 2"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id("no-such-job");  // well-formed: simply not there
+    v1::Job job;
+    CHECK(d.query->GetJob(&ctx, req, &job).error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::SetRankOverrideRequest req;
+    req.set_job_id("ok-job");
+    req.set_rank(1);
+    req.set_override(v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+    req.set_reason("line one\nline two");
+    v1::Membership m;
+    grpc::Status st = d.admin->SetRankOverride(&ctx, req, &m);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("control character 0x0a at byte 8"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::WatchMembershipRequest req;
+    req.set_job_id(std::string(200, 'w'));
+    auto reader = d.query->WatchMembership(&ctx, req);
+    v1::Membership m;
+    CHECK_FALSE(reader->Read(&m));
+    grpc::Status st = reader->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("200 bytes; at most 128"));
+  }
+}
+
+TEST_CASE("slow HTTP clients holding every worker do not stop a normal request") {
+  sd::DaemonConfig config;
+  config.http.threads = 2;
+  config.http.read_timeout_seconds = 1;
+  config.http.keep_alive_timeout_seconds = 1;
+  Daemon d(config);
+
+  // Four times as many slowloris connections as workers: each sends a
+  // request line and then one header byte every 200 ms (well inside any
+  // per-read timeout), until the server closes it or the test is over.
+  constexpr int kSlow = 8;
+  std::atomic<bool> done{false};
+  std::atomic<int> closed_by_server{0};
+  std::vector<std::thread> slow;
+  for (int i = 0; i < kSlow; ++i) {
+    slow.emplace_back([&] {
+      const int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(d.server.http_port()));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        ::close(sock);
+        return;
+      }
+      const std::string line = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+      ::send(sock, line.data(), line.size(), MSG_NOSIGNAL);
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!done && std::chrono::steady_clock::now() < give_up) {
+        if (::send(sock, "X", 1, MSG_NOSIGNAL) != 1) {  // reset by the server
+          ++closed_by_server;
+          break;
+        }
+        char c;
+        if (::recv(sock, &c, 1, MSG_DONTWAIT) == 0) {  // orderly close by the server
+          ++closed_by_server;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      ::close(sock);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let them take the workers
+
+  httplib::Client http("127.0.0.1", d.server.http_port());
+  http.set_connection_timeout(30);
+  http.set_read_timeout(30);  // bounds a failing run only
+  auto res = http.Get("/healthz");
+  const bool served = res && res->status == 200;
+  done = true;
+  for (auto& t : slow) t.join();
+  CHECK(served);
+  CHECK(closed_by_server > 0);
+  CHECK(d.Metric("straggler_http_slow_clients_total{phase=\"request\"}") >= 1);
+}
+
+TEST_CASE("HTTP refusals are counted by status in /metrics") {
+  Daemon d{sd::DaemonConfig()};
+  httplib::Client http("127.0.0.1", d.server.http_port());
+  auto res = http.Get("/v1/jobs/bad%20id");
+  REQUIRE(res);
+  CHECK(res->status == 400);
+  CHECK_THAT(res->body, Catch::Contains("job_id 'bad id' has ' ' at byte 3"));
+  res = http.Get("/v1/nope");
+  REQUIRE(res);
+  CHECK(res->status == 404);
+  res = http.Delete("/v1/jobs");
+  REQUIRE(res);
+  CHECK(res->status == 405);
+  CHECK(d.Metric("straggler_http_rejected_total{code=\"400\"}") == 1);
+  CHECK(d.Metric("straggler_http_rejected_total{code=\"404\"}") == 1);
+  CHECK(d.Metric("straggler_http_rejected_total{code=\"405\"}") == 1);
+}
