@@ -206,6 +206,9 @@ straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
     else if (key == "max_send_delay") o.max_send_delay = Millis(v.cast<double>(), "max_send_delay");
     else if (key == "backoff_initial") o.backoff_initial = Millis(v.cast<double>(), "backoff_initial");
     else if (key == "backoff_max") o.backoff_max = Millis(v.cast<double>(), "backoff_max");
+    else if (key == "tls_ca_file") o.tls_ca_file = v.cast<std::string>();
+    else if (key == "tls_cert_file") o.tls_cert_file = v.cast<std::string>();
+    else if (key == "tls_key_file") o.tls_key_file = v.cast<std::string>();
     else throw py::type_error("straggler.Client: unknown option '" + key + "'");
   }
   return o;
