@@ -23,10 +23,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "api.h"
+#include "auth.h"
 #include "job_registry.h"
 #include "metrics.h"
 #include "spdlog/spdlog.h"
 #include "stats.h"
+#include "tls.h"
 
 #ifndef STRAGGLERD_VERSION
 #define STRAGGLERD_VERSION "unknown"
@@ -233,24 +235,28 @@ struct Route {
   std::vector<absl::string_view> pattern;  // "{job}", "{rank}" or a literal segment
   absl::string_view method;
   RouteId id;
+  // What the bearer token guards (auth.h): changes always, reads and
+  // /metrics with auth.protect_reads, probes never.
+  Access access;
 };
 
 const std::vector<Route>& Routes() {
   static const std::vector<Route> routes = {
-      {{"metrics"}, "GET", RouteId::kMetrics},
-      {{"healthz"}, "GET", RouteId::kHealthz},
-      {{"readyz"}, "GET", RouteId::kReadyz},
-      {{"v1", "jobs"}, "GET", RouteId::kJobs},
-      {{"v1", "events"}, "GET", RouteId::kEvents},
-      {{"v1", "jobs", "{job}"}, "GET", RouteId::kJob},
-      {{"v1", "jobs", "{job}", "workers"}, "GET", RouteId::kWorkers},
-      {{"v1", "jobs", "{job}", "workers", "{rank}"}, "GET", RouteId::kWorker},
-      {{"v1", "jobs", "{job}", "workers", "{rank}", "override"}, "PUT", RouteId::kOverride},
-      {{"v1", "jobs", "{job}", "membership"}, "GET", RouteId::kMembership},
-      {{"v1", "jobs", "{job}", "events"}, "GET", RouteId::kJobEvents},
-      {{"v1", "jobs", "{job}", "policy"}, "PUT", RouteId::kPolicy},
-      {{"v1", "jobs", "{job}", "reset"}, "POST", RouteId::kReset},
-      {{"v1", "jobs", "{job}", "reports"}, "GET", RouteId::kReports},
+      {{"metrics"}, "GET", RouteId::kMetrics, Access::kRead},
+      {{"healthz"}, "GET", RouteId::kHealthz, Access::kOpen},
+      {{"readyz"}, "GET", RouteId::kReadyz, Access::kOpen},
+      {{"v1", "jobs"}, "GET", RouteId::kJobs, Access::kRead},
+      {{"v1", "events"}, "GET", RouteId::kEvents, Access::kRead},
+      {{"v1", "jobs", "{job}"}, "GET", RouteId::kJob, Access::kRead},
+      {{"v1", "jobs", "{job}", "workers"}, "GET", RouteId::kWorkers, Access::kRead},
+      {{"v1", "jobs", "{job}", "workers", "{rank}"}, "GET", RouteId::kWorker, Access::kRead},
+      {{"v1", "jobs", "{job}", "workers", "{rank}", "override"}, "PUT", RouteId::kOverride,
+       Access::kAdmin},
+      {{"v1", "jobs", "{job}", "membership"}, "GET", RouteId::kMembership, Access::kRead},
+      {{"v1", "jobs", "{job}", "events"}, "GET", RouteId::kJobEvents, Access::kRead},
+      {{"v1", "jobs", "{job}", "policy"}, "PUT", RouteId::kPolicy, Access::kAdmin},
+      {{"v1", "jobs", "{job}", "reset"}, "POST", RouteId::kReset, Access::kAdmin},
+      {{"v1", "jobs", "{job}", "reports"}, "GET", RouteId::kReports, Access::kRead},
   };
   return routes;
 }
@@ -357,12 +363,12 @@ std::string HostOf(const std::string& address) {
 
 }  // namespace
 
-HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats)
-    : registry_(registry), stats_(stats) {}
+HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
+    : registry_(registry), stats_(stats), auth_(auth) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
-absl::Status HttpServer::Start(const DaemonConfig& config) {
+absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls) {
   const HttpConfig& http = config.http;
   const std::string& address = config.http_address;
   const size_t colon = address.rfind(':');
@@ -379,7 +385,20 @@ absl::Status HttpServer::Start(const DaemonConfig& config) {
     host = host.substr(1, host.size() - 2);  // [::] -> ::
   }
 
-  server_ = std::make_unique<httplib::Server>();
+  if (tls != nullptr) {
+    // The context was checked by LoadServerTls; a failure here is unexpected.
+    absl::Status setup;
+    server_ = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
+      setup = ConfigureSslContext(*tls, &ctx);
+      return setup.ok();
+    });
+    if (!server_->is_valid()) {
+      server_.reset();
+      return setup.ok() ? absl::InternalError("cannot set up the HTTPS listener") : setup;
+    }
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
   const size_t threads = http.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_read_timeout(http.read_timeout_seconds, 0);
@@ -543,6 +562,14 @@ void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
     return SendError(res, 405, "METHOD_NOT_ALLOWED",
                      absl::StrCat(req.method, " is not allowed on ", target, " (allowed: ",
                                   absl::StrJoin(allow, ", "), ")"));
+  }
+
+  const std::string header = req.get_header_value("Authorization");
+  std::optional<std::string_view> authorization;
+  if (req.has_header("Authorization")) authorization = header;
+  if (absl::Status s = auth_.Check(route->access, authorization); !s.ok()) {
+    res.set_header("WWW-Authenticate", "Bearer realm=\"stragglerd\"");
+    return SendStatus(res, s);
   }
 
   const Phase phase = phase_.load();

@@ -2,8 +2,8 @@
 // /readyz and the REST API under /v1/, which calls the same query/admin core
 // as gRPC (api.h) and speaks the proto3 JSON mapping of the same messages.
 //
-//   HttpServer http(registry, stats);
-//   if (absl::Status s = http.Start(config); !s.ok()) ...;   // binds, serves
+//   HttpServer http(registry, stats, auth);
+//   if (absl::Status s = http.Start(config, &tls); !s.ok()) ...;   // binds, serves
 //   http.SetPhase(HttpServer::Phase::kServing);               // /readyz 200
 //   http.SetPhase(HttpServer::Phase::kDraining);              // /readyz, /v1: 503
 //   http.Stop();
@@ -15,7 +15,8 @@
 //   PUT  /v1/jobs/{job}/policy  /v1/jobs/{job}/workers/{rank}/override
 //   POST /v1/jobs/{job}/reset
 // Errors are {"code":"NOT_FOUND","message":"job 'x' not found"} with the HTTP
-// status of HttpStatusFor(code); 405 carries an Allow header.
+// status of HttpStatusFor(code); 405 carries an Allow header, 401 (a missing
+// or wrong bearer token, auth.h) a WWW-Authenticate header.
 //
 // Requests are served by http.threads worker threads; the listener runs on a
 // thread of its own. Thread-safe: Start and Stop once each, from one thread;
@@ -40,8 +41,10 @@ struct Response;
 
 namespace straggler::daemon {
 
+class Authorizer;
 class JobRegistry;
 struct DaemonStats;
+struct ServerTls;
 
 // The HTTP status for an absl/gRPC status code (the mapping of grpc-gateway):
 // INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE 400; NOT_FOUND 404;
@@ -55,14 +58,16 @@ class HttpServer {
  public:
   enum class Phase { kStarting, kServing, kDraining };
 
-  HttpServer(JobRegistry& registry, DaemonStats& stats);
+  // `auth` decides which requests need the bearer token; it must outlive this.
+  HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds config.http_address (port 0 picks a free port) with config.http's
-  // limits and starts serving on its own thread.
-  absl::Status Start(const DaemonConfig& config);
+  // limits and starts serving on its own thread; over TLS (HTTPS) when `tls`
+  // is given (LoadServerTls; with a client CA, mutual TLS).
+  absl::Status Start(const DaemonConfig& config, const ServerTls* tls = nullptr);
   // Stops accepting, closes idle keep-alive connections, joins the threads
   // (requests in progress finish first).
   void Stop();
@@ -81,6 +86,7 @@ class HttpServer {
 
   JobRegistry& registry_;
   DaemonStats& stats_;
+  const Authorizer& auth_;
   std::atomic<Phase> phase_{Phase::kStarting};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -91,8 +91,9 @@ int main(int argc, char** argv) {
   straggler::daemon::Server server;
   if (absl::Status s = server.Start(*config); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
-    // A state database that cannot be opened is a configuration error
-    // (persistence.path), like a bad key: exit 2.
+    // A state database that cannot be opened or a TLS file that cannot be
+    // used is a configuration error (persistence.path, tls.*), like a bad
+    // key: exit 2.
     return s.code() == absl::StatusCode::kFailedPrecondition ? kExitBadConfig : 1;
   }
   spdlog::info("stragglerd listening: grpc={} http={}", server.grpc_address(),

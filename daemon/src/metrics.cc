@@ -489,6 +489,9 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   out.Family("straggler_state_db_errors_total", MetricType::kCounter,
              "State database writes or reads that failed (memberships, overrides, retention).");
   out.Sample({}, static_cast<double>(stats.state_db_errors.load(std::memory_order_relaxed)));
+  out.Family("straggler_auth_rejected_total", MetricType::kCounter,
+             "gRPC calls and HTTP requests refused for a missing or wrong bearer token.");
+  out.Sample({}, static_cast<double>(stats.auth_rejected.load(std::memory_order_relaxed)));
 
   out.Family("straggler_ingest_batch_duration_seconds", MetricType::kHistogram,
              "Time to process one ReportBatch, under the job's lock.");

@@ -35,6 +35,7 @@ struct DaemonStats {
   std::atomic<int64_t> active_streams{0};
   std::atomic<uint64_t> streams_total{0};
   std::atomic<uint64_t> streams_refused{0};     // bad hello, job limit, shutdown
+  std::atomic<uint64_t> auth_rejected{0};       // calls refused for a missing or wrong token
   std::atomic<int64_t> active_watches{0};
   std::atomic<uint64_t> directives_written{0};
   std::atomic<uint64_t> directives_coalesced{0};  // merged into a pending write
