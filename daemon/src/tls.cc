@@ -47,7 +47,9 @@ absl::Status LoadCaBundle(const ServerTls& tls, X509_STORE* store, STACK_OF(X509
   while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
     ++count;
     const bool ok = X509_STORE_add_cert(store, cert) == 1;
-    if (ok && names != nullptr) sk_X509_NAME_push(names, X509_NAME_dup(X509_get_subject_name(cert)));
+    if (ok && names != nullptr) {
+      sk_X509_NAME_push(names, X509_NAME_dup(X509_get_subject_name(cert)));
+    }
     X509_free(cert);
     if (!ok) return Failed(absl::StrCat("tls.client_ca_file=", tls.config.client_ca_file));
   }

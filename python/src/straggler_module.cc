@@ -293,7 +293,8 @@ PYBIND11_MODULE(_straggler, m) {
            "Client(**options): options from the environment (RANK, WORLD_SIZE, LOCAL_RANK, "
            "STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, ...), overridden by keyword arguments "
            "(endpoint, job_id, rank or ranks, world_size, local_rank, node, "
-           "iterations_per_epoch, queue_capacity, max_batch, max_send_delay [s], ...)")
+           "iterations_per_epoch, queue_capacity, max_batch, max_send_delay [s], "
+           "tls_ca_file, tls_cert_file, tls_key_file, ...)")
       .def(
           "report",
           [](PyClient& c, uint64_t epoch, uint64_t iteration, double compute_seconds,

@@ -81,7 +81,8 @@ TEST_CASE("upstream_tls: the three files; a certificate without its key is an er
   auto half = sa::ParseAgentConfig("upstream_tls:\n  cert_file: /n.pem\n", "a.yaml");
   REQUIRE_FALSE(half.ok());
   CHECK_THAT(std::string(half.status().message()),
-             Catch::Contains("a.yaml:1: upstream_tls: tls cert file /n.pem is set but no tls key"));
+             Catch::Contains(
+                 "a.yaml:2: upstream_tls: tls cert file /n.pem is set but no tls key file"));
   auto unknown = sa::ParseAgentConfig("upstream_tls:\n  ca: /ca.pem\n", "a.yaml");
   REQUIRE_FALSE(unknown.ok());
   CHECK_THAT(std::string(unknown.status().message()),

@@ -196,7 +196,8 @@ TEST_CASE("FromEnv takes the TLS files; half a client certificate and unreadable
   o.tls_ca_file = "/nonexistent/straggler-ca.pem";
   std::string error;
   CHECK(straggler::Client::Create(o, &error) == nullptr);
-  CHECK(error == "cannot read tls ca file /nonexistent/straggler-ca.pem: No such file or directory");
+  CHECK(error ==
+        "cannot read tls ca file /nonexistent/straggler-ca.pem: No such file or directory");
 
   // A unix: endpoint (the node agent) is plaintext whatever the TLS
   // variables say, so the files are not even read.

@@ -594,8 +594,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> slow_texts;
   CLI::App app{
       "straggler-sim: a simulated synchronous data-parallel job reporting to stragglerd\n"
-      "TLS to the daemon from STRAGGLER_TLS_CA, STRAGGLER_TLS_CERT, STRAGGLER_TLS_KEY; the bearer\n"
-      "token for reading its events (auth.protect_reads) from the file STRAGGLER_TOKEN_FILE names."};
+      "TLS to the daemon from STRAGGLER_TLS_CA, STRAGGLER_TLS_CERT, STRAGGLER_TLS_KEY; the\n"
+      "bearer token for reading its events (auth.protect_reads) from the file\n"
+      "STRAGGLER_TOKEN_FILE names."};
   app.add_option("--daemon", o.daemon, "daemon gRPC address")->capture_default_str();
   app.add_option("--job", o.job, "job id (default sim-<pid>)");
   app.add_option("--ranks", o.ranks, "ranks (threads) this process runs")->capture_default_str();

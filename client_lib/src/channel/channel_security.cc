@@ -19,10 +19,10 @@ std::string Env(const char* name) {
 
 std::string ChannelSecurity::Validate() const {
   if (!cert_file.empty() && key_file.empty()) {
-    return "tls cert file " + cert_file + " is set but no tls key file (" + kEnvTlsKey + ")";
+    return "tls cert file " + cert_file + " is set but no tls key file";
   }
   if (cert_file.empty() && !key_file.empty()) {
-    return "tls key file " + key_file + " is set but no tls cert file (" + kEnvTlsCert + ")";
+    return "tls key file " + key_file + " is set but no tls cert file";
   }
   return {};
 }

@@ -7,7 +7,8 @@
 //
 //   straggler::ChannelSecurity sec = straggler::ChannelSecurityFromEnv();
 //   std::string error;
-//   auto creds = straggler::MakeChannelCredentials(sec, endpoint, &error);  // insecure when sec is empty
+//   // Insecure credentials when sec is empty or endpoint is unix:...
+//   auto creds = straggler::MakeChannelCredentials(sec, endpoint, &error);
 //   if (!creds) { std::cerr << error; ... }  // "cannot read tls ca file /x: No such file"
 //   auto channel = grpc::CreateChannel(endpoint, creds);
 //
