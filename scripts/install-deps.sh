@@ -24,6 +24,8 @@ PACKAGES=(
   # tests and benchmarks; prometheus ships /usr/bin/prometheus and promtool for
   # the observability tests, which start their own server (never the service)
   catch2 libbenchmark-dev prometheus
+  # the TLS tests make their certificates with the openssl command
+  openssl
   # deploy/ linters (tests/deploy): systemd-analyze (systemd), yamllint, and
   # the Kubernetes API models of the official Python client
   systemd yamllint python3-kubernetes python3-yaml

@@ -940,27 +940,39 @@ absl::Status Agent::Start() {
   // the stream attempts.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel =
-      grpc::CreateCustomChannel(c.upstream, grpc::InsecureChannelCredentials(), args);
+  std::string tls_error;
+  auto credentials = MakeChannelCredentials(c.upstream_tls, c.upstream, &tls_error);
+  if (!credentials) {
+    return absl::FailedPreconditionError(absl::StrCat("upstream_tls: ", tls_error));
+  }
+  auto channel = grpc::CreateCustomChannel(c.upstream, credentials, args);
   m.table = std::make_unique<JobTable>(channel, c.node.empty() ? HostName() : c.node, m.stats,
                                        &m.decorator, LiveConfig::From(c));
   m.service = std::make_unique<IngestProxy>(*m.table, m.stats);
 
   grpc::ServerBuilder builder;
+  // The socket is created by BuildAndStart with the process umask: made
+  // 0660 from its first moment (not chmod-ed afterwards, which would leave a
+  // window in which any local user could connect and report as any rank).
+  // umask is process-wide; no other thread creates files at this point.
+  const mode_t old_umask = umask(0117);
   builder.AddListeningPort(c.listen, grpc::InsecureServerCredentials());
   if (!c.listen_tcp.empty()) {
     builder.AddListeningPort(c.listen_tcp, grpc::InsecureServerCredentials(), &m.tcp_port);
   }
   builder.RegisterService(m.service.get());
   m.server = builder.BuildAndStart();
+  umask(old_umask);
   if (!m.server) {
     return absl::UnavailableError(absl::StrCat("cannot listen on listen=", c.listen,
                                                c.listen_tcp.empty() ? "" : " / listen_tcp=",
                                                c.listen_tcp));
   }
   // Trainer processes of the same group (not every local user) may connect.
-  if (chmod(path.c_str(), 0660) != 0) {
-    spdlog::warn("cannot chmod 0660 {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && (st.st_mode & 0007) != 0) {
+    spdlog::warn("agent socket {} is accessible to other users (mode {:o})", path,
+                 st.st_mode & 0777);
   }
 
   if (!c.http_address.empty()) {
@@ -1013,6 +1025,11 @@ void Agent::Reload(const AgentConfig& next) {
   restart_needed("upstream", m.config.upstream, next.upstream);
   restart_needed("http_address", m.config.http_address, next.http_address);
   restart_needed("node", m.config.node, next.node);
+  restart_needed("upstream_tls.ca_file", m.config.upstream_tls.ca_file, next.upstream_tls.ca_file);
+  restart_needed("upstream_tls.cert_file", m.config.upstream_tls.cert_file,
+                 next.upstream_tls.cert_file);
+  restart_needed("upstream_tls.key_file", m.config.upstream_tls.key_file,
+                 next.upstream_tls.key_file);
   AgentConfig applied = m.config;
   applied.log_level = next.log_level;
   applied.batch_max_reports = next.batch_max_reports;

@@ -84,9 +84,10 @@ class Agent {
   void SetBatchDecorator(BatchDecorator decorator);
 
   // Starts GPU telemetry (when enabled; without NVML: one log line, off),
-  // creates the socket's directory, binds the unix socket (mode 0660), the
-  // optional TCP listener and HTTP (/metrics, /healthz, /readyz), starts
-  // serving.
+  // creates the socket's directory, reads the upstream_tls files, binds the
+  // unix socket (created with mode 0660), the optional TCP listener and HTTP
+  // (/metrics, /healthz, /readyz), starts serving. FAILED_PRECONDITION for a
+  // directory that cannot be made or a TLS file that cannot be read.
   absl::Status Start();
   // Applies the live keys (log level, batching, buffer bound, reconnect
   // delays, shutdown flush); logs the keys that need a restart.

@@ -52,6 +52,8 @@ class Parser : public ConfigReader {
         s = Section(kv.second, key, {{"idle_timeout_ms", &c.idle_job_timeout_ms}});
       } else if (key == "telemetry") {
         s = Telemetry(kv.second, c);
+      } else if (key == "upstream_tls") {
+        s = UpstreamTls(kv.second, c);
       } else {
         s = Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "'"));
       }
@@ -107,6 +109,28 @@ class Parser : public ConfigReader {
       } else {
         return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in telemetry"));
       }
+    }
+    return absl::OkStatus();
+  }
+
+  // upstream_tls: {ca_file, cert_file, key_file}: TLS to stragglerd.
+  absl::Status UpstreamTls(const YAML::Node& node, AgentConfig& c) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "upstream_tls must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      std::string* target = key == "ca_file"     ? &c.upstream_tls.ca_file
+                            : key == "cert_file" ? &c.upstream_tls.cert_file
+                            : key == "key_file"  ? &c.upstream_tls.key_file
+                                                 : nullptr;
+      if (target == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in upstream_tls"));
+      }
+      if (absl::Status s = Str(kv.second, absl::StrCat("upstream_tls.", key), *target); !s.ok())
+        return s;
+    }
+    if (std::string problem = c.upstream_tls.Validate(); !problem.empty()) {
+      return Error(node.Mark(), absl::StrCat("upstream_tls: ", problem));
     }
     return absl::OkStatus();
   }

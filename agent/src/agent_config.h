@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "channel_security.h"
 #include "config.h"  // daemon::EnvLookup, GetEnv
 
 namespace straggler::agent {
@@ -25,10 +26,12 @@ inline constexpr char kDefaultUpstream[] = "127.0.0.1:7070";
 inline constexpr char kDefaultHttpAddress[] = "0.0.0.0:7072";
 
 struct AgentConfig {
-  // Restart needed for a change of these four.
+  // Restart needed for a change of these five.
   std::string listen = kDefaultListen;  // unix:PATH or unix:///PATH
   std::string listen_tcp;               // HOST:PORT, "" = no TCP listener
   std::string upstream = kDefaultUpstream;
+  // TLS to the daemon (README "Security"); all empty = plaintext.
+  ChannelSecurity upstream_tls;
   std::string http_address = kDefaultHttpAddress;  // "" = no HTTP
   std::string node;                     // name sent upstream; "" = host name
   // GPU telemetry (restart needed for a change): NVML sampled every

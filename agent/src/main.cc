@@ -113,7 +113,9 @@ int main(int argc, char** argv) {
   straggler::agent::Agent agent(*config);
   if (absl::Status s = agent.Start(); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
-    return 1;
+    // A TLS file that cannot be read or a socket directory that cannot be
+    // made is a configuration error, as in stragglerd: exit 2.
+    return s.code() == absl::StatusCode::kFailedPrecondition ? kExitBadConfig : 1;
   }
   spdlog::info("straggler-agent listening: {}{}{}", agent.listen_address(),
                agent.tcp_dial_address().empty() ? "" : " tcp=" + agent.tcp_dial_address(),

@@ -98,6 +98,12 @@ straggler_client_t* straggler_client_create(const straggler_options_t* options, 
       o.backoff_initial = std::chrono::milliseconds(options->backoff_initial_ms);
     if (options->backoff_max_ms != 0)
       o.backoff_max = std::chrono::milliseconds(options->backoff_max_ms);
+    // TLS always comes from STRAGGLER_TLS_CA/_CERT/_KEY: the struct keeps its
+    // layout, and a deployment turns TLS on without rebuilding trainers.
+    const straggler::ClientOptions env = straggler::ClientOptions::FromEnv();
+    o.tls_ca_file = env.tls_ca_file;
+    o.tls_cert_file = env.tls_cert_file;
+    o.tls_key_file = env.tls_key_file;
     return CreateFrom(o, err, errlen);
   } catch (...) {
     WriteError(err, errlen, "straggler_client_create: out of memory");

@@ -34,6 +34,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "channel_security.h"
 #include "membership_history.h"
 #include "report_queue.h"
 #include "straggler/client.h"
@@ -178,7 +179,7 @@ std::string HostName() {
 
 class ClientImpl final : public Client {
  public:
-  explicit ClientImpl(ClientOptions options)
+  ClientImpl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
       : options_(std::move(options)),
         served_(options_.ranks),
         queue_(options_.queue_capacity),
@@ -204,7 +205,7 @@ class ClientImpl final : public Client {
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
                 static_cast<int>(options_.backoff_initial.count()));
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.backoff_max.count()));
-    channel_ = grpc::CreateCustomChannel(options_.endpoint, grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(options_.endpoint, credentials, args);
     stub_ = pb::IngestService::NewStub(channel_);
 
     sender_ = std::thread([this] { SenderLoop(); });
@@ -793,6 +794,14 @@ std::vector<uint32_t> MembershipView::ActiveRanks() const {
   return active;
 }
 
+namespace {
+
+ChannelSecurity SecurityOf(const ClientOptions& o) {
+  return ChannelSecurity{o.tls_ca_file, o.tls_cert_file, o.tls_key_file};
+}
+
+}  // namespace
+
 ClientOptions ClientOptions::FromEnv() {
   ClientOptions o;
   std::string error;
@@ -801,6 +810,10 @@ ClientOptions ClientOptions::FromEnv() {
   if (const char* v = std::getenv("STRAGGLER_NODE"); v != nullptr) o.node = v;
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o.cuda_visible_devices = v;
   if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o.gpu_uuid = v;
+  const ChannelSecurity tls = ChannelSecurityFromEnv();
+  o.tls_ca_file = tls.ca_file;
+  o.tls_cert_file = tls.cert_file;
+  o.tls_key_file = tls.key_file;
   uint32_t rank = 0;
   if (ReadEnvUnsigned("RANK", &rank, &error)) o.ranks = {rank};
   ReadEnvUnsigned("WORLD_SIZE", &o.world_size, &error);
@@ -814,6 +827,7 @@ std::string ClientOptions::Validate() const {
   if (!env_error.empty()) return env_error;
   if (endpoint.empty()) return "endpoint is empty (set STRAGGLER_ENDPOINT)";
   if (job_id.empty()) return "job_id is empty (set STRAGGLER_JOB_ID)";
+  if (std::string problem = SecurityOf(*this).Validate(); !problem.empty()) return problem;
   if (world_size == 0) return "world_size=0: must be > 0 (set WORLD_SIZE)";
   if (ranks.empty()) return "ranks is empty: name at least one rank (set RANK)";
   std::vector<uint32_t> sorted = ranks;
@@ -846,9 +860,18 @@ std::unique_ptr<Client> Client::Create(const ClientOptions& options, std::string
     if (error != nullptr) *error = std::move(problem);
     return nullptr;
   }
+  // The TLS files are read once, here: a path that cannot be read is an
+  // error now rather than a channel that never connects.
+  std::string problem;
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      MakeChannelCredentials(SecurityOf(options), options.endpoint, &problem);
+  if (!credentials) {
+    if (error != nullptr) *error = std::move(problem);
+    return nullptr;
+  }
   ClientOptions o = options;
   if (o.node.empty()) o.node = HostName();
-  return std::make_unique<ClientImpl>(std::move(o));
+  return std::make_unique<ClientImpl>(std::move(o), std::move(credentials));
 }
 
 }  // namespace straggler

@@ -8,19 +8,25 @@ namespace straggler::daemon {
 grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContext* ctx,
                                                       const v1::SetPolicyRequest* request,
                                                       v1::Job* response) {
-  return FinishUnary(ctx, api::SetPolicy(registry_, *request, ctx->peer()), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kAdmin,
+      [&] { return api::SetPolicy(registry_, *request, ctx->peer()); }, response);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
     grpc::CallbackServerContext* ctx, const v1::SetRankOverrideRequest* request,
     v1::Membership* response) {
-  return FinishUnary(ctx, api::SetRankOverride(registry_, *request, ctx->peer()), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kAdmin,
+      [&] { return api::SetRankOverride(registry_, *request, ctx->peer()); }, response);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext* ctx,
                                                      const v1::ResetJobRequest* request,
                                                      v1::Job* response) {
-  return FinishUnary(ctx, api::ResetJob(registry_, *request, ctx->peer()), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kAdmin,
+      [&] { return api::ResetJob(registry_, *request, ctx->peer()); }, response);
 }
 
 }  // namespace straggler::daemon

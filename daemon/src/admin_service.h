@@ -2,14 +2,15 @@
 // reset a job. Every change goes through the job's engine, which records it
 // as an event, and a resulting membership is pushed to the job's streams.
 // The handlers only translate: the logic is api.h's, shared with REST.
-// Authentication comes with the security issue.
+// With auth.token_file set every call needs the bearer token (auth.h).
 //
-//   AdminServiceImpl admin(registry);
+//   AdminServiceImpl admin(registry, auth);
 //   builder.RegisterService(&admin);
 //
-// Thread-safe; the registry must outlive the server.
+// Thread-safe; the registry and authorizer must outlive the server.
 #pragma once
 
+#include "auth.h"
 #include "job_registry.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
@@ -17,7 +18,8 @@ namespace straggler::daemon {
 
 class AdminServiceImpl final : public straggler::v1::AdminService::CallbackService {
  public:
-  explicit AdminServiceImpl(JobRegistry& registry) : registry_(registry) {}
+  AdminServiceImpl(JobRegistry& registry, const Authorizer& auth)
+      : registry_(registry), auth_(auth) {}
 
   grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
                                       const straggler::v1::SetPolicyRequest* request,
@@ -31,6 +33,7 @@ class AdminServiceImpl final : public straggler::v1::AdminService::CallbackServi
 
  private:
   JobRegistry& registry_;
+  const Authorizer& auth_;
 };
 
 }  // namespace straggler::daemon

@@ -9,6 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "auth.h"
+#include "channel_security.h"
 #include "config_reader.h"
 #include "yaml-cpp/yaml.h"
 
@@ -240,6 +242,73 @@ class Parser : public ConfigReader {
     return absl::OkStatus();
   }
 
+  absl::Status ApplyTls(const YAML::Node& node, TlsConfig& tls) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "tls must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      const std::string qualified = absl::StrCat("tls.", key);
+      std::string* path = nullptr;
+      bool* flag = nullptr;
+      if (key == "cert_file") path = &tls.cert_file;
+      if (key == "key_file") path = &tls.key_file;
+      if (key == "client_ca_file") path = &tls.client_ca_file;
+      if (key == "grpc") flag = &tls.grpc;
+      if (key == "http") flag = &tls.http;
+      if (path != nullptr) {
+        auto v = String(kv.second, qualified);
+        if (!v.ok()) return v.status();
+        *path = *v;
+      } else if (flag != nullptr) {
+        auto v = Bool(kv.second, qualified);
+        if (!v.ok()) return v.status();
+        *flag = *v;
+      } else {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in tls"));
+      }
+    }
+    // Half a TLS setup would serve plaintext while the operator believes
+    // otherwise: refuse it.
+    if (tls.cert_file.empty() != tls.key_file.empty()) {
+      return Error(node.Mark(), tls.cert_file.empty()
+                                    ? "tls.key_file is set but tls.cert_file is not"
+                                    : "tls.cert_file is set but tls.key_file is not");
+    }
+    if (!tls.client_ca_file.empty() && tls.cert_file.empty()) {
+      return Error(node.Mark(),
+                   "tls.client_ca_file (mutual TLS) needs tls.cert_file and tls.key_file");
+    }
+    if (tls.enabled() && !tls.grpc && !tls.http) {
+      return Error(node.Mark(),
+                   "tls.grpc and tls.http are both false: the certificate would serve nothing");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyAuth(const YAML::Node& node, AuthConfig& auth) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "auth must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      const std::string qualified = absl::StrCat("auth.", key);
+      if (key == "token_file") {
+        auto v = String(kv.second, qualified);
+        if (!v.ok()) return v.status();
+        auth.token_file = *v;
+      } else if (key == "protect_reads") {
+        auto v = Bool(kv.second, qualified);
+        if (!v.ok()) return v.status();
+        auth.protect_reads = *v;
+      } else {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in auth"));
+      }
+    }
+    if (auth.protect_reads && auth.token_file.empty()) {
+      return Error(node.Mark(), "auth.protect_reads=true needs auth.token_file");
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ApplyJobs(const YAML::Node& node, DaemonConfig& config) const {
     if (node.IsNull()) return absl::OkStatus();
     if (!node.IsSequence()) {
@@ -320,6 +389,10 @@ class Parser : public ConfigReader {
         s = ApplyHttp(kv.second, config.http);
       } else if (key == "persistence") {
         s = ApplyPersistence(kv.second, config.persistence);
+      } else if (key == "tls") {
+        s = ApplyTls(kv.second, config.tls);
+      } else if (key == "auth") {
+        s = ApplyAuth(kv.second, config.auth);
       } else {
         s = Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "'"));
       }
@@ -438,6 +511,13 @@ absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLoo
     return s;
   }
   if (absl::Status s = ValidateLogLevel(config.log_level); !s.ok()) return s;
+  if (!config.auth.token_file.empty()) {
+    std::string token, error;
+    if (!ReadBearerToken(config.auth.token_file, &token, &error)) {
+      return absl::FailedPreconditionError(absl::StrCat("auth.token_file: ", error));
+    }
+    config.auth.token_sha256 = TokenDigest(token);
+  }
   return config;
 }
 

@@ -100,6 +100,28 @@ struct PersistenceConfig {
   uint32_t retention_interval_seconds = 60;  // how often retention runs
 };
 
+// TLS for the gRPC and HTTP listeners (README "Security"; a change needs a
+// restart). PEM files; cert_file and key_file come together.
+struct TlsConfig {
+  std::string cert_file;       // certificate chain; "" = plaintext (the default)
+  std::string key_file;        // private key of cert_file
+  std::string client_ca_file;  // set: mutual TLS, clients need a certificate this CA signed
+  bool grpc = true;            // with cert_file: serve gRPC over TLS
+  bool http = true;            // with cert_file: serve HTTP over TLS
+  bool enabled() const { return !cert_file.empty(); }
+};
+
+// Bearer-token authorization (README "Security"; reloadable: a SIGHUP
+// re-reads token_file, and an unreadable one keeps the running config).
+struct AuthConfig {
+  std::string token_file;      // "" = no token: admin calls are open to anyone who can connect
+  bool protect_reads = false;  // true: QueryService, REST GETs and /metrics need the token too
+  // SHA-256 of the token, filled by LoadConfig from token_file ("" = none).
+  // The token itself is not kept: a digest cannot leak it into a log or a
+  // core dump, and comparing digests takes the same time for any token.
+  std::string token_sha256;
+};
+
 // A per-job policy: `match` is a job id or a glob where `*` matches any run
 // of characters; `policy` is the top-level policy with the rule's overrides
 // applied (already merged and validated).
@@ -119,6 +141,8 @@ struct DaemonConfig {
   HttpConfig http;
   RendezvousConfig rendezvous;
   PersistenceConfig persistence;
+  TlsConfig tls;
+  AuthConfig auth;
   std::string config_file;                   // "" = embedded defaults only
 
   // The policy for `job_id`: the first rule whose pattern matches, else the
@@ -147,6 +171,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text,
 
 // Defaults <- file (flag --config, else STRAGGLERD_CONFIG, else none)
 //          <- STRAGGLERD_GRPC_ADDRESS / _HTTP_ADDRESS / _LOG_LEVEL <- flags.
+// Then reads auth.token_file into auth.token_sha256; an unreadable, empty or
+// malformed token file is an error naming the path (never the contents).
 absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLookup& env);
 
 // `*` matches any run of characters (also none); every other character

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -19,12 +21,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api.h"
+#include "auth.h"
 #include "http_deadline.h"
 #include "job_registry.h"
 #include "metrics.h"
 #include "rest_route.h"
 #include "spdlog/spdlog.h"
 #include "stats.h"
+#include "tls.h"
 
 #ifndef STRAGGLERD_VERSION
 #define STRAGGLERD_VERSION "unknown"
@@ -119,14 +123,40 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// What the bearer token guards (auth.h): changes always, reads and /metrics
+// with auth.protect_reads, probes never. An exhaustive switch, so that a new
+// route does not compile until someone decided its access.
+Access AccessOf(RouteId id) {
+  switch (id) {
+    case RouteId::kHealthz:
+    case RouteId::kReadyz:
+      return Access::kOpen;
+    case RouteId::kMetrics:
+    case RouteId::kJobs:
+    case RouteId::kJob:
+    case RouteId::kWorkers:
+    case RouteId::kWorker:
+    case RouteId::kMembership:
+    case RouteId::kJobEvents:
+    case RouteId::kEvents:
+    case RouteId::kReports:
+      return Access::kRead;
+    case RouteId::kOverride:
+    case RouteId::kPolicy:
+    case RouteId::kReset:
+      return Access::kAdmin;
+  }
+  return Access::kAdmin;
+}
+
 }  // namespace
 
-HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats)
-    : registry_(registry), stats_(stats) {}
+HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
+    : registry_(registry), stats_(stats), auth_(auth) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
-absl::Status HttpServer::Start(const DaemonConfig& config) {
+absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls) {
   const HttpConfig& http = config.http;
   const std::string& address = config.http_address;
   const size_t colon = address.rfind(':');
@@ -143,8 +173,24 @@ absl::Status HttpServer::Start(const DaemonConfig& config) {
     host = host.substr(1, host.size() - 2);  // [::] -> ::
   }
 
-  // Per-request deadlines, so slow clients cannot hold every worker.
-  server_ = MakeDeadlineServer(stats_);
+  if (tls != nullptr) {
+    // HTTPS: httplib's SSLServer, whose timeouts are per read and per write,
+    // not the whole-request deadlines of the plain listener (README "Limits
+    // and input validation" says so). The context was checked by
+    // LoadServerTls; a failure here is unexpected.
+    absl::Status setup;
+    server_ = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
+      setup = ConfigureSslContext(*tls, &ctx);
+      return setup.ok();
+    });
+    if (!server_->is_valid()) {
+      server_.reset();
+      return setup.ok() ? absl::InternalError("cannot set up the HTTPS listener") : setup;
+    }
+  } else {
+    // Per-request deadlines, so slow clients cannot hold every worker.
+    server_ = MakeDeadlineServer(stats_);
+  }
   const size_t threads = http.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_read_timeout(http.read_timeout_seconds, 0);
@@ -278,6 +324,13 @@ void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
     return SendError(res, e->http_status, e->code, e->message);
   }
   const RouteMatch& route = std::get<RouteMatch>(matched);
+  const std::string header = req.get_header_value("Authorization");
+  std::optional<std::string_view> authorization;
+  if (req.has_header("Authorization")) authorization = header;
+  if (absl::Status s = auth_.Check(AccessOf(route.id), authorization); !s.ok()) {
+    res.set_header("WWW-Authenticate", "Bearer realm=\"stragglerd\"");
+    return SendStatus(res, s);
+  }
 
   const Phase phase = phase_.load();
   switch (route.id) {

@@ -2,8 +2,8 @@
 // /readyz and the REST API under /v1/, which calls the same query/admin core
 // as gRPC (api.h) and speaks the proto3 JSON mapping of the same messages.
 //
-//   HttpServer http(registry, stats);
-//   if (absl::Status s = http.Start(config); !s.ok()) ...;   // binds, serves
+//   HttpServer http(registry, stats, auth);
+//   if (absl::Status s = http.Start(config, &tls); !s.ok()) ...;   // binds, serves
 //   http.SetPhase(HttpServer::Phase::kServing);               // /readyz 200
 //   http.SetPhase(HttpServer::Phase::kDraining);              // /readyz, /v1: 503
 //   http.Stop();
@@ -15,7 +15,8 @@
 //   PUT  /v1/jobs/{job}/policy  /v1/jobs/{job}/workers/{rank}/override
 //   POST /v1/jobs/{job}/reset
 // Errors are {"code":"NOT_FOUND","message":"job 'x' not found"} with the HTTP
-// status of HttpStatusFor(code); 405 carries an Allow header. Routing and
+// status of HttpStatusFor(code); 405 carries an Allow header, 401 (a missing
+// or wrong bearer token, auth.h) a WWW-Authenticate header. Routing and
 // parameter parsing are rest_route.h's; this file serves what it decides.
 //
 // Requests are served by http.threads worker threads; the listener runs on a
@@ -43,21 +44,25 @@ struct Response;
 
 namespace straggler::daemon {
 
+class Authorizer;
 class JobRegistry;
 struct DaemonStats;
+struct ServerTls;
 
 class HttpServer {
  public:
   enum class Phase { kStarting, kServing, kDraining };
 
-  HttpServer(JobRegistry& registry, DaemonStats& stats);
+  // `auth` decides which requests need the bearer token; it must outlive this.
+  HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds config.http_address (port 0 picks a free port) with config.http's
-  // limits and starts serving on its own thread.
-  absl::Status Start(const DaemonConfig& config);
+  // limits and starts serving on its own thread; over TLS (HTTPS) when `tls`
+  // is given (LoadServerTls; with a client CA, mutual TLS).
+  absl::Status Start(const DaemonConfig& config, const ServerTls* tls = nullptr);
   // Stops accepting, closes idle keep-alive connections, joins the threads
   // (requests in progress finish first).
   void Stop();
@@ -76,6 +81,7 @@ class HttpServer {
 
   JobRegistry& registry_;
   DaemonStats& stats_;
+  const Authorizer& auth_;
   std::atomic<Phase> phase_{Phase::kStarting};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

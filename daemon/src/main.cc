@@ -40,7 +40,9 @@ int main(int argc, char** argv) {
       "publishes, per job, the versioned membership that leaves them out.\n\n"
       "Precedence: flags > environment (STRAGGLERD_GRPC_ADDRESS, STRAGGLERD_HTTP_ADDRESS,\n"
       "STRAGGLERD_LOG_LEVEL, STRAGGLERD_CONFIG) > config file > built-in defaults.\n"
-      "Signals: SIGHUP reloads the config file, SIGTERM/SIGINT drain and exit 0.",
+      "Signals: SIGHUP reloads the config file, SIGTERM/SIGINT drain and exit 0.\n"
+      "TLS, mutual TLS and the admin bearer token: tls.* and auth.* in the config file\n"
+      "(README \"Security\"); without auth.token_file admin calls are open (warned at start).",
       "stragglerd"};
   std::string config_file, grpc_address, http_address, log_level, ready_file, state_db;
   auto* config_opt = app.add_option("--config", config_file,
@@ -91,8 +93,9 @@ int main(int argc, char** argv) {
   straggler::daemon::Server server;
   if (absl::Status s = server.Start(*config); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
-    // A state database that cannot be opened is a configuration error
-    // (persistence.path), like a bad key: exit 2.
+    // A state database that cannot be opened or a TLS file that cannot be
+    // used is a configuration error (persistence.path, tls.*), like a bad
+    // key: exit 2.
     return s.code() == absl::StatusCode::kFailedPrecondition ? kExitBadConfig : 1;
   }
   spdlog::info("stragglerd listening: grpc={} http={}", server.grpc_address(),

@@ -517,6 +517,9 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
              "Membership versions a WatchMembership stream never sent: a newer one replaced "
              "them while the watcher was not reading.");
   out.Sample({}, static_cast<double>(stats.watch_versions_skipped.load(std::memory_order_relaxed)));
+  out.Family("straggler_auth_rejected_total", MetricType::kCounter,
+             "gRPC calls and HTTP requests refused for a missing or wrong bearer token.");
+  out.Sample({}, static_cast<double>(stats.auth_rejected.load(std::memory_order_relaxed)));
 
   out.Family("straggler_ingest_batch_duration_seconds", MetricType::kHistogram,
              "Time to process one ReportBatch, under the job's lock.");

@@ -94,50 +94,61 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
 grpc::ServerUnaryReactor* QueryServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                      const v1::ListJobsRequest* request,
                                                      v1::ListJobsResponse* response) {
-  return FinishUnary(ctx, api::ListJobs(registry_, *request), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kRead, [&] { return api::ListJobs(registry_, *request); }, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                    const v1::GetJobRequest* request,
                                                    v1::Job* response) {
-  return FinishUnary(ctx, api::GetJob(registry_, *request), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kRead, [&] { return api::GetJob(registry_, *request); }, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                         const v1::ListWorkersRequest* request,
                                                         v1::ListWorkersResponse* response) {
-  return FinishUnary(ctx, api::ListWorkers(registry_, *request), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kRead, [&] { return api::ListWorkers(registry_, *request); }, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetWorker(grpc::CallbackServerContext* ctx,
                                                       const v1::GetWorkerRequest* request,
                                                       v1::Worker* response) {
-  return FinishUnary(ctx, api::GetWorker(registry_, *request), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kRead, [&] { return api::GetWorker(registry_, *request); }, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
     grpc::CallbackServerContext* ctx, const v1::GetMembershipRequest* request,
     v1::Membership* response) {
-  return FinishUnary(ctx, api::GetMembership(registry_, *request), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kRead, [&] { return api::GetMembership(registry_, *request); }, response);
 }
 
 grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
-    grpc::CallbackServerContext*, const v1::WatchMembershipRequest* request) {
+    grpc::CallbackServerContext* ctx, const v1::WatchMembershipRequest* request) {
   auto* reactor = new WatchReactor(registry_, stats_);
-  reactor->Start(request->job_id());
+  if (absl::Status s = auth_.Check(Access::kRead, AuthorizationOf(ctx)); !s.ok()) {
+    reactor->Close(s);
+  } else {
+    reactor->Start(request->job_id());
+  }
   return reactor;
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListEvents(grpc::CallbackServerContext* ctx,
                                                        const v1::ListEventsRequest* request,
                                                        v1::ListEventsResponse* response) {
-  return FinishUnary(ctx, api::ListEvents(registry_, *request), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kRead, [&] { return api::ListEvents(registry_, *request); }, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ExportReports(
     grpc::CallbackServerContext* ctx, const v1::ExportReportsRequest* request,
     v1::ExportReportsResponse* response) {
-  return FinishUnary(ctx, api::ExportReports(registry_, *request), response);
+  return FinishAuthorized(
+      ctx, auth_, Access::kRead, [&] { return api::ExportReports(registry_, *request); }, response);
 }
 
 }  // namespace straggler::daemon

@@ -1,7 +1,7 @@
 // QueryService: read-only views of jobs, workers, memberships and the event
 // journal, plus WatchMembership (a server stream of membership versions).
 //
-//   QueryServiceImpl query(registry, stats);
+//   QueryServiceImpl query(registry, stats, auth);
 //   builder.RegisterService(&query);
 //
 // Unary calls run on gRPC's callback threads and only translate: the logic is
@@ -12,9 +12,11 @@
 // never makes the daemon buffer more than one version per watcher beyond
 // gRPC's flow-control window.
 //
-// Thread-safe; the registry and stats must outlive the server.
+// With auth.protect_reads every call needs the bearer token (auth.h).
+// Thread-safe; the registry, stats and authorizer must outlive the server.
 #pragma once
 
+#include "auth.h"
 #include "job_registry.h"
 #include "stats.h"
 #include "straggler/v1/straggler.grpc.pb.h"
@@ -23,8 +25,8 @@ namespace straggler::daemon {
 
 class QueryServiceImpl final : public straggler::v1::QueryService::CallbackService {
  public:
-  QueryServiceImpl(JobRegistry& registry, DaemonStats& stats)
-      : registry_(registry), stats_(stats) {}
+  QueryServiceImpl(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
+      : registry_(registry), stats_(stats), auth_(auth) {}
 
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const straggler::v1::ListJobsRequest* request,
@@ -54,6 +56,7 @@ class QueryServiceImpl final : public straggler::v1::QueryService::CallbackServi
  private:
   JobRegistry& registry_;
   DaemonStats& stats_;
+  const Authorizer& auth_;
 };
 
 }  // namespace straggler::daemon

@@ -1,4 +1,5 @@
-// Pieces shared by the gRPC handlers: absl -> grpc status, the coalescing
+// Pieces shared by the gRPC handlers: absl -> grpc status, the bearer-token
+// check of a call (auth.h), the coalescing
 // write slot of the streaming reactors, and the link through which the
 // registry reaches a reactor that may already be gone.
 //
@@ -15,12 +16,14 @@
 
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "auth.h"
 #include "job_registry.h"
 
 namespace straggler::daemon {
@@ -46,6 +49,26 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
                                       absl::StatusOr<Msg> result, Msg* response) {
   if (result.ok()) *response = *std::move(result);
   return FinishUnary(ctx, result.status());
+}
+
+// The call's `authorization` metadata (nullopt: none sent).
+inline std::optional<std::string_view> AuthorizationOf(const grpc::CallbackServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return std::nullopt;
+  return std::string_view(it->second.data(), it->second.size());
+}
+
+// A unary call that `auth` admits for `access` gets the result of `call()`;
+// otherwise it ends UNAUTHENTICATED without running it.
+template <class Msg, class Call>
+grpc::ServerUnaryReactor* FinishAuthorized(grpc::CallbackServerContext* ctx,
+                                           const Authorizer& auth, Access access, Call call,
+                                           Msg* response) {
+  if (absl::Status s = auth.Check(access, AuthorizationOf(ctx)); !s.ok()) {
+    return FinishUnary(ctx, s);
+  }
+  return FinishUnary(ctx, call(), response);
 }
 
 enum class WriteAction { kNone, kWrite, kFinish };

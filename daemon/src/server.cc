@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "admin_service.h"
+#include "auth.h"
 #include "http_server.h"
 #include "ingest_service.h"
 #include "job_registry.h"
@@ -14,6 +15,7 @@
 #include "rendezvous_store.h"
 #include "spdlog/spdlog.h"
 #include "store.h"
+#include "tls.h"
 
 namespace straggler::daemon {
 namespace {
@@ -45,24 +47,42 @@ absl::Status Server::Start(const DaemonConfig& config) {
     if (!store.ok()) return store.status();
     store_ = std::move(*store);
   }
+  // Before anything binds: a bad certificate or key is a configuration
+  // error (exit 2), named with its path.
+  std::optional<ServerTls> tls;
+  if (config.tls.enabled()) {
+    absl::StatusOr<ServerTls> loaded = LoadServerTls(config.tls);
+    if (!loaded.ok()) return loaded.status();
+    tls = *std::move(loaded);
+  }
+  auth_ = std::make_unique<Authorizer>(config.auth, stats_);
+  if (!auth_->token_configured()) {
+    spdlog::warn("no auth.token_file: AdminService and mutating REST calls are open to anyone "
+                 "who can connect (README \"Security\")");
+  }
   registry_ = std::make_unique<JobRegistry>(std::make_shared<const DaemonConfig>(config), stats_,
                                             store_.get());
   if (absl::Status s = registry_->Restore(WallNow()); !s.ok()) return s;
   ingest_ = std::make_unique<IngestServiceImpl>(*registry_, stats_);
-  query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_);
-  admin_ = std::make_unique<AdminServiceImpl>(*registry_);
+  query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_, *auth_);
+  admin_ = std::make_unique<AdminServiceImpl>(*registry_, *auth_);
   rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
   rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_);
   configured_grpc_address_ = config.grpc_address;
   configured_http_address_ = config.http_address;
   configured_http_ = config.http;
   configured_max_message_bytes_ = config.limits.max_message_bytes;
+  configured_tls_ = config.tls;
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config.grpc_address, grpc::InsecureServerCredentials(), &port);
+  const bool grpc_tls = tls && config.tls.grpc;
+  builder.AddListeningPort(config.grpc_address,
+                           grpc_tls ? GrpcServerCredentials(*tls)
+                                    : grpc::InsecureServerCredentials(),
+                           &port);
   // Every service: a larger message ends its call with RESOURCE_EXHAUSTED
   // before any of it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
@@ -91,8 +111,9 @@ absl::Status Server::Start(const DaemonConfig& config) {
     health->SetServingStatus(service, true);
   }
 
-  http_ = std::make_unique<HttpServer>(*registry_, stats_);
-  if (absl::Status s = http_->Start(config); !s.ok()) {
+  http_ = std::make_unique<HttpServer>(*registry_, stats_, *auth_);
+  const bool http_tls = tls && config.tls.http;
+  if (absl::Status s = http_->Start(config, http_tls ? &*tls : nullptr); !s.ok()) {
     http_.reset();
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
@@ -100,6 +121,11 @@ absl::Status Server::Start(const DaemonConfig& config) {
     return s;
   }
 
+  spdlog::info("security: grpc {}, http {}{}; bearer token {}{}",
+               grpc_tls ? "TLS" : "plaintext", http_tls ? "TLS" : "plaintext",
+               tls && !config.tls.client_ca_file.empty() ? " (client certificates required)" : "",
+               auth_->token_configured() ? "required for admin calls" : "not configured",
+               config.auth.protect_reads ? " and reads" : "");
   tick_thread_ = std::thread([this] { TickLoop(); });
   // gRPC serves and the config is loaded (Start has it): ready.
   http_->SetPhase(HttpServer::Phase::kServing);
@@ -144,6 +170,15 @@ void Server::Reload(const DaemonConfig& config) {
   if (config.limits.max_message_bytes != configured_max_message_bytes_) {
     spdlog::warn("reload: limits.max_message_bytes changes take effect only after a restart");
   }
+  const TlsConfig& t = config.tls;
+  const TlsConfig& ct = configured_tls_;
+  if (t.cert_file != ct.cert_file || t.key_file != ct.key_file ||
+      t.client_ca_file != ct.client_ca_file || t.grpc != ct.grpc || t.http != ct.http) {
+    spdlog::warn("reload: tls.* changes take effect only after a restart");
+  }
+  // The token file was re-read by the config load; a new token applies to
+  // the next call.
+  auth_->Apply(config.auth);
   registry_->ApplyConfig(std::make_shared<const DaemonConfig>(config));
   rendezvous_store_->ApplyConfig(config.rendezvous);
   spdlog::info("config reloaded from {}",

@@ -35,6 +35,7 @@ class JobRegistry;
 class IngestServiceImpl;
 class QueryServiceImpl;
 class AdminServiceImpl;
+class Authorizer;
 class RendezvousStore;
 class RendezvousServiceImpl;
 class HttpServer;
@@ -49,12 +50,15 @@ class Server {
 
   // Opens the state database when persistence.path is set (and restores the
   // journal and jobs from it: JobRegistry::Restore; an error there is
-  // FAILED_PRECONDITION naming the path), then binds config.grpc_address, then config.http_address (port 0 picks a free
+  // FAILED_PRECONDITION naming the path), reads and checks the TLS files of
+  // config.tls (LoadServerTls; FAILED_PRECONDITION naming the file), then
+  // binds config.grpc_address, then config.http_address (port 0 picks a free
   // port), and starts serving; /readyz answers 200 once both are up.
   absl::Status Start(const DaemonConfig& config);
 
   // Applies a reloaded config: log level, limits, policies (see
-  // JobRegistry::ApplyConfig). Addresses need a restart; a change is logged.
+  // JobRegistry::ApplyConfig), the bearer token and auth.protect_reads.
+  // Addresses, http.* and tls.* need a restart; a change is logged.
   void Reload(const DaemonConfig& config);
 
   // /readyz turns 503 (and REST answers 503) first; then stops accepting gRPC,
@@ -85,6 +89,7 @@ class Server {
   DaemonStats stats_;
   // Before registry_: the registry writes into it until it is destroyed.
   std::unique_ptr<Store> store_;
+  std::unique_ptr<Authorizer> auth_;  // before the services that hold a reference
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<IngestServiceImpl> ingest_;
   std::unique_ptr<QueryServiceImpl> query_;
@@ -98,6 +103,7 @@ class Server {
   std::string configured_http_address_;
   HttpConfig configured_http_;
   uint32_t configured_max_message_bytes_ = 0;
+  TlsConfig configured_tls_;
   std::string grpc_address_;
   int grpc_port_ = 0;
 

@@ -42,6 +42,7 @@ struct DaemonStats {
   std::atomic<int64_t> active_streams{0};
   std::atomic<uint64_t> streams_total{0};
   std::array<std::atomic<uint64_t>, kStreamRefuseReasons> streams_refused{};
+  std::atomic<uint64_t> auth_rejected{0};       // calls refused for a missing or wrong token
   std::atomic<int64_t> active_watches{0};
   // A pending WatchMembership version replaced by a newer one (slow watcher).
   std::atomic<uint64_t> watch_versions_skipped{0};

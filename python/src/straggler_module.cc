@@ -206,6 +206,9 @@ straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
     else if (key == "max_send_delay") o.max_send_delay = Millis(v.cast<double>(), "max_send_delay");
     else if (key == "backoff_initial") o.backoff_initial = Millis(v.cast<double>(), "backoff_initial");
     else if (key == "backoff_max") o.backoff_max = Millis(v.cast<double>(), "backoff_max");
+    else if (key == "tls_ca_file") o.tls_ca_file = v.cast<std::string>();
+    else if (key == "tls_cert_file") o.tls_cert_file = v.cast<std::string>();
+    else if (key == "tls_key_file") o.tls_key_file = v.cast<std::string>();
     else throw py::type_error("straggler.Client: unknown option '" + key + "'");
   }
   return o;
@@ -292,7 +295,8 @@ PYBIND11_MODULE(_straggler, m) {
            "Client(**options): options from the environment (RANK, WORLD_SIZE, LOCAL_RANK, "
            "STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, ...), overridden by keyword arguments "
            "(endpoint, job_id, rank or ranks, world_size, local_rank, node, "
-           "iterations_per_epoch, queue_capacity, max_batch, max_send_delay [s], ...)")
+           "iterations_per_epoch, queue_capacity, max_batch, max_send_delay [s], "
+           "tls_ca_file, tls_cert_file, tls_key_file, ...)")
       .def(
           "report",
           [](PyClient& c, uint64_t epoch, uint64_t iteration, double compute_seconds,

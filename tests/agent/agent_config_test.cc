@@ -49,17 +49,44 @@ TEST_CASE("deploy/straggler-agent.yaml parses and equals the built-in defaults")
   CHECK(parsed->telemetry_enabled == d.telemetry_enabled);
   CHECK(parsed->telemetry_interval_ms == d.telemetry_interval_ms);
   CHECK(parsed->nvml_library == d.nvml_library);
+  CHECK(parsed->upstream_tls.ca_file == d.upstream_tls.ca_file);
+  CHECK(parsed->upstream_tls.cert_file == d.upstream_tls.cert_file);
+  CHECK(parsed->upstream_tls.key_file == d.upstream_tls.key_file);
   // Equal defaults alone would pass for a file that omits a key: every key
   // must be shown.
   for (const char* key : {"listen:", "listen_tcp:", "upstream:", "http_address:", "node:",
                           "log_level:", "batch:", "buffer:", "reconnect:", "shutdown:", "jobs:",
                           "idle_timeout_ms:", "telemetry:", "enabled:", "interval_ms:",
-                          "nvml_library:"}) {
+                          "nvml_library:", "upstream_tls:", "ca_file:", "cert_file:",
+                          "key_file:"}) {
     INFO(key);
     const bool shown = text.str().find(std::string("\n") + key) != std::string::npos ||
                        text.str().find(std::string("  ") + key) != std::string::npos;
     CHECK(shown);
   }
+}
+
+TEST_CASE("upstream_tls: the three files; a certificate without its key is an error") {
+  auto parsed = sa::ParseAgentConfig(
+      "upstream_tls:\n  ca_file: /etc/straggler/ca.pem\n  cert_file: /etc/straggler/node.pem\n"
+      "  key_file: /etc/straggler/node.key\n",
+      "a.yaml");
+  REQUIRE(parsed.ok());
+  CHECK(parsed->upstream_tls.tls());
+  CHECK(parsed->upstream_tls.ca_file == "/etc/straggler/ca.pem");
+  CHECK(parsed->upstream_tls.cert_file == "/etc/straggler/node.pem");
+  CHECK(parsed->upstream_tls.key_file == "/etc/straggler/node.key");
+  CHECK_FALSE(sa::AgentConfig{}.upstream_tls.tls());
+
+  auto half = sa::ParseAgentConfig("upstream_tls:\n  cert_file: /n.pem\n", "a.yaml");
+  REQUIRE_FALSE(half.ok());
+  CHECK_THAT(std::string(half.status().message()),
+             Catch::Contains(
+                 "a.yaml:2: upstream_tls: tls cert file /n.pem is set but no tls key file"));
+  auto unknown = sa::ParseAgentConfig("upstream_tls:\n  ca: /ca.pem\n", "a.yaml");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(std::string(unknown.status().message()),
+             Catch::Contains("unknown key 'ca' in upstream_tls"));
 }
 
 TEST_CASE("telemetry, idle jobs and the node name: file keys and environment") {

@@ -14,7 +14,8 @@ namespace {
 const char* const kVars[] = {"RANK",           "WORLD_SIZE",       "LOCAL_RANK",
                              "STRAGGLER_ENDPOINT", "STRAGGLER_JOB_ID", "STRAGGLER_NODE",
                              "STRAGGLER_ITERATIONS_PER_EPOCH", "CUDA_VISIBLE_DEVICES",
-                             "STRAGGLER_GPU_UUID"};
+                             "STRAGGLER_GPU_UUID", "STRAGGLER_TLS_CA", "STRAGGLER_TLS_CERT",
+                             "STRAGGLER_TLS_KEY"};
 
 // Each test starts from a clean environment for the variables FromEnv reads.
 struct CleanEnv {
@@ -166,4 +167,40 @@ TEST_CASE("Client::Create refuses invalid options with the reason", "[options]")
   std::string error;
   CHECK(straggler::Client::Create(o, &error) == nullptr);
   CHECK(error.find("world_size=0") != std::string::npos);
+}
+
+TEST_CASE("FromEnv takes the TLS files; half a client certificate and unreadable files fail",
+          "[options]") {
+  CleanEnv env;
+  CHECK(ClientOptions::FromEnv().tls_ca_file.empty());
+  setenv("STRAGGLER_TLS_CA", "/etc/straggler/ca.pem", 1);
+  setenv("STRAGGLER_TLS_CERT", "/etc/straggler/rank.pem", 1);
+  setenv("STRAGGLER_TLS_KEY", "/etc/straggler/rank.key", 1);
+  const ClientOptions from_env = ClientOptions::FromEnv();
+  CHECK(from_env.tls_ca_file == "/etc/straggler/ca.pem");
+  CHECK(from_env.tls_cert_file == "/etc/straggler/rank.pem");
+  CHECK(from_env.tls_key_file == "/etc/straggler/rank.key");
+
+  ClientOptions o = Good();
+  o.tls_cert_file = "/etc/straggler/rank.pem";
+  CHECK(o.Validate().find("tls cert file /etc/straggler/rank.pem is set but no tls key file") !=
+        std::string::npos);
+  o.tls_cert_file.clear();
+  o.tls_key_file = "/etc/straggler/rank.key";
+  CHECK(o.Validate().find("tls key file /etc/straggler/rank.key is set but no tls cert file") !=
+        std::string::npos);
+
+  // Files are read by Create: a missing CA is an error now, not a channel
+  // that never connects.
+  o = Good();
+  o.tls_ca_file = "/nonexistent/straggler-ca.pem";
+  std::string error;
+  CHECK(straggler::Client::Create(o, &error) == nullptr);
+  CHECK(error ==
+        "cannot read tls ca file /nonexistent/straggler-ca.pem: No such file or directory");
+
+  // A unix: endpoint (the node agent) is plaintext whatever the TLS
+  // variables say, so the files are not even read.
+  o.endpoint = "unix:///run/straggler/agent.sock";
+  CHECK(straggler::Client::Create(o, &error) != nullptr);
 }

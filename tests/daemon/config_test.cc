@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <string>
 
+#include "auth.h"
 #include "config.h"
 
 namespace sd = straggler::daemon;
@@ -111,6 +112,91 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(p.events_max_rows == defaults.persistence.events_max_rows);
   CHECK(p.membership_versions_kept == defaults.persistence.membership_versions_kept);
   CHECK(p.retention_interval_seconds == defaults.persistence.retention_interval_seconds);
+  CHECK(cfg->tls.cert_file == defaults.tls.cert_file);
+  CHECK(cfg->tls.key_file == defaults.tls.key_file);
+  CHECK(cfg->tls.client_ca_file == defaults.tls.client_ca_file);
+  CHECK(cfg->tls.grpc == defaults.tls.grpc);
+  CHECK(cfg->tls.http == defaults.tls.http);
+  CHECK(cfg->auth.token_file == defaults.auth.token_file);
+  CHECK(cfg->auth.protect_reads == defaults.auth.protect_reads);
+}
+
+TEST_CASE("tls keys parse; half a TLS setup is an error naming the missing key") {
+  auto cfg = sd::ParseConfig(
+      "tls:\n  cert_file: /etc/s.crt\n  key_file: /etc/s.key\n  client_ca_file: /etc/ca.pem\n"
+      "  http: false\n",
+      "t.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->tls.enabled());
+  CHECK(cfg->tls.cert_file == "/etc/s.crt");
+  CHECK(cfg->tls.key_file == "/etc/s.key");
+  CHECK(cfg->tls.client_ca_file == "/etc/ca.pem");
+  CHECK(cfg->tls.grpc);
+  CHECK_FALSE(cfg->tls.http);
+  CHECK_FALSE(sd::DaemonConfig{}.tls.enabled());
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"tls:\n  cert_file: /a.crt\n", "tls.cert_file is set but tls.key_file is not"},
+      {"tls:\n  key_file: /a.key\n", "tls.key_file is set but tls.cert_file is not"},
+      {"tls:\n  client_ca_file: /ca.pem\n", "tls.client_ca_file (mutual TLS) needs"},
+      {"tls:\n  cert_file: /a\n  key_file: /b\n  grpc: no\n  http: off\n",
+       "tls.grpc and tls.http are both false"},
+      {"tls:\n  grpc: maybe\n", "tls.grpc=maybe is not true or false"},
+      {"tls:\n  certfile: /a\n", "unknown key 'certfile' in tls"},
+  };
+  for (const auto& [yaml, message] : bad) {
+    auto c = sd::ParseConfig(yaml, "t.yaml");
+    INFO(yaml);
+    REQUIRE_FALSE(c.ok());
+    CHECK_THAT(std::string(c.status().message()), Catch::Contains(message));
+  }
+}
+
+TEST_CASE("auth.token_file is read by LoadConfig into a digest; bad files name the path only") {
+  TempFile token("  s3cret-Token_42\n");
+  TempFile config("auth:\n  token_file: " + token.path + "\n  protect_reads: true\n");
+  sd::ConfigSources flags;
+  flags.config_file = config.path;
+  auto cfg = sd::LoadConfig(flags, FakeEnv({}));
+  REQUIRE(cfg.ok());
+  CHECK(cfg->auth.token_file == token.path);
+  CHECK(cfg->auth.protect_reads);
+  // Surrounding whitespace is not part of the token; the token itself is not kept.
+  CHECK(cfg->auth.token_sha256 == sd::TokenDigest("s3cret-Token_42"));
+  CHECK(cfg->auth.token_sha256.size() == 32);
+
+  auto reject = [&](const std::string& token_text, const std::string& expected) {
+    TempFile t(token_text);
+    TempFile c("auth:\n  token_file: " + t.path + "\n");
+    sd::ConfigSources f;
+    f.config_file = c.path;
+    auto loaded = sd::LoadConfig(f, FakeEnv({}));
+    INFO(token_text);
+    REQUIRE_FALSE(loaded.ok());
+    const std::string message(loaded.status().message());
+    CHECK_THAT(message, Catch::Contains(t.path));
+    CHECK_THAT(message, Catch::Contains(expected));
+    if (token_text.find_first_not_of(" \n") != std::string::npos) {
+      CHECK_THAT(message, !Catch::Contains("hunter2"));
+    }
+  };
+  reject("", "is empty");
+  reject(" \n\n", "is empty");
+  reject("hunter2 hunter3\n", "space, control or non-ASCII character at byte 7");
+  reject("hunter2\x01", "space, control or non-ASCII character");
+
+  TempFile missing_config("auth:\n  token_file: /nonexistent/stragglerd.token\n");
+  flags.config_file = missing_config.path;
+  auto missing = sd::LoadConfig(flags, FakeEnv({}));
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(std::string(missing.status().message()),
+             Catch::Contains("auth.token_file: cannot read token file "
+                             "/nonexistent/stragglerd.token: No such file or directory"));
+
+  auto reads_alone = sd::ParseConfig("auth:\n  protect_reads: true\n", "t.yaml");
+  REQUIRE_FALSE(reads_alone.ok());
+  CHECK_THAT(std::string(reads_alone.status().message()),
+             Catch::Contains("auth.protect_reads=true needs auth.token_file"));
 }
 
 TEST_CASE("ingest limits parse; stream_reports_per_second 0 is no limit; bad values named") {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "auth.h"
 #include "config.h"
 #include "http_server.h"
 #include "job_registry.h"
@@ -499,7 +500,8 @@ TEST_CASE("http: /readyz follows the phases; REST answers 503 while draining") {
   sd::DaemonConfig config;
   config.http_address = "127.0.0.1:0";
   sd::JobRegistry registry(std::make_shared<const sd::DaemonConfig>(config), stats);
-  sd::HttpServer server(registry, stats);
+  sd::Authorizer auth(config.auth, stats);
+  sd::HttpServer server(registry, stats, auth);
   REQUIRE(server.Start(config).ok());
   httplib::Client http("127.0.0.1", server.port());
 
@@ -539,10 +541,11 @@ TEST_CASE("http: a port in use is an error, not a shared port") {
   sd::DaemonConfig config;
   config.http_address = "127.0.0.1:0";
   sd::JobRegistry registry(std::make_shared<const sd::DaemonConfig>(config), stats);
-  sd::HttpServer first(registry, stats);
+  sd::Authorizer auth(config.auth, stats);
+  sd::HttpServer first(registry, stats, auth);
   REQUIRE(first.Start(config).ok());
   config.http_address = first.address();
-  sd::HttpServer second(registry, stats);
+  sd::HttpServer second(registry, stats, auth);
   absl::Status s = second.Start(config);
   CHECK(s.code() == absl::StatusCode::kUnavailable);
   CHECK_THAT(std::string(s.message()), Catch::Contains(first.address()));

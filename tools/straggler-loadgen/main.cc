@@ -72,6 +72,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "channel_security.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace {
@@ -109,6 +110,8 @@ struct Options {
   uint32_t window = 8;  // unacknowledged batches per stream
   std::string json_file;
   bool quiet = false;
+  // From STRAGGLER_TLS_CA/_CERT/_KEY (plaintext when none is set).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 bool IsLoopback(const std::string& address) {
@@ -156,7 +159,7 @@ class Stream {
     // same target otherwise share one subchannel, hence one TCP connection).
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
-    channel_ = grpc::CreateCustomChannel(o.daemon, grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(o.daemon, o.credentials, args);
     stub_ = v1::IngestService::NewStub(channel_);
     ctx_.set_deadline(std::chrono::system_clock::now() +
                       std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -699,7 +702,8 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"straggler-loadgen - drives a real stragglerd over gRPC with simulated ranks and\n"
                "reports sustained accepted reports/s, report-to-directive latency and the\n"
-               "daemon's resident memory per rank. Loopback only.",
+               "daemon's resident memory per rank. Loopback only. TLS from STRAGGLER_TLS_CA,\n"
+               "STRAGGLER_TLS_CERT and STRAGGLER_TLS_KEY.",
                "straggler-loadgen"};
   app.add_option("--daemon", o.daemon, "daemon gRPC address (loopback), e.g. 127.0.0.1:7070");
   app.add_option("--ready-file", o.ready_file,
@@ -757,6 +761,12 @@ int main(int argc, char** argv) {
   if (o.streams > o.ranks) {
     std::cerr << "straggler-loadgen: --streams " << o.streams << " > --ranks " << o.ranks
               << ": every stream needs at least one rank\n";
+    return kExitUsage;
+  }
+  o.credentials =
+      straggler::MakeChannelCredentials(straggler::ChannelSecurityFromEnv(), o.daemon, &error);
+  if (!o.credentials) {
+    std::cerr << "straggler-loadgen: " << error << '\n';
     return kExitUsage;
   }
   if (o.job.empty()) o.job = "loadgen-" + std::to_string(::getpid());

@@ -42,6 +42,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "channel_security.h"
 #include "collective.h"
 #include "options.h"
 #include "straggler/client.h"
@@ -153,6 +154,11 @@ bool Sim::CreateClients(std::string* error) {
     state->rng.seed(o_.seed + 0x9E3779B97F4A7C15ull * (r + 1));
     straggler::ClientOptions co;
     co.endpoint = o_.daemon;
+    // TLS as a trainer's: from STRAGGLER_TLS_CA/_CERT/_KEY.
+    const straggler::ChannelSecurity tls = straggler::ChannelSecurityFromEnv();
+    co.tls_ca_file = tls.ca_file;
+    co.tls_cert_file = tls.cert_file;
+    co.tls_key_file = tls.key_file;
     co.job_id = o_.job;
     co.ranks = {r};
     co.world_size = o_.World();
@@ -326,13 +332,22 @@ void Sim::RankMain(uint32_t rank) {
 }
 
 bool Sim::FetchEvents(std::vector<v1::Event>* events, std::string* error) const {
-  auto channel = grpc::CreateChannel(o_.query_daemon.empty() ? o_.daemon : o_.query_daemon,
-                                     grpc::InsecureChannelCredentials());
+  const std::string& address = o_.query_daemon.empty() ? o_.daemon : o_.query_daemon;
+  auto credentials =
+      straggler::MakeChannelCredentials(straggler::ChannelSecurityFromEnv(), address, error);
+  if (!credentials) return false;
+  // A daemon with auth.protect_reads wants the token for ListEvents too.
+  std::string token;
+  if (const char* file = std::getenv("STRAGGLER_TOKEN_FILE"); file != nullptr && *file != '\0') {
+    if (!straggler::ReadBearerToken(file, &token, error)) return false;
+  }
+  auto channel = grpc::CreateChannel(address, credentials);
   auto stub = v1::QueryService::NewStub(channel);
   uint64_t since = 0;
   while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + kQueryTimeout);
+    if (!token.empty()) ctx.AddMetadata("authorization", straggler::BearerAuthorization(token));
     v1::ListEventsRequest req;
     req.set_job_id(o_.job);
     req.set_since_sequence(since);
@@ -563,7 +578,11 @@ int main(int argc, char** argv) {
   using straggler_sim::SimOptions;
   SimOptions o;
   std::vector<std::string> slow_texts;
-  CLI::App app{"straggler-sim: a simulated synchronous data-parallel job reporting to stragglerd"};
+  CLI::App app{
+      "straggler-sim: a simulated synchronous data-parallel job reporting to stragglerd\n"
+      "TLS to the daemon from STRAGGLER_TLS_CA, STRAGGLER_TLS_CERT, STRAGGLER_TLS_KEY; the\n"
+      "bearer token for reading its events (auth.protect_reads) from the file\n"
+      "STRAGGLER_TOKEN_FILE names."};
   app.add_option("--daemon", o.daemon, "daemon gRPC address")->capture_default_str();
   app.add_option("--job", o.job, "job id (default sim-<pid>)");
   app.add_option("--ranks", o.ranks, "ranks (threads) this process runs")->capture_default_str();

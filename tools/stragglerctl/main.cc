@@ -9,8 +9,11 @@
 //   stragglerctl --output json membership resnet-42  # proto3 JSON, same schema as REST
 //   stragglerctl export resnet-42 --output-file trace.csv  # for straggler-replay
 //
-// Exit status: 0 ok, 1 the daemon answered with an error, 2 bad command line,
-// 3 the daemon could not be reached. Errors go to stderr as
+// TLS and the bearer token of a secured daemon (README "Security"):
+//   stragglerctl --tls-ca ca.pem --token-file /etc/stragglerd/token reset resnet-42
+//
+// Exit status: 0 ok, 1 the daemon answered with an error, 2 bad command line
+// (or a TLS/token file that cannot be read), 3 the daemon could not be reached. Errors go to stderr as
 // "stragglerctl: <GRPC_CODE>: <message>" so scripts can match on the code.
 #include <grpcpp/grpcpp.h>
 #include <google/protobuf/util/json_util.h>
@@ -29,6 +32,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "channel_security.h"
 #include "render.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
@@ -43,6 +47,8 @@ constexpr const char* kDefaultDaemon = "127.0.0.1:7070";
 
 struct Globals {
   std::string daemon;
+  straggler::ChannelSecurity tls;  // all empty: plaintext
+  std::string token;               // from --token-file; "" = send none
   std::string output = "table";
   int timeout_ms = 5000;
   bool json() const { return output == "json"; }
@@ -101,10 +107,9 @@ void PrintJson(const google::protobuf::Message& m, bool one_line) {
 
 class Ctl {
  public:
-  explicit Ctl(const Globals& g)
+  Ctl(const Globals& g, const std::shared_ptr<grpc::ChannelCredentials>& credentials)
       : g_(g),
-        channel_(grpc::CreateCustomChannel(g.daemon, grpc::InsecureChannelCredentials(),
-                                           ChannelArgs())),
+        channel_(grpc::CreateCustomChannel(g.daemon, credentials, ChannelArgs())),
         query_(v1::QueryService::NewStub(channel_)),
         admin_(v1::AdminService::NewStub(channel_)) {}
 
@@ -117,6 +122,13 @@ class Ctl {
 
   void Deadline(grpc::ClientContext& ctx) const {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(g_.timeout_ms));
+    Authorize(ctx);
+  }
+
+  // Every call carries the token when there is one: reads need it on a
+  // daemon with auth.protect_reads.
+  void Authorize(grpc::ClientContext& ctx) const {
+    if (!g_.token.empty()) ctx.AddMetadata("authorization", straggler::BearerAuthorization(g_.token));
   }
 
   template <typename Response, typename Print>
@@ -196,6 +208,7 @@ class Ctl {
   // stop a blocking gRPC read from a signal.
   int Watch(const std::string& job, const sigset_t& signals) {
     grpc::ClientContext ctx;  // no deadline: watching is open-ended
+    Authorize(ctx);
     v1::WatchMembershipRequest req;
     req.set_job_id(job);
     std::atomic<bool> done{false};
@@ -354,6 +367,21 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", g.timeout_ms, "deadline of each call in milliseconds")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  g.tls = straggler::ChannelSecurityFromEnv();
+  app.add_option("--tls-ca", g.tls.ca_file,
+                 "PEM CA that signed the daemon's certificate; turns TLS on "
+                 "(default: $STRAGGLER_TLS_CA)");
+  app.add_option("--tls-cert", g.tls.cert_file,
+                 "PEM client certificate, for a daemon that requires mutual TLS "
+                 "(default: $STRAGGLER_TLS_CERT)");
+  app.add_option("--tls-key", g.tls.key_file,
+                 "PEM private key of --tls-cert (default: $STRAGGLER_TLS_KEY)");
+  const char* token_env = std::getenv("STRAGGLER_TOKEN_FILE");
+  std::string token_file = token_env != nullptr ? token_env : "";
+  app.add_option("--token-file", token_file,
+                 "file holding the bearer token the daemon's auth.token_file names; "
+                 "needed for policy/override/reset (and for reads with auth.protect_reads) "
+                 "(default: $STRAGGLER_TOKEN_FILE)");
 
   std::string job;
   uint32_t rank = 0;
@@ -467,7 +495,18 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   if (watch->parsed()) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  Ctl ctl(g);
+  std::string error;
+  if (!token_file.empty() && !straggler::ReadBearerToken(token_file, &g.token, &error)) {
+    std::cerr << "stragglerctl: " << error << '\n';
+    return kExitUsage;
+  }
+  const std::shared_ptr<grpc::ChannelCredentials> credentials =
+      straggler::MakeChannelCredentials(g.tls, g.daemon, &error);
+  if (!credentials) {
+    std::cerr << "stragglerctl: " << error << '\n';
+    return kExitUsage;
+  }
+  Ctl ctl(g, credentials);
   if (jobs->parsed()) return ctl.Jobs();
   if (job_cmd->parsed()) return ctl.Job(job);
   if (workers->parsed()) return ctl.Workers(job);

@@ -64,13 +64,21 @@ struct ClientOptions {
   // reports reach the daemon within this delay. Flush() and a queue filling
   // up always wake it. At least 1 ms.
   std::chrono::milliseconds max_send_delay{20};
+  // TLS to the daemon or agent (README "Security"): PEM files. TLS is on when
+  // any is set; all empty = plaintext. tls_ca_file verifies the server ("" =
+  // the system's roots); tls_cert_file + tls_key_file are this client's
+  // certificate for a daemon that requires mutual TLS. Read by Create().
+  std::string tls_ca_file;    // STRAGGLER_TLS_CA
+  std::string tls_cert_file;  // STRAGGLER_TLS_CERT
+  std::string tls_key_file;   // STRAGGLER_TLS_KEY
   // Set by FromEnv when a variable does not parse ("WORLD_SIZE='eight' is not
   // an unsigned integer"); Validate() reports it first. Empty otherwise.
   std::string env_error;
 
   // RANK, WORLD_SIZE, LOCAL_RANK (as set by torchrun and other launchers),
   // CUDA_VISIBLE_DEVICES, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
-  // STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_GPU_UUID. Missing RANK/WORLD_SIZE leave defaults;
+  // STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_GPU_UUID, STRAGGLER_TLS_CA,
+  // STRAGGLER_TLS_CERT, STRAGGLER_TLS_KEY. Missing RANK/WORLD_SIZE leave defaults;
   // Validate() then tells what is missing. A variable that is set but does
   // not parse is recorded in env_error (FromEnv itself never fails).
   static ClientOptions FromEnv();
@@ -116,8 +124,9 @@ struct ClientStats {
 
 class Client {
  public:
-  // Fails (nullptr + *error) only on invalid options; an unreachable endpoint
-  // is not an error (the client keeps retrying in the background).
+  // Fails (nullptr + *error) only on invalid options or an unreadable TLS
+  // file; an unreachable endpoint is not an error (the client keeps retrying
+  // in the background).
   static std::unique_ptr<Client> Create(const ClientOptions& options, std::string* error = nullptr);
   virtual ~Client() = default;  // flushes for at most 1 s, then closes
 

@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "channel_security.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler {
@@ -55,8 +56,15 @@ DaemonStore::DaemonStore(const std::string& endpoint, std::string job_id,
   impl_->job = std::move(job_id);
   impl_->ttl = ttl;
   impl_->get_timeout = get_timeout;
-  impl_->stub = pb::RendezvousService::NewStub(
-      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  // TLS from STRAGGLER_TLS_CA/_CERT/_KEY, as the trainer's Client: a job
+  // reaches one daemon with one set of credentials.
+  std::string error;
+  auto credentials = MakeChannelCredentials(ChannelSecurityFromEnv(), endpoint, &error);
+  if (!credentials) {
+    throw gloo::IoException("rendezvous store for job '" + impl_->job + "' at stragglerd " +
+                            endpoint + ": " + error);
+  }
+  impl_->stub = pb::RendezvousService::NewStub(grpc::CreateChannel(endpoint, credentials));
 }
 
 DaemonStore::~DaemonStore() = default;

@@ -1,0 +1,148 @@
+#include "tls.h"
+
+#include <grpcpp/security/server_credentials.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "channel_security.h"
+
+namespace straggler::daemon {
+namespace {
+
+// OpenSSL's queued errors as one line (and the queue emptied), for a message.
+std::string OpenSslErrors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "unknown OpenSSL error" : out;
+}
+
+absl::Status Failed(absl::string_view what) {
+  return absl::FailedPreconditionError(absl::StrCat(what, ": ", OpenSslErrors()));
+}
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+
+BioPtr MemoryBio(const std::string& pem) {
+  return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// Adds every certificate of `pem` to `store` (the client CA bundle).
+absl::Status LoadCaBundle(const ServerTls& tls, X509_STORE* store, STACK_OF(X509_NAME)* names) {
+  BioPtr bio = MemoryBio(tls.client_ca);
+  int count = 0;
+  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    ++count;
+    const bool ok = X509_STORE_add_cert(store, cert) == 1;
+    if (ok && names != nullptr) {
+      sk_X509_NAME_push(names, X509_NAME_dup(X509_get_subject_name(cert)));
+    }
+    X509_free(cert);
+    if (!ok) return Failed(absl::StrCat("tls.client_ca_file=", tls.config.client_ca_file));
+  }
+  ERR_clear_error();  // the end of the bundle reads as an error
+  if (count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tls.client_ca_file=", tls.config.client_ca_file, " holds no PEM certificate"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config) {
+  ServerTls tls;
+  tls.config = config;
+  const struct {
+    const std::string& path;
+    const char* key;
+    std::string* out;
+  } files[] = {{config.cert_file, "tls.cert_file", &tls.cert_chain},
+               {config.key_file, "tls.key_file", &tls.private_key},
+               {config.client_ca_file, "tls.client_ca_file", &tls.client_ca}};
+  for (const auto& f : files) {
+    if (f.path.empty()) continue;
+    std::string error;
+    if (!ReadWholeFile(f.path, f.key, f.out, &error)) {
+      return absl::FailedPreconditionError(error);
+    }
+  }
+  // The same checks the HTTPS listener's context will make, on a scratch
+  // context, so that a bad file stops the start with its own name.
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_server_method()),
+                                                        &SSL_CTX_free);
+  if (!ctx) return Failed("cannot create an OpenSSL context");
+  if (absl::Status s = ConfigureSslContext(tls, ctx.get()); !s.ok()) return s;
+  return tls;
+}
+
+std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials(const ServerTls& tls) {
+  grpc::SslServerCredentialsOptions options(
+      tls.client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = tls.client_ca;
+  options.pem_key_cert_pairs.push_back({tls.private_key, tls.cert_chain});
+  return grpc::SslServerCredentials(options);
+}
+
+absl::Status ConfigureSslContext(const ServerTls& tls, SSL_CTX* ctx) {
+  ERR_clear_error();
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+
+  const std::string cert_name = absl::StrCat("tls.cert_file=", tls.config.cert_file);
+  BioPtr bio = MemoryBio(tls.cert_chain);
+  X509* leaf = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
+  if (leaf == nullptr) return Failed(absl::StrCat(cert_name, " holds no PEM certificate"));
+  const bool leaf_ok = SSL_CTX_use_certificate(ctx, leaf) == 1;
+  X509_free(leaf);
+  if (!leaf_ok) return Failed(cert_name);
+  // The rest of the file is the chain up to (not necessarily including) the root.
+  SSL_CTX_clear_chain_certs(ctx);
+  while (X509* extra = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    if (SSL_CTX_add0_chain_cert(ctx, extra) != 1) {
+      X509_free(extra);
+      return Failed(cert_name);
+    }
+  }
+  ERR_clear_error();
+
+  BioPtr key_bio = MemoryBio(tls.private_key);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr);
+  if (key == nullptr) {
+    return Failed(absl::StrCat("tls.key_file=", tls.config.key_file,
+                               " holds no PEM private key (or it is encrypted)"));
+  }
+  const bool key_ok = SSL_CTX_use_PrivateKey(ctx, key) == 1;
+  EVP_PKEY_free(key);
+  if (!key_ok || SSL_CTX_check_private_key(ctx) != 1) {
+    return Failed(absl::StrCat("tls.key_file=", tls.config.key_file, " does not match ",
+                               cert_name));
+  }
+
+  if (!tls.client_ca.empty()) {
+    STACK_OF(X509_NAME)* names = sk_X509_NAME_new_null();
+    if (absl::Status s = LoadCaBundle(tls, SSL_CTX_get_cert_store(ctx), names); !s.ok()) {
+      sk_X509_NAME_pop_free(names, X509_NAME_free);
+      return s;
+    }
+    SSL_CTX_set_client_CA_list(ctx, names);  // takes ownership
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace straggler::daemon
