@@ -59,8 +59,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // What JobRegistry::AdmitLocked does with a hello's fields.
   for (uint32_t r : hello.ranks) engine.Announce(r, now);
   if (hello.iterations_per_epoch > 0) engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
+  if (hello.reported_iteration) engine.NoteReportedIteration(*hello.reported_iteration);
   if (hello.known_membership_version > 0) {
-    engine.AdoptVersionFloor(hello.known_membership_version, hello.known_effective_iteration, now);
+    straggler::engine::Membership held;
+    held.version = hello.known_membership_version;
+    held.effective_iteration = hello.known_effective_iteration;
+    held.excluded = hello.known_excluded;
+    engine.AdoptVersionFloor(held, now);
   }
   for (const v1::IterationReport& r : batch.reports()) {
     now += Time(1'000'000);
