@@ -10,6 +10,7 @@ set -euo pipefail
 
 # Keep this list in sync with the find_package() calls in the CMake files.
 PACKAGES=(
+  curl  # integration:security fetches /metrics over HTTPS with curl --cacert
   # toolchain
   build-essential g++ cmake ninja-build ccache pkg-config git python3
   # gRPC / protobuf (gRPCConfig.cmake also finds ZLIB, OpenSSL, c-ares, re2, absl)
