@@ -960,6 +960,9 @@ absl::Status Agent::Start() {
   if (!c.listen_tcp.empty()) {
     builder.AddListeningPort(c.listen_tcp, grpc::InsecureServerCredentials(), &m.tcp_port);
   }
+  // No SO_REUSEPORT (gRPC's default): a second agent on the same TCP port
+  // must fail to start, not split the node's trainers with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(m.service.get());
   m.server = builder.BuildAndStart();
   umask(old_umask);

@@ -86,6 +86,11 @@ absl::Status Server::Start(const DaemonConfig& config) {
   // Every service: a larger message ends its call with RESOURCE_EXHAUSTED
   // before any of it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
+  // gRPC sets SO_REUSEPORT by default: a second stragglerd on the same port
+  // would then start "successfully" and the kernel would split new
+  // connections (ranks of one job) between the two daemons. Without it the
+  // second one fails to bind and says so.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(ingest_.get());
   builder.RegisterService(query_.get());
   builder.RegisterService(admin_.get());

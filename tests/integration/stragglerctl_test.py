@@ -71,6 +71,17 @@ def test(args):
     with Daemon(args.stragglerd, workdir) as daemon:
         ctl = Ctl(args.ctl, daemon.address)
 
+        # A second daemon on the same gRPC port must refuse to start: with
+        # gRPC's default SO_REUSEPORT it started and the kernel split new
+        # connections between the two (a test's restarted daemon once took
+        # over a port another test's daemon was serving).
+        second = run([args.stragglerd, "--grpc-address", daemon.address,
+                      "--http-address", "127.0.0.1:0", "--log-level", "warn"], 30)
+        said = second.stdout + second.stderr
+        check(second.returncode != 0 and "cannot listen on grpc_address" in said,
+              "a second stragglerd on %s: exit %d\n%s%s" % (daemon.address, second.returncode,
+                                                            second.stdout, second.stderr))
+
         # Long enough (~12 s) to outlive every command below.
         sim = subprocess.Popen(
             [args.sim, "--daemon", daemon.address, "--job", job, "--ranks", str(RANKS),
