@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.request
 
-from harness import Daemon, TestFailure, check, main
+from harness import Daemon, TestFailure, check, main, wait_for
 
 JOB = "agent-e2e"
 WORLD = 8
@@ -56,20 +56,6 @@ def http_put(address, path, body):
                                  method="PUT", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=5) as r:
         return json.loads(r.read().decode())
-
-
-def wait_for(what, fn, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except (OSError, ValueError, KeyError) as e:
-            last = e
-        time.sleep(interval)
-    raise TestFailure("timed out waiting for %s (last: %r)" % (what, last))
 
 
 class Agent:

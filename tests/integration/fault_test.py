@@ -54,7 +54,7 @@ import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, TestFailure, check, main, run  # noqa: E402
+from harness import Daemon, TestFailure, check, main, run, wait_for  # noqa: E402
 
 CTL_TIMEOUT_S = 30
 
@@ -81,20 +81,6 @@ def metric(address, name):
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise TestFailure("metric %s not in /metrics" % name)
-
-
-def wait_for(what, fn, timeout=60.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except (OSError, ValueError, KeyError) as e:
-            last = e
-        time.sleep(interval)
-    raise TestFailure("timed out waiting for %s (last: %r)" % (what, last))
 
 
 def ctl_json(args, address, *rest, timeout_s=CTL_TIMEOUT_S):

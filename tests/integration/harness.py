@@ -100,6 +100,24 @@ class Daemon:
             return "(no daemon log)"
 
 
+def wait_for(what, fn, timeout=30.0, interval=0.05):
+    """Polls fn() until it returns something truthy and returns that. An
+    OSError/ValueError/KeyError from fn (a server not up yet, half-written
+    JSON) counts as "not yet"; after `timeout` seconds the test fails naming
+    `what` and the last value or error."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except (OSError, ValueError, KeyError) as e:
+            last = e
+        time.sleep(interval)
+    raise TestFailure("timed out after %.0f s waiting for %s (last: %r)" % (timeout, what, last))
+
+
 def run(cmd, timeout, **kwargs):
     """Runs a command, capturing text output; raises on timeout."""
     try:

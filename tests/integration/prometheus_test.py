@@ -44,7 +44,7 @@ import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, TestFailure, check, main, run  # noqa: E402
+from harness import Daemon, TestFailure, check, main, run, wait_for  # noqa: E402
 
 RANKS = 8
 SLOW_RANK = 3
@@ -95,17 +95,6 @@ def http_get(url, timeout=5.0):
         return e.code, e.read().decode("utf-8", "replace")
     except (urllib.error.URLError, ConnectionError, socket.timeout, OSError):
         return 0, ""
-
-
-def wait_for(what, fn, timeout, interval=0.25):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TestFailure("timed out after %.0f s waiting for %s" % (timeout, what))
 
 
 class Prometheus:

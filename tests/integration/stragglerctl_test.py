@@ -24,7 +24,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, TestFailure, check, check_memberships_agreed, main, run  # noqa: E402
+from harness import (Daemon, TestFailure, check, check_memberships_agreed, main, run,  # noqa: E402
+                     wait_for)
 
 RANKS = 4
 CTL_TIMEOUT_S = 15
@@ -52,16 +53,6 @@ class Ctl:
         except json.JSONDecodeError as e:
             raise TestFailure("stragglerctl %s: output is not JSON (%s):\n%s"
                               % (" ".join(args), e, out))
-
-
-def wait_for(what, predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise TestFailure("timed out after %.0f s waiting for %s" % (timeout_s, what))
 
 
 def test(args):
