@@ -45,6 +45,19 @@ sd::DaemonConfig DaemonOn(const std::string& grpc_address) {
   return c;
 }
 
+// An agent for these tests: its own socket per test (`tag`), no HTTP, no
+// telemetry, quick reconnects to `upstream`.
+sa::AgentConfig AgentTo(const std::string& upstream, const std::string& tag) {
+  sa::AgentConfig ac;
+  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-" + tag + ".sock";
+  ac.upstream = upstream;
+  ac.http_address = "";
+  ac.telemetry_enabled = false;
+  ac.reconnect_initial_ms = 20;
+  ac.reconnect_max_ms = 100;
+  return ac;
+}
+
 straggler::ClientOptions ClientTo(const std::string& endpoint, const std::string& job) {
   straggler::ClientOptions o;
   o.endpoint = endpoint;
@@ -68,11 +81,7 @@ TEST_CASE("daemon rejections reach the client's stats once, with and without the
   REQUIRE(daemon.Start(DaemonOn("127.0.0.1:0")).ok());
   const std::string upstream = "127.0.0.1:" + std::to_string(daemon.grpc_port());
 
-  sa::AgentConfig ac;
-  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-a.sock";
-  ac.upstream = upstream;
-  ac.http_address = "";
-  ac.telemetry_enabled = false;
+  sa::AgentConfig ac = AgentTo(upstream, "a");
   sa::Agent agent(ac);
   REQUIRE(agent.Start().ok());
 
@@ -100,13 +109,7 @@ TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[rela
   REQUIRE(first->Start(DaemonOn("127.0.0.1:0")).ok());
   const std::string upstream = "127.0.0.1:" + std::to_string(first->grpc_port());
 
-  sa::AgentConfig ac;
-  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-b.sock";
-  ac.upstream = upstream;
-  ac.http_address = "";
-  ac.telemetry_enabled = false;
-  ac.reconnect_initial_ms = 20;
-  ac.reconnect_max_ms = 100;
+  sa::AgentConfig ac = AgentTo(upstream, "b");
   sa::Agent agent(ac);
   REQUIRE(agent.Start().ok());
 
@@ -174,13 +177,7 @@ TEST_CASE("behind the agent, a daemon restarted without state keeps the exclusio
   REQUIRE(first->Start(DaemonOn("127.0.0.1:0")).ok());
   const std::string upstream = "127.0.0.1:" + std::to_string(first->grpc_port());
 
-  sa::AgentConfig ac;
-  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-c.sock";
-  ac.upstream = upstream;
-  ac.http_address = "";
-  ac.telemetry_enabled = false;
-  ac.reconnect_initial_ms = 20;
-  ac.reconnect_max_ms = 100;
+  sa::AgentConfig ac = AgentTo(upstream, "c");
   sa::Agent agent(ac);
   REQUIRE(agent.Start().ok());
 
@@ -232,11 +229,7 @@ TEST_CASE("behind the agent, a daemon restarted without state keeps the exclusio
 // The agent checks hellos with the daemon's own rules (daemon::ValidateHello)
 // before it opens anything upstream; the refusal names the value.
 TEST_CASE("the agent refuses a bad hello with the daemon's message", "[relay]") {
-  sa::AgentConfig ac;
-  ac.listen = "unix:///tmp/straggler-agent-relay-" + std::to_string(getpid()) + "-h.sock";
-  ac.upstream = "127.0.0.1:1";  // never reached: the hello is refused first
-  ac.http_address = "";
-  ac.telemetry_enabled = false;
+  sa::AgentConfig ac = AgentTo("127.0.0.1:1", "h");  // never reached: the hello is refused first
   sa::Agent agent(ac);
   REQUIRE(agent.Start().ok());
 
