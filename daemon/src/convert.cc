@@ -71,6 +71,7 @@ v1::EventKind ToProto(engine::EventKind k) {
     case engine::EventKind::kOverride: return v1::EVENT_KIND_OVERRIDE;
     case engine::EventKind::kReset: return v1::EVENT_KIND_RESET;
     case engine::EventKind::kReprofile: return v1::EVENT_KIND_REPROFILE;
+    case engine::EventKind::kMembershipWithheld: return v1::EVENT_KIND_MEMBERSHIP_WITHHELD;
   }
   return v1::EVENT_KIND_UNSPECIFIED;
 }
@@ -166,6 +167,8 @@ void ToProto(const Job& job, v1::Job* out) {
   ToProto(job.created_at, out->mutable_created_at());
   if (v.last_report_time.count() > 0) ToProto(v.last_report_time, out->mutable_last_report_time());
   out->set_guard_blocks_total(v.guard_blocks_total);
+  out->set_detached_ranks(v.detached_ranks);
+  out->set_membership_withheld(v.membership_withheld);
 }
 
 void ToProto(const JournalEntry& e, v1::Event* out) {

@@ -258,7 +258,7 @@ class IngestReactor final
   // fail rank_not_in_stream.
   absl::Status AddRanksLocked(engine::Time now) {
     StreamHello hello = FromProto(batch_.hello());
-    absl::Status s = registry_.AddRanksLocked(*job_, hello, now);
+    absl::Status s = registry_.AddRanksLocked(*job_, link_.get(), hello, now);
     if (!s.ok()) {
       spdlog::warn("job={} stream from {}: later hello refused: {}", job_->id, peer_,
                    std::string(s.message()));

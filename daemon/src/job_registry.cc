@@ -148,7 +148,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
           "world_size=", hello.world_size, " differs from job '", job->id,
           "' world_size=", job->world_size));
     }
-    AdmitLocked(*job, hello, now);
+    AdmitLocked(*job, stream.get(), hello, now);
     job->subscribers.push_back(std::move(stream));
     ++job->streams;
     CommitLocked(*job);
@@ -158,9 +158,15 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
 
 // With job.mu held, after validation: what a hello tells the job about its
 // ranks (nodes, announced ranks, epoch length, version floor).
-void JobRegistry::AdmitLocked(Job& job, const StreamHello& hello, engine::Time now) {
+void JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
+                              engine::Time now) {
+  std::vector<uint32_t>& mine = job.stream_ranks[stream];
   for (uint32_t r : hello.ranks) {
     job.nodes[r] = hello.node;
+    if (auto at = std::lower_bound(mine.begin(), mine.end(), r); at == mine.end() || *at != r) {
+      mine.insert(at, r);
+      ++job.rank_streams[r];
+    }
     // Rows wait for ranks a stream speaks for, so the first iterations are
     // judged with every rank in them.
     job.engine.Announce(r, now);
@@ -194,7 +200,8 @@ void JobRegistry::AdmitLocked(Job& job, const StreamHello& hello, engine::Time n
   }
 }
 
-absl::Status JobRegistry::AddRanksLocked(Job& job, const StreamHello& hello, engine::Time now) {
+absl::Status JobRegistry::AddRanksLocked(Job& job, const JobSubscriber* stream,
+                                         const StreamHello& hello, engine::Time now) {
   if (absl::Status s = ValidateHello(hello, config()->limits.max_ranks_per_job); !s.ok()) {
     return s;
   }
@@ -208,7 +215,7 @@ absl::Status JobRegistry::AddRanksLocked(Job& job, const StreamHello& hello, eng
                                                    " differs from job '", job.id,
                                                    "' world_size=", job.world_size));
   }
-  AdmitLocked(job, hello, now);
+  AdmitLocked(job, stream, hello, now);
   return absl::OkStatus();
 }
 
@@ -231,6 +238,11 @@ void JobRegistry::Unsubscribe(Job& job, const JobSubscriber* subscriber, bool is
   if (it == subs.end()) return;
   subs.erase(it);
   if (is_stream) {
+    if (auto mine = job.stream_ranks.find(subscriber); mine != job.stream_ranks.end()) {
+      for (uint32_t r : mine->second)
+        if (--job.rank_streams[r] == 0) job.engine.Detach(r);
+      job.stream_ranks.erase(mine);
+    }
     if (job.streams > 0) --job.streams;
     job.last_activity = std::max(job.last_activity, WallNow());
   }

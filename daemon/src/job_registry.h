@@ -39,6 +39,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -141,6 +142,7 @@ struct Job {
         incarnation(daemon_incarnation),
         engine(world, std::move(policy), now),
         nodes(world),
+        rank_streams(world, 0),
         last_activity(now),
         recent(recent_reports_capacity) {}
 
@@ -157,6 +159,11 @@ struct Job {
   std::vector<std::string> nodes;  // node that last spoke for each rank
   std::vector<std::shared_ptr<JobSubscriber>> subscribers;
   uint32_t streams = 0;
+  // Open streams speaking for each rank, and the ranks of each stream: a
+  // rank is detached from the engine when its count drops to 0 (a reconnect
+  // attaches the new stream before the old one ends, hence a count).
+  std::vector<uint32_t> rank_streams;
+  std::unordered_map<const JobSubscriber*, std::vector<uint32_t>> stream_ranks;
   // Set by AdminService.SetPolicy: a SIGHUP reload then leaves the policy
   // alone, so an operator's runtime decision is not silently undone.
   bool policy_overridden = false;
@@ -239,12 +246,15 @@ class JobRegistry {
   // Same checks as Attach plus the same job id and world size; the ranks get
   // what Attach gives them (node, announcement, version floor). The caller
   // commits (CommitLocked). INVALID_ARGUMENT names the offending value.
-  absl::Status AddRanksLocked(Job& job, const StreamHello& hello, engine::Time now);
+  absl::Status AddRanksLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
+                              engine::Time now);
   // Subscribes a watcher of `job` (from Find) and sends it the current
   // membership at once. UNAVAILABLE while shutting down; NOT_FOUND when the
   // job was removed as idle since Find.
   absl::Status Watch(Job& job, std::shared_ptr<JobSubscriber> watcher);
-  // Removes a subscriber added by Attach (is_stream) or Watch.
+  // Removes a subscriber added by Attach (is_stream) or Watch. The ranks only
+  // that stream spoke for are detached (JobEngine::Detach): changes of the
+  // job's excluded set wait for them until they attach again.
   void Unsubscribe(Job& job, const JobSubscriber* subscriber, bool is_stream);
 
   std::shared_ptr<Job> Find(absl::string_view job_id) const;
@@ -297,7 +307,8 @@ class JobRegistry {
   }
 
  private:
-  void AdmitLocked(Job& job, const StreamHello& hello, engine::Time now);
+  void AdmitLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
+                   engine::Time now);
   // A new Job for `job_id`, restored from the store when it knows the job.
   std::shared_ptr<Job> MakeJob(const std::string& job_id, uint32_t world_size,
                                const DaemonConfig& config, engine::Time now);

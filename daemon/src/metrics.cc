@@ -389,7 +389,7 @@ constexpr engine::EventKind kAllEventKinds[] = {
     engine::EventKind::kStateChange,   engine::EventKind::kMembership,
     engine::EventKind::kGuardBlocked,  engine::EventKind::kPolicyChanged,
     engine::EventKind::kOverride,      engine::EventKind::kReset,
-    engine::EventKind::kReprofile};
+    engine::EventKind::kReprofile,     engine::EventKind::kMembershipWithheld};
 
 struct RankRow {
   std::string rank;  // label text
@@ -544,6 +544,12 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   per_job("straggler_job_unresponsive_ranks", MetricType::kGauge,
           "Ranks that stopped reporting.",
           [](const JobRow& j) { return j.view.unresponsive_ranks; });
+  per_job("straggler_job_detached_ranks", MetricType::kGauge,
+          "Ranks no report stream speaks for (not yet connected, or gone).",
+          [](const JobRow& j) { return j.view.detached_ranks; });
+  per_job("straggler_job_membership_withheld", MetricType::kGauge,
+          "1 while a change of the excluded set waits for detached ranks.",
+          [](const JobRow& j) { return j.view.membership_withheld ? 1 : 0; });
   per_job("straggler_job_threshold_seconds", MetricType::kGauge,
           "Current judging threshold (0 before the first profile).",
           [](const JobRow& j) { return j.view.threshold_seconds; });

@@ -40,6 +40,7 @@ std::string_view EventKindName(EventKind k) {
     case EventKind::kOverride: return "override";
     case EventKind::kReset: return "reset";
     case EventKind::kReprofile: return "reprofile";
+    case EventKind::kMembershipWithheld: return "membership_withheld";
   }
   return "unknown";
 }
@@ -97,6 +98,9 @@ struct JobEngine::Impl {
     bool on_probation = false;
     bool probation_failed = false;  // still slow when its probation ended
     bool counted = false;           // rows wait for this rank (see counted_ranks)
+    // A stream speaks for this rank, so it hears new versions (Announce and
+    // reports set it, Detach clears it). See the membership gate in Evaluate.
+    bool attached = false;
     uint64_t episode_start = 0;     // iteration at which the counter left 0
     bool ahead = false;             // last report was far ahead of the job
     Time announced_at{0};
@@ -176,6 +180,8 @@ struct JobEngine::Impl {
   std::deque<Version> versions;   // bounded by kMembershipHistory
   std::deque<Membership> history;  // mirror of versions[].m for the public API
   bool dirty = false;              // something exclusion depends on changed
+  // A changed excluded set waits for ranks no stream speaks for (Evaluate).
+  bool withheld = false;
   uint32_t blocked = 0;            // candidates currently withheld by a guard
 
   // ---- totals and events ---------------------------------------------------
@@ -216,6 +222,13 @@ struct JobEngine::Impl {
   }
 
   void Emit(Event e) { events.push_back(std::move(e)); }
+
+  // The rank can hear new versions again; a change withheld for it may go.
+  void Attach(RankState& r) {
+    if (r.attached) return;
+    r.attached = true;
+    if (withheld) dirty = true;
+  }
 
   Evidence MakeEvidence(const RankState& r, double compute) const {
     Evidence ev;
@@ -300,6 +313,7 @@ struct JobEngine::Impl {
     if (!res.accepted) return res;
 
     RankState& r = ranks[rep.rank];
+    Attach(r);
     if (r.state == WorkerState::kPending) {
       r.state = WorkerState::kHealthy;
     } else if (r.state == WorkerState::kUnresponsive) {
@@ -851,21 +865,76 @@ struct JobEngine::Impl {
       }
     }
 
-    // Publish if the excluded set changed.
+    // Publish if the excluded set changed - and only once every rank that
+    // must act on the change can hear of it (the membership gate):
+    //   * every rank active in the new version (it must take part from the
+    //     switch iteration on, and a readmitted one must stop its shadow
+    //     steps there);
+    //   * every rank the change excludes, unless it is unresponsive (it would
+    //     otherwise keep issuing collectives on the old membership).
+    // A rank no stream speaks for cannot fetch the version before its
+    // collective; when it reaches the switch iteration it keeps the last
+    // membership it applied while the others switch - the agreement breaks
+    // (a daemon restarted while a rank is still in its reconnect backoff).
+    // So the change waits: until the rank is back (Announce or a report), or
+    // until Tick marks it unresponsive, when the change may exclude it too.
+    // Unresponsive ranks are exempt as leavers only: a silent rank is the
+    // one case where waiting cannot help.
     bool changed = false;
     uint64_t min_effective = 0;
     std::vector<ExcludedRank> next;
+    std::vector<uint32_t> unreachable;  // ranks the change must wait for
     for (uint32_t i = 0; i < world_size; ++i) {
       const bool was = cur_excl[i] != nullptr;
       const bool is = want[i].reason != ExclusionReason::kNone;
       if (was != is || (was && is && cur_excl[i]->reason != want[i].reason)) changed = true;
+      if (!ranks[i].attached &&
+          (!is || (!was && ranks[i].state != WorkerState::kUnresponsive)))
+        unreachable.push_back(i);
       // A rank coming back may have run ahead of the group while excluded:
       // it must not be expected at an iteration it has already passed.
       if (was && !is && ranks[i].has_progress)
         min_effective = std::max(min_effective, ranks[i].last_iteration + 1);
       if (is) next.push_back({i, want[i].reason, std::move(want[i].detail), want[i].since});
     }
-    if (changed) Publish(std::move(next), now, "exclusion set changed", min_effective);
+    if (!changed) {
+      withheld = false;
+      return;
+    }
+    if (!unreachable.empty()) {
+      if (!withheld) Emit(WithheldEvent(unreachable, next, now));
+      withheld = true;
+      return;
+    }
+    withheld = false;
+    Publish(std::move(next), now, "exclusion set changed", min_effective);
+  }
+
+  // One event per withheld change (until it is published or no longer
+  // wanted), naming the ranks it waits for and what it would exclude.
+  Event WithheldEvent(const std::vector<uint32_t>& unreachable,
+                      const std::vector<ExcludedRank>& next, Time now) const {
+    constexpr size_t kNamed = 8;
+    std::string waiting;
+    for (size_t k = 0; k < unreachable.size() && k < kNamed; ++k)
+      absl::StrAppend(&waiting, k ? ", " : "", unreachable[k]);
+    if (unreachable.size() > kNamed)
+      absl::StrAppend(&waiting, " and ", unreachable.size() - kNamed, " more");
+    std::string list;
+    for (size_t k = 0; k < next.size() && k < kNamed; ++k)
+      absl::StrAppend(&list, k ? ", " : "", next[k].rank);
+    if (next.size() > kNamed) absl::StrAppend(&list, " and ", next.size() - kNamed, " more");
+    Event e;
+    e.time = now;
+    e.kind = EventKind::kMembershipWithheld;
+    e.rank = unreachable.front();
+    e.from = e.to = ranks[e.rank].state;
+    e.iteration = have_highest ? highest_active : 0;
+    e.membership_version = Newest().version;
+    e.message = absl::StrCat("membership change withheld (would exclude [", list,
+                             "]): no stream speaks for rank", unreachable.size() > 1 ? "s " : " ",
+                             waiting, "; it goes out when they reconnect or turn unresponsive");
+    return e;
   }
 
   // An earlier daemon's excluded set, taken over by a new engine: ranks out
@@ -997,9 +1066,17 @@ void JobEngine::Announce(uint32_t rank, Time now) {
   Impl& d = *impl_;
   if (rank >= d.world_size) return;
   auto& r = d.ranks[rank];
-  if (r.state != WorkerState::kPending) return;
-  r.announced_at = now;
-  d.SetCounted(rank, true);
+  d.Attach(r);
+  if (r.state == WorkerState::kPending) {
+    r.announced_at = now;
+    d.SetCounted(rank, true);
+  }
+  if (d.dirty) d.Evaluate(now);
+}
+
+void JobEngine::Detach(uint32_t rank) {
+  Impl& d = *impl_;
+  if (rank < d.world_size) d.ranks[rank].attached = false;
 }
 
 absl::Status JobEngine::SetPolicy(const PolicyConfig& policy, Time now) {
@@ -1062,9 +1139,11 @@ void JobEngine::Reset(Time now) {
   for (auto& r : d.ranks) {
     const bool has = r.has_progress;
     const uint64_t last = r.last_iteration;
+    const bool attached = r.attached;
     r = Impl::RankState{};
     r.has_progress = has;  // keep deduplication across the reset
     r.last_iteration = last;
+    r.attached = attached;  // streams are not part of the forgotten state
   }
   d.counted_ranks = 0;
   d.created_at = now;
@@ -1090,7 +1169,17 @@ void JobEngine::Reset(Time now) {
   e.membership_version = d.Newest().version;
   e.message = "job reset: every rank included, state forgotten";
   d.Emit(std::move(e));
-  d.Publish({}, now, "reset");
+  // Through the membership gate like every change (Evaluate): with a rank
+  // no stream speaks for, the release of the excluded ranks waits for it.
+  const bool all_attached = std::all_of(d.ranks.begin(), d.ranks.end(),
+                                        [](const Impl::RankState& r) { return r.attached; });
+  if (all_attached) {
+    d.withheld = false;
+    d.Publish({}, now, "reset");
+  } else {
+    d.dirty = true;
+    d.Evaluate(now);
+  }
 }
 
 void JobEngine::NoteReportedIteration(uint64_t iteration) {
@@ -1207,7 +1296,9 @@ JobView JobEngine::View() const {
   for (const auto& r : d.ranks) {
     v.straggler_ranks += r.state == WorkerState::kStraggler;
     v.unresponsive_ranks += r.state == WorkerState::kUnresponsive;
+    v.detached_ranks += !r.attached;
   }
+  v.membership_withheld = d.withheld;
   v.detections_total = d.detections_total;
   v.recoveries_total = d.recoveries_total;
   v.reports_total = d.reports_total;

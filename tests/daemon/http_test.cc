@@ -126,6 +126,36 @@ struct Fixture {
     REQUIRE(stream->Finish().ok());
   }
 
+  // An open stream speaking for every rank (hello only), so the job's
+  // membership changes can go out (JobEngine "Membership gate"); closed by
+  // its destructor.
+  struct Listener {
+    explicit Listener(const std::shared_ptr<grpc::Channel>& channel)
+        : stub(v1::IngestService::NewStub(channel)), stream(stub->Stream(&ctx)) {
+      v1::ReportBatch b;
+      b.mutable_hello()->set_job_id(kJob);
+      b.mutable_hello()->set_world_size(kWorld);
+      b.mutable_hello()->set_node("node-a");
+      for (uint32_t r = 0; r < kWorld; ++r) b.mutable_hello()->add_ranks(r);
+      b.set_sequence(1);
+      REQUIRE(stream->Write(b));
+      v1::Directive d;
+      bool acked = false;
+      while (!acked && stream->Read(&d)) acked = d.acked_sequence() == 1;
+      REQUIRE(acked);
+    }
+    ~Listener() {
+      stream->WritesDone();
+      v1::Directive d;
+      while (stream->Read(&d)) {
+      }
+      stream->Finish();
+    }
+    std::unique_ptr<v1::IngestService::Stub> stub;
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>> stream;
+  };
+
   sd::Server server;
   std::unique_ptr<httplib::Client> http;
   std::shared_ptr<grpc::Channel> channel;
@@ -446,7 +476,21 @@ TEST_CASE("http: admin calls change the job") {
                    "application/json");
   REQUIRE(res);
   CHECK(res->status == 200);
-  auto m = FromJson<v1::Membership>(res->body);
+  // The feeding stream is closed: no rank could hear a new version, so the
+  // change waits (the membership gate) and the job says so.
+  const auto before = FromJson<v1::Membership>(res->body);
+  CHECK(ExclusionOf(before, 2) == v1::EXCLUSION_REASON_UNSPECIFIED);
+  res = f.http->Get(job.c_str());
+  REQUIRE(res);
+  CHECK(FromJson<v1::Job>(res->body).membership_withheld());
+  CHECK(FromJson<v1::Job>(res->body).detached_ranks() == kWorld);
+  // Once a stream speaks for the ranks again it goes out.
+  Fixture::Listener listener(f.channel);
+  res = f.http->Get(job.c_str());
+  REQUIRE(res);
+  auto m = FromJson<v1::Job>(res->body).membership();
+  CHECK_FALSE(FromJson<v1::Job>(res->body).membership_withheld());
+  CHECK(m.version() > before.version());
   CHECK(ExclusionOf(m, 2) == v1::EXCLUSION_REASON_FORCED);
   CHECK(ExclusionOf(m, 3) == v1::EXCLUSION_REASON_STRAGGLER);  // detected while fed
   res = f.http->Get((job + "/membership").c_str());
@@ -483,16 +527,50 @@ TEST_CASE("http: admin calls change the job") {
   // The admin calls were journaled.
   res = f.http->Get((job + "/events").c_str());
   REQUIRE(res);
-  bool policy = false, override_ = false, reset_ = false;
+  bool policy = false, override_ = false, reset_ = false, withheld = false;
   const auto journal = FromJson<v1::ListEventsResponse>(res->body);
   for (const auto& e : journal.events()) {
     policy |= e.kind() == v1::EVENT_KIND_POLICY_CHANGED;
     override_ |= e.kind() == v1::EVENT_KIND_OVERRIDE;
     reset_ |= e.kind() == v1::EVENT_KIND_RESET;
+    if (e.kind() == v1::EVENT_KIND_MEMBERSHIP_WITHHELD) {
+      withheld = true;
+      CHECK_THAT(e.message(), Catch::Contains("no stream speaks for ranks 0, 1, 2;"));
+    }
   }
   CHECK(policy);
   CHECK(override_);
   CHECK(reset_);
+  CHECK(withheld);
+}
+
+TEST_CASE("http: a rank is detached only when its last stream ends") {
+  Fixture f;
+  const std::string job = std::string("/v1/jobs/") + kJob;
+  auto detached = [&] {
+    auto res = f.http->Get(job.c_str());
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    return FromJson<v1::Job>(res->body).detached_ranks();
+  };
+  // The fixture's feeding stream has ended (streams == 0).
+  CHECK(detached() == kWorld);
+  auto first = std::make_unique<Fixture::Listener>(f.channel);
+  CHECK(detached() == 0);
+  // A reconnect overlaps: the new stream attaches before the old one ends.
+  Fixture::Listener second(f.channel);
+  first.reset();
+  // The server detaches a finished stream on its own thread (OnDone): wait
+  // until it has (streams drops to 1), then the ranks must still be attached.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    auto res = f.http->Get(job.c_str());
+    REQUIRE(res);
+    if (FromJson<v1::Job>(res->body).streams() == 1) break;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(detached() == 0);
 }
 
 TEST_CASE("http: /readyz follows the phases; REST answers 503 while draining") {

@@ -63,6 +63,7 @@ ALERTS = {
     "StragglerDetected": "match",
     "RankExcludedTooLong": "match",
     "ExclusionGuardReached": "any",      # one straggler of 8: no guard should block
+    "MembershipChangeWithheld": "empty",  # every rank has its stream: nothing waits
     "StragglerdDown": "empty",
     "StragglerdNotIngesting": "empty",
     "HighReportRejectRate": "empty",

@@ -237,6 +237,116 @@ TEST_CASE("unresponsive: a silent rank is marked by Tick, excluded, and rejoins 
   CHECK(h.engine().View().unresponsive_ranks == 0);
 }
 
+TEST_CASE("gate: after a restart a readmission waits until every rank is back",
+          "[engine][membership][gate]") {
+  PolicyConfig p;
+  p.cooldown_iterations = 0;
+  Harness h(4, p);
+  // A daemon restarting from its state database: rank 3 was out.
+  Membership held;
+  held.version = 5;
+  held.effective_iteration = 100;
+  held.excluded = {{3, ExclusionReason::kStraggler, "slow", 90}};
+  h.engine().RestoreMembership(held, {}, h.now());
+  REQUIRE(h.engine().membership().version == 6);
+  REQUIRE(h.Excluded(3));
+  // Ranks 0, 1 and 3 reconnect; rank 2 is still in its reconnect backoff.
+  for (uint32_t r : {0u, 1u, 3u}) h.engine().Announce(r, h.now());
+  CHECK(h.engine().View().detached_ranks == 1);
+  // Rank 3 has recovered: its shadow steps are fast.
+  h.Rows(120, 20, 1, {1.0, 1.0, kSkip, 1.0});
+  REQUIRE(h.State(3) == WorkerState::kHealthy);
+  // It would be readmitted, but rank 2 could not hear of it: it would reach
+  // the switch iteration still applying version 6 while the others switch.
+  CHECK(h.engine().membership().version == 6);
+  CHECK(h.Excluded(3));
+  CHECK(h.engine().View().membership_withheld);
+  REQUIRE(h.Count(EventKind::kMembershipWithheld) == 1);  // once, not per row
+  CHECK(h.Of(EventKind::kMembershipWithheld)[0].rank == 2);
+  CHECK_THAT(h.Of(EventKind::kMembershipWithheld)[0].message,
+             Catch::Contains("no stream speaks for rank 2;"));
+
+  // Rank 2 is back: the readmission goes out, after the progress seen.
+  h.engine().Announce(2, h.now());
+  h.Collect();
+  const Membership& m = h.engine().membership();
+  CHECK(m.version == 7);
+  CHECK_FALSE(m.IsExcluded(3));
+  CHECK(m.effective_iteration >= 139 + m.lead_iterations);
+  CHECK_FALSE(h.engine().View().membership_withheld);
+  CHECK(h.engine().View().detached_ranks == 0);
+}
+
+TEST_CASE("gate: a rank whose stream ended holds changes until it is back or unresponsive",
+          "[engine][membership][gate]") {
+  PolicyConfig p;
+  p.cooldown_iterations = 0;
+  p.unresponsive_after_seconds = 5.0;
+  p.max_excluded_fraction = 0.5;
+  Harness h(4, p);
+  for (uint32_t r = 0; r < 4; ++r) h.engine().Announce(r, h.now());
+  h.Rows(0, 10, 0, Uniform(4, 1.0));
+  h.engine().Detach(2);
+  // Rank 3 turns slow while rank 2's stream is gone.
+  uint64_t it = 10;
+  for (; it < 20; ++it) h.Row(it, 0, {1.0, 1.0, kSkip, 3.0});
+  REQUIRE(h.State(3) == WorkerState::kStraggler);
+  CHECK(h.engine().membership().version == 0);
+  CHECK(h.engine().View().membership_withheld);
+  CHECK(h.Count(EventKind::kMembershipWithheld) == 1);
+
+  SECTION("rank 2 reconnects: rank 3 alone goes out") {
+    h.engine().Announce(2, h.now());
+    h.Collect();
+    CHECK(h.engine().membership().version == 1);
+    CHECK(ExcludedRanks(h.engine().membership()) == std::vector<uint32_t>{3});
+  }
+  SECTION("rank 2 stays away: once unresponsive it leaves together with rank 3") {
+    // The others go on reporting, 1 s per row.
+    for (int k = 0; k < 6; ++k) {
+      h.Advance(std::chrono::seconds(1) - Harness::kRowStep);
+      h.Row(it++, 0, {1.0, 1.0, kSkip, 3.0});
+    }
+    h.engine().Tick(h.now());
+    h.Collect();
+    REQUIRE(h.State(2) == WorkerState::kUnresponsive);
+    CHECK(h.engine().membership().version == 1);
+    CHECK(ReasonOf(h.engine().membership(), 2) == ExclusionReason::kUnresponsive);
+    CHECK(ReasonOf(h.engine().membership(), 3) == ExclusionReason::kStraggler);
+    CHECK_FALSE(h.engine().View().membership_withheld);
+  }
+  SECTION("an operator's exclusion of the detached rank waits too") {
+    REQUIRE(h.engine().SetOverride(3, RankOverride::kForceInclude, "", h.now()).ok());
+    h.Collect();
+    REQUIRE(h.engine().SetOverride(2, RankOverride::kForceExclude, "", h.now()).ok());
+    h.Collect();
+    // Rank 2 would keep issuing collectives on version 0 with the others.
+    CHECK(h.engine().membership().version == 0);
+    h.engine().Announce(2, h.now());
+    h.Collect();
+    CHECK(ExcludedRanks(h.engine().membership()) == std::vector<uint32_t>{2});
+  }
+}
+
+TEST_CASE("gate: a rank that never connected holds changes, offline replay is not affected",
+          "[engine][membership][gate]") {
+  PolicyConfig p;
+  p.cooldown_iterations = 0;
+  Harness h(4, p);
+  SECTION("reports attach their ranks (replay, tests): nothing waits") {
+    h.Rows(0, 20, 0, With(Uniform(4, 1.0), 3, 3.0));
+    CHECK(h.Excluded(3));
+  }
+  SECTION("rank 2 never reported nor was announced") {
+    h.Rows(0, 20, 0, {1.0, 1.0, kSkip, 3.0});
+    REQUIRE(h.State(3) == WorkerState::kStraggler);
+    CHECK_FALSE(h.Excluded(3));
+    CHECK(h.engine().View().detached_ranks == 1);
+    h.engine().Announce(2, h.now());
+    CHECK(h.Excluded(3));
+  }
+}
+
 TEST_CASE("late join: a rank that first reports at iteration 100 takes part from then on",
           "[engine][membership][late]") {
   Harness h(4, CounterOnlyPolicy());

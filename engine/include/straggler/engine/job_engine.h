@@ -81,6 +81,16 @@
 //    lead_iterations and the previous version's (clients judge certainty by
 //    the lead of the version they hold, so a lowered lead starts to count
 //    only from the version that announces it).
+//  * Membership gate. A rank is attached once it was announced or reported,
+//    until Detach (its last stream ended). A changed excluded set is
+//    published only when every rank active in the new version and every
+//    rank it newly excludes (unless unresponsive) is attached; otherwise it
+//    is withheld (one kMembershipWithheld event) and re-evaluated when a
+//    rank attaches or turns unresponsive. Why: a rank that cannot hear a
+//    version keeps applying the last one it knows when it reaches the switch
+//    iteration, while the others switch (a restarted daemon, a rank in its
+//    reconnect backoff). Ranks that never attached (pending) count as
+//    detached: until they connect or time out, nothing changes.
 //  * Far ahead: a report more than 1024 iterations ahead of the highest
 //    iteration is judged alone and moves no row, unless most counted ranks
 //    made the same jump (the job resumed from a later checkpoint): then the
@@ -120,7 +130,8 @@ enum class EventKind {
   kPolicyChanged,
   kOverride,
   kReset,
-  kReprofile
+  kReprofile,
+  kMembershipWithheld
 };
 
 std::string_view WorkerStateName(WorkerState s);
@@ -225,6 +236,8 @@ struct JobView {
   uint32_t excluded_ranks = 0;
   uint32_t straggler_ranks = 0;
   uint32_t unresponsive_ranks = 0;
+  uint32_t detached_ranks = 0;          // no stream speaks for them (see Detach)
+  bool membership_withheld = false;     // a changed excluded set waits for them
   uint64_t detections_total = 0;
   uint64_t recoveries_total = 0;
   uint64_t reports_total = 0;
@@ -260,8 +273,14 @@ class JobEngine {
   // (ranks that never reported: since the job started or they were announced).
   void Tick(Time now);
 
-  // A stream says it speaks for `rank`: rows wait for its reports from now on.
+  // A stream says it speaks for `rank`: rows wait for its reports from now
+  // on, and the rank can hear new versions (see "Membership gate" above).
   void Announce(uint32_t rank, Time now);
+
+  // No stream speaks for `rank` any more (its last one ended): a change of
+  // the excluded set now waits for it, see "Membership gate". Its next
+  // Announce or report ends that.
+  void Detach(uint32_t rank);
 
   // Replaces the policy (validated). Counters and states are kept; the
   // threshold is re-profiled when the judging rule changed.
@@ -270,8 +289,10 @@ class JobEngine {
 
   absl::Status SetOverride(uint32_t rank, RankOverride override, std::string reason, Time now);
 
-  // Forgets all per-rank state and publishes a membership with every rank
-  // included (as a new, higher version).
+  // Forgets all per-rank state (which streams speak for which ranks is not
+  // state) and publishes a membership with every rank included (as a new,
+  // higher version) - through the membership gate: while a rank no stream
+  // speaks for would have to hear of it, the release is withheld instead.
   void Reset(Time now);
 
   // A client already holds membership `held` (from an earlier daemon
