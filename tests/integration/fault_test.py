@@ -18,7 +18,8 @@ kill9_restart   A daemon on a state database runs a straggler-sim job with a
                 exactly the new events.
 silent_watcher  stragglerctl watch, then SIGSTOP: a WatchMembership client that
                 never reads. Hundreds of large membership versions of its job
-                (1 500 of 2 000 ranks force-excluded) while
+                (1 500 of 2 000 ranks force-excluded; a slow loadgen keeps
+                every rank attached so the versions go out) while
                 straggler-loadgen ingests another job: the loadgen run is
                 unaffected, the daemon skips versions for the watcher
                 (straggler_watch_versions_skipped_total) instead of buffering
@@ -265,13 +266,21 @@ def test_silent_watcher(args, work):
     job, load_job = "fault-watched", "fault-load"
     watcher = None
     loadgen = None
+    holder = None
     with Daemon(args.stragglerd, work) as d:
         try:
-            # The watched job: created by a short loadgen run (it stays, idle).
-            res = run([args.loadgen, "--ready-file", d.ready_file, "--ranks", str(WATCH_RANKS),
-                       "--streams", "1", "--batch", str(WATCH_RANKS), "--rate", "8000",
-                       "--duration", "0.5", "--job", job, "--quiet"], 60)
-            check(res.returncode == 0, "loadgen for %s failed:\n%s" % (job, res.stderr))
+            # The watched job: a slow loadgen run whose stream stays open for
+            # the whole test, so every rank is attached and the overrides'
+            # versions go out (the membership gate withholds a change while a
+            # rank it concerns has no stream - README "Collective layer").
+            holder = subprocess.Popen(
+                [args.loadgen, "--ready-file", d.ready_file, "--ranks", str(WATCH_RANKS),
+                 "--streams", "1", "--batch", str(WATCH_RANKS), "--rate", "4000",
+                 "--duration", "300", "--job", job, "--quiet"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            wait_for("every rank of %s attached" % job, lambda: int(http(
+                d.http_address, "/v1/jobs/%s" % job).get("detachedRanks", 0)) == 0
+                and holder.poll() is None, timeout=60)
             for r in range(WATCH_FORCED):  # every excluded rank makes each version larger
                 http(d.http_address, "/v1/jobs/%s/workers/%d/override" % (job, r),
                      {"override": "force_exclude", "reason": "fault test"})
@@ -317,6 +326,10 @@ def test_silent_watcher(args, work):
             check(r["accepted"] > 0 and r["rejected"] == 0, "loadgen result: %r" % r["steps"])
             print("loadgen alongside: %.0f reports/s accepted" % r["steps"][0]["accepted_per_s"])
             check(watcher.poll() is None, "the stopped watcher's stream ended")
+            check(holder.poll() is None, "the loadgen holding %s's ranks exited:\n%s"
+                  % (job, holder.stderr.read() if holder.poll() is not None else ""))
+            holder.kill()  # the drain below is about the stopped watcher alone
+            holder.wait()
             # A hang guard, not a timing assert: the stopped watcher's call
             # ends at the 5 s grace, and gRPC then takes a few seconds more
             # to close its transport (5-10 s measured; README "Faults").
@@ -328,6 +341,9 @@ def test_silent_watcher(args, work):
             if watcher is not None:
                 watcher.kill()  # SIGKILL ends a stopped process too
                 watcher.wait()
+            if holder is not None:
+                holder.kill()
+                holder.wait()
 
 
 # ---------------------------------------------------------------------------
