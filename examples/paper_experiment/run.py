@@ -296,7 +296,7 @@ def print_table(out):
           "| rec. latency it (mean) | rec. latency s (mean/max) | back in the collective s (mean) "
           "| group's wait at the rejoin s (mean/max) | healthy flagged "
           "| rank 3 flagged while fast | slow phases missed | premature recoveries "
-          "| rank 3 excluded (its iterations run / skipped) |")
+          "| rank 3 iterations excluded / skipped |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in out.items():
         if name.startswith("_"):
