@@ -719,9 +719,7 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
 
  private:
   absl::Status Hello() {
-    if (!batch_.has_hello()) {
-      return absl::InvalidArgumentError("the first ReportBatch of a stream must carry hello");
-    }
+    if (absl::Status s = daemon::RequireHello(batch_); !s.ok()) return s;
     auto job = jobs_.Attach(batch_.hello(), link_);
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
@@ -730,12 +728,8 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
     return absl::OkStatus();
   }
 
-  void Act(WriteAction action) {
-    switch (action) {
-      case WriteAction::kWrite: StartWrite(&slot_.current()); break;
-      case WriteAction::kFinish: ServerBidiReactor::Finish(slot_.finish_status()); break;
-      case WriteAction::kNone: break;
-    }
+  void Act(WriteAction action) {  // mu_ held
+    daemon::CarryOut(action, slot_, static_cast<ServerBidiReactor&>(*this));
   }
 
   JobTable& jobs_;

@@ -92,9 +92,7 @@ class IngestReactor final
 
  private:
   absl::Status Hello() {
-    if (!batch_.has_hello()) {
-      return absl::InvalidArgumentError("the first ReportBatch of a stream must carry hello");
-    }
+    if (absl::Status s = RequireHello(batch_); !s.ok()) return s;
     StreamHello hello = FromProto(batch_.hello());
     std::sort(hello.ranks.begin(), hello.ranks.end());
     hello.ranks.erase(std::unique(hello.ranks.begin(), hello.ranks.end()), hello.ranks.end());
@@ -341,14 +339,8 @@ class IngestReactor final
     Act(slot_.RequestFinish(std::move(status), flush));
   }
 
-  // mu_ held. gRPC runs the completions of StartWrite/Finish on its own
-  // threads, never inline, so holding mu_ across them is safe.
-  void Act(WriteAction action) {
-    switch (action) {
-      case WriteAction::kWrite: StartWrite(&slot_.current()); break;
-      case WriteAction::kFinish: ServerBidiReactor::Finish(slot_.finish_status()); break;
-      case WriteAction::kNone: break;
-    }
+  void Act(WriteAction action) {  // mu_ held
+    CarryOut(action, slot_, static_cast<ServerBidiReactor&>(*this));
   }
 
   JobRegistry& registry_;

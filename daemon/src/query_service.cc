@@ -72,13 +72,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
   }
 
  private:
-  void Act(WriteAction action) {  // mu_ held
-    switch (action) {
-      case WriteAction::kWrite: StartWrite(&slot_.current()); break;
-      case WriteAction::kFinish: Finish(slot_.finish_status()); break;
-      case WriteAction::kNone: break;
-    }
-  }
+  void Act(WriteAction action) { CarryOut(action, slot_, *this); }  // mu_ held
 
   JobRegistry& registry_;
   DaemonStats& stats_;

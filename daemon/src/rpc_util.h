@@ -8,7 +8,7 @@
 // message of memory, never a queue:
 //
 //   std::lock_guard lock(mu_);
-//   if (slot_.Offer(std::move(msg), &Merge) == WriteAction::kWrite) StartWrite(&slot_.current());
+//   CarryOut(slot_.Offer(std::move(msg), &Merge), slot_, *this);  // StartWrite or Finish
 //
 // WriteSlot is not thread-safe (the reactor's mutex guards it); ReactorLink
 // is thread-safe.
@@ -144,6 +144,21 @@ class WriteSlot {
   bool finished_ = false;
   grpc::Status status_;
 };
+
+// Does what `slot` asked for with `action` on `reactor`: a
+// grpc::ServerBidiReactor or ServerWriteReactor (pass it as its gRPC base
+// when the reactor hides Finish(grpc::Status) behind an overload of its own).
+// The caller holds the mutex that guards `slot`; gRPC runs the completions
+// of StartWrite and Finish on its own threads, never inline, so holding it
+// across them is safe.
+template <class Msg, class Reactor>
+void CarryOut(WriteAction action, const WriteSlot<Msg>& slot, Reactor& reactor) {
+  switch (action) {
+    case WriteAction::kWrite: reactor.StartWrite(&slot.current()); break;
+    case WriteAction::kFinish: reactor.Finish(slot.finish_status()); break;
+    case WriteAction::kNone: break;
+  }
+}
 
 // The registry's handle on a reactor. gRPC deletes a reactor after OnDone;
 // the registry may still hold the link then, so OnDone calls Detach() first

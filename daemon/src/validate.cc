@@ -117,6 +117,11 @@ absl::Status ValidateTelemetry(const v1::GpuTelemetry& t) {
                         kMaxGpuUuidBytes);
 }
 
+absl::Status RequireHello(const v1::ReportBatch& first) {
+  if (first.has_hello()) return absl::OkStatus();
+  return absl::InvalidArgumentError("the first ReportBatch of a stream must carry hello");
+}
+
 absl::Status ValidateReason(absl::string_view reason) {
   if (reason.size() > kMaxReasonBytes) {
     return absl::InvalidArgumentError(absl::StrCat("reason ", Quoted(reason), " is ",

@@ -69,6 +69,10 @@ absl::Status ValidateJobId(absl::string_view field, absl::string_view job_id);
 // rank, every rank < world_size.
 absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job);
 
+// A stream opens with its hello: the first ReportBatch of an ingest stream
+// (to the daemon, or to a node agent) must carry one.
+absl::Status RequireHello(const v1::ReportBatch& first);
+
 // A measured value that is negative, NaN, or a utilisation above 1, or a
 // uuid that is too long or not printable (a broken sender; the sample is
 // dropped, nothing else of the batch).

@@ -86,6 +86,8 @@ def run_case(args, name, mode, factor, with_daemon, workdir):
         daemon.stop()
     with open(os.path.join(case_dir, "result.json"), "w") as f:
         json.dump({"lines": lines, "final": final, "events": events}, f)
+    # Job time: up to the last finish of a rank that ran to the last iteration
+    # (the straggler may have skipped some on its way to a rejoin).
     job_s = max(final[r]["end"] for r in range(WORLD) if final[r]["stopped_early"] is None) - \
         min(final[r]["start"] for r in range(WORLD))
     return {"name": name, "lines": lines, "final": final, "events": events, "job_s": job_s,
@@ -98,44 +100,63 @@ def ts(s):
 
 def analyse(res, per_epoch, mode):
     """Detection / recovery latencies and misclassifications from the daemon's
-    state-change events against the straggler's slow phases (ground truth)."""
+    state-change events against the straggler's slow phases (ground truth).
+    The straggler skips iterations (to its rejoin), so a phase starts at the
+    first of its iterations that it ran."""
     lines = res["lines"][SLOW_RANK]
-    by_it = {row["it"]: row for row in lines}
+    group = {row["it"]: row for row in res["lines"][0]}  # rank 0 runs every iteration
     changes = [e for e in res["events"] if e.get("kind") == "EVENT_KIND_STATE_CHANGE"]
     memberships = [e for e in res["events"] if e.get("kind") == "EVENT_KIND_MEMBERSHIP"]
     healthy_flagged = [e for e in changes if e.get("rank", 0) != SLOW_RANK
                        and e.get("to") == "WORKER_STATE_STRAGGLER"]
     mine = [e for e in changes if e.get("rank", 0) == SLOW_RANK]
     total = max(row["it"] for row in lines) + 1
-    phases = []  # (start, end) iterations of the slow phases the straggler ran
+    phases = []  # (start, end) iterations of the slow phases
     if mode == "half":
         for e0 in range(0, total, per_epoch):
             phases.append((e0, min(e0 + per_epoch // 2, total)))
     elif mode == "whole":
         phases.append((0, total))
-    det, rec, missed, premature, outside = [], [], 0, 0, 0
+
+    def first_run(at):  # the straggler's first row at or after iteration `at`
+        return next((row for row in lines if row["it"] >= at), None)
+
+    det, rec, missed, premature, outside, skipped_phases = [], [], 0, 0, 0, 0
+    ran_phases = []
     for (a, b) in phases:
+        start = first_run(a)
+        if start is None or start["it"] >= b:
+            skipped_phases += 1  # it skipped the whole phase (a rejoin beyond it)
+            continue
+        ran_phases.append((a, b))
         flagged = [e for e in mine if e.get("to") == "WORKER_STATE_STRAGGLER"
                    and a <= int(e.get("iteration", 0)) < b]
         if not flagged:
             missed += 1
-        else:
-            e = flagged[0]
-            it = int(e.get("iteration", 0))
-            det.append((it - a + 1, ts(e["time"]) - by_it[a]["t0"] if a in by_it else None))
-            back = [x for x in mine if x.get("to") == "WORKER_STATE_HEALTHY"
-                    and int(x.get("iteration", 0)) > it]
-            if back and int(back[0]["iteration"]) < b:
-                premature += 1
-            if mode == "half" and back and b in by_it:
-                x = back[0]
-                # Readmission into the collective: the straggler's first
-                # participating iteration after the phase (it must reach the
-                # version's effective iteration itself, see README.md).
-                rejoin = next((row for row in lines if row["it"] >= b and row["participating"]),
-                              None)
-                rec.append((int(x["iteration"]) - b + 1, ts(x["time"]) - by_it[b]["t0"],
-                            rejoin["t0"] - by_it[b]["t0"] if rejoin else None))
+            continue
+        e = flagged[0]
+        it = int(e.get("iteration", 0))
+        det.append((it - start["it"] + 1, ts(e["time"]) - start["t0"]))
+        back = [x for x in mine if x.get("to") == "WORKER_STATE_HEALTHY"
+                and int(x.get("iteration", 0)) > it]
+        if back and int(back[0]["iteration"]) < b:
+            premature += 1
+        fast = first_run(b)
+        if mode == "half" and back and fast is not None:
+            x = back[0]
+            # Back in the collective: the straggler's first participating
+            # iteration after the phase (it skips there once it knows it).
+            rejoin = next((row for row in lines if row["it"] >= b and row["participating"]),
+                          None)
+            # What the rejoin cost the group: rank 0's time between the end of
+            # its step before the rejoin and the start of the rejoin's step
+            # (begin_step: the new context and the broadcast, and any wait
+            # for the straggler to get there).
+            before = group.get(rejoin["it"] - 1) if rejoin else None
+            wait = (group[rejoin["it"]]["t0"] - before["t0"] - before["step"]
+                    if before and rejoin["it"] in group else None)
+            rec.append((int(x["iteration"]) - fast["it"] + 1, ts(x["time"]) - fast["t0"],
+                        rejoin["t0"] - fast["t0"] if rejoin else None, wait))
     for e in mine:
         if e.get("to") == "WORKER_STATE_STRAGGLER" and not any(
                 a <= int(e.get("iteration", 0)) < b for a, b in phases):
@@ -143,8 +164,9 @@ def analyse(res, per_epoch, mode):
     excluded_its = sum(1 for row in lines if not row["participating"])
     return {"detection": det, "recovery": rec, "missed": missed, "premature": premature,
             "healthy_flagged": len(healthy_flagged), "flagged_outside": outside,
-            "phases": len(phases), "memberships": len(memberships),
-            "excluded_iterations": excluded_its,
+            "phases": len(ran_phases), "phases_skipped": skipped_phases,
+            "memberships": len(memberships), "excluded_iterations": excluded_its,
+            "skipped_iterations": res["final"][SLOW_RANK].get("skipped"),
             "stopped_early": res["final"][SLOW_RANK]["stopped_early"]}
 
 
@@ -190,12 +212,7 @@ def main():
                     res["lines"] = {int(k): v for k, v in res["lines"].items()}
                     res["final"] = {int(k): v for k, v in res["final"].items()}
                     r.update(analyse(res, out["_run"]["iterations_per_epoch"], r["mode"]))
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(out, f, indent=1)
-        print_table(out)
-        if a.write_benchmarks:
-            write_benchmarks(a.write_benchmarks, out)
+        publish(a, out)
         return
     try:
         import torch  # noqa: F401
@@ -222,6 +239,11 @@ def main():
     out["_run"] = {"loadavg_1min_before": load_before[0], "epochs": a.epochs,
                    "iterations_per_epoch": a.iterations, "cpus": os.cpu_count(),
                    "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    publish(a, out)
+
+
+def publish(a, out):
+    """The results of a run (or a re-scored one): --json, the table, --write-benchmarks."""
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
@@ -272,10 +294,10 @@ def print_table(out):
     base = out.get("baseline", {}).get("job_s")
     print("| case | job time s | × baseline | det. latency it (mean/max) | det. latency s (mean/max) "
           "| rec. latency it (mean) | rec. latency s (mean/max) | back in the collective s (mean) "
-          "| healthy flagged "
+          "| group's wait at the rejoin s (mean/max) | healthy flagged "
           "| rank 3 flagged while fast | slow phases missed | premature recoveries "
-          "| rank 3 excluded (its iterations) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| rank 3 iterations excluded / skipped |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in out.items():
         if name.startswith("_"):
             continue
@@ -290,13 +312,20 @@ def print_table(out):
                     "%s / %s" % (fmt(mean([x[1] for x in rec])),
                                  fmt(max([x[1] for x in rec], default=None))),
                     fmt(mean([x[2] if len(x) > 2 else None for x in rec])),
+                    "%s / %s" % (fmt(mean([x[3] if len(x) > 3 else None for x in rec])),
+                                 fmt(max([x[3] for x in rec if len(x) > 3 and x[3] is not None],
+                                         default=None))),
                     str(r["healthy_flagged"]), str(r["flagged_outside"]),
-                    "%d of %d" % (r["missed"], r["phases"]), str(r["premature"]),
-                    str(r["excluded_iterations"]) + (
+                    "%d of %d" % (r["missed"], r["phases"]) + (
+                        " (%d skipped)" % r["phases_skipped"] if r.get("phases_skipped") else ""),
+                    str(r["premature"]),
+                    "%d / %s" % (r["excluded_iterations"],
+                                 "-" if r.get("skipped_iterations") is None
+                                 else r["skipped_iterations"]) + (
                         " (stopped at %d)" % r["stopped_early"]
                         if r["stopped_early"] is not None else "")]
         else:
-            row += ["-"] * 10
+            row += ["-"] * 11
         print("| " + " | ".join(row) + " |")
 
 

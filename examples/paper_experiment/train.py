@@ -14,10 +14,16 @@ with --timing cpu, reports factor x its CPU time; see README.md):
   --slow-mode whole  every iteration (the paper's motivating experiment)
 Iterations are numbered globally (epoch * iterations_per_epoch + k).
 
-While excluded, a rank keeps computing and reporting (shadow recovery). When
---done-file appears (rank 0 writes it after its last iteration) a rank that
-is excluded at that moment stops: the active ranks have finished the job and
-its remaining shadow work is not needed.
+While excluded, a rank keeps computing and reporting (shadow recovery). As
+soon as its plan names the iteration where it is readmitted
+(plan.rejoin_iteration: the effective iteration of the version that includes
+it again), it skips its remaining shadow iterations and goes straight there:
+the group's parameters, optimizer state and step counter arrive by broadcast
+at that iteration, and the group does not wait at the rejoin for the rank to
+work through iterations whose results would be overwritten. When --done-file
+appears (rank 0 writes it after its last iteration) a rank that is excluded
+at that moment stops: the active ranks have finished the job and its
+remaining shadow work is not needed.
 
 Prints one JSON object per iteration on stdout and a final {"final": ...}.
 """
@@ -99,7 +105,9 @@ def main():
     total = a.epochs * a.iterations_per_epoch
     job_start = time.time()
     stopped_early = None
-    for it in range(total):
+    skipped = 0  # shadow iterations not run: skipped to the rejoin
+    it = 0
+    while it < total:
         epoch = it // a.iterations_per_epoch
         participating = True
         if state is not None:
@@ -108,6 +116,17 @@ def main():
             if not participating and os.path.exists(a.done_file):
                 stopped_early = it
                 break
+            if plan.rejoin_iteration is not None and plan.rejoin_iteration > it:
+                # Excluded, and the group readmits this rank at rejoin_iteration:
+                # this shadow step and those up to it would only be overwritten
+                # by the broadcast there. begin_step(rejoin_iteration) is
+                # certain at once for this rank.
+                if plan.rejoin_iteration >= total:  # the job ends before that
+                    stopped_early = it
+                    break
+                skipped += plan.rejoin_iteration - it
+                it = plan.rejoin_iteration
+                continue
         t0 = time.time()
         start = time.perf_counter()
         cpu0 = time.process_time()
@@ -142,6 +161,7 @@ def main():
                           "collective": coll,
                           "slow": slow, "participating": participating, "stepped": stepped,
                           "loss": loss.item()}), flush=True)
+        it += 1
     end = time.time()
     if a.rank == 0:
         with open(a.done_file + ".tmp", "w") as f:
@@ -151,7 +171,7 @@ def main():
         state.client.flush(5.0)
         state.client.close()
     print(json.dumps({"final": True, "start": job_start, "end": end,
-                      "stopped_early": stopped_early}), flush=True)
+                      "stopped_early": stopped_early, "skipped": skipped}), flush=True)
     # No destroy_process_group: an excluded rank that stopped early must not
     # wait on a full-group barrier.
     os._exit(0)

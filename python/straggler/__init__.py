@@ -3,14 +3,19 @@
     import straggler
     client = straggler.Client(job_id="resnet", rank=0, world_size=4)  # the rest from env
     reducer = straggler.PartialAllReduce(client)      # rendezvous through the same daemon
-    for it in range(steps):
+    it = 0
+    while it < steps:
         plan = reducer.begin_iteration(it)            # the membership switch rule
+        if plan.rejoin_iteration is not None:         # excluded, readmitted further on:
+            it = plan.rejoin_iteration                # skip the shadow steps up to there
+            continue
         if plan.sync_parameters:
             reducer.sync_parameters([params])         # rejoin: from the lowest active rank
         grads = compute()
         client.report(epoch, it, compute_seconds)
         if reducer.all_reduce_average(grads)["participated"]:
             params -= lr * grads                      # excluded ranks do not step
+        it += 1
 
 `Client` and `PartialAllReduce` are the C++ classes of client_lib (see
 client_lib/include/straggler/client.h and collective.h) through pybind11;

@@ -5,13 +5,19 @@
     ddp = DDP(model, broadcast_buffers=False, find_unused_parameters=False)
     state = straggler.torch.PartialAllReduceState()      # client + reducer from env
     ddp.register_comm_hook(state, straggler.torch.partial_allreduce_hook)
-    for it, (x, y) in enumerate(loader):
-        state.begin_step(it, model=ddp.module, optimizer=opt)   # before forward
+    it = 0
+    while it < steps:
+        plan = state.begin_step(it, model=ddp.module, optimizer=opt)  # before forward
+        if plan.rejoin_iteration is not None:            # excluded, readmitted there:
+            it = plan.rejoin_iteration                   # skip the shadow steps up to it
+            continue
+        x, y = batch(it)
         start = time.perf_counter()
         loss_fn(ddp(x), y).backward()                    # the hook reduces each bucket
         state.end_step(epoch, time.perf_counter() - start)  # reports compute time
         state.optimizer_step(opt)                        # skipped on an excluded rank
         opt.zero_grad()
+        it += 1
 
 Why a hook on the project's own Gloo contexts and not torch.distributed
 subgroups: in torch 1.13 `new_group` must be entered by every rank of the
@@ -37,6 +43,21 @@ Rejoin: at the iteration where a rank is readmitted (and at the first
 iteration), begin_step broadcasts, from the lowest active rank, the
 parameters, the module buffers, the optimizer state and the step counter
 (`steps_taken`), so the readmitted rank continues from the group's model.
+
+Skipping to the rejoin: an excluded rank is usually behind the group (it is
+excluded for being slow). Once it holds the version that readmits it, its
+plan names that version's effective iteration (`plan.rejoin_iteration`,
+None otherwise), and begin_step at that iteration is certain at once for it.
+Its shadow steps before then would be overwritten by the broadcast, and the
+group would wait at the rejoin for it to work through them, so the loop
+above calls begin_step(plan.rejoin_iteration) next, running nothing for the
+iterations in between (no forward, backward, report or optimizer step). Its
+data loader skips the same batches. DDP has no collective of its own to miss
+there once its bucket rebuild (the second forward, see above) is done, and a
+rank has always run that far before it can be excluded in a fresh job
+(exclusion takes effect `lead_iterations` after the reports that caused it).
+A trainer that restarts against a daemon still holding its rank excluded
+must run two steps before it skips.
 """
 
 import io
@@ -80,7 +101,9 @@ class PartialAllReduceState:
         """Apply the membership switch rule for `iteration` (call before the
         forward pass, with strictly increasing iterations). When the plan says
         so, broadcast the model, its buffers, the optimizer state and the step
-        counter from the lowest active rank. Returns the StepPlan."""
+        counter from the lowest active rank. Returns the StepPlan; on an
+        excluded rank whose readmission is known, plan.rejoin_iteration is
+        where to call begin_step next (see the module's doc)."""
         self.plan = self.reducer.begin_iteration(iteration)
         self.iteration = iteration
         self.participated = self.plan.participating

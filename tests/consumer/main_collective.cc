@@ -8,18 +8,12 @@
 #include <straggler/client.h>
 #include <straggler/collective.h>
 
+#include "offline_client.h"
+
 int main() {
-  straggler::ClientOptions o;
-  o.endpoint = "127.0.0.1:1";
-  o.job_id = "consumer";
-  o.ranks = {0};
-  o.world_size = 1;
+  auto client = OfflineClient("consumer");
+  if (!client) return 1;
   std::string error;
-  auto client = straggler::Client::Create(o, &error);
-  if (!client) {
-    std::fprintf(stderr, "client: %s\n", error.c_str());
-    return 1;
-  }
   straggler::GlooOptions g;
   g.rendezvous_endpoint = "127.0.0.1:1";
   g.job_id = "consumer";

@@ -11,13 +11,10 @@
 #include <straggler/cuda_timer.h>
 #include <straggler/straggler_cuda_c.h>
 
+#include "offline_client.h"
+
 int main() {
-  straggler::ClientOptions o;
-  o.endpoint = "127.0.0.1:1";
-  o.job_id = "consumer-cuda";
-  o.ranks = {0};
-  o.world_size = 1;
-  auto client = straggler::Client::Create(o);
+  auto client = OfflineClient("consumer-cuda");
   if (!client) return 1;
   std::string error;
   auto timer = straggler::CudaComputeTimer::Create(*client, {}, &error);

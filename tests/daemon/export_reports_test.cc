@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config.h"
+#include "daemon_test_util.h"
 #include "job_registry.h"
 #include "server.h"
 #include "spdlog/spdlog.h"
@@ -19,23 +20,19 @@
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
+using namespace straggler::daemon::testutil;
 
 namespace {
 
-using Stream = grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>;
+sd::DaemonConfig RecentReports(uint32_t per_job) {
+  sd::DaemonConfig config;
+  config.limits.recent_reports_per_job = per_job;
+  return config;
+}
 
-struct Fixture {
-  explicit Fixture(uint32_t recent_reports_per_job) {
-    spdlog::set_level(spdlog::level::warn);
-    sd::DaemonConfig config;
-    config.grpc_address = "127.0.0.1:0";
-    config.http_address = "127.0.0.1:0";
-    config.limits.recent_reports_per_job = recent_reports_per_job;
-    REQUIRE(server.Start(config).ok());
-    channel = grpc::CreateChannel(server.grpc_dial_address(), grpc::InsecureChannelCredentials());
-    ingest = v1::IngestService::NewStub(channel);
-    query = v1::QueryService::NewStub(channel);
-  }
+struct Fixture : LoopbackDaemon {
+  explicit Fixture(uint32_t recent_reports_per_job)
+      : LoopbackDaemon(RecentReports(recent_reports_per_job)) {}
 
   v1::ExportReportsResponse Export(const std::string& job, uint64_t since = 0,
                                    uint32_t limit = 0, grpc::StatusCode expect = grpc::OK) {
@@ -49,21 +46,7 @@ struct Fixture {
     CHECK(s.error_code() == expect);
     return r;
   }
-
-  sd::Server server;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::IngestService::Stub> ingest;
-  std::unique_ptr<v1::QueryService::Stub> query;
 };
-
-v1::ReportBatch Hello(const std::string& job, uint32_t world) {
-  v1::ReportBatch b;
-  b.mutable_hello()->set_job_id(job);
-  b.mutable_hello()->set_world_size(world);
-  b.mutable_hello()->set_node("n");
-  for (uint32_t r = 0; r < world; ++r) b.mutable_hello()->add_ranks(r);
-  return b;
-}
 
 void Add(v1::ReportBatch& b, uint32_t rank, uint64_t iteration, double seconds,
          uint64_t epoch = 0) {
@@ -75,15 +58,10 @@ void Add(v1::ReportBatch& b, uint32_t rank, uint64_t iteration, double seconds,
   r->set_step_seconds(seconds * 2);  // not exported
 }
 
-v1::Directive Send(Stream& stream, v1::ReportBatch& b, uint64_t sequence) {
+v1::Directive Send(IngestStream& stream, v1::ReportBatch& b, uint64_t sequence) {
   b.set_sequence(sequence);
   REQUIRE(stream.Write(b));
-  v1::Directive d;
-  while (stream.Read(&d)) {
-    if (d.acked_sequence() == sequence) return d;
-  }
-  FAIL("stream ended before the ack of sequence " << sequence);
-  return d;
+  return ReadAck(stream, sequence);
 }
 
 std::vector<std::pair<uint64_t, uint32_t>> Keys(const v1::ExportReportsResponse& r) {
@@ -119,7 +97,7 @@ TEST_CASE("ExportReports returns accepted reports by (iteration, rank), with sin
   Fixture f(1000);
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Hello("exp", 3);
+  v1::ReportBatch b = Hello("exp", 3, {0, 1, 2});
   // Out of order across ranks, as agents send them.
   for (uint64_t it = 1; it <= 4; ++it) {
     for (uint32_t r : {2u, 0u, 1u}) Add(b, r, it, 0.1 + r * 0.01 + it * 1e-7, it / 3);
@@ -151,18 +129,14 @@ TEST_CASE("ExportReports returns accepted reports by (iteration, rank), with sin
   CHECK(f.Export("exp", 0, 100).reports_size() == 12);
 
   f.Export("no-such-job", 0, 0, grpc::StatusCode::NOT_FOUND);
-  stream->WritesDone();
-  v1::Directive d;
-  while (stream->Read(&d)) {
-  }
-  CHECK(stream->Finish().ok());
+  CHECK(Close(*stream).ok());
 }
 
 TEST_CASE("ExportReports: an overflowing ring keeps the newest, dropped_before counts the rest") {
   Fixture f(10);
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Hello("ring", 2);
+  v1::ReportBatch b = Hello("ring", 2, {0, 1});
   for (uint64_t it = 1; it <= 8; ++it) {
     for (uint32_t r = 0; r < 2; ++r) Add(b, r, it, 0.1);
   }
@@ -187,36 +161,28 @@ TEST_CASE("ExportReports: an overflowing ring keeps the newest, dropped_before c
   CHECK(r.dropped_before() == 8);
   CHECK(r.reports(0).iteration() == 5);
   CHECK(r.reports(9).iteration() == 9);
-  stream->WritesDone();
-  v1::Directive d;
-  while (stream->Read(&d)) {
-  }
-  CHECK(stream->Finish().ok());
+  CHECK(Close(*stream).ok());
 }
 
 TEST_CASE("ExportReports with limits.recent_reports_per_job=0 keeps nothing") {
   Fixture f(0);
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Hello("off", 2);
+  v1::ReportBatch b = Hello("off", 2, {0, 1});
   Add(b, 0, 1, 0.1);
   Add(b, 1, 1, 0.1);
   CHECK(Send(*stream, b, 1).accepted() == 2);
   v1::ExportReportsResponse r = f.Export("off");
   CHECK(r.reports_size() == 0);
   CHECK(r.dropped_before() == 0);
-  stream->WritesDone();
-  v1::Directive d;
-  while (stream->Read(&d)) {
-  }
-  CHECK(stream->Finish().ok());
+  CHECK(Close(*stream).ok());
 }
 
 TEST_CASE("acks carry progress for the ranks of their batch only; the first for every rank") {
   Fixture f(16);
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Hello("progress", 8);
+  v1::ReportBatch b = Hello("progress", 8, {0, 1, 2, 3, 4, 5, 6, 7});
   for (uint32_t r = 0; r < 8; ++r) Add(b, r, 1, 0.1);
   v1::Directive ack = Send(*stream, b, 1);
   // The stream's first directive: every rank (it may be a push before the ack,
@@ -239,9 +205,5 @@ TEST_CASE("acks carry progress for the ranks of their batch only; the first for 
   v1::ReportBatch empty;
   ack = Send(*stream, empty, 3);
   CHECK(ack.progress_size() == 0);
-  stream->WritesDone();
-  v1::Directive d;
-  while (stream->Read(&d)) {
-  }
-  CHECK(stream->Finish().ok());
+  CHECK(Close(*stream).ok());
 }

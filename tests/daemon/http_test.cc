@@ -20,6 +20,7 @@
 
 #include "auth.h"
 #include "config.h"
+#include "daemon_test_util.h"
 #include "http_server.h"
 #include "job_registry.h"
 #include "server.h"
@@ -29,6 +30,7 @@
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
+using namespace straggler::daemon::testutil;
 
 namespace {
 
@@ -63,19 +65,13 @@ v1::ExclusionReason ExclusionOf(const v1::Membership& m, uint32_t rank) {
   return v1::EXCLUSION_REASON_UNSPECIFIED;
 }
 
-struct Fixture {
+struct Fixture : LoopbackDaemon {
   Fixture() {
-    spdlog::set_level(spdlog::level::warn);
-    sd::DaemonConfig config;
-    config.grpc_address = "127.0.0.1:0";
-    config.http_address = "127.0.0.1:0";
-    REQUIRE(server.Start(config).ok());
     REQUIRE(server.http_port() > 0);
     CHECK(server.http_address() == "127.0.0.1:" + std::to_string(server.http_port()));
     CHECK(server.http_dial_address() == server.http_address());
     http = std::make_unique<httplib::Client>("127.0.0.1", server.http_port());
     http->set_read_timeout(10, 0);
-    channel = grpc::CreateChannel(server.grpc_dial_address(), grpc::InsecureChannelCredentials());
     Feed();
     // The server detaches a finished stream on its own thread (OnDone), maybe
     // after Finish returned here: wait for it, so `streams` reads 0.
@@ -92,38 +88,12 @@ struct Fixture {
     }
   }
 
-  // One stream speaking for every rank: 12 iterations, rank 3 three times
-  // slower. The profile (iterations 1-5) sets the threshold at 0.2 s; rank 3
-  // is slow from iteration 6 on and a straggler (counter 5/5) at iteration 10,
-  // then excluded.
+  // One stream speaking for every rank: 12 iterations, rank 3 a straggler at
+  // iteration 10, then excluded (AddRank3Slower).
   void Feed() {
-    auto ingest = v1::IngestService::NewStub(channel);
-    grpc::ClientContext ctx;
-    auto stream = ingest->Stream(&ctx);
-    v1::ReportBatch b;
-    b.mutable_hello()->set_job_id(kJob);
-    b.mutable_hello()->set_world_size(kWorld);
-    b.mutable_hello()->set_node("node-a");
-    for (uint32_t r = 0; r < kWorld; ++r) b.mutable_hello()->add_ranks(r);
-    b.set_sequence(1);
-    for (uint64_t it = 1; it <= 12; ++it) {
-      for (uint32_t r = 0; r < kWorld; ++r) {
-        v1::IterationReport* rep = b.add_reports();
-        rep->set_rank(r);
-        rep->set_iteration(it);
-        rep->set_compute_seconds(r == 3 ? 0.3 : 0.1);
-      }
-    }
-    REQUIRE(stream->Write(b));
-    v1::Directive d;
-    bool acked = false;
-    while (!acked && stream->Read(&d)) acked = d.acked_sequence() == 1;
-    REQUIRE(acked);
-    CHECK(d.accepted() == 12 * kWorld);
-    stream->WritesDone();
-    while (stream->Read(&d)) {
-    }
-    REQUIRE(stream->Finish().ok());
+    v1::ReportBatch b = Hello(kJob, kWorld, {0, 1, 2, 3}, "node-a");
+    AddRank3Slower(b, kWorld);
+    CHECK(SendAlone(*ingest, b).accepted() == 12 * kWorld);
   }
 
   // An open stream speaking for every rank (hello only), so the job's
@@ -132,33 +102,18 @@ struct Fixture {
   struct Listener {
     explicit Listener(const std::shared_ptr<grpc::Channel>& channel)
         : stub(v1::IngestService::NewStub(channel)), stream(stub->Stream(&ctx)) {
-      v1::ReportBatch b;
-      b.mutable_hello()->set_job_id(kJob);
-      b.mutable_hello()->set_world_size(kWorld);
-      b.mutable_hello()->set_node("node-a");
-      for (uint32_t r = 0; r < kWorld; ++r) b.mutable_hello()->add_ranks(r);
+      v1::ReportBatch b = Hello(kJob, kWorld, {0, 1, 2, 3}, "node-a");
       b.set_sequence(1);
       REQUIRE(stream->Write(b));
-      v1::Directive d;
-      bool acked = false;
-      while (!acked && stream->Read(&d)) acked = d.acked_sequence() == 1;
-      REQUIRE(acked);
+      ReadAck(*stream, 1);
     }
-    ~Listener() {
-      stream->WritesDone();
-      v1::Directive d;
-      while (stream->Read(&d)) {
-      }
-      stream->Finish();
-    }
+    ~Listener() { Close(*stream); }
     std::unique_ptr<v1::IngestService::Stub> stub;
     grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>> stream;
+    std::unique_ptr<IngestStream> stream;
   };
 
-  sd::Server server;
   std::unique_ptr<httplib::Client> http;
-  std::shared_ptr<grpc::Channel> channel;
 };
 
 }  // namespace
@@ -289,12 +244,11 @@ TEST_CASE("http: every REST GET answers the proto3 JSON of the gRPC message") {
   CHECK(m.excluded(0).reason() == v1::EXCLUSION_REASON_STRAGGLER);
   {
     // The very message gRPC returns: one core behind both.
-    auto query = v1::QueryService::NewStub(f.channel);
     grpc::ClientContext ctx;
     v1::GetMembershipRequest req;
     req.set_job_id(kJob);
     v1::Membership via_grpc;
-    REQUIRE(query->GetMembership(&ctx, req, &via_grpc).ok());
+    REQUIRE(f.query->GetMembership(&ctx, req, &via_grpc).ok());
     CHECK(google::protobuf::util::MessageDifferencer::Equals(m, via_grpc));
   }
 

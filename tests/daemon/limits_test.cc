@@ -19,29 +19,25 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "config.h"
+#include "daemon_test_util.h"
 #include "server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
+using namespace straggler::daemon::testutil;
 
 namespace {
 
-struct Daemon {
-  explicit Daemon(sd::DaemonConfig config) {
-    spdlog::set_level(spdlog::level::err);  // refusals log warnings by design
-    config.grpc_address = "127.0.0.1:0";
-    config.http_address = "127.0.0.1:0";
-    REQUIRE(server.Start(config).ok());
-    channel = grpc::CreateChannel(server.grpc_dial_address(), grpc::InsecureChannelCredentials());
-    ingest = v1::IngestService::NewStub(channel);
-    query = v1::QueryService::NewStub(channel);
-    admin = v1::AdminService::NewStub(channel);
-  }
+// A LoopbackDaemon (refusals log warnings by design: only errors are shown)
+// that reads /metrics.
+struct Daemon : LoopbackDaemon {
+  explicit Daemon(sd::DaemonConfig config) : LoopbackDaemon(std::move(config), spdlog::level::err) {}
 
   // The value of one sample of /metrics ("name{labels}"); -1 when absent.
   double Metric(const std::string& sample) {
@@ -54,23 +50,7 @@ struct Daemon {
     if (at == std::string::npos) return -1;
     return std::stod(res->body.substr(at + needle.size()));
   }
-
-  sd::Server server;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::IngestService::Stub> ingest;
-  std::unique_ptr<v1::QueryService::Stub> query;
-  std::unique_ptr<v1::AdminService::Stub> admin;
 };
-
-v1::ReportBatch Hello(const std::string& job, uint32_t world, std::vector<uint32_t> ranks) {
-  v1::ReportBatch b;
-  b.mutable_hello()->set_job_id(job);
-  b.mutable_hello()->set_world_size(world);
-  b.mutable_hello()->set_node("test-node");
-  for (uint32_t r : ranks) b.mutable_hello()->add_ranks(r);
-  b.set_sequence(1);
-  return b;
-}
 
 // An open ingest stream whose hello was acknowledged; cancelled and finished
 // on destruction unless the test finished it (and reset `stream`).
@@ -81,7 +61,7 @@ struct OpenStream {
     stream->Finish();
   }
   grpc::ClientContext ctx;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>> stream;
+  std::unique_ptr<IngestStream> stream;
 };
 
 std::unique_ptr<OpenStream> Open(Daemon& d, const v1::ReportBatch& hello) {
@@ -93,16 +73,8 @@ std::unique_ptr<OpenStream> Open(Daemon& d, const v1::ReportBatch& hello) {
   return s;
 }
 
-// Sends `batch` on a new stream and returns how the stream ended.
 grpc::Status Refused(Daemon& d, const v1::ReportBatch& batch) {
-  grpc::ClientContext ctx;
-  auto stream = d.ingest->Stream(&ctx);
-  stream->Write(batch);
-  stream->WritesDone();
-  v1::Directive ack;
-  while (stream->Read(&ack)) {
-  }
-  return stream->Finish();
+  return SendAndClose(*d.ingest, batch);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "config.h"
+#include "daemon_test_util.h"
 #include "rendezvous_store.h"
 #include "server.h"
 #include "spdlog/spdlog.h"
@@ -20,21 +21,20 @@
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
+using namespace straggler::daemon::testutil;
 using namespace std::chrono_literals;
 
 namespace {
 
-struct Fixture {
-  explicit Fixture(sd::RendezvousConfig rv = {}) {
-    spdlog::set_level(spdlog::level::warn);
-    sd::DaemonConfig config;
-    config.grpc_address = "127.0.0.1:0";
-    config.http_address = "127.0.0.1:0";
-    config.rendezvous = rv;
-    REQUIRE(server.Start(config).ok());
-    channel = grpc::CreateChannel(server.grpc_dial_address(), grpc::InsecureChannelCredentials());
-    stub = v1::RendezvousService::NewStub(channel);
-  }
+sd::DaemonConfig WithRendezvous(sd::RendezvousConfig rv) {
+  sd::DaemonConfig config;
+  config.rendezvous = rv;
+  return config;
+}
+
+struct Fixture : LoopbackDaemon {
+  explicit Fixture(sd::RendezvousConfig rv = {})
+      : LoopbackDaemon(WithRendezvous(rv)), stub(v1::RendezvousService::NewStub(channel)) {}
 
   grpc::Status Set(const std::string& job, const std::string& key, const std::string& value,
                    std::chrono::milliseconds ttl = 0ms) {
@@ -72,8 +72,6 @@ struct Fixture {
     return stub->Wait(ctx ? ctx : &own, req, &resp);
   }
 
-  sd::Server server;
-  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::RendezvousService::Stub> stub;
 };
 

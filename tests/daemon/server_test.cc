@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "config.h"
+#include "daemon_test_util.h"
 #include "job_registry.h"
 #include "server.h"
 #include "spdlog/spdlog.h"
@@ -23,56 +24,12 @@
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
 
+using namespace straggler::daemon::testutil;
+
 namespace {
 
-using Stream = grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>;
-
-struct Fixture {
-  Fixture() {
-    spdlog::set_level(spdlog::level::warn);  // keep test output to failures
-    sd::DaemonConfig config;
-    config.grpc_address = "127.0.0.1:0";
-    config.http_address = "127.0.0.1:0";  // never the default port: tests run in parallel
-    REQUIRE(server.Start(config).ok());
-    REQUIRE(server.grpc_port() > 0);
-    channel = grpc::CreateChannel(server.grpc_dial_address(), grpc::InsecureChannelCredentials());
-    ingest = v1::IngestService::NewStub(channel);
-    query = v1::QueryService::NewStub(channel);
-    admin = v1::AdminService::NewStub(channel);
-  }
-
-  static v1::ReportBatch Hello(const std::string& job, uint32_t world, std::vector<uint32_t> ranks) {
-    v1::ReportBatch b;
-    b.mutable_hello()->set_job_id(job);
-    b.mutable_hello()->set_world_size(world);
-    b.mutable_hello()->set_node("test-node");
-    for (uint32_t r : ranks) b.mutable_hello()->add_ranks(r);
-    return b;
-  }
-
-  static void AddReport(v1::ReportBatch& b, uint32_t rank, uint64_t iteration, double seconds) {
-    v1::IterationReport* r = b.add_reports();
-    r->set_rank(rank);
-    r->set_iteration(iteration);
-    r->set_compute_seconds(seconds);
-  }
-
-  sd::Server server;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::IngestService::Stub> ingest;
-  std::unique_ptr<v1::QueryService::Stub> query;
-  std::unique_ptr<v1::AdminService::Stub> admin;
-};
-
-// Reads directives until one acknowledges `sequence` (pushes may come first).
-v1::Directive ReadAck(Stream& stream, uint64_t sequence) {
-  v1::Directive d;
-  while (stream.Read(&d)) {
-    if (d.acked_sequence() == sequence) return d;
-  }
-  FAIL("stream ended before the ack of sequence " << sequence);
-  return d;
-}
+// Every test case starts its own daemon.
+using Fixture = LoopbackDaemon;
 
 }  // namespace
 
@@ -81,7 +38,7 @@ TEST_CASE("a stream without a hello is refused with INVALID_ARGUMENT") {
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
   v1::ReportBatch b;
-  Fixture::AddReport(b, 0, 1, 0.1);
+  AddReport(b, 0, 1, 0.1);
   REQUIRE(stream->Write(b));
   stream->WritesDone();
   v1::Directive d;
@@ -93,32 +50,23 @@ TEST_CASE("a stream without a hello is refused with INVALID_ARGUMENT") {
 
 TEST_CASE("hello errors name the offending value") {
   Fixture f;
-  auto refused = [&](v1::ReportBatch hello) {
-    grpc::ClientContext ctx;
-    auto stream = f.ingest->Stream(&ctx);
-    stream->Write(hello);
-    stream->WritesDone();
-    v1::Directive d;
-    while (stream->Read(&d)) {
-    }
-    return stream->Finish();
-  };
-  grpc::Status s = refused(Fixture::Hello("j", 4, {0, 4}));
+  auto refused = [&](const v1::ReportBatch& hello) { return SendAndClose(*f.ingest, hello); };
+  grpc::Status s = refused(Hello("j", 4, {0, 4}));
   CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK_THAT(s.error_message(), Catch::Contains("rank 4") && Catch::Contains("world_size=4"));
 
-  s = refused(Fixture::Hello("", 4, {0}));
+  s = refused(Hello("", 4, {0}));
   CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
 
-  s = refused(Fixture::Hello("j", 0, {0}));
+  s = refused(Hello("j", 0, {0}));
   CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
 
-  s = refused(Fixture::Hello("j", 4, {}));
+  s = refused(Hello("j", 4, {}));
   CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
 
   // The job exists with world_size 4 after a good hello.
-  CHECK(refused(Fixture::Hello("j", 4, {0})).ok());
-  s = refused(Fixture::Hello("j", 8, {0}));
+  CHECK(refused(Hello("j", 4, {0})).ok());
+  s = refused(Hello("j", 8, {0}));
   CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(s.error_message() == "world_size=8 differs from job 'j' world_size=4");
 }
@@ -127,12 +75,12 @@ TEST_CASE("batches are acknowledged with counts, rejections and the membership")
   Fixture f;
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Fixture::Hello("acks", 4, {0, 1});
+  v1::ReportBatch b = Hello("acks", 4, {0, 1});
   b.set_sequence(1);
-  Fixture::AddReport(b, 0, 1, 0.1);
-  Fixture::AddReport(b, 1, 1, 0.1);
-  Fixture::AddReport(b, 2, 1, 0.1);      // not this stream's rank
-  Fixture::AddReport(b, 0, 2, -1.0);     // invalid value
+  AddReport(b, 0, 1, 0.1);
+  AddReport(b, 1, 1, 0.1);
+  AddReport(b, 2, 1, 0.1);      // not this stream's rank
+  AddReport(b, 0, 2, -1.0);     // invalid value
   REQUIRE(stream->Write(b));
   v1::Directive ack = ReadAck(*stream, 1);
   CHECK(ack.accepted() == 2);
@@ -150,7 +98,7 @@ TEST_CASE("batches are acknowledged with counts, rejections and the membership")
   // Duplicates are acknowledged, counted apart from rejections, change nothing.
   v1::ReportBatch again;
   again.set_sequence(2);
-  Fixture::AddReport(again, 0, 1, 0.1);
+  AddReport(again, 0, 1, 0.1);
   REQUIRE(stream->Write(again));
   ack = ReadAck(*stream, 2);
   CHECK(ack.accepted() == 0);
@@ -168,10 +116,7 @@ TEST_CASE("batches are acknowledged with counts, rejections and the membership")
   CHECK(job.reports_total() == 2);
   CHECK(job.policy().threshold_factor() == 2.0);  // effective policy, every field set
 
-  stream->WritesDone();
-  while (stream->Read(&ack)) {
-  }
-  CHECK(stream->Finish().ok());
+  CHECK(Close(*stream).ok());
 }
 
 TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the stream goes on") {
@@ -180,9 +125,9 @@ TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the st
   Fixture f;
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Fixture::Hello("later", 4, {0});
+  v1::ReportBatch b = Hello("later", 4, {0});
   b.set_sequence(1);
-  Fixture::AddReport(b, 0, 1, 0.1);
+  AddReport(b, 0, 1, 0.1);
   REQUIRE(stream->Write(b));
   v1::Directive ack = ReadAck(*stream, 1);
   CHECK(ack.accepted() == 1);
@@ -190,17 +135,17 @@ TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the st
   // Before the later hello rank 2 is not the stream's.
   v1::ReportBatch before;
   before.set_sequence(2);
-  Fixture::AddReport(before, 2, 1, 0.1);
+  AddReport(before, 2, 1, 0.1);
   REQUIRE(stream->Write(before));
   ack = ReadAck(*stream, 2);
   CHECK(ack.accepted() == 0);
   REQUIRE(ack.rejections_size() == 1);
   CHECK(ack.rejections(0).reason() == "rank_not_in_stream");
 
-  v1::ReportBatch later = Fixture::Hello("later", 4, {2, 3});
+  v1::ReportBatch later = Hello("later", 4, {2, 3});
   later.set_sequence(3);
-  Fixture::AddReport(later, 2, 1, 0.1);
-  Fixture::AddReport(later, 3, 1, 0.1);
+  AddReport(later, 2, 1, 0.1);
+  AddReport(later, 3, 1, 0.1);
   REQUIRE(stream->Write(later));
   ack = ReadAck(*stream, 3);
   CHECK(ack.accepted() == 2);
@@ -214,9 +159,9 @@ TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the st
 
   // Another job's hello, or another world size, is refused by name; the
   // stream keeps its ranks and goes on.
-  v1::ReportBatch wrong = Fixture::Hello("other-job", 4, {1});
+  v1::ReportBatch wrong = Hello("other-job", 4, {1});
   wrong.set_sequence(4);
-  Fixture::AddReport(wrong, 0, 2, 0.1);
+  AddReport(wrong, 0, 2, 0.1);
   REQUIRE(stream->Write(wrong));
   ack = ReadAck(*stream, 4);
   CHECK(ack.accepted() == 1);
@@ -224,7 +169,7 @@ TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the st
   CHECK(ack.rejections(0).reason() == "invalid_hello");
   CHECK(ack.rejections(0).message().find("other-job") != std::string::npos);
 
-  v1::ReportBatch wrong_size = Fixture::Hello("later", 8, {1});
+  v1::ReportBatch wrong_size = Hello("later", 8, {1});
   wrong_size.set_sequence(5);
   REQUIRE(stream->Write(wrong_size));
   ack = ReadAck(*stream, 5);
@@ -239,10 +184,7 @@ TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the st
   CHECK(job.streams() == 1);
   CHECK(job.reports_total() == 4);
 
-  stream->WritesDone();
-  while (stream->Read(&ack)) {
-  }
-  CHECK(stream->Finish().ok());
+  CHECK(Close(*stream).ok());
 }
 
 TEST_CASE("queries and admin calls report bad input with the right code") {
@@ -250,15 +192,11 @@ TEST_CASE("queries and admin calls report bad input with the right code") {
   {
     grpc::ClientContext ctx;
     auto stream = f.ingest->Stream(&ctx);
-    v1::ReportBatch b = Fixture::Hello("q", 4, {0, 1, 2, 3});
+    v1::ReportBatch b = Hello("q", 4, {0, 1, 2, 3});
     b.set_sequence(7);
     REQUIRE(stream->Write(b));
     ReadAck(*stream, 7);
-    stream->WritesDone();
-    v1::Directive d;
-    while (stream->Read(&d)) {
-    }
-    REQUIRE(stream->Finish().ok());
+    REQUIRE(Close(*stream).ok());
   }
   {
     grpc::ClientContext ctx;
@@ -334,7 +272,7 @@ TEST_CASE("a forced exclusion is pushed to the job's streams and watchers") {
   Fixture f;
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Fixture::Hello("push", 4, {0, 1, 2, 3});
+  v1::ReportBatch b = Hello("push", 4, {0, 1, 2, 3});
   b.set_sequence(1);
   REQUIRE(stream->Write(b));
   v1::Directive ack = ReadAck(*stream, 1);
@@ -388,7 +326,7 @@ TEST_CASE("a hello naming a version from an earlier daemon raises the job above 
   Fixture f;
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Fixture::Hello("restarted", 4, {0, 1});
+  v1::ReportBatch b = Hello("restarted", 4, {0, 1});
   b.mutable_hello()->set_known_membership_version(7);
   b.mutable_hello()->set_known_effective_iteration(100);
   b.set_sequence(1);
@@ -422,7 +360,7 @@ TEST_CASE("a hello naming a version from an earlier daemon raises the job above 
   // Another stream of the job holding the same version changes nothing.
   grpc::ClientContext ctx2;
   auto stream2 = f.ingest->Stream(&ctx2);
-  v1::ReportBatch b2 = Fixture::Hello("restarted", 4, {2, 3});
+  v1::ReportBatch b2 = Hello("restarted", 4, {2, 3});
   b2.mutable_hello()->set_known_membership_version(7);
   b2.mutable_hello()->set_known_effective_iteration(100);
   b2.set_sequence(1);
@@ -436,7 +374,7 @@ TEST_CASE("a hello naming a version from an earlier daemon raises the job above 
   REQUIRE(current.incarnation() != 0);
   grpc::ClientContext ctx3;
   auto stream3 = f.ingest->Stream(&ctx3);
-  v1::ReportBatch b3 = Fixture::Hello("restarted", 4, {0, 1});
+  v1::ReportBatch b3 = Hello("restarted", 4, {0, 1});
   b3.mutable_hello()->set_known_membership_version(current.version());
   b3.mutable_hello()->set_known_effective_iteration(current.effective_iteration());
   b3.mutable_hello()->set_known_incarnation(current.incarnation());
@@ -447,10 +385,7 @@ TEST_CASE("a hello naming a version from an earlier daemon raises the job above 
   CHECK(ack3.memberships(ack3.memberships_size() - 1).version() == newest);
 
   for (auto* s : {stream.get(), stream2.get(), stream3.get()}) {
-    s->WritesDone();
-    while (s->Read(&d)) {
-    }
-    CHECK(s->Finish().ok());
+    CHECK(Close(*s).ok());
   }
 }
 
@@ -461,7 +396,7 @@ TEST_CASE("a hello's excluded ranks and progress shape a restarted daemon's firs
   // The client holds v7 (rank 2 out as a straggler, since iteration 100) and
   // its ranks have reached iteration 500: the old daemon is gone, nothing
   // else is known here.
-  v1::ReportBatch b = Fixture::Hello("restarted-excluded", 4, {0, 1});
+  v1::ReportBatch b = Hello("restarted-excluded", 4, {0, 1});
   b.mutable_hello()->set_known_membership_version(7);
   b.mutable_hello()->set_known_effective_iteration(100);
   v1::ExcludedRank* x = b.mutable_hello()->add_known_excluded();
@@ -487,23 +422,14 @@ TEST_CASE("a hello's excluded ranks and progress shape a restarted daemon's firs
   REQUIRE(current.excluded_size() == 1);
   CHECK(current.excluded(0).rank() == 2);
   CHECK(current.excluded(0).reason() == v1::EXCLUSION_REASON_STRAGGLER);
-  stream->WritesDone();
-  v1::Directive d;
-  while (stream->Read(&d)) {
-  }
-  CHECK(stream->Finish().ok());
+  CHECK(Close(*stream).ok());
 
   // An excluded rank outside the job is refused, naming it.
-  grpc::ClientContext ctx2;
-  auto bad = f.ingest->Stream(&ctx2);
-  v1::ReportBatch b2 = Fixture::Hello("restarted-bad", 4, {0});
+  v1::ReportBatch b2 = Hello("restarted-bad", 4, {0});
   b2.mutable_hello()->set_known_membership_version(3);
   b2.mutable_hello()->add_known_excluded()->set_rank(9);
   b2.set_sequence(1);
-  REQUIRE(bad->Write(b2));
-  while (bad->Read(&d)) {
-  }
-  const grpc::Status st = bad->Finish();
+  const grpc::Status st = SendAndClose(*f.ingest, b2);
   CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(st.error_message().find("hello.known_excluded rank 9 >= world_size=4") !=
         std::string::npos);
@@ -513,7 +439,7 @@ TEST_CASE("after the first directive a stream is sent only the versions it lacks
   Fixture f;
   grpc::ClientContext ctx;
   auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Fixture::Hello("delta", 4, {0, 1, 2, 3});
+  v1::ReportBatch b = Hello("delta", 4, {0, 1, 2, 3});
   b.set_sequence(1);
   REQUIRE(stream->Write(b));
   std::vector<uint64_t> carried;  // every version carried on the stream, in order
@@ -531,7 +457,7 @@ TEST_CASE("after the first directive a stream is sent only the versions it lacks
 
   v1::ReportBatch r;
   r.set_sequence(2);
-  for (uint32_t rank = 0; rank < 4; ++rank) Fixture::AddReport(r, rank, 1, 0.1);
+  for (uint32_t rank = 0; rank < 4; ++rank) AddReport(r, rank, 1, 0.1);
   REQUIRE(stream->Write(r));
   ack = read_until_ack(2);
   CHECK(ack.memberships_size() == 0);  // nothing new
@@ -553,7 +479,7 @@ TEST_CASE("after the first directive a stream is sent only the versions it lacks
   }
   r.Clear();
   r.set_sequence(3);
-  Fixture::AddReport(r, 0, 2, 0.1);
+  AddReport(r, 0, 2, 0.1);
   REQUIRE(stream->Write(r));
   read_until_ack(3);
   REQUIRE_FALSE(carried.empty());
@@ -561,11 +487,7 @@ TEST_CASE("after the first directive a stream is sent only the versions it lacks
   CHECK(std::is_sorted(carried.begin(), carried.end()));
   CHECK(std::adjacent_find(carried.begin(), carried.end()) == carried.end());  // no repeats
 
-  stream->WritesDone();
-  v1::Directive d;
-  while (stream->Read(&d)) {
-  }
-  CHECK(stream->Finish().ok());
+  CHECK(Close(*stream).ok());
 }
 
 namespace {

@@ -17,12 +17,14 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "daemon_test_util.h"
 #include "server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
+using namespace straggler::daemon::testutil;
 
 namespace {
 
@@ -45,32 +47,15 @@ v1::GpuTelemetry Gpu(uint32_t index, double sm_ghz, uint64_t reasons, double tem
   return t;
 }
 
-struct Fixture {
-  Fixture() {
-    spdlog::set_level(spdlog::level::warn);
-    sd::DaemonConfig config;
-    config.grpc_address = "127.0.0.1:0";
-    config.http_address = "127.0.0.1:0";
-    REQUIRE(server.Start(config).ok());
-    channel = grpc::CreateChannel(server.grpc_dial_address(), grpc::InsecureChannelCredentials());
-    query = v1::QueryService::NewStub(channel);
-    http = std::make_unique<httplib::Client>("127.0.0.1", server.http_port());
-  }
+struct Fixture : LoopbackDaemon {
+  Fixture() { http = std::make_unique<httplib::Client>("127.0.0.1", server.http_port()); }
 
   // One stream for all ranks: the telemetry of `rank3` (none when nullopt)
-  // and of healthy ranks 0-2, then 12 iterations with rank 3 three times
-  // slower: a straggler at iteration 10 (see http_test.cc).
+  // and of healthy ranks 0-2, then 12 iterations with rank 3 a straggler at
+  // iteration 10 (AddRank3Slower). Returns the batch's ack.
   v1::Directive Feed(const std::string& job, std::optional<v1::GpuTelemetry> rank3,
                      bool others = true) {
-    auto ingest = v1::IngestService::NewStub(channel);
-    grpc::ClientContext ctx;
-    auto stream = ingest->Stream(&ctx);
-    v1::ReportBatch b;
-    b.mutable_hello()->set_job_id(job);
-    b.mutable_hello()->set_world_size(kWorld);
-    b.mutable_hello()->set_node("node-a");
-    for (uint32_t r = 0; r < kWorld; ++r) b.mutable_hello()->add_ranks(r);
-    b.set_sequence(1);
+    v1::ReportBatch b = Hello(job, kWorld, {0, 1, 2, 3}, "node-a");
     for (uint32_t r = 0; r < 3 && others; ++r) {
       v1::RankTelemetry* t = b.add_telemetry();
       t->set_rank(r);
@@ -81,25 +66,8 @@ struct Fixture {
       t->set_rank(3);
       *t->mutable_gpu() = *rank3;
     }
-    for (uint64_t it = 1; it <= 12; ++it) {
-      for (uint32_t r = 0; r < kWorld; ++r) {
-        v1::IterationReport* rep = b.add_reports();
-        rep->set_rank(r);
-        rep->set_iteration(it);
-        rep->set_compute_seconds(r == 3 ? 0.3 : 0.1);
-      }
-    }
-    REQUIRE(stream->Write(b));
-    v1::Directive d;
-    bool acked = false;
-    while (!acked && stream->Read(&d)) acked = d.acked_sequence() == 1;
-    REQUIRE(acked);
-    stream->WritesDone();
-    v1::Directive rest;
-    while (stream->Read(&rest)) {
-    }
-    REQUIRE(stream->Finish().ok());
-    return d;
+    AddRank3Slower(b, kWorld);
+    return SendAlone(*ingest, b);
   }
 
   // The job's healthy -> straggler event of rank 3.
@@ -118,9 +86,6 @@ struct Fixture {
     return {};
   }
 
-  sd::Server server;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::QueryService::Stub> query;
   std::unique_ptr<httplib::Client> http;
 };
 
@@ -224,14 +189,7 @@ TEST_CASE("telemetry: the detection event carries the likely cause", "[telemetry
 TEST_CASE("telemetry: samples for foreign ranks or with impossible values are refused and counted",
           "[telemetry]") {
   Fixture f;
-  auto ingest = v1::IngestService::NewStub(f.channel);
-  grpc::ClientContext ctx;
-  auto stream = ingest->Stream(&ctx);
-  v1::ReportBatch b;
-  b.mutable_hello()->set_job_id("tele-bad");
-  b.mutable_hello()->set_world_size(kWorld);
-  b.mutable_hello()->add_ranks(0);
-  b.set_sequence(1);
+  v1::ReportBatch b = Hello("tele-bad", kWorld, {0});
   v1::RankTelemetry* t = b.add_telemetry();
   t->set_rank(2);  // not this stream's
   *t->mutable_gpu() = Gpu(2, 1.7, 0, 60);
@@ -239,13 +197,7 @@ TEST_CASE("telemetry: samples for foreign ranks or with impossible values are re
   t->set_rank(0);
   *t->mutable_gpu() = Gpu(0, 1.7, 0, 60);
   t->mutable_gpu()->set_gpu_utilization(1.5);  // > 1
-  REQUIRE(stream->Write(b));
-  v1::Directive d;
-  REQUIRE(stream->Read(&d));
-  stream->WritesDone();
-  while (stream->Read(&d)) {
-  }
-  REQUIRE(stream->Finish().ok());
+  SendAlone(*f.ingest, b);
   auto res = f.http->Get("/metrics");
   REQUIRE(res);
   CHECK_THAT(res->body, Catch::Contains(

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 from agent_test import Agent, http_get, wait_for
-from harness import Daemon, TestFailure, check, main, run
+from harness import Daemon, TestFailure, check, main, print_log_tails, run
 
 GPUS = 4
 
@@ -195,11 +195,7 @@ def test(args):
                 telemetry_phases(args, work, d)
                 gpu_less_phase(args, work, d)
             except TestFailure:
-                for name in ("agent.log", "agent-nogpu.log", "stragglerd.log"):
-                    path = os.path.join(work, name)
-                    if os.path.exists(path):
-                        with open(path) as f:
-                            print("--- %s (tail)\n%s" % (name, "".join(f.readlines()[-25:])))
+                print_log_tails(work, ("agent.log", "agent-nogpu.log", "stragglerd.log"))
                 raise
             check(d.stop() == 0, "daemon did not exit 0")
 

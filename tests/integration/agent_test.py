@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.request
 
-from harness import Daemon, TestFailure, check, main, wait_for
+from harness import Daemon, TestFailure, check, main, print_log_tails, wait_for
 
 JOB = "agent-e2e"
 WORLD = 8
@@ -337,12 +337,8 @@ def test(args):
             daemon_restart_phase(args, work)
             agent_restart_phase(args, work)
         except TestFailure:
-            for name in ("agent.log", "stragglerd-1.log", "stragglerd-2.log", "agent-a.log",
-                         "agent-b.log"):
-                path = os.path.join(work, name)
-                if os.path.exists(path):
-                    with open(path) as f:
-                        print("--- %s (tail)\n%s" % (name, "".join(f.readlines()[-25:])))
+            print_log_tails(work, ("agent.log", "stragglerd-1.log", "stragglerd-2.log",
+                                   "agent-a.log", "agent-b.log"))
             raise
 
 

@@ -194,15 +194,19 @@ def reference_params(ranks, iterations):
     return params
 
 
-def test_exclusion_rejoin(args, workdir, config):
-    iterations = 140
+def run_out_and_back(args, workdir, config, iterations, step_ms, out_after, jump_to_rejoin=()):
+    """The last rank is excluded by an override once every rank is past
+    `out_after` and readmitted once the others are past 70. Checks what every
+    such run must show (each iteration's agreement and exact averages, the
+    two switches at their effective iterations, the active group's parameters
+    and step counter on every rank at the end) and returns (ranks, out_at,
+    back_at)."""
     last = WORLD - 1
     with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
-        # The last rank is the slow one (2x): while it is left out the others
-        # stop waiting for it, and it never runs ahead of the group it rejoins.
-        ranks = Ranks(args.driver, d.address, workdir, iterations, [20] * last + [40])
+        ranks = Ranks(args.driver, d.address, workdir, iterations, step_ms,
+                      jump_to_rejoin=jump_to_rejoin)
         try:
-            ranks.wait_all_past(25)
+            ranks.wait_all_past(out_after)
             ctl(args.ctl, d.address, "override", JOB, str(last), "exclude", "--reason", "test")
             ranks.wait_all_past(70, ranks=range(last))
             ctl(args.ctl, d.address, "override", JOB, str(last), "include", "--reason", "test")
@@ -210,18 +214,11 @@ def test_exclusion_rejoin(args, workdir, config):
         finally:
             ranks.kill()
         check(d.stop() == 0, "stragglerd did not exit cleanly")
-    check_iterations(ranks, iterations)
+    check_iterations(ranks, iterations, may_skip=jump_to_rejoin)
     versions = sorted({row["version"] for row in ranks.lines[0]})
     check(len(versions) == 3, "expected versions 0, exclusion, readmission; saw %s" % versions)
     out_at = check_switch(ranks, versions[1], "exclusion")
     back_at = check_switch(ranks, versions[2], "readmission")
-    check(ranks.lines[last][out_at]["participated"] is False,
-          "rank %d still took part after exclusion" % last)
-    check(ranks.lines[last][back_at]["participated"] and ranks.lines[last][back_at]["synced"],
-          "rank %d did not rejoin with a parameter broadcast at iteration %d" % (last, back_at))
-    for r in range(last):
-        check(ranks.lines[r][back_at]["synced"], "rank %d skipped the rejoin broadcast" % r)
-        check(not ranks.lines[r][out_at]["synced"], "rank %d broadcast on a shrink" % r)
     want = reference_params(ranks, iterations)
     for r in range(WORLD):
         check(all(same(g, w) for g, w in zip(ranks.final[r]["final"], want)),
@@ -230,6 +227,23 @@ def test_exclusion_rejoin(args, workdir, config):
     check(ranks.final[last]["steps_taken"] == ranks.final[0]["steps_taken"],
           "rank %d's step counter %d was not taken from the group (%d)"
           % (last, ranks.final[last]["steps_taken"], ranks.final[0]["steps_taken"]))
+    return ranks, out_at, back_at
+
+
+def test_exclusion_rejoin(args, workdir, config):
+    iterations = 140
+    last = WORLD - 1
+    # The last rank is the slow one (2x): while it is left out the others
+    # stop waiting for it, and it never runs ahead of the group it rejoins.
+    ranks, out_at, back_at = run_out_and_back(args, workdir, config, iterations,
+                                              [20] * last + [40], out_after=25)
+    check(ranks.lines[last][out_at]["participated"] is False,
+          "rank %d still took part after exclusion" % last)
+    check(ranks.lines[last][back_at]["participated"] and ranks.lines[last][back_at]["synced"],
+          "rank %d did not rejoin with a parameter broadcast at iteration %d" % (last, back_at))
+    for r in range(last):
+        check(ranks.lines[r][back_at]["synced"], "rank %d skipped the rejoin broadcast" % r)
+        check(not ranks.lines[r][out_at]["synced"], "rank %d broadcast on a shrink" % r)
     print("%s: exclusion at iteration %d, rejoin at %d; %d iterations right on %d ranks"
           % (BACKEND, out_at, back_at, iterations, WORLD))
 
@@ -241,23 +255,8 @@ def test_far_behind_rejoin(args, workdir, config):
     certain for it at once, and takes the group's parameters there."""
     iterations = 100
     last = WORLD - 1
-    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
-        ranks = Ranks(args.driver, d.address, workdir, iterations, [20] * last + [200],
-                      jump_to_rejoin=(last,))
-        try:
-            ranks.wait_all_past(12)
-            ctl(args.ctl, d.address, "override", JOB, str(last), "exclude", "--reason", "test")
-            ranks.wait_all_past(70, ranks=range(last))
-            ctl(args.ctl, d.address, "override", JOB, str(last), "include", "--reason", "test")
-            ranks.finish()
-        finally:
-            ranks.kill()
-        check(d.stop() == 0, "stragglerd did not exit cleanly")
-    check_iterations(ranks, iterations, may_skip=(last,))
-    versions = sorted({row["version"] for row in ranks.lines[0]})
-    check(len(versions) == 3, "expected versions 0, exclusion, readmission; saw %s" % versions)
-    check_switch(ranks, versions[1], "exclusion")
-    back_at = check_switch(ranks, versions[2], "readmission")
+    ranks, _, back_at = run_out_and_back(args, workdir, config, iterations, [20] * last + [200],
+                                         out_after=12, jump_to_rejoin=(last,))
     its = [row["it"] for row in ranks.lines[last]]
     at = its.index(back_at)
     check(at > 0 and back_at - its[at - 1] > 1,
@@ -272,14 +271,6 @@ def test_far_behind_rejoin(args, workdir, config):
           "rank %d at its rejoin %d: %s" % (last, back_at, row))
     check(all(r["certain"] for r in ranks.lines[last]),
           "rank %d guessed (certain = false) although the daemon was up" % last)
-    want = reference_params(ranks, iterations)
-    for r in range(WORLD):
-        check(all(same(g, w) for g, w in zip(ranks.final[r]["final"], want)),
-              "rank %d ended with parameters %s, the active group's are %s"
-              % (r, ranks.final[r]["final"], want))
-    check(ranks.final[last]["steps_taken"] == ranks.final[0]["steps_taken"],
-          "rank %d's step counter %d was not taken from the group (%d)"
-          % (last, ranks.final[last]["steps_taken"], ranks.final[0]["steps_taken"]))
     print("%s: rank %d skipped from iteration %d to its rejoin at %d"
           % (BACKEND, last, its[at - 1], back_at))
 

@@ -213,6 +213,17 @@ def check_memberships_agreed(report, label):
           "%s: %d agreement violations" % (label, report["agreement_violations"]))
 
 
+def print_log_tails(workdir, names, lines=25):
+    """After a failure: the last `lines` lines of each of the logs `names` in
+    `workdir` that exists, so that the test's output shows what the processes
+    said."""
+    for name in names:
+        path = os.path.join(workdir, name)
+        if os.path.exists(path):
+            with open(path) as f:
+                print("--- %s (tail)\n%s" % (name, "".join(f.readlines()[-lines:])))
+
+
 def main(test_fn):
     """Runs test_fn(), printing a failure and exiting 1 on TestFailure."""
     try:

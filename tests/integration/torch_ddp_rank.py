@@ -87,8 +87,16 @@ def main():
     ddp.register_comm_hook(state, st.partial_allreduce_hook)
     opt = make_optimizer(ddp.parameters())
 
-    for it in range(a.iterations):
+    it = 0
+    while it < a.iterations:
         plan = state.begin_step(it, model=ddp.module, optimizer=opt)
+        if plan.rejoin_iteration is not None:
+            # Excluded and readmitted further on: skip the shadow steps up to
+            # there, as a trainer should (straggler.torch's doc).
+            print(json.dumps({"it": it, "skip_to": plan.rejoin_iteration,
+                              "participating": plan.participating}), flush=True)
+            it = plan.rejoin_iteration
+            continue
         start = time.perf_counter()
         x, y = batch(a.rank, it)
         loss = torch.nn.functional.cross_entropy(ddp(x), y)
@@ -108,6 +116,7 @@ def main():
             "buckets": state.buckets, "stepped": stepped,
             "probe": probe.tolist(), "probe_participated": probe_result["participated"],
             "loss": loss.item()}), flush=True)
+        it += 1
 
     client.flush(5.0)
     membership = client.membership_for(a.iterations - 1, 5.0)

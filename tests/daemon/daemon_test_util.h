@@ -1,0 +1,125 @@
+// Shared by the daemon's in-process tests: a real Server on loopback with
+// stubs of its services, and the ingest messages the tests send it.
+//
+//   LoopbackDaemon d;                                  // gRPC + HTTP on 127.0.0.1:0
+//   v1::ReportBatch b = Hello("job", 4, {0, 1, 2, 3});
+//   AddRank3Slower(b, 4);                              // rank 3 a straggler at iteration 10
+//   v1::Directive ack = SendAlone(*d.ingest, b);
+//
+// Not thread-safe; one LoopbackDaemon per test.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "server.h"
+#include "spdlog/spdlog.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace straggler::daemon::testutil {
+
+using IngestStream = grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>;
+
+// A real Server with gRPC and HTTP on 127.0.0.1, port 0 (never the default
+// ports: tests run in parallel), and a channel to it with a stub per service.
+// `log_level`: warn keeps test output to failures; tests whose refusals log
+// warnings by design pass err.
+struct LoopbackDaemon {
+  explicit LoopbackDaemon(DaemonConfig config = {},
+                          spdlog::level::level_enum log_level = spdlog::level::warn) {
+    spdlog::set_level(log_level);
+    config.grpc_address = "127.0.0.1:0";
+    config.http_address = "127.0.0.1:0";
+    REQUIRE(server.Start(config).ok());
+    REQUIRE(server.grpc_port() > 0);
+    channel = grpc::CreateChannel(server.grpc_dial_address(), grpc::InsecureChannelCredentials());
+    ingest = v1::IngestService::NewStub(channel);
+    query = v1::QueryService::NewStub(channel);
+    admin = v1::AdminService::NewStub(channel);
+  }
+
+  Server server;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::IngestService::Stub> ingest;
+  std::unique_ptr<v1::QueryService::Stub> query;
+  std::unique_ptr<v1::AdminService::Stub> admin;
+};
+
+// The first batch of a stream: the hello of `ranks` of `job` on `node`
+// (sequence 0; every batch is acknowledged, whatever its sequence).
+inline v1::ReportBatch Hello(const std::string& job, uint32_t world,
+                             const std::vector<uint32_t>& ranks,
+                             const std::string& node = "test-node") {
+  v1::ReportBatch b;
+  b.mutable_hello()->set_job_id(job);
+  b.mutable_hello()->set_world_size(world);
+  b.mutable_hello()->set_node(node);
+  for (uint32_t r : ranks) b.mutable_hello()->add_ranks(r);
+  return b;
+}
+
+inline void AddReport(v1::ReportBatch& b, uint32_t rank, uint64_t iteration, double seconds) {
+  v1::IterationReport* r = b.add_reports();
+  r->set_rank(rank);
+  r->set_iteration(iteration);
+  r->set_compute_seconds(seconds);
+}
+
+// Iterations 1-12 of ranks 0..world-1, rank 3 three times slower (0.3 s,
+// the others 0.1 s). Under the default policy the profile (iterations 1-5)
+// sets the threshold at 0.2 s; rank 3 is slow from iteration 6 on and a
+// straggler (counter 5/5) at iteration 10, then excluded.
+inline void AddRank3Slower(v1::ReportBatch& b, uint32_t world) {
+  for (uint64_t it = 1; it <= 12; ++it) {
+    for (uint32_t r = 0; r < world; ++r) AddReport(b, r, it, r == 3 ? 0.3 : 0.1);
+  }
+}
+
+// Reads directives until one acknowledges `sequence` (pushes may come first).
+inline v1::Directive ReadAck(IngestStream& stream, uint64_t sequence) {
+  v1::Directive d;
+  while (stream.Read(&d)) {
+    if (d.acked_sequence() == sequence) return d;
+  }
+  FAIL("stream ended before the ack of sequence " << sequence);
+  return d;
+}
+
+// Half-closes `stream`, reads it to its end and returns how it ended.
+inline grpc::Status Close(IngestStream& stream) {
+  stream.WritesDone();
+  v1::Directive rest;
+  while (stream.Read(&rest)) {
+  }
+  return stream.Finish();
+}
+
+// Sends `batch` on a fresh stream and closes it: how the stream ended (a
+// refused hello ends it with the error).
+inline grpc::Status SendAndClose(v1::IngestService::Stub& ingest, const v1::ReportBatch& batch) {
+  grpc::ClientContext ctx;
+  auto stream = ingest.Stream(&ctx);
+  stream->Write(batch);
+  return Close(*stream);
+}
+
+// Sends `batch` (as sequence 1) as the only message of a fresh stream and
+// returns its ack, once the stream has ended cleanly.
+inline v1::Directive SendAlone(v1::IngestService::Stub& ingest, v1::ReportBatch batch) {
+  grpc::ClientContext ctx;
+  auto stream = ingest.Stream(&ctx);
+  batch.set_sequence(1);
+  REQUIRE(stream->Write(batch));
+  const v1::Directive ack = ReadAck(*stream, 1);
+  REQUIRE(Close(*stream).ok());
+  return ack;
+}
+
+}  // namespace straggler::daemon::testutil
