@@ -239,14 +239,6 @@ class ClientImpl final : public Client {
               std::optional<double> step_seconds,
               std::optional<double> collective_wait_seconds) override {
     if (SlotOf(rank) < 0) return false;
-    // The rank has reached `iteration`, whether or not the report fits in
-    // the queue: the next hello says so (StreamHello.reported_iteration).
-    // One relaxed load per report; a store only when it grows.
-    uint64_t seen = highest_reported_.load(std::memory_order_relaxed);
-    while (seen <= iteration &&
-           !highest_reported_.compare_exchange_weak(seen, iteration + 1,
-                                                    std::memory_order_relaxed)) {
-    }
     const QueuedReport r{
         rank,
         epoch,
@@ -258,6 +250,15 @@ class ClientImpl final : public Client {
     uint64_t position;
     if (!queue_.TryPush(r, &position)) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
+      // The rank has reached `iteration` even though the report is lost: the
+      // next hello says so (StreamHello.reported_iteration, ReportedMark()).
+      // Queued reports are counted by the sender, so the training thread
+      // pays for this bookkeeping only on this (rare) path.
+      uint64_t seen = highest_dropped_.load(std::memory_order_relaxed);
+      while (seen <= iteration &&
+             !highest_dropped_.compare_exchange_weak(seen, iteration + 1,
+                                                     std::memory_order_relaxed)) {
+      }
       return false;
     }
     // A trainer that asks MembershipFor() each step needs this report at the
@@ -429,7 +430,10 @@ class ClientImpl final : public Client {
     if (!InFlightHasRoom()) return false;
     InFlightBatch b;
     QueuedReport q;
-    while (b.reports.size() < options_.max_batch && queue_.TryPop(q)) b.reports.push_back(q);
+    while (b.reports.size() < options_.max_batch && queue_.TryPop(q)) {
+      highest_dequeued_ = std::max(highest_dequeued_, q.iteration + 1);
+      b.reports.push_back(q);
+    }
     if (b.reports.empty()) return false;
     b.sequence = next_sequence_++;
     batch->Clear();
@@ -477,8 +481,17 @@ class ClientImpl final : public Client {
       }
     }
     // How far our ranks are: that daemon's versions take effect after it.
-    if (const uint64_t mark = highest_reported_.load(std::memory_order_relaxed); mark > 0)
-      h->set_reported_iteration(mark - 1);
+    if (const uint64_t mark = ReportedMark(); mark > 0) h->set_reported_iteration(mark - 1);
+  }
+
+  // Sender thread. Highest iteration passed to Report() + 1 (0: none): of
+  // the reports the sender took from the queue, those still in it, and those
+  // dropped because it was full.
+  uint64_t ReportedMark() const {
+    uint64_t mark = std::max(highest_dequeued_, highest_dropped_.load(std::memory_order_relaxed));
+    queue_.ForEachQueued(
+        [&mark](const QueuedReport& r) { mark = std::max(mark, r.iteration + 1); });
+    return mark;
   }
 
   // First messages of a connection: the hello, riding on the oldest
@@ -746,8 +759,11 @@ class ClientImpl final : public Client {
   // MembershipFor wait last timed out while disconnected (guarded by state_mu_).
   // Reset per connection from its first directive; written by the reader.
   std::atomic<bool> upstream_unavailable_{false};
-  // Highest iteration passed to Report() + 1 (0: none), for the hello.
-  std::atomic<uint64_t> highest_reported_{0};
+  // Highest iteration + 1 (0: none) among the reports Report() dropped
+  // (queue full), and among those the sender took from the queue (sender
+  // thread only): with the queued ones, the hello's reported_iteration.
+  std::atomic<uint64_t> highest_dropped_{0};
+  uint64_t highest_dequeued_ = 0;
   std::atomic<uint64_t> connections_{0};
   std::optional<uint64_t> gave_up_on_connection_;
 

@@ -16,7 +16,8 @@
 // Positions are 64-bit and never wrap in practice (2^64 operations).
 //
 // Thread safety: TryPush, TryPop, SizeApprox and capacity may be called from
-// any number of threads concurrently. FIFO holds per producer; items of
+// any number of threads concurrently; ForEachQueued by a single consumer
+// only (see there). FIFO holds per producer; items of
 // different producers interleave in claim order. T must be trivially copyable
 // (copied in and out of the cell with no constructor that could throw or
 // allocate).
@@ -110,6 +111,21 @@ class BoundedQueue {
       } else {
         pos = dequeue_pos_.load(std::memory_order_relaxed);
       }
+    }
+  }
+
+  // Calls fn(item) for the items queued now, oldest first, stopping at the
+  // first position a producer has claimed but not yet filled. Consumer side:
+  // only while no TryPop runs concurrently (a queue with a single consumer,
+  // called from that consumer), since popped cells are refilled by producers.
+  // Producers may push meanwhile; their items may or may not be visited.
+  template <typename Fn>
+  void ForEachQueued(Fn&& fn) const {
+    uint64_t pos = dequeue_pos_.load(std::memory_order_relaxed);
+    for (size_t n = 0; n < capacity_; ++n, ++pos) {
+      const Cell& cell = cells_[pos & mask_];
+      if (cell.sequence.load(std::memory_order_acquire) != pos + 1) return;
+      fn(cell.value);
     }
   }
 

@@ -105,9 +105,9 @@ struct Server {
   FakeIngest service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
-  Server() {
+  explicit Server(const std::string& address = "127.0.0.1:0") {
     grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
     b.RegisterService(&service);
     server = b.BuildAndStart();
   }
@@ -358,4 +358,47 @@ TEST_CASE("MembershipFor waits its timeout once per outage, then answers at once
   client.reset();
   server->Shutdown(std::chrono::system_clock::now() + 1s);
   std::remove(path.c_str());
+}
+
+// The hello of a client that reported while no daemon was reachable: the
+// reports it made before the first connection are still in its queue (the
+// first `capacity` of them) or were dropped (the rest, when the queue filled).
+pb::StreamHello HelloAfterOutage(uint64_t reports, size_t queue_capacity) {
+  const std::string path =
+      "/tmp/straggler-client-outage-" + std::to_string(::getpid()) + ".sock";
+  std::remove(path.c_str());
+  const std::string endpoint = "unix://" + path;
+  straggler::ClientOptions o = Options(endpoint);
+  o.queue_capacity = queue_capacity;
+  auto client = straggler::Client::Create(o);
+  REQUIRE(client);
+  for (uint64_t it = 0; it < reports; ++it) client->Report(1, it, 0.1);  // false once full
+  pb::StreamHello hello;
+  {
+    Server s(endpoint);
+    REQUIRE(s.server);
+    std::unique_lock<std::mutex> lock(s.service.mu_);
+    REQUIRE(s.service.cv_.wait_for(lock, 10s, [&] { return !s.service.hellos_.empty(); }));
+    hello = s.service.hellos_.front();
+    lock.unlock();
+    client.reset();
+  }
+  std::remove(path.c_str());
+  return hello;
+}
+
+TEST_CASE("a hello names the newest iteration reported, including reports still queued",
+          "[stream]") {
+  // Iterations 0..5 sit in the queue (capacity 8) when the first stream opens.
+  const pb::StreamHello hello = HelloAfterOutage(6, 8);
+  REQUIRE(hello.has_reported_iteration());
+  CHECK(hello.reported_iteration() == 5);
+}
+
+TEST_CASE("a hello names the newest iteration reported, including reports dropped",
+          "[stream]") {
+  // Iterations 0..7 fill the queue; 8..19 are dropped, yet the rank reached 19.
+  const pb::StreamHello hello = HelloAfterOutage(20, 8);
+  REQUIRE(hello.has_reported_iteration());
+  CHECK(hello.reported_iteration() == 19);
 }

@@ -44,6 +44,30 @@ TEST_CASE("single producer: FIFO, empty pop fails and leaves the output alone", 
   CHECK(q.SizeApprox() == 0);
 }
 
+TEST_CASE("ForEachQueued visits what is queued, oldest first, across the ring's wrap", "[queue]") {
+  BoundedQueue<int> q(4);
+  std::vector<int> seen;
+  auto visit = [&] {
+    seen.clear();
+    q.ForEachQueued([&](int v) { seen.push_back(v); });
+    return seen;
+  };
+  CHECK(visit().empty());
+  for (int i = 0; i < 4; ++i) REQUIRE(q.TryPush(i));
+  CHECK(visit() == std::vector<int>{0, 1, 2, 3});  // full
+  int out = 0;
+  REQUIRE(q.TryPop(out));
+  REQUIRE(q.TryPop(out));
+  REQUIRE(q.TryPush(4));  // into the cells just freed: the ring wraps
+  CHECK(visit() == std::vector<int>{2, 3, 4});
+  // Visiting takes nothing out.
+  for (int want : {2, 3, 4}) {
+    REQUIRE(q.TryPop(out));
+    CHECK(out == want);
+  }
+  CHECK(visit().empty());
+}
+
 TEST_CASE("full queue refuses exactly the overflow", "[queue]") {
   BoundedQueue<int> q(16);
   int accepted = 0;
