@@ -20,8 +20,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,6 +29,7 @@
 #include "server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
+#include "test_certificate.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
@@ -315,25 +314,6 @@ class SlowClient {
   bool connected_ = false;
 };
 
-// A self-signed certificate for 127.0.0.1, made by the openssl command.
-struct TestCertificate {
-  TestCertificate() {
-    char pattern[] = "/tmp/limits-test-tls-XXXXXX";
-    REQUIRE(::mkdtemp(pattern) != nullptr);
-    dir = pattern;
-    cert = dir + "/cert.pem";
-    key = dir + "/key.pem";
-    const std::string cmd =
-        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-        "-addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert +
-        " 2>" + dir + "/openssl.log";
-    INFO(cmd);
-    REQUIRE(std::system(cmd.c_str()) == 0);
-  }
-  ~TestCertificate() { std::filesystem::remove_all(dir); }
-  std::string dir, cert, key;
-};
-
 // http.threads = 2 workers, and four times as many slowloris connections:
 // each sends a request line and then one header byte every 200 ms (well
 // inside any per-read timeout), until the server closes it or the test is
@@ -393,7 +373,7 @@ TEST_CASE("slow HTTP clients holding every worker do not stop a normal request")
 }
 
 TEST_CASE("slow HTTPS clients holding every worker do not stop a normal request") {
-  TestCertificate cert;
+  straggler::testing::TestCertificate cert;
   sd::DaemonConfig config;
   config.tls.cert_file = cert.cert;
   config.tls.key_file = cert.key;
