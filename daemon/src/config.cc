@@ -250,11 +250,13 @@ class Parser : public ConfigReader {
       const std::string qualified = absl::StrCat("tls.", key);
       std::string* path = nullptr;
       bool* flag = nullptr;
+      uint32_t* number = nullptr;
       if (key == "cert_file") path = &tls.cert_file;
       if (key == "key_file") path = &tls.key_file;
       if (key == "client_ca_file") path = &tls.client_ca_file;
       if (key == "grpc") flag = &tls.grpc;
       if (key == "http") flag = &tls.http;
+      if (key == "reload_seconds") number = &tls.reload_seconds;
       if (path != nullptr) {
         auto v = String(kv.second, qualified);
         if (!v.ok()) return v.status();
@@ -263,6 +265,10 @@ class Parser : public ConfigReader {
         auto v = Bool(kv.second, qualified);
         if (!v.ok()) return v.status();
         *flag = *v;
+      } else if (number != nullptr) {
+        auto v = Uint(kv.second, qualified);
+        if (!v.ok()) return v.status();
+        *number = *v;
       } else {
         return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in tls"));
       }

@@ -1,8 +1,13 @@
 #include "http_deadline.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,7 +16,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "stats.h"
 
@@ -57,20 +65,116 @@ void PeerName(int sock, bool remote, std::string& ip, int& port) {
   ip = text;
 }
 
+// How a DeadlineStream moves a connection's bytes, never blocking: the
+// socket itself, or TLS over it. Read and Write return the bytes moved (0
+// from Read: the peer closed), or -1 with `wait` = POLLIN/POLLOUT to retry
+// once the socket is ready for that, or -1 with `wait` = 0: failed.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual ssize_t Read(char* buf, size_t size, short& wait) = 0;
+  virtual ssize_t Write(const char* buf, size_t size, short& wait) = 0;
+  // Received bytes a Read returns without touching the socket (a TLS
+  // record's decrypted rest): polling the socket for them would wait in vain.
+  virtual bool Pending() const { return false; }
+};
+
+class SocketTransport final : public Transport {
+ public:
+  explicit SocketTransport(int sock) : sock_(sock) {}
+
+  ssize_t Read(char* buf, size_t size, short& wait) override {
+    return Result(::recv(sock_, buf, size, MSG_DONTWAIT), POLLIN, wait);
+  }
+  ssize_t Write(const char* buf, size_t size, short& wait) override {
+    return Result(::send(sock_, buf, size, MSG_DONTWAIT | MSG_NOSIGNAL), POLLOUT, wait);
+  }
+
+ private:
+  static ssize_t Result(ssize_t n, short again, short& wait) {
+    wait = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? again : 0;
+    return n;
+  }
+  const int sock_;
+};
+
+// TLS on a non-blocking socket; owns the SSL object.
+class TlsTransport final : public Transport {
+ public:
+  // `ctx` is the SSLServer's context (certificate, key, client CA).
+  TlsTransport(int sock, SSL_CTX* ctx) : ssl_(SSL_new(ctx)) {
+    if (ssl_ != nullptr && SSL_set_fd(ssl_, sock) != 1) {
+      SSL_free(ssl_);
+      ssl_ = nullptr;
+    }
+  }
+  ~TlsTransport() override {
+    if (ssl_ == nullptr) return;
+    // close_notify after a clean exchange, best effort: never waits.
+    if (shutdown_) SSL_shutdown(ssl_);
+    SSL_free(ssl_);
+  }
+  TlsTransport(const TlsTransport&) = delete;
+  TlsTransport& operator=(const TlsTransport&) = delete;
+
+  bool valid() const { return ssl_ != nullptr; }
+  // One step of the server handshake: 1 done; -1 with `wait` as for Read.
+  ssize_t Accept(short& wait) { return Result(SSL_accept(ssl_), wait); }
+  void set_shutdown(bool clean) { shutdown_ = clean; }
+
+  ssize_t Read(char* buf, size_t size, short& wait) override {
+    const int n = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+    if (n <= 0 && SSL_get_error(ssl_, n) == SSL_ERROR_ZERO_RETURN) {
+      wait = 0;
+      return 0;  // close_notify: the peer closed
+    }
+    return Result(n, wait);
+  }
+  ssize_t Write(const char* buf, size_t size, short& wait) override {
+    return Result(SSL_write(ssl_, buf, static_cast<int>(std::min<size_t>(size, INT_MAX))), wait);
+  }
+  bool Pending() const override { return SSL_pending(ssl_) > 0; }
+
+ private:
+  ssize_t Result(int n, short& wait) {
+    wait = 0;
+    if (n > 0) return n;
+    switch (SSL_get_error(ssl_, n)) {
+      case SSL_ERROR_WANT_READ: wait = POLLIN; break;
+      case SSL_ERROR_WANT_WRITE: wait = POLLOUT; break;
+      default: ERR_clear_error(); break;  // this thread's next connection starts clean
+    }
+    return -1;
+  }
+
+  SSL* ssl_;
+  bool shutdown_ = false;
+};
+
 // A connection's stream with whole-request and whole-response deadlines.
 // Buffered: httplib reads request lines a byte at a time.
 class DeadlineStream final : public httplib::Stream {
  public:
-  DeadlineStream(int sock, std::chrono::microseconds read_timeout,
+  DeadlineStream(int sock, Transport& transport, std::chrono::microseconds read_timeout,
                  std::chrono::microseconds write_timeout)
-      : sock_(sock), read_timeout_(read_timeout), write_timeout_(write_timeout) {}
+      : sock_(sock),
+        transport_(transport),
+        read_timeout_(read_timeout),
+        write_timeout_(write_timeout) {}
 
-  // A request starts arriving (its first byte is readable or buffered).
+  // A request starts arriving (its first byte is readable or buffered). The
+  // TLS handshake, too, runs under a request deadline.
   void StartRequest() {
     read_deadline_ = Clock::now() + read_timeout_;
     writing_ = false;
   }
-  bool Buffered() const { return pos_ < end_; }
+  // Runs `step` (a Transport-style call) until it moves something or fails,
+  // waiting for the socket as it asks, until the request's deadline.
+  template <class Step>
+  ssize_t UntilReadDeadline(Step step) {
+    return Retry(step, read_deadline_, read_timed_out_);
+  }
+  bool Buffered() const { return pos_ < end_ || transport_.Pending(); }
   bool read_timed_out() const { return read_timed_out_; }
   bool write_timed_out() const { return write_timed_out_; }
 
@@ -80,15 +184,9 @@ class DeadlineStream final : public httplib::Stream {
   bool is_writable() const override { return WaitUntil(sock_, POLLOUT, WriteDeadline()); }
 
   ssize_t read(char* ptr, size_t size) override {
-    if (!Buffered()) {
-      if (!WaitUntil(sock_, POLLIN, read_deadline_)) {
-        read_timed_out_ = true;
-        return -1;
-      }
-      ssize_t n;
-      do {
-        n = ::recv(sock_, buffer_, sizeof buffer_, 0);
-      } while (n < 0 && errno == EINTR);
+    if (pos_ == end_) {
+      const ssize_t n = UntilReadDeadline(
+          [&](short& wait) { return transport_.Read(buffer_, sizeof buffer_, wait); });
       if (n <= 0) return n;
       pos_ = 0;
       end_ = static_cast<size_t>(n);
@@ -104,15 +202,8 @@ class DeadlineStream final : public httplib::Stream {
       writing_ = true;
       write_deadline_ = Clock::now() + write_timeout_;
     }
-    if (!WaitUntil(sock_, POLLOUT, write_deadline_)) {
-      write_timed_out_ = true;
-      return -1;
-    }
-    ssize_t n;
-    do {
-      n = ::send(sock_, ptr, size, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
-    return n;
+    return Retry([&](short& wait) { return transport_.Write(ptr, size, wait); }, write_deadline_,
+                 write_timed_out_);
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
@@ -124,11 +215,24 @@ class DeadlineStream final : public httplib::Stream {
   socket_t socket() const override { return sock_; }
 
  private:
+  template <class Step>
+  ssize_t Retry(Step step, Clock::time_point deadline, bool& timed_out) {
+    for (;;) {
+      short wait = 0;
+      const ssize_t n = step(wait);
+      if (n >= 0 || wait == 0) return n;
+      if (!WaitUntil(sock_, wait, deadline)) {
+        timed_out = true;
+        return -1;
+      }
+    }
+  }
   Clock::time_point WriteDeadline() const {
     return writing_ ? write_deadline_ : Clock::now() + write_timeout_;
   }
 
   const int sock_;
+  Transport& transport_;
   const std::chrono::microseconds read_timeout_;
   const std::chrono::microseconds write_timeout_;
   Clock::time_point read_deadline_{};
@@ -140,20 +244,73 @@ class DeadlineStream final : public httplib::Stream {
   size_t pos_ = 0, end_ = 0;
 };
 
-class DeadlineServer final : public httplib::Server {
+// httplib's Server or SSLServer with its keep-alive loop
+// (process_server_socket) replaced by one over a DeadlineStream.
+template <class Base>
+class DeadlineServer final : public Base {
  public:
-  explicit DeadlineServer(DaemonStats& stats) : stats_(stats) {}
+  template <class... BaseArgs>
+  explicit DeadlineServer(DaemonStats& stats, BaseArgs&&... base_args)
+      : Base(std::forward<BaseArgs>(base_args)...), stats_(stats) {}
 
  private:
-  // httplib's keep-alive loop (process_server_socket), with DeadlineStream.
+  static constexpr bool kTls = std::is_same_v<Base, httplib::SSLServer>;
+
   bool process_and_close_socket(socket_t sock) override {
-    DeadlineStream stream(sock, Timeout(read_timeout_sec_, read_timeout_usec_),
-                          Timeout(write_timeout_sec_, write_timeout_usec_));
     bool ret = false;
-    for (size_t left = keep_alive_max_count_; left > 0 && WaitForRequest(stream, sock); --left) {
+    if constexpr (kTls) {
+      ret = ServeTls(sock);
+    } else {
+      SocketTransport transport(sock);
+      ret = Serve(sock, transport, [](DeadlineStream&) { return true; });
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ret;
+  }
+
+  bool ServeTls(int sock) {
+    // OpenSSL writes with write(2): a peer gone mid-response would raise
+    // SIGPIPE and end the daemon. Blocked on this worker thread instead (a
+    // pending blocked SIGPIPE does nothing); the thread only serves HTTP.
+    static thread_local const bool sigpipe_blocked = [] {
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, SIGPIPE);
+      return pthread_sigmask(SIG_BLOCK, &set, nullptr) == 0;
+    }();
+    (void)sigpipe_blocked;
+    const int flags = ::fcntl(sock, F_GETFL);
+    if (flags < 0 || ::fcntl(sock, F_SETFL, flags | O_NONBLOCK) < 0) return false;
+    TlsTransport transport(sock, this->ssl_context());
+    if (!transport.valid()) return false;
+    const bool ret = Serve(sock, transport, [&](DeadlineStream& stream) {
+      return stream.UntilReadDeadline([&](short& wait) { return transport.Accept(wait); }) == 1;
+    });
+    transport.set_shutdown(ret);
+    return ret;
+  }
+
+  // `open` runs once the connection's first byte arrived, under a request's
+  // read deadline (the TLS handshake: a client that trickles it is as slow
+  // as one trickling headers); false ends the connection.
+  template <class Open>
+  bool Serve(int sock, Transport& transport, Open open) {
+    DeadlineStream stream(sock, transport,
+                          Timeout(this->read_timeout_sec_, this->read_timeout_usec_),
+                          Timeout(this->write_timeout_sec_, this->write_timeout_usec_));
+    bool ret = false;
+    bool opened = false;
+    if (WaitForRequest(stream, sock)) {
+      stream.StartRequest();
+      opened = open(stream);
+    }
+    for (size_t left = this->keep_alive_max_count_;
+         opened && left > 0 && WaitForRequest(stream, sock); --left) {
       stream.StartRequest();
       bool connection_closed = false;
-      ret = process_request(stream, /*close_connection=*/left == 1, connection_closed, nullptr);
+      ret = this->process_request(stream, /*close_connection=*/left == 1, connection_closed,
+                                  nullptr);
       if (!ret || connection_closed) break;
     }
     if (stream.read_timed_out()) {
@@ -161,8 +318,6 @@ class DeadlineServer final : public httplib::Server {
     } else if (stream.write_timed_out()) {
       stats_.http_slow_clients[1].fetch_add(1, std::memory_order_relaxed);
     }
-    ::shutdown(sock, SHUT_RDWR);
-    ::close(sock);
     return ret;
   }
 
@@ -170,8 +325,8 @@ class DeadlineServer final : public httplib::Server {
   // slices so that a stopping server lets go of idle connections at once.
   bool WaitForRequest(const DeadlineStream& stream, int sock) {
     if (stream.Buffered()) return true;  // a pipelined request
-    const auto deadline = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
-    while (svr_sock_ != INVALID_SOCKET) {
+    const auto deadline = Clock::now() + std::chrono::seconds(this->keep_alive_timeout_sec_);
+    while (this->svr_sock_ != INVALID_SOCKET) {
       const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
       if (WaitUntil(sock, POLLIN, slice)) return true;
       if (Clock::now() >= deadline) return false;
@@ -185,7 +340,12 @@ class DeadlineServer final : public httplib::Server {
 }  // namespace
 
 std::unique_ptr<httplib::Server> MakeDeadlineServer(DaemonStats& stats) {
-  return std::make_unique<DeadlineServer>(stats);
+  return std::make_unique<DeadlineServer<httplib::Server>>(stats);
+}
+
+std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(
+    DaemonStats& stats, const std::function<bool(SSL_CTX&)>& setup_ssl_ctx) {
+  return std::make_unique<DeadlineServer<httplib::SSLServer>>(stats, setup_ssl_ctx);
 }
 
 }  // namespace straggler::daemon

@@ -1,4 +1,5 @@
-// An httplib::Server whose connections cannot be held by a slow client.
+// An httplib::Server (or SSLServer) whose connections cannot be held by a
+// slow client.
 //
 // httplib's own timeouts apply per read and per write, so a client that
 // trickles a request one byte at a time (slowloris), or reads a response as
@@ -8,14 +9,20 @@
 // byte, and its response must be written within write_timeout of the
 // first write; a connection that misses either is closed and counted
 // (DaemonStats::http_slow_clients). Idle keep-alive connections are closed
-// after keep_alive_timeout as before.
+// after keep_alive_timeout as before. Over TLS the same deadlines hold (the
+// handshake counts as part of the first request), on the same code: only
+// how bytes move differs.
 //
 //   std::unique_ptr<httplib::Server> server = MakeDeadlineServer(stats);
 //   server->set_read_timeout(5, 0);   // now: per request, not per read
+//   auto https = MakeDeadlineTlsServer(stats, [](SSL_CTX& ctx) { ...; return true; });
 //
 // Thread-safety: as httplib::Server; the counters are atomics.
 #pragma once
 
+#include <openssl/types.h>
+
+#include <functional>
 #include <memory>
 
 namespace httplib {
@@ -28,5 +35,9 @@ struct DaemonStats;
 
 // `stats` must outlive the server.
 std::unique_ptr<httplib::Server> MakeDeadlineServer(DaemonStats& stats);
+// HTTPS: httplib::SSLServer's context set up by `setup_ssl_ctx` (false:
+// the server is !is_valid()), with the deadlines above.
+std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(
+    DaemonStats& stats, const std::function<bool(SSL_CTX&)>& setup_ssl_ctx);
 
 }  // namespace straggler::daemon

@@ -173,13 +173,11 @@ absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls)
     host = host.substr(1, host.size() - 2);  // [::] -> ::
   }
 
+  // Per-request deadlines, so slow clients cannot hold every worker.
   if (tls != nullptr) {
-    // HTTPS: httplib's SSLServer, whose timeouts are per read and per write,
-    // not the whole-request deadlines of the plain listener (README "Limits
-    // and input validation" says so). The context was checked by
-    // LoadServerTls; a failure here is unexpected.
+    // The context was checked by LoadServerTls; a failure here is unexpected.
     absl::Status setup;
-    server_ = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
+    server_ = MakeDeadlineTlsServer(stats_, [&](SSL_CTX& ctx) {
       setup = ConfigureSslContext(*tls, &ctx);
       return setup.ok();
     });
@@ -188,7 +186,6 @@ absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls)
       return setup.ok() ? absl::InternalError("cannot set up the HTTPS listener") : setup;
     }
   } else {
-    // Per-request deadlines, so slow clients cannot hold every worker.
     server_ = MakeDeadlineServer(stats_);
   }
   const size_t threads = http.threads;

@@ -178,7 +178,8 @@ void Server::Reload(const DaemonConfig& config) {
   const TlsConfig& t = config.tls;
   const TlsConfig& ct = configured_tls_;
   if (t.cert_file != ct.cert_file || t.key_file != ct.key_file ||
-      t.client_ca_file != ct.client_ca_file || t.grpc != ct.grpc || t.http != ct.http) {
+      t.client_ca_file != ct.client_ca_file || t.grpc != ct.grpc || t.http != ct.http ||
+      t.reload_seconds != ct.reload_seconds) {
     spdlog::warn("reload: tls.* changes take effect only after a restart");
   }
   // The token file was re-read by the config load; a new token applies to

@@ -1,6 +1,8 @@
 #include "tls.h"
 
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -90,6 +92,22 @@ absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config) {
 }
 
 std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials(const ServerTls& tls) {
+  if (tls.config.reload_seconds > 0) {
+    // gRPC's file watcher re-reads the files on its own thread; a renewed
+    // certificate serves new connections, and a file that does not parse
+    // keeps the last good one (gRPC logs it). Its first read is of the files
+    // LoadServerTls has just checked.
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        tls.config.key_file, tls.config.cert_file, tls.config.client_ca_file,
+        tls.config.reload_seconds);
+    grpc::experimental::TlsServerCredentialsOptions options(provider);
+    options.watch_identity_key_cert_pairs();
+    if (!tls.client_ca.empty()) {
+      options.watch_root_certs();
+      options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    }
+    return grpc::experimental::TlsServerCredentials(options);
+  }
   grpc::SslServerCredentialsOptions options(
       tls.client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                             : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);

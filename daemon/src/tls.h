@@ -7,8 +7,9 @@
 //   builder.AddListeningPort(address, GrpcServerCredentials(*tls));
 //   httplib::SSLServer https([&](SSL_CTX& ctx) { return ConfigureSslContext(*tls, &ctx).ok(); });
 //
-// Plain values and functions; no shared state. A change of the files needs a
-// restart (the daemon warns on SIGHUP).
+// Plain values and functions; no shared state. A change of the paths needs a
+// restart (the daemon warns on SIGHUP); with tls.reload_seconds the gRPC
+// credentials re-read the files' contents themselves (rotation).
 #pragma once
 
 #include <memory>
@@ -40,7 +41,9 @@ struct ServerTls {
 absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config);
 
 // TLS 1.2 or newer; with a client CA, a client certificate signed by it is
-// required and verified.
+// required and verified. With tls.reload_seconds > 0 the files are re-read
+// that often (gRPC's FileWatcherCertificateProvider): new connections get
+// the current certificate; otherwise the contents read at start serve.
 std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials(const ServerTls& tls);
 
 // Sets up `ctx` the same way: minimum TLS 1.2, the certificate chain and key,

@@ -117,6 +117,7 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->tls.client_ca_file == defaults.tls.client_ca_file);
   CHECK(cfg->tls.grpc == defaults.tls.grpc);
   CHECK(cfg->tls.http == defaults.tls.http);
+  CHECK(cfg->tls.reload_seconds == defaults.tls.reload_seconds);
   CHECK(cfg->auth.token_file == defaults.auth.token_file);
   CHECK(cfg->auth.protect_reads == defaults.auth.protect_reads);
 }
@@ -124,7 +125,7 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
 TEST_CASE("tls keys parse; half a TLS setup is an error naming the missing key") {
   auto cfg = sd::ParseConfig(
       "tls:\n  cert_file: /etc/s.crt\n  key_file: /etc/s.key\n  client_ca_file: /etc/ca.pem\n"
-      "  http: false\n",
+      "  http: false\n  reload_seconds: 5\n",
       "t.yaml");
   REQUIRE(cfg.ok());
   CHECK(cfg->tls.enabled());
@@ -133,6 +134,7 @@ TEST_CASE("tls keys parse; half a TLS setup is an error naming the missing key")
   CHECK(cfg->tls.client_ca_file == "/etc/ca.pem");
   CHECK(cfg->tls.grpc);
   CHECK_FALSE(cfg->tls.http);
+  CHECK(cfg->tls.reload_seconds == 5);
   CHECK_FALSE(sd::DaemonConfig{}.tls.enabled());
 
   const std::pair<const char*, const char*> bad[] = {

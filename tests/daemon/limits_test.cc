@@ -1,13 +1,17 @@
 // The daemon's limits against a real server on loopback (gRPC and HTTP, port
 // 0): jobs, ranks per job, open streams, reports per second per stream,
 // gRPC message size, bad job ids and override reasons over gRPC, and slow
-// HTTP clients (slowloris) that must not keep a normal request from being
+// HTTP clients (slowloris, also over HTTPS with a certificate the openssl
+// command makes at test time) that must not keep a normal request from being
 // served. Every refusal names the limit and shows in /metrics. No assertion
 // on timing: the timeouts below only bound how long a broken build fails.
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,6 +31,7 @@
 #include "server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
+#include "test_certificate.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
@@ -35,14 +40,26 @@ using namespace straggler::daemon::testutil;
 namespace {
 
 // A LoopbackDaemon (refusals log warnings by design: only errors are shown)
-// that reads /metrics.
+// that reads /metrics, over HTTPS when the config serves it.
 struct Daemon : LoopbackDaemon {
-  explicit Daemon(sd::DaemonConfig config) : LoopbackDaemon(std::move(config), spdlog::level::err) {}
+  explicit Daemon(const sd::DaemonConfig& config)
+      : LoopbackDaemon(config, spdlog::level::err), https(config.tls.enabled() && config.tls.http) {}
+
+  // An HTTP(S) client of the daemon (HTTPS with tls.http; the test's
+  // throwaway certificate is not checked).
+  std::unique_ptr<httplib::Client> Http() {
+    auto http = std::make_unique<httplib::Client>(
+        (https ? "https://127.0.0.1:" : "http://127.0.0.1:") +
+        std::to_string(server.http_port()));
+    http->enable_server_certificate_verification(false);
+    http->set_connection_timeout(30);
+    http->set_read_timeout(30);  // bounds a failing run only
+    return http;
+  }
 
   // The value of one sample of /metrics ("name{labels}"); -1 when absent.
   double Metric(const std::string& sample) {
-    httplib::Client http("127.0.0.1", server.http_port());
-    auto res = http.Get("/metrics");
+    auto res = Http()->Get("/metrics");
     REQUIRE(res);
     REQUIRE(res->status == 200);
     const std::string needle = "\n" + sample + " ";
@@ -50,6 +67,8 @@ struct Daemon : LoopbackDaemon {
     if (at == std::string::npos) return -1;
     return std::stod(res->body.substr(at + needle.size()));
   }
+
+  const bool https;
 };
 
 // An open ingest stream whose hello was acknowledged; cancelled and finished
@@ -225,61 +244,115 @@ TEST_CASE("query and admin calls refuse job ids no job can have, and bad overrid
   }
 }
 
-TEST_CASE("slow HTTP clients holding every worker do not stop a normal request") {
-  sd::DaemonConfig config;
+// A client connection to the daemon's HTTP port, over TLS when asked (the
+// handshake done, the certificate not checked), that sends what it is told.
+class SlowClient {
+ public:
+  SlowClient(int port, SSL_CTX* tls) {
+    sock_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(sock_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+    if (tls == nullptr) {
+      connected_ = true;
+      return;
+    }
+    ssl_ = SSL_new(tls);
+    connected_ = ssl_ != nullptr && SSL_set_fd(ssl_, sock_) == 1 && SSL_connect(ssl_) == 1;
+  }
+  ~SlowClient() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    ::close(sock_);
+  }
+  SlowClient(const SlowClient&) = delete;
+  SlowClient& operator=(const SlowClient&) = delete;
+
+  bool connected() const { return connected_; }
+  // False once the server has closed the connection (reset it, or closed
+  // its end: a read of the raw socket sees the end of the stream).
+  bool Send(const std::string& bytes) {
+    const bool sent = ssl_ != nullptr
+                          ? SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) ==
+                                static_cast<int>(bytes.size())
+                          : ::send(sock_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+                                static_cast<ssize_t>(bytes.size());
+    char c;
+    return sent && ::recv(sock_, &c, 1, MSG_DONTWAIT | MSG_PEEK) != 0;
+  }
+
+ private:
+  int sock_ = -1;
+  SSL* ssl_ = nullptr;
+  bool connected_ = false;
+};
+
+// http.threads = 2 workers, and four times as many slowloris connections:
+// each sends a request line and then one header byte every 200 ms (well
+// inside any per-read timeout), until the server closes it or the test is
+// over. A normal request must still be answered, and the slow ones closed
+// and counted.
+void CheckSlowClientsCannotHoldWorkers(sd::DaemonConfig config) {
   config.http.threads = 2;
   config.http.read_timeout_seconds = 1;
   config.http.keep_alive_timeout_seconds = 1;
   Daemon d(config);
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> tls(
+      d.https ? SSL_CTX_new(TLS_client_method()) : nullptr, &SSL_CTX_free);
 
-  // Four times as many slowloris connections as workers: each sends a
-  // request line and then one header byte every 200 ms (well inside any
-  // per-read timeout), until the server closes it or the test is over.
   constexpr int kSlow = 8;
   std::atomic<bool> done{false};
+  std::atomic<int> connected{0};
   std::atomic<int> closed_by_server{0};
   std::vector<std::thread> slow;
   for (int i = 0; i < kSlow; ++i) {
     slow.emplace_back([&] {
-      const int sock = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_port = htons(static_cast<uint16_t>(d.server.http_port()));
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        ::close(sock);
+      // SSL_write on a connection the server closed raises SIGPIPE.
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+      SlowClient client(d.server.http_port(), tls.get());
+      if (!client.connected()) return;
+      ++connected;
+      if (!client.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n")) {
+        ++closed_by_server;
         return;
       }
-      const std::string line = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
-      ::send(sock, line.data(), line.size(), MSG_NOSIGNAL);
       const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       while (!done && std::chrono::steady_clock::now() < give_up) {
-        if (::send(sock, "X", 1, MSG_NOSIGNAL) != 1) {  // reset by the server
-          ++closed_by_server;
-          break;
-        }
-        char c;
-        if (::recv(sock, &c, 1, MSG_DONTWAIT) == 0) {  // orderly close by the server
+        if (!client.Send("X")) {
           ++closed_by_server;
           break;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
-      ::close(sock);
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let them take the workers
 
-  httplib::Client http("127.0.0.1", d.server.http_port());
-  http.set_connection_timeout(30);
-  http.set_read_timeout(30);  // bounds a failing run only
-  auto res = http.Get("/healthz");
+  auto res = d.Http()->Get("/healthz");
   const bool served = res && res->status == 200;
   done = true;
   for (auto& t : slow) t.join();
+  CHECK(connected > 0);
   CHECK(served);
   CHECK(closed_by_server > 0);
   CHECK(d.Metric("straggler_http_slow_clients_total{phase=\"request\"}") >= 1);
+}
+
+TEST_CASE("slow HTTP clients holding every worker do not stop a normal request") {
+  CheckSlowClientsCannotHoldWorkers(sd::DaemonConfig());
+}
+
+TEST_CASE("slow HTTPS clients holding every worker do not stop a normal request") {
+  straggler::testing::TestCertificate cert;
+  sd::DaemonConfig config;
+  config.tls.cert_file = cert.cert;
+  config.tls.key_file = cert.key;
+  config.tls.grpc = false;  // the Daemon's gRPC stubs are plaintext
+  CheckSlowClientsCannotHoldWorkers(config);
 }
 
 TEST_CASE("HTTP refusals are counted by status in /metrics") {
