@@ -143,7 +143,11 @@ def test(args):
             check(rc == 0, "watch exited with %d after SIGINT: %s" % (rc, watcher.stderr.read()))
 
             # override: forced exclusion shows in the membership; then cleared.
-            forced = ctl.json("override", job, str(FORCED_RANK), "exclude", "--reason", "it")
+            res = ctl("override", job, str(FORCED_RANK), "exclude", "--reason", "it",
+                      output="json")
+            check("withheld" not in res.stderr,
+                  "override while every rank streams: a withheld note:\n%s" % res.stderr)
+            forced = json.loads(res.stdout)
             check(any(e["rank"] == FORCED_RANK and e["reason"] == "EXCLUSION_REASON_FORCED"
                       for e in forced.get("excluded", [])),
                   "override exclude: rank %d not forced out: %s" % (FORCED_RANK, forced))
@@ -226,6 +230,17 @@ def test(args):
         check(job_after["jobId"] == job, "reset: %s" % job_after)
         check(ctl.json("membership", job).get("excluded", []) == [],
               "membership after reset still excludes ranks")
+
+        # override after the sim ended: no rank has a stream, so the daemon
+        # withholds the change (membership gate) and stragglerctl says so.
+        res = ctl("override", job, "1", "exclude", output="json")
+        check("membership change is withheld" in res.stderr and "%d of %d ranks" % (RANKS, RANKS)
+              in res.stderr, "override of a job without streams: no withheld note:\n%s"
+              % res.stderr)
+        check(json.loads(res.stdout).get("excluded", []) == [],
+              "override of a job without streams changed the membership: %s" % res.stdout)
+        check(ctl.json("worker", job, "1").get("override") == "RANK_OVERRIDE_FORCE_EXCLUDE",
+              "the withheld override is not on the worker")
 
         unreachable = run([args.ctl, "--daemon", "127.0.0.1:1", "--timeout-ms", "2000", "jobs"],
                           CTL_TIMEOUT_S)

@@ -276,7 +276,23 @@ class Ctl {
     req.set_reason(reason);
     v1::Membership r;
     auto s = Call(*admin_, &v1::AdminService::Stub::SetRankOverride, req, &r);
-    return Show(s, r, stragglerctl::PrintMembership);
+    const int rc = Show(s, r, stragglerctl::PrintMembership);
+    if (s.ok()) NoteWithheld(job);
+    return rc;
+  }
+
+  // An accepted override whose membership change the daemon withholds (the
+  // membership gate: some rank it concerns has no report stream) would
+  // otherwise look ignored: say so on stderr. Best effort - a failed read
+  // changes nothing about the override.
+  void NoteWithheld(const std::string& job) {
+    v1::Job j;
+    auto s = Call(*query_, &v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &j);
+    if (!s.ok() || !j.membership_withheld()) return;
+    std::cerr << "stragglerctl: note: the membership change is withheld: " << j.detached_ranks()
+              << " of " << j.world_size() << " ranks of job " << job
+              << " have no report stream; it is published when they reconnect or turn "
+                 "unresponsive (see the MEMBERSHIP_WITHHELD event)\n";
   }
 
   // Recent reports as CSV (straggler-replay's trace format) or proto JSON,
