@@ -360,18 +360,29 @@ class NcclPartialAllReduce final : public PartialAllReduce {
                             SetText(active) + ": the communicator of ranks " + SetText(agreement_.previous_active()) +
                             " was aborted after an earlier error");
     }
+    return BuildAndCache(version, active, [&](Comm& c) {
+      ncclConfig_t config = NonBlockingConfig();
+      // Called by the survivors only; the excluded ranks are never waited on.
+      STRAGGLER_NCCL_START(ncclCommShrink(parent->handle->comm, const_cast<int*>(exclude.data()),
+                                          static_cast<int>(exclude.size()), &c.comm, &config,
+                                          NCCL_SHRINK_DEFAULT));
+      c.started = true;
+      Finish(c, iteration, deadline, "ncclCommShrink");
+    });
+  }
+
+  // A new communicator of `active` for `version`, made ready by `build` (not
+  // called for a set of one: it needs no communicator) and then cached. A
+  // failed build releases what it started (aborting the communicator) and
+  // rethrows: nothing half-built enters the cache.
+  template <class Build>
+  Comm* BuildAndCache(uint64_t version, const std::vector<uint32_t>& active, Build&& build) {
     auto c = std::make_unique<Comm>();
     c->ranks = active;
     c->version = version;
     if (active.size() > 1) {
-      ncclConfig_t config = NonBlockingConfig();
-      // Called by the survivors only; the excluded ranks are never waited on.
-      STRAGGLER_NCCL_START(ncclCommShrink(parent->handle->comm, const_cast<int*>(exclude.data()),
-                                          static_cast<int>(exclude.size()), &c->comm, &config,
-                                          NCCL_SHRINK_DEFAULT));
-      c->started = true;
       try {
-        Finish(*c, iteration, deadline, "ncclCommShrink");
+        build(*c);
       } catch (...) {
         CommPtr broken = std::move(c);
         Release(broken, false);
@@ -399,21 +410,10 @@ class NcclPartialAllReduce final : public PartialAllReduce {
       c.ready = true;
       return &c;
     }
-    auto c = std::make_unique<Comm>();
-    c->ranks = active;
-    c->version = version;
-    if (active.size() > 1) {
-      try {
-        StartInit(*c, detail::CommIdKey(options_.run_id, version, active), deadline, true);
-        Finish(*c, iteration, deadline, "ncclCommInitRankConfig");
-      } catch (...) {
-        CommPtr broken = std::move(c);
-        Release(broken, false);
-        throw;
-      }
-    }
-    c->ready = true;
-    return cache_->Insert(active, version, std::move(c))->handle.get();
+    return BuildAndCache(version, active, [&](Comm& c) {
+      StartInit(c, detail::CommIdKey(options_.run_id, version, active), deadline, true);
+      Finish(c, iteration, deadline, "ncclCommInitRankConfig");
+    });
   }
 
   // Looks ahead: when the newest membership received takes effect later and
