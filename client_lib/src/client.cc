@@ -34,11 +34,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/escaping.h"
 #include "channel_security.h"
 #include "membership_history.h"
 #include "report_queue.h"
 #include "straggler/client.h"
 #include "straggler/v1/straggler.grpc.pb.h"
+#include "straggler/v1/wire_rules.h"
 
 namespace straggler {
 
@@ -843,6 +845,16 @@ std::string ClientOptions::Validate() const {
   if (!env_error.empty()) return env_error;
   if (endpoint.empty()) return "endpoint is empty (set STRAGGLER_ENDPOINT)";
   if (job_id.empty()) return "job_id is empty (set STRAGGLER_JOB_ID)";
+  // The daemon's rule (straggler/v1/wire_rules.h): refused here, once, rather
+  // than by the daemon on every reconnect.
+  if (job_id.size() > pb::rules::kMaxJobIdBytes)
+    return "job_id '" + absl::CHexEscape(job_id.substr(0, 32)) + "...' is " +
+           std::to_string(job_id.size()) + " bytes; at most " +
+           std::to_string(pb::rules::kMaxJobIdBytes);
+  if (const size_t i = pb::rules::FirstBadJobIdByte(job_id); i != std::string_view::npos)
+    return "job_id '" + absl::CHexEscape(job_id) + "' has '" +
+           absl::CHexEscape(job_id.substr(i, 1)) + "' at byte " + std::to_string(i) +
+           "; allowed: " + std::string(pb::rules::kJobIdAllowed);
   if (std::string problem = SecurityOf(*this).Validate(); !problem.empty()) return problem;
   if (world_size == 0) return "world_size=0: must be > 0 (set WORLD_SIZE)";
   if (ranks.empty()) return "ranks is empty: name at least one rank (set RANK)";

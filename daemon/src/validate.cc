@@ -8,11 +8,6 @@
 namespace straggler::daemon {
 namespace {
 
-bool JobIdChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == '-';
-}
-
 // Printable ASCII, space included: hostnames, agent ids, version strings.
 absl::Status CheckPrintable(absl::string_view field, absl::string_view value, size_t max) {
   if (value.size() > max) {
@@ -44,13 +39,12 @@ absl::Status ValidateJobId(absl::string_view field, absl::string_view job_id) {
                                                    job_id.size(), " bytes; at most ",
                                                    kMaxJobIdBytes));
   }
-  for (size_t i = 0; i < job_id.size(); ++i) {
-    if (!JobIdChar(job_id[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " ", Quoted(job_id), " has ", Quoted(job_id.substr(i, 1)),
-                       " at byte ", i, "; allowed: A-Z a-z 0-9 . _ -, 1 to ", kMaxJobIdBytes,
-                       " bytes"));
-    }
+  if (const size_t i = v1::rules::FirstBadJobIdByte(std::string_view(job_id.data(), job_id.size()));
+      i != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", Quoted(job_id), " has ", Quoted(job_id.substr(i, 1)), " at byte ",
+                     i, "; allowed: ", std::string(v1::rules::kJobIdAllowed), ", 1 to ",
+                     kMaxJobIdBytes, " bytes"));
   }
   return absl::OkStatus();
 }

@@ -22,14 +22,14 @@
 #include "absl/status/status.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
+#include "straggler/v1/wire_rules.h"
 
 namespace straggler::daemon {
 
 namespace v1 = ::straggler::v1;
 
-// Job ids: 1 to kMaxJobIdBytes bytes of A-Z a-z 0-9 . _ - (what Kubernetes,
-// Slurm and torchrun ids use; safe in URLs, Prometheus labels and logs).
-inline constexpr size_t kMaxJobIdBytes = 128;
+// Job ids: see straggler/v1/wire_rules.h (the client checks the same rule).
+inline constexpr size_t kMaxJobIdBytes = v1::rules::kMaxJobIdBytes;
 // StreamHello.node and client_version (printable ASCII) and the reason of
 // SetRankOverride (no control characters) are at most these sizes.
 inline constexpr size_t kMaxNodeBytes = 255;

@@ -76,6 +76,22 @@ TEST_CASE("FromEnv with nothing set keeps defaults and Validate says what is mis
   CHECK(ClientOptions::FromEnv().Validate().empty());
 }
 
+TEST_CASE("Validate refuses the job ids the daemon refuses, naming the byte", "[options]") {
+  ClientOptions o;
+  o.job_id = "resnet-42_a.b";
+  o.world_size = 2;
+  o.ranks = {0};
+  CHECK(o.Validate().empty());
+  o.job_id = "my job";
+  CHECK(o.Validate() == "job_id 'my job' has ' ' at byte 2; allowed: A-Z a-z 0-9 . _ -");
+  o.job_id = std::string("a\nb");
+  CHECK(o.Validate() == "job_id 'a\\nb' has '\\n' at byte 1; allowed: A-Z a-z 0-9 . _ -");
+  o.job_id = std::string(128, 'j');
+  CHECK(o.Validate().empty());
+  o.job_id = std::string(129, 'j');
+  CHECK(o.Validate() == "job_id '" + std::string(32, 'j') + "...' is 129 bytes; at most 128");
+}
+
 TEST_CASE("FromEnv: a bad integer is reported by Validate with variable and value",
           "[options]") {
   CleanEnv env;

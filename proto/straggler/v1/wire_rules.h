@@ -1,0 +1,34 @@
+// Rules of the wire contract (straggler.proto) that protobuf cannot express,
+// shared by the daemon's input validation (daemon/src/validate.cc) and the
+// client library's early checks (ClientOptions::Validate), so that a value
+// the client accepts is one the daemon accepts: a trainer with a bad job id
+// fails at Client::Create, naming the value, instead of on every reconnect.
+//
+// Header-only, constexpr, no dependencies; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace straggler::v1::rules {
+
+// Job ids: 1 to kMaxJobIdBytes bytes of A-Z a-z 0-9 . _ - (what Kubernetes,
+// Slurm and torchrun ids use; safe in URLs, Prometheus labels and logs).
+inline constexpr std::size_t kMaxJobIdBytes = 128;
+inline constexpr std::string_view kJobIdAllowed = "A-Z a-z 0-9 . _ -";
+
+constexpr bool IsJobIdChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+// The index of the first byte of `id` that a job id may not hold;
+// std::string_view::npos when every byte may (length is checked apart).
+constexpr std::size_t FirstBadJobIdByte(std::string_view id) {
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    if (!IsJobIdChar(id[i])) return i;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace straggler::v1::rules
