@@ -46,11 +46,13 @@ inline constexpr uint32_t kDefaultLeadIterations = 2;
 // highest iteration is >= 0), so for iteration < L version 0 is certain at
 // once.
 //
-// Caveat: the argument needs this rank to be active. An excluded rank's
-// reports do not raise "highest iteration reported by an active rank", so for
-// an excluded rank that runs ahead of the active group the answer can change
-// afterwards. Excluded ranks take no part in the collectives, so a wrong
-// answer there cannot deadlock the active group.
+// An excluded rank's reports do not raise "highest iteration reported by an
+// active rank", so an excluded rank that runs ahead of the active group can be
+// "certain" beyond what that bound covers. That matters only for a version
+// that readmits it (an excluded rank takes no part in the collectives
+// otherwise): the daemon puts a readmission at or after the readmitted rank's
+// own last reported iteration + lead (JobEngine, Evaluate), so its answer
+// holds there too.
 inline bool IsCertain(uint64_t iteration, uint32_t lead, std::optional<uint64_t> progress) {
   if (lead == 0) lead = kDefaultLeadIterations;
   if (iteration < lead) return true;

@@ -891,10 +891,13 @@ struct JobEngine::Impl {
       if (!ranks[i].attached &&
           (!is || (!was && ranks[i].state != WorkerState::kUnresponsive)))
         unreachable.push_back(i);
-      // A rank coming back may have run ahead of the group while excluded:
-      // it must not be expected at an iteration it has already passed.
+      // A rank coming back may have run ahead of the group while excluded
+      // (it waits on no collective). It must not be expected at an iteration
+      // it has passed, nor at one it may already be certain of under the old
+      // version: a rank is certain of iteration i once its report of
+      // i - lead + 1 is acknowledged (IsCertain in membership_history.h).
       if (was && !is && ranks[i].has_progress)
-        min_effective = std::max(min_effective, ranks[i].last_iteration + 1);
+        min_effective = std::max(min_effective, ranks[i].last_iteration + Lead());
       if (is) next.push_back({i, want[i].reason, std::move(want[i].detail), want[i].since});
     }
     if (!changed) {
@@ -978,6 +981,13 @@ struct JobEngine::Impl {
     return excluded;
   }
 
+  // The lead the next version must keep. Clients judge certainty with the
+  // lead of the newest version they hold: a lowered lead may only be used
+  // once a version carrying it is out.
+  uint64_t Lead() const {
+    return std::max<uint64_t>(policy.lead_iterations, Newest().lead_iterations);
+  }
+
   // `min_effective`: the new version may not take effect before this
   // iteration (a re-included rank that ran ahead; a floor from a client).
   void Publish(std::vector<ExcludedRank> excluded, Time now, std::string why,
@@ -985,9 +995,7 @@ struct JobEngine::Impl {
     const Membership& cur = Newest();
     Version v;
     v.m.version = std::max(cur.version + 1, min_version);
-    // Clients judge certainty with the lead of the newest version they hold:
-    // a lowered lead may only be used once a version carrying it is out.
-    const uint64_t lead = std::max(policy.lead_iterations, cur.lead_iterations);
+    const uint64_t lead = Lead();
     uint64_t progress = have_highest ? highest_active : 0;
     // A hello speaks for its own ranks only; a rank of the job not heard from
     // yet may have reported one iteration more (a synchronous job's ranks are

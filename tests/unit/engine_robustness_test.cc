@@ -185,7 +185,12 @@ TEST_CASE("re-inclusion: a rank that ran ahead while excluded is not expected in
   REQUIRE(h.engine().SetOverride(3, RankOverride::kNone, "", h.now()).ok());
   const Membership& m = h.engine().membership();
   CHECK(Excluded(m).empty());
-  CHECK(m.effective_iteration >= e1 + 40);
+  // Rank 3's last report is e1 + 39: once it is acknowledged, rank 3 is
+  // certain of its membership up to e1 + 39 + lead - 1 under the version it
+  // holds (still excluded there). The readmission must come after that, or
+  // rank 3 would stay out at an iteration where the others count it in.
+  // (The client's rule: certain of i when progress + lead > i.)
+  CHECK(m.effective_iteration >= e1 + 39 + m.lead_iterations);
 }
 
 TEST_CASE("rows: forcing out a rank that never reported does not shorten rows",
