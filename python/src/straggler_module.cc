@@ -217,10 +217,11 @@ straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
 straggler::GlooOptions GlooOptionsFrom(PyClient& client, const py::kwargs& kw) {
   // Defaults from the client: the same daemon, job, rank and world size. A
   // client that reports through the node's agent (unix://) must name the
-  // daemon for the rendezvous, which only stragglerd serves.
+  // daemon for the rendezvous, which only stragglerd serves
+  // (RendezvousEndpointFor: STRAGGLER_RENDEZVOUS_ENDPOINT, else refused).
   const straggler::ClientOptions& c = client.Options();
   straggler::GlooOptions o;
-  if (c.endpoint.rfind("unix:", 0) != 0) o.rendezvous_endpoint = c.endpoint;
+  o.rendezvous_endpoint = straggler::RendezvousEndpointFor(c);
   o.job_id = c.job_id;
   if (!c.ranks.empty()) o.rank = c.ranks.front();
   o.world_size = c.world_size;

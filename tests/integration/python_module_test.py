@@ -77,6 +77,24 @@ def test(args):
         except kind as e:
             check(needle in str(e), "Client(%s) raised %r, not naming '%s'" % (kwargs, str(e), needle))
 
+    # Through the node agent (unix://) the rendezvous needs the daemon named:
+    # refused with what to set, then taken from STRAGGLER_RENDEZVOUS_ENDPOINT.
+    os.environ.pop("STRAGGLER_RENDEZVOUS_ENDPOINT", None)
+    via_agent = straggler.Client(endpoint="unix:///nonexistent/agent.sock", job_id="j", rank=0,
+                                 world_size=2)
+    try:
+        straggler.PartialAllReduce(via_agent)
+        raise TestFailure("a PartialAllReduce through the agent without a rendezvous endpoint "
+                          "was accepted")
+    except ValueError as e:
+        check("STRAGGLER_RENDEZVOUS_ENDPOINT" in str(e), "no hint in %r" % str(e))
+    os.environ["STRAGGLER_RENDEZVOUS_ENDPOINT"] = "127.0.0.1:1"
+    try:
+        straggler.PartialAllReduce(via_agent, collective_timeout=1.0)
+    finally:
+        del os.environ["STRAGGLER_RENDEZVOUS_ENDPOINT"]
+        via_agent.close()
+
     unraisable = []
     sys.unraisablehook = lambda u: unraisable.append(str(u.exc_value))
 

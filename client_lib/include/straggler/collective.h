@@ -140,6 +140,14 @@ struct GlooOptions {
   std::string Validate() const;
 };
 
+// The rendezvous endpoint that goes with a client configured by `client`:
+// $STRAGGLER_RENDEZVOUS_ENDPOINT when set; else the client's own endpoint,
+// unless that is a unix:// socket (the node agent, which serves no
+// rendezvous); else "" - GlooOptions::Validate then says what to set rather
+// than a default pointing at a daemon that is not there. Reads the
+// environment: call it before starting threads that change it.
+std::string RendezvousEndpointFor(const ClientOptions& client);
+
 // The Gloo (CPU, TCP) backend. `client` reports for options.rank and must
 // outlive the result. Fails (nullptr + *error) only on invalid options or
 // when the transport cannot bind options.hostname; an unreachable daemon is

@@ -88,7 +88,11 @@ std::string ValidateCommonOptions(const std::string& job_id, uint32_t rank, uint
   if (rank >= world_size) {
     return "rank=" + std::to_string(rank) + " must be < world_size=" + std::to_string(world_size);
   }
-  if (rendezvous_endpoint.empty()) return "rendezvous_endpoint is empty";
+  if (rendezvous_endpoint.empty()) {
+    return "rendezvous_endpoint is empty: name stragglerd's gRPC address (the rendezvous store "
+           "is served by the daemon, not by the node agent), e.g. with "
+           "STRAGGLER_RENDEZVOUS_ENDPOINT";
+  }
   if (collective_timeout.count() <= 0) {
     return "collective_timeout=" + std::to_string(collective_timeout.count()) + "ms must be > 0";
   }

@@ -9,6 +9,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <list>
 #include <sstream>
 
@@ -195,6 +196,13 @@ class GlooPartialAllReduce final : public PartialAllReduce {
 };
 
 }  // namespace
+
+std::string RendezvousEndpointFor(const ClientOptions& client) {
+  if (const char* v = std::getenv("STRAGGLER_RENDEZVOUS_ENDPOINT"); v != nullptr && *v != '\0')
+    return v;
+  if (client.endpoint.rfind("unix:", 0) == 0) return "";
+  return client.endpoint;
+}
 
 std::string GlooOptions::Validate() const {
   std::string common = detail::ValidateCommonOptions(job_id, rank, world_size, rendezvous_endpoint,
