@@ -256,6 +256,14 @@ def daemon_restart_phase(args, work):
         check(agent.job_metric("straggler_agent_dropped_reports_total") == 0,
               "the agent dropped reports")
         received = agent.per_rank("straggler_agent_rank_received_reports_total")
+        # What the trainers sent (Report() calls their clients took), not
+        # only what the agent received: nothing may be lost on the way in.
+        sent = {rank["rank"]: rank["reports_queued"] for rep in sim_reports
+                for rank in rep["ranks"]}
+        check(sorted(sent) == list(range(WORLD)), "sim reports cover ranks %r" % sorted(sent))
+        for r in range(WORLD):
+            check(received.get(r) == sent[r], "rank %d: the sims sent %d reports, the agent "
+                  "received %r" % (r, sent[r], received.get(r)))
         exported = export(new, JOB)
         total_replayed = 0
         for r in range(WORLD):

@@ -94,6 +94,7 @@ struct RankState {
   uint64_t rejoined_behind = 0;         // see Shadow(): stays 0
   double membership_wait_seconds = 0;   // time spent in MembershipFor (on the step's critical path)
   uint64_t membership_calls = 0;
+  uint64_t reports_queued = 0;  // Report() calls the client took (not dropped): what must arrive
 };
 
 class Sim {
@@ -282,7 +283,7 @@ std::optional<MembershipView> Sim::Shadow(uint32_t rank, uint64_t start) {
     // same length (in job iterations) with and without exclusion.
     const uint64_t job_iteration = collective_->Completed();
     const double seconds = Compute(rank, job_iteration);
-    s.client->Report(rank, Epoch(own), own, seconds);
+    s.reports_queued += s.client->Report(rank, Epoch(own), own, seconds);
     s.shadow_job_iteration[own] = job_iteration;
     ++own;
   }
@@ -323,7 +324,7 @@ void Sim::RankMain(uint32_t rank) {
     }
     double planned = 0;
     const double seconds = Compute(rank, i, &planned);
-    s.client->Report(rank, Epoch(i), i, seconds);
+    s.reports_queued += s.client->Report(rank, Epoch(i), i, seconds);
     if (collective_->Arrive(i, rank, m.version, ActiveRanks(m), planned) !=
         Collective::Outcome::kCompleted)
       return;
@@ -469,6 +470,7 @@ int Sim::Run() {
       if (s.rank == r) slow.push_back({{"factor", s.factor}, {"from", s.from}, {"to", s.to}});
     const RankState& s = *ranks_[r - o_.first_rank];
     ranks_json.push_back({{"rank", r},
+                          {"reports_queued", s.reports_queued},
                           {"detected_at", detected},
                           {"recovered_at", recovered},
                           {"excluded_at", s.excluded_at},
