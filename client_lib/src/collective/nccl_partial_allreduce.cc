@@ -56,6 +56,8 @@ struct Comm {
   uint64_t version = 0;
   bool started = false;  // init/shrink issued (a pending build may wait for its id)
   bool ready = false;    // built and warmed up
+  // A shrink whose asynchronous job may still write `comm` (see Shrink).
+  bool child_of_async_job = false;
 };
 using CommPtr = std::unique_ptr<Comm>;
 
@@ -93,6 +95,10 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   ~NcclPartialAllReduce() override {
     cudaSetDevice(device_);
     cache_.reset();  // releases every communicator while the stream still exists
+    for (CommPtr& o : orphans_) {
+      // Its job has finished or was ended by aborting the parent above.
+      if (ncclComm_t comm = __atomic_load_n(&o->comm, __ATOMIC_ACQUIRE); comm != nullptr) ncclCommAbort(comm);
+    }
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (own_stream_) cudaStreamDestroy(stream_);
   }
@@ -360,15 +366,36 @@ class NcclPartialAllReduce final : public PartialAllReduce {
                             SetText(active) + ": the communicator of ranks " + SetText(agreement_.previous_active()) +
                             " was aborted after an earlier error");
     }
-    return BuildAndCache(version, active, [&](Comm& c) {
-      ncclConfig_t config = NonBlockingConfig();
-      // Called by the survivors only; the excluded ranks are never waited on.
-      STRAGGLER_NCCL_START(ncclCommShrink(parent->handle->comm, const_cast<int*>(exclude.data()),
-                                          static_cast<int>(exclude.size()), &c.comm, &config,
-                                          NCCL_SHRINK_DEFAULT));
-      c.started = true;
-      Finish(c, iteration, deadline, "ncclCommShrink");
-    });
+    Comm& from = *parent->handle;
+    try {
+      return BuildAndCache(version, active, [&](Comm& c) {
+        ncclConfig_t config = NonBlockingConfig();
+        // Called by the survivors only; the excluded ranks are never waited on.
+        STRAGGLER_NCCL_START(ncclCommShrink(from.comm, const_cast<int*>(exclude.data()),
+                                            static_cast<int>(exclude.size()), &c.comm, &config,
+                                            NCCL_SHRINK_DEFAULT));
+        c.started = true;
+        c.child_of_async_job = true;
+        // Unlike an init, a shrink (like a split) leaves the new handle NULL
+        // until its asynchronous job has finished: NCCL's own thread stores
+        // the child into c.comm later and reports progress on the parent. So
+        // wait on the parent first, then for the handle, then on the child.
+        WaitComm(from, deadline, "iteration " + std::to_string(iteration) + ": ncclCommShrink of ranks " +
+                                     SetText(from.ranks) + " to " + SetText(active));
+        while (__atomic_load_n(&c.comm, __ATOMIC_ACQUIRE) == nullptr) {
+          if (Clock::now() >= deadline) throw CollectiveError("ncclCommShrink finished but stored no communicator");
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+        c.child_of_async_job = false;
+        Finish(c, iteration, deadline, "ncclCommShrink");
+      });
+    } catch (...) {
+      // A shrink that failed leaves its parent with the failed job's error
+      // (ncclCommGetAsyncError answers it from now on): it cannot be used
+      // again, so it is aborted rather than kept for a later shrink.
+      cache_->Erase(agreement_.previous_active(), /*healthy=*/false);
+      throw;
+    }
   }
 
   // A new communicator of `active` for `version`, made ready by `build` (not
@@ -385,7 +412,14 @@ class NcclPartialAllReduce final : public PartialAllReduce {
         build(*c);
       } catch (...) {
         CommPtr broken = std::move(c);
-        Release(broken, false);
+        if (broken->child_of_async_job) {
+          // NCCL's thread may still store the shrunk handle into
+          // broken->comm: keep the struct alive until destruction (it is
+          // small, and this happens once per failed shrink).
+          orphans_.push_back(std::move(broken));
+        } else {
+          Release(broken, false);
+        }
         throw;
       }
     }
@@ -502,6 +536,7 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   size_t scratch_bytes_ = 0;
   std::unique_ptr<detail::CommCache<CommPtr>> cache_;
   Comm* current_ = nullptr;  // the communicator of the current iteration
+  std::vector<CommPtr> orphans_;  // failed shrinks NCCL may still write into
 
   detail::Agreement agreement_;
 };
