@@ -72,7 +72,9 @@ class GlooPartialAllReduce final : public PartialAllReduce {
 
   bool SyncParameters(const std::vector<ParameterBuffer>& buffers) override {
     RequireBegun("SyncParameters");
-    if (!agreement_.plan().participating || !agreement_.plan().sync_parameters) return false;
+    if (!agreement_.plan().participating) return false;
+    RequireContext("SyncParameters");
+    if (!agreement_.plan().sync_parameters) return false;
     if (current_->context == nullptr) return true;  // a set of one: nothing to send
     const auto root = static_cast<int>(
         std::find(current_->ranks.begin(), current_->ranks.end(), agreement_.plan().root) -
@@ -103,6 +105,7 @@ class GlooPartialAllReduce final : public PartialAllReduce {
     r.version = agreement_.plan().version;
     r.active_ranks = static_cast<uint32_t>(agreement_.plan().active_ranks.size());
     if (!agreement_.plan().participating) return r;  // excluded: no collective at all
+    RequireContext("AllReduceAverage");
     r.participated = true;
     if (current_->context != nullptr && !data.empty()) {
       try {
@@ -123,6 +126,17 @@ class GlooPartialAllReduce final : public PartialAllReduce {
   }
 
   void RequireBegun(const char* what) const { agreement_.RequireBegun(what); }
+
+  // The last BeginIteration threw while building its context: the plan still
+  // is the previous iteration's, and averaging on it would pair with ranks
+  // that moved on. Never pretend to average.
+  void RequireContext(const char* what) const {
+    if (current_ == nullptr) {
+      throw CollectiveError(std::string(what) + " after a failed BeginIteration: no context of ranks " +
+                            detail::SetText(agreement_.plan().active_ranks) +
+                            " for this iteration; call BeginIteration again");
+    }
+  }
 
   CollectiveError Failure(const std::string& op, const std::exception& e) {
     // The context is kept as it is: rebuilding it under the same version
