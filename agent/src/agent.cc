@@ -18,7 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
@@ -906,12 +908,8 @@ absl::Status Agent::Start() {
     nvml::NvmlSampler::Options o;
     o.library = c.nvml_library;
     o.interval = std::chrono::milliseconds(c.telemetry_interval_ms);
-    // On a GPU-less host this logs its one line and stays off.
+    // Logs its one line: on (GPUs, library, interval), or off on a GPU-less host.
     m.sampler = nvml::NvmlSampler::Start(o);
-    if (m.sampler->enabled()) {
-      spdlog::info("GPU telemetry on: {} GPUs, sampled every {} ms", m.sampler->Gpus().size(),
-                   c.telemetry_interval_ms);
-    }
   } else {
     spdlog::info("GPU telemetry off (telemetry.enabled=false)");
   }
@@ -944,6 +942,10 @@ absl::Status Agent::Start() {
                                        &m.decorator, LiveConfig::From(c));
   m.service = std::make_unique<IngestProxy>(*m.table, m.stats);
 
+  // The same standard services as stragglerd, so a client (or a probe such
+  // as grpc_health_probe) cannot tell the agent from the daemon.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // The socket is created by BuildAndStart with the process umask: made
   // 0660 from its first moment (not chmod-ed afterwards, which would leave a
@@ -965,6 +967,9 @@ absl::Status Agent::Start() {
                                                c.listen_tcp.empty() ? "" : " / listen_tcp=",
                                                c.listen_tcp));
   }
+  grpc::HealthCheckServiceInterface* health = m.server->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  health->SetServingStatus(straggler::v1::IngestService::service_full_name(), true);
   // Trainer processes of the same group (not every local user) may connect.
   struct stat st {};
   if (stat(path.c_str(), &st) == 0 && (st.st_mode & 0007) != 0) {

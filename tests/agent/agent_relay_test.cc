@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -28,6 +30,7 @@
 #include "straggler/straggler_c.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 namespace sa = straggler::agent;
@@ -264,5 +267,52 @@ TEST_CASE("the agent refuses a bad hello with the daemon's message", "[relay]") 
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK(st.error_message().find(c.message) != std::string::npos);
   }
+  agent.Shutdown();
+}
+
+// The agent answers the standard gRPC health check like stragglerd does, so
+// probes and clients cannot tell the two apart. The messages are built by
+// hand (grpc.health.v1 is not among Debian's installed protos): an empty
+// HealthCheckRequest asks for the server as a whole, and a response of
+// status SERVING (1) is the two bytes 08 01.
+TEST_CASE("the agent answers the gRPC health check as SERVING", "[relay]") {
+  sa::AgentConfig ac = AgentTo("127.0.0.1:1", "health");
+  sa::Agent agent(ac);
+  REQUIRE(agent.Start().ok());
+  grpc::GenericStub stub(grpc::CreateChannel(ac.listen, grpc::InsecureChannelCredentials()));
+  auto check = [&](const std::string& service) {
+    std::string request;
+    if (!service.empty()) {
+      request.push_back('\x0a');  // field 1 (service), length-delimited
+      request.push_back(static_cast<char>(service.size()));
+      request += service;
+    }
+    grpc::Slice slice(request);
+    grpc::ByteBuffer in(&slice, 1);
+    grpc::ByteBuffer out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out,
+                   [&](grpc::Status s) {
+                     std::lock_guard<std::mutex> lock(mu);
+                     status = std::move(s);
+                     done = true;
+                     cv.notify_one();
+                   });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    REQUIRE(status.ok());
+    std::vector<grpc::Slice> slices;
+    REQUIRE(out.Dump(&slices).ok());
+    std::string bytes;
+    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    return bytes;
+  };
+  CHECK(check("") == std::string("\x08\x01", 2));
+  CHECK(check(straggler::v1::IngestService::service_full_name()) == std::string("\x08\x01", 2));
   agent.Shutdown();
 }
