@@ -3,7 +3,11 @@
 // SIGHUP reloads the config file, SIGTERM/SIGINT drain and exit 0.
 #include <unistd.h>
 
+#include <condition_variable>
+#include <cstdlib>
 #include <iostream>
+#include <mutex>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -24,6 +28,12 @@ using straggler::daemon::DaemonConfig;
 using straggler::daemon::kExitBadConfig;
 
 constexpr auto kDrainGrace = std::chrono::seconds(5);
+// The whole drain's bound. gRPC's shutdown waits for every connection to
+// close, and the connection of a client that stopped reading (a suspended
+// `stragglerctl watch`) cannot be closed cleanly: gRPC lets go of it only
+// when its own timers run out (measured up to 18 s). A stop must not depend
+// on a peer, so past this the state is flushed and the process exits.
+constexpr auto kDrainLimit = kDrainGrace + std::chrono::seconds(2);
 
 bool WriteReadyFile(const std::string& path, const std::string& grpc_dial_address,
                     const std::string& http_dial_address) {
@@ -111,6 +121,26 @@ int main(int argc, char** argv) {
       signals, [&] { return LoadConfig(sources, straggler::daemon::GetEnv); },
       [&](const DaemonConfig& next) { server.Reload(next); });
   spdlog::info("{} received", straggler::daemon::StopSignalName(sig));
+  std::mutex drain_mu;
+  std::condition_variable drain_cv;
+  bool drained = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(drain_mu);
+    if (drain_cv.wait_for(lock, kDrainLimit, [&] { return drained; })) return;
+    spdlog::warn("drain not finished after {} s: a client connection that does not read holds "
+                 "gRPC's shutdown; flushing the state database and exiting without it",
+                 std::chrono::duration_cast<std::chrono::seconds>(kDrainLimit).count());
+    server.FlushState();
+    spdlog::info("stragglerd stopped (drain cut at its limit)");
+    spdlog::shutdown();
+    std::_Exit(0);
+  });
   server.Shutdown(kDrainGrace);
+  {
+    std::lock_guard lock(drain_mu);
+    drained = true;
+  }
+  drain_cv.notify_one();
+  watchdog.join();
   return 0;
 }

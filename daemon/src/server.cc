@@ -201,6 +201,14 @@ void Server::TickLoop() {
   }
 }
 
+void Server::FlushState() {
+  if (!store_) return;
+  store_->Flush();
+  spdlog::info("state database {} flushed: {} events written, {} dropped, {} failed batches",
+               store_->path(), store_->events_written(), store_->events_dropped(),
+               store_->write_errors());
+}
+
 void Server::Shutdown(std::chrono::milliseconds grace) {
   if (!server_) return;
   spdlog::info("stragglerd draining (grace {} ms)", grace.count());
@@ -220,13 +228,8 @@ void Server::Shutdown(std::chrono::milliseconds grace) {
   if (tick_thread_.joinable()) tick_thread_.join();
   server_->Wait();
   server_.reset();
-  if (store_) {
-    // Nothing journals any more (no RPC, no tick): what is queued is all.
-    store_->Flush();
-    spdlog::info("state database {} flushed: {} events written, {} dropped, {} failed batches",
-                 store_->path(), store_->events_written(), store_->events_dropped(),
-                 store_->write_errors());
-  }
+  // Nothing journals any more (no RPC, no tick): what is queued is all.
+  FlushState();
   // HTTP last: /metrics and /healthz answer while gRPC drains.
   if (http_) http_->Stop();
   http_.reset();

@@ -68,6 +68,12 @@ class Server {
   // serve until then).
   void Shutdown(std::chrono::milliseconds grace);
 
+  // Writes what the state database's queue holds and logs the counts (a
+  // no-op without persistence). Shutdown does it once gRPC has stopped; a
+  // drain that cannot finish (see stragglerd's main) calls it from another
+  // thread while Shutdown is still waiting: safe, the Store serialises it.
+  void FlushState();
+
   int grpc_port() const { return grpc_port_; }
   // host:port as configured, with the real port.
   const std::string& grpc_address() const { return grpc_address_; }

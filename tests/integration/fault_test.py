@@ -24,7 +24,9 @@ silent_watcher  stragglerctl watch, then SIGSTOP: a WatchMembership client that
                 unaffected, the daemon skips versions for the watcher
                 (straggler_watch_versions_skipped_total) instead of buffering
                 them (VmRSS growth far below what the versions add up to), and
-                SIGTERM still drains in time with the watcher stopped.
+                SIGTERM still ends the daemon with exit 0 with the watcher
+                stopped: its connection may hold gRPC's drain, which the
+                daemon cuts at its limit (7 s) after flushing its state.
 sigterm_ingest  SIGTERM while straggler-loadgen sends as fast as it can and a sim
                 job has events and an exclusion: exit 0 within the drain
                 timeout, the drain logged, and the state database closed
@@ -330,11 +332,18 @@ def test_silent_watcher(args, work):
                   % (job, holder.stderr.read() if holder.poll() is not None else ""))
             holder.kill()  # the drain below is about the stopped watcher alone
             holder.wait()
-            # A hang guard, not a timing assert: the stopped watcher's
-            # connection holds gRPC's shutdown until gRPC's own timers give
-            # up on it (0.4-18 s measured; README "Faults").
-            check(d.stop(timeout=60) == 0,
+            # The stopped watcher's connection holds gRPC's shutdown until
+            # gRPC's own timers give up on it (0.4-18 s measured; README
+            # "Faults"); the daemon cuts the drain at 7 s. The timeout is a
+            # hang guard with room for a loaded machine, not a timing assert.
+            t0 = time.monotonic()
+            check(d.stop(timeout=30) == 0,
                   "stragglerd did not exit 0 on SIGTERM with a stopped watcher")
+            log = d.log_tail(400)
+            cut = "drain cut at its limit" in log
+            print("SIGTERM to exit with a stopped watcher: %.1f s (%s)"
+                  % (time.monotonic() - t0, "cut at the limit" if cut else "gRPC drained"))
+            check("stragglerd stopped" in log, "no 'stragglerd stopped' line in the log")
         finally:
             if loadgen is not None and loadgen.poll() is None:
                 loadgen.kill()
