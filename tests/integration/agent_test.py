@@ -198,6 +198,8 @@ def daemon_restart_phase(args, work):
 
         old.proc.kill()  # SIGKILL: no drain, acknowledgements in flight are lost
         old.proc.wait()
+        down_since = time.monotonic()
+        received_at_kill = sum(agent.per_rank("straggler_agent_rank_received_reports_total").values())
         wait_for("the agent to notice", lambda: agent.job_metric(
             "straggler_agent_upstream_connected") == 0)
         # Final for the old daemon: no acknowledgement arrives on a dead stream.
@@ -210,6 +212,18 @@ def daemon_restart_phase(args, work):
         time.sleep(1.0)  # some more downtime: the sims keep running meanwhile
         for s in sims:
             check(s.poll() is None, "a sim ended while the daemon was down")
+        # The sims never block on the outage: their steps (20 ms) go on at
+        # nearly their own pace. A client that waited its membership timeout
+        # (100 ms) at every step would make a fifth of this progress.
+        down = time.monotonic() - down_since
+        progressed = (sum(agent.per_rank("straggler_agent_rank_received_reports_total").values())
+                      - received_at_kill) / WORLD
+        nominal = down / 0.020
+        print("during %.2f s of daemon downtime each rank stepped %.0f times (%.0f at full pace)"
+              % (down, progressed, nominal))
+        check(progressed >= 0.4 * nominal,
+              "the sims stepped only %.0f times in %.2f s of daemon downtime (%.0f at full pace): "
+              "blocked on the outage?" % (progressed, down, nominal))
 
         new.start()
         wait_for("the agent to reconnect", lambda: agent.job_metric(
