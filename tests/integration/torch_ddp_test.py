@@ -49,9 +49,8 @@ class Ranks(RankProcesses):
         cmds = [[python, rank_script, "--daemon", daemon_address, "--job", JOB,
                  "--rank", str(r), "--world-size", str(WORLD), "--store", store,
                  "--iterations", str(ITERATIONS),
-                 # Rank 3 is slow: while excluded it never runs ahead of the
-                 # group it rejoins (README, "Collective layer", known limit),
-                 # and it falls far enough behind to skip to its rejoin.
+                 # Rank 3 is slow: while excluded it falls far enough behind
+                 # the group to skip to its rejoin iteration.
                  "--step-ms", "80" if r == 3 else "10"] for r in range(WORLD)]
         super().__init__(cmds, workdir, DEADLINE_S, env=env, err_tail=3000)
 

@@ -1,7 +1,8 @@
 // straggler::PartialAllReduce — gradient averaging among the ACTIVE ranks of
 // the job's current membership, switched at the same iteration on every rank.
 // Backend-neutral: the CPU backend is Gloo (CreateGlooPartialAllReduce, in
-// libstraggler_collective); an NCCL backend will implement the same interface.
+// libstraggler_collective), the GPU backend NCCL (CreateNcclPartialAllReduce in
+// straggler/collective_nccl.h, libstraggler_collective_nccl).
 //
 //   auto client = straggler::Client::Create(options);
 //   auto reducer = straggler::CreateGlooPartialAllReduce(*client, gloo_options);
