@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "convert.h"    // daemon::MergeDirective
+#include "http_deadline.h"  // daemon::MakeDeadlineServer
 #include "metrics.h"    // daemon::Exposition, process metrics
 #include "report_buffer.h"
 #include "telemetry_attach.h"
@@ -55,6 +56,7 @@ struct AgentStats {
   std::atomic<uint64_t> upstream_connects{0};
   std::atomic<uint64_t> directives_relayed{0};
   std::atomic<uint64_t> jobs_removed{0};
+  daemon::SlowClientCounters http_slow_clients{};  // the HTTP listener's (http_deadline.h)
 };
 
 // The live part of the config, copied under the job's mutex when used.
@@ -856,6 +858,11 @@ struct Agent::Impl {
     out.Family("straggler_agent_telemetry_samples_sent_total", T::kCounter,
                "Per-rank GPU samples attached to upstream batches.");
     out.Sample({}, static_cast<double>(telemetry_sent.load()));
+    out.Family("straggler_agent_http_slow_clients_total", T::kCounter,
+               "HTTP connections closed for a request or response slower than the "
+               "http.*_timeout_seconds.");
+    out.Sample({{"phase", "request"}}, static_cast<double>(stats.http_slow_clients[0].load()));
+    out.Sample({{"phase", "response"}}, static_cast<double>(stats.http_slow_clients[1].load()));
     out.Family("straggler_agent_build_info", T::kGauge, "Always 1.");
     out.Sample({{"version", STRAGGLERD_VERSION}}, 1);
     daemon::WriteProcessMetrics(daemon::ReadProcessStats(), out);
@@ -977,7 +984,17 @@ absl::Status Agent::Start() {
     std::string host = c.http_address.substr(0, colon);
     if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
     const int port = std::stoi(c.http_address.substr(colon + 1));
-    m.http = std::make_unique<httplib::Server>();
+    // Whole-request deadlines, as the daemon's listener: httplib's own
+    // timeouts are per read, so a client trickling its request (slowloris)
+    // would hold a worker for as long as it liked.
+    m.http = daemon::MakeDeadlineServer(m.stats.http_slow_clients);
+    const size_t threads = c.http_threads;
+    m.http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    m.http->set_read_timeout(c.http_read_timeout_seconds, 0);
+    m.http->set_write_timeout(c.http_write_timeout_seconds, 0);
+    m.http->set_keep_alive_timeout(c.http_keep_alive_timeout_seconds);
+    // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let
+    // a second agent share the port instead of failing to start.
     m.http->set_socket_options([](int sock) {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
@@ -1021,6 +1038,12 @@ void Agent::Reload(const AgentConfig& next) {
   restart_needed("listen_tcp", m.config.listen_tcp, next.listen_tcp);
   restart_needed("upstream", m.config.upstream, next.upstream);
   restart_needed("http_address", m.config.http_address, next.http_address);
+  if (m.config.http_threads != next.http_threads ||
+      m.config.http_read_timeout_seconds != next.http_read_timeout_seconds ||
+      m.config.http_write_timeout_seconds != next.http_write_timeout_seconds ||
+      m.config.http_keep_alive_timeout_seconds != next.http_keep_alive_timeout_seconds) {
+    spdlog::warn("SIGHUP: http.* changed: takes effect after a restart");
+  }
   restart_needed("node", m.config.node, next.node);
   restart_needed("upstream_tls.ca_file", m.config.upstream_tls.ca_file, next.upstream_tls.ca_file);
   restart_needed("upstream_tls.cert_file", m.config.upstream_tls.cert_file,

@@ -41,6 +41,12 @@ class Parser : public ConfigReader {
       } else if (key == "batch") {
         s = Section(kv.second, key, {{"max_reports", &c.batch_max_reports},
                                      {"max_delay_ms", &c.batch_max_delay_ms}});
+      } else if (key == "http") {
+        s = Section(kv.second, key,
+                    {{"threads", &c.http_threads},
+                     {"read_timeout_seconds", &c.http_read_timeout_seconds},
+                     {"write_timeout_seconds", &c.http_write_timeout_seconds},
+                     {"keep_alive_timeout_seconds", &c.http_keep_alive_timeout_seconds}});
       } else if (key == "buffer") {
         s = Section(kv.second, key, {{"max_reports", &c.buffer_max_reports}});
       } else if (key == "reconnect") {
@@ -66,7 +72,12 @@ class Parser : public ConfigReader {
           std::tuple{"reconnect.initial_ms", c.reconnect_initial_ms, "reconnect"},
           std::tuple{"reconnect.max_ms", c.reconnect_max_ms, "reconnect"},
           std::tuple{"telemetry.interval_ms", c.telemetry_interval_ms, "telemetry"},
-          std::tuple{"jobs.idle_timeout_ms", c.idle_job_timeout_ms, "jobs"}}) {
+          std::tuple{"jobs.idle_timeout_ms", c.idle_job_timeout_ms, "jobs"},
+          std::tuple{"http.threads", c.http_threads, "http"},
+          std::tuple{"http.read_timeout_seconds", c.http_read_timeout_seconds, "http"},
+          std::tuple{"http.write_timeout_seconds", c.http_write_timeout_seconds, "http"},
+          std::tuple{"http.keep_alive_timeout_seconds", c.http_keep_alive_timeout_seconds,
+                     "http"}}) {
       if (v == 0) return Error(root[node_key].Mark(), absl::StrCat(name, "=0 must be >= 1"));
     }
     return c;

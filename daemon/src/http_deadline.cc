@@ -21,8 +21,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "stats.h"
-
 namespace straggler::daemon {
 namespace {
 
@@ -250,8 +248,8 @@ template <class Base>
 class DeadlineServer final : public Base {
  public:
   template <class... BaseArgs>
-  explicit DeadlineServer(DaemonStats& stats, BaseArgs&&... base_args)
-      : Base(std::forward<BaseArgs>(base_args)...), stats_(stats) {}
+  explicit DeadlineServer(SlowClientCounters& slow_clients, BaseArgs&&... base_args)
+      : Base(std::forward<BaseArgs>(base_args)...), slow_clients_(slow_clients) {}
 
  private:
   static constexpr bool kTls = std::is_same_v<Base, httplib::SSLServer>;
@@ -314,9 +312,9 @@ class DeadlineServer final : public Base {
       if (!ret || connection_closed) break;
     }
     if (stream.read_timed_out()) {
-      stats_.http_slow_clients[0].fetch_add(1, std::memory_order_relaxed);
+      slow_clients_[0].fetch_add(1, std::memory_order_relaxed);
     } else if (stream.write_timed_out()) {
-      stats_.http_slow_clients[1].fetch_add(1, std::memory_order_relaxed);
+      slow_clients_[1].fetch_add(1, std::memory_order_relaxed);
     }
     return ret;
   }
@@ -334,18 +332,18 @@ class DeadlineServer final : public Base {
     return false;
   }
 
-  DaemonStats& stats_;
+  SlowClientCounters& slow_clients_;
 };
 
 }  // namespace
 
-std::unique_ptr<httplib::Server> MakeDeadlineServer(DaemonStats& stats) {
-  return std::make_unique<DeadlineServer<httplib::Server>>(stats);
+std::unique_ptr<httplib::Server> MakeDeadlineServer(SlowClientCounters& slow_clients) {
+  return std::make_unique<DeadlineServer<httplib::Server>>(slow_clients);
 }
 
 std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(
-    DaemonStats& stats, const std::function<bool(SSL_CTX&)>& setup_ssl_ctx) {
-  return std::make_unique<DeadlineServer<httplib::SSLServer>>(stats, setup_ssl_ctx);
+    SlowClientCounters& slow_clients, const std::function<bool(SSL_CTX&)>& setup_ssl_ctx) {
+  return std::make_unique<DeadlineServer<httplib::SSLServer>>(slow_clients, setup_ssl_ctx);
 }
 
 }  // namespace straggler::daemon

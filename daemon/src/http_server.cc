@@ -177,7 +177,7 @@ absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls)
   if (tls != nullptr) {
     // The context was checked by LoadServerTls; a failure here is unexpected.
     absl::Status setup;
-    server_ = MakeDeadlineTlsServer(stats_, [&](SSL_CTX& ctx) {
+    server_ = MakeDeadlineTlsServer(stats_.http_slow_clients, [&](SSL_CTX& ctx) {
       setup = ConfigureSslContext(*tls, &ctx);
       return setup.ok();
     });
@@ -186,7 +186,7 @@ absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls)
       return setup.ok() ? absl::InternalError("cannot set up the HTTPS listener") : setup;
     }
   } else {
-    server_ = MakeDeadlineServer(stats_);
+    server_ = MakeDeadlineServer(stats_.http_slow_clients);
   }
   const size_t threads = http.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };

@@ -52,13 +52,18 @@ TEST_CASE("deploy/straggler-agent.yaml parses and equals the built-in defaults")
   CHECK(parsed->upstream_tls.ca_file == d.upstream_tls.ca_file);
   CHECK(parsed->upstream_tls.cert_file == d.upstream_tls.cert_file);
   CHECK(parsed->upstream_tls.key_file == d.upstream_tls.key_file);
+  CHECK(parsed->http_threads == d.http_threads);
+  CHECK(parsed->http_read_timeout_seconds == d.http_read_timeout_seconds);
+  CHECK(parsed->http_write_timeout_seconds == d.http_write_timeout_seconds);
+  CHECK(parsed->http_keep_alive_timeout_seconds == d.http_keep_alive_timeout_seconds);
   // Equal defaults alone would pass for a file that omits a key: every key
   // must be shown.
   for (const char* key : {"listen:", "listen_tcp:", "upstream:", "http_address:", "node:",
                           "log_level:", "batch:", "buffer:", "reconnect:", "shutdown:", "jobs:",
                           "idle_timeout_ms:", "telemetry:", "enabled:", "interval_ms:",
                           "nvml_library:", "upstream_tls:", "ca_file:", "cert_file:",
-                          "key_file:"}) {
+                          "key_file:", "http:", "threads:", "read_timeout_seconds:",
+                          "write_timeout_seconds:", "keep_alive_timeout_seconds:"}) {
     INFO(key);
     const bool shown = text.str().find(std::string("\n") + key) != std::string::npos ||
                        text.str().find(std::string("  ") + key) != std::string::npos;
@@ -164,6 +169,14 @@ TEST_CASE("bad values are errors naming key, value and line") {
   REQUIRE_FALSE(zero.ok());
   CHECK(std::string(zero.status().message()).find("buffer.max_reports=0 must be >= 1") !=
         std::string::npos);
+  auto no_threads = sa::ParseAgentConfig("http:\n  threads: 0\n", "a.yaml");
+  REQUIRE_FALSE(no_threads.ok());
+  CHECK_THAT(std::string(no_threads.status().message()),
+             Catch::Contains("a.yaml:2: http.threads=0 must be >= 1"));
+  auto http_key = sa::ParseAgentConfig("http:\n  read_timeout: 3\n", "a.yaml");
+  REQUIRE_FALSE(http_key.ok());
+  CHECK_THAT(std::string(http_key.status().message()),
+             Catch::Contains("unknown key 'read_timeout' in http"));
   sa::AgentSources flags;
   flags.listen = "127.0.0.1:5";
   auto not_unix = sa::LoadAgentConfig(flags, FakeEnv({}));
