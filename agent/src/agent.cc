@@ -29,6 +29,7 @@
 #include "telemetry_attach.h"
 #include "rpc_util.h"   // daemon::WriteSlot
 #include "server.h"     // daemon::ApplyLogLevel
+#include "tls.h"        // daemon::LoadServerTls, GrpcServerCredentials
 #include "spdlog/spdlog.h"
 #include "straggler/nvml/nvml_sampler.h"
 #include "straggler/nvml/telemetry_proto.h"
@@ -946,6 +947,15 @@ absl::Status Agent::Start() {
   if (!credentials) {
     return absl::FailedPreconditionError(absl::StrCat("upstream_tls: ", tls_error));
   }
+  // TLS on the TCP listener: the files are read and checked now, so that a
+  // bad one stops the start naming it (FAILED_PRECONDITION: exit 2).
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
+  if (!c.listen_tcp.empty() && c.listen_tcp_tls.enabled()) {
+    absl::StatusOr<daemon::ServerTls> tls = daemon::LoadServerTls(c.listen_tcp_tls,
+                                                                  "listen_tcp_tls");
+    if (!tls.ok()) return tls.status();
+    tcp_credentials = daemon::GrpcServerCredentials(*tls);
+  }
   auto channel = grpc::CreateCustomChannel(c.upstream, credentials, args);
   m.table = std::make_unique<JobTable>(channel, c.node.empty() ? HostName() : c.node, m.stats,
                                        &m.decorator, LiveConfig::From(c));
@@ -957,9 +967,10 @@ absl::Status Agent::Start() {
   // window in which any local user could connect and report as any rank).
   // umask is process-wide; no other thread creates files at this point.
   const mode_t old_umask = umask(0117);
+  // The unix socket is plaintext: its file mode decides who may connect.
   builder.AddListeningPort(c.listen, grpc::InsecureServerCredentials());
   if (!c.listen_tcp.empty()) {
-    builder.AddListeningPort(c.listen_tcp, grpc::InsecureServerCredentials(), &m.tcp_port);
+    builder.AddListeningPort(c.listen_tcp, tcp_credentials, &m.tcp_port);
   }
   // No SO_REUSEPORT (gRPC's default): a second agent on the same TCP port
   // must fail to start, not split the node's trainers with the first.
@@ -1037,6 +1048,15 @@ void Agent::Reload(const AgentConfig& next) {
   restart_needed("listen", m.config.listen, next.listen);
   restart_needed("listen_tcp", m.config.listen_tcp, next.listen_tcp);
   restart_needed("upstream", m.config.upstream, next.upstream);
+  restart_needed("listen_tcp_tls.cert_file", m.config.listen_tcp_tls.cert_file,
+                 next.listen_tcp_tls.cert_file);
+  restart_needed("listen_tcp_tls.key_file", m.config.listen_tcp_tls.key_file,
+                 next.listen_tcp_tls.key_file);
+  restart_needed("listen_tcp_tls.client_ca_file", m.config.listen_tcp_tls.client_ca_file,
+                 next.listen_tcp_tls.client_ca_file);
+  restart_needed("listen_tcp_tls.reload_seconds",
+                 std::to_string(m.config.listen_tcp_tls.reload_seconds),
+                 std::to_string(next.listen_tcp_tls.reload_seconds));
   restart_needed("http_address", m.config.http_address, next.http_address);
   if (m.config.http_threads != next.http_threads ||
       m.config.http_read_timeout_seconds != next.http_read_timeout_seconds ||

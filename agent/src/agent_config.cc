@@ -30,6 +30,9 @@ class Parser : public ConfigReader {
         s = Str(kv.second, key, c.listen);
       } else if (key == "listen_tcp") {
         s = Str(kv.second, key, c.listen_tcp);
+      } else if (key == "listen_tcp_tls") {
+        s = daemon::ParseTlsSection(*this, kv.second, key, /*listener_switches=*/false,
+                                    c.listen_tcp_tls);
       } else if (key == "upstream") {
         s = Str(kv.second, key, c.upstream);
       } else if (key == "http_address") {
@@ -225,6 +228,12 @@ absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
   if (!config.listen_tcp.empty()) {
     if (absl::Status s = daemon::ValidateAddress("listen_tcp", config.listen_tcp, false); !s.ok())
       return s;
+  } else if (config.listen_tcp_tls.enabled()) {
+    // A certificate for a listener that does not exist: the operator meant
+    // something else (the unix socket is never TLS).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen_tcp_tls.cert_file=", config.listen_tcp_tls.cert_file,
+        " is set but listen_tcp is empty: TLS applies only to the TCP listener"));
   }
   if (absl::Status s = daemon::ValidateAddress("upstream", config.upstream, true); !s.ok()) {
     return s;

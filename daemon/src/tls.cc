@@ -53,28 +53,29 @@ absl::Status LoadCaBundle(const ServerTls& tls, X509_STORE* store, STACK_OF(X509
       sk_X509_NAME_push(names, X509_NAME_dup(X509_get_subject_name(cert)));
     }
     X509_free(cert);
-    if (!ok) return Failed(absl::StrCat("tls.client_ca_file=", tls.config.client_ca_file));
+    if (!ok) return Failed(absl::StrCat(tls.section, ".client_ca_file=", tls.config.client_ca_file));
   }
   ERR_clear_error();  // the end of the bundle reads as an error
   if (count == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "tls.client_ca_file=", tls.config.client_ca_file, " holds no PEM certificate"));
+        tls.section, ".client_ca_file=", tls.config.client_ca_file, " holds no PEM certificate"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config) {
+absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config, absl::string_view section) {
   ServerTls tls;
   tls.config = config;
+  tls.section = std::string(section);
   const struct {
     const std::string& path;
-    const char* key;
+    std::string key;
     std::string* out;
-  } files[] = {{config.cert_file, "tls.cert_file", &tls.cert_chain},
-               {config.key_file, "tls.key_file", &tls.private_key},
-               {config.client_ca_file, "tls.client_ca_file", &tls.client_ca}};
+  } files[] = {{config.cert_file, absl::StrCat(section, ".cert_file"), &tls.cert_chain},
+               {config.key_file, absl::StrCat(section, ".key_file"), &tls.private_key},
+               {config.client_ca_file, absl::StrCat(section, ".client_ca_file"), &tls.client_ca}};
   for (const auto& f : files) {
     if (f.path.empty()) continue;
     std::string error;
@@ -121,7 +122,7 @@ absl::Status ConfigureSslContext(const ServerTls& tls, SSL_CTX* ctx) {
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
 
-  const std::string cert_name = absl::StrCat("tls.cert_file=", tls.config.cert_file);
+  const std::string cert_name = absl::StrCat(tls.section, ".cert_file=", tls.config.cert_file);
   BioPtr bio = MemoryBio(tls.cert_chain);
   X509* leaf = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
   if (leaf == nullptr) return Failed(absl::StrCat(cert_name, " holds no PEM certificate"));
@@ -141,13 +142,13 @@ absl::Status ConfigureSslContext(const ServerTls& tls, SSL_CTX* ctx) {
   BioPtr key_bio = MemoryBio(tls.private_key);
   EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr);
   if (key == nullptr) {
-    return Failed(absl::StrCat("tls.key_file=", tls.config.key_file,
+    return Failed(absl::StrCat(tls.section, ".key_file=", tls.config.key_file,
                                " holds no PEM private key (or it is encrypted)"));
   }
   const bool key_ok = SSL_CTX_use_PrivateKey(ctx, key) == 1;
   EVP_PKEY_free(key);
   if (!key_ok || SSL_CTX_check_private_key(ctx) != 1) {
-    return Failed(absl::StrCat("tls.key_file=", tls.config.key_file, " does not match ",
+    return Failed(absl::StrCat(tls.section, ".key_file=", tls.config.key_file, " does not match ",
                                cert_name));
   }
 

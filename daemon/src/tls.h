@@ -1,6 +1,7 @@
 // Server-side TLS of stragglerd (README "Security"): the PEM files of
 // config.tls, read and checked once at start, turned into gRPC server
-// credentials and into the OpenSSL context of the HTTPS listener.
+// credentials and into the OpenSSL context of the HTTPS listener. The agent's
+// TCP listener (listen_tcp_tls) uses the same.
 //
 //   absl::StatusOr<ServerTls> tls = LoadServerTls(config.tls);
 //   // FAILED_PRECONDITION "tls.key_file=/etc/x.key does not match tls.cert_file=..."
@@ -17,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "config.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
@@ -29,6 +31,7 @@ namespace straggler::daemon {
 
 struct ServerTls {
   TlsConfig config;         // the paths, for messages
+  std::string section = "tls";  // the config section, for messages ("tls.cert_file=...")
   std::string cert_chain;   // PEM contents
   std::string private_key;
   std::string client_ca;    // "" = no client certificates asked for
@@ -36,9 +39,11 @@ struct ServerTls {
 
 // Reads the files and checks them with OpenSSL (each parses, the key belongs
 // to the certificate, the client CA holds a certificate). Errors are
-// FAILED_PRECONDITION naming the key, the path and OpenSSL's reason; never
-// the key's contents. `config.enabled()` must hold.
-absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config);
+// FAILED_PRECONDITION naming the key (`section`.cert_file, ...), the path and
+// OpenSSL's reason; never the key's contents. `config.enabled()` must hold.
+// stragglerd's section is `tls`, straggler-agent's `listen_tcp_tls`.
+absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config,
+                                        absl::string_view section = "tls");
 
 // TLS 1.2 or newer; with a client CA, a client certificate signed by it is
 // required and verified. With tls.reload_seconds > 0 the files are re-read
