@@ -99,7 +99,8 @@ class SocketTransport final : public Transport {
 // TLS on a non-blocking socket; owns the SSL object.
 class TlsTransport final : public Transport {
  public:
-  // `ctx` is the SSLServer's context (certificate, key, client CA).
+  // `ctx`: certificate, key, client CA. The SSL object holds a reference
+  // to it, so a context replaced meanwhile lives until this connection ends.
   TlsTransport(int sock, SSL_CTX* ctx) : ssl_(SSL_new(ctx)) {
     if (ssl_ != nullptr && SSL_set_fd(ssl_, sock) != 1) {
       SSL_free(ssl_);
@@ -242,21 +243,18 @@ class DeadlineStream final : public httplib::Stream {
   size_t pos_ = 0, end_ = 0;
 };
 
-// httplib's Server or SSLServer with its keep-alive loop
-// (process_server_socket) replaced by one over a DeadlineStream.
-template <class Base>
-class DeadlineServer final : public Base {
+// httplib's Server with its keep-alive loop (process_server_socket)
+// replaced by one over a DeadlineStream; TLS (its own, not httplib's
+// SSLServer, whose one context is set once) when given `contexts`.
+class DeadlineServer final : public httplib::Server {
  public:
-  template <class... BaseArgs>
-  explicit DeadlineServer(SlowClientCounters& slow_clients, BaseArgs&&... base_args)
-      : Base(std::forward<BaseArgs>(base_args)...), slow_clients_(slow_clients) {}
+  DeadlineServer(SlowClientCounters& slow_clients, SslContexts contexts)
+      : slow_clients_(slow_clients), contexts_(std::move(contexts)) {}
 
  private:
-  static constexpr bool kTls = std::is_same_v<Base, httplib::SSLServer>;
-
   bool process_and_close_socket(socket_t sock) override {
     bool ret = false;
-    if constexpr (kTls) {
+    if (contexts_) {
       ret = ServeTls(sock);
     } else {
       SocketTransport transport(sock);
@@ -280,7 +278,9 @@ class DeadlineServer final : public Base {
     (void)sigpipe_blocked;
     const int flags = ::fcntl(sock, F_GETFL);
     if (flags < 0 || ::fcntl(sock, F_SETFL, flags | O_NONBLOCK) < 0) return false;
-    TlsTransport transport(sock, this->ssl_context());
+    const std::shared_ptr<SSL_CTX> ctx = contexts_();
+    if (!ctx) return false;
+    TlsTransport transport(sock, ctx.get());
     if (!transport.valid()) return false;
     const bool ret = Serve(sock, transport, [&](DeadlineStream& stream) {
       return stream.UntilReadDeadline([&](short& wait) { return transport.Accept(wait); }) == 1;
@@ -333,17 +333,18 @@ class DeadlineServer final : public Base {
   }
 
   SlowClientCounters& slow_clients_;
+  const SslContexts contexts_;  // null: plaintext
 };
 
 }  // namespace
 
 std::unique_ptr<httplib::Server> MakeDeadlineServer(SlowClientCounters& slow_clients) {
-  return std::make_unique<DeadlineServer<httplib::Server>>(slow_clients);
+  return std::make_unique<DeadlineServer>(slow_clients, nullptr);
 }
 
-std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(
-    SlowClientCounters& slow_clients, const std::function<bool(SSL_CTX&)>& setup_ssl_ctx) {
-  return std::make_unique<DeadlineServer<httplib::SSLServer>>(slow_clients, setup_ssl_ctx);
+std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(SlowClientCounters& slow_clients,
+                                                       SslContexts contexts) {
+  return std::make_unique<DeadlineServer>(slow_clients, std::move(contexts));
 }
 
 }  // namespace straggler::daemon

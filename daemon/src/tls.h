@@ -6,15 +6,19 @@
 //   absl::StatusOr<ServerTls> tls = LoadServerTls(config.tls);
 //   // FAILED_PRECONDITION "tls.key_file=/etc/x.key does not match tls.cert_file=..."
 //   builder.AddListeningPort(address, GrpcServerCredentials(*tls));
-//   httplib::SSLServer https([&](SSL_CTX& ctx) { return ConfigureSslContext(*tls, &ctx).ok(); });
+//   auto https = SslContextSource::Create(*tls);  // the HTTPS listener's, renewed with the files
 //
-// Plain values and functions; no shared state. A change of the paths needs a
-// restart (the daemon warns on SIGHUP); with tls.reload_seconds the gRPC
-// credentials re-read the files' contents themselves (rotation).
+// Plain values and functions, no shared state, except SslContextSource
+// (thread-safe). A change of the paths needs a restart (the daemon warns on
+// SIGHUP); with tls.reload_seconds the gRPC credentials and the HTTPS
+// listener's SslContextSource re-read the files' contents (rotation).
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,5 +58,53 @@ std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials(const ServerTls& 
 // Sets up `ctx` the same way: minimum TLS 1.2, the certificate chain and key,
 // and with a client CA, required and verified client certificates.
 absl::Status ConfigureSslContext(const ServerTls& tls, SSL_CTX* ctx);
+
+// The HTTPS listener's OpenSSL context, renewed with its files as gRPC's
+// credentials are (GrpcServerCredentials): with reload_seconds > 0, Current()
+// looks at the files' modification time, size and inode at most every
+// reload_seconds, and after a change re-reads and re-checks them
+// (LoadServerTls) into a new context that serves the connections accepted
+// from then on (open ones keep theirs). Files that do not load together (a
+// key renewed before its certificate, a half-written file) keep the last
+// good context, logged once per change of the files. With reload_seconds = 0
+// the context of Create serves for good.
+//
+//   auto contexts = SslContextSource::Create(tls);     // shared_ptr
+//   std::shared_ptr<SSL_CTX> ctx = (*contexts)->Current();   // per connection
+//
+// Thread-safe: Current() from any thread (the check runs under a mutex, at
+// most every reload_seconds; otherwise it only copies a pointer).
+class SslContextSource {
+ public:
+  // Reads `tls.config`'s files afresh (after noting their stamps, so that a
+  // file renewed meanwhile is seen at the first check); errors as LoadServerTls.
+  static absl::StatusOr<std::shared_ptr<SslContextSource>> Create(const ServerTls& tls);
+
+  // The context for a new connection; never null.
+  std::shared_ptr<SSL_CTX> Current();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  // What tells a renewed file from the one read: modification time (ns),
+  // size and inode (a rename over it changes the inode even within one
+  // mtime tick). All zero for a file that cannot be stat-ed.
+  struct Stamp {
+    int64_t mtime_ns = 0;
+    int64_t size = 0;
+    uint64_t inode = 0;
+    bool operator==(const Stamp&) const = default;
+  };
+  SslContextSource(TlsConfig config, std::string section);
+  std::vector<Stamp> Stamps() const;
+  // Loads the files into a new context; the error names the file.
+  absl::StatusOr<std::shared_ptr<SSL_CTX>> Load() const;
+
+  const TlsConfig config_;
+  const std::string section_;
+  std::mutex mu_;
+  std::shared_ptr<SSL_CTX> current_;   // guarded by mu_
+  std::vector<Stamp> stamps_;          // of the files last tried, guarded by mu_
+  Clock::time_point next_check_;       // guarded by mu_
+};
 
 }  // namespace straggler::daemon
