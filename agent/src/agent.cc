@@ -25,11 +25,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "convert.h"    // daemon::MergeDirective
+#include "http_deadline.h"  // daemon::MakeDeadlineServer
 #include "metrics.h"    // daemon::Exposition, process metrics
 #include "report_buffer.h"
 #include "telemetry_attach.h"
 #include "rpc_util.h"   // daemon::WriteSlot
 #include "server.h"     // daemon::ApplyLogLevel
+#include "tls.h"        // daemon::LoadServerTls, GrpcServerCredentials
 #include "spdlog/spdlog.h"
 #include "straggler/nvml/nvml_sampler.h"
 #include "straggler/nvml/telemetry_proto.h"
@@ -57,6 +59,7 @@ struct AgentStats {
   std::atomic<uint64_t> upstream_connects{0};
   std::atomic<uint64_t> directives_relayed{0};
   std::atomic<uint64_t> jobs_removed{0};
+  daemon::SlowClientCounters http_slow_clients{};  // the HTTP listener's (http_deadline.h)
 };
 
 // The live part of the config, copied under the job's mutex when used.
@@ -858,6 +861,11 @@ struct Agent::Impl {
     out.Family("straggler_agent_telemetry_samples_sent_total", T::kCounter,
                "Per-rank GPU samples attached to upstream batches.");
     out.Sample({}, static_cast<double>(telemetry_sent.load()));
+    out.Family("straggler_agent_http_slow_clients_total", T::kCounter,
+               "HTTP connections closed for a request or response slower than the "
+               "http.*_timeout_seconds.");
+    out.Sample({{"phase", "request"}}, static_cast<double>(stats.http_slow_clients[0].load()));
+    out.Sample({{"phase", "response"}}, static_cast<double>(stats.http_slow_clients[1].load()));
     out.Family("straggler_agent_build_info", T::kGauge, "Always 1.");
     out.Sample({{"version", STRAGGLERD_VERSION}}, 1);
     daemon::WriteProcessMetrics(daemon::ReadProcessStats(), out);
@@ -937,6 +945,15 @@ absl::Status Agent::Start() {
   if (!credentials) {
     return absl::FailedPreconditionError(absl::StrCat("upstream_tls: ", tls_error));
   }
+  // TLS on the TCP listener: the files are read and checked now, so that a
+  // bad one stops the start naming it (FAILED_PRECONDITION: exit 2).
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
+  if (!c.listen_tcp.empty() && c.listen_tcp_tls.enabled()) {
+    absl::StatusOr<daemon::ServerTls> tls = daemon::LoadServerTls(c.listen_tcp_tls,
+                                                                  "listen_tcp_tls");
+    if (!tls.ok()) return tls.status();
+    tcp_credentials = daemon::GrpcServerCredentials(*tls);
+  }
   auto channel = grpc::CreateCustomChannel(c.upstream, credentials, args);
   m.table = std::make_unique<JobTable>(channel, c.node.empty() ? HostName() : c.node, m.stats,
                                        &m.decorator, LiveConfig::From(c));
@@ -952,9 +969,10 @@ absl::Status Agent::Start() {
   // window in which any local user could connect and report as any rank).
   // umask is process-wide; no other thread creates files at this point.
   const mode_t old_umask = umask(0117);
+  // The unix socket is plaintext: its file mode decides who may connect.
   builder.AddListeningPort(c.listen, grpc::InsecureServerCredentials());
   if (!c.listen_tcp.empty()) {
-    builder.AddListeningPort(c.listen_tcp, grpc::InsecureServerCredentials(), &m.tcp_port);
+    builder.AddListeningPort(c.listen_tcp, tcp_credentials, &m.tcp_port);
   }
   // No SO_REUSEPORT (gRPC's default): a second agent on the same TCP port
   // must fail to start, not split the node's trainers with the first.
@@ -982,7 +1000,17 @@ absl::Status Agent::Start() {
     std::string host = c.http_address.substr(0, colon);
     if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
     const int port = std::stoi(c.http_address.substr(colon + 1));
-    m.http = std::make_unique<httplib::Server>();
+    // Whole-request deadlines, as the daemon's listener: httplib's own
+    // timeouts are per read, so a client trickling its request (slowloris)
+    // would hold a worker for as long as it liked.
+    m.http = daemon::MakeDeadlineServer(m.stats.http_slow_clients);
+    const size_t threads = c.http_threads;
+    m.http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    m.http->set_read_timeout(c.http_read_timeout_seconds, 0);
+    m.http->set_write_timeout(c.http_write_timeout_seconds, 0);
+    m.http->set_keep_alive_timeout(c.http_keep_alive_timeout_seconds);
+    // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let
+    // a second agent share the port instead of failing to start.
     m.http->set_socket_options([](int sock) {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
@@ -1025,7 +1053,22 @@ void Agent::Reload(const AgentConfig& next) {
   restart_needed("listen", m.config.listen, next.listen);
   restart_needed("listen_tcp", m.config.listen_tcp, next.listen_tcp);
   restart_needed("upstream", m.config.upstream, next.upstream);
+  restart_needed("listen_tcp_tls.cert_file", m.config.listen_tcp_tls.cert_file,
+                 next.listen_tcp_tls.cert_file);
+  restart_needed("listen_tcp_tls.key_file", m.config.listen_tcp_tls.key_file,
+                 next.listen_tcp_tls.key_file);
+  restart_needed("listen_tcp_tls.client_ca_file", m.config.listen_tcp_tls.client_ca_file,
+                 next.listen_tcp_tls.client_ca_file);
+  restart_needed("listen_tcp_tls.reload_seconds",
+                 std::to_string(m.config.listen_tcp_tls.reload_seconds),
+                 std::to_string(next.listen_tcp_tls.reload_seconds));
   restart_needed("http_address", m.config.http_address, next.http_address);
+  if (m.config.http_threads != next.http_threads ||
+      m.config.http_read_timeout_seconds != next.http_read_timeout_seconds ||
+      m.config.http_write_timeout_seconds != next.http_write_timeout_seconds ||
+      m.config.http_keep_alive_timeout_seconds != next.http_keep_alive_timeout_seconds) {
+    spdlog::warn("SIGHUP: http.* changed: takes effect after a restart");
+  }
   restart_needed("node", m.config.node, next.node);
   restart_needed("upstream_tls.ca_file", m.config.upstream_tls.ca_file, next.upstream_tls.ca_file);
   restart_needed("upstream_tls.cert_file", m.config.upstream_tls.cert_file,

@@ -30,6 +30,9 @@ class Parser : public ConfigReader {
         s = Str(kv.second, key, c.listen);
       } else if (key == "listen_tcp") {
         s = Str(kv.second, key, c.listen_tcp);
+      } else if (key == "listen_tcp_tls") {
+        s = daemon::ParseTlsSection(*this, kv.second, key, /*listener_switches=*/false,
+                                    c.listen_tcp_tls);
       } else if (key == "upstream") {
         s = Str(kv.second, key, c.upstream);
       } else if (key == "http_address") {
@@ -41,6 +44,12 @@ class Parser : public ConfigReader {
       } else if (key == "batch") {
         s = Section(kv.second, key, {{"max_reports", &c.batch_max_reports},
                                      {"max_delay_ms", &c.batch_max_delay_ms}});
+      } else if (key == "http") {
+        s = Section(kv.second, key,
+                    {{"threads", &c.http_threads},
+                     {"read_timeout_seconds", &c.http_read_timeout_seconds},
+                     {"write_timeout_seconds", &c.http_write_timeout_seconds},
+                     {"keep_alive_timeout_seconds", &c.http_keep_alive_timeout_seconds}});
       } else if (key == "buffer") {
         s = Section(kv.second, key, {{"max_reports", &c.buffer_max_reports}});
       } else if (key == "reconnect") {
@@ -66,7 +75,12 @@ class Parser : public ConfigReader {
           std::tuple{"reconnect.initial_ms", c.reconnect_initial_ms, "reconnect"},
           std::tuple{"reconnect.max_ms", c.reconnect_max_ms, "reconnect"},
           std::tuple{"telemetry.interval_ms", c.telemetry_interval_ms, "telemetry"},
-          std::tuple{"jobs.idle_timeout_ms", c.idle_job_timeout_ms, "jobs"}}) {
+          std::tuple{"jobs.idle_timeout_ms", c.idle_job_timeout_ms, "jobs"},
+          std::tuple{"http.threads", c.http_threads, "http"},
+          std::tuple{"http.read_timeout_seconds", c.http_read_timeout_seconds, "http"},
+          std::tuple{"http.write_timeout_seconds", c.http_write_timeout_seconds, "http"},
+          std::tuple{"http.keep_alive_timeout_seconds", c.http_keep_alive_timeout_seconds,
+                     "http"}}) {
       if (v == 0) return Error(root[node_key].Mark(), absl::StrCat(name, "=0 must be >= 1"));
     }
     return c;
@@ -214,6 +228,12 @@ absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
   if (!config.listen_tcp.empty()) {
     if (absl::Status s = daemon::ValidateAddress("listen_tcp", config.listen_tcp, false); !s.ok())
       return s;
+  } else if (config.listen_tcp_tls.enabled()) {
+    // A certificate for a listener that does not exist: the operator meant
+    // something else (the unix socket is never TLS).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen_tcp_tls.cert_file=", config.listen_tcp_tls.cert_file,
+        " is set but listen_tcp is empty: TLS applies only to the TCP listener"));
   }
   if (absl::Status s = daemon::ValidateAddress("upstream", config.upstream, true); !s.ok()) {
     return s;

@@ -26,13 +26,28 @@ inline constexpr char kDefaultUpstream[] = "127.0.0.1:7070";
 inline constexpr char kDefaultHttpAddress[] = "0.0.0.0:7072";
 
 struct AgentConfig {
-  // Restart needed for a change of these five.
+  // Restart needed for a change of these.
   std::string listen = kDefaultListen;  // unix:PATH or unix:///PATH
   std::string listen_tcp;               // HOST:PORT, "" = no TCP listener
+  // TLS on listen_tcp (README "Security"), as stragglerd's tls: cert_file +
+  // key_file ("" = plaintext), client_ca_file (mutual TLS), reload_seconds
+  // (gRPC re-reads the files that often). grpc/http are unused here. The
+  // unix socket is always plaintext: its file mode guards it.
+  daemon::TlsConfig listen_tcp_tls;
   std::string upstream = kDefaultUpstream;
   // TLS to the daemon (README "Security"); all empty = plaintext.
   ChannelSecurity upstream_tls;
   std::string http_address = kDefaultHttpAddress;  // "" = no HTTP
+  // The HTTP listener (restart needed for a change), as stragglerd's http.*:
+  // a request must arrive whole within http_read_timeout_seconds of its
+  // first byte and its response be taken within http_write_timeout_seconds,
+  // or the connection is closed (daemon/src/http_deadline.h), so slow
+  // clients cannot hold the http_threads workers; idle keep-alive
+  // connections close after http_keep_alive_timeout_seconds.
+  uint32_t http_threads = 4;
+  uint32_t http_read_timeout_seconds = 5;
+  uint32_t http_write_timeout_seconds = 5;
+  uint32_t http_keep_alive_timeout_seconds = 2;
   std::string node;                     // name sent upstream; "" = host name
   // GPU telemetry (restart needed for a change): NVML sampled every
   // telemetry_interval_ms; nvml_library "" = $STRAGGLER_NVML_LIBRARY, else

@@ -49,7 +49,9 @@ int main(int argc, char** argv) {
       "straggler-agent - per-node sidecar of stragglerd: serves the daemon's IngestService\n"
       "to the trainer ranks of this node on a unix socket (mode 0660), fans each job's\n"
       "ranks into one upstream stream, buffers reports while the daemon is unreachable\n"
-      "and replays them, and relays memberships back.\n\n"
+      "and replays them, and relays memberships back. The optional TCP listener speaks\n"
+      "TLS (optionally mutual) when the config file sets listen_tcp_tls; the unix socket\n"
+      "is always plaintext.\n\n"
       "Precedence: flags > environment (STRAGGLER_AGENT_CONFIG, STRAGGLER_AGENT_LISTEN,\n"
       "STRAGGLER_AGENT_LISTEN_TCP, STRAGGLER_AGENT_UPSTREAM, STRAGGLER_AGENT_HTTP_ADDRESS,\n"
       "STRAGGLER_AGENT_LOG_LEVEL, STRAGGLER_AGENT_NODE, STRAGGLER_AGENT_TELEMETRY_ENABLED,\n"
@@ -69,7 +71,8 @@ int main(int argc, char** argv) {
                                     "unix:///run/straggler/agent.sock; the directory is created)");
   auto* tcp_opt = app.add_option("--listen-tcp", listen_tcp,
                                  "also serve on TCP HOST:PORT, port 0 picks a free port "
-                                 "(default: no TCP)");
+                                 "(default: no TCP); plaintext unless the config file's "
+                                 "listen_tcp_tls gives a certificate");
   auto* upstream_opt = app.add_option("--upstream", upstream,
                                       "stragglerd gRPC address HOST:PORT (default 127.0.0.1:7070)");
   auto* http_opt = app.add_option("--http-address", http_address,

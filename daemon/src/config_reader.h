@@ -3,7 +3,8 @@
 // whose errors name the file, line, key and value. Also the precedence both
 // loaders follow: config file (from --config, else its environment
 // variable) over built-in defaults, then environment, then flags
-// (LoadConfigFileOrDefaults, then Override per field).
+// (LoadConfigFileOrDefaults, then Override per field), and the server TLS
+// section both have (ParseTlsSection).
 //
 //   ConfigReader r("agent.yaml");
 //   absl::StatusOr<uint32_t> n = r.Uint(node["max_reports"], "buffer.max_reports");
@@ -83,6 +84,16 @@ class ConfigReader {
  protected:
   std::string source_;
 };
+
+struct TlsConfig;  // config.h
+
+// A server TLS section (stragglerd's `tls:`, straggler-agent's
+// `listen_tcp_tls:`) over `tls`: cert_file, key_file, client_ca_file,
+// reload_seconds, and with `listener_switches` grpc and http. Errors name
+// `section`.key; half a setup (a certificate without its key, a client CA
+// without a certificate) is refused.
+absl::Status ParseTlsSection(const ConfigReader& reader, const YAML::Node& node,
+                             absl::string_view section, bool listener_switches, TlsConfig& tls);
 
 // Reads a whole file; NOT_FOUND names the path.
 absl::StatusOr<std::string> ReadConfigFile(const std::string& path);

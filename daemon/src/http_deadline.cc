@@ -21,8 +21,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "stats.h"
-
 namespace straggler::daemon {
 namespace {
 
@@ -101,7 +99,8 @@ class SocketTransport final : public Transport {
 // TLS on a non-blocking socket; owns the SSL object.
 class TlsTransport final : public Transport {
  public:
-  // `ctx` is the SSLServer's context (certificate, key, client CA).
+  // `ctx`: certificate, key, client CA. The SSL object holds a reference
+  // to it, so a context replaced meanwhile lives until this connection ends.
   TlsTransport(int sock, SSL_CTX* ctx) : ssl_(SSL_new(ctx)) {
     if (ssl_ != nullptr && SSL_set_fd(ssl_, sock) != 1) {
       SSL_free(ssl_);
@@ -244,21 +243,18 @@ class DeadlineStream final : public httplib::Stream {
   size_t pos_ = 0, end_ = 0;
 };
 
-// httplib's Server or SSLServer with its keep-alive loop
-// (process_server_socket) replaced by one over a DeadlineStream.
-template <class Base>
-class DeadlineServer final : public Base {
+// httplib's Server with its keep-alive loop (process_server_socket)
+// replaced by one over a DeadlineStream; TLS (its own, not httplib's
+// SSLServer, whose one context is set once) when given `contexts`.
+class DeadlineServer final : public httplib::Server {
  public:
-  template <class... BaseArgs>
-  explicit DeadlineServer(DaemonStats& stats, BaseArgs&&... base_args)
-      : Base(std::forward<BaseArgs>(base_args)...), stats_(stats) {}
+  DeadlineServer(SlowClientCounters& slow_clients, SslContexts contexts)
+      : slow_clients_(slow_clients), contexts_(std::move(contexts)) {}
 
  private:
-  static constexpr bool kTls = std::is_same_v<Base, httplib::SSLServer>;
-
   bool process_and_close_socket(socket_t sock) override {
     bool ret = false;
-    if constexpr (kTls) {
+    if (contexts_) {
       ret = ServeTls(sock);
     } else {
       SocketTransport transport(sock);
@@ -282,7 +278,9 @@ class DeadlineServer final : public Base {
     (void)sigpipe_blocked;
     const int flags = ::fcntl(sock, F_GETFL);
     if (flags < 0 || ::fcntl(sock, F_SETFL, flags | O_NONBLOCK) < 0) return false;
-    TlsTransport transport(sock, this->ssl_context());
+    const std::shared_ptr<SSL_CTX> ctx = contexts_();
+    if (!ctx) return false;
+    TlsTransport transport(sock, ctx.get());
     if (!transport.valid()) return false;
     const bool ret = Serve(sock, transport, [&](DeadlineStream& stream) {
       return stream.UntilReadDeadline([&](short& wait) { return transport.Accept(wait); }) == 1;
@@ -314,9 +312,9 @@ class DeadlineServer final : public Base {
       if (!ret || connection_closed) break;
     }
     if (stream.read_timed_out()) {
-      stats_.http_slow_clients[0].fetch_add(1, std::memory_order_relaxed);
+      slow_clients_[0].fetch_add(1, std::memory_order_relaxed);
     } else if (stream.write_timed_out()) {
-      stats_.http_slow_clients[1].fetch_add(1, std::memory_order_relaxed);
+      slow_clients_[1].fetch_add(1, std::memory_order_relaxed);
     }
     return ret;
   }
@@ -334,18 +332,19 @@ class DeadlineServer final : public Base {
     return false;
   }
 
-  DaemonStats& stats_;
+  SlowClientCounters& slow_clients_;
+  const SslContexts contexts_;  // null: plaintext
 };
 
 }  // namespace
 
-std::unique_ptr<httplib::Server> MakeDeadlineServer(DaemonStats& stats) {
-  return std::make_unique<DeadlineServer<httplib::Server>>(stats);
+std::unique_ptr<httplib::Server> MakeDeadlineServer(SlowClientCounters& slow_clients) {
+  return std::make_unique<DeadlineServer>(slow_clients, nullptr);
 }
 
-std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(
-    DaemonStats& stats, const std::function<bool(SSL_CTX&)>& setup_ssl_ctx) {
-  return std::make_unique<DeadlineServer<httplib::SSLServer>>(stats, setup_ssl_ctx);
+std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(SlowClientCounters& slow_clients,
+                                                       SslContexts contexts) {
+  return std::make_unique<DeadlineServer>(slow_clients, std::move(contexts));
 }
 
 }  // namespace straggler::daemon

@@ -8,20 +8,26 @@
 // line, headers and body) must arrive whole within read_timeout of its first
 // byte, and its response must be written within write_timeout of the
 // first write; a connection that misses either is closed and counted
-// (DaemonStats::http_slow_clients). Idle keep-alive connections are closed
+// (SlowClientCounters). Idle keep-alive connections are closed
 // after keep_alive_timeout as before. Over TLS the same deadlines hold (the
 // handshake counts as part of the first request), on the same code: only
-// how bytes move differs.
+// how bytes move differs. Each TLS connection asks `contexts` for its
+// OpenSSL context, so a renewed certificate serves new connections
+// (tls.h, SslContextSource).
 //
-//   std::unique_ptr<httplib::Server> server = MakeDeadlineServer(stats);
+//   std::unique_ptr<httplib::Server> server = MakeDeadlineServer(stats.http_slow_clients);
 //   server->set_read_timeout(5, 0);   // now: per request, not per read
-//   auto https = MakeDeadlineTlsServer(stats, [](SSL_CTX& ctx) { ...; return true; });
+//   auto https = MakeDeadlineTlsServer(counters, [source] { return source->Current(); });
 //
+// Used by stragglerd's HTTP(S) listener and straggler-agent's HTTP listener.
 // Thread-safety: as httplib::Server; the counters are atomics.
 #pragma once
 
 #include <openssl/types.h>
 
+#include <array>
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -31,13 +37,17 @@ class Server;
 
 namespace straggler::daemon {
 
-struct DaemonStats;
+// Connections closed for a request that did not arrive whole within the read
+// timeout ([0]) or a response not taken within the write timeout ([1]).
+using SlowClientCounters = std::array<std::atomic<uint64_t>, 2>;
 
-// `stats` must outlive the server.
-std::unique_ptr<httplib::Server> MakeDeadlineServer(DaemonStats& stats);
-// HTTPS: httplib::SSLServer's context set up by `setup_ssl_ctx` (false:
-// the server is !is_valid()), with the deadlines above.
-std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(
-    DaemonStats& stats, const std::function<bool(SSL_CTX&)>& setup_ssl_ctx);
+// `slow_clients` must outlive the server.
+std::unique_ptr<httplib::Server> MakeDeadlineServer(SlowClientCounters& slow_clients);
+// HTTPS with the deadlines above: each connection is served with the
+// context `contexts` returns when it is accepted (called on the worker
+// thread; null refuses the connection).
+using SslContexts = std::function<std::shared_ptr<SSL_CTX>()>;
+std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(SlowClientCounters& slow_clients,
+                                                       SslContexts contexts);
 
 }  // namespace straggler::daemon

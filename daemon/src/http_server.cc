@@ -175,18 +175,14 @@ absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls)
 
   // Per-request deadlines, so slow clients cannot hold every worker.
   if (tls != nullptr) {
-    // The context was checked by LoadServerTls; a failure here is unexpected.
-    absl::Status setup;
-    server_ = MakeDeadlineTlsServer(stats_, [&](SSL_CTX& ctx) {
-      setup = ConfigureSslContext(*tls, &ctx);
-      return setup.ok();
-    });
-    if (!server_->is_valid()) {
-      server_.reset();
-      return setup.ok() ? absl::InternalError("cannot set up the HTTPS listener") : setup;
-    }
+    // Renewed certificate files serve new connections after at most
+    // tls.reload_seconds, as gRPC's (SslContextSource).
+    absl::StatusOr<std::shared_ptr<SslContextSource>> contexts = SslContextSource::Create(*tls);
+    if (!contexts.ok()) return contexts.status();
+    server_ = MakeDeadlineTlsServer(stats_.http_slow_clients,
+                                    [source = *std::move(contexts)] { return source->Current(); });
   } else {
-    server_ = MakeDeadlineServer(stats_);
+    server_ = MakeDeadlineServer(stats_.http_slow_clients);
   }
   const size_t threads = http.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };

@@ -61,7 +61,8 @@ class HttpServer {
 
   // Binds config.http_address (port 0 picks a free port) with config.http's
   // limits and starts serving on its own thread; over TLS (HTTPS) when `tls`
-  // is given (LoadServerTls; with a client CA, mutual TLS).
+  // is given (LoadServerTls; with a client CA, mutual TLS; certificate files
+  // renewed in place serve new connections after tls.reload_seconds).
   absl::Status Start(const DaemonConfig& config, const ServerTls* tls = nullptr);
   // Stops accepting, closes idle keep-alive connections, joins the threads
   // (requests in progress finish first).

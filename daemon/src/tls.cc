@@ -8,11 +8,14 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <sys/stat.h>
 
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "channel_security.h"
+#include "spdlog/spdlog.h"
 
 namespace straggler::daemon {
 namespace {
@@ -53,28 +56,29 @@ absl::Status LoadCaBundle(const ServerTls& tls, X509_STORE* store, STACK_OF(X509
       sk_X509_NAME_push(names, X509_NAME_dup(X509_get_subject_name(cert)));
     }
     X509_free(cert);
-    if (!ok) return Failed(absl::StrCat("tls.client_ca_file=", tls.config.client_ca_file));
+    if (!ok) return Failed(absl::StrCat(tls.section, ".client_ca_file=", tls.config.client_ca_file));
   }
   ERR_clear_error();  // the end of the bundle reads as an error
   if (count == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "tls.client_ca_file=", tls.config.client_ca_file, " holds no PEM certificate"));
+        tls.section, ".client_ca_file=", tls.config.client_ca_file, " holds no PEM certificate"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config) {
+absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config, absl::string_view section) {
   ServerTls tls;
   tls.config = config;
+  tls.section = std::string(section);
   const struct {
     const std::string& path;
-    const char* key;
+    std::string key;
     std::string* out;
-  } files[] = {{config.cert_file, "tls.cert_file", &tls.cert_chain},
-               {config.key_file, "tls.key_file", &tls.private_key},
-               {config.client_ca_file, "tls.client_ca_file", &tls.client_ca}};
+  } files[] = {{config.cert_file, absl::StrCat(section, ".cert_file"), &tls.cert_chain},
+               {config.key_file, absl::StrCat(section, ".key_file"), &tls.private_key},
+               {config.client_ca_file, absl::StrCat(section, ".client_ca_file"), &tls.client_ca}};
   for (const auto& f : files) {
     if (f.path.empty()) continue;
     std::string error;
@@ -121,7 +125,7 @@ absl::Status ConfigureSslContext(const ServerTls& tls, SSL_CTX* ctx) {
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
 
-  const std::string cert_name = absl::StrCat("tls.cert_file=", tls.config.cert_file);
+  const std::string cert_name = absl::StrCat(tls.section, ".cert_file=", tls.config.cert_file);
   BioPtr bio = MemoryBio(tls.cert_chain);
   X509* leaf = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
   if (leaf == nullptr) return Failed(absl::StrCat(cert_name, " holds no PEM certificate"));
@@ -141,13 +145,13 @@ absl::Status ConfigureSslContext(const ServerTls& tls, SSL_CTX* ctx) {
   BioPtr key_bio = MemoryBio(tls.private_key);
   EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr);
   if (key == nullptr) {
-    return Failed(absl::StrCat("tls.key_file=", tls.config.key_file,
+    return Failed(absl::StrCat(tls.section, ".key_file=", tls.config.key_file,
                                " holds no PEM private key (or it is encrypted)"));
   }
   const bool key_ok = SSL_CTX_use_PrivateKey(ctx, key) == 1;
   EVP_PKEY_free(key);
   if (!key_ok || SSL_CTX_check_private_key(ctx) != 1) {
-    return Failed(absl::StrCat("tls.key_file=", tls.config.key_file, " does not match ",
+    return Failed(absl::StrCat(tls.section, ".key_file=", tls.config.key_file, " does not match ",
                                cert_name));
   }
 
@@ -161,6 +165,67 @@ absl::Status ConfigureSslContext(const ServerTls& tls, SSL_CTX* ctx) {
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
   return absl::OkStatus();
+}
+
+SslContextSource::SslContextSource(TlsConfig config, std::string section)
+    : config_(std::move(config)), section_(std::move(section)) {}
+
+absl::StatusOr<std::shared_ptr<SslContextSource>> SslContextSource::Create(const ServerTls& tls) {
+  std::shared_ptr<SslContextSource> source(new SslContextSource(tls.config, tls.section));
+  // Stamps before contents: a file renewed between the two looks changed at
+  // the first check and is read again, never missed.
+  source->stamps_ = source->Stamps();
+  absl::StatusOr<std::shared_ptr<SSL_CTX>> ctx = source->Load();
+  if (!ctx.ok()) return ctx.status();
+  source->current_ = *std::move(ctx);
+  source->next_check_ = Clock::now() + std::chrono::seconds(tls.config.reload_seconds);
+  return source;
+}
+
+std::vector<SslContextSource::Stamp> SslContextSource::Stamps() const {
+  std::vector<Stamp> out;
+  for (const std::string* path : {&config_.cert_file, &config_.key_file, &config_.client_ca_file}) {
+    Stamp stamp;
+    struct stat st {};
+    if (!path->empty() && ::stat(path->c_str(), &st) == 0) {
+      stamp.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+      stamp.size = static_cast<int64_t>(st.st_size);
+      stamp.inode = static_cast<uint64_t>(st.st_ino);
+    }
+    out.push_back(stamp);
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<SSL_CTX>> SslContextSource::Load() const {
+  absl::StatusOr<ServerTls> tls = LoadServerTls(config_, section_);
+  if (!tls.ok()) return tls.status();
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_server_method()), &SSL_CTX_free);
+  if (!ctx) return Failed("cannot create an OpenSSL context");
+  if (absl::Status s = ConfigureSslContext(*tls, ctx.get()); !s.ok()) return s;
+  return ctx;
+}
+
+std::shared_ptr<SSL_CTX> SslContextSource::Current() {
+  std::lock_guard lock(mu_);
+  if (config_.reload_seconds == 0 || Clock::now() < next_check_) return current_;
+  next_check_ = Clock::now() + std::chrono::seconds(config_.reload_seconds);
+  std::vector<Stamp> stamps = Stamps();
+  if (stamps == stamps_) return current_;
+  // Noted before reading, as in Create; also what keeps a bad set of files
+  // from being retried (and logged) at every check until it changes again.
+  stamps_ = std::move(stamps);
+  absl::StatusOr<std::shared_ptr<SSL_CTX>> ctx = Load();
+  if (!ctx.ok()) {
+    spdlog::warn("HTTPS certificate files changed but do not load ({}); new connections keep "
+                 "the last good certificate",
+                 std::string(ctx.status().message()));
+    return current_;
+  }
+  current_ = *std::move(ctx);
+  spdlog::info("HTTPS: reloaded {}.cert_file={} for new connections", section_,
+               config_.cert_file);
+  return current_;
 }
 
 }  // namespace straggler::daemon

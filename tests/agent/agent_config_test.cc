@@ -52,13 +52,23 @@ TEST_CASE("deploy/straggler-agent.yaml parses and equals the built-in defaults")
   CHECK(parsed->upstream_tls.ca_file == d.upstream_tls.ca_file);
   CHECK(parsed->upstream_tls.cert_file == d.upstream_tls.cert_file);
   CHECK(parsed->upstream_tls.key_file == d.upstream_tls.key_file);
+  CHECK(parsed->listen_tcp_tls.cert_file == d.listen_tcp_tls.cert_file);
+  CHECK(parsed->listen_tcp_tls.key_file == d.listen_tcp_tls.key_file);
+  CHECK(parsed->listen_tcp_tls.client_ca_file == d.listen_tcp_tls.client_ca_file);
+  CHECK(parsed->listen_tcp_tls.reload_seconds == d.listen_tcp_tls.reload_seconds);
+  CHECK(parsed->http_threads == d.http_threads);
+  CHECK(parsed->http_read_timeout_seconds == d.http_read_timeout_seconds);
+  CHECK(parsed->http_write_timeout_seconds == d.http_write_timeout_seconds);
+  CHECK(parsed->http_keep_alive_timeout_seconds == d.http_keep_alive_timeout_seconds);
   // Equal defaults alone would pass for a file that omits a key: every key
   // must be shown.
   for (const char* key : {"listen:", "listen_tcp:", "upstream:", "http_address:", "node:",
                           "log_level:", "batch:", "buffer:", "reconnect:", "shutdown:", "jobs:",
                           "idle_timeout_ms:", "telemetry:", "enabled:", "interval_ms:",
                           "nvml_library:", "upstream_tls:", "ca_file:", "cert_file:",
-                          "key_file:"}) {
+                          "key_file:", "http:", "threads:", "read_timeout_seconds:",
+                          "write_timeout_seconds:", "keep_alive_timeout_seconds:",
+                          "listen_tcp_tls:", "client_ca_file:", "reload_seconds:"}) {
     INFO(key);
     const bool shown = text.str().find(std::string("\n") + key) != std::string::npos ||
                        text.str().find(std::string("  ") + key) != std::string::npos;
@@ -87,6 +97,48 @@ TEST_CASE("upstream_tls: the three files; a certificate without its key is an er
   REQUIRE_FALSE(unknown.ok());
   CHECK_THAT(std::string(unknown.status().message()),
              Catch::Contains("unknown key 'ca' in upstream_tls"));
+}
+
+TEST_CASE("listen_tcp_tls: the daemon's tls keys for the TCP listener; half a setup is an error") {
+  auto parsed = sa::ParseAgentConfig(
+      "listen_tcp: 0.0.0.0:7073\nlisten_tcp_tls:\n  cert_file: /etc/straggler/agent.pem\n"
+      "  key_file: /etc/straggler/agent.key\n  client_ca_file: /etc/straggler/ca.pem\n"
+      "  reload_seconds: 30\n",
+      "a.yaml");
+  REQUIRE(parsed.ok());
+  CHECK(parsed->listen_tcp_tls.enabled());
+  CHECK(parsed->listen_tcp_tls.cert_file == "/etc/straggler/agent.pem");
+  CHECK(parsed->listen_tcp_tls.key_file == "/etc/straggler/agent.key");
+  CHECK(parsed->listen_tcp_tls.client_ca_file == "/etc/straggler/ca.pem");
+  CHECK(parsed->listen_tcp_tls.reload_seconds == 30);
+  CHECK_FALSE(sa::AgentConfig{}.listen_tcp_tls.enabled());
+
+  auto half = sa::ParseAgentConfig("listen_tcp_tls:\n  cert_file: /n.pem\n", "a.yaml");
+  REQUIRE_FALSE(half.ok());
+  CHECK(std::string(half.status().message()) ==
+        "a.yaml:2: listen_tcp_tls.cert_file is set but listen_tcp_tls.key_file is not");
+  // The daemon's per-listener switches mean nothing here.
+  auto grpc = sa::ParseAgentConfig("listen_tcp_tls:\n  grpc: false\n", "a.yaml");
+  REQUIRE_FALSE(grpc.ok());
+  CHECK_THAT(std::string(grpc.status().message()),
+             Catch::Contains("unknown key 'grpc' in listen_tcp_tls"));
+
+  // A certificate without a TCP listener would protect nothing.
+  const std::string path = "/tmp/straggler-agent-tls-test-" + std::to_string(getpid()) + ".yaml";
+  {
+    std::ofstream out(path);
+    out << "listen_tcp_tls:\n  cert_file: /c.pem\n  key_file: /k.pem\n";
+  }
+  sa::AgentSources flags;
+  flags.config_file = path;
+  auto no_tcp = sa::LoadAgentConfig(flags, FakeEnv({}));
+  REQUIRE_FALSE(no_tcp.ok());
+  CHECK(std::string(no_tcp.status().message()) ==
+        "listen_tcp_tls.cert_file=/c.pem is set but listen_tcp is empty: TLS applies only to "
+        "the TCP listener");
+  flags.listen_tcp = "127.0.0.1:0";
+  CHECK(sa::LoadAgentConfig(flags, FakeEnv({})).ok());
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("telemetry, idle jobs and the node name: file keys and environment") {
@@ -164,6 +216,14 @@ TEST_CASE("bad values are errors naming key, value and line") {
   REQUIRE_FALSE(zero.ok());
   CHECK(std::string(zero.status().message()).find("buffer.max_reports=0 must be >= 1") !=
         std::string::npos);
+  auto no_threads = sa::ParseAgentConfig("http:\n  threads: 0\n", "a.yaml");
+  REQUIRE_FALSE(no_threads.ok());
+  CHECK_THAT(std::string(no_threads.status().message()),
+             Catch::Contains("a.yaml:2: http.threads=0 must be >= 1"));
+  auto http_key = sa::ParseAgentConfig("http:\n  read_timeout: 3\n", "a.yaml");
+  REQUIRE_FALSE(http_key.ok());
+  CHECK_THAT(std::string(http_key.status().message()),
+             Catch::Contains("unknown key 'read_timeout' in http"));
   sa::AgentSources flags;
   flags.listen = "127.0.0.1:5";
   auto not_unix = sa::LoadAgentConfig(flags, FakeEnv({}));

@@ -31,6 +31,7 @@
 #include "server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
+#include "slow_client.h"
 #include "test_certificate.h"
 
 namespace sd = straggler::daemon;
@@ -244,55 +245,9 @@ TEST_CASE("query and admin calls refuse job ids no job can have, and bad overrid
   }
 }
 
-// A client connection to the daemon's HTTP port, over TLS when asked (the
-// handshake done, the certificate not checked), that sends what it is told.
-class SlowClient {
- public:
-  SlowClient(int port, SSL_CTX* tls) {
-    sock_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(sock_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
-    if (tls == nullptr) {
-      connected_ = true;
-      return;
-    }
-    ssl_ = SSL_new(tls);
-    connected_ = ssl_ != nullptr && SSL_set_fd(ssl_, sock_) == 1 && SSL_connect(ssl_) == 1;
-  }
-  ~SlowClient() {
-    if (ssl_ != nullptr) SSL_free(ssl_);
-    ::close(sock_);
-  }
-  SlowClient(const SlowClient&) = delete;
-  SlowClient& operator=(const SlowClient&) = delete;
-
-  bool connected() const { return connected_; }
-  // False once the server has closed the connection (reset it, or closed
-  // its end: a read of the raw socket sees the end of the stream).
-  bool Send(const std::string& bytes) {
-    const bool sent = ssl_ != nullptr
-                          ? SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) ==
-                                static_cast<int>(bytes.size())
-                          : ::send(sock_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-                                static_cast<ssize_t>(bytes.size());
-    char c;
-    return sent && ::recv(sock_, &c, 1, MSG_DONTWAIT | MSG_PEEK) != 0;
-  }
-
- private:
-  int sock_ = -1;
-  SSL* ssl_ = nullptr;
-  bool connected_ = false;
-};
-
-// http.threads = 2 workers, and four times as many slowloris connections:
-// each sends a request line and then one header byte every 200 ms (well
-// inside any per-read timeout), until the server closes it or the test is
-// over. A normal request must still be answered, and the slow ones closed
-// and counted.
+// http.threads = 2 workers, and four times as many slowloris connections
+// (slow_client.h). A normal request must still be answered, and the slow
+// ones closed and counted.
 void CheckSlowClientsCannotHoldWorkers(sd::DaemonConfig config) {
   config.http.threads = 2;
   config.http.read_timeout_seconds = 1;
@@ -301,44 +256,14 @@ void CheckSlowClientsCannotHoldWorkers(sd::DaemonConfig config) {
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> tls(
       d.https ? SSL_CTX_new(TLS_client_method()) : nullptr, &SSL_CTX_free);
 
-  constexpr int kSlow = 8;
-  std::atomic<bool> done{false};
-  std::atomic<int> connected{0};
-  std::atomic<int> closed_by_server{0};
-  std::vector<std::thread> slow;
-  for (int i = 0; i < kSlow; ++i) {
-    slow.emplace_back([&] {
-      // SSL_write on a connection the server closed raises SIGPIPE.
-      sigset_t pipe;
-      sigemptyset(&pipe);
-      sigaddset(&pipe, SIGPIPE);
-      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-      SlowClient client(d.server.http_port(), tls.get());
-      if (!client.connected()) return;
-      ++connected;
-      if (!client.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n")) {
-        ++closed_by_server;
-        return;
-      }
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (!done && std::chrono::steady_clock::now() < give_up) {
-        if (!client.Send("X")) {
-          ++closed_by_server;
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
-    });
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let them take the workers
-
-  auto res = d.Http()->Get("/healthz");
-  const bool served = res && res->status == 200;
-  done = true;
-  for (auto& t : slow) t.join();
-  CHECK(connected > 0);
-  CHECK(served);
-  CHECK(closed_by_server > 0);
+  const straggler::testing::SlowlorisOutcome o = straggler::testing::Slowloris(
+      d.server.http_port(), tls.get(), /*clients=*/8, [&] {
+        auto res = d.Http()->Get("/healthz");
+        return res && res->status == 200;
+      });
+  CHECK(o.connected > 0);
+  CHECK(o.served);
+  CHECK(o.closed_by_server > 0);
   CHECK(d.Metric("straggler_http_slow_clients_total{phase=\"request\"}") >= 1);
 }
 
