@@ -76,6 +76,47 @@ TEST_CASE("hello checks cover every field a stream's first batch sets") {
   CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)), Catch::StartsWith("hello.job_id 'x y'"));
 }
 
+TEST_CASE("hello known_excluded: a reason the daemon publishes, a bounded clean detail") {
+  namespace eng = straggler::engine;
+  const uint32_t max_ranks = 8;
+  sd::StreamHello h = GoodHello();
+  h.known_membership_version = 3;
+  h.known_excluded = {{2, eng::ExclusionReason::kForced, "forced out by an operator", 10}};
+  CHECK(sd::ValidateHello(h, max_ranks).ok());
+
+  // From the wire: FromProto keeps the value it does not know for the message.
+  v1::StreamHello wire;
+  wire.set_job_id("j");
+  wire.set_world_size(4);
+  wire.add_ranks(0);
+  wire.set_known_membership_version(3);
+  v1::ExcludedRank* x = wire.add_known_excluded();
+  x->set_rank(2);
+  x->set_reason(static_cast<v1::ExclusionReason>(99));
+  CHECK(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)) ==
+        "hello.known_excluded rank 2 reason=99 is not an exclusion reason; allowed: "
+        "EXCLUSION_REASON_STRAGGLER, _UNRESPONSIVE, _FORCED, _PROBATION_END");
+  x->set_reason(v1::EXCLUSION_REASON_UNSPECIFIED);
+  CHECK_THAT(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)),
+             Catch::StartsWith("hello.known_excluded rank 2 reason=0 "
+                               "(EXCLUSION_REASON_UNSPECIFIED) is not an exclusion reason"));
+  x->set_reason(v1::EXCLUSION_REASON_STRAGGLER);
+  x->set_detail("slow\r\nINFO forged log line");
+  CHECK(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)) ==
+        "hello.known_excluded rank 2 detail 'slow\\r\\nINFO forged log line' has control "
+        "character 0x0d at byte 4");
+  x->set_detail(std::string(1025, 'd'));
+  CHECK_THAT(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)),
+             Catch::Contains("hello.known_excluded rank 2 detail 'ddd") &&
+                 Catch::Contains("'... is 1025 bytes; at most 1024"));
+  x->set_detail(std::string(1024, 'd'));
+  CHECK(sd::ValidateHello(sd::FromProto(wire), max_ranks).ok());
+  // A hello built in code: its engine reason is checked.
+  h.known_excluded[0].reason = eng::ExclusionReason::kNone;
+  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)),
+             Catch::Contains("rank 2 reason=0 (EXCLUSION_REASON_UNSPECIFIED)"));
+}
+
 TEST_CASE("override reasons: no control characters, at most 1024 bytes") {
   CHECK(sd::ValidateReason("").ok());
   CHECK(sd::ValidateReason("ECC errors on gpu3 (ticket #42) \xc3\xa9").ok());
