@@ -5,6 +5,7 @@
 // in fuzz/.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <variant>
@@ -211,6 +212,63 @@ TEST_CASE("REST parameters: each parsed into the api request or refused by name"
   CHECK_THAT(Message(call("POST", "/v1/jobs/j/reset", "[]").status()),
              Catch::Contains("not valid reset"));
   CHECK(call("POST", "/v1/jobs/j/reset", " {} ").ok());
+}
+
+TEST_CASE("REST errors show client values C-escaped and cut, never raw") {
+  auto call = [](absl::string_view method, absl::string_view target, absl::string_view body = "") {
+    auto m = sd::MatchRoute(method, target);
+    REQUIRE(std::holds_alternative<sd::RouteMatch>(m));
+    return sd::ParseRestCall(std::get<sd::RouteMatch>(m), target, body);
+  };
+  auto error = [](absl::string_view method, absl::string_view target) {
+    auto m = sd::MatchRoute(method, target);
+    REQUIRE(std::holds_alternative<sd::RestError>(m));
+    return std::get<sd::RestError>(m);
+  };
+  // No control byte of a client value reaches a message (or a log line).
+  auto clean = [](const std::string& message) {
+    return std::none_of(message.begin(), message.end(),
+                        [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+  };
+  std::string m = Message(call("GET", "/v1/jobs/j/workers/a%0Ab").status());
+  CHECK(m == "rank 'a\\nb' is not a non-negative integer");
+  m = Message(call("GET", "/v1/jobs?%0Ax=1").status());
+  CHECK_THAT(m, Catch::Contains("unknown query parameter '\\nx'"));
+  CHECK(clean(m));
+  m = Message(call("GET", "/v1/events?since_time=12%0D").status());
+  CHECK_THAT(m, Catch::Contains("since_time='12\\r'"));
+  m = Message(call("PUT", "/v1/jobs/j/workers/2/override", "{\"override\": \"out\\u0007\"}").status());
+  CHECK_THAT(m, Catch::Contains("override 'out\\x07' is not one of"));
+  m = Message(call("PUT", "/v1/jobs/j/policy", "{\"a\\u0001\": 3}").status());
+  CHECK_THAT(m, Catch::Contains("unknown field 'a\\x01'"));
+  CHECK(clean(m));
+  m = Message(call("PUT", "/v1/jobs/j/workers/2/override", R"({"override": 3})").status());
+  CHECK(m == "field 'override' of the override body must be a string, not '3'");
+  m = Message(call("PUT", "/v1/jobs/j/workers/2/override", R"({"reason": {"a": [true]}})").status());
+  // Quoted escapes quotes too.
+  CHECK_THAT(m, Catch::EndsWith("must be a string, not '{\\\"a\\\":[true]}'"));
+
+  // Long values are cut with "...".
+  m = Message(call("GET", "/v1/events?limit=" + std::string(5000, '9')).status());
+  CHECK_THAT(m, Catch::Contains("'...") && Catch::Contains("0 to 10000"));
+  CHECK(m.size() < 200);
+  m = Message(call("GET", "/v1/jobs?" + std::string(5000, 'p') + "=1").status());
+  CHECK(m.size() < 400);
+
+  // Routing errors: the target and method as sent, escaped.
+  sd::RestError e = error("GET", "/nope\xff\n");
+  CHECK(e.http_status == 404);
+  CHECK(e.message == "no such path: '/nope\\xff\\n'");
+  e = error("G\x01T", "/v1/jobs");
+  CHECK(e.http_status == 405);
+  CHECK(e.message == "'G\\x01T' is not allowed on '/v1/jobs' (allowed: GET, HEAD)");
+  e = error("GET", "/v1/jobs/%zz\x02");
+  CHECK(e.http_status == 400);
+  CHECK(e.message == "bad percent-encoding in path '/v1/jobs/%zz\\x02'");
+  CHECK(Message(call("GET", "/v1/events?limit=%zz\x03").status()) ==
+        "bad percent-encoding in the query string 'limit=%zz\\x03'");
+  e = error("GET", "/" + std::string(5000, 'x'));
+  CHECK(e.message.size() < 400);
 }
 
 TEST_CASE("token bucket: starts full, refills at the rate, never above the burst") {
