@@ -74,6 +74,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Require(!result.accepted || r.rank() < hello.world_size, "a report of a rank out of range");
   }
   engine.Tick(now + Time(3'600'000'000'000));
+  // A hello needs no token: nothing it says (a held FORCED exclusion
+  // included) may become an operator's override.
+  for (uint32_t r = 0; r < hello.world_size; ++r) {
+    Require(engine.Worker(r).override == straggler::engine::RankOverride::kNone,
+            "a hello set a rank override");
+  }
   // A floor at or above 2^62 (version or iteration) is absurd and ignored.
   constexpr uint64_t kAbsurd = uint64_t{1} << 62;
   Require(engine.membership().version >= hello.known_membership_version ||

@@ -45,7 +45,7 @@ def field_double(num, value):
 
 
 def hello(job="train-1", node="node-a", ranks=(0, 1), world=4, version=0, client="1.0",
-          known_version=0, known_incarnation=0, packed=True):
+          known_version=0, known_incarnation=0, packed=True, known_excluded=()):
     out = field_bytes(1, job) + field_bytes(2, node)
     if packed:
         out += field_bytes(3, b"".join(varint(r) for r in ranks))
@@ -58,6 +58,9 @@ def hello(job="train-1", node="node-a", ranks=(0, 1), world=4, version=0, client
         out += field_varint(9, known_incarnation)
     out += field_bytes(10, field_varint(1, ranks[0] if ranks else 0) + field_varint(2, 0) +
                        field_bytes(3, "0,1") + field_bytes(4, "GPU-8f0c1d2e"))
+    for rank, reason, detail in known_excluded:  # (rank, ExclusionReason number, detail)
+        out += field_bytes(12, field_varint(1, rank) + field_varint(2, reason) +
+                           field_bytes(3, detail) + field_varint(4, 40))
     return out
 
 
@@ -108,6 +111,13 @@ def ingest_seeds():
     yield batch(hello(), [report(0, 1, 0.1, start=(9_223_372_035, 2_000_000_000))])
     yield batch(hello(), [report(0, (1 << 64) - 1, 1e300, epoch=(1 << 64) - 1)])
     yield batch(hello(known_version=7, known_incarnation=12345), [report(0, 51, 0.1)])
+    # A held forced exclusion (never an override), and refused ones: an
+    # unknown reason, a detail with control characters, one too long.
+    yield batch(hello(known_version=7, known_incarnation=12345, known_excluded=[(2, 3, "op")]),
+                [report(0, 51, 0.1)])
+    yield batch(hello(known_version=7, known_excluded=[(2, 99, "x")]))
+    yield batch(hello(known_version=7, known_excluded=[(2, 1, "slow\r\nforged")]))
+    yield batch(hello(known_version=7, known_excluded=[(3, 1, "d" * 1025)]))
     yield batch(hello(job="", ranks=(0,)))
     yield batch(hello(job="a b", ranks=(0,)))
     yield batch(hello(job="x" * 200, ranks=(0,)))

@@ -10,7 +10,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContex
                                                       v1::Job* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kAdmin,
-      [&] { return api::SetPolicy(registry_, *request, ctx->peer()); }, response);
+      [&] { return api::SetPolicy(registry_, *request, ctx->peer()); }, response,
+      CallOf{stats_, GrpcService::kAdmin});
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
@@ -18,7 +19,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
     v1::Membership* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kAdmin,
-      [&] { return api::SetRankOverride(registry_, *request, ctx->peer()); }, response);
+      [&] { return api::SetRankOverride(registry_, *request, ctx->peer()); }, response,
+      CallOf{stats_, GrpcService::kAdmin});
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext* ctx,
@@ -26,7 +28,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext
                                                      v1::Job* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kAdmin,
-      [&] { return api::ResetJob(registry_, *request, ctx->peer()); }, response);
+      [&] { return api::ResetJob(registry_, *request, ctx->peer()); }, response,
+      CallOf{stats_, GrpcService::kAdmin});
 }
 
 }  // namespace straggler::daemon

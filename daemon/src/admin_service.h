@@ -4,7 +4,7 @@
 // The handlers only translate: the logic is api.h's, shared with REST.
 // With auth.token_file set every call needs the bearer token (auth.h).
 //
-//   AdminServiceImpl admin(registry, auth);
+//   AdminServiceImpl admin(registry, stats, auth);
 //   builder.RegisterService(&admin);
 //
 // Thread-safe; the registry and authorizer must outlive the server.
@@ -12,14 +12,15 @@
 
 #include "auth.h"
 #include "job_registry.h"
+#include "stats.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler::daemon {
 
 class AdminServiceImpl final : public straggler::v1::AdminService::CallbackService {
  public:
-  AdminServiceImpl(JobRegistry& registry, const Authorizer& auth)
-      : registry_(registry), auth_(auth) {}
+  AdminServiceImpl(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
+      : registry_(registry), stats_(stats), auth_(auth) {}
 
   grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
                                       const straggler::v1::SetPolicyRequest* request,
@@ -33,6 +34,7 @@ class AdminServiceImpl final : public straggler::v1::AdminService::CallbackServi
 
  private:
   JobRegistry& registry_;
+  DaemonStats& stats_;  // refusals: straggler_grpc_refused_total
   const Authorizer& auth_;
 };
 

@@ -517,6 +517,16 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
              "Membership versions a WatchMembership stream never sent: a newer one replaced "
              "them while the watcher was not reading.");
   out.Sample({}, static_cast<double>(stats.watch_versions_skipped.load(std::memory_order_relaxed)));
+  out.Family("straggler_grpc_refused_total", MetricType::kCounter,
+             "Unary gRPC calls (query, admin, rendezvous) ended with an error, by service and "
+             "status code; a series appears with its first refusal.");
+  for (size_t i = 0; i < stats.grpc_refused.size(); ++i) {
+    const uint64_t n = stats.grpc_refused[i].load(std::memory_order_relaxed);
+    if (n == 0) continue;  // 3 x 16 series of zeros would say nothing
+    out.Sample({{"service", GrpcServiceName(static_cast<GrpcService>(i / kGrpcCodes))},
+                {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(i % kGrpcCodes))}},
+               static_cast<double>(n));
+  }
   out.Family("straggler_auth_rejected_total", MetricType::kCounter,
              "gRPC calls and HTTP requests refused for a missing or wrong bearer token.");
   out.Sample({}, static_cast<double>(stats.auth_rejected.load(std::memory_order_relaxed)));

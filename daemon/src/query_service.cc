@@ -27,17 +27,24 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
   // (INVALID_ARGUMENT for an id no job can have).
   void Start(const std::string& job_id) {
     if (absl::Status s = ValidateJobId("job_id", job_id); !s.ok()) {
-      Close(s);
+      Refuse(s);
       return;
     }
     // job_ is set before subscribing: once subscribed, a write and a cancel
     // may complete on other threads and run OnDone, which reads job_.
     job_ = registry_.Find(job_id);
     if (!job_) {
-      Close(absl::NotFoundError(absl::StrCat("job '", job_id, "' not found")));
+      Refuse(absl::NotFoundError(absl::StrCat("job '", job_id, "' not found")));
       return;
     }
-    if (absl::Status s = registry_.Watch(*job_, link_); !s.ok()) Close(s);
+    if (absl::Status s = registry_.Watch(*job_, link_); !s.ok()) Refuse(s);
+  }
+
+  // Ends a watch refused at its start, counted like a unary refusal (a
+  // watch closed later - shutdown, job removed - is not a refusal).
+  void Refuse(const absl::Status& status) {
+    stats_.CountGrpcRefused(GrpcService::kQuery, status.code());
+    Close(status);
   }
 
   void OnWriteDone(bool ok) override {
@@ -89,42 +96,47 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListJobs(grpc::CallbackServerContext
                                                      const v1::ListJobsRequest* request,
                                                      v1::ListJobsResponse* response) {
   return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::ListJobs(registry_, *request); }, response);
+      ctx, auth_, Access::kRead, [&] { return api::ListJobs(registry_, *request); }, response,
+      CallOf{stats_, GrpcService::kQuery});
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                    const v1::GetJobRequest* request,
                                                    v1::Job* response) {
   return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::GetJob(registry_, *request); }, response);
+      ctx, auth_, Access::kRead, [&] { return api::GetJob(registry_, *request); }, response,
+      CallOf{stats_, GrpcService::kQuery});
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                         const v1::ListWorkersRequest* request,
                                                         v1::ListWorkersResponse* response) {
   return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::ListWorkers(registry_, *request); }, response);
+      ctx, auth_, Access::kRead, [&] { return api::ListWorkers(registry_, *request); }, response,
+      CallOf{stats_, GrpcService::kQuery});
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetWorker(grpc::CallbackServerContext* ctx,
                                                       const v1::GetWorkerRequest* request,
                                                       v1::Worker* response) {
   return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::GetWorker(registry_, *request); }, response);
+      ctx, auth_, Access::kRead, [&] { return api::GetWorker(registry_, *request); }, response,
+      CallOf{stats_, GrpcService::kQuery});
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
     grpc::CallbackServerContext* ctx, const v1::GetMembershipRequest* request,
     v1::Membership* response) {
   return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::GetMembership(registry_, *request); }, response);
+      ctx, auth_, Access::kRead, [&] { return api::GetMembership(registry_, *request); }, response,
+      CallOf{stats_, GrpcService::kQuery});
 }
 
 grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
     grpc::CallbackServerContext* ctx, const v1::WatchMembershipRequest* request) {
   auto* reactor = new WatchReactor(registry_, stats_);
   if (absl::Status s = auth_.Check(Access::kRead, AuthorizationOf(ctx)); !s.ok()) {
-    reactor->Close(s);
+    reactor->Refuse(s);
   } else {
     reactor->Start(request->job_id());
   }
@@ -135,14 +147,16 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListEvents(grpc::CallbackServerConte
                                                        const v1::ListEventsRequest* request,
                                                        v1::ListEventsResponse* response) {
   return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::ListEvents(registry_, *request); }, response);
+      ctx, auth_, Access::kRead, [&] { return api::ListEvents(registry_, *request); }, response,
+      CallOf{stats_, GrpcService::kQuery});
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ExportReports(
     grpc::CallbackServerContext* ctx, const v1::ExportReportsRequest* request,
     v1::ExportReportsResponse* response) {
   return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::ExportReports(registry_, *request); }, response);
+      ctx, auth_, Access::kRead, [&] { return api::ExportReports(registry_, *request); }, response,
+      CallOf{stats_, GrpcService::kQuery});
 }
 
 }  // namespace straggler::daemon

@@ -19,13 +19,17 @@ std::optional<std::chrono::milliseconds> ToMillis(bool has, const google::protob
 // CANCELLED unless it already ended. gRPC deletes nothing: OnDone does.
 class WaitReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit WaitReactor(RendezvousStore& store) : store_(store) {}
+  WaitReactor(RendezvousStore& store, DaemonStats& stats) : store_(store), stats_(stats) {}
 
   void Start(const v1::RendezvousWaitRequest& request) {
     std::vector<std::string> keys(request.keys().begin(), request.keys().end());
+    // Finishes later than FinishUnary could: counted here the same way.
     const uint64_t id = store_.Wait(request.job_id(), keys,
                                     ToMillis(request.has_timeout(), request.timeout()),
-                                    [this](const absl::Status& s) { Finish(ToGrpcStatus(s)); });
+                                    [this](const absl::Status& s) {
+                                      stats_.CountGrpcRefused(GrpcService::kRendezvous, s.code());
+                                      Finish(ToGrpcStatus(s));
+                                    });
     std::lock_guard lock(mu_);
     id_ = id;
     if (cancelled_ && id_ != 0) store_.Cancel(id_);
@@ -45,6 +49,7 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 
  private:
   RendezvousStore& store_;
+  DaemonStats& stats_;
   std::mutex mu_;
   uint64_t id_ = 0;        // guarded by mu_
   bool cancelled_ = false;  // guarded by mu_
@@ -56,7 +61,8 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext
                                                      const v1::RendezvousSetRequest* request,
                                                      v1::RendezvousSetResponse*) {
   return FinishUnary(ctx, store_.Set(request->job_id(), request->key(), request->value(),
-                                     ToMillis(request->has_ttl(), request->ttl())));
+                                     ToMillis(request->has_ttl(), request->ttl())),
+                     CallOf{stats_, GrpcService::kRendezvous});
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext* ctx,
@@ -71,13 +77,13 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
       e->set_value(std::move((*values)[i]));
     }
   }
-  return FinishUnary(ctx, values.status());
+  return FinishUnary(ctx, values.status(), CallOf{stats_, GrpcService::kRendezvous});
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Wait(grpc::CallbackServerContext*,
                                                       const v1::RendezvousWaitRequest* request,
                                                       v1::RendezvousWaitResponse*) {
-  auto* reactor = new WaitReactor(store_);
+  auto* reactor = new WaitReactor(store_, stats_);
   reactor->Start(*request);
   return reactor;
 }
@@ -88,7 +94,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext
   absl::StatusOr<int64_t> v = store_.Add(request->job_id(), request->key(), request->delta(),
                                          ToMillis(request->has_ttl(), request->ttl()));
   if (v.ok()) response->set_value(*v);
-  return FinishUnary(ctx, v.status());
+  return FinishUnary(ctx, v.status(), CallOf{stats_, GrpcService::kRendezvous});
 }
 
 }  // namespace straggler::daemon

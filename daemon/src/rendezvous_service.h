@@ -2,20 +2,22 @@
 // Wait is held on the server without a thread: its reactor finishes from the
 // store's callback (keys complete, deadline, cancellation or shutdown).
 //
-//   RendezvousServiceImpl rendezvous(store);
+//   RendezvousServiceImpl rendezvous(store, stats);
 //   builder.RegisterService(&rendezvous);
 //
-// Thread-safe; the store must outlive the server.
+// Thread-safe; the store and stats must outlive the server.
 #pragma once
 
 #include "rendezvous_store.h"
+#include "stats.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler::daemon {
 
 class RendezvousServiceImpl final : public straggler::v1::RendezvousService::CallbackService {
  public:
-  explicit RendezvousServiceImpl(RendezvousStore& store) : store_(store) {}
+  RendezvousServiceImpl(RendezvousStore& store, DaemonStats& stats)
+      : store_(store), stats_(stats) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* ctx,
                                 const straggler::v1::RendezvousSetRequest* request,
@@ -32,6 +34,7 @@ class RendezvousServiceImpl final : public straggler::v1::RendezvousService::Cal
 
  private:
   RendezvousStore& store_;
+  DaemonStats& stats_;  // refusals: straggler_grpc_refused_total
 };
 
 }  // namespace straggler::daemon

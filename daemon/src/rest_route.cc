@@ -85,14 +85,15 @@ absl::Status ParseJsonBody(absl::string_view body, google::protobuf::Message* ms
   constexpr absl::string_view kUnknown = ": Cannot find field.";
   if (absl::EndsWith(detail, kUnknown)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown field '", detail.substr(0, detail.size() - kUnknown.size()),
-                     "' in the ", what, " JSON body"));
+        absl::StrCat("unknown field ", Quoted(detail.substr(0, detail.size() - kUnknown.size())),
+                     " in the ", what, " JSON body"));
   }
   std::replace(detail.begin(), detail.end(), '\n', ' ');
   absl::string_view text = absl::StripAsciiWhitespace(detail);
   if (absl::StartsWith(text, ": ")) text.remove_prefix(2);  // "Root element must be a message."
+  // The parser's message can quote the body: escaped and cut like any value.
   return absl::InvalidArgumentError(
-      absl::StrCat("the request body is not valid ", what, " JSON: ", text));
+      absl::StrCat("the request body is not valid ", what, " JSON: ", Quoted(text, 256)));
 }
 
 absl::StatusOr<uint32_t> ParseRank(absl::string_view text) {
@@ -101,12 +102,12 @@ absl::StatusOr<uint32_t> ParseRank(absl::string_view text) {
   });
   if (!digits) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rank '", text, "' is not a non-negative integer"));
+        absl::StrCat("rank ", Quoted(text), " is not a non-negative integer"));
   }
   uint64_t v = 0;
   auto r = std::from_chars(text.data(), text.data() + text.size(), v);
   if (r.ec != std::errc() || v > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank '", text, "' is out of range (at most ",
+    return absl::InvalidArgumentError(absl::StrCat("rank ", Quoted(text), " is out of range (at most ",
                                                    std::numeric_limits<uint32_t>::max(), ")"));
   }
   return static_cast<uint32_t>(v);
@@ -119,8 +120,8 @@ absl::StatusOr<uint64_t> ParseUint(absl::string_view name, absl::string_view tex
   });
   auto r = std::from_chars(text.data(), text.data() + text.size(), v);
   if (!digits || r.ec != std::errc() || v > max) {
-    return absl::InvalidArgumentError(absl::StrCat("query parameter ", name, "='", text,
-                                                   "' is not an integer from 0 to ", max));
+    return absl::InvalidArgumentError(absl::StrCat("query parameter ", name, "=", Quoted(text),
+                                                   " is not an integer from 0 to ", max));
   }
   return v;
 }
@@ -136,8 +137,8 @@ absl::StatusOr<v1::RankOverride> ParseOverride(absl::string_view text) {
     return o;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "override '", text,
-      "' is not one of none, force_include, force_exclude (or RANK_OVERRIDE_NONE, "
+      "override ", Quoted(text),
+      " is not one of none, force_include, force_exclude (or RANK_OVERRIDE_NONE, "
       "RANK_OVERRIDE_FORCE_INCLUDE, RANK_OVERRIDE_FORCE_EXCLUDE)"));
 }
 
@@ -201,7 +202,8 @@ absl::StatusOr<Query> ParseQuery(absl::string_view target) {
     auto v = DecodePathSegment(value);
     if (!n || !v) {
       return absl::InvalidArgumentError(
-          absl::StrCat("bad percent-encoding in the query string of ", target));
+          absl::StrCat("bad percent-encoding in the query string ",
+                       Quoted(target.substr(mark + 1), 256)));
     }
     query.emplace(*std::move(n), *std::move(v));
   }
@@ -219,14 +221,14 @@ absl::Status CheckParams(const Query& query, std::vector<absl::string_view> allo
   for (const auto& [name, value] : query) {
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unknown query parameter '", name, "'",
+          "unknown query parameter ", Quoted(name),
           allowed.empty() ? std::string(" (this endpoint takes none)")
                           : absl::StrCat(" (this endpoint takes ", absl::StrJoin(allowed, ", "),
                                          ")")));
     }
     if (query.count(name) > 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("query parameter '", name, "' given more than once"));
+          absl::StrCat("query parameter ", Quoted(name), " given more than once"));
     }
   }
   return absl::OkStatus();
@@ -252,8 +254,8 @@ absl::Status EventsQuery(const Query& query, v1::ListEventsRequest& out) {
     std::replace(text.begin(), text.end(), ' ', '+');
     if (!google::protobuf::util::TimeUtil::FromString(text, out.mutable_since_time())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("query parameter since_time='", text,
-                       "' is not an RFC 3339 time (e.g. 2024-05-01T12:00:00Z)"));
+          absl::StrCat("query parameter since_time=", Quoted(text),
+                       " is not an RFC 3339 time (e.g. 2024-05-01T12:00:00Z)"));
     }
   }
   return absl::OkStatus();
@@ -267,11 +269,15 @@ absl::Status ParseOverrideBody(absl::string_view body, v1::SetRankOverrideReques
   for (const auto& [key, value] : fields.fields()) {
     if (key != "override" && key != "reason") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unknown field '", key, "' in the override JSON body (fields: override, reason)"));
+          "unknown field ", Quoted(key), " in the override JSON body (fields: override, reason)"));
     }
     if (value.kind_case() != google::protobuf::Value::kStringValue) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("field '", key, "' of the override body must be a string"));
+      // Named as the JSON it was sent as (3, true, null, {...}).
+      std::string json;
+      if (!pbu::MessageToJsonString(value, &json).ok()) json = "?";
+      return absl::InvalidArgumentError(absl::StrCat("field '", key,
+                                                     "' of the override body must be a string, "
+                                                     "not ", Quoted(json)));
     }
     if (key == "reason") {
       request.set_reason(value.string_value());
@@ -294,7 +300,7 @@ absl::Status ParseOverrideBody(absl::string_view body, v1::SetRankOverrideReques
 std::variant<RouteMatch, RestError> MatchRoute(absl::string_view method, absl::string_view target) {
   target = target.substr(0, target.find('?'));
   if (target.empty() || target.front() != '/') {
-    return RestError{404, "NOT_FOUND", absl::StrCat("no such path: ", target), ""};
+    return RestError{404, "NOT_FOUND", absl::StrCat("no such path: ", Quoted(target, 256)), ""};
   }
   RouteMatch match;
   for (absl::string_view rest = target.substr(1);;) {
@@ -302,7 +308,7 @@ std::variant<RouteMatch, RestError> MatchRoute(absl::string_view method, absl::s
     auto decoded = DecodePathSegment(rest.substr(0, slash));
     if (!decoded) {
       return RestError{400, "INVALID_ARGUMENT",
-                       absl::StrCat("bad percent-encoding in path ", target), ""};
+                       absl::StrCat("bad percent-encoding in path ", Quoted(target, 256)), ""};
     }
     match.segments.push_back(*std::move(decoded));
     if (slash == absl::string_view::npos) break;
@@ -321,11 +327,11 @@ std::variant<RouteMatch, RestError> MatchRoute(absl::string_view method, absl::s
     if (r.method == "GET") allow.emplace_back("HEAD");
   }
   if (allow.empty()) {
-    return RestError{404, "NOT_FOUND", absl::StrCat("no such path: ", target), ""};
+    return RestError{404, "NOT_FOUND", absl::StrCat("no such path: ", Quoted(target, 256)), ""};
   }
   const std::string allowed = absl::StrJoin(allow, ", ");
   return RestError{405, "METHOD_NOT_ALLOWED",
-                   absl::StrCat(method, " is not allowed on ", target,
+                   absl::StrCat(Quoted(method), " is not allowed on ", Quoted(target, 256),
                                 " (allowed: ", allowed, ")"),
                    allowed};
 }

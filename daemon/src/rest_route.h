@@ -1,7 +1,7 @@
 // The REST layer of stragglerd's HTTP server without sockets or state: a
 // request's method, target ("/v1/jobs/x/events?since=3") and body in; the
 // route, or the api:: request to make, or the error to answer, out.
-// http_server.cc serves what this decides; fuzz/rest_route_fuzz.cc feeds it
+// http_server.cc serves what this decides; fuzz/fuzz_rest.cc feeds it
 // arbitrary requests.
 //
 //   auto match = MatchRoute("GET", "/v1/jobs/demo/workers/3");

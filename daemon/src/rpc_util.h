@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "auth.h"
 #include "job_registry.h"
+#include "stats.h"
 
 namespace straggler::daemon {
 
@@ -34,9 +35,19 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-// Ends a unary callback RPC with `status` (the response was filled by the caller).
+// Which service a call belongs to, for counting its refusals.
+struct CallOf {
+  DaemonStats& stats;
+  GrpcService service;
+};
+
+// Ends a unary callback RPC with `status` (the response was filled by the
+// caller). Every refusal of a unary call ends here (or, for the calls that
+// finish later, goes through CountGrpcRefused as well), so
+// straggler_grpc_refused_total counts them all.
 inline grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
-                                             const absl::Status& status) {
+                                             const absl::Status& status, CallOf call) {
+  call.stats.CountGrpcRefused(call.service, status.code());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -46,9 +57,9 @@ inline grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
 // becomes the response, an error the status.
 template <class Msg>
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
-                                      absl::StatusOr<Msg> result, Msg* response) {
+                                      absl::StatusOr<Msg> result, Msg* response, CallOf call) {
   if (result.ok()) *response = *std::move(result);
-  return FinishUnary(ctx, result.status());
+  return FinishUnary(ctx, result.status(), call);
 }
 
 // The call's `authorization` metadata (nullopt: none sent).
@@ -64,11 +75,11 @@ inline std::optional<std::string_view> AuthorizationOf(const grpc::CallbackServe
 template <class Msg, class Call>
 grpc::ServerUnaryReactor* FinishAuthorized(grpc::CallbackServerContext* ctx,
                                            const Authorizer& auth, Access access, Call call,
-                                           Msg* response) {
+                                           Msg* response, CallOf of) {
   if (absl::Status s = auth.Check(access, AuthorizationOf(ctx)); !s.ok()) {
-    return FinishUnary(ctx, s);
+    return FinishUnary(ctx, s, of);
   }
-  return FinishUnary(ctx, call(), response);
+  return FinishUnary(ctx, call(), response, of);
 }
 
 enum class WriteAction { kNone, kWrite, kFinish };

@@ -65,9 +65,9 @@ absl::Status Server::Start(const DaemonConfig& config) {
   if (absl::Status s = registry_->Restore(WallNow()); !s.ok()) return s;
   ingest_ = std::make_unique<IngestServiceImpl>(*registry_, stats_);
   query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_, *auth_);
-  admin_ = std::make_unique<AdminServiceImpl>(*registry_, *auth_);
+  admin_ = std::make_unique<AdminServiceImpl>(*registry_, stats_, *auth_);
   rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
-  rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_);
+  rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_, stats_);
   configured_grpc_address_ = config.grpc_address;
   configured_http_address_ = config.http_address;
   configured_http_ = config.http;

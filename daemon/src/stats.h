@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "metrics.h"
 #include "straggler/engine/job_engine.h"
 
@@ -29,6 +30,14 @@ inline constexpr size_t kEngineRejectReasons =
     static_cast<size_t>(engine::RejectReason::kStale) + 1;
 // engine::EventKind runs kStateChange..kReprofile.
 inline constexpr size_t kEventKinds = static_cast<size_t>(engine::EventKind::kReprofile) + 1;
+
+// The gRPC services whose unary calls (and WatchMembership's start) count
+// their refusals, by status code: straggler_grpc_refused_total{service,code}.
+// Ingest streams count theirs in streams_refused / reports_rejected.
+enum class GrpcService { kQuery, kAdmin, kRendezvous };
+inline constexpr size_t kGrpcServices = 3;
+// absl::StatusCode (= grpc::StatusCode) runs kOk (0) .. kUnauthenticated (16).
+inline constexpr size_t kGrpcCodes = 17;
 
 // HTTP answers >= 400 are counted by status: these, and any other as "other".
 inline constexpr std::array<int, 12> kHttpRejectStatuses = {400, 401, 403, 404, 405, 408,
@@ -67,6 +76,8 @@ struct DaemonStats {
   std::array<std::atomic<uint64_t>, 2> http_slow_clients{};
   // HTTP answers >= 400, by kHttpRejectStatuses index; the last: any other.
   std::array<std::atomic<uint64_t>, kHttpRejectStatuses.size() + 1> http_rejected{};
+  // Unary gRPC calls ended with an error, [service * kGrpcCodes + code].
+  std::array<std::atomic<uint64_t>, kGrpcServices * kGrpcCodes> grpc_refused{};
   // Wall time of IngestService's processing of one ReportBatch.
   Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
 
@@ -85,6 +96,15 @@ struct DaemonStats {
   void CountRefused(StreamRefuseReason r) {
     streams_refused[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
   }
+  // A call of `service` that ends with `code` (OK is not counted; a code
+  // outside absl's numbering counts as UNKNOWN, keeping the labels bounded).
+  void CountGrpcRefused(GrpcService service, absl::StatusCode code) {
+    size_t c = static_cast<size_t>(code);
+    if (c == 0) return;
+    if (c >= kGrpcCodes) c = static_cast<size_t>(absl::StatusCode::kUnknown);
+    grpc_refused[static_cast<size_t>(service) * kGrpcCodes + c].fetch_add(
+        1, std::memory_order_relaxed);
+  }
 };
 
 inline const char* StreamRejectReasonName(StreamRejectReason r) {
@@ -92,6 +112,15 @@ inline const char* StreamRejectReasonName(StreamRejectReason r) {
     case StreamRejectReason::kRankNotInStream: return "rank_not_in_stream";
     case StreamRejectReason::kBatchTooLarge: return "batch_too_large";
     case StreamRejectReason::kRateLimited: return "rate_limited";
+  }
+  return "unknown";
+}
+
+inline const char* GrpcServiceName(GrpcService s) {
+  switch (s) {
+    case GrpcService::kQuery: return "query";
+    case GrpcService::kAdmin: return "admin";
+    case GrpcService::kRendezvous: return "rendezvous";
   }
   return "unknown";
 }

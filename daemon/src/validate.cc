@@ -25,6 +25,26 @@ absl::Status CheckPrintable(absl::string_view field, absl::string_view value, si
   return absl::OkStatus();
 }
 
+// Free text an operator or a client wrote (override reasons, exclusion
+// details): any UTF-8 (protobuf has checked it) but no ASCII control
+// characters, which would forge lines in logs and terminals.
+absl::Status CheckNoControl(absl::string_view field, absl::string_view value, size_t max) {
+  if (value.size() > max) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value), " is ",
+                                                   value.size(), " bytes; at most ", max));
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value),
+                                                     " has control character 0x",
+                                                     absl::Hex(c, absl::kZeroPad2), " at byte ",
+                                                     i));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string Quoted(absl::string_view value, size_t max) {
@@ -77,11 +97,31 @@ absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job)
                                                      hello.job_id, "'"));
     }
   }
-  for (const engine::ExcludedRank& e : hello.known_excluded) {
+  for (size_t i = 0; i < hello.known_excluded.size(); ++i) {
+    const engine::ExcludedRank& e = hello.known_excluded[i];
     if (e.rank >= hello.world_size) {
       return absl::InvalidArgumentError(absl::StrCat("hello.known_excluded rank ", e.rank,
                                                      " >= world_size=", hello.world_size,
                                                      " of job '", hello.job_id, "'"));
+    }
+    // The engine keeps a held entry as it is and publishes it again: a
+    // reason it never gives would be released blindly or confuse clients.
+    const bool wire = i < hello.known_excluded_wire_reasons.size();
+    if (e.reason == engine::ExclusionReason::kNone) {
+      const int value = wire ? hello.known_excluded_wire_reasons[i] : 0;
+      const std::string name = v1::ExclusionReason_IsValid(value)
+                                   ? absl::StrCat(" (", v1::ExclusionReason_Name(value), ")")
+                                   : "";
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hello.known_excluded rank ", e.rank, " reason=", value, name,
+          " is not an exclusion reason; allowed: EXCLUSION_REASON_STRAGGLER, _UNRESPONSIVE, "
+          "_FORCED, _PROBATION_END"));
+    }
+    if (absl::Status s = CheckNoControl(absl::StrCat("hello.known_excluded rank ", e.rank,
+                                                     " detail"),
+                                        e.detail, kMaxReasonBytes);
+        !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();
@@ -117,21 +157,7 @@ absl::Status RequireHello(const v1::ReportBatch& first) {
 }
 
 absl::Status ValidateReason(absl::string_view reason) {
-  if (reason.size() > kMaxReasonBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("reason ", Quoted(reason), " is ",
-                                                   reason.size(), " bytes; at most ",
-                                                   kMaxReasonBytes));
-  }
-  for (size_t i = 0; i < reason.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(reason[i]);
-    if (c < 0x20 || c == 0x7f) {
-      return absl::InvalidArgumentError(absl::StrCat("reason ", Quoted(reason),
-                                                     " has control character 0x",
-                                                     absl::Hex(c, absl::kZeroPad2), " at byte ",
-                                                     i));
-    }
-  }
-  return absl::OkStatus();
+  return CheckNoControl("reason", reason, kMaxReasonBytes);
 }
 
 engine::Time FromProto(const google::protobuf::Timestamp& t) {
@@ -185,6 +211,7 @@ StreamHello FromProto(const v1::StreamHello& h) {
   for (const v1::ExcludedRank& e : h.known_excluded()) {
     out.known_excluded.push_back(
         {e.rank(), FromProto(e.reason()), e.detail(), e.since_iteration()});
+    out.known_excluded_wire_reasons.push_back(static_cast<int>(e.reason()));
   }
   if (h.has_reported_iteration()) out.reported_iteration = h.reported_iteration();
   return out;

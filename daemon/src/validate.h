@@ -55,6 +55,10 @@ struct StreamHello {
   uint64_t known_effective_iteration = 0;
   uint64_t known_incarnation = 0;  // daemon run that made that version; 0 = unknown
   std::vector<engine::ExcludedRank> known_excluded;  // that version's excluded ranks
+  // known_excluded[i].reason as sent (FromProto turns a value it does not
+  // know into kNone): ValidateHello names it. Empty for a hello built in
+  // code, where known_excluded's reasons are checked instead.
+  std::vector<int> known_excluded_wire_reasons;
   // The highest iteration the stream's ranks reported; nullopt = none yet.
   std::optional<uint64_t> reported_iteration;
 };
@@ -66,7 +70,10 @@ absl::Status ValidateJobId(absl::string_view field, absl::string_view job_id);
 // one (JobRegistry::Attach, AddRanksLocked), and what the node agent checks
 // before it opens a job's upstream stream: the job id, node and
 // client_version as above, 0 < world_size <= max_ranks_per_job, at least one
-// rank, every rank < world_size.
+// rank, every rank < world_size; each known_excluded rank < world_size, with a
+// reason the daemon publishes (STRAGGLER, UNRESPONSIVE, FORCED,
+// PROBATION_END) and a detail of at most kMaxReasonBytes without control
+// characters (it is republished to every client and shown by stragglerctl).
 absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job);
 
 // A stream opens with its hello: the first ReportBatch of an ingest stream

@@ -943,15 +943,31 @@ struct JobEngine::Impl {
   // An earlier daemon's excluded set, taken over by a new engine: ranks out
   // as stragglers (or at probation's end) become stragglers with a full
   // counter and unresponsive ones unresponsive, so they stay out until their
-  // own reports show recovery; forced ones stay forced (by their override,
-  // set here when none is). Ranks >= world_size are dropped. Returns the
-  // set, ascending by rank, one entry per rank.
+  // own reports show recovery. A forced one stays forced only when its
+  // ForceExclude override is already set (restored from the state database
+  // by RestoreMembership); otherwise it is held like a straggler. The set
+  // may come from a hello, which any ingest client can send without a
+  // token: creating an override from it would let such a client force a
+  // rank out for good, an operator's power. Ranks >= world_size are
+  // dropped. Returns the set, ascending by rank, one entry per rank.
   std::vector<ExcludedRank> TakeOverExcluded(const std::vector<ExcludedRank>& held) {
     std::vector<ExcludedRank> excluded;
     for (const ExcludedRank& e : held) {
       if (e.rank >= world_size) continue;
       RankState& r = ranks[e.rank];
+      ExcludedRank kept = e;
       switch (e.reason) {
+        case ExclusionReason::kForced:
+          if (r.override == RankOverride::kForceExclude) break;
+          // No override here to keep it forced (Evaluate would release a
+          // forced entry without one at once): still out, so the ranks that
+          // apply the held set keep agreeing, but as a straggler, released
+          // when its own (shadow) reports show recovery. Overrides survive
+          // a restart only through the state database.
+          kept.reason = ExclusionReason::kStraggler;
+          kept.detail = "forced out under an earlier daemon, no override restored: held as a "
+                        "straggler until its reports show recovery";
+          [[fallthrough]];
         case ExclusionReason::kStraggler:
         case ExclusionReason::kProbationEnd:
           r.state = WorkerState::kStraggler;
@@ -960,16 +976,10 @@ struct JobEngine::Impl {
         case ExclusionReason::kUnresponsive:
           r.state = WorkerState::kUnresponsive;
           break;
-        case ExclusionReason::kForced:
-          // An operator's decision. Restored from a state database it comes
-          // with its override; known only from a hello, it gets one here, or
-          // the next evaluation would release the rank nobody released.
-          if (r.override == RankOverride::kNone) r.override = RankOverride::kForceExclude;
-          break;
         default:
           break;
       }
-      excluded.push_back(e);
+      excluded.push_back(std::move(kept));
     }
     std::sort(excluded.begin(), excluded.end(),
               [](const ExcludedRank& a, const ExcludedRank& b) { return a.rank < b.rank; });

@@ -88,7 +88,7 @@ TEST_CASE("daemon rejections reach the client's stats once, with and without the
   sa::Agent agent(ac);
   REQUIRE(agent.Start().ok());
 
-  for (const std::string endpoint : {ac.listen, upstream}) {
+  for (const std::string& endpoint : {ac.listen, upstream}) {
     INFO("endpoint " << endpoint);
     auto client = straggler::Client::Create(ClientTo(endpoint, "reject-" + endpoint.substr(0, 4)));
     REQUIRE(client);

@@ -5,6 +5,7 @@
 // in fuzz/.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <variant>
@@ -74,6 +75,47 @@ TEST_CASE("hello checks cover every field a stream's first batch sets") {
   h = GoodHello();
   h.job_id = "x y";
   CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)), Catch::StartsWith("hello.job_id 'x y'"));
+}
+
+TEST_CASE("hello known_excluded: a reason the daemon publishes, a bounded clean detail") {
+  namespace eng = straggler::engine;
+  const uint32_t max_ranks = 8;
+  sd::StreamHello h = GoodHello();
+  h.known_membership_version = 3;
+  h.known_excluded = {{2, eng::ExclusionReason::kForced, "forced out by an operator", 10}};
+  CHECK(sd::ValidateHello(h, max_ranks).ok());
+
+  // From the wire: FromProto keeps the value it does not know for the message.
+  v1::StreamHello wire;
+  wire.set_job_id("j");
+  wire.set_world_size(4);
+  wire.add_ranks(0);
+  wire.set_known_membership_version(3);
+  v1::ExcludedRank* x = wire.add_known_excluded();
+  x->set_rank(2);
+  x->set_reason(static_cast<v1::ExclusionReason>(99));
+  CHECK(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)) ==
+        "hello.known_excluded rank 2 reason=99 is not an exclusion reason; allowed: "
+        "EXCLUSION_REASON_STRAGGLER, _UNRESPONSIVE, _FORCED, _PROBATION_END");
+  x->set_reason(v1::EXCLUSION_REASON_UNSPECIFIED);
+  CHECK_THAT(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)),
+             Catch::StartsWith("hello.known_excluded rank 2 reason=0 "
+                               "(EXCLUSION_REASON_UNSPECIFIED) is not an exclusion reason"));
+  x->set_reason(v1::EXCLUSION_REASON_STRAGGLER);
+  x->set_detail("slow\r\nINFO forged log line");
+  CHECK(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)) ==
+        "hello.known_excluded rank 2 detail 'slow\\r\\nINFO forged log line' has control "
+        "character 0x0d at byte 4");
+  x->set_detail(std::string(1025, 'd'));
+  CHECK_THAT(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)),
+             Catch::Contains("hello.known_excluded rank 2 detail 'ddd") &&
+                 Catch::Contains("'... is 1025 bytes; at most 1024"));
+  x->set_detail(std::string(1024, 'd'));
+  CHECK(sd::ValidateHello(sd::FromProto(wire), max_ranks).ok());
+  // A hello built in code: its engine reason is checked.
+  h.known_excluded[0].reason = eng::ExclusionReason::kNone;
+  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)),
+             Catch::Contains("rank 2 reason=0 (EXCLUSION_REASON_UNSPECIFIED)"));
 }
 
 TEST_CASE("override reasons: no control characters, at most 1024 bytes") {
@@ -170,6 +212,63 @@ TEST_CASE("REST parameters: each parsed into the api request or refused by name"
   CHECK_THAT(Message(call("POST", "/v1/jobs/j/reset", "[]").status()),
              Catch::Contains("not valid reset"));
   CHECK(call("POST", "/v1/jobs/j/reset", " {} ").ok());
+}
+
+TEST_CASE("REST errors show client values C-escaped and cut, never raw") {
+  auto call = [](absl::string_view method, absl::string_view target, absl::string_view body = "") {
+    auto m = sd::MatchRoute(method, target);
+    REQUIRE(std::holds_alternative<sd::RouteMatch>(m));
+    return sd::ParseRestCall(std::get<sd::RouteMatch>(m), target, body);
+  };
+  auto error = [](absl::string_view method, absl::string_view target) {
+    auto m = sd::MatchRoute(method, target);
+    REQUIRE(std::holds_alternative<sd::RestError>(m));
+    return std::get<sd::RestError>(m);
+  };
+  // No control byte of a client value reaches a message (or a log line).
+  auto clean = [](const std::string& message) {
+    return std::none_of(message.begin(), message.end(),
+                        [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+  };
+  std::string m = Message(call("GET", "/v1/jobs/j/workers/a%0Ab").status());
+  CHECK(m == "rank 'a\\nb' is not a non-negative integer");
+  m = Message(call("GET", "/v1/jobs?%0Ax=1").status());
+  CHECK_THAT(m, Catch::Contains("unknown query parameter '\\nx'"));
+  CHECK(clean(m));
+  m = Message(call("GET", "/v1/events?since_time=12%0D").status());
+  CHECK_THAT(m, Catch::Contains("since_time='12\\r'"));
+  m = Message(call("PUT", "/v1/jobs/j/workers/2/override", "{\"override\": \"out\\u0007\"}").status());
+  CHECK_THAT(m, Catch::Contains("override 'out\\x07' is not one of"));
+  m = Message(call("PUT", "/v1/jobs/j/policy", "{\"a\\u0001\": 3}").status());
+  CHECK_THAT(m, Catch::Contains("unknown field 'a\\x01'"));
+  CHECK(clean(m));
+  m = Message(call("PUT", "/v1/jobs/j/workers/2/override", R"({"override": 3})").status());
+  CHECK(m == "field 'override' of the override body must be a string, not '3'");
+  m = Message(call("PUT", "/v1/jobs/j/workers/2/override", R"({"reason": {"a": [true]}})").status());
+  // Quoted escapes quotes too.
+  CHECK_THAT(m, Catch::EndsWith("must be a string, not '{\\\"a\\\":[true]}'"));
+
+  // Long values are cut with "...".
+  m = Message(call("GET", "/v1/events?limit=" + std::string(5000, '9')).status());
+  CHECK_THAT(m, Catch::Contains("'...") && Catch::Contains("0 to 10000"));
+  CHECK(m.size() < 200);
+  m = Message(call("GET", "/v1/jobs?" + std::string(5000, 'p') + "=1").status());
+  CHECK(m.size() < 400);
+
+  // Routing errors: the target and method as sent, escaped.
+  sd::RestError e = error("GET", "/nope\xff\n");
+  CHECK(e.http_status == 404);
+  CHECK(e.message == "no such path: '/nope\\xff\\n'");
+  e = error("G\x01T", "/v1/jobs");
+  CHECK(e.http_status == 405);
+  CHECK(e.message == "'G\\x01T' is not allowed on '/v1/jobs' (allowed: GET, HEAD)");
+  e = error("GET", "/v1/jobs/%zz\x02");
+  CHECK(e.http_status == 400);
+  CHECK(e.message == "bad percent-encoding in path '/v1/jobs/%zz\\x02'");
+  CHECK(Message(call("GET", "/v1/events?limit=%zz\x03").status()) ==
+        "bad percent-encoding in the query string 'limit=%zz\\x03'");
+  e = error("GET", "/" + std::string(5000, 'x'));
+  CHECK(e.message.size() < 400);
 }
 
 TEST_CASE("token bucket: starts full, refills at the rate, never above the burst") {

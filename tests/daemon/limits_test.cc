@@ -297,3 +297,72 @@ TEST_CASE("HTTP refusals are counted by status in /metrics") {
   CHECK(d.Metric("straggler_http_rejected_total{code=\"404\"}") == 1);
   CHECK(d.Metric("straggler_http_rejected_total{code=\"405\"}") == 1);
 }
+
+TEST_CASE("gRPC refusals of query, admin and rendezvous calls are counted in /metrics") {
+  Daemon d{sd::DaemonConfig()};
+  auto s = Open(d, Hello("counted", 2, {0, 1}));
+  auto refused = [&](const char* service, const char* code) {
+    return d.Metric(std::string("straggler_grpc_refused_total{service=\"") + service +
+                    "\",code=\"" + code + "\"}");
+  };
+  // No series before the first refusal.
+  CHECK(refused("query", "NOT_FOUND") == -1);
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id("counted");  // served: not counted
+    v1::Job job;
+    REQUIRE(d.query->GetJob(&ctx, req, &job).ok());
+  }
+  for (const char* id : {"missing", "bad id"}) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    CHECK_FALSE(d.query->GetJob(&ctx, req, &job).ok());
+  }
+  {
+    grpc::ClientContext ctx;  // a watch refused at its start counts too
+    v1::WatchMembershipRequest req;
+    req.set_job_id("missing");
+    auto reader = d.query->WatchMembership(&ctx, req);
+    v1::Membership m;
+    while (reader->Read(&m)) {
+    }
+    CHECK(reader->Finish().error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::SetPolicyRequest req;
+    req.set_job_id("counted");
+    req.mutable_policy()->set_threshold_factor(0.5);
+    v1::Job job;
+    CHECK(d.admin->SetPolicy(&ctx, req, &job).error_code() ==
+          grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  auto rendezvous = v1::RendezvousService::NewStub(d.channel);
+  {
+    grpc::ClientContext ctx;
+    v1::RendezvousGetRequest req;
+    req.set_job_id("counted");
+    req.add_keys("unset");
+    v1::RendezvousGetResponse resp;
+    CHECK(rendezvous->Get(&ctx, req, &resp).error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;  // Wait finishes later, outside FinishUnary
+    v1::RendezvousWaitRequest req;
+    req.set_job_id("counted");
+    req.add_keys("never");
+    req.mutable_timeout()->set_nanos(20'000'000);
+    v1::RendezvousWaitResponse resp;
+    CHECK(rendezvous->Wait(&ctx, req, &resp).error_code() ==
+          grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  CHECK(refused("query", "NOT_FOUND") == 2);
+  CHECK(refused("query", "INVALID_ARGUMENT") == 1);
+  CHECK(refused("admin", "INVALID_ARGUMENT") == 1);
+  CHECK(refused("rendezvous", "NOT_FOUND") == 1);
+  CHECK(refused("rendezvous", "DEADLINE_EXCEEDED") == 1);
+  CHECK(refused("query", "OK") == -1);
+}

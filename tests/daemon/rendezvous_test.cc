@@ -168,7 +168,15 @@ TEST_CASE("rendezvous: limits refuse with errors naming the value and the limit"
   Fixture f(rv);
   grpc::Status key = f.Set("j", "a-very-long-key", "v");
   CHECK(key.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-  CHECK_THAT(key.error_message(), Catch::Contains("rendezvous.max_key_bytes=8"));
+  CHECK(key.error_message() == "job 'j': rendezvous key 'a-very-long-key' of 15 bytes exceeds "
+                               "rendezvous.max_key_bytes=8");
+  // Keys are any bytes: shown C-escaped and cut, never raw.
+  key = f.Set("j", std::string(100, 'k') + "\n", "v");
+  CHECK_THAT(key.error_message(), Catch::Contains("'...") && !Catch::Contains("\n"));
+  v1::RendezvousGetResponse unset;
+  grpc::Status missing = f.Get("j", {"a\nb"}, &unset);
+  CHECK(missing.error_code() == grpc::StatusCode::NOT_FOUND);
+  CHECK(missing.error_message() == "job 'j': rendezvous key 'a\\nb' is not set");
   grpc::Status value = f.Set("j", "k", "12345");
   CHECK(value.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK_THAT(value.error_message(), Catch::Contains("5 bytes"));

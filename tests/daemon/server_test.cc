@@ -435,6 +435,65 @@ TEST_CASE("a hello's excluded ranks and progress shape a restarted daemon's firs
         std::string::npos);
 }
 
+TEST_CASE("a hello cannot force a rank out: a held forced exclusion gets no override") {
+  // Ingest needs no token (README "Security"): a client that says it holds
+  // a version of an earlier daemon with rank 2 forced out may keep rank 2
+  // out for agreement's sake, but only as a held straggler that its own
+  // reports release, never as an operator's override.
+  Fixture f;
+  grpc::ClientContext ctx;
+  auto stream = f.ingest->Stream(&ctx);
+  v1::ReportBatch b = Hello("forged", 4, {0, 1, 2, 3});
+  b.mutable_hello()->set_known_membership_version(7);
+  b.mutable_hello()->set_known_effective_iteration(1);
+  b.mutable_hello()->set_known_incarnation(12345);  // not this daemon's
+  v1::ExcludedRank* x = b.mutable_hello()->add_known_excluded();
+  x->set_rank(2);
+  x->set_reason(v1::EXCLUSION_REASON_FORCED);
+  x->set_detail("operator");
+  b.set_sequence(1);
+  REQUIRE(stream->Write(b));
+  ReadAck(*stream, 1);
+
+  auto membership = [&] {
+    grpc::ClientContext qctx;
+    v1::GetMembershipRequest req;
+    req.set_job_id("forged");
+    v1::Membership m;
+    REQUIRE(f.query->GetMembership(&qctx, req, &m).ok());
+    return m;
+  };
+  auto worker = [&] {
+    grpc::ClientContext qctx;
+    v1::GetWorkerRequest req;
+    req.set_job_id("forged");
+    req.set_rank(2);
+    v1::Worker w;
+    REQUIRE(f.query->GetWorker(&qctx, req, &w).ok());
+    return w;
+  };
+  const v1::Membership held = membership();
+  CHECK(held.version() == 8);
+  REQUIRE(held.excluded_size() == 1);
+  CHECK(held.excluded(0).rank() == 2);
+  CHECK(held.excluded(0).reason() == v1::EXCLUSION_REASON_STRAGGLER);
+  CHECK(worker().override() != v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+
+  // Every rank fast, rank 2 included (its shadow steps): it is released.
+  v1::ReportBatch reports;
+  reports.set_sequence(2);
+  for (uint64_t it = 1; it <= 200; ++it) {
+    for (uint32_t r = 0; r < 4; ++r) AddReport(reports, r, it, 0.1);
+  }
+  REQUIRE(stream->Write(reports));
+  ReadAck(*stream, 2);
+  const v1::Membership after = membership();
+  CHECK(after.version() > held.version());
+  CHECK(after.excluded_size() == 0);
+  CHECK(worker().override() != v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+  CHECK(Close(*stream).ok());
+}
+
 TEST_CASE("after the first directive a stream is sent only the versions it lacks") {
   Fixture f;
   grpc::ClientContext ctx;

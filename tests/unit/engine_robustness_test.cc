@@ -151,19 +151,54 @@ TEST_CASE("daemon restart: the floor keeps the held excluded set and follows the
   CHECK(h.engine().membership().effective_iteration >= 400 + 1 + m.lead_iterations);
 }
 
-TEST_CASE("daemon restart: a forced exclusion known only from a hello stays forced",
-          "[engine][membership]") {
+TEST_CASE("daemon restart: a forced exclusion known only from a hello creates no override",
+          "[engine][membership][security]") {
+  // A hello needs no token, so what it says was forced cannot become an
+  // operator's override: the rank stays out (the ranks apply that set) but
+  // as a straggler, released once its own reports show recovery.
   Harness h(4);
   h.engine().NoteReportedIteration(50);
   h.engine().AdoptVersionFloor(Held(4, 30, {{2, ExclusionReason::kForced, "operator", 20}}),
                                h.now());
+  const Membership first = h.engine().membership();
+  REQUIRE(first.version == 5);
+  REQUIRE(first.IsExcluded(2));
+  CHECK(first.excluded[0].reason == ExclusionReason::kStraggler);
+  CHECK(h.engine().Worker(2).override == RankOverride::kNone);
+  CHECK(h.engine().Worker(2).state == WorkerState::kStraggler);
+  // Healthy rows of every rank (rank 2's are shadow steps): it recovers
+  // and a later version readmits it. Nobody had to clear an override.
+  for (uint32_t r = 0; r < 4; ++r) h.engine().Announce(r, h.now());
+  h.Rows(51, 200, 0, Uniform(4, 1.0));
+  CHECK(h.State(2) == WorkerState::kHealthy);
+  CHECK_FALSE(h.engine().membership().IsExcluded(2));
+  CHECK(h.engine().membership().version > first.version);
+  CHECK(h.engine().Worker(2).override == RankOverride::kNone);
+}
+
+TEST_CASE("daemon restart: a forced exclusion restored with its override stays forced",
+          "[engine][membership]") {
+  Harness h(4);
+  Membership stored = Held(4, 30, {{2, ExclusionReason::kForced, "operator", 20}});
+  // The state database restores the override with the membership.
+  h.engine().RestoreMembership(stored, {{2, RankOverride::kForceExclude}}, h.now());
   REQUIRE(h.engine().membership().IsExcluded(2));
+  CHECK(h.engine().membership().excluded[0].reason == ExclusionReason::kForced);
   CHECK(h.engine().Worker(2).override == RankOverride::kForceExclude);
+  for (uint32_t r = 0; r < 4; ++r) h.engine().Announce(r, h.now());
   // Healthy rows of every rank: nothing releases rank 2 but an operator.
-  h.Rows(51, 20, 0, Uniform(4, 1.0));
+  h.Rows(31, 200, 0, Uniform(4, 1.0));
   CHECK(h.engine().membership().IsExcluded(2));
   REQUIRE(h.engine().SetOverride(2, RankOverride::kNone, "", h.now()).ok());
   CHECK_FALSE(h.engine().membership().IsExcluded(2));
+
+  // Stored as forced but with no override (cleared while the release was
+  // withheld): not forced again, held as a straggler.
+  Harness g(4);
+  g.engine().RestoreMembership(stored, {}, g.now());
+  REQUIRE(g.engine().membership().IsExcluded(2));
+  CHECK(g.engine().Worker(2).override == RankOverride::kNone);
+  CHECK(g.engine().membership().excluded[0].reason == ExclusionReason::kStraggler);
 }
 
 TEST_CASE("re-inclusion: a rank that ran ahead while excluded is not expected in its past",

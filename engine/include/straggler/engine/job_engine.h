@@ -305,7 +305,9 @@ class JobEngine {
   // nothing (version 0: a restart without a state database), held.excluded,
   // taken over as RestoreMembership takes a stored set - the set the ranks
   // apply, so a rank that switches to the new version at another moment than
-  // its peers still agrees with them on who takes part.
+  // its peers still agrees with them on who takes part. `held` comes from a
+  // client (no token needed), so it never sets an override: a rank it names
+  // as forced out is held as a straggler and released by its reports.
   void AdoptVersionFloor(const Membership& held, Time now);
 
   // A stream's hello says its ranks have reported up to `iteration`. Every
@@ -324,7 +326,9 @@ class JobEngine {
   // stragglers (or at probation's end) become stragglers with a full counter
   // and unresponsive ones unresponsive, so they stay out until their own
   // reports show recovery, and are released, as always, by a version in force
-  // after the progress the engine has then seen; forced ones stay forced.
+  // after the progress the engine has then seen. Forced ones stay forced
+  // when `overrides` force them out; a forced one without that override
+  // (cleared while its release was withheld) is held as a straggler.
   // Excluded ranks >= world_size are dropped.
   void RestoreMembership(const Membership& m,
                          const std::vector<std::pair<uint32_t, RankOverride>>& overrides,
