@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
       "publishes, per job, the versioned membership that leaves them out.\n\n"
       "Precedence: flags > environment (STRAGGLERD_GRPC_ADDRESS, STRAGGLERD_HTTP_ADDRESS,\n"
       "STRAGGLERD_LOG_LEVEL, STRAGGLERD_CONFIG) > config file > built-in defaults.\n"
-      "Signals: SIGHUP reloads the config file, SIGTERM/SIGINT drain and exit 0.\n"
+      "Signals: SIGHUP reloads the config file, SIGTERM/SIGINT drain (7 s at most) and exit 0.\n"
       "TLS, mutual TLS and the admin bearer token: tls.* and auth.* in the config file\n"
       "(README \"Security\"); without auth.token_file admin calls are open (warned at start).",
       "stragglerd"};
