@@ -274,10 +274,10 @@ absl::Status ParseOverrideBody(absl::string_view body, v1::SetRankOverrideReques
     if (value.kind_case() != google::protobuf::Value::kStringValue) {
       // Named as the JSON it was sent as (3, true, null, {...}).
       std::string json;
-      if (!pbu::MessageToJsonString(value, &json).ok()) json = "?";
+      const bool printed = pbu::MessageToJsonString(value, &json).ok();
       return absl::InvalidArgumentError(absl::StrCat("field '", key,
                                                      "' of the override body must be a string, "
-                                                     "not ", Quoted(json)));
+                                                     "not ", printed ? Quoted(json) : "a JSON value"));
     }
     if (key == "reason") {
       request.set_reason(value.string_value());
