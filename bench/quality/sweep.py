@@ -27,22 +27,22 @@ SETTINGS = [
 ]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--replay", required=True)
-    ap.add_argument("--scenarios", required=True)
-    a = ap.parse_args()
-    files = sorted(glob.glob(os.path.join(a.scenarios, "*.yaml")))
-    print("| policy | settings | FP/1k on the no-straggler scenarios (mean / worst) | "
+HEADER = ("| policy | settings | FP/1k on the no-straggler scenarios (mean / worst) | "
           "scenarios with any FP (FP/1k) | episodes detected | mean F1 | det. latency mean | "
           "rec. latency mean | detections |")
-    print("|---|---|---|---|---|---|---|---|---|")
+
+
+def rows(replay, scenarios):
+    """The table's rows, one per entry of SETTINGS (also used by
+    tests/quality/replay_suite.py to check BENCHMARKS.md's copy)."""
+    files = sorted(glob.glob(os.path.join(scenarios, "*.yaml")))
+    out = []
     for policy, sets in SETTINGS:
         cmd_sets = sum((["--set", s] for s in sets), [])
         fp_rates, fp_names, f1s, lat, rec = [], [], [], [], []
         episodes = detected = flips = 0
         for f in files:
-            p = subprocess.run([a.replay, f, "--policy", policy, "--format", "json"] + cmd_sets,
+            p = subprocess.run([replay, f, "--policy", policy, "--format", "json"] + cmd_sets,
                                capture_output=True, text=True, check=True)
             d = json.loads(p.stdout)
             s = d["scores"]
@@ -58,10 +58,22 @@ def main():
                 lat += s["detection_latency"]["per_episode"]
                 if s["recovery_latency"]["mean"] is not None:
                     rec.append(s["recovery_latency"]["mean"])
-        mean = lambda v: sum(v) / len(v) if v else float("nan")
-        print(f"| {policy} | {' '.join(sets) or 'defaults'} | "
-              f"{mean(fp_rates):.2f} / {max(fp_rates):.2f} | {len(fp_names)} ({', '.join(fp_names)}) | "
-              f"{detected}/{episodes} | {mean(f1s):.3f} | {mean(lat):.1f} | {mean(rec):.1f} | {flips} |")
+        mean = lambda v: sum(v) / len(v) if v else float("nan")  # noqa: E731
+        out.append(f"| {policy} | {' '.join(sets) or 'defaults'} | "
+                   f"{mean(fp_rates):.2f} / {max(fp_rates):.2f} | {len(fp_names)} ({', '.join(fp_names)}) | "
+                   f"{detected}/{episodes} | {mean(f1s):.3f} | {mean(lat):.1f} | {mean(rec):.1f} | {flips} |")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--replay", required=True)
+    ap.add_argument("--scenarios", required=True)
+    a = ap.parse_args()
+    print(HEADER)
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows(a.replay, a.scenarios):
+        print(row)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@
   replay_suite.py cli --replay BIN --scenarios DIR --workdir DIR
       CSV input, --set, --report and the exit-2 error contract.
   replay_suite.py tables --replay BIN --scenarios DIR --benchmarks FILE
-      regenerates BENCHMARKS.md's detection-quality table with the command
-      it documents and fails on any row that differs: the replay is
+      regenerates BENCHMARKS.md's detection-quality table and its
+      "Default settings" sweep (bench/quality/sweep.py) with the commands
+      they document and fails on any row that differs: the replay is
       deterministic, so a stale table means the engine changed and the
       numbers published for it did not.
 """
@@ -22,6 +23,11 @@ import json
 import os
 import subprocess
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "bench", "quality"))
+import sweep  # noqa: E402  (the sweep's one row generator)
 
 POLICIES = ["dynamic", "ewma", "static", "nvrx", "greyhound"]
 
@@ -183,6 +189,19 @@ def tables(a):
         fail(f"{len(stale)} of {len(fresh)} rows of BENCHMARKS.md's detection table are stale; "
              f"regenerate it with the command above the table")
     print(f"ok: all {len(fresh)} rows of the detection table match a fresh replay")
+
+    # The "Default settings" sweep: its rows in the order sweep.py prints them.
+    settings = doc.split("### Default settings", 1)[-1].split("\n#", 1)[0]
+    published = [l for l in settings.splitlines()
+                 if l.startswith("| ") and l.split("|")[1].strip() in {"dynamic", "ewma"}]
+    fresh = sweep.rows(a.replay, a.scenarios)
+    if published != fresh:
+        for now, old in zip(fresh, published + [None] * len(fresh)):
+            if now != old:
+                print(f"now:       {now}\npublished: {old}")
+        fail(f"BENCHMARKS.md's \"Default settings\" table ({len(published)} rows) differs from "
+             f"a fresh sweep ({len(fresh)} rows); regenerate it with the command above it")
+    print(f"ok: all {len(fresh)} rows of the default-settings sweep match a fresh run")
 
 
 def main():
