@@ -160,7 +160,11 @@ int main(int argc, char** argv) {
 
   try {
     for (uint64_t it = 0; it < iterations; ++it) {
+      const auto begin = std::chrono::steady_clock::now();
       const straggler::StepPlan plan = reducer->BeginIteration(it);
+      // How long the switch rule held this rank (a late directive shows here).
+      const double begin_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
       bool synced = false;
       if (plan.sync_parameters) {
         synced = reducer->SyncParameters({{params.data(), params.size() * sizeof(float)},
@@ -185,12 +189,12 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"it\":%llu,\"version\":%llu,\"effective_iteration\":%llu,\"certain\":%s,"
           "\"participated\":%s,\"active\":%s,\"synced\":%s,\"rejoin_iteration\":%s,"
-          "\"avg\":%s,\"avg64\":%s}\n",
+          "\"begin_ms\":%.3f,\"avg\":%s,\"avg64\":%s}\n",
           static_cast<unsigned long long>(it), static_cast<unsigned long long>(plan.version),
           static_cast<unsigned long long>(plan.effective_iteration), plan.certain ? "true" : "false",
           r.participated ? "true" : "false", Json(plan.active_ranks).c_str(),
           synced ? "true" : "false",
-          plan.rejoin_iteration ? std::to_string(*plan.rejoin_iteration).c_str() : "null",
+          plan.rejoin_iteration ? std::to_string(*plan.rejoin_iteration).c_str() : "null", begin_ms,
           Json(grad).c_str(), Json(grad64).c_str());
       std::fflush(stdout);
       // The parameters it would compute on until then are overwritten by the

@@ -293,14 +293,21 @@ def test_late_directive(args, workdir, config):
             ranks.kill()
         check(d.stop() == 0, "stragglerd did not exit cleanly")
     check(proxy.held_bytes > 0, "the proxy held nothing back: the test did not delay rank 2")
+    # Rank 2 waited for its held directives inside BeginIteration (the switch
+    # rule's bounded wait) instead of going on without them: the 3 s hold
+    # shows as one long wait (a lower bound: load only makes it longer).
+    longest = max(ranks.lines[2], key=lambda row: row["begin_ms"])
+    check(longest["begin_ms"] >= 1000,
+          "rank 2 never waited in BeginIteration (longest %.0f ms at iteration %d) although its "
+          "directives were held for 3 s" % (longest["begin_ms"], longest["it"]))
     check_iterations(ranks, iterations)
     versions = sorted({row["version"] for row in ranks.lines[0]})
     check(len(versions) == 2, "expected versions 0 and the exclusion; saw %s" % versions)
     at = check_switch(ranks, versions[1], "late directive")
     check(all(row["certain"] for r in range(WORLD) for row in ranks.lines[r]),
           "a rank guessed (certain = false) although the daemon was up")
-    print("rank 2's directives held %d bytes; every rank switched at iteration %d"
-          % (proxy.held_bytes, at))
+    print("rank 2's directives held %d bytes; it waited %.0f ms in BeginIteration(%d); every rank "
+          "switched at iteration %d" % (proxy.held_bytes, longest["begin_ms"], longest["it"], at))
 
 
 def test_daemon_killed(args, workdir, config):
