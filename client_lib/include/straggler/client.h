@@ -135,9 +135,10 @@ class Client {
   virtual bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds,
                       std::optional<double> step_seconds = std::nullopt,
                       std::optional<double> collective_wait_seconds = std::nullopt) = 0;
-  // Report() for the client's first rank.
+  // Report() for the client's first rank (one virtual call, see
+  // ReportForFirstRank).
   bool Report(uint64_t epoch, uint64_t iteration, double compute_seconds) {
-    return Report(FirstRank(), epoch, iteration, compute_seconds);
+    return ReportForFirstRank(epoch, iteration, compute_seconds);
   }
 
   // The newest membership received. Lock-free.
@@ -186,6 +187,15 @@ class Client {
 
   virtual ClientStats Stats() const = 0;
   virtual uint32_t FirstRank() const = 0;
+
+ protected:
+  // What Report(epoch, iteration, compute_seconds) calls. This default
+  // reports for FirstRank() through the full Report() (two virtual calls);
+  // the library's client overrides it with a direct path. An implementation
+  // of Client need not override it.
+  virtual bool ReportForFirstRank(uint64_t epoch, uint64_t iteration, double compute_seconds) {
+    return Report(FirstRank(), epoch, iteration, compute_seconds);
+  }
 };
 
 // Measures the wall time of a scope on the calling thread and reports it as
