@@ -242,8 +242,7 @@ class ClientImpl final : public Client {
   bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds,
               std::optional<double> step_seconds,
               std::optional<double> collective_wait_seconds) override {
-    // The usual client serves one rank: one compare, no search.
-    if (rank != first_rank_ && !(multi_rank_ && SlotOf(rank) >= 0)) return false;
+    if (!Serves(rank)) return false;
     return Enqueue(rank, epoch, iteration, compute_seconds,
                    step_seconds.value_or(std::numeric_limits<double>::quiet_NaN()),
                    collective_wait_seconds.value_or(std::numeric_limits<double>::quiet_NaN()));
@@ -333,8 +332,18 @@ class ClientImpl final : public Client {
                    std::numeric_limits<double>::quiet_NaN(),
                    std::numeric_limits<double>::quiet_NaN());
   }
+  bool ReportForRank(uint32_t rank, uint64_t epoch, uint64_t iteration,
+                     double compute_seconds) override {
+    if (!Serves(rank)) return false;
+    return Enqueue(rank, epoch, iteration, compute_seconds,
+                   std::numeric_limits<double>::quiet_NaN(),
+                   std::numeric_limits<double>::quiet_NaN());
+  }
 
  private:
+  // The usual client serves one rank: one compare, no search.
+  bool Serves(uint32_t rank) const { return rank == first_rank_ || (multi_rank_ && SlotOf(rank) >= 0); }
+
   // The enqueue behind both Report() forms (inlined into each).
   [[gnu::always_inline]] bool Enqueue(uint32_t rank, uint64_t epoch, uint64_t iteration,
                                       double compute_seconds, double step_seconds,
