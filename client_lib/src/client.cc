@@ -184,6 +184,8 @@ class ClientImpl final : public Client {
   ClientImpl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
       : options_(std::move(options)),
         served_(options_.ranks),
+        first_rank_(options_.ranks.front()),
+        multi_rank_(options_.ranks.size() > 1),
         queue_(options_.queue_capacity),
         max_in_flight_(std::max(queue_.capacity(), options_.max_batch)),
         history_(InitialMembership()),
@@ -240,48 +242,10 @@ class ClientImpl final : public Client {
   bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds,
               std::optional<double> step_seconds,
               std::optional<double> collective_wait_seconds) override {
-    if (SlotOf(rank) < 0) return false;
-    const QueuedReport r{
-        rank,
-        epoch,
-        iteration,
-        compute_seconds,
-        step_seconds.value_or(std::numeric_limits<double>::quiet_NaN()),
-        collective_wait_seconds.value_or(std::numeric_limits<double>::quiet_NaN()),
-        CoarseUnixNanos()};
-    uint64_t position;
-    if (!queue_.TryPush(r, &position)) {
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      // The rank has reached `iteration` even though the report is lost: the
-      // next hello says so (StreamHello.reported_iteration, ReportedMark()).
-      // Queued reports are counted by the sender, so the training thread
-      // pays for this bookkeeping only on this (rare) path.
-      uint64_t seen = highest_dropped_.load(std::memory_order_relaxed);
-      while (seen <= iteration &&
-             !highest_dropped_.compare_exchange_weak(seen, iteration + 1,
-                                                     std::memory_order_relaxed)) {
-      }
-      return false;
-    }
-    // A trainer that asks MembershipFor() each step needs this report at the
-    // daemon soon: its next MembershipFor waits for the acknowledgement, and
-    // waking the sender now overlaps that round trip with the rest of the
-    // step (measured: mean MembershipFor wait 0.6 ms with, 1.6 ms without, in
-    // straggler-sim). That costs one futex wake (~5 us) per report while the
-    // sender sleeps, so a monitoring-only client (no MembershipFor yet) skips
-    // it: the sender polls on a timer (max_send_delay) and Flush wakes it.
-    // Every wake_stride-th report also checks, so that a burst fills batches
-    // instead of the queue.
-    if (wake_on_report_.load(std::memory_order_relaxed)) {
-      // Pairs with the fence in WaitForWork(): either the sender sees our
-      // item when it re-checks the queue, or we see its idle flag.
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (sender_idle_.load(std::memory_order_relaxed)) WakeSender();
-    } else if ((position & wake_stride_mask_) == wake_stride_mask_ &&
-               sender_idle_.load(std::memory_order_relaxed)) {
-      WakeSender();
-    }
-    return true;
+    if (!Serves(rank)) return false;
+    return Enqueue(rank, epoch, iteration, compute_seconds,
+                   step_seconds.value_or(std::numeric_limits<double>::quiet_NaN()),
+                   collective_wait_seconds.value_or(std::numeric_limits<double>::quiet_NaN()));
   }
 
   MembershipView CurrentMembership() const override {
@@ -360,9 +324,69 @@ class ClientImpl final : public Client {
     return s;
   }
 
-  uint32_t FirstRank() const override { return options_.ranks.front(); }
+  uint32_t FirstRank() const override { return first_rank_; }
+
+ protected:
+  bool ReportForFirstRank(uint64_t epoch, uint64_t iteration, double compute_seconds) override {
+    return Enqueue(first_rank_, epoch, iteration, compute_seconds,
+                   std::numeric_limits<double>::quiet_NaN(),
+                   std::numeric_limits<double>::quiet_NaN());
+  }
+  bool ReportForRank(uint32_t rank, uint64_t epoch, uint64_t iteration,
+                     double compute_seconds) override {
+    if (!Serves(rank)) return false;
+    return Enqueue(rank, epoch, iteration, compute_seconds,
+                   std::numeric_limits<double>::quiet_NaN(),
+                   std::numeric_limits<double>::quiet_NaN());
+  }
 
  private:
+  // The usual client serves one rank: one compare, no search.
+  bool Serves(uint32_t rank) const { return rank == first_rank_ || (multi_rank_ && SlotOf(rank) >= 0); }
+
+  // The enqueue behind both Report() forms (inlined into each).
+  [[gnu::always_inline]] bool Enqueue(uint32_t rank, uint64_t epoch, uint64_t iteration,
+                                      double compute_seconds, double step_seconds,
+                                      double collective_wait_seconds) {
+    const QueuedReport r{rank,         epoch,
+                         iteration,    compute_seconds,
+                         step_seconds, collective_wait_seconds,
+                         CoarseUnixNanos()};
+    uint64_t position;
+    if (!queue_.TryPush(r, &position)) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      // The rank has reached `iteration` even though the report is lost: the
+      // next hello says so (StreamHello.reported_iteration, ReportedMark()).
+      // Queued reports are counted by the sender, so the training thread
+      // pays for this bookkeeping only on this (rare) path.
+      uint64_t seen = highest_dropped_.load(std::memory_order_relaxed);
+      while (seen <= iteration &&
+             !highest_dropped_.compare_exchange_weak(seen, iteration + 1,
+                                                     std::memory_order_relaxed)) {
+      }
+      return false;
+    }
+    // A trainer that asks MembershipFor() each step needs this report at the
+    // daemon soon: its next MembershipFor waits for the acknowledgement, and
+    // waking the sender now overlaps that round trip with the rest of the
+    // step (measured: mean MembershipFor wait 0.6 ms with, 1.6 ms without, in
+    // straggler-sim). That costs one futex wake (~5 us) per report while the
+    // sender sleeps, so a monitoring-only client (no MembershipFor yet) skips
+    // it: the sender polls on a timer (max_send_delay) and Flush wakes it.
+    // Every wake_stride-th report also checks, so that a burst fills batches
+    // instead of the queue.
+    if (wake_on_report_.load(std::memory_order_relaxed)) {
+      // Pairs with the fence in WaitForWork(): either the sender sees our
+      // item when it re-checks the queue, or we see its idle flag.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (sender_idle_.load(std::memory_order_relaxed)) WakeSender();
+    } else if ((position & wake_stride_mask_) == wake_stride_mask_ &&
+               sender_idle_.load(std::memory_order_relaxed)) {
+      WakeSender();
+    }
+    return true;
+  }
+
   MembershipView InitialMembership() const {
     MembershipView v;
     v.version = 0;
@@ -717,6 +741,10 @@ class ClientImpl final : public Client {
 
   const ClientOptions options_;
   std::vector<uint32_t> served_;  // sorted; fixed after construction
+  // Report()'s rank check without a search: options_.ranks.front() (what
+  // FirstRank() returns), and whether any other rank is served.
+  const uint32_t first_rank_;
+  const bool multi_rank_;
   detail::BoundedQueue<QueuedReport> queue_;
   const size_t max_in_flight_;
 

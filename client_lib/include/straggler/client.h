@@ -133,11 +133,20 @@ class Client {
   // Enqueues one iteration's compute time. Never blocks. Returns false when
   // the report was dropped (queue full, or rank not served by this client).
   virtual bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds,
-                      std::optional<double> step_seconds = std::nullopt,
+                      std::optional<double> step_seconds,
                       std::optional<double> collective_wait_seconds = std::nullopt) = 0;
-  // Report() for the client's first rank.
+  // The same without step and collective-wait times (one virtual call, see
+  // ReportForRank). A separate overload rather than defaulted arguments:
+  // GCC builds a std::optional argument with a one-byte store and passes it
+  // in a register loaded from the same place, a failed store-to-load
+  // forwarding per argument that doubled the call's cost (BENCHMARKS.md).
+  bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds) {
+    return ReportForRank(rank, epoch, iteration, compute_seconds);
+  }
+  // Report() for the client's first rank (one virtual call, see
+  // ReportForFirstRank).
   bool Report(uint64_t epoch, uint64_t iteration, double compute_seconds) {
-    return Report(FirstRank(), epoch, iteration, compute_seconds);
+    return ReportForFirstRank(epoch, iteration, compute_seconds);
   }
 
   // The newest membership received. Lock-free.
@@ -186,6 +195,21 @@ class Client {
 
   virtual ClientStats Stats() const = 0;
   virtual uint32_t FirstRank() const = 0;
+
+ protected:
+  // What Report(epoch, iteration, compute_seconds) calls. This default
+  // reports for FirstRank() through the full Report() (two virtual calls);
+  // the library's client overrides it (and ReportForRank) with a direct
+  // path. An implementation of Client need not override either.
+  virtual bool ReportForFirstRank(uint64_t epoch, uint64_t iteration, double compute_seconds) {
+    return Report(FirstRank(), epoch, iteration, compute_seconds, std::nullopt);
+  }
+  // What Report(rank, epoch, iteration, compute_seconds) calls; the default
+  // forwards to the full Report() with neither optional time.
+  virtual bool ReportForRank(uint32_t rank, uint64_t epoch, uint64_t iteration,
+                             double compute_seconds) {
+    return Report(rank, epoch, iteration, compute_seconds, std::nullopt);
+  }
 };
 
 // Measures the wall time of a scope on the calling thread and reports it as
