@@ -8,41 +8,39 @@
 namespace straggler::daemon {
 namespace {
 
-// Printable ASCII, space included: hostnames, agent ids, version strings.
-absl::Status CheckPrintable(absl::string_view field, absl::string_view value, size_t max) {
+// The one length-and-bytes check behind CheckPrintable and CheckNoControl:
+// `bad` picks the bytes refused; the message reads "FIELD 'VALUE' has WHAT
+// 0xNN at POSITION_WORDi SUFFIX".
+absl::Status CheckBytes(absl::string_view field, absl::string_view value, size_t max,
+                        bool (*bad)(unsigned char), absl::string_view what,
+                        absl::string_view position_word, absl::string_view suffix) {
   if (value.size() > max) {
     return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value), " is ",
                                                    value.size(), " bytes; at most ", max));
   }
   for (size_t i = 0; i < value.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(value[i]);
-    if (c < 0x20 || c > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value), " has byte 0x",
-                                                     absl::Hex(c, absl::kZeroPad2), " at ", i,
-                                                     "; allowed: printable ASCII"));
+    if (bad(c)) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value), " has ", what,
+                                                     " 0x", absl::Hex(c, absl::kZeroPad2), " at ",
+                                                     position_word, i, suffix));
     }
   }
   return absl::OkStatus();
+}
+
+// Printable ASCII, space included: hostnames, agent ids, version strings.
+absl::Status CheckPrintable(absl::string_view field, absl::string_view value, size_t max) {
+  return CheckBytes(field, value, max, [](unsigned char c) { return c < 0x20 || c > 0x7e; },
+                    "byte", "", "; allowed: printable ASCII");
 }
 
 // Free text an operator or a client wrote (override reasons, exclusion
 // details): any UTF-8 (protobuf has checked it) but no ASCII control
 // characters, which would forge lines in logs and terminals.
 absl::Status CheckNoControl(absl::string_view field, absl::string_view value, size_t max) {
-  if (value.size() > max) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value), " is ",
-                                                   value.size(), " bytes; at most ", max));
-  }
-  for (size_t i = 0; i < value.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(value[i]);
-    if (c < 0x20 || c == 0x7f) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value),
-                                                     " has control character 0x",
-                                                     absl::Hex(c, absl::kZeroPad2), " at byte ",
-                                                     i));
-    }
-  }
-  return absl::OkStatus();
+  return CheckBytes(field, value, max, [](unsigned char c) { return c < 0x20 || c == 0x7f; },
+                    "control character", "byte ", "");
 }
 
 }  // namespace

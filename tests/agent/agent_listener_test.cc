@@ -58,10 +58,7 @@ double Metric(const sa::Agent& agent, const std::string& sample) {
   auto res = HttpClient(agent)->Get("/metrics");
   REQUIRE(res);
   REQUIRE(res->status == 200);
-  const std::string needle = "\n" + sample + " ";
-  const size_t at = res->body.find(needle);
-  if (at == std::string::npos) return -1;
-  return std::stod(res->body.substr(at + needle.size()));
+  return straggler::testing::MetricSample(res->body, sample);
 }
 
 // Whether a new gRPC connection to `address` with `credentials` becomes

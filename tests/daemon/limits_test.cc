@@ -63,10 +63,7 @@ struct Daemon : LoopbackDaemon {
     auto res = Http()->Get("/metrics");
     REQUIRE(res);
     REQUIRE(res->status == 200);
-    const std::string needle = "\n" + sample + " ";
-    const size_t at = res->body.find(needle);
-    if (at == std::string::npos) return -1;
-    return std::stod(res->body.substr(at + needle.size()));
+    return straggler::testing::MetricSample(res->body, sample);
   }
 
   const bool https;

@@ -125,4 +125,13 @@ inline SlowlorisOutcome Slowloris(int port, SSL_CTX* tls, int clients,
   return out;
 }
 
+// The value of one sample ("name{labels}") in a /metrics body; -1 when
+// absent. The deadline tests read their slow-client counters with it.
+inline double MetricSample(const std::string& body, const std::string& sample) {
+  const std::string needle = "\n" + sample + " ";
+  const size_t at = body.find(needle);
+  if (at == std::string::npos) return -1;
+  return std::stod(body.substr(at + needle.size()));
+}
+
 }  // namespace straggler::testing
