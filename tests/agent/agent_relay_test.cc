@@ -316,3 +316,49 @@ TEST_CASE("the agent answers the gRPC health check as SERVING", "[relay]") {
   CHECK(check(straggler::v1::IngestService::service_full_name()) == std::string("\x08\x01", 2));
   agent.Shutdown();
 }
+
+// Upstream batching (batch.max_reports, batch.max_delay_ms): a full batch
+// goes up at once, long before its delay; a partial one goes up when its
+// oldest report has waited the delay, and not earlier. (A hello goes up at
+// once and takes what is buffered with it, so each case first gets its
+// trainer's hello and one report through.)
+TEST_CASE("the agent sends a full batch at once and a partial one after its delay", "[relay]") {
+  sd::Server daemon;
+  REQUIRE(daemon.Start(DaemonOn("127.0.0.1:0")).ok());
+  const std::string upstream = "127.0.0.1:" + std::to_string(daemon.grpc_port());
+  auto accepted = [&] { return daemon.stats().reports_accepted.load(); };
+  auto wait_accepted = [&](uint64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (accepted() < n && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    return accepted();
+  };
+  const bool by_size = GENERATE(true, false);
+  INFO((by_size ? "by size: 4 a batch, a 10-minute delay" : "by time: 1000 a batch, a 2 s delay"));
+
+  sa::AgentConfig ac = AgentTo(upstream, by_size ? "size" : "time");
+  ac.batch_max_reports = by_size ? 4 : 1000;
+  ac.batch_max_delay_ms = by_size ? 600000 : 2000;
+  sa::Agent agent(ac);
+  REQUIRE(agent.Start().ok());
+  auto client = straggler::Client::Create(ClientTo(ac.listen, by_size ? "batch-size" : "batch-time"));
+  REQUIRE(client);
+  REQUIRE(client->Report(0, 0, 0.1));  // goes up with the hello
+  REQUIRE(client->Flush(std::chrono::seconds(10)));
+  REQUIRE(wait_accepted(1) == 1);
+
+  if (by_size) {
+    for (uint64_t it = 1; it <= 9; ++it) REQUIRE(client->Report(0, it, 0.1));
+    REQUIRE(client->Flush(std::chrono::seconds(10)));
+    CHECK(wait_accepted(9) == 9);  // two full batches at once
+    std::this_thread::sleep_for(300ms);
+    CHECK(accepted() == 9);  // the tenth waits for three more or its 10 minutes
+  } else {
+    for (uint64_t it = 1; it <= 3; ++it) REQUIRE(client->Report(0, it, 0.1));
+    REQUIRE(client->Flush(std::chrono::seconds(10)));
+    std::this_thread::sleep_for(300ms);
+    CHECK(accepted() == 1);  // held for the delay
+    CHECK(wait_accepted(4) == 4);
+  }
+  agent.Shutdown();
+  daemon.Shutdown(0ms);
+}
