@@ -1,6 +1,5 @@
 #include "agent.h"
 
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1004,17 +1003,8 @@ absl::Status Agent::Start() {
     // timeouts are per read, so a client trickling its request (slowloris)
     // would hold a worker for as long as it liked.
     m.http = daemon::MakeDeadlineServer(m.stats.http_slow_clients);
-    const size_t threads = c.http_threads;
-    m.http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    m.http->set_read_timeout(c.http_read_timeout_seconds, 0);
-    m.http->set_write_timeout(c.http_write_timeout_seconds, 0);
-    m.http->set_keep_alive_timeout(c.http_keep_alive_timeout_seconds);
-    // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let
-    // a second agent share the port instead of failing to start.
-    m.http->set_socket_options([](int sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    });
+    daemon::ConfigureListener(*m.http, c.http_threads, c.http_read_timeout_seconds,
+                              c.http_write_timeout_seconds, c.http_keep_alive_timeout_seconds);
     Impl* impl = impl_.get();
     m.http->Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
       res.set_content(impl->RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");

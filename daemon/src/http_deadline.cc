@@ -347,4 +347,17 @@ std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(SlowClientCounters& slow_
   return std::make_unique<DeadlineServer>(slow_clients, std::move(contexts));
 }
 
+void ConfigureListener(httplib::Server& server, uint32_t threads, uint32_t read_timeout_seconds,
+                       uint32_t write_timeout_seconds, uint32_t keep_alive_timeout_seconds) {
+  const size_t workers = threads;
+  server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  server.set_read_timeout(read_timeout_seconds, 0);
+  server.set_write_timeout(write_timeout_seconds, 0);
+  server.set_keep_alive_timeout(keep_alive_timeout_seconds);
+  server.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+}
+
 }  // namespace straggler::daemon

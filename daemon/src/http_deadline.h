@@ -50,4 +50,11 @@ using SslContexts = std::function<std::shared_ptr<SSL_CTX>()>;
 std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(SlowClientCounters& slow_clients,
                                                        SslContexts contexts);
 
+// The listener settings stragglerd and straggler-agent share: `threads`
+// workers, the request/response deadlines above, the idle keep-alive
+// timeout, and SO_REUSEADDR without httplib's default SO_REUSEPORT (which
+// would let a second process share the port instead of failing to start).
+void ConfigureListener(httplib::Server& server, uint32_t threads, uint32_t read_timeout_seconds,
+                       uint32_t write_timeout_seconds, uint32_t keep_alive_timeout_seconds);
+
 }  // namespace straggler::daemon

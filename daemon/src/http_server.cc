@@ -1,7 +1,5 @@
 #include "http_server.h"
 
-#include <sys/socket.h>
-
 #include <httplib.h>
 
 #include <algorithm>
@@ -184,19 +182,10 @@ absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls)
   } else {
     server_ = MakeDeadlineServer(stats_.http_slow_clients);
   }
-  const size_t threads = http.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_read_timeout(http.read_timeout_seconds, 0);
-  server_->set_write_timeout(http.write_timeout_seconds, 0);
+  ConfigureListener(*server_, http.threads, http.read_timeout_seconds, http.write_timeout_seconds,
+                    http.keep_alive_timeout_seconds);
   server_->set_keep_alive_max_count(http.keep_alive_max_requests);
-  server_->set_keep_alive_timeout(http.keep_alive_timeout_seconds);
   server_->set_payload_max_length(http.max_body_bytes);
-  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a
-  // second daemon share the port instead of failing to start.
-  server_->set_socket_options([](int sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
 
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { Handle(req, res); };
   server_->Get(".*", handler);
