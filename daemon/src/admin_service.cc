@@ -11,7 +11,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContex
   return FinishAuthorized(
       ctx, auth_, Access::kAdmin,
       [&] { return api::SetPolicy(registry_, *request, ctx->peer()); }, response,
-      CallOf{stats_, GrpcService::kAdmin});
+      call_);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
@@ -20,7 +20,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
   return FinishAuthorized(
       ctx, auth_, Access::kAdmin,
       [&] { return api::SetRankOverride(registry_, *request, ctx->peer()); }, response,
-      CallOf{stats_, GrpcService::kAdmin});
+      call_);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext* ctx,
@@ -29,7 +29,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext
   return FinishAuthorized(
       ctx, auth_, Access::kAdmin,
       [&] { return api::ResetJob(registry_, *request, ctx->peer()); }, response,
-      CallOf{stats_, GrpcService::kAdmin});
+      call_);
 }
 
 }  // namespace straggler::daemon

@@ -35,6 +35,7 @@ class AdminServiceImpl final : public straggler::v1::AdminService::CallbackServi
  private:
   JobRegistry& registry_;
   DaemonStats& stats_;  // refusals: straggler_grpc_refused_total
+  const CallOf call_{stats_, GrpcService::kAdmin};  // every refusal is counted under it
   const Authorizer& auth_;
 };
 

@@ -97,7 +97,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListJobs(grpc::CallbackServerContext
                                                      v1::ListJobsResponse* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kRead, [&] { return api::ListJobs(registry_, *request); }, response,
-      CallOf{stats_, GrpcService::kQuery});
+      call_);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
@@ -105,7 +105,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetJob(grpc::CallbackServerContext* 
                                                    v1::Job* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kRead, [&] { return api::GetJob(registry_, *request); }, response,
-      CallOf{stats_, GrpcService::kQuery});
+      call_);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
@@ -113,7 +113,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerCont
                                                         v1::ListWorkersResponse* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kRead, [&] { return api::ListWorkers(registry_, *request); }, response,
-      CallOf{stats_, GrpcService::kQuery});
+      call_);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetWorker(grpc::CallbackServerContext* ctx,
@@ -121,7 +121,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetWorker(grpc::CallbackServerContex
                                                       v1::Worker* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kRead, [&] { return api::GetWorker(registry_, *request); }, response,
-      CallOf{stats_, GrpcService::kQuery});
+      call_);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
@@ -129,7 +129,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
     v1::Membership* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kRead, [&] { return api::GetMembership(registry_, *request); }, response,
-      CallOf{stats_, GrpcService::kQuery});
+      call_);
 }
 
 grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
@@ -148,7 +148,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListEvents(grpc::CallbackServerConte
                                                        v1::ListEventsResponse* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kRead, [&] { return api::ListEvents(registry_, *request); }, response,
-      CallOf{stats_, GrpcService::kQuery});
+      call_);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ExportReports(
@@ -156,7 +156,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ExportReports(
     v1::ExportReportsResponse* response) {
   return FinishAuthorized(
       ctx, auth_, Access::kRead, [&] { return api::ExportReports(registry_, *request); }, response,
-      CallOf{stats_, GrpcService::kQuery});
+      call_);
 }
 
 }  // namespace straggler::daemon

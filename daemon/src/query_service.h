@@ -56,6 +56,7 @@ class QueryServiceImpl final : public straggler::v1::QueryService::CallbackServi
  private:
   JobRegistry& registry_;
   DaemonStats& stats_;
+  const CallOf call_{stats_, GrpcService::kQuery};  // every refusal is counted under it
   const Authorizer& auth_;
 };
 

@@ -62,7 +62,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext
                                                      v1::RendezvousSetResponse*) {
   return FinishUnary(ctx, store_.Set(request->job_id(), request->key(), request->value(),
                                      ToMillis(request->has_ttl(), request->ttl())),
-                     CallOf{stats_, GrpcService::kRendezvous});
+                     call_);
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext* ctx,
@@ -77,7 +77,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
       e->set_value(std::move((*values)[i]));
     }
   }
-  return FinishUnary(ctx, values.status(), CallOf{stats_, GrpcService::kRendezvous});
+  return FinishUnary(ctx, values.status(), call_);
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Wait(grpc::CallbackServerContext*,
@@ -94,7 +94,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext
   absl::StatusOr<int64_t> v = store_.Add(request->job_id(), request->key(), request->delta(),
                                          ToMillis(request->has_ttl(), request->ttl()));
   if (v.ok()) response->set_value(*v);
-  return FinishUnary(ctx, v.status(), CallOf{stats_, GrpcService::kRendezvous});
+  return FinishUnary(ctx, v.status(), call_);
 }
 
 }  // namespace straggler::daemon

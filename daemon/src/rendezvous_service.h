@@ -35,6 +35,7 @@ class RendezvousServiceImpl final : public straggler::v1::RendezvousService::Cal
  private:
   RendezvousStore& store_;
   DaemonStats& stats_;  // refusals: straggler_grpc_refused_total
+  const CallOf call_{stats_, GrpcService::kRendezvous};  // every refusal is counted under it
 };
 
 }  // namespace straggler::daemon

@@ -35,11 +35,6 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-// Which service a call belongs to, for counting its refusals.
-struct CallOf {
-  DaemonStats& stats;
-  GrpcService service;
-};
 
 // Ends a unary callback RPC with `status` (the response was filled by the
 // caller). Every refusal of a unary call ends here (or, for the calls that

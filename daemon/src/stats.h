@@ -107,6 +107,13 @@ struct DaemonStats {
   }
 };
 
+// Which service a call belongs to, for counting its refusals (FinishUnary in
+// rpc_util.h). A service keeps one as a member: the pair never changes.
+struct CallOf {
+  DaemonStats& stats;
+  GrpcService service;
+};
+
 inline const char* StreamRejectReasonName(StreamRejectReason r) {
   switch (r) {
     case StreamRejectReason::kRankNotInStream: return "rank_not_in_stream";
