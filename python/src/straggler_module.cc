@@ -352,6 +352,10 @@ PYBIND11_MODULE(_straggler, m) {
       .def_readonly("version", &straggler::StepPlan::version)
       .def_readonly("effective_iteration", &straggler::StepPlan::effective_iteration)
       .def_readonly("certain", &straggler::StepPlan::certain)
+      .def_readonly("deferred_version", &straggler::StepPlan::deferred_version,
+                    "nonzero: a newer membership this rank knew but did not apply at this "
+                    "iteration (a rank of the group was not yet certain of it, or the group "
+                    "has not taken this readmitted rank in yet); tried again next iteration")
       .def_readonly("participating", &straggler::StepPlan::participating)
       .def_readonly("active_ranks", &straggler::StepPlan::active_ranks)
       .def_readonly("sync_parameters", &straggler::StepPlan::sync_parameters)

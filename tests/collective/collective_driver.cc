@@ -188,11 +188,12 @@ int main(int argc, char** argv) {
       }
       std::printf(
           "{\"it\":%llu,\"version\":%llu,\"effective_iteration\":%llu,\"certain\":%s,"
+          "\"deferred_version\":%llu,"
           "\"participated\":%s,\"active\":%s,\"synced\":%s,\"rejoin_iteration\":%s,"
           "\"begin_ms\":%.3f,\"avg\":%s,\"avg64\":%s}\n",
           static_cast<unsigned long long>(it), static_cast<unsigned long long>(plan.version),
           static_cast<unsigned long long>(plan.effective_iteration), plan.certain ? "true" : "false",
-          r.participated ? "true" : "false", Json(plan.active_ranks).c_str(),
+          static_cast<unsigned long long>(plan.deferred_version), r.participated ? "true" : "false", Json(plan.active_ranks).c_str(),
           synced ? "true" : "false",
           plan.rejoin_iteration ? std::to_string(*plan.rejoin_iteration).c_str() : "null", begin_ms,
           Json(grad).c_str(), Json(grad64).c_str());

@@ -5,7 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,12 +21,56 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// A real client whose MembershipFor answers "not certain" (ok = false, the
+// best known membership) at chosen iterations, at once: what the library's
+// client answers when the daemon stopped acknowledging this rank's reports
+// (it died, or restarted and this rank has not reconnected yet) - a race
+// the real daemon cannot be made to lose on cue.
+class UncertainClient final : public straggler::Client {
+ public:
+  explicit UncertainClient(std::unique_ptr<straggler::Client> inner) : inner_(std::move(inner)) {}
+  void SetUncertain(std::set<uint64_t> its) {
+    std::lock_guard<std::mutex> lock(mu_);
+    uncertain_ = std::move(its);
+  }
+  bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double s, std::optional<double> step,
+              std::optional<double> wait) override {
+    return inner_->Report(rank, epoch, iteration, s, step, wait);
+  }
+  straggler::MembershipView CurrentMembership() const override { return inner_->CurrentMembership(); }
+  straggler::MembershipView MembershipFor(uint64_t iteration, std::chrono::milliseconds timeout,
+                                          std::optional<uint32_t> rank) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (uncertain_.count(iteration) != 0) {
+        straggler::MembershipView m = inner_->CurrentMembership();
+        m.ok = false;
+        return m;
+      }
+    }
+    return inner_->MembershipFor(iteration, timeout, rank);
+  }
+  std::optional<straggler::MembershipView> ReadmissionAfter(uint64_t iteration,
+                                                            std::optional<uint32_t> rank) override {
+    return inner_->ReadmissionAfter(iteration, rank);
+  }
+  void OnMembershipChange(MembershipCallback cb) override { inner_->OnMembershipChange(std::move(cb)); }
+  bool Flush(std::chrono::milliseconds timeout) override { return inner_->Flush(timeout); }
+  straggler::ClientStats Stats() const override { return inner_->Stats(); }
+  uint32_t FirstRank() const override { return inner_->FirstRank(); }
+
+ private:
+  std::unique_ptr<straggler::Client> inner_;
+  std::mutex mu_;
+  std::set<uint64_t> uncertain_;
+};
+
 struct Rank {
   std::unique_ptr<straggler::Client> client;
   std::unique_ptr<straggler::PartialAllReduce> reducer;
 };
 
-Rank Start(const std::string& endpoint, uint32_t rank, uint32_t world) {
+Rank Start(const std::string& endpoint, uint32_t rank, uint32_t world, bool uncertain_wrapper = false) {
   straggler::ClientOptions co;
   co.endpoint = endpoint;
   co.job_id = "gloo-guard";
@@ -33,67 +80,163 @@ Rank Start(const std::string& endpoint, uint32_t rank, uint32_t world) {
   Rank r;
   r.client = straggler::Client::Create(co, &error);
   REQUIRE(r.client != nullptr);
+  if (uncertain_wrapper) r.client = std::make_unique<UncertainClient>(std::move(r.client));
   straggler::GlooOptions go;
   go.rendezvous_endpoint = endpoint;
   go.job_id = co.job_id;
   go.rank = rank;
   go.world_size = world;
-  go.collective_timeout = 2s;
-  go.membership_timeout = 2s;
+  go.collective_timeout = 3s;
+  go.membership_timeout = 3s;
   r.reducer = straggler::CreateGlooPartialAllReduce(*r.client, go, &error);
   REQUIRE(r.reducer != nullptr);
   return r;
 }
 
+
+// Iteration `from`..`to` on every rank at once, each in its own thread
+// (a collective needs its peers): report, BeginIteration, average (r + 1).
+struct Step {
+  straggler::StepPlan plan;
+  straggler::AllReduceResult result;
+  float value = 0;
+};
+using Steps = std::vector<std::map<uint64_t, Step>>;  // [rank][iteration]
+
+void RunSteps(std::vector<Rank>& ranks, uint64_t from, uint64_t to, Steps& out) {
+  out.resize(ranks.size());
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(ranks.size());
+  for (uint32_t r = 0; r < ranks.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        for (uint64_t it = from; it <= to; ++it) {
+          ranks[r].client->Report(0, it, 0.01);
+          Step s;
+          s.plan = ranks[r].reducer->BeginIteration(it);
+          std::vector<float> v{static_cast<float>(r + 1)};
+          s.result = ranks[r].reducer->AllReduceAverage(std::span<float>(v));
+          s.value = v[0];
+          out[r][it] = s;
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t r = 0; r < ranks.size(); ++r) {
+    INFO("rank " << r);
+    REQUIRE(errors[r] == "");
+  }
+}
+
+straggler::v1::Membership Override(straggler::daemon::testutil::LoopbackDaemon& d, const std::string& job,
+                                   uint32_t rank, straggler::v1::RankOverride o) {
+  grpc::ClientContext ctx;
+  straggler::v1::SetRankOverrideRequest req;
+  req.set_job_id(job);
+  req.set_rank(rank);
+  req.set_override(o);
+  straggler::v1::Membership m;
+  REQUIRE(d.admin->SetRankOverride(&ctx, req, &m).ok());
+  return m;
+}
+
 }  // namespace
 
-TEST_CASE("gloo: after a BeginIteration that could not build its context, averaging throws instead of using none") {
+TEST_CASE("gloo: after a BeginIteration that failed, averaging throws instead of using a stale context") {
   straggler::daemon::testutil::LoopbackDaemon d;
   const std::string endpoint = d.server.grpc_dial_address();
   std::vector<Rank> ranks;
   for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3));
 
   // Iteration 0 together: every rank builds the context of {0, 1, 2}.
-  std::vector<std::thread> threads;
-  std::vector<float> out(3);
-  for (uint32_t r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      ranks[r].client->Report(0, 0, 0.01);
-      ranks[r].reducer->BeginIteration(0);
-      std::vector<float> v{static_cast<float>(r)};
-      ranks[r].reducer->AllReduceAverage(std::span<float>(v));
-      out[r] = v[0];
-    });
-  }
-  for (auto& t : threads) t.join();
-  REQUIRE(out == std::vector<float>{1.0f, 1.0f, 1.0f});
+  Steps steps;
+  RunSteps(ranks, 0, 0, steps);
+  for (uint32_t r = 0; r < 3; ++r) REQUIRE(steps[r][0].value == 2.0f);
 
-  // Rank 2 is forced out; rank 1 stays connected but stops stepping, so
-  // rank 0 cannot build the context of {0, 1} at the switch.
-  grpc::ClientContext ctx;
-  straggler::v1::SetRankOverrideRequest req;
-  req.set_job_id("gloo-guard");
-  req.set_rank(2);
-  req.set_override(straggler::v1::RANK_OVERRIDE_FORCE_EXCLUDE);
-  straggler::v1::Membership m;
-  REQUIRE(d.admin->SetRankOverride(&ctx, req, &m).ok());
-  REQUIRE(m.effective_iteration() > 0);
-
-  bool failed = false;
-  for (uint64_t it = 1; it <= m.effective_iteration() && !failed; ++it) {
-    ranks[0].client->Report(0, it, 0.01);
-    try {
-      ranks[0].reducer->BeginIteration(it);
-    } catch (const straggler::CollectiveError&) {
-      failed = true;
-      CHECK(it == m.effective_iteration());
-    }
-  }
-  REQUIRE(failed);
+  // Ranks 1 and 2 stop stepping: rank 0 cannot agree with them on the
+  // membership of iteration 1, and says so within collective_timeout.
+  ranks[0].client->Report(0, 1, 0.01);
+  REQUIRE_THROWS_WITH(ranks[0].reducer->BeginIteration(1),
+                      Catch::Contains("iteration 1: Gloo agreement on the membership among ranks {0,1,2}"));
   std::vector<float> data{1.0f, 2.0f};
   REQUIRE_THROWS_WITH(ranks[0].reducer->AllReduceAverage(std::span<float>(data)),
                       Catch::Contains("after a failed BeginIteration"));
   REQUIRE_THROWS_WITH(ranks[0].reducer->SyncParameters({{data.data(), sizeof(float) * data.size()}}),
                       Catch::Contains("after a failed BeginIteration"));
   CHECK(data == std::vector<float>{1.0f, 2.0f});  // untouched
+}
+
+// The window a per-rank rule cannot close: the daemon has a new version and
+// one rank cannot be certain of it (its acknowledgements are missing, as
+// when the daemon dies or restarts inside the lead). Every rank of the set
+// must keep the applied membership until all are certain, then switch at
+// the same iteration - for an exclusion and for a readmission.
+TEST_CASE("gloo: a rank not yet certain of a new version holds its whole set on the applied one") {
+  straggler::daemon::testutil::LoopbackDaemon d;
+  const std::string endpoint = d.server.grpc_dial_address();
+  std::vector<Rank> ranks;
+  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3, /*uncertain_wrapper=*/r == 1));
+  auto* rank1 = static_cast<UncertainClient*>(ranks[1].client.get());
+
+  Steps steps;
+  RunSteps(ranks, 0, 4, steps);
+  for (uint32_t r = 0; r < 3; ++r) REQUIRE(steps[r][4].value == 2.0f);
+
+  // Exclusion of rank 2 at E; rank 1 is not certain of it at E and E + 1.
+  const auto out = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+  const uint64_t e = out.effective_iteration();
+  REQUIRE(e > 4);
+  rank1->SetUncertain({e, e + 1});
+  RunSteps(ranks, 5, e + 3, steps);
+  for (uint64_t it = 5; it <= e + 1; ++it) {
+    INFO("iteration " << it << " (exclusion effective at " << e << ")");
+    for (uint32_t r = 0; r < 3; ++r) {
+      CHECK(steps[r][it].result.participated);
+      CHECK(steps[r][it].plan.active_ranks == std::vector<uint32_t>{0, 1, 2});
+      CHECK(steps[r][it].value == 2.0f);  // (1 + 2 + 3) / 3
+    }
+  }
+  // Ranks 0 and 2 knew the version and put it off; rank 1 was not certain.
+  CHECK(steps[0][e].plan.deferred_version == out.version());
+  CHECK(steps[2][e].plan.deferred_version == out.version());
+  CHECK_FALSE(steps[1][e].plan.certain);
+  for (uint64_t it = e + 2; it <= e + 3; ++it) {
+    INFO("iteration " << it);
+    for (uint32_t r = 0; r < 2; ++r) {
+      CHECK(steps[r][it].plan.version == out.version());
+      CHECK(steps[r][it].plan.active_ranks == std::vector<uint32_t>{0, 1});
+      CHECK(steps[r][it].value == 1.5f);  // (1 + 2) / 2
+    }
+    CHECK_FALSE(steps[2][it].result.participated);
+    CHECK(steps[2][it].value == 3.0f);  // its own, untouched
+  }
+
+  // Readmission of rank 2 at E2; rank 1 is not certain of it at E2. Rank 2
+  // has no context with the group: it joins where the group publishes.
+  const uint64_t last = e + 3;
+  const auto back = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_INCLUDE);
+  const uint64_t e2 = back.effective_iteration();
+  REQUIRE(e2 > last);
+  rank1->SetUncertain({e2});
+  RunSteps(ranks, last + 1, e2 + 2, steps);
+  for (uint64_t it = last + 1; it <= e2; ++it) {
+    INFO("iteration " << it << " (readmission effective at " << e2 << ")");
+    CHECK(steps[0][it].value == 1.5f);
+    CHECK(steps[1][it].value == 1.5f);
+    CHECK_FALSE(steps[2][it].result.participated);
+  }
+  CHECK(steps[0][e2].plan.deferred_version == back.version());
+  CHECK(steps[2][e2].plan.deferred_version == back.version());
+  for (uint64_t it = e2 + 1; it <= e2 + 2; ++it) {
+    INFO("iteration " << it);
+    for (uint32_t r = 0; r < 3; ++r) {
+      CHECK(steps[r][it].result.participated);
+      CHECK(steps[r][it].plan.version == back.version());
+      CHECK(steps[r][it].value == 2.0f);
+      CHECK(steps[r][it].plan.sync_parameters == (it == e2 + 1));
+    }
+  }
 }

@@ -15,18 +15,31 @@
 //
 // The agreement rule (README "Collective layer" has the full argument):
 //  * BeginIteration(i) asks Client::MembershipFor(i, membership_timeout). When it
-//    answers in time the membership is certain, and every participating rank
-//    applies version v at exactly effective_iteration(v).
-//  * When it times out (daemon unreachable, directive late), the rank does not
-//    guess: it keeps the LAST MEMBERSHIP IT APPLIED (plan.certain = false).
-//    While the daemon is down no rank can learn a new version, so every rank
-//    keeps the same one and training goes on with it. Only a version delivered
-//    to some ranks and not others can make ranks differ; then their
-//    collectives do not match and fail within collective_timeout with a
-//    CollectiveError naming the iteration and versions — never a hang and never
-//    a silently mixed average (each active set has its own Gloo context).
+//    answers in time the membership is certain and the rank proposes it;
+//    when it times out (daemon unreachable, directive late) the rank does not
+//    guess: it proposes the LAST MEMBERSHIP IT APPLIED (plan.certain = false).
+//  * The ranks that took part at their previous iteration then agree in band:
+//    one 32-byte all-reduce on the communicator they all hold. Only a
+//    membership every one of them proposed is applied; otherwise all of them
+//    keep the last applied one at this iteration (plan.deferred_version names
+//    the one put off) and propose again at the next. So every participating
+//    rank applies version v at effective_iteration(v) when all are certain of
+//    it in time, and all at the same later iteration when one was not - a
+//    daemon that dies (or restarts) while some ranks have a new version and
+//    others do not delays a switch, it never splits the job. While the daemon
+//    is down nobody learns a new version, and training goes on with the last.
+//  * A readmitted rank has no communicator with the group: it takes part from
+//    the iteration the group's lowest rank publishes in the rendezvous store
+//    for it (it waits for that at its readmission's effective iteration),
+//    and stays out until then.
 //  * An excluded rank issues no collective at all: AllReduceAverage returns its
-//    buffer unchanged with participated = false.
+//    buffer unchanged with participated = false. (At the iteration its
+//    exclusion is applied it still takes part in that iteration's agreement:
+//    it was a member of the previous set.)
+//  * What is left to fail is bounded: a member that dies or stops stepping
+//    turns its set's collectives into a CollectiveError within
+//    collective_timeout naming the iteration and versions - never a hang and
+//    never a silently mixed average (each active set has its own context).
 //
 // Thread safety: a PartialAllReduce is used by one thread (the training
 // loop); calls from several threads at once must be serialised by the caller.
@@ -61,6 +74,12 @@ struct StepPlan {
   // true: MembershipFor answered in time. false: it timed out and the rank
   // kept the last membership it applied (see the agreement rule above).
   bool certain = true;
+  // Nonzero: this rank knew a newer membership (this version) but did not
+  // apply it here - a rank of its previous active set had not proposed it
+  // (not yet certain of it, see the agreement rule above), or it readmits
+  // this rank and the group has not taken it in yet. Tried again at the
+  // next iteration.
+  uint64_t deferred_version = 0;
   bool participating = true;         // this rank is active at `iteration`
   std::vector<uint32_t> active_ranks;  // ascending
   // The active set gained ranks since this rank's previous iteration (a

@@ -1,47 +1,140 @@
 #include "agreement.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 
 #include "nccl_plan.h"  // SetText
 
 namespace straggler::detail {
 
-Agreement::Agreement(uint32_t rank, std::vector<uint32_t> previous_active,
+namespace {
+
+// FNV-1a over the version and the active set: ranks that propose the same
+// words propose the same membership (versions are unique within a daemon
+// run; the set guards against two runs that reused a number).
+uint64_t Fingerprint(const MembershipView& m) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t x) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (x >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(m.version);
+  mix(m.world_size);
+  for (const ExcludedRankInfo& e : m.excluded) mix(e.rank);
+  return h;
+}
+
+std::optional<uint64_t> ParseIteration(const std::string& s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return std::nullopt;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string JoinKey(const std::string& run_id, uint32_t rank, uint64_t version) {
+  return "agree/" + run_id + "/join/r" + std::to_string(rank) + "/v" + std::to_string(version);
+}
+
+std::array<uint64_t, 4> ProposalWords(const MembershipView& m) {
+  const uint64_t f = Fingerprint(m);
+  return {m.version, ~m.version, f, ~f};
+}
+
+bool Unanimous(std::span<const uint64_t> words) {
+  return words.size() == 4 && words[0] == ~words[1] && words[2] == ~words[3];
+}
+
+Agreement::Agreement(uint32_t rank, std::string run_id, std::vector<uint32_t> previous_active,
                      bool previously_participating)
     : rank_(rank),
+      run_id_(std::move(run_id)),
       previous_active_(std::move(previous_active)),
-      previously_participating_(previously_participating) {}
+      previously_participating_(previously_participating) {
+  if (previously_participating_ && !previous_active_.empty()) {
+    // Every rank starts on the same communicator of everyone: version 0.
+    MembershipView everyone;
+    everyone.world_size = static_cast<uint32_t>(previous_active_.size());
+    applied_ = everyone;
+  }
+}
 
-StepPlan Agreement::Decide(uint64_t iteration, Client& client, std::chrono::milliseconds timeout) {
+StepPlan Agreement::Decide(uint64_t iteration, Client& client, AgreementTimeouts timeouts,
+                           AgreementTransport& transport) {
   if (begun_ && iteration <= plan_.iteration) {
     throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") after iteration " +
                           std::to_string(plan_.iteration) + ": iterations must increase");
   }
-  MembershipView m = client.MembershipFor(iteration, timeout, rank_);
+  MembershipView m = client.MembershipFor(iteration, timeouts.membership, rank_);
   const bool certain = m.ok;
   if (!certain && applied_) {
     // Never guess: a version this rank has received but cannot prove final
     // may not have reached the other ranks (the daemon may have died while
-    // pushing it). The last applied membership is the one every rank that
-    // was in step at the previous iteration holds.
+    // pushing it). Propose the last applied membership instead.
     m = *applied_;
   }
-  // (No applied membership and no answer: the first iteration of a rank
-  // whose daemon is down. MembershipFor then returns the best known, which
-  // is version 0 - everyone - unless a directive arrived: the same choice
-  // every other rank in that position makes.)
+  // (No applied membership and no answer: the first iteration of a Gloo
+  // rank whose daemon is down. MembershipFor then returns the best known,
+  // which is version 0 - everyone - unless a directive arrived.)
+  uint64_t deferred = 0;
+  std::optional<uint64_t> rejoin;
+  if (previously_participating_ && applied_) {
+    bool unanimous = true;
+    if (previous_active_.size() > 1) {
+      std::array<uint64_t, 4> words = ProposalWords(m);
+      // (No communicator left after an error: each rank decides alone, as
+      // the set's next build fails within the timeout if they differ.)
+      if (transport.MinOverPrevious(iteration, words)) unanimous = Unanimous(words);
+    }
+    if (!unanimous) {
+      // Some rank of the previous set proposed another membership (it was
+      // not certain of this one, or knows a newer one): all of them keep the
+      // last applied one here and propose again at the next iteration.
+      if (m.version != applied_->version) deferred = m.version;
+      m = *applied_;
+    } else if (!previous_active_.empty() && rank_ == previous_active_.front()) {
+      // Tell the ranks this version takes back where the group applies it.
+      for (uint32_t r : m.ActiveRanks()) {
+        if (!std::binary_search(previous_active_.begin(), previous_active_.end(), r))
+          transport.Publish(JoinKey(run_id_, r, m.version), std::to_string(iteration));
+      }
+    }
+  } else if (applied_ && !m.IsExcluded(rank_)) {
+    // A joiner: it applies this version where the group does, never alone.
+    // At the version's effective iteration the group normally takes it in,
+    // so wait there as long as a context build would; later (the group put
+    // the switch off) a shorter wait per iteration keeps the rank stepping.
+    const auto wait = iteration == m.effective_iteration ? timeouts.collective : timeouts.membership;
+    const std::optional<std::string> at = transport.Await(JoinKey(run_id_, rank_, m.version), wait);
+    const std::optional<uint64_t> join = at ? ParseIteration(*at) : std::nullopt;
+    if (!join || *join != iteration) {
+      deferred = m.version;
+      if (join && *join > iteration) rejoin = *join;
+      m = *applied_;
+    }
+  }
   StepPlan plan;
   plan.iteration = iteration;
   plan.version = m.version;
   plan.effective_iteration = m.effective_iteration;
   plan.certain = certain;
+  plan.deferred_version = deferred;
   plan.participating = !m.IsExcluded(rank_);
   plan.active_ranks = m.ActiveRanks();
   plan.root = plan.active_ranks.empty() ? 0 : plan.active_ranks.front();
   // Ranks that were not active at this rank's previous iteration need the
   // parameters. Every active rank computes the same answer: those active
-  // before all applied the same previous membership, and a rejoiner was
-  // not active in its previous one.
+  // before all applied the same previous membership, and a joiner was not
+  // active in its previous one.
   for (uint32_t r : plan.active_ranks) {
     if (!begun_ || !previously_participating_ ||
         !std::binary_search(previous_active_.begin(), previous_active_.end(), r)) {
@@ -50,8 +143,12 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, std::chrono::mill
     }
   }
   if (!plan.participating) {
-    if (std::optional<MembershipView> back = client.ReadmissionAfter(iteration, rank_))
-      plan.rejoin_iteration = back->effective_iteration;
+    if (rejoin) {
+      plan.rejoin_iteration = rejoin;
+    } else if (!deferred) {
+      if (std::optional<MembershipView> back = client.ReadmissionAfter(iteration, rank_))
+        plan.rejoin_iteration = back->effective_iteration;
+    }
   }
   decided_ = std::move(m);
   return plan;

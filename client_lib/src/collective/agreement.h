@@ -2,28 +2,44 @@
 // layer"), shared by every backend so that Gloo and NCCL ranks can never
 // decide differently:
 //
-//   * the membership of an iteration is Client::MembershipFor(iteration); a
-//     certain answer is applied as it is;
-//   * an uncertain one (timeout, daemon unreachable) never is: the rank keeps
-//     the membership it applied last, which every rank that was in step at
-//     the previous iteration holds too;
+//   * each rank PROPOSES the membership of an iteration: Client::MembershipFor
+//     (iteration) when it answers in time (certain), else the membership it
+//     applied last - a rank never guesses;
+//   * the ranks that took part at their previous iteration (the previous
+//     active set P; they all hold its communicator and applied the same
+//     membership A there) then AGREE in band: one all-reduce of 32 bytes on
+//     P's communicator (min of version and fingerprint, and of their
+//     complements). A proposal every rank of P made is applied; otherwise all
+//     of P keep A at this iteration and try again at the next. So a daemon
+//     that dies after acknowledging some ranks' reports and not others' - or
+//     that restarts and publishes a version before every rank is back - can
+//     delay a switch, never split the job;
+//   * a rank that was NOT taking part (excluded, readmitted now: a joiner)
+//     has no communicator with P. The lowest rank of P publishes, in the
+//     rendezvous store, the iteration at which P applies a version that takes
+//     the joiner back (key JoinKey); the joiner applies it exactly there and
+//     stays out (a shadow step) until then. It waits for that key up to
+//     collective_timeout at the version's effective iteration (where P
+//     normally applies it), up to membership_timeout at later ones;
 //   * parameters are synchronised when the active set gains a rank that was
 //     not active at this rank's previous iteration (or this rank itself was
 //     not taking part) - every active rank computes the same answer.
 //
-//   Agreement a(rank, /*previous_active=*/{}, /*previously_participating=*/false);
-//   StepPlan plan = a.Decide(it, client, timeout);   // may throw CollectiveError
+//   Agreement a(rank, run_id, /*previous_active=*/{}, /*previously_participating=*/false);
+//   StepPlan plan = a.Decide(it, client, timeouts, transport);   // may throw CollectiveError
 //   ... set up the communicator of plan.active_ranks, using a.previous_active() ...
-//   a.Commit(std::move(plan));                        // now it is "applied"
+//   a.Commit(std::move(plan));                                   // now it is "applied"
 //
 // If the backend throws between Decide and Commit, nothing is applied: the
 // next Decide starts again from the last committed iteration's state.
 // Not thread-safe: used by the one thread that drives a PartialAllReduce.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,17 +49,46 @@
 
 namespace straggler::detail {
 
+// What the agreement needs from a backend.
+class AgreementTransport {
+ public:
+  virtual ~AgreementTransport() = default;
+  // Replaces each of `words` by its minimum over the ranks of this rank's
+  // previous active set, on the communicator they all hold (the one they
+  // used at their previous iteration). Called by every rank of that set at
+  // the same point of its sequence of collectives, never by another rank.
+  // Throws CollectiveError (a member gone, a timeout). Returns false, doing
+  // nothing, when this rank no longer has that communicator (aborted after
+  // an error): there is no channel left, and the rank decides alone.
+  virtual bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) = 0;
+  // The rendezvous store. Publish is best effort: a failure is only logged
+  // by the joiner's wait running out. Await returns nullopt when the key is
+  // not there within `timeout` or the store cannot be reached; never throws.
+  virtual void Publish(const std::string& key, const std::string& value) = 0;
+  virtual std::optional<std::string> Await(const std::string& key, std::chrono::milliseconds timeout) = 0;
+};
+
+struct AgreementTimeouts {
+  std::chrono::milliseconds membership{5000};  // MembershipFor; a joiner's later waits
+  std::chrono::milliseconds collective{30000};  // a joiner's wait at the effective iteration
+};
+
 class Agreement {
  public:
   // `previous_active` / `previously_participating`: the state a backend
   // treats as "before the first iteration" (Gloo: nothing; NCCL: the full
-  // communicator, so that a first set without some rank is a shrink of it).
-  // The first iteration always synchronises parameters.
-  Agreement(uint32_t rank, std::vector<uint32_t> previous_active, bool previously_participating);
+  // communicator, so that a first set without some rank is a shrink of it,
+  // and its ranks agree on the first set in band like at any other
+  // iteration, falling back to version 0 - everyone). The first iteration
+  // always synchronises parameters. `run_id` names the run in JoinKey.
+  Agreement(uint32_t rank, std::string run_id, std::vector<uint32_t> previous_active,
+            bool previously_participating);
 
   // The plan of `iteration` by the rule above. Throws CollectiveError when
-  // `iteration` is not above the last committed one.
-  StepPlan Decide(uint64_t iteration, Client& client, std::chrono::milliseconds timeout);
+  // `iteration` is not above the last committed one, or when the in-band
+  // agreement fails (then nothing is decided; the next call tries again).
+  StepPlan Decide(uint64_t iteration, Client& client, AgreementTimeouts timeouts,
+                  AgreementTransport& transport);
 
   // Records `plan` (the one Decide just returned) as applied: the backend
   // has its communicator. Until then previous_*(), plan() and begun()
@@ -68,6 +113,7 @@ class Agreement {
 
  private:
   const uint32_t rank_;
+  const std::string run_id_;
   std::optional<MembershipView> applied_;
   MembershipView decided_;
   std::vector<uint32_t> previous_active_;
@@ -75,6 +121,17 @@ class Agreement {
   bool begun_ = false;
   StepPlan plan_;
 };
+
+// The rendezvous key under which the lowest rank of the previous active set
+// publishes the iteration at which its ranks apply `version`, which takes
+// `rank` back in. Names the run, like every key of the collective layer.
+std::string JoinKey(const std::string& run_id, uint32_t rank, uint64_t version);
+
+// The 4 words ranks agree on: version and a fingerprint of the active set,
+// each also complemented, so one minimum gives both minimum and maximum.
+std::array<uint64_t, 4> ProposalWords(const MembershipView& m);
+// After the minimum: true when every rank proposed the same words.
+bool Unanimous(std::span<const uint64_t> words);
 
 // The checks every backend's options share (GlooOptions, NcclOptions):
 // empty when fine, else what is wrong, naming the value.

@@ -16,6 +16,7 @@
 #include "agreement.h"
 #include "nccl_plan.h"  // SetText
 #include "straggler/collective.h"
+#include "store_transport.h"
 #include "straggler/gloo_store.h"
 
 namespace straggler {
@@ -33,25 +34,31 @@ struct CachedContext {
   uint32_t next_tag = 0;
 };
 
-class GlooPartialAllReduce final : public PartialAllReduce {
+class GlooPartialAllReduce final : public PartialAllReduce, private detail::StoreAgreementTransport {
  public:
   GlooPartialAllReduce(Client& client, GlooOptions options,
                        std::shared_ptr<gloo::transport::Device> device)
-      : client_(client),
+      // (The base keeps a reference to store_, used only after construction.)
+      : detail::StoreAgreementTransport(store_),
+        client_(client),
         options_(std::move(options)),
         device_(std::move(device)),
         store_(options_.rendezvous_endpoint, options_.job_id, options_.key_ttl,
                options_.collective_timeout),
-        agreement_(options_.rank, /*previous_active=*/{}, /*previously_participating=*/false) {}
+        agreement_(options_.rank, options_.run_id, /*previous_active=*/{},
+                   /*previously_participating=*/false) {}
 
   StepPlan BeginIteration(uint64_t iteration) override {
-    StepPlan plan = agreement_.Decide(iteration, client_, options_.membership_timeout);
+    // Until this iteration has its context, no collective may use the last
+    // one (RequireContext), whatever throws below.
+    current_ = nullptr;
+    StepPlan plan = agreement_.Decide(
+        iteration, client_, {options_.membership_timeout, options_.collective_timeout}, *this);
     // The context: kept only when this rank used the same active set at its
     // previous iteration - then every member has it (they were all in step
     // with this rank). Otherwise a fresh one for this version, so a member
     // whose cache differs (it was excluded meanwhile, or evicted) can never
     // pair with a stale address.
-    current_ = nullptr;
     if (plan.participating) {
       const bool same = agreement_.previously_participating() &&
                         agreement_.previous_active() == plan.active_ranks;
@@ -127,6 +134,31 @@ class GlooPartialAllReduce final : public PartialAllReduce {
 
   void RequireBegun(const char* what) const { agreement_.RequireBegun(what); }
 
+  // The in-band agreement (agreement.h): on the context of the previous
+  // set, which every member used at its previous iteration and which is the
+  // most recently used entry of each member's cache (never evicted).
+  bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) override {
+    CachedContext* c = Find(agreement_.previous_active());
+    if (c == nullptr || c->context == nullptr) return false;  // (never after a committed iteration)
+    try {
+      gloo::AllreduceOptions opts(c->context);
+      opts.setOutput(words.data(), words.size());
+      void (*fn)(void*, const void*, const void*, size_t) = &gloo::min<uint64_t>;
+      opts.setReduceFunction(fn);
+      opts.setTag(c->next_tag++);
+      opts.setTimeout(options_.collective_timeout);
+      gloo::allreduce(opts);
+    } catch (const std::exception& e) {
+      throw CollectiveError("iteration " + std::to_string(iteration) +
+                            ": Gloo agreement on the membership among ranks " +
+                            SetText(agreement_.previous_active()) + " (applied version " +
+                            std::to_string(agreement_.plan().version) + ") failed within " +
+                            std::to_string(options_.collective_timeout.count()) +
+                            " ms; a peer is gone or stopped stepping: " + e.what());
+    }
+    return true;
+  }
+
   // The last BeginIteration threw while building its context: the plan still
   // is the previous iteration's, and averaging on it would pair with ranks
   // that moved on. Never pretend to average.
@@ -178,8 +210,11 @@ class GlooPartialAllReduce final : public PartialAllReduce {
       // can never be read as this one's. Not the daemon's incarnation: ranks
       // may hold version 0 as the local placeholder (incarnation 0) or as the
       // daemon's copy, and must still agree on the prefix.
+      // The iteration too: every member builds at the same (agreed)
+      // iteration, and a build retried after a failure uses fresh keys
+      // instead of the failed attempt's.
       const std::string prefix = "gloo/" + options_.run_id + "/v" + std::to_string(m.version) +
-                                 "/" + SetText(active);
+                                 "/i" + std::to_string(iteration) + "/" + SetText(active);
       try {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(index, static_cast<int>(active.size()));
         ctx->setTimeout(options_.collective_timeout);

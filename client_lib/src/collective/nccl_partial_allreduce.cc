@@ -15,6 +15,7 @@
 #include "agreement.h"
 #include "nccl_plan.h"
 #include "straggler/collective_nccl.h"
+#include "store_transport.h"
 #include "straggler/gloo_store.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 27, 0)
@@ -73,11 +74,13 @@ std::vector<uint32_t> AllRanks(uint32_t world_size) {
   return all;
 }
 
-class NcclPartialAllReduce final : public PartialAllReduce {
+class NcclPartialAllReduce final : public PartialAllReduce, private detail::StoreAgreementTransport {
  public:
   NcclPartialAllReduce(Client& client, NcclOptions options, int device, cudaStream_t stream,
                        bool own_stream)
-      : client_(client),
+      // (The base keeps a reference to store_, used only after construction.)
+      : detail::StoreAgreementTransport(store_),
+        client_(client),
         options_(std::move(options)),
         device_(device),
         stream_(stream),
@@ -87,7 +90,7 @@ class NcclPartialAllReduce final : public PartialAllReduce {
         cache_(std::make_unique<detail::CommCache<CommPtr>>(
             std::max<size_t>(1, options_.max_cached_communicators),
             [this](CommPtr& c, bool healthy) { Release(c, healthy); })),
-        agreement_(options_.rank, AllRanks(options_.world_size),
+        agreement_(options_.rank, options_.run_id, AllRanks(options_.world_size),
                    /*previously_participating=*/true) {
     world_ = AllRanks(options_.world_size);
   }
@@ -123,7 +126,11 @@ class NcclPartialAllReduce final : public PartialAllReduce {
 
   StepPlan BeginIteration(uint64_t iteration) override {
     STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
-    StepPlan plan = agreement_.Decide(iteration, client_, options_.membership_timeout);
+    // Until this iteration has its communicator, no collective may use the
+    // last one (RequireCommunicator), whatever throws below.
+    current_ = nullptr;
+    StepPlan plan = agreement_.Decide(
+        iteration, client_, {options_.membership_timeout, options_.collective_timeout}, *this);
     const MembershipView& m = agreement_.membership();
     const std::vector<uint32_t>& active = plan.active_ranks;
     const bool participating = plan.participating;
@@ -524,6 +531,25 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   }
 
   void RequireBegun(const char* what) const { agreement_.RequireBegun(what); }
+
+  // The in-band agreement (agreement.h) on the communicator of the previous
+  // set: every member used it at its previous iteration (at the first, the
+  // full communicator), so this 32-byte all-reduce sits at the same place in
+  // each member's sequence - also before a shrink of it.
+  bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) override {
+    auto* e = cache_->Find(agreement_.previous_active());
+    // Aborted after an earlier error: no channel left (agreement.h).
+    if (e == nullptr || !e->handle || e->handle->comm == nullptr) return false;
+    current_ = e->handle.get();
+    try {
+      Collective("agreement on the membership", words.data(), words.size_bytes(), [&](void* dev) {
+        return ncclAllReduce(dev, dev, words.size(), ncclUint64, ncclMin, e->handle->comm, stream_);
+      });
+    } catch (const CollectiveError& err) {
+      throw CollectiveError("iteration " + std::to_string(iteration) + ": " + err.what());
+    }
+    return true;
+  }
 
   Client& client_;
   const NcclOptions options_;

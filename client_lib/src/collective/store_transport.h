@@ -1,0 +1,49 @@
+// The store half of detail::AgreementTransport, over the daemon's rendezvous
+// store, for every backend: the join keys of readmitted ranks (agreement.h).
+// Header-only: the backends are separate shared libraries and this is not
+// part of the public API.
+//
+// Not thread-safe beyond what DaemonStore promises; used by the one thread
+// that drives a PartialAllReduce.
+#pragma once
+
+#include <gloo/common/error.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agreement.h"
+#include "straggler/gloo_store.h"
+
+namespace straggler::detail {
+
+class StoreAgreementTransport : public AgreementTransport {
+ public:
+  explicit StoreAgreementTransport(DaemonStore& store) : store_(store) {}
+
+  void Publish(const std::string& key, const std::string& value) override {
+    try {
+      store_.set(key, std::vector<char>(value.begin(), value.end()));
+    } catch (const std::exception&) {
+      // Best effort (agreement.h): the joiner's bounded wait runs out and it
+      // stays out; the group's build then fails within collective_timeout.
+    }
+  }
+
+  std::optional<std::string> Await(const std::string& key, std::chrono::milliseconds timeout) override {
+    try {
+      store_.wait({key}, std::max(timeout, std::chrono::milliseconds(1)));
+      const std::vector<char> v = store_.get(key);
+      return std::string(v.begin(), v.end());
+    } catch (const std::exception&) {
+      return std::nullopt;  // not there in time, or the daemon is unreachable
+    }
+  }
+
+ private:
+  DaemonStore& store_;
+};
+
+}  // namespace straggler::detail
