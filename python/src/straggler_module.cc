@@ -236,6 +236,7 @@ straggler::GlooOptions GlooOptionsFrom(PyClient& client, const py::kwargs& kw) {
     else if (key == "collective_timeout") o.collective_timeout = Millis(v.cast<double>(), "collective_timeout");
     else if (key == "membership_timeout") o.membership_timeout = Millis(v.cast<double>(), "membership_timeout");
     else if (key == "max_cached_contexts") o.max_cached_contexts = v.cast<size_t>();
+    else if (key == "agreement_interval") o.agreement_interval = v.cast<uint32_t>();
     else if (key == "run_id") o.run_id = v.cast<std::string>();
     else if (key == "key_ttl") o.key_ttl = Millis(v.cast<double>(), "key_ttl");
     else throw py::type_error("straggler.PartialAllReduce: unknown option '" + key + "'");
@@ -380,7 +381,8 @@ PYBIND11_MODULE(_straggler, m) {
            py::arg("client"),
            "PartialAllReduce(client, rendezvous_endpoint=..., job_id=..., rank=..., "
            "world_size=..., hostname='127.0.0.1', collective_timeout=30.0 [s], "
-           "membership_timeout=5.0 [s], max_cached_contexts=4, run_id='', key_ttl=600.0 [s])")
+           "membership_timeout=5.0 [s], agreement_interval=1, max_cached_contexts=4, run_id='', "
+           "key_ttl=600.0 [s])")
       .def(
           "begin_iteration",
           [](PyPartialAllReduce& r, uint64_t iteration) {

@@ -81,6 +81,9 @@ int main(int argc, char** argv) {
   app.add_option("--membership-timeout-ms", membership_timeout_ms);
   app.add_option("--collective-timeout-ms", collective_timeout_ms);
   app.add_option("--elements", elements);
+  uint32_t agreement_interval = 1;
+  app.add_option("--agreement-interval", agreement_interval,
+                 "iterations between membership switches (GlooOptions::agreement_interval)");
   app.add_option("--go-file", go_file,
                  "wait for this file before iteration 0, so all ranks start together");
   app.add_option("--backend", backend, "gloo or nccl")->check(CLI::IsMember({"gloo", "nccl"}));
@@ -130,6 +133,7 @@ int main(int argc, char** argv) {
     gopts.rank = rank;
     gopts.world_size = world;
     gopts.membership_timeout = std::chrono::milliseconds(membership_timeout_ms);
+    gopts.agreement_interval = agreement_interval;
     gopts.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);
     reducer = straggler::CreateGlooPartialAllReduce(*client, gopts, &error);
   } else {
@@ -141,6 +145,7 @@ int main(int argc, char** argv) {
     nopts.world_size = world;
     nopts.device = static_cast<int>(rank);  // NCCL refuses two ranks on one GPU
     nopts.membership_timeout = std::chrono::milliseconds(membership_timeout_ms);
+    nopts.agreement_interval = agreement_interval;
     nopts.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);
     reducer = straggler::CreateNcclPartialAllReduce(*client, nopts, &error);
 #else

@@ -70,7 +70,8 @@ struct Rank {
   std::unique_ptr<straggler::PartialAllReduce> reducer;
 };
 
-Rank Start(const std::string& endpoint, uint32_t rank, uint32_t world, bool uncertain_wrapper = false) {
+Rank Start(const std::string& endpoint, uint32_t rank, uint32_t world, bool uncertain_wrapper = false,
+           uint32_t agreement_interval = 1) {
   straggler::ClientOptions co;
   co.endpoint = endpoint;
   co.job_id = "gloo-guard";
@@ -88,6 +89,7 @@ Rank Start(const std::string& endpoint, uint32_t rank, uint32_t world, bool unce
   go.world_size = world;
   go.collective_timeout = 3s;
   go.membership_timeout = 3s;
+  go.agreement_interval = agreement_interval;
   r.reducer = straggler::CreateGlooPartialAllReduce(*r.client, go, &error);
   REQUIRE(r.reducer != nullptr);
   return r;
@@ -239,4 +241,53 @@ TEST_CASE("gloo: a rank not yet certain of a new version holds its whole set on 
       CHECK(steps[r][it].plan.sync_parameters == (it == e2 + 1));
     }
   }
+}
+
+TEST_CASE("gloo: with agreement_interval N the set changes only at multiples of N, on every rank") {
+  straggler::daemon::testutil::LoopbackDaemon d;
+  const std::string endpoint = d.server.grpc_dial_address();
+  std::vector<Rank> ranks;
+  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3, false, /*agreement_interval=*/8));
+
+  Steps steps;
+  RunSteps(ranks, 0, 2, steps);
+  const auto out = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+  const uint64_t e = out.effective_iteration();
+  REQUIRE(e > 2);
+  const uint64_t slot = (e + 7) / 8 * 8;  // the first multiple of 8 at or after e
+  if (slot == e) SUCCEED("the exclusion took effect on a slot; the test still checks the switch");
+  RunSteps(ranks, 3, slot + 1, steps);
+  for (uint64_t it = 3; it < slot; ++it) {
+    INFO("iteration " << it << " (effective " << e << ", slot " << slot << ")");
+    for (uint32_t r = 0; r < 3; ++r) {
+      CHECK(steps[r][it].value == 2.0f);
+      CHECK(steps[r][it].plan.active_ranks == std::vector<uint32_t>{0, 1, 2});
+    }
+    if (it >= e) CHECK(steps[0][it].plan.deferred_version == out.version());
+  }
+  for (uint64_t it = slot; it <= slot + 1; ++it) {
+    INFO("iteration " << it);
+    CHECK(steps[0][it].value == 1.5f);
+    CHECK(steps[1][it].value == 1.5f);
+    CHECK(steps[0][it].plan.version == out.version());
+    CHECK_FALSE(steps[2][it].result.participated);
+  }
+}
+
+TEST_CASE("gloo: agreement_interval 0 is refused, naming the value") {
+  straggler::ClientOptions co;
+  co.endpoint = "127.0.0.1:1";
+  co.job_id = "gloo-guard";
+  co.ranks = {0};
+  co.world_size = 2;
+  auto client = straggler::Client::Create(co);
+  REQUIRE(client != nullptr);
+  straggler::GlooOptions go;
+  go.rendezvous_endpoint = co.endpoint;
+  go.job_id = co.job_id;
+  go.world_size = 2;
+  go.agreement_interval = 0;
+  std::string error;
+  CHECK(straggler::CreateGlooPartialAllReduce(*client, go, &error) == nullptr);
+  CHECK_THAT(error, Catch::Contains("agreement_interval=0"));
 }

@@ -146,6 +146,13 @@ struct GlooOptions {
   std::chrono::milliseconds collective_timeout{30000};
   // Bound on BeginIteration's wait for the membership (Client::MembershipFor).
   std::chrono::milliseconds membership_timeout{5000};
+  // Iterations between membership switches: the in-band agreement (one
+  // 32-byte all-reduce, see the agreement rule) runs, and the active set may
+  // change, only at iterations that are multiples of it (and at a rank's
+  // first). 1: every iteration, so a version applies at its effective
+  // iteration. N > 1 divides the agreement's cost by N and puts each switch
+  // off to the next multiple of N. Must be the same on every rank.
+  uint32_t agreement_interval = 1;
   // Gloo contexts kept at once (each holds world-size sockets).
   size_t max_cached_contexts = 4;
   // Names this run of the job in the rendezvous keys. Versions are unique

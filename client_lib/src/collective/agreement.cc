@@ -68,13 +68,26 @@ Agreement::Agreement(uint32_t rank, std::string run_id, std::vector<uint32_t> pr
   }
 }
 
-StepPlan Agreement::Decide(uint64_t iteration, Client& client, AgreementTimeouts timeouts,
+StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOptions& options,
                            AgreementTransport& transport) {
   if (begun_ && iteration <= plan_.iteration) {
     throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") after iteration " +
                           std::to_string(plan_.iteration) + ": iterations must increase");
   }
-  MembershipView m = client.MembershipFor(iteration, timeouts.membership, rank_);
+  if (begun_ && previously_participating_ && options.interval > 1 &&
+      iteration % options.interval != 0) {
+    // Between switch slots the set stays: nothing to ask, nothing to agree.
+    StepPlan plan = plan_;
+    plan.iteration = iteration;
+    plan.certain = true;
+    plan.sync_parameters = false;
+    plan.rejoin_iteration.reset();
+    const MembershipView newest = client.CurrentMembership();
+    plan.deferred_version = newest.version > plan_.version ? newest.version : 0;
+    decided_ = *applied_;
+    return plan;
+  }
+  MembershipView m = client.MembershipFor(iteration, options.membership, rank_);
   const bool certain = m.ok;
   if (!certain && applied_) {
     // Never guess: a version this rank has received but cannot prove final
@@ -113,7 +126,7 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, AgreementTimeouts
     // At the version's effective iteration the group normally takes it in,
     // so wait there as long as a context build would; later (the group put
     // the switch off) a shorter wait per iteration keeps the rank stepping.
-    const auto wait = iteration == m.effective_iteration ? timeouts.collective : timeouts.membership;
+    const auto wait = iteration == m.effective_iteration ? options.collective : options.membership;
     const std::optional<std::string> at = transport.Await(JoinKey(run_id_, rank_, m.version), wait);
     const std::optional<uint64_t> join = at ? ParseIteration(*at) : std::nullopt;
     if (!join || *join != iteration) {
@@ -179,7 +192,8 @@ std::string Agreement::FailureText(std::string_view backend, std::string_view op
 std::string ValidateCommonOptions(const std::string& job_id, uint32_t rank, uint32_t world_size,
                                   const std::string& rendezvous_endpoint,
                                   std::chrono::milliseconds collective_timeout,
-                                  std::chrono::milliseconds membership_timeout) {
+                                  std::chrono::milliseconds membership_timeout,
+                                  uint32_t agreement_interval) {
   if (job_id.empty()) return "job_id is empty";
   if (world_size == 0) return "world_size=0 must be > 0";
   if (rank >= world_size) {
@@ -196,6 +210,7 @@ std::string ValidateCommonOptions(const std::string& job_id, uint32_t rank, uint
   if (membership_timeout.count() < 0) {
     return "membership_timeout=" + std::to_string(membership_timeout.count()) + "ms must be >= 0";
   }
+  if (agreement_interval == 0) return "agreement_interval=0 must be >= 1 (1: every iteration)";
   return "";
 }
 

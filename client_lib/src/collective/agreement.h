@@ -68,9 +68,12 @@ class AgreementTransport {
   virtual std::optional<std::string> Await(const std::string& key, std::chrono::milliseconds timeout) = 0;
 };
 
-struct AgreementTimeouts {
+struct AgreementOptions {
   std::chrono::milliseconds membership{5000};  // MembershipFor; a joiner's later waits
   std::chrono::milliseconds collective{30000};  // a joiner's wait at the effective iteration
+  // Switch slots: the set of a rank that took part at its previous
+  // iteration changes only at multiples of this (GlooOptions::agreement_interval).
+  uint32_t interval = 1;
 };
 
 class Agreement {
@@ -87,7 +90,7 @@ class Agreement {
   // The plan of `iteration` by the rule above. Throws CollectiveError when
   // `iteration` is not above the last committed one, or when the in-band
   // agreement fails (then nothing is decided; the next call tries again).
-  StepPlan Decide(uint64_t iteration, Client& client, AgreementTimeouts timeouts,
+  StepPlan Decide(uint64_t iteration, Client& client, const AgreementOptions& options,
                   AgreementTransport& transport);
 
   // Records `plan` (the one Decide just returned) as applied: the backend
@@ -138,6 +141,7 @@ bool Unanimous(std::span<const uint64_t> words);
 std::string ValidateCommonOptions(const std::string& job_id, uint32_t rank, uint32_t world_size,
                                   const std::string& rendezvous_endpoint,
                                   std::chrono::milliseconds collective_timeout,
-                                  std::chrono::milliseconds membership_timeout);
+                                  std::chrono::milliseconds membership_timeout,
+                                  uint32_t agreement_interval);
 
 }  // namespace straggler::detail

@@ -53,7 +53,8 @@ class GlooPartialAllReduce final : public PartialAllReduce, private detail::Stor
     // one (RequireContext), whatever throws below.
     current_ = nullptr;
     StepPlan plan = agreement_.Decide(
-        iteration, client_, {options_.membership_timeout, options_.collective_timeout}, *this);
+        iteration, client_,
+        {options_.membership_timeout, options_.collective_timeout, options_.agreement_interval}, *this);
     // The context: kept only when this rank used the same active set at its
     // previous iteration - then every member has it (they were all in step
     // with this rank). Otherwise a fresh one for this version, so a member
@@ -255,7 +256,8 @@ std::string RendezvousEndpointFor(const ClientOptions& client) {
 
 std::string GlooOptions::Validate() const {
   std::string common = detail::ValidateCommonOptions(job_id, rank, world_size, rendezvous_endpoint,
-                                                     collective_timeout, membership_timeout);
+                                                     collective_timeout, membership_timeout,
+                                                     agreement_interval);
   if (!common.empty()) return common;
   if (hostname.empty()) return "hostname is empty";
   return "";

@@ -130,7 +130,8 @@ class NcclPartialAllReduce final : public PartialAllReduce, private detail::Stor
     // last one (RequireCommunicator), whatever throws below.
     current_ = nullptr;
     StepPlan plan = agreement_.Decide(
-        iteration, client_, {options_.membership_timeout, options_.collective_timeout}, *this);
+        iteration, client_,
+        {options_.membership_timeout, options_.collective_timeout, options_.agreement_interval}, *this);
     const MembershipView& m = agreement_.membership();
     const std::vector<uint32_t>& active = plan.active_ranks;
     const bool participating = plan.participating;
@@ -571,7 +572,8 @@ class NcclPartialAllReduce final : public PartialAllReduce, private detail::Stor
 
 std::string NcclOptions::Validate() const {
   std::string common = detail::ValidateCommonOptions(job_id, rank, world_size, rendezvous_endpoint,
-                                                     collective_timeout, membership_timeout);
+                                                     collective_timeout, membership_timeout,
+                                                     agreement_interval);
   if (!common.empty()) return common;
   if (device < -1) return "device=" + std::to_string(device) + " must be >= 0, or -1 for the current device";
   if (max_cached_communicators == 0) return "max_cached_communicators=0 must be >= 1";
