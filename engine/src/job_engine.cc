@@ -874,9 +874,12 @@ struct JobEngine::Impl {
     //     otherwise keep issuing collectives on the old membership).
     // A rank no stream speaks for cannot fetch the version before its
     // collective; when it reaches the switch iteration it keeps the last
-    // membership it applied while the others switch - the agreement breaks
-    // (a daemon restarted while a rank is still in its reconnect backoff).
-    // So the change waits: until the rank is back (Announce or a report), or
+    // membership it applied while the others would switch (a daemon
+    // restarted while a rank is still in its reconnect backoff). The
+    // collective layer's in-band agreement then holds the whole group on the
+    // old membership until that rank is certain again; a consumer of the
+    // switch rule without it (straggler-sim's model, a trainer's own
+    // collective) would split. So the change waits: until the rank is back (Announce or a report), or
     // until Tick marks it unresponsive, when the change may exclude it too.
     // Unresponsive ranks are exempt as leavers only: a silent rank is the
     // one case where waiting cannot help.
