@@ -117,13 +117,7 @@ class GlooPartialAllReduce final : public PartialAllReduce, private detail::Stor
     r.participated = true;
     if (current_->context != nullptr && !data.empty()) {
       try {
-        gloo::AllreduceOptions opts(current_->context);
-        opts.setOutput(data.data(), data.size());
-        void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<T>;
-        opts.setReduceFunction(fn);
-        opts.setTag(current_->next_tag++);
-        opts.setTimeout(options_.collective_timeout);
-        gloo::allreduce(opts);
+        AllReduce(*current_, data, &gloo::sum<T>);
       } catch (const std::exception& e) {
         throw Failure("allreduce", e);
       }
@@ -131,6 +125,18 @@ class GlooPartialAllReduce final : public PartialAllReduce, private detail::Stor
     const T n = static_cast<T>(r.active_ranks);
     for (T& x : data) x /= n;
     return r;
+  }
+
+  // One all-reduce of `data` in place on `c`'s context (not a set of one),
+  // with the next tag of its members' shared sequence.
+  template <class T>
+  void AllReduce(CachedContext& c, std::span<T> data, void (*fn)(void*, const void*, const void*, size_t)) {
+    gloo::AllreduceOptions opts(c.context);
+    opts.setOutput(data.data(), data.size());
+    opts.setReduceFunction(fn);
+    opts.setTag(c.next_tag++);
+    opts.setTimeout(options_.collective_timeout);
+    gloo::allreduce(opts);
   }
 
   void RequireBegun(const char* what) const { agreement_.RequireBegun(what); }
@@ -142,13 +148,7 @@ class GlooPartialAllReduce final : public PartialAllReduce, private detail::Stor
     CachedContext* c = Find(agreement_.previous_active());
     if (c == nullptr || c->context == nullptr) return false;  // (never after a committed iteration)
     try {
-      gloo::AllreduceOptions opts(c->context);
-      opts.setOutput(words.data(), words.size());
-      void (*fn)(void*, const void*, const void*, size_t) = &gloo::min<uint64_t>;
-      opts.setReduceFunction(fn);
-      opts.setTag(c->next_tag++);
-      opts.setTimeout(options_.collective_timeout);
-      gloo::allreduce(opts);
+      AllReduce(*c, words, &gloo::min<uint64_t>);
     } catch (const std::exception& e) {
       throw CollectiveError("iteration " + std::to_string(iteration) +
                             ": Gloo agreement on the membership among ranks " +
