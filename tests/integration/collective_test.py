@@ -338,6 +338,52 @@ def test_daemon_killed(args, workdir, config):
           % (uncertain[0], iterations - 1))
 
 
+def test_uncertain_rank(args, workdir, config):
+    """The window a per-rank rule cannot close: at a version's effective
+    iteration some ranks are certain of it and one is not - here rank 2,
+    whose directives (acknowledgements and the version) a proxy holds past
+    its membership_timeout, as if the daemon had died for it alone. Ranks 0,
+    1 and 3 propose the exclusion, rank 2 the applied membership: the in-band
+    agreement keeps all four on the applied one (without it, ranks 0 and 1
+    switch alone and every rank fails within collective_timeout) until rank 2
+    gets its directives, then all switch at the same iteration."""
+    iterations = 60
+    hold_s = 8.0
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+        proxy = DelayProxy(d.address)
+        ranks = Ranks(args.driver, d.address, workdir, iterations, [20, 20, 20, 20],
+                      report_endpoints={2: proxy.address}, membership_timeout_ms=1500)
+        try:
+            ranks.wait_all_past(15)
+            proxy.hold_until = time.monotonic() + hold_s
+            ctl(args.ctl, d.address, "override", JOB, "3", "exclude", "--reason", "test")
+            ranks.finish()
+        finally:
+            ranks.kill()
+        check(d.stop() == 0, "stragglerd did not exit cleanly")
+    check(proxy.held_bytes > 0, "the proxy held nothing back: the test did not delay rank 2")
+    check_iterations(ranks, iterations)
+    versions = sorted({row["version"] for row in ranks.lines[0]})
+    check(len(versions) == 2, "expected versions 0 and the exclusion; saw %s" % versions)
+    v = versions[1]
+    first = switch_iterations(ranks, v)
+    check(len(first) == WORLD and len({f[0] for f in first.values()}) == 1,
+          "ranks switched to version %d at different iterations: %s" % (v, first))
+    switched, _, effective = first[0]
+    check(switched > effective,
+          "the switch came at its effective iteration %d although rank 2 was held" % effective)
+    row2 = ranks.lines[2][effective]
+    check(not row2["certain"], "rank 2 was certain at the effective iteration %d: %s" % (effective, row2))
+    for r in (0, 1, 3):
+        put_off = [row["it"] for row in ranks.lines[r] if row["deferred_version"] == v]
+        check(put_off and put_off[0] == effective and put_off[-1] == switched - 1
+              and len(put_off) == switched - effective,
+              "rank %d put version %d off at %s; expected iterations %d..%d"
+              % (r, v, put_off, effective, switched - 1))
+    print("rank 2 held for %.0f s: the exclusion effective at iteration %d was put off by ranks "
+          "0, 1, 3 (rank 2 uncertain) and applied by all four at iteration %d"
+          % (hold_s, effective, switched))
+
 def gpu_ranks(driver):
     """Ranks for the NCCL backend: one per visible GPU, 2..4; None if < 2."""
     res = run([driver, "--gpu-count"], timeout=60)
@@ -368,13 +414,14 @@ def test(args):
             f.write("policy:\n  exclusion_enabled: false\n")
         {"exclusion_rejoin": test_exclusion_rejoin, "far_behind_rejoin": test_far_behind_rejoin,
          "late_directive": test_late_directive,
-         "daemon_killed": test_daemon_killed}[args.case](args, workdir, config)
+         "daemon_killed": test_daemon_killed,
+         "uncertain_rank": test_uncertain_rank}[args.case](args, workdir, config)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("case", choices=["exclusion_rejoin", "far_behind_rejoin", "late_directive",
-                                         "daemon_killed"])
+                                         "daemon_killed", "uncertain_rank"])
     parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
     parser.add_argument("--stragglerd", required=True)
     parser.add_argument("--driver", required=True)
