@@ -6,7 +6,7 @@ iteration (from the start signal to the last rank's exit, over the
 iterations; each iteration sleeps --step-ms, then averages 8 floats and 8
 doubles) and the time each rank spends in BeginIteration (the driver's
 begin_ms: MembershipFor, normally no wait, plus the in-band agreement - one
-32-byte all-reduce - which also waits for the last rank to arrive). Run it
+40-byte all-reduce - which also waits for the last rank to arrive). Run it
 with two driver builds to see what the agreement adds (BENCHMARKS.md
 "In-band agreement").
 

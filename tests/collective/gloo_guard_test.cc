@@ -96,23 +96,27 @@ Rank Start(const std::string& endpoint, uint32_t rank, uint32_t world, bool unce
 }
 
 
-// Iteration `from`..`to` on every rank at once, each in its own thread
-// (a collective needs its peers): report, BeginIteration, average (r + 1).
+// Each rank runs its own list of iterations, all ranks at once, each in its
+// own thread (a collective needs its peers): report, BeginIteration, average
+// (r + 1). A CollectiveError is recorded for its iteration (the rank goes on
+// with the next) when `errors` is given, else it fails the test.
 struct Step {
   straggler::StepPlan plan;
   straggler::AllReduceResult result;
   float value = 0;
 };
 using Steps = std::vector<std::map<uint64_t, Step>>;  // [rank][iteration]
+using Errors = std::vector<std::map<uint64_t, std::string>>;  // [rank][iteration]
 
-void RunSteps(std::vector<Rank>& ranks, uint64_t from, uint64_t to, Steps& out) {
+void RunLists(std::vector<Rank>& ranks, const std::map<uint32_t, std::vector<uint64_t>>& lists, Steps& out,
+              Errors* errors = nullptr) {
   out.resize(ranks.size());
+  Errors local(ranks.size());
   std::vector<std::thread> threads;
-  std::vector<std::string> errors(ranks.size());
-  for (uint32_t r = 0; r < ranks.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        for (uint64_t it = from; it <= to; ++it) {
+  for (const auto& [r, its] : lists) {
+    threads.emplace_back([&, r = r, its = its] {
+      for (uint64_t it : its) {
+        try {
           ranks[r].client->Report(0, it, 0.01);
           Step s;
           s.plan = ranks[r].reducer->BeginIteration(it);
@@ -120,17 +124,34 @@ void RunSteps(std::vector<Rank>& ranks, uint64_t from, uint64_t to, Steps& out) 
           s.result = ranks[r].reducer->AllReduceAverage(std::span<float>(v));
           s.value = v[0];
           out[r][it] = s;
+        } catch (const std::exception& e) {
+          local[r][it] = e.what();
+          if (errors == nullptr) return;
         }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
+  if (errors != nullptr) {
+    *errors = std::move(local);
+    return;
+  }
   for (uint32_t r = 0; r < ranks.size(); ++r) {
     INFO("rank " << r);
-    REQUIRE(errors[r] == "");
+    REQUIRE(local[r].empty());
   }
+}
+
+std::vector<uint64_t> Range(uint64_t from, uint64_t to) {
+  std::vector<uint64_t> v;
+  for (uint64_t it = from; it <= to; ++it) v.push_back(it);
+  return v;
+}
+
+void RunSteps(std::vector<Rank>& ranks, uint64_t from, uint64_t to, Steps& out) {
+  std::map<uint32_t, std::vector<uint64_t>> lists;
+  for (uint32_t r = 0; r < ranks.size(); ++r) lists[r] = Range(from, to);
+  RunLists(ranks, lists, out);
 }
 
 straggler::v1::Membership Override(straggler::daemon::testutil::LoopbackDaemon& d, const std::string& job,
@@ -290,4 +311,71 @@ TEST_CASE("gloo: agreement_interval 0 is refused, naming the value") {
   std::string error;
   CHECK(straggler::CreateGlooPartialAllReduce(*client, go, &error) == nullptr);
   CHECK_THAT(error, Catch::Contains("agreement_interval=0"));
+}
+
+// A context whose collective failed is dropped: the survivors decide alone
+// and move to the version that excludes the rank that went silent, instead
+// of failing on the broken context at every later iteration.
+TEST_CASE("gloo: after a failed agreement the survivors take the version that excludes the silent rank") {
+  straggler::daemon::testutil::LoopbackDaemon d;
+  const std::string endpoint = d.server.grpc_dial_address();
+  std::vector<Rank> ranks;
+  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3));
+  Steps steps;
+  RunSteps(ranks, 0, 2, steps);
+
+  // Rank 2 stops stepping: the agreement of iteration 3 fails on 0 and 1.
+  Errors errors;
+  RunLists(ranks, {{0, {3}}, {1, {3}}}, steps, &errors);
+  REQUIRE(errors[0].count(3) == 1);
+  REQUIRE(errors[1].count(3) == 1);
+  CHECK_THAT(errors[0][3], Catch::Contains("Gloo agreement on the membership among ranks {0,1,2}"));
+
+  const auto out = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+  const uint64_t e = out.effective_iteration();
+  REQUIRE(e > 3);
+  RunLists(ranks, {{0, Range(4, e + 1)}, {1, Range(4, e + 1)}}, steps, &errors);
+  for (uint64_t it = e; it <= e + 1; ++it) {
+    INFO("iteration " << it << " (exclusion effective at " << e << ")");
+    for (uint32_t r = 0; r < 2; ++r) {
+      REQUIRE(errors[r].count(it) == 0);
+      CHECK(steps[r][it].plan.active_ranks == std::vector<uint32_t>{0, 1});
+      CHECK(steps[r][it].value == 1.5f);
+    }
+  }
+}
+
+// A readmitted rank that is AHEAD of the group (it skipped to a later
+// iteration) cannot go back: the group takes it in only where it waits.
+TEST_CASE("gloo: the group takes a joiner in at the iteration it waits at, not earlier") {
+  straggler::daemon::testutil::LoopbackDaemon d;
+  const std::string endpoint = d.server.grpc_dial_address();
+  std::vector<Rank> ranks;
+  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3));
+  Steps steps;
+  RunSteps(ranks, 0, 2, steps);
+  const auto out = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_EXCLUDE);
+  const uint64_t e = out.effective_iteration();
+  RunSteps(ranks, 3, e + 1, steps);
+  REQUIRE_FALSE(steps[2][e + 1].result.participated);
+
+  const auto back = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_INCLUDE);
+  const uint64_t e2 = back.effective_iteration();
+  REQUIRE(e2 > e + 1);
+  // Rank 2 goes straight to e2 + 3; the group steps from e + 2 on.
+  const uint64_t at = e2 + 3;
+  RunLists(ranks, {{0, Range(e + 2, at + 1)}, {1, Range(e + 2, at + 1)}, {2, {at, at + 1}}}, steps);
+  for (uint64_t it = e2; it < at; ++it) {
+    INFO("iteration " << it << " (readmission effective at " << e2 << ", rank 2 waits at " << at << ")");
+    CHECK(steps[0][it].value == 1.5f);
+    CHECK(steps[0][it].plan.deferred_version == back.version());
+  }
+  for (uint64_t it = at; it <= at + 1; ++it) {
+    INFO("iteration " << it);
+    for (uint32_t r = 0; r < 3; ++r) {
+      CHECK(steps[r][it].result.participated);
+      CHECK(steps[r][it].value == 2.0f);
+      CHECK(steps[r][it].plan.sync_parameters == (it == at));
+    }
+  }
 }

@@ -19,7 +19,7 @@
 //    when it times out (daemon unreachable, directive late) the rank does not
 //    guess: it proposes the LAST MEMBERSHIP IT APPLIED (plan.certain = false).
 //  * The ranks that took part at their previous iteration then agree in band:
-//    one 32-byte all-reduce on the communicator they all hold. Only a
+//    one 40-byte all-reduce on the communicator they all hold. Only a
 //    membership every one of them proposed is applied; otherwise all of them
 //    keep the last applied one at this iteration (plan.deferred_version names
 //    the one put off) and propose again at the next. So every participating
@@ -28,10 +28,11 @@
 //    daemon that dies (or restarts) while some ranks have a new version and
 //    others do not delays a switch, it never splits the job. While the daemon
 //    is down nobody learns a new version, and training goes on with the last.
-//  * A readmitted rank has no communicator with the group: it takes part from
-//    the iteration the group's lowest rank publishes in the rendezvous store
-//    for it (it waits for that at its readmission's effective iteration),
-//    and stays out until then.
+//  * A readmitted rank has no communicator with the group: it says in the
+//    rendezvous store where it waits, the group takes it in only at or after
+//    that iteration (part of the agreement), and it takes part from the
+//    iteration the group's lowest rank publishes for it, staying out until
+//    then.
 //  * An excluded rank issues no collective at all: AllReduceAverage returns its
 //    buffer unchanged with participated = false. (At the iteration its
 //    exclusion is applied it still takes part in that iteration's agreement:
@@ -71,8 +72,9 @@ struct StepPlan {
   uint64_t iteration = 0;
   uint64_t version = 0;              // the membership version applied
   uint64_t effective_iteration = 0;  // of that version
-  // true: MembershipFor answered in time. false: it timed out and the rank
-  // kept the last membership it applied (see the agreement rule above).
+  // true: MembershipFor answered in time (or, between switch slots of
+  // agreement_interval > 1, nothing was asked). false: it timed out and the
+  // rank proposed the last membership it applied (the agreement rule above).
   bool certain = true;
   // Nonzero: this rank knew a newer membership (this version) but did not
   // apply it here - a rank of its previous active set had not proposed it
@@ -147,7 +149,7 @@ struct GlooOptions {
   // Bound on BeginIteration's wait for the membership (Client::MembershipFor).
   std::chrono::milliseconds membership_timeout{5000};
   // Iterations between membership switches: the in-band agreement (one
-  // 32-byte all-reduce, see the agreement rule) runs, and the active set may
+  // 40-byte all-reduce, see the agreement rule) runs, and the active set may
   // change, only at iterations that are multiples of it (and at a rank's
   // first). 1: every iteration, so a version applies at its effective
   // iteration. N > 1 divides the agreement's cost by N and puts each switch

@@ -63,7 +63,7 @@ struct NcclOptions {
   // Bound on BeginIteration's wait for the membership (Client::MembershipFor).
   std::chrono::milliseconds membership_timeout{5000};
   // Iterations between membership switches: the in-band agreement (one
-  // 32-byte all-reduce, collective.h) runs, and the active set may
+  // 40-byte all-reduce, collective.h) runs, and the active set may
   // change, only at iterations that are multiples of it (and at a rank's
   // first). 1: every iteration, so a version applies at its effective
   // iteration. N > 1 divides the agreement's cost by N and puts each switch

@@ -1,6 +1,7 @@
 #include "agreement.h"
 
 #include <algorithm>
+#include <thread>
 #include <climits>
 #include <cstdint>
 
@@ -39,10 +40,34 @@ std::optional<uint64_t> ParseIteration(const std::string& s) {
   return v;
 }
 
+// Every joiner has said it waits at an iteration at or before `iteration`
+// (ReadyKey): the group may take it in here. Looked up without waiting.
+bool JoinersReady(const std::string& run_id, uint64_t iteration, uint64_t version,
+                  const std::vector<uint32_t>& joiners, AgreementTransport& transport);
+
+// The value of `key` as an iteration once it is at least `at_least`, waiting
+// up to `wait` (a value below is an earlier attempt's: polled until it is
+// replaced). The last value seen, or nullopt, when that does not happen.
+std::optional<uint64_t> AwaitAtLeast(AgreementTransport& transport, const std::string& key,
+                                     uint64_t at_least, std::chrono::milliseconds wait);
+
 }  // namespace
 
 std::string JoinKey(const std::string& run_id, uint32_t rank, uint64_t version) {
   return "agree/" + run_id + "/join/r" + std::to_string(rank) + "/v" + std::to_string(version);
+}
+
+std::string ReadyKey(const std::string& run_id, uint32_t rank, uint64_t version) {
+  return "agree/" + run_id + "/ready/r" + std::to_string(rank) + "/v" + std::to_string(version);
+}
+
+bool IsSlot(uint64_t iteration, uint32_t interval) {
+  return interval <= 1 || iteration % interval == 0;
+}
+
+uint64_t FirstSlotFrom(uint64_t iteration, uint32_t interval) {
+  if (interval <= 1 || iteration % interval == 0) return iteration;
+  return iteration + (interval - iteration % interval);
 }
 
 std::array<uint64_t, 4> ProposalWords(const MembershipView& m) {
@@ -74,16 +99,16 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
     throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") after iteration " +
                           std::to_string(plan_.iteration) + ": iterations must increase");
   }
-  if (begun_ && previously_participating_ && options.interval > 1 &&
-      iteration % options.interval != 0) {
+  if (begun_ && previously_participating_ && !IsSlot(iteration, options.interval)) {
     // Between switch slots the set stays: nothing to ask, nothing to agree.
     StepPlan plan = plan_;
     plan.iteration = iteration;
-    plan.certain = true;
+    plan.certain = true;  // (nothing asked: the applied set is the agreed one)
     plan.sync_parameters = false;
     plan.rejoin_iteration.reset();
     const MembershipView newest = client.CurrentMembership();
-    plan.deferred_version = newest.version > plan_.version ? newest.version : 0;
+    plan.deferred_version =
+        newest.version > plan_.version && newest.effective_iteration <= iteration ? newest.version : 0;
     decided_ = *applied_;
     return plan;
   }
@@ -101,34 +126,54 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
   uint64_t deferred = 0;
   std::optional<uint64_t> rejoin;
   if (previously_participating_ && applied_) {
+    const bool root = !previous_active_.empty() && rank_ == previous_active_.front();
+    // Ranks the proposal takes back: they have no communicator with this set.
+    std::vector<uint32_t> joiners;
+    for (uint32_t r : m.ActiveRanks()) {
+      if (!std::binary_search(previous_active_.begin(), previous_active_.end(), r)) joiners.push_back(r);
+    }
     bool unanimous = true;
+    bool joiners_ready = true;
     if (previous_active_.size() > 1) {
-      std::array<uint64_t, 4> words = ProposalWords(m);
+      // The 5th word carries the root's view of the joiners (the others add
+      // the neutral maximum): every member learns it from the same minimum.
+      std::array<uint64_t, 5> words{};
+      const std::array<uint64_t, 4> proposal = ProposalWords(m);
+      std::copy(proposal.begin(), proposal.end(), words.begin());
+      words[4] = root ? (JoinersReady(run_id_, iteration, m.version, joiners, transport) ? 1 : 0) : UINT64_MAX;
       // (No communicator left after an error: each rank decides alone, as
       // the set's next build fails within the timeout if they differ.)
-      if (transport.MinOverPrevious(iteration, words)) unanimous = Unanimous(words);
+      if (transport.MinOverPrevious(iteration, words)) {
+        unanimous = Unanimous(std::span<const uint64_t>(words.data(), 4));
+        joiners_ready = words[4] == 1;
+      }
+    } else if (root) {
+      joiners_ready = JoinersReady(run_id_, iteration, m.version, joiners, transport);
     }
-    if (!unanimous) {
+    if (!unanimous || !joiners_ready) {
       // Some rank of the previous set proposed another membership (it was
-      // not certain of this one, or knows a newer one): all of them keep the
-      // last applied one here and propose again at the next iteration.
+      // not certain of this one, or knows a newer one), or a rank it takes
+      // back is not waiting for it at or before this iteration: all of them
+      // keep the last applied one here and propose again at the next slot.
       if (m.version != applied_->version) deferred = m.version;
       m = *applied_;
-    } else if (!previous_active_.empty() && rank_ == previous_active_.front()) {
+    } else if (root) {
       // Tell the ranks this version takes back where the group applies it.
-      for (uint32_t r : m.ActiveRanks()) {
-        if (!std::binary_search(previous_active_.begin(), previous_active_.end(), r))
-          transport.Publish(JoinKey(run_id_, r, m.version), std::to_string(iteration));
-      }
+      for (uint32_t r : joiners) transport.Publish(JoinKey(run_id_, r, m.version), std::to_string(iteration));
     }
   } else if (applied_ && !m.IsExcluded(rank_)) {
     // A joiner: it applies this version where the group does, never alone.
-    // At the version's effective iteration the group normally takes it in,
-    // so wait there as long as a context build would; later (the group put
-    // the switch off) a shorter wait per iteration keeps the rank stepping.
-    const auto wait = iteration == m.effective_iteration ? options.collective : options.membership;
-    const std::optional<std::string> at = transport.Await(JoinKey(run_id_, rank_, m.version), wait);
-    const std::optional<uint64_t> join = at ? ParseIteration(*at) : std::nullopt;
+    // It says where it waits (the group takes it in there or later, never
+    // earlier: it cannot go back), then waits for the group's iteration. At
+    // the first slot from the version's effective iteration, where the group
+    // normally takes it in, as long as a context build would wait; later
+    // (the group put the switch off) shorter, so the rank keeps stepping.
+    transport.Publish(ReadyKey(run_id_, rank_, m.version), std::to_string(iteration));
+    const auto wait = iteration == FirstSlotFrom(m.effective_iteration, options.interval)
+                          ? options.collective
+                          : options.membership;
+    const std::optional<uint64_t> join =
+        AwaitAtLeast(transport, JoinKey(run_id_, rank_, m.version), iteration, wait);
     if (!join || *join != iteration) {
       deferred = m.version;
       if (join && *join > iteration) rejoin = *join;
@@ -166,6 +211,40 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
   decided_ = std::move(m);
   return plan;
 }
+
+namespace {
+
+bool JoinersReady(const std::string& run_id, uint64_t iteration, uint64_t version,
+                  const std::vector<uint32_t>& joiners, AgreementTransport& transport) {
+  for (uint32_t r : joiners) {
+    const std::optional<std::string> v = transport.Await(ReadyKey(run_id, r, version),
+                                                         std::chrono::milliseconds(1));
+    const std::optional<uint64_t> at = v ? ParseIteration(*v) : std::nullopt;
+    if (!at || *at > iteration) return false;
+  }
+  return true;
+}
+
+std::optional<uint64_t> AwaitAtLeast(AgreementTransport& transport, const std::string& key,
+                                     uint64_t at_least, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::optional<uint64_t> seen;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return seen;
+    const std::optional<std::string> v = transport.Await(key, left);
+    if (v) {
+      seen = ParseIteration(*v);
+      if (seen && *seen >= at_least) return seen;
+    }
+    // An earlier attempt's value (or a store that cannot be reached): ask
+    // again shortly, until the deadline.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
 
 void Agreement::Commit(StepPlan plan) {
   applied_ = decided_;

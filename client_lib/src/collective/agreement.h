@@ -7,20 +7,26 @@
 //     applied last - a rank never guesses;
 //   * the ranks that took part at their previous iteration (the previous
 //     active set P; they all hold its communicator and applied the same
-//     membership A there) then AGREE in band: one all-reduce of 32 bytes on
-//     P's communicator (min of version and fingerprint, and of their
-//     complements). A proposal every rank of P made is applied; otherwise all
+//     membership A there) then AGREE in band: one all-reduce of 40 bytes on
+//     P's communicator (min of version and fingerprint, of their
+//     complements, and the joiners' readiness below). A proposal every rank of P made is applied; otherwise all
 //     of P keep A at this iteration and try again at the next. So a daemon
 //     that dies after acknowledging some ranks' reports and not others' - or
 //     that restarts and publishes a version before every rank is back - can
 //     delay a switch, never split the job;
 //   * a rank that was NOT taking part (excluded, readmitted now: a joiner)
-//     has no communicator with P. The lowest rank of P publishes, in the
-//     rendezvous store, the iteration at which P applies a version that takes
-//     the joiner back (key JoinKey); the joiner applies it exactly there and
-//     stays out (a shadow step) until then. It waits for that key up to
-//     collective_timeout at the version's effective iteration (where P
-//     normally applies it), up to membership_timeout at later ones;
+//     has no communicator with P. It publishes the iteration it waits at
+//     (ReadyKey); P's lowest rank adds "every joiner waits at or before this
+//     iteration" to the agreement (a 5th word, the others add the neutral
+//     maximum), so P takes joiners in only where they can still be - a
+//     joiner cannot go back - and otherwise puts the switch off like a
+//     disagreement. Then that rank publishes the iteration (JoinKey) before
+//     building; the joiner applies the version exactly there and stays out
+//     (a shadow step) until then. It waits for a JoinKey value at or past its
+//     own iteration (older values are earlier attempts') up to
+//     collective_timeout at the first slot from the version's effective
+//     iteration (where P normally applies it), up to membership_timeout at
+//     later ones;
 //   * parameters are synchronised when the active set gains a rank that was
 //     not active at this rank's previous iteration (or this rank itself was
 //     not taking part) - every active rank computes the same answer.
@@ -129,6 +135,15 @@ class Agreement {
 // publishes the iteration at which its ranks apply `version`, which takes
 // `rank` back in. Names the run, like every key of the collective layer.
 std::string JoinKey(const std::string& run_id, uint32_t rank, uint64_t version);
+
+// Where a joiner says it waits for `version` (the iteration it is at): the
+// group takes it in only at that iteration or a later one.
+std::string ReadyKey(const std::string& run_id, uint32_t rank, uint64_t version);
+
+// Switch slots (AgreementOptions::interval): whether `iteration` is one, and
+// the first one at or after `iteration`.
+bool IsSlot(uint64_t iteration, uint32_t interval);
+uint64_t FirstSlotFrom(uint64_t iteration, uint32_t interval);
 
 // The 4 words ranks agree on: version and a fingerprint of the active set,
 // each also complemented, so one minimum gives both minimum and maximum.

@@ -143,13 +143,15 @@ class GlooPartialAllReduce final : public PartialAllReduce, private detail::Stor
 
   // The in-band agreement (agreement.h): on the context of the previous
   // set, which every member used at its previous iteration and which is the
-  // most recently used entry of each member's cache (never evicted).
+  // most recently used entry of each member's cache (never evicted). None
+  // after a failure dropped it: no channel, the rank decides alone.
   bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) override {
     CachedContext* c = Find(agreement_.previous_active());
-    if (c == nullptr || c->context == nullptr) return false;  // (never after a committed iteration)
+    if (c == nullptr || c->context == nullptr) return false;
     try {
       AllReduce(*c, words, &gloo::min<uint64_t>);
     } catch (const std::exception& e) {
+      Drop(agreement_.previous_active());
       throw CollectiveError("iteration " + std::to_string(iteration) +
                             ": Gloo agreement on the membership among ranks " +
                             SetText(agreement_.previous_active()) + " (applied version " +
@@ -172,12 +174,21 @@ class GlooPartialAllReduce final : public PartialAllReduce, private detail::Stor
   }
 
   CollectiveError Failure(const std::string& op, const std::exception& e) {
-    // The context is kept as it is: rebuilding it under the same version
-    // would read the first build's (stale) rendezvous keys. The next change
-    // of membership builds a fresh one; until then the caller decides (a
-    // failed step usually means restarting from a checkpoint).
-    return CollectiveError(agreement_.FailureText("Gloo", op, options_.collective_timeout) + ": " +
-                           e.what());
+    CollectiveError error(agreement_.FailureText("Gloo", op, options_.collective_timeout) + ": " +
+                          e.what());
+    Drop(agreement_.plan().active_ranks);
+    return error;
+  }
+
+  // After a failed collective a context cannot be trusted (its members may
+  // have issued different numbers of operations, so their tags no longer
+  // match): drop it. The next BeginIteration then has no channel to agree
+  // on and decides alone (agreement.h); the set is rebuilt under fresh keys
+  // (the prefix names the iteration), or left when the daemon excludes the
+  // member that is gone.
+  void Drop(const std::vector<uint32_t>& ranks) {
+    if (current_ != nullptr && current_->ranks == ranks) current_ = nullptr;
+    cache_.remove_if([&](const CachedContext& c) { return c.ranks == ranks; });
   }
 
   CachedContext* Find(const std::vector<uint32_t>& ranks) {

@@ -535,13 +535,13 @@ class NcclPartialAllReduce final : public PartialAllReduce, private detail::Stor
 
   // The in-band agreement (agreement.h) on the communicator of the previous
   // set: every member used it at its previous iteration (at the first, the
-  // full communicator), so this 32-byte all-reduce sits at the same place in
+  // full communicator), so this 40-byte all-reduce sits at the same place in
   // each member's sequence - also before a shrink of it.
   bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) override {
     auto* e = cache_->Find(agreement_.previous_active());
     // Aborted after an earlier error: no channel left (agreement.h).
     if (e == nullptr || !e->handle || e->handle->comm == nullptr) return false;
-    current_ = e->handle.get();
+    current_ = e->handle.get();  // Collective() runs on, and on failure aborts, current_
     try {
       Collective("agreement on the membership", words.data(), words.size_bytes(), [&](void* dev) {
         return ncclAllReduce(dev, dev, words.size(), ncclUint64, ncclMin, e->handle->comm, stream_);
@@ -549,6 +549,9 @@ class NcclPartialAllReduce final : public PartialAllReduce, private detail::Stor
     } catch (const CollectiveError& err) {
       throw CollectiveError("iteration " + std::to_string(iteration) + ": " + err.what());
     }
+    // Not this iteration's communicator yet: a build that throws after this
+    // must leave none (RequireCommunicator), and a shrink may free this one.
+    current_ = nullptr;
     return true;
   }
 
