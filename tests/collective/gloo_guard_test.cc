@@ -345,13 +345,16 @@ TEST_CASE("gloo: after a failed agreement the survivors take the version that ex
   }
 }
 
-// A readmitted rank that is AHEAD of the group (it skipped to a later
-// iteration) cannot go back: the group takes it in only where it waits.
-TEST_CASE("gloo: the group takes a joiner in at the iteration it waits at, not earlier") {
+// A readmission put off at its effective iteration (rank 1 not certain
+// there) while the joiner went on (it skipped to a later iteration, as a
+// joiner whose wait ran out steps on): a joiner cannot go back, so the group
+// takes it in where it waits, not at the next iteration it agrees.
+TEST_CASE("gloo: after a put-off readmission the group takes the joiner in where it waits, not earlier") {
   straggler::daemon::testutil::LoopbackDaemon d;
   const std::string endpoint = d.server.grpc_dial_address();
   std::vector<Rank> ranks;
-  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3));
+  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3, /*uncertain_wrapper=*/r == 1));
+  auto* rank1 = static_cast<UncertainClient*>(ranks[1].client.get());
   Steps steps;
   RunSteps(ranks, 0, 2, steps);
   const auto out = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_EXCLUDE);
@@ -362,6 +365,7 @@ TEST_CASE("gloo: the group takes a joiner in at the iteration it waits at, not e
   const auto back = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_INCLUDE);
   const uint64_t e2 = back.effective_iteration();
   REQUIRE(e2 > e + 1);
+  rank1->SetUncertain({e2});
   // Rank 2 goes straight to e2 + 3; the group steps from e + 2 on.
   const uint64_t at = e2 + 3;
   RunLists(ranks, {{0, Range(e + 2, at + 1)}, {1, Range(e + 2, at + 1)}, {2, {at, at + 1}}}, steps);

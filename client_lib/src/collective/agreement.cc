@@ -40,11 +40,6 @@ std::optional<uint64_t> ParseIteration(const std::string& s) {
   return v;
 }
 
-// Every joiner has said it waits at an iteration at or before `iteration`
-// (ReadyKey): the group may take it in here. Looked up without waiting.
-bool JoinersReady(const std::string& run_id, uint64_t iteration, uint64_t version,
-                  const std::vector<uint32_t>& joiners, AgreementTransport& transport);
-
 // The value of `key` as an iteration once it is at least `at_least`, waiting
 // up to `wait` (a value below is an earlier attempt's: polled until it is
 // replaced). The last value seen, or nullopt, when that does not happen.
@@ -95,6 +90,7 @@ Agreement::Agreement(uint32_t rank, std::string run_id, std::vector<uint32_t> pr
 
 StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOptions& options,
                            AgreementTransport& transport) {
+  transport_ = &transport;
   if (begun_ && iteration <= plan_.iteration) {
     throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") after iteration " +
                           std::to_string(plan_.iteration) + ": iterations must increase");
@@ -140,7 +136,7 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
       std::array<uint64_t, 5> words{};
       const std::array<uint64_t, 4> proposal = ProposalWords(m);
       std::copy(proposal.begin(), proposal.end(), words.begin());
-      words[4] = root ? (JoinersReady(run_id_, iteration, m.version, joiners, transport) ? 1 : 0) : UINT64_MAX;
+      words[4] = root ? (JoinersReady(iteration, m, joiners, options.interval) ? 1 : 0) : UINT64_MAX;
       // (No communicator left after an error: each rank decides alone, as
       // the set's next build fails within the timeout if they differ.)
       if (transport.MinOverPrevious(iteration, words)) {
@@ -148,7 +144,7 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
         joiners_ready = words[4] == 1;
       }
     } else if (root) {
-      joiners_ready = JoinersReady(run_id_, iteration, m.version, joiners, transport);
+      joiners_ready = JoinersReady(iteration, m, joiners, options.interval);
     }
     if (!unanimous || !joiners_ready) {
       // Some rank of the previous set proposed another membership (it was
@@ -204,8 +200,13 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
     if (rejoin) {
       plan.rejoin_iteration = rejoin;
     } else if (!deferred) {
-      if (std::optional<MembershipView> back = client.ReadmissionAfter(iteration, rank_))
+      if (std::optional<MembershipView> back = client.ReadmissionAfter(iteration, rank_)) {
         plan.rejoin_iteration = back->effective_iteration;
+        // Where this rank is: it can skip forward to any later iteration, so
+        // the group may take it in from here on (at the effective iteration,
+        // normally) - and not earlier, were this rank ahead of the group.
+        transport.Publish(ReadyKey(run_id_, rank_, back->version), std::to_string(iteration));
+      }
     }
   }
   decided_ = std::move(m);
@@ -213,17 +214,6 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
 }
 
 namespace {
-
-bool JoinersReady(const std::string& run_id, uint64_t iteration, uint64_t version,
-                  const std::vector<uint32_t>& joiners, AgreementTransport& transport) {
-  for (uint32_t r : joiners) {
-    const std::optional<std::string> v = transport.Await(ReadyKey(run_id, r, version),
-                                                         std::chrono::milliseconds(1));
-    const std::optional<uint64_t> at = v ? ParseIteration(*v) : std::nullopt;
-    if (!at || *at > iteration) return false;
-  }
-  return true;
-}
 
 std::optional<uint64_t> AwaitAtLeast(AgreementTransport& transport, const std::string& key,
                                      uint64_t at_least, std::chrono::milliseconds wait) {
@@ -245,6 +235,23 @@ std::optional<uint64_t> AwaitAtLeast(AgreementTransport& transport, const std::s
 }
 
 }  // namespace
+
+bool Agreement::JoinersReady(uint64_t iteration, const MembershipView& m,
+                             const std::vector<uint32_t>& joiners, uint32_t interval) {
+  // At the version's first slot the joiners wait by the rule (the daemon
+  // makes that no earlier than their own last report + lead, so they are
+  // not past it): no lookup, and no race with a joiner that has not yet
+  // stepped since it learnt of the version. Later (the switch was put off),
+  // only where each has said it is.
+  if (joiners.empty() || iteration == FirstSlotFrom(m.effective_iteration, interval)) return true;
+  for (uint32_t r : joiners) {
+    const std::optional<std::string> v =
+        transport_->Await(ReadyKey(run_id_, r, m.version), std::chrono::milliseconds(1));
+    const std::optional<uint64_t> at = v ? ParseIteration(*v) : std::nullopt;
+    if (!at || *at > iteration) return false;
+  }
+  return true;
+}
 
 void Agreement::Commit(StepPlan plan) {
   applied_ = decided_;

@@ -15,12 +15,14 @@
 //     that restarts and publishes a version before every rank is back - can
 //     delay a switch, never split the job;
 //   * a rank that was NOT taking part (excluded, readmitted now: a joiner)
-//     has no communicator with P. It publishes the iteration it waits at
-//     (ReadyKey); P's lowest rank adds "every joiner waits at or before this
-//     iteration" to the agreement (a 5th word, the others add the neutral
-//     maximum), so P takes joiners in only where they can still be - a
-//     joiner cannot go back - and otherwise puts the switch off like a
-//     disagreement. Then that rank publishes the iteration (JoinKey) before
+//     has no communicator with P. It publishes the iteration it is at
+//     (ReadyKey) once it knows of its readmission, and where it waits.
+//     P's lowest rank adds "every joiner can be at this iteration" to the
+//     agreement (a 5th word, the others add the neutral maximum): true at
+//     the version's first slot (the joiners wait there by this rule), later
+//     only where each said it is at or before - a joiner cannot go back -
+//     so after a put-off switch P takes joiners in only where they can
+//     still be, and otherwise puts the switch off like a disagreement. Then that rank publishes the iteration (JoinKey) before
 //     building; the joiner applies the version exactly there and stays out
 //     (a shadow step) until then. It waits for a JoinKey value at or past its
 //     own iteration (older values are earlier attempts') up to
@@ -121,8 +123,14 @@ class Agreement {
                           std::chrono::milliseconds timeout) const;
 
  private:
+  // Whether the lowest rank of the previous set lets the group take
+  // `joiners` in at `iteration` (the 5th agreement word).
+  bool JoinersReady(uint64_t iteration, const MembershipView& m, const std::vector<uint32_t>& joiners,
+                    uint32_t interval);
+
   const uint32_t rank_;
   const std::string run_id_;
+  AgreementTransport* transport_ = nullptr;  // the one of the running Decide
   std::optional<MembershipView> applied_;
   MembershipView decided_;
   std::vector<uint32_t> previous_active_;
