@@ -91,6 +91,13 @@ def test(args):
     os.environ["STRAGGLER_RENDEZVOUS_ENDPOINT"] = "127.0.0.1:1"
     try:
         straggler.PartialAllReduce(via_agent, collective_timeout=1.0)
+        # agreement_interval is passed through and checked (0 would never switch).
+        try:
+            straggler.PartialAllReduce(via_agent, agreement_interval=0)
+            raise TestFailure("agreement_interval=0 was accepted")
+        except ValueError as e:
+            check("agreement_interval=0" in str(e), "the error does not name the value: %r" % str(e))
+        straggler.PartialAllReduce(via_agent, agreement_interval=8)
     finally:
         del os.environ["STRAGGLER_RENDEZVOUS_ENDPOINT"]
         via_agent.close()
