@@ -34,13 +34,11 @@ struct CachedContext {
   uint32_t next_tag = 0;
 };
 
-class GlooPartialAllReduce final : public PartialAllReduce, private detail::StoreAgreementTransport {
+class GlooPartialAllReduce final : public PartialAllReduce {
  public:
   GlooPartialAllReduce(Client& client, GlooOptions options,
                        std::shared_ptr<gloo::transport::Device> device)
-      // (The base keeps a reference to store_, used only after construction.)
-      : detail::StoreAgreementTransport(store_),
-        client_(client),
+      : client_(client),
         options_(std::move(options)),
         device_(std::move(device)),
         store_(options_.rendezvous_endpoint, options_.job_id, options_.key_ttl,
@@ -54,7 +52,8 @@ class GlooPartialAllReduce final : public PartialAllReduce, private detail::Stor
     current_ = nullptr;
     StepPlan plan = agreement_.Decide(
         iteration, client_,
-        {options_.membership_timeout, options_.collective_timeout, options_.agreement_interval}, *this);
+        {options_.membership_timeout, options_.collective_timeout, options_.agreement_interval},
+        transport_);
     // The context: kept only when this rank used the same active set at its
     // previous iteration - then every member has it (they were all in step
     // with this rank). Otherwise a fresh one for this version, so a member
@@ -145,7 +144,7 @@ class GlooPartialAllReduce final : public PartialAllReduce, private detail::Stor
   // set, which every member used at its previous iteration and which is the
   // most recently used entry of each member's cache (never evicted). None
   // after a failure dropped it: no channel, the rank decides alone.
-  bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) override {
+  bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) {
     CachedContext* c = Find(agreement_.previous_active());
     if (c == nullptr || c->context == nullptr) return false;
     try {
@@ -250,6 +249,9 @@ class GlooPartialAllReduce final : public PartialAllReduce, private detail::Stor
   const GlooOptions options_;
   std::shared_ptr<gloo::transport::Device> device_;
   DaemonStore store_;
+  // After store_ (it holds a reference to it).
+  detail::StoreAgreementTransport transport_{
+      store_, [this](uint64_t it, std::span<uint64_t> words) { return MinOverPrevious(it, words); }};
 
   std::list<CachedContext> cache_;  // most recently used first; bounded
   CachedContext* current_ = nullptr;  // the context of the current iteration

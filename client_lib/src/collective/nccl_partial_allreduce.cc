@@ -74,13 +74,11 @@ std::vector<uint32_t> AllRanks(uint32_t world_size) {
   return all;
 }
 
-class NcclPartialAllReduce final : public PartialAllReduce, private detail::StoreAgreementTransport {
+class NcclPartialAllReduce final : public PartialAllReduce {
  public:
   NcclPartialAllReduce(Client& client, NcclOptions options, int device, cudaStream_t stream,
                        bool own_stream)
-      // (The base keeps a reference to store_, used only after construction.)
-      : detail::StoreAgreementTransport(store_),
-        client_(client),
+      : client_(client),
         options_(std::move(options)),
         device_(device),
         stream_(stream),
@@ -131,7 +129,8 @@ class NcclPartialAllReduce final : public PartialAllReduce, private detail::Stor
     current_ = nullptr;
     StepPlan plan = agreement_.Decide(
         iteration, client_,
-        {options_.membership_timeout, options_.collective_timeout, options_.agreement_interval}, *this);
+        {options_.membership_timeout, options_.collective_timeout, options_.agreement_interval},
+        transport_);
     const MembershipView& m = agreement_.membership();
     const std::vector<uint32_t>& active = plan.active_ranks;
     const bool participating = plan.participating;
@@ -537,7 +536,7 @@ class NcclPartialAllReduce final : public PartialAllReduce, private detail::Stor
   // set: every member used it at its previous iteration (at the first, the
   // full communicator), so this 40-byte all-reduce sits at the same place in
   // each member's sequence - also before a shrink of it.
-  bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) override {
+  bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) {
     auto* e = cache_->Find(agreement_.previous_active());
     // Aborted after an earlier error: no channel left (agreement.h).
     if (e == nullptr || !e->handle || e->handle->comm == nullptr) return false;
@@ -561,6 +560,9 @@ class NcclPartialAllReduce final : public PartialAllReduce, private detail::Stor
   cudaStream_t stream_;
   const bool own_stream_;
   DaemonStore store_;
+  // After store_ (it holds a reference to it).
+  detail::StoreAgreementTransport transport_{
+      store_, [this](uint64_t it, std::span<uint64_t> words) { return MinOverPrevious(it, words); }};
   std::vector<uint32_t> world_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;

@@ -1,5 +1,6 @@
-// The store half of detail::AgreementTransport, over the daemon's rendezvous
-// store, for every backend: the join keys of readmitted ranks (agreement.h).
+// detail::AgreementTransport for every backend: the store half (the ready
+// and join keys of readmitted ranks, agreement.h) over the daemon's
+// rendezvous store, the in-band all-reduce through the backend's function.
 // Header-only: the backends are separate shared libraries and this is not
 // part of the public API.
 //
@@ -10,6 +11,7 @@
 #include <gloo/common/error.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,9 +21,16 @@
 
 namespace straggler::detail {
 
-class StoreAgreementTransport : public AgreementTransport {
+class StoreAgreementTransport final : public AgreementTransport {
  public:
-  explicit StoreAgreementTransport(DaemonStore& store) : store_(store) {}
+  using MinOverPreviousFn = std::function<bool(uint64_t iteration, std::span<uint64_t> words)>;
+  // `store` and whatever `min_over_previous` uses must outlive this.
+  StoreAgreementTransport(DaemonStore& store, MinOverPreviousFn min_over_previous)
+      : store_(store), min_over_previous_(std::move(min_over_previous)) {}
+
+  bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) override {
+    return min_over_previous_(iteration, words);
+  }
 
   void Publish(const std::string& key, const std::string& value) override {
     try {
@@ -44,6 +53,7 @@ class StoreAgreementTransport : public AgreementTransport {
 
  private:
   DaemonStore& store_;
+  MinOverPreviousFn min_over_previous_;
 };
 
 }  // namespace straggler::detail
