@@ -166,13 +166,23 @@ straggler::v1::Membership Override(straggler::daemon::testutil::LoopbackDaemon& 
   return m;
 }
 
+// `world` ranks of job "gloo-guard" against `d`; rank `uncertain` (if any)
+// behind an UncertainClient.
+std::vector<Rank> StartRanks(straggler::daemon::testutil::LoopbackDaemon& d, uint32_t world,
+                             int uncertain = -1, uint32_t agreement_interval = 1) {
+  std::vector<Rank> ranks;
+  for (uint32_t r = 0; r < world; ++r) {
+    ranks.push_back(Start(d.server.grpc_dial_address(), r, world, static_cast<int>(r) == uncertain,
+                          agreement_interval));
+  }
+  return ranks;
+}
+
 }  // namespace
 
 TEST_CASE("gloo: after a BeginIteration that failed, averaging throws instead of using a stale context") {
   straggler::daemon::testutil::LoopbackDaemon d;
-  const std::string endpoint = d.server.grpc_dial_address();
-  std::vector<Rank> ranks;
-  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3));
+  std::vector<Rank> ranks = StartRanks(d, 3);
 
   // Iteration 0 together: every rank builds the context of {0, 1, 2}.
   Steps steps;
@@ -199,14 +209,11 @@ TEST_CASE("gloo: after a BeginIteration that failed, averaging throws instead of
 // the same iteration - for an exclusion and for a readmission.
 TEST_CASE("gloo: a rank not yet certain of a new version holds its whole set on the applied one") {
   straggler::daemon::testutil::LoopbackDaemon d;
-  const std::string endpoint = d.server.grpc_dial_address();
-  std::vector<Rank> ranks;
-  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3, /*uncertain_wrapper=*/r == 1));
-  auto* rank1 = static_cast<UncertainClient*>(ranks[1].client.get());
-
+  std::vector<Rank> ranks = StartRanks(d, 3, /*uncertain=*/1);
   Steps steps;
   RunSteps(ranks, 0, 4, steps);
   for (uint32_t r = 0; r < 3; ++r) REQUIRE(steps[r][4].value == 2.0f);
+  auto* rank1 = static_cast<UncertainClient*>(ranks[1].client.get());
 
   // Exclusion of rank 2 at E; rank 1 is not certain of it at E and E + 1.
   const auto out = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_EXCLUDE);
@@ -266,9 +273,7 @@ TEST_CASE("gloo: a rank not yet certain of a new version holds its whole set on 
 
 TEST_CASE("gloo: with agreement_interval N the set changes only at multiples of N, on every rank") {
   straggler::daemon::testutil::LoopbackDaemon d;
-  const std::string endpoint = d.server.grpc_dial_address();
-  std::vector<Rank> ranks;
-  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3, false, /*agreement_interval=*/8));
+  std::vector<Rank> ranks = StartRanks(d, 3, /*uncertain=*/-1, /*agreement_interval=*/8);
 
   Steps steps;
   RunSteps(ranks, 0, 2, steps);
@@ -318,9 +323,7 @@ TEST_CASE("gloo: agreement_interval 0 is refused, naming the value") {
 // of failing on the broken context at every later iteration.
 TEST_CASE("gloo: after a failed agreement the survivors take the version that excludes the silent rank") {
   straggler::daemon::testutil::LoopbackDaemon d;
-  const std::string endpoint = d.server.grpc_dial_address();
-  std::vector<Rank> ranks;
-  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3));
+  std::vector<Rank> ranks = StartRanks(d, 3);
   Steps steps;
   RunSteps(ranks, 0, 2, steps);
 
@@ -351,9 +354,7 @@ TEST_CASE("gloo: after a failed agreement the survivors take the version that ex
 // takes it in where it waits, not at the next iteration it agrees.
 TEST_CASE("gloo: after a put-off readmission the group takes the joiner in where it waits, not earlier") {
   straggler::daemon::testutil::LoopbackDaemon d;
-  const std::string endpoint = d.server.grpc_dial_address();
-  std::vector<Rank> ranks;
-  for (uint32_t r = 0; r < 3; ++r) ranks.push_back(Start(endpoint, r, 3, /*uncertain_wrapper=*/r == 1));
+  std::vector<Rank> ranks = StartRanks(d, 3, /*uncertain=*/1);
   auto* rank1 = static_cast<UncertainClient*>(ranks[1].client.get());
   Steps steps;
   RunSteps(ranks, 0, 2, steps);

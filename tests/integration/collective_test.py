@@ -275,24 +275,31 @@ def test_far_behind_rejoin(args, workdir, config):
           % (BACKEND, last, its[at - 1], back_at))
 
 
-def test_late_directive(args, workdir, config):
-    iterations = 80
+def run_with_rank2_held(args, workdir, config, iterations, after, hold_s, **ranks_kwargs):
+    """Once every rank is past `after`, holds rank 2's directives (acks and
+    the new membership) for `hold_s` behind a proxy and excludes rank 3 by an
+    override; returns the ranks when the run is over."""
     with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
         proxy = DelayProxy(d.address)
         ranks = Ranks(args.driver, d.address, workdir, iterations, [20, 20, 20, 20],
-                      report_endpoints={2: proxy.address})
+                      report_endpoints={2: proxy.address}, **ranks_kwargs)
         try:
-            ranks.wait_all_past(25)
-            # Hold rank 2's directives (acks and the new membership) for 3 s,
-            # well past the switch iteration (2 iterations ahead) of the
-            # exclusion made next.
-            proxy.hold_until = time.monotonic() + 3.0
+            ranks.wait_all_past(after)
+            proxy.hold_until = time.monotonic() + hold_s
             ctl(args.ctl, d.address, "override", JOB, "3", "exclude", "--reason", "test")
             ranks.finish()
         finally:
             ranks.kill()
         check(d.stop() == 0, "stragglerd did not exit cleanly")
     check(proxy.held_bytes > 0, "the proxy held nothing back: the test did not delay rank 2")
+    return ranks, proxy
+
+
+def test_late_directive(args, workdir, config):
+    iterations = 80
+    # Rank 2's directives held for 3 s, well past the switch iteration (2
+    # iterations ahead) of the exclusion, within its membership_timeout.
+    ranks, proxy = run_with_rank2_held(args, workdir, config, iterations, after=25, hold_s=3.0)
     # Rank 2 waited for its held directives inside BeginIteration (the switch
     # rule's bounded wait) instead of going on without them: the 3 s hold
     # shows as one long wait (a lower bound: load only makes it longer).
@@ -349,19 +356,8 @@ def test_uncertain_rank(args, workdir, config):
     gets its directives, then all switch at the same iteration."""
     iterations = 60
     hold_s = 8.0
-    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
-        proxy = DelayProxy(d.address)
-        ranks = Ranks(args.driver, d.address, workdir, iterations, [20, 20, 20, 20],
-                      report_endpoints={2: proxy.address}, membership_timeout_ms=1500)
-        try:
-            ranks.wait_all_past(15)
-            proxy.hold_until = time.monotonic() + hold_s
-            ctl(args.ctl, d.address, "override", JOB, "3", "exclude", "--reason", "test")
-            ranks.finish()
-        finally:
-            ranks.kill()
-        check(d.stop() == 0, "stragglerd did not exit cleanly")
-    check(proxy.held_bytes > 0, "the proxy held nothing back: the test did not delay rank 2")
+    ranks, _ = run_with_rank2_held(args, workdir, config, iterations, after=15, hold_s=hold_s,
+                                   membership_timeout_ms=1500)
     check_iterations(ranks, iterations)
     versions = sorted({row["version"] for row in ranks.lines[0]})
     check(len(versions) == 2, "expected versions 0 and the exclusion; saw %s" % versions)
