@@ -376,6 +376,11 @@ def test_uncertain_rank(args, workdir, config):
               and len(put_off) == switched - effective,
               "rank %d put version %d off at %s; expected iterations %d..%d"
               % (r, v, put_off, effective, switched - 1))
+    # Put off for long enough, the ranks say so on stderr, and when it ends.
+    err0 = ranks.err(0)
+    check("membership version %d put off since iteration %d" % (v, effective) in err0
+          and "applied version %d at iteration %d" % (v, switched) in err0,
+          "rank 0 did not report the put-off switch on stderr: %r" % err0[-600:])
     print("rank 2 held for %.0f s: the exclusion effective at iteration %d was put off by ranks "
           "0, 1, 3 (rank 2 uncertain) and applied by all four at iteration %d"
           % (hold_s, effective, switched))

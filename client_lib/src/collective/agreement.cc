@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 #include <climits>
+#include <cstdio>
 #include <cstdint>
 
 #include "nccl_plan.h"  // SetText
@@ -176,6 +177,7 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
       m = *applied_;
     }
   }
+  NoteDeferral(iteration, deferred, m.version);
   StepPlan plan;
   plan.iteration = iteration;
   plan.version = m.version;
@@ -235,6 +237,45 @@ std::optional<uint64_t> AwaitAtLeast(AgreementTransport& transport, const std::s
 }
 
 }  // namespace
+
+void Agreement::NoteDeferral(uint64_t iteration, uint64_t deferred, uint64_t applied) {
+  // A put-off switch is normal for an iteration or two (a rank reconnecting
+  // to a restarted daemon); one that lasts means a rank of the set cannot
+  // be certain (cut off from stragglerd, or its agent's upstream down) and
+  // holds everyone - the straggler too - on the old membership. Say so once
+  // per version, on stderr like the client's other warnings, and say when
+  // it ends.
+  if (deferred != 0) {
+    if (deferred != deferred_version_) {
+      deferred_version_ = deferred;
+      deferred_since_ = iteration;
+      deferred_count_ = 0;
+      deferral_reported_ = false;
+    }
+    if (++deferred_count_ == kReportDeferralAfter && !deferral_reported_) {
+      deferral_reported_ = true;
+      std::fprintf(stderr,
+                   "straggler collective: rank %u: membership version %llu put off since iteration "
+                   "%llu (%u times): %s; every rank keeps version %llu until then\n",
+                   rank_, static_cast<unsigned long long>(deferred),
+                   static_cast<unsigned long long>(deferred_since_), deferred_count_,
+                   previously_participating_
+                       ? "a rank of the previous active set has not proposed it (not certain of it: "
+                         "cut off from stragglerd?)"
+                       : "this readmitted rank waits for the group to take it in",
+                   static_cast<unsigned long long>(applied));
+    }
+  } else if (deferred_version_ != 0) {
+    if (deferral_reported_) {
+      std::fprintf(stderr,
+                   "straggler collective: rank %u: applied version %llu at iteration %llu after "
+                   "%u iterations put off\n",
+                   rank_, static_cast<unsigned long long>(applied),
+                   static_cast<unsigned long long>(iteration), deferred_count_);
+    }
+    deferred_version_ = 0;
+  }
+}
 
 bool Agreement::JoinersReady(uint64_t iteration, const MembershipView& m,
                              const std::vector<uint32_t>& joiners, uint32_t interval) {

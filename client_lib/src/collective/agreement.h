@@ -128,9 +128,18 @@ class Agreement {
   bool JoinersReady(uint64_t iteration, const MembershipView& m, const std::vector<uint32_t>& joiners,
                     uint32_t interval);
 
+  // Tracks a version put off at consecutive decisions; warns on stderr once
+  // it was put off kReportDeferralAfter times, and when it ends.
+  void NoteDeferral(uint64_t iteration, uint64_t deferred, uint64_t applied);
+  static constexpr uint32_t kReportDeferralAfter = 3;
+
   const uint32_t rank_;
   const std::string run_id_;
   AgreementTransport* transport_ = nullptr;  // the one of the running Decide
+  uint64_t deferred_version_ = 0;  // 0: nothing put off at the last decision
+  uint64_t deferred_since_ = 0;
+  uint32_t deferred_count_ = 0;
+  bool deferral_reported_ = false;
   std::optional<MembershipView> applied_;
   MembershipView decided_;
   std::vector<uint32_t> previous_active_;
