@@ -10,6 +10,10 @@
 // How the active set acts on communicators (README "Collective layer"):
 //  * One full communicator over all ranks, built at creation (every rank is
 //    there then); it serves while everyone is active.
+//  * The in-band agreement of collective.h runs on the communicator the
+//    previous set used (the full one at the first iteration): a 5-element
+//    ncclUint64 ncclMin all-reduce and one stream synchronisation per
+//    iteration (per agreement_interval iterations).
 //  * Exclusion: the surviving ranks - and only they - call ncclCommShrink on
 //    the communicator they all used at the previous iteration; the excluded
 //    rank is never waited on (never ncclCommSplit, which it would have to enter).
