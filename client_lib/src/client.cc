@@ -37,6 +37,7 @@
 #include "absl/strings/escaping.h"
 #include "channel_security.h"
 #include "membership_history.h"
+#include "parse_unsigned.h"
 #include "report_queue.h"
 #include "straggler/client.h"
 #include "straggler/v1/straggler.grpc.pb.h"
@@ -150,16 +151,7 @@ void FillReport(const QueuedReport& q, pb::IterationReport* r) {
   r->mutable_start_time()->set_nanos(static_cast<int32_t>(start_ns % 1'000'000'000));
 }
 
-// Strict unsigned parse: digits only, no sign, no spaces, within range.
-template <typename T>
-bool ParseUnsigned(std::string_view s, T* out) {
-  if (s.empty()) return false;
-  T v{};
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 10);
-  if (ec != std::errc() || ptr != s.data() + s.size()) return false;
-  *out = v;
-  return true;
-}
+using detail::ParseUnsigned;
 
 // True when `name` is set and parses; records the first parse error.
 template <typename T>
