@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdint>
 
+#include "../parse_unsigned.h"
 #include "nccl_plan.h"  // SetText
 
 namespace straggler::detail {
@@ -30,14 +31,8 @@ uint64_t Fingerprint(const MembershipView& m) {
 }
 
 std::optional<uint64_t> ParseIteration(const std::string& s) {
-  if (s.empty() || s.size() > 20) return std::nullopt;
   uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    const uint64_t d = static_cast<uint64_t>(c - '0');
-    if (v > (UINT64_MAX - d) / 10) return std::nullopt;
-    v = v * 10 + d;
-  }
+  if (!ParseUnsigned(s, &v)) return std::nullopt;
   return v;
 }
 
@@ -91,7 +86,6 @@ Agreement::Agreement(uint32_t rank, std::string run_id, std::vector<uint32_t> pr
 
 StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOptions& options,
                            AgreementTransport& transport) {
-  transport_ = &transport;
   if (begun_ && iteration <= plan_.iteration) {
     throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") after iteration " +
                           std::to_string(plan_.iteration) + ": iterations must increase");
@@ -137,7 +131,7 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
       std::array<uint64_t, 5> words{};
       const std::array<uint64_t, 4> proposal = ProposalWords(m);
       std::copy(proposal.begin(), proposal.end(), words.begin());
-      words[4] = root ? (JoinersReady(iteration, m, joiners, options.interval) ? 1 : 0) : UINT64_MAX;
+      words[4] = root ? (JoinersReady(iteration, m, joiners, options.interval, transport) ? 1 : 0) : UINT64_MAX;
       // (No communicator left after an error: each rank decides alone, as
       // the set's next build fails within the timeout if they differ.)
       if (transport.MinOverPrevious(iteration, words)) {
@@ -145,7 +139,7 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
         joiners_ready = words[4] == 1;
       }
     } else if (root) {
-      joiners_ready = JoinersReady(iteration, m, joiners, options.interval);
+      joiners_ready = JoinersReady(iteration, m, joiners, options.interval, transport);
     }
     if (!unanimous || !joiners_ready) {
       // Some rank of the previous set proposed another membership (it was
@@ -207,7 +201,13 @@ StepPlan Agreement::Decide(uint64_t iteration, Client& client, const AgreementOp
         // Where this rank is: it can skip forward to any later iteration, so
         // the group may take it in from here on (at the effective iteration,
         // normally) - and not earlier, were this rank ahead of the group.
-        transport.Publish(ReadyKey(run_id_, rank_, back->version), std::to_string(iteration));
+        // Once per version: a shadow step need not pay a store round trip,
+        // and a rank that steps on without skipping waits at the effective
+        // iteration, where the joiner path says where it is again.
+        if (back->version != ready_published_) {
+          ready_published_ = back->version;
+          transport.Publish(ReadyKey(run_id_, rank_, back->version), std::to_string(iteration));
+        }
       }
     }
   }
@@ -278,7 +278,8 @@ void Agreement::NoteDeferral(uint64_t iteration, uint64_t deferred, uint64_t app
 }
 
 bool Agreement::JoinersReady(uint64_t iteration, const MembershipView& m,
-                             const std::vector<uint32_t>& joiners, uint32_t interval) {
+                             const std::vector<uint32_t>& joiners, uint32_t interval,
+                             AgreementTransport& transport) const {
   // At the version's first slot the joiners wait by the rule (the daemon
   // makes that no earlier than their own last report + lead, so they are
   // not past it): no lookup, and no race with a joiner that has not yet
@@ -287,7 +288,7 @@ bool Agreement::JoinersReady(uint64_t iteration, const MembershipView& m,
   if (joiners.empty() || iteration == FirstSlotFrom(m.effective_iteration, interval)) return true;
   for (uint32_t r : joiners) {
     const std::optional<std::string> v =
-        transport_->Await(ReadyKey(run_id_, r, m.version), std::chrono::milliseconds(1));
+        transport.Await(ReadyKey(run_id_, r, m.version), std::chrono::milliseconds(1));
     const std::optional<uint64_t> at = v ? ParseIteration(*v) : std::nullopt;
     if (!at || *at > iteration) return false;
   }

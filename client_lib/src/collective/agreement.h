@@ -126,7 +126,7 @@ class Agreement {
   // Whether the lowest rank of the previous set lets the group take
   // `joiners` in at `iteration` (the 5th agreement word).
   bool JoinersReady(uint64_t iteration, const MembershipView& m, const std::vector<uint32_t>& joiners,
-                    uint32_t interval);
+                    uint32_t interval, AgreementTransport& transport) const;
 
   // Tracks a version put off at consecutive decisions; warns on stderr once
   // it was put off kReportDeferralAfter times, and when it ends.
@@ -135,7 +135,7 @@ class Agreement {
 
   const uint32_t rank_;
   const std::string run_id_;
-  AgreementTransport* transport_ = nullptr;  // the one of the running Decide
+  uint64_t ready_published_ = 0;  // the readmission whose ReadyKey the shadow path set
   uint64_t deferred_version_ = 0;  // 0: nothing put off at the last decision
   uint64_t deferred_since_ = 0;
   uint32_t deferred_count_ = 0;

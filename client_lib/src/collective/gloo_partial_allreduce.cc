@@ -209,7 +209,7 @@ class GlooPartialAllReduce final : public PartialAllReduce {
                        const std::vector<uint32_t>& active) {
     // Replace any older context for this set: it may hold addresses the
     // other members no longer listen on.
-    cache_.remove_if([&](const CachedContext& c) { return c.ranks == active; });
+    Drop(active);
     CachedContext c;
     c.ranks = active;
     c.built_for_version = m.version;
