@@ -277,12 +277,26 @@ TEST_CASE("gloo: with agreement_interval N the set changes only at multiples of 
 
   Steps steps;
   RunSteps(ranks, 0, 2, steps);
+  // Reports are sent in the background: wait until the daemon has every
+  // rank's iteration 2, so e = 2 + 1 + lead = 5 (the daemon's gate), not 4
+  // as when a report was still in flight (seen in CI).
+  for (auto& r : ranks) REQUIRE(r.client->Flush(5s));
   const auto out = Override(d, "gloo-guard", 2, straggler::v1::RANK_OVERRIDE_FORCE_EXCLUDE);
   const uint64_t e = out.effective_iteration();
   REQUIRE(e > 2);
   const uint64_t slot = (e + 7) / 8 * 8;  // the first multiple of 8 at or after e
-  // Every rank reported 2, so e = 2 + 1 + lead = 5: the switch must wait.
+  // e = 5 falls between slots: the switch must wait for 8.
   REQUIRE(slot > e);
+  // Between slots nothing is asked: deferred_version there names what the
+  // client has received. Wait for the push, so the check below is about the
+  // interval rule and not about delivery timing.
+  for (auto& r : ranks) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (r.client->CurrentMembership().version < out.version() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    REQUIRE(r.client->CurrentMembership().version == out.version());
+  }
   RunSteps(ranks, 3, slot + 1, steps);
   for (uint64_t it = 3; it < slot; ++it) {
     INFO("iteration " << it << " (effective " << e << ", slot " << slot << ")");
