@@ -23,8 +23,8 @@
 //                            each call is timed on its own; p50/p99
 //                            counters (ns) include about one clock read
 //                            (BM_SteadyClockNow). Second argument: how the
-//                            training thread spends the 200 us between
-//                            reports: 0 = asleep (sleep_for; in a VM the vCPU
+//                            training thread spends the step_us (third
+//                            argument: 200 or 2000) between reports: 0 = asleep (sleep_for; in a VM the vCPU
 //                            halts and comes back with cold caches, so this
 //                            measures a cold call), 1 = computing (a busy
 //                            loop, as a trainer's CPU thread does while it
@@ -249,9 +249,9 @@ void BM_ClientReport_IdleSender(benchmark::State& state) {
     if (state.range(1) != kFlushRarely || iteration % 500 == 0)
       client->Flush(std::chrono::seconds(5));
     if (state.range(1) == 0) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      std::this_thread::sleep_for(std::chrono::microseconds(state.range(2)));
     } else {
-      const auto until = Clock::now() + std::chrono::microseconds(200);
+      const auto until = Clock::now() + std::chrono::microseconds(state.range(2));
       while (Clock::now() < until) {
       }
     }
@@ -265,11 +265,14 @@ void BM_ClientReport_IdleSender(benchmark::State& state) {
   state.counters["p50_ns"] = Percentile(ns, 0.50);
   state.counters["p99_ns"] = Percentile(ns, 0.99);
   state.counters["dropped"] = static_cast<double>(dropped);
+  // Share of the calls that woke the sender (a futex wake on this thread).
+  state.counters["wakes"] =
+      static_cast<double>(client->Stats().report_wakes) / static_cast<double>(std::max<uint64_t>(1, iteration));
 }
-// Each iteration sleeps 200 us untimed: a fixed count keeps the run short.
+// Each iteration spends step_us untimed: a fixed count keeps the run short.
 BENCHMARK(BM_ClientReport_IdleSender)
-    ->ArgsProduct({{0, 1, kTimingOnly}, {0, 1, kFlushRarely}})
-    ->ArgNames({"mode", "busy"})
+    ->ArgsProduct({{0, 1, kTimingOnly}, {0, 1, kFlushRarely}, {200, 2000}})
+    ->ArgNames({"mode", "busy", "step_us"})
     ->UseManualTime()
     ->Iterations(2000);
 

@@ -304,6 +304,7 @@ class ClientImpl final : public Client {
     ClientStats s;
     s.enqueued = queue_.PushedCount();
     s.dropped = dropped_.load(std::memory_order_relaxed);
+    s.report_wakes = report_wakes_.load(std::memory_order_relaxed);
     s.sent = sent_.load(std::memory_order_relaxed);
     s.acked = acked_.load(std::memory_order_relaxed);
     s.rejected = rejected_.load(std::memory_order_relaxed);
@@ -371,10 +372,10 @@ class ClientImpl final : public Client {
       // Pairs with the fence in WaitForWork(): either the sender sees our
       // item when it re-checks the queue, or we see its idle flag.
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (sender_idle_.load(std::memory_order_relaxed)) WakeSender();
+      if (sender_idle_.load(std::memory_order_relaxed)) WakeFromReport();
     } else if ((position & wake_stride_mask_) == wake_stride_mask_ &&
                sender_idle_.load(std::memory_order_relaxed)) {
-      WakeSender();
+      WakeFromReport();
     }
     return true;
   }
@@ -403,6 +404,11 @@ class ClientImpl final : public Client {
     wake_.fetch_add(1, std::memory_order_release);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_), FUTEX_WAKE_PRIVATE, 1, nullptr,
             nullptr, 0);
+  }
+  // Out of line: Report()'s fast path keeps only the call.
+  [[gnu::noinline]] void WakeFromReport() {
+    report_wakes_.fetch_add(1, std::memory_order_relaxed);
+    WakeSender();
   }
 
   // Room for one more batch among the unacknowledged ones.
@@ -754,6 +760,7 @@ class ClientImpl final : public Client {
 
   // Statistics.
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> report_wakes_{0};
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> acked_{0};
   std::atomic<uint64_t> rejected_{0};

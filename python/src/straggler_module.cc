@@ -280,6 +280,8 @@ PYBIND11_MODULE(_straggler, m) {
   py::class_<straggler::ClientStats>(m, "ClientStats")
       .def_readonly("enqueued", &straggler::ClientStats::enqueued)
       .def_readonly("dropped", &straggler::ClientStats::dropped)
+      .def_readonly("report_wakes", &straggler::ClientStats::report_wakes,
+                    "report() calls that woke the client's sleeping sender thread")
       .def_readonly("sent", &straggler::ClientStats::sent)
       .def_readonly("acked", &straggler::ClientStats::acked)
       .def_readonly("rejected", &straggler::ClientStats::rejected)

@@ -184,8 +184,31 @@ TEST_CASE("without Flush or MembershipFor, reports still reach the daemon", "[st
   }
   std::this_thread::sleep_for(50ms);
   for (uint64_t it = 0; it < 3; ++it) REQUIRE(client->Report(0, it, 0.1));
+  CHECK(client->Stats().report_wakes == 0);  // no system call on the training thread
   std::unique_lock<std::mutex> lock(s.service.mu_);
   CHECK(s.service.cv_.wait_for(lock, 10s, [&] { return s.service.seen_.size() == 3; }));
+}
+
+// Once the trainer asks MembershipFor, its next MembershipFor waits for the
+// acknowledgement of the report it just made: Report() wakes the sleeping
+// sender so the round trip starts at once, and counts the wake.
+TEST_CASE("after MembershipFor, Report() wakes the sleeping sender and counts it", "[stream]") {
+  Server s;
+  auto client = straggler::Client::Create(Options(s.Endpoint()));
+  REQUIRE(client);
+  while (!client->Stats().connected) std::this_thread::sleep_for(5ms);
+  client->MembershipFor(0, 0ms);  // iteration 0 is certain: no wait
+  // A report made while the sender sleeps on its timer wakes it. (The timer
+  // may fire just as a report is made; a few tries make that race moot.)
+  uint64_t it = 0;
+  while (it < 5 && client->Stats().report_wakes == 0) {
+    std::this_thread::sleep_for(50ms);
+    REQUIRE(client->Report(0, it++, 0.1));
+  }
+  CHECK(client->Stats().report_wakes >= 1);
+  CHECK(client->Stats().report_wakes <= it);
+  REQUIRE(client->Flush(10s));
+  CHECK(client->Stats().acked == it);
 }
 
 TEST_CASE("memberships arrive in order, callbacks fire, MembershipFor waits for progress",

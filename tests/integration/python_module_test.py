@@ -148,6 +148,9 @@ def test(args):
 
             for c in clients:
                 check(c.flush(10.0), "flush did not complete: %s" % c.stats().last_rejection)
+                st = c.stats()
+                check(isinstance(st.report_wakes, int) and st.report_wakes <= st.enqueued,
+                      "report_wakes %r of %d reports" % (st.report_wakes, st.enqueued))
             res = run([args.ctl, "--daemon", d.address, "override", JOB, "1", "exclude",
                        "--reason", "test"], timeout=30)
             check(res.returncode == 0, "stragglerctl override failed: %s" % res.stderr)
