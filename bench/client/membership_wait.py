@@ -27,14 +27,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "tests", "integration"))
-from harness import Daemon, TestFailure, check  # noqa: E402
+from harness import Daemon, check, failures_exit, percentile  # noqa: E402
 
 WARMUP = 50
-
-
-def percentile(values, q):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def one_run(straggler, stragglerd, lead, steps, step_ms, job):
@@ -77,7 +72,8 @@ def main():
         if lead < 1:
             print("membership_wait: --lead %d must be >= 1" % lead, file=sys.stderr)
             return 2
-    try:
+
+    def runs():
         for lead in leads:
             for run in range(args.runs):
                 waits, st = one_run(straggler, args.stragglerd, lead, args.steps, args.step_ms,
@@ -87,10 +83,7 @@ def main():
                       % (lead, run, percentile(waits, 0.5) * 1e6, percentile(waits, 0.9) * 1e6,
                          statistics.mean(waits) * 1e6, len(waits), args.step_ms,
                          st.report_wakes, st.enqueued, os.getloadavg()[0]), flush=True)
-    except TestFailure as e:
-        print("membership_wait: FAILED: %s" % e, file=sys.stderr)
-        return 1
-    return 0
+    return failures_exit(runs, "membership_wait")
 
 
 if __name__ == "__main__":

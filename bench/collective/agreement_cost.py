@@ -31,14 +31,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "tests", "integration"))
-from harness import Daemon, RankProcesses, TestFailure, check  # noqa: E402
+from harness import Daemon, RankProcesses, check, failures_exit, percentile  # noqa: E402
 
 WORLD = 4
-
-
-def percentile(values, q):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def one_run(stragglerd, driver, interval, iterations, step_ms, job):
@@ -79,7 +74,8 @@ def main():
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args()
     check(args.iterations > 10, "--iterations=%d must be > 10" % args.iterations)
-    try:
+
+    def runs():
         for run in range(args.runs):
             # Alternating, so load hits every variant alike.
             variants = [(d, i) for d in args.driver for i in (args.agreement_interval or ["1"])]
@@ -92,10 +88,7 @@ def main():
                       % (driver, interval, run, per_iteration, args.step_ms, statistics.median(begin),
                                                  percentile(begin, 0.9), percentile(begin, 0.99),
                                                  len(begin), load), flush=True)
-    except TestFailure as e:
-        print("FAILED: %s" % e, file=sys.stderr)
-        return 1
-    return 0
+    return failures_exit(runs, "agreement_cost")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,22 @@ def check(condition, message):
         raise TestFailure(message)
 
 
+def failures_exit(body, name):
+    """Runs body() for a benchmark's main: its return value (None: 0), or 1
+    after printing "NAME: FAILED: why" when it raised TestFailure."""
+    try:
+        return body() or 0
+    except TestFailure as e:
+        print("%s: FAILED: %s" % (name, e), file=sys.stderr)
+        return 1
+
+
+def percentile(values, q):
+    """The q-quantile (0..1) of values, nearest rank from below; for the benchmarks."""
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
 class Daemon:
     def __init__(self, binary, workdir, grpc_address="127.0.0.1:0", name="stragglerd",
                  extra_args=()):
