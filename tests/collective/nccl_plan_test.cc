@@ -54,6 +54,11 @@ TEST_CASE("communicator id key names run, version and set") {
   CHECK(CommIdKey("run7", 3, {0, 1, 3}) != CommIdKey("run8", 3, {0, 1, 3}));
   CHECK(FullCommIdKey("run7", 4) == "nccl/run7/full/w4/id");
   CHECK(FullCommIdKey("run7", 4) != CommIdKey("run7", 0, {0, 1, 2, 3}));
+  // A retried build (a later slot than the version's first) names its
+  // iteration: it never reads the id a failed attempt left.
+  CHECK(CommIdKey("run7", 3, {0, 1, 3}, 21) == "nccl/run7/v3/{0,1,3}/i21/id");
+  CHECK(CommIdKey("run7", 3, {0, 1, 3}, 21) != CommIdKey("run7", 3, {0, 1, 3}));
+  CHECK(CommIdKey("run7", 3, {0, 1, 3}, 21) != CommIdKey("run7", 3, {0, 1, 3}, 22));
 }
 
 namespace {

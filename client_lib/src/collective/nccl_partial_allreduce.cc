@@ -141,6 +141,12 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     const CommPlan how = detail::PlanCommunicator(agreement_.previously_participating(),
                                                   prev_active, participating, active);
     const auto deadline = Clock::now() + options_.collective_timeout;
+    // A build at the version's first slot may have started ahead
+    // (PrepareNext) under the plain key; one at a later slot is a retry (the
+    // switch was put off, or the first build failed) under a key naming the
+    // iteration, which every member of the set applies at alike.
+    std::optional<uint64_t> retry;
+    if (iteration != detail::FirstSlotFrom(m.effective_iteration, options_.agreement_interval)) retry = iteration;
     Comm* next = nullptr;
     switch (how.how) {
       case CommPlan::How::kNone:
@@ -164,11 +170,11 @@ class NcclPartialAllReduce final : public PartialAllReduce {
         if (const auto* parent = cache_->Find(prev_active); parent != nullptr && parent->handle) {
           next = Shrink(iteration, m.version, active, how.exclude, deadline);
         } else {
-          next = Init(iteration, m.version, active, deadline);
+          next = Init(iteration, m.version, active, retry, deadline);
         }
         break;
       case CommPlan::How::kInit:
-        next = Init(iteration, m.version, active, deadline);
+        next = Init(iteration, m.version, active, retry, deadline);
         break;
     }
     current_ = next;
@@ -435,7 +441,12 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   }
 
   Comm* Init(uint64_t iteration, uint64_t version, const std::vector<uint32_t>& active,
-             Clock::time_point deadline) {
+             std::optional<uint64_t> retry, Clock::time_point deadline) {
+    if (auto* p = cache_->Pending(); retry && p != nullptr && p->ranks == active) {
+      // A build ahead under the first slot's key: a retry never uses it (its
+      // peers may hold the failed attempt's id), and every member drops it.
+      cache_->Erase(active, false);
+    }
     // Built ahead of the switch (PrepareNext) for this very version and set?
     if (auto* e = cache_->Find(active); e != nullptr && e->handle && e->version == version &&
                                         cache_->Pending() == e) {
@@ -452,7 +463,7 @@ class NcclPartialAllReduce final : public PartialAllReduce {
       return &c;
     }
     return BuildAndCache(version, active, [&](Comm& c) {
-      StartInit(c, detail::CommIdKey(options_.run_id, version, active), deadline, true);
+      StartInit(c, detail::CommIdKey(options_.run_id, version, active, retry), deadline, true);
       Finish(c, iteration, deadline, "ncclCommInitRankConfig");
     });
   }

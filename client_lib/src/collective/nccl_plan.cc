@@ -43,8 +43,11 @@ CommPlan PlanCommunicator(bool previously_participating, const std::vector<uint3
   return p;
 }
 
-std::string CommIdKey(const std::string& run_id, uint64_t version, const std::vector<uint32_t>& set) {
-  return "nccl/" + run_id + "/v" + std::to_string(version) + "/" + SetText(set) + "/id";
+std::string CommIdKey(const std::string& run_id, uint64_t version, const std::vector<uint32_t>& set,
+                      std::optional<uint64_t> retry_iteration) {
+  std::string key = "nccl/" + run_id + "/v" + std::to_string(version) + "/" + SetText(set);
+  if (retry_iteration) key += "/i" + std::to_string(*retry_iteration);
+  return key + "/id";
 }
 
 std::string FullCommIdKey(const std::string& run_id, uint32_t world_size) {

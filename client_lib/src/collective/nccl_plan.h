@@ -58,8 +58,13 @@ CommPlan PlanCommunicator(bool previously_participating, const std::vector<uint3
 // ncclUniqueId of the communicator it builds for `version`. Names the run,
 // the version and the set (as the Gloo backend's prefix does), so an id of
 // another build - an older version, a rank that applied another membership,
-// an earlier run of the same job id - is never read as this one's.
-std::string CommIdKey(const std::string& run_id, uint64_t version, const std::vector<uint32_t>& set);
+// an earlier run of the same job id - is never read as this one's. A build
+// at a later slot than the version's first (the group put the switch off,
+// or the first build failed) names that iteration too, `retry_iteration`:
+// the members agree on it in band, and an id left by the failed attempt is
+// never read by the retry.
+std::string CommIdKey(const std::string& run_id, uint64_t version, const std::vector<uint32_t>& set,
+                      std::optional<uint64_t> retry_iteration = std::nullopt);
 
 // The key of the full communicator's id, built once by every rank at start:
 // apart from every CommIdKey, so a later readmission of everyone (a new
