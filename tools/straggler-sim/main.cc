@@ -250,8 +250,12 @@ std::optional<MembershipView> Sim::Shadow(uint32_t rank, uint64_t start) {
   while (!collective_->Finished() && !collective_->aborted()) {
     // The first version after our exclusion that includes us again (not
     // simply the newest: one readmitting us may have been followed quickly by
-    // one excluding us again, and the group counts on us in between).
-    if (auto back = s.client->ReadmissionAfter(own, rank)) {
+    // one excluding us again, and the group counts on us in between). Asked
+    // at `start`, where we were excluded, not at `own`: a rank whose
+    // directive came late may reach the readmission's effective iteration
+    // before it knows of it, and there the version in force includes it, so
+    // ReadmissionAfter(own) would answer nullopt while the group waits.
+    if (auto back = s.client->ReadmissionAfter(start, rank)) {
       const uint64_t e = back->effective_iteration;
       if (e < o_.iterations) {
         // Every iteration we reported in shadow mode is below e, so our
