@@ -372,7 +372,7 @@ TEST_CASE("probation recovery: excluded stragglers rejoin for the first n rows o
     const uint64_t reincluded = h.engine().membership().version;
     // The probation lasts profile_iterations iterations; the header leaves
     // open whether they count from the epoch's first row or from the
-    // re-inclusion's effective_iteration (lead 2), so allow for both.
+    // re-inclusion's effective_iteration (lead 3), so allow for both.
     h.Rows(21, 11, 1, With(Uniform(4, 1.0), 3, 3.0));
     CHECK(h.engine().membership().version == reincluded + 1);
     CHECK(h.Excluded(3));
@@ -382,7 +382,7 @@ TEST_CASE("probation recovery: excluded stragglers rejoin for the first n rows o
   SECTION("recovered: stays in") {
     h.Row(20, 1, Uniform(4, 1.0));
     CHECK_FALSE(h.Excluded(3));
-    h.Rows(21, 6, 1, Uniform(4, 1.0));
+    h.Rows(21, 7, 1, Uniform(4, 1.0));
     CHECK_FALSE(h.Excluded(3));
     CHECK(h.State(3) == WorkerState::kHealthy);
     CHECK(h.Counter(3) == 0);

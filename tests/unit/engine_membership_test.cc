@@ -44,7 +44,9 @@ TEST_CASE("membership: version 0 with nobody excluded at start", "[engine][membe
 
 TEST_CASE("membership: effective_iteration = highest active iteration + lead, strictly growing",
           "[engine][membership]") {
-  Harness h(4);  // lead 2
+  PolicyConfig p;
+  p.lead_iterations = 2;  // the numbers below (the default is 3)
+  Harness h(4, p);
   h.Rows(0, 11, 0, Uniform(4, 1.0));
   CHECK(h.engine().View().highest_iteration == 10);
   auto& e = h.engine();

@@ -71,7 +71,7 @@ struct PolicyConfig {
   double min_throughput_gain = 0.05;
 
   // Membership.
-  uint32_t lead_iterations = 2;
+  uint32_t lead_iterations = 3;
   double unresponsive_after_seconds = 30.0;
   bool exclusion_enabled = true;
 
