@@ -35,6 +35,10 @@
 // (above 10x the first step's p99, and above 5 ms). The best accepted/s of
 // any step is printed too (the saturation throughput). The knee is the last step
 // that kept up with its offered rate and whose p99 had not exploded.
+// A step whose reports the daemon rejected as rate_limited (its per-stream
+// limits.stream_reports_per_second, 20 000/s by default) ends the search
+// too, with that as the stop reason: past it the steps measure the limit,
+// not the daemon, so such runs need a daemon with the limit off.
 //
 // --soak-minutes M runs M minutes at --rate in consecutive samples of
 // --soak-interval seconds (default 60): after each one it prints the daemon's
@@ -148,6 +152,65 @@ double Percentile(std::vector<double> v, double p) {
   return v[k];
 }
 
+std::string CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "CODE_" + std::to_string(static_cast<int>(code));
+  }
+}
+
+std::string StatusText(const grpc::Status& status) {
+  return CodeName(status.error_code()) + ": " + status.error_message();
+}
+
+// The daemon's rate_limited rejection says "... over the stream's
+// limits.stream_reports_per_second=20000 (burst 100000)"; the limit, when
+// the message names it.
+std::optional<double> RateLimitFrom(const std::string& message) {
+  static const std::string kKey = "limits.stream_reports_per_second=";
+  const size_t at = message.find(kKey);
+  if (at == std::string::npos) return std::nullopt;
+  const char* begin = message.c_str() + at + kKey.size();
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  if (end == begin || !std::isfinite(v) || v <= 0) return std::nullopt;
+  return v;
+}
+
+// The daemon's per-stream rate limit, with its value when `message` (a
+// rate_limited rejection) names it.
+std::string RateLimitText(const std::string& message, uint32_t streams) {
+  std::string text = "the daemon's per-stream rate limit";
+  if (auto limit = RateLimitFrom(message)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  " (limits.stream_reports_per_second=%.0f per stream: %.0f/s over %u streams)",
+                  *limit, *limit * streams, streams);
+    return text + buf;
+  }
+  return text + " (limits.stream_reports_per_second)";
+}
+
+// What to do about it (README "Limits and input validation").
+constexpr const char* kRateLimitHint =
+    "run the daemon with limits.stream_reports_per_second: 0 to measure past it";
+
 // One ingest stream: a block of ranks, its own channel, a reader thread.
 class Stream {
  public:
@@ -184,19 +247,30 @@ class Stream {
       in_flight_.push_back({hello.sequence(), Clock::now(), 0});
     }
     reader_ = std::thread([this] { ReaderLoop(); });
+    const std::string where =
+        "stream " + std::to_string(index_) + " to the daemon at " + o_.daemon + ": ";
     if (!stream_->Write(hello)) {
-      *error = "stream " + std::to_string(index_) + ": the hello could not be written";
+      // A write fails only once the call is over, so the reader's Read ends
+      // too, and Finish() has the status that says why (UNAVAILABLE for
+      // nothing listening, INVALID_ARGUMENT for a refused hello, ...).
+      *error = where + "the hello could not be written (" + FinishOpen() + ")";
       return false;
     }
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, kConnectTimeout, [this] { return in_flight_.empty() || done_; }) ||
-        !in_flight_.empty()) {
-      *error = "stream " + std::to_string(index_) + ": no acknowledgement of the hello within " +
-               std::to_string(kConnectTimeout.count()) + " s" +
-               (failure_.empty() ? "" : " (" + failure_ + ")");
-      return false;
+    bool ended = false;
+    {
+      std::unique_lock lock(mu_);
+      if (cv_.wait_for(lock, kConnectTimeout, [this] { return in_flight_.empty() || done_; }) &&
+          in_flight_.empty())
+        return true;
+      ended = done_;
     }
-    return true;
+    if (ended) {  // the daemon ended the call instead of acknowledging
+      *error = where + "the stream ended before the hello was acknowledged (" + FinishOpen() + ")";
+    } else {
+      *error = where + "no acknowledgement of the hello within " +
+               std::to_string(kConnectTimeout.count()) + " s";
+    }
+    return false;
   }
 
   // Writes batches at `rate` reports/s (0 = window-bound) until `end`.
@@ -255,8 +329,11 @@ class Stream {
       grpc::Status status = stream_->Finish();
       if (!status.ok()) {
         std::lock_guard lock(mu_);
-        if (failure_.empty()) failure_ = "stream ended with " + status.error_message();
+        if (failure_.empty())
+          failure_ = "stream " + std::to_string(index_) + " to the daemon at " + o_.daemon +
+                     " ended with " + StatusText(status);
       }
+      stream_.reset();
     }
   }
 
@@ -271,6 +348,7 @@ class Stream {
   struct Take {
     std::vector<double> latencies_ms;
     uint64_t accepted = 0, rejected = 0, duplicates = 0, batches = 0;
+    uint64_t rate_limited_batches = 0;  // acks with a rate_limited rejection
   };
   Take TakeSamples() {
     std::lock_guard lock(mu_);
@@ -280,7 +358,8 @@ class Stream {
     t.rejected = rejected_;
     t.duplicates = duplicates_;
     t.batches = acked_batches_;
-    accepted_ = rejected_ = duplicates_ = acked_batches_ = 0;
+    t.rate_limited_batches = rate_limited_batches_;
+    accepted_ = rejected_ = duplicates_ = acked_batches_ = rate_limited_batches_ = 0;
     return t;
   }
 
@@ -288,9 +367,15 @@ class Stream {
     std::lock_guard lock(mu_);
     return failure_;
   }
+  // The first rejection other than rate_limited, as "reason: message".
   std::string last_rejection() {
     std::lock_guard lock(mu_);
     return last_rejection_;
+  }
+  // The first rate_limited rejection's message.
+  std::string rate_limit_message() {
+    std::lock_guard lock(mu_);
+    return rate_limit_message_;
   }
 
  private:
@@ -299,6 +384,15 @@ class Stream {
     Clock::time_point written;
     uint32_t reports;
   };
+
+  // After Open() failed because the call ended: waits for the reader (its
+  // Read has returned or is about to) and returns the call's status.
+  std::string FinishOpen() {
+    if (reader_.joinable()) reader_.join();
+    const grpc::Status status = stream_->Finish();
+    stream_.reset();
+    return status.ok() ? "the daemon ended the stream without an error" : StatusText(status);
+  }
 
   // The next B reports of this stream's row-by-row cycle.
   void Fill() {
@@ -334,8 +428,18 @@ class Stream {
       accepted_ += d.accepted();
       rejected_ += d.rejected();
       duplicates_ += d.duplicates();
-      if (d.rejections_size() > 0 && last_rejection_.empty())
-        last_rejection_ = d.rejections(0).reason() + ": " + d.rejections(0).message();
+      // Rate limiting is told apart: it is the daemon's configuration, not
+      // a fault of the reports or of the daemon, and says what to change.
+      bool rate_limited = false;
+      for (const auto& rej : d.rejections()) {
+        if (rej.reason() == "rate_limited") {
+          rate_limited = true;
+          if (rate_limit_message_.empty()) rate_limit_message_ = rej.message();
+        } else if (last_rejection_.empty()) {
+          last_rejection_ = rej.reason() + ": " + rej.message();
+        }
+      }
+      rate_limited_batches_ += rate_limited;
       while (!in_flight_.empty() && in_flight_.front().sequence <= d.acked_sequence()) {
         if (in_flight_.front().reports > 0) {
           latencies_ms_.push_back(
@@ -378,12 +482,15 @@ class Stream {
   bool done_ = false;                 // guarded by mu_: the reader ended
   std::string failure_;               // guarded by mu_
   std::string last_rejection_;        // guarded by mu_
+  std::string rate_limit_message_;    // guarded by mu_
+  uint64_t rate_limited_batches_ = 0;  // guarded by mu_
 };
 
 struct StepResult {
   double offered_rate = 0;  // 0 = as fast as possible
   double seconds = 0;
   uint64_t accepted = 0, rejected = 0, duplicates = 0, batches = 0;
+  uint64_t rate_limited_batches = 0;  // not in the JSON: stop_reason says it
   double accepted_per_s = 0;
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
 };
@@ -452,16 +559,35 @@ class LoadGen {
       accepted += s.accepted;
       rejected += s.rejected;
     }
+    // Rejections are summed up over the streams, once per run: every
+    // stream of a run usually meets the same limit.
+    uint32_t rate_limited_streams = 0, rejecting_streams = 0;
+    std::string rate_limit_example, rejection_example;
     for (auto& s : streams_) {
       if (!s->failure().empty()) {
         std::cerr << "straggler-loadgen: " << s->failure() << '\n';
         rc = kExitFailed;
       }
-      if (!s->last_rejection().empty() && rejected > 0) {
-        std::cerr << "straggler-loadgen: the daemon rejected reports, e.g. " << s->last_rejection()
-                  << '\n';
-        rc = kExitFailed;
+      if (std::string m = s->rate_limit_message(); !m.empty()) {
+        ++rate_limited_streams;
+        if (rate_limit_example.empty()) rate_limit_example = m;
       }
+      if (std::string m = s->last_rejection(); !m.empty()) {
+        ++rejecting_streams;
+        if (rejection_example.empty()) rejection_example = m;
+      }
+    }
+    if (rejected > 0 && rate_limited_streams > 0) {
+      std::cerr << "straggler-loadgen: the daemon rate-limited reports on " << rate_limited_streams
+                << " of " << o_.streams << " streams, e.g. rate_limited: " << rate_limit_example
+                << "; that is " << RateLimitText(rate_limit_example, o_.streams) << "; "
+                << kRateLimitHint << '\n';
+      rc = kExitFailed;
+    }
+    if (rejected > 0 && rejecting_streams > 0) {
+      std::cerr << "straggler-loadgen: the daemon rejected reports on " << rejecting_streams
+                << " of " << o_.streams << " streams, e.g. " << rejection_example << '\n';
+      rc = kExitFailed;
     }
     if (!drained) std::cerr << "straggler-loadgen: not every batch was acknowledged in time\n";
     if (accepted == 0) {
@@ -498,6 +624,7 @@ class LoadGen {
       r.rejected += t.rejected;
       r.duplicates += t.duplicates;
       r.batches += t.batches;
+      r.rate_limited_batches += t.rate_limited_batches;
       lat.insert(lat.end(), t.latencies_ms.begin(), t.latencies_ms.end());
     }
     r.accepted_per_s = elapsed > 0 ? static_cast<double>(r.accepted) / elapsed : 0;
@@ -521,6 +648,15 @@ class LoadGen {
       const bool exploded = k > 0 && r.p99_ms > std::max(10 * first_p99, kExplodedFloorMs);
       if (kept_up && !exploded) knee = steps_.size() - 1;
       best = std::max(best, r.accepted_per_s);
+      // Rate-limited: the steps from here on would measure the limit (they
+      // used to end as "accepted/s stopped growing", a knee that was the
+      // limiter's).
+      if (r.rate_limited_batches > 0) {
+        stop_reason_ = RateLimitText(RateLimitMessage(), o_.streams) +
+                       " rejected reports: not the daemon's capacity; " + kRateLimitHint;
+        rate_limited_stop_ = true;
+        break;
+      }
       if ((!kept_up && !grew) || exploded) {
         stop_reason_ = exploded ? "p99 exploded" : "accepted/s stopped growing";
         break;
@@ -531,6 +667,12 @@ class LoadGen {
     if (stop_reason_.empty()) stop_reason_ = "--max-steps reached";
     knee_ = knee;
     saturation_ = best;
+  }
+
+  std::string RateLimitMessage() {
+    for (auto& s : streams_)
+      if (std::string m = s->rate_limit_message(); !m.empty()) return m;
+    return "";
   }
 
   // Consecutive steps at one rate; the daemon's VmRSS after each.
@@ -583,8 +725,11 @@ class LoadGen {
     if (o_.find_saturation) {
       if (knee_) {
         const StepResult& k = steps_[*knee_];
-        std::printf("knee: offered %.0f/s, accepted %.0f/s, p50 %.3f ms, p99 %.3f ms\n",
-                    k.offered_rate, k.accepted_per_s, k.p50_ms, k.p99_ms);
+        std::printf("knee: offered %.0f/s, accepted %.0f/s, p50 %.3f ms, p99 %.3f ms%s\n",
+                    k.offered_rate, k.accepted_per_s, k.p50_ms, k.p99_ms,
+                    rate_limited_stop_ ? " (the last step before the daemon's rate limit rejected "
+                                         "reports; not the daemon's capacity)"
+                                       : "");
       } else {
         std::printf("knee: none (the first step already fell behind its offered rate)\n");
       }
@@ -610,9 +755,18 @@ class LoadGen {
     json j;
     j["config"] = {{"daemon", o_.daemon},   {"job", o_.job},         {"ranks", o_.ranks},
                    {"streams", o_.streams}, {"rate", o_.rate},       {"batch", o_.batch},
-                   {"window", o_.window},   {"duration", o_.duration},
+                   {"window", o_.window},
                    {"find_saturation", o_.find_saturation},
                    {"soak_minutes", o_.soak_minutes}, {"soak_interval", o_.soak_interval}};
+    // --duration is the length of a plain run only: a saturation run records
+    // what its steps ran instead (each step's measured seconds are in steps[]).
+    if (o_.find_saturation) {
+      j["config"]["step_duration"] = o_.step_duration;
+      j["config"]["step_factor"] = o_.step_factor;
+      j["config"]["max_steps"] = o_.max_steps;
+    } else if (o_.soak_minutes == 0) {  // a soak's length is soak_minutes
+      j["config"]["duration"] = o_.duration;
+    }
     j["steps"] = json::array();
     for (const auto& s : steps_) j["steps"].push_back(ToJson(s));
     uint64_t accepted = 0, rejected = 0;
@@ -673,6 +827,7 @@ class LoadGen {
   std::optional<size_t> knee_;
   double saturation_ = 0;
   std::string stop_reason_;
+  bool rate_limited_stop_ = false;  // the search ended at the daemon's rate limit
   std::optional<uint64_t> rss_before_, rss_after_;
   bool header_printed_ = false;
 };
@@ -709,19 +864,31 @@ int main(int argc, char** argv) {
   app.add_option("--ready-file", o.ready_file,
                  "the daemon's --ready-file: address (when --daemon is not given) and pid");
   app.add_option("--daemon-pid", o.daemon_pid, "daemon pid, for VmRSS")->check(CLI::PositiveNumber);
-  app.add_option("--ranks", o.ranks, "simulated ranks (world size)")->check(CLI::Range(1u, 1u << 20));
+  // Defaults shown in --help come from the Options members themselves
+  // (capture_default_str), so the help cannot drift from them.
+  app.add_option("--ranks", o.ranks, "simulated ranks (world size)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
   app.add_option("--streams", o.streams, "ingest streams the ranks are split across")
-      ->check(CLI::Range(1, kMaxStreams));
-  app.add_option("--rate", o.rate, "offered reports/s over all streams; 0 = as fast as possible")
-      ->check(CLI::Range(0.0, 1e9));
-  app.add_option("--batch", o.batch, "reports per ReportBatch")->check(CLI::Range(1u, kMaxBatch));
+      ->check(CLI::Range(1, kMaxStreams))
+      ->capture_default_str();
+  app.add_option("--rate", o.rate,
+                 "offered reports/s over all streams; 0 = as fast as possible (with "
+                 "--find-saturation: the first step's rate, 0 = 50000)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "reports per ReportBatch")
+      ->check(CLI::Range(1u, kMaxBatch))
+      ->capture_default_str();
   auto* duration =
       app.add_option("--duration", o.duration, "seconds to run (without --find-saturation)")
-          ->check(CLI::Range(0.1, 3600.0));
+          ->check(CLI::Range(0.1, 3600.0))
+          ->capture_default_str();
   app.add_option("--job", o.job, "job id (default: loadgen-<pid>)");
   auto* saturation =
       app.add_flag("--find-saturation", o.find_saturation,
-                   "step the offered rate up until accepted/s stops growing or p99 explodes");
+                   "step the offered rate up until accepted/s stops growing, p99 explodes or the "
+                   "daemon's per-stream rate limit rejects reports");
   app.add_option("--soak-minutes", o.soak_minutes,
                  "soak: run this many minutes at --rate, printing the daemon's VmRSS, "
                  "accepted/s and p99 every --soak-interval seconds")
@@ -729,14 +896,20 @@ int main(int argc, char** argv) {
       ->excludes(duration)
       ->excludes(saturation);
   app.add_option("--soak-interval", o.soak_interval, "seconds per soak sample")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
   app.add_option("--step-duration", o.step_duration, "seconds per saturation step")
-      ->check(CLI::Range(0.1, 600.0));
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
   app.add_option("--step-factor", o.step_factor, "offered-rate multiplier per saturation step")
-      ->check(CLI::Range(1.05, 10.0));
-  app.add_option("--max-steps", o.max_steps, "most saturation steps")->check(CLI::Range(1u, 40u));
+      ->check(CLI::Range(1.05, 10.0))
+      ->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "most saturation steps")
+      ->check(CLI::Range(1u, 40u))
+      ->capture_default_str();
   app.add_option("--window", o.window, "unacknowledged batches per stream")
-      ->check(CLI::Range(1u, 1024u));
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
   app.add_option("--json", o.json_file, "write the results as JSON to this file");
   app.add_flag("--quiet", o.quiet, "print nothing but errors");
   try {
