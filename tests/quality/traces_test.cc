@@ -67,6 +67,19 @@ TEST_CASE("csv: bad number names the line and the value") {
   CHECK(Has(rank.status(), "rank 'x'"));
 }
 
+TEST_CASE("csv: the world is at most 65536 ranks; a larger rank id names the rank and line") {
+  // The world is 0 .. the highest rank: a stray id must not size it.
+  auto top = Csv("iteration,rank,compute_seconds\n0,0,0.1\n0,65535,0.1\n");
+  REQUIRE(top.ok());
+  CHECK(top->ranks == 65536);
+  auto sparse = Csv("iteration,rank,compute_seconds\n0,0,0.1\n1,999999,0.1\n");
+  REQUIRE_FALSE(sparse.ok());
+  CHECK(Has(sparse.status(), "t.csv:3"));
+  CHECK(Has(sparse.status(), "rank '999999'"));
+  CHECK(Has(sparse.status(), "65536"));
+  CHECK(Has(Csv("iteration,rank,compute_seconds\n0,65536,0.1\n").status(), "rank '65536'"));
+}
+
 TEST_CASE("csv: wrong field count, duplicates and contradicting epochs are errors") {
   CHECK(Has(Csv("iteration,rank,compute_seconds\n0,0\n").status(), "t.csv:2"));
   auto dup = Csv("iteration,rank,compute_seconds\n0,0,1\n0,0,2\n");
@@ -198,4 +211,28 @@ TEST_CASE("scenario: errors name the file, line and key") {
   CHECK(Has(bad_pattern.status(), "6/5"));
   auto missing = ParseScenario("name: x\nranks: 4\n", "t.yaml");
   CHECK(Has(missing.status(), "missing `iterations`"));
+}
+
+TEST_CASE("scenario: range errors name the value given") {
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string text = kBase;
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    return ParseScenario(text.replace(at, from.size(), to), "t.yaml");
+  };
+  CHECK(Has(with("base_seconds: 1.0", "base_seconds: -0.1").status(),
+            "t.yaml:5: base_seconds=-0.1 must be > 0"));
+  CHECK(Has(with("noise: 0.0", "noise: 1.5").status(), "noise=1.5 must be in [0, 1]"));
+  CHECK(Has(ParseScenario(std::string(kBase) + "truth_min_factor: 0.9\n", "t.yaml").status(),
+            "truth_min_factor=0.9 must be > 1"));
+  auto effect = [](const std::string& e) {
+    return ParseScenario(std::string(kBase) + "effects:\n  - " + e + "\n", "t.yaml").status();
+  };
+  CHECK(Has(effect("{type: slow, rank: 1, factor: -2}"), "effects[0].factor=-2 must be > 0"));
+  CHECK(Has(effect("{type: spike, rank: 1, factor: 2, probability: 1.5}"),
+            "effects[0].probability=1.5 must be in [0, 1]"));
+  CHECK(Has(effect("{type: ramp, rank: 1, from: 1, to: 5, start_factor: 0, end_factor: 2}"),
+            "effects[0].start_factor=0 must be > 0"));
+  CHECK(Has(effect("{type: ramp, rank: 1, from: 1, to: 5, end_factor: -1}"),
+            "effects[0].end_factor=-1 must be > 0"));
 }

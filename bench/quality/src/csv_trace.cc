@@ -16,6 +16,12 @@
 namespace straggler::quality {
 namespace {
 
+// The world a trace builds is 0 .. its highest rank, whatever ranks it
+// has rows for, so one stray large rank id sizes every per-rank matrix (a
+// 2-row CSV naming rank 999999 built a 1e6-rank world). The daemon accepts
+// no job larger than its default limits.max_ranks_per_job either.
+constexpr uint64_t kMaxRanks = 65536;
+
 struct Cell {
   uint64_t iteration;
   uint32_t rank;
@@ -75,9 +81,14 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
     if (!absl::SimpleAtoi(fields[col_iteration], &c.iteration))
       return error(line_no, absl::StrCat("iteration '", fields[col_iteration],
                                          "' is not a non-negative integer"));
-    if (!absl::SimpleAtoi(fields[col_rank], &rank) || rank > 1'000'000)
+    if (!absl::SimpleAtoi(fields[col_rank], &rank))
       return error(line_no, absl::StrCat("rank '", fields[col_rank],
-                                         "' is not a rank (integer in [0, 1000000])"));
+                                         "' is not a rank (a non-negative integer)"));
+    if (rank >= kMaxRanks)
+      return error(line_no, absl::StrCat("rank '", fields[col_rank], "' is above ", kMaxRanks - 1,
+                                         ": a trace's world is ranks 0 .. its highest rank, at "
+                                         "most ", kMaxRanks,
+                                         " (the daemon's default limits.max_ranks_per_job)"));
     c.rank = static_cast<uint32_t>(rank);
     if (!absl::SimpleAtod(fields[col_compute], &c.compute) || !std::isfinite(c.compute) ||
         c.compute < 0)

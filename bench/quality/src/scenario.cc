@@ -163,11 +163,15 @@ class Parser {
                     get_uint("to", e.to), get_uint("hold_until", e.hold_until)})
       if (!st.ok()) return st;
     if (e.type == EffectType::kRamp && !n["hold_until"]) e.hold_until = e.to;
-    if (e.factor <= 0) return Error(n, absl::StrCat(ctx, ".factor must be > 0"));
-    if (e.start_factor <= 0 || e.end_factor <= 0)
-      return Error(n, absl::StrCat(ctx, " ramp factors must be > 0"));
+    if (e.factor <= 0)
+      return Error(n["factor"], absl::StrCat(ctx, ".factor=", e.factor, " must be > 0"));
+    if (e.start_factor <= 0)
+      return Error(n["start_factor"], absl::StrCat(ctx, ".start_factor=", e.start_factor, " must be > 0"));
+    if (e.end_factor <= 0)
+      return Error(n["end_factor"], absl::StrCat(ctx, ".end_factor=", e.end_factor, " must be > 0"));
     if (e.probability < 0 || e.probability > 1)
-      return Error(n["probability"], absl::StrCat(ctx, ".probability must be in [0, 1]"));
+      return Error(n["probability"],
+                   absl::StrCat(ctx, ".probability=", e.probability, " must be in [0, 1]"));
     if ((e.type == EffectType::kSlow || e.type == EffectType::kGlobal ||
          e.type == EffectType::kRamp) &&
         e.from >= e.to)
@@ -242,11 +246,13 @@ class Parser {
     }
     auto base = Double(root["base_seconds"], "base_seconds");
     if (!base.ok()) return base.status();
-    if (*base <= 0) return Error(root["base_seconds"], "base_seconds must be > 0");
+    if (*base <= 0)
+      return Error(root["base_seconds"], absl::StrCat("base_seconds=", *base, " must be > 0"));
     s.base_seconds = *base;
     auto noise = Double(root["noise"], "noise");
     if (!noise.ok()) return noise.status();
-    if (*noise < 0 || *noise > 1) return Error(root["noise"], "noise must be in [0, 1]");
+    if (*noise < 0 || *noise > 1)
+      return Error(root["noise"], absl::StrCat("noise=", *noise, " must be in [0, 1]"));
     s.noise = *noise;
     auto seed = Uint(root["seed"], "seed");
     if (!seed.ok()) return seed.status();
@@ -254,7 +260,9 @@ class Parser {
     if (root["truth_min_factor"]) {
       auto v = Double(root["truth_min_factor"], "truth_min_factor");
       if (!v.ok()) return v.status();
-      if (*v <= 1) return Error(root["truth_min_factor"], "truth_min_factor must be > 1");
+      if (*v <= 1)
+        return Error(root["truth_min_factor"],
+                     absl::StrCat("truth_min_factor=", *v, " must be > 1"));
       s.truth_min_factor = *v;
     }
     if (root["effects"]) {
