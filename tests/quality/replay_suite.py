@@ -9,7 +9,9 @@
       every straggler episode detected within 10 iterations with recall
       >= 0.9 (detect). Prints the numbers either way.
   replay_suite.py cli --replay BIN --scenarios DIR --workdir DIR
-      CSV input, --set, --report and the exit-2 error contract.
+      CSV input (its markdown lists rank@iteration), --set, --report, the
+      exit-2 error contract (errors name the value; too large inputs exit 2,
+      not abort) and exit 1 when every report is rejected.
   replay_suite.py tables --replay BIN --scenarios DIR --benchmarks FILE
       regenerates BENCHMARKS.md's detection-quality table and its
       "Default settings" sweep (bench/quality/sweep.py) with the commands
@@ -21,6 +23,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import subprocess
 import sys
 
@@ -138,6 +141,12 @@ def cli(a):
         (["--set", "kind=ewma"], "--policy"),
         (["--policy", "fastest"], "fastest"),
         (["--format", "xml"], "xml"),
+        # Range errors name the value given, and a default they clash with.
+        (["--set", "nvrx_threshold=2"], "--set nvrx_threshold=2 must be in (0, 1]"),
+        (["--set", "greyhound_window=0"], "--set greyhound_window=0 must be >= 1"),
+        (["--set", "greyhound_ratio=0.5"], "--set greyhound_ratio=0.5 must be > 1"),
+        (["--set", "nvrx_window=5"], "nvrx_min_samples=10 (the default) must be in [1, "
+                                     "nvrx_window=5]"),
     ]
     for extra, needle in errors:
         p = run([a.replay, scenario] + extra)
@@ -152,6 +161,42 @@ def cli(a):
     p = run([a.replay, os.path.join(a.workdir, "missing.yaml")])
     if p.returncode != 2:
         fail(f"missing file: exit {p.returncode}")
+
+    # A sparse rank id would size a 1e6-rank world: refused, naming rank and line.
+    sparse = os.path.join(a.workdir, "sparse.csv")
+    with open(sparse, "w") as f:
+        f.write("iteration,rank,compute_seconds\n0,0,0.1\n1,999999,0.1\n")
+    p = run([a.replay, sparse])
+    if p.returncode != 2 or "sparse.csv:3" not in p.stderr or "'999999'" not in p.stderr:
+        fail(f"sparse ranks: expected exit 2 naming line 3 and '999999': {p.returncode} "
+             f"{p.stderr!r}")
+    # Input whose matrices do not fit in memory (here: 2 GiB of address space
+    # for 8 GB of compute times) exits 2 with a message; it used to abort on
+    # an uncaught std::bad_alloc.
+    huge = os.path.join(a.workdir, "huge.yaml")
+    with open(huge, "w") as f:
+        f.write("name: huge\nranks: 100000\niterations: 10000\nbase_seconds: 1\nnoise: 0\n"
+                "seed: 1\n")
+    limit = 2 << 30
+    p = run([a.replay, huge],
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    if p.returncode != 2 or "out of memory" not in p.stderr:
+        fail(f"too large input: expected exit 2 and 'out of memory': {p.returncode} "
+             f"{p.stderr!r}")
+
+    # Without ground truth the markdown row lists the detections themselves.
+    p = run([a.replay, csv, "--policy", "dynamic", "--format", "markdown"])
+    rows = [l for l in p.stdout.splitlines() if l.startswith("| ") and "dynamic" in l]
+    if p.returncode != 0 or len(rows) != 1 or "| 2@2" not in rows[0]:
+        fail(f"csv markdown: expected rank 2's detection as 2@<iteration>: {p.stdout!r}")
+
+    # Every report rejected (compute times above max_compute_seconds): exit 1,
+    # naming the setting and how many.
+    p = run([a.replay, csv, "--set", "max_compute_seconds=0.01"])
+    if (p.returncode != 1 or "max_compute_seconds=0.01" not in p.stderr
+            or "240 reports" not in p.stderr):
+        fail(f"every report rejected: expected exit 1 naming max_compute_seconds=0.01 and 240 "
+             f"reports: {p.returncode} {p.stderr!r}")
     print("ok")
 
 

@@ -6,15 +6,23 @@
 //   straggler-replay scenarios/slowdown-3x.yaml --policy all
 //   straggler-replay job.csv --policy ewma --set ewma_ratio=1.3 --report out.json
 //
-// Exit status: 0 done; 2 bad usage, bad --set, unreadable or invalid input.
+// Exit status: 0 done; 1 every report of the trace was rejected by the
+// engine (e.g. --set max_compute_seconds below the trace's compute times: the
+// run scores nothing); 2 bad usage, bad --set, unreadable, invalid or too
+// large input (out of memory included).
 // No network, no sleeps, no threads: the same input gives the same output.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -41,7 +49,12 @@ using namespace straggler::quality;
 using straggler::replay::PolicyRun;
 
 constexpr int kExitOk = 0;
+constexpr int kExitAllRejected = 1;
 constexpr int kExitUsage = 2;
+constexpr const char* kExitHelp =
+    "Exit status: 0 done; 1 every report of the trace was rejected by the engine (e.g. --set "
+    "max_compute_seconds below its compute times); 2 bad usage, bad --set, unreadable, invalid "
+    "or too large input.";
 
 // --set keys: PolicyConfig fields by their YAML names (engine::PolicyFields(),
 // as in deploy/stragglerd.yaml) and the reference rules' options (kFields).
@@ -68,7 +81,20 @@ struct Settings {
   NvrxOptions nvrx;
   GreyhoundOptions greyhound;
   bool static_threshold_set = false;
+  std::set<std::string> given;  // keys --set gave (the others are defaults)
 };
+
+// "key=value", and " (the default)" when --set did not give it: a range error
+// can involve a default (nvrx_min_samples against a smaller nvrx_window).
+template <typename T>
+std::string Named(const Settings& s, const std::string& key, T value) {
+  std::string text = key + "=";
+  if constexpr (std::is_floating_point_v<T>)
+    text += absl::StrFormat("%g", value);
+  else
+    text += std::to_string(value);
+  return s.given.count(key) ? text : text + " (the default)";
+}
 
 // Applies one KEY=VALUE; the error names the key or the value.
 std::string ApplySet(const std::string& text, Settings& s) {
@@ -98,6 +124,7 @@ std::string ApplySet(const std::string& text, Settings& s) {
     return "--set: unknown key '" + key + "' (known: " + known + ")";
   }
   if (key == "static_threshold_seconds") s.static_threshold_set = true;
+  s.given.insert(key);
   const std::string bad = "--set " + key + "=" + value + ": ";
   return std::visit(
       [&](auto member) -> std::string {
@@ -137,16 +164,23 @@ std::string ApplySet(const std::string& text, Settings& s) {
       *member);
 }
 
+// Each error names the value it refuses, e.g. "--set nvrx_threshold=2 must be in (0, 1]".
 std::string CheckRuleOptions(const Settings& s) {
-  if (s.nvrx.window < 1) return "--set nvrx_window must be >= 1";
-  if (!(s.nvrx.threshold > 0 && s.nvrx.threshold <= 1)) return "--set nvrx_threshold must be in (0, 1]";
-  if (s.nvrx.min_samples < 1 || s.nvrx.min_samples > s.nvrx.window)
-    return "--set nvrx_min_samples must be in [1, nvrx_window]";
-  if (s.greyhound.window < 1) return "--set greyhound_window must be >= 1";
-  if (!(s.greyhound.ratio > 1)) return "--set greyhound_ratio must be > 1";
-  if (s.greyhound.persistence < 1) return "--set greyhound_persistence must be >= 1";
-  if (s.greyhound.min_samples < 1 || s.greyhound.min_samples > s.greyhound.window)
-    return "--set greyhound_min_samples must be in [1, greyhound_window]";
+  const NvrxOptions& n = s.nvrx;
+  const GreyhoundOptions& g = s.greyhound;
+  if (n.window < 1) return "--set " + Named(s, "nvrx_window", n.window) + " must be >= 1";
+  if (!(n.threshold > 0 && n.threshold <= 1))
+    return "--set " + Named(s, "nvrx_threshold", n.threshold) + " must be in (0, 1]";
+  if (n.min_samples < 1 || n.min_samples > n.window)
+    return "--set " + Named(s, "nvrx_min_samples", n.min_samples) + " must be in [1, " +
+           Named(s, "nvrx_window", n.window) + "]";
+  if (g.window < 1) return "--set " + Named(s, "greyhound_window", g.window) + " must be >= 1";
+  if (!(g.ratio > 1)) return "--set " + Named(s, "greyhound_ratio", g.ratio) + " must be > 1";
+  if (g.persistence < 1)
+    return "--set " + Named(s, "greyhound_persistence", g.persistence) + " must be >= 1";
+  if (g.min_samples < 1 || g.min_samples > g.window)
+    return "--set " + Named(s, "greyhound_min_samples", g.min_samples) + " must be in [1, " +
+           Named(s, "greyhound_window", g.window) + "]";
   return "";
 }
 
@@ -192,9 +226,24 @@ struct Result {
   std::optional<Score> score;
 };
 
-}  // namespace
+// A trace without ground truth has no scores to tabulate: its markdown row
+// lists where each rank was flagged and unflagged instead, as
+// "rank@iteration" ordered by iteration, at most kMaxListed of them.
+constexpr size_t kMaxListed = 100;
+std::string RankAtList(const std::vector<std::vector<uint64_t>>& per_rank) {
+  std::vector<std::pair<uint64_t, uint32_t>> at;  // (iteration, rank)
+  for (uint32_t r = 0; r < per_rank.size(); ++r)
+    for (uint64_t i : per_rank[r]) at.emplace_back(i, r);
+  if (at.empty()) return "-";
+  std::sort(at.begin(), at.end());
+  std::string text;
+  for (size_t k = 0; k < at.size() && k < kMaxListed; ++k)
+    text += (k ? ", " : "") + std::to_string(at[k].second) + "@" + std::to_string(at[k].first);
+  if (at.size() > kMaxListed) text += absl::StrFormat(", ... (%d more)", at.size() - kMaxListed);
+  return text;
+}
 
-int main(int argc, char** argv) {
+int Run(int argc, char** argv) {
   std::string input, policy_name = "dynamic", report_path, format = "table";
   std::vector<std::string> sets;
   CLI::App app{
@@ -209,6 +258,7 @@ int main(int argc, char** argv) {
                  "ewma_ratio, ...) or nvrx_*/greyhound_* rule options; repeatable");
   app.add_option("--report", report_path, "write the per-rank JSON report to this file");
   app.add_option("--format", format, "table|json|markdown")->capture_default_str();
+  app.footer(kExitHelp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -259,6 +309,7 @@ int main(int argc, char** argv) {
     settings.policy.static_threshold_seconds = settings.policy.threshold_factor * trace.base_seconds;
 
   const RankMatrix scored = trace.ReportedMatrix();
+  int rc = kExitOk;
   std::vector<Result> results;
   for (const auto& name : policies) {
     Result res;
@@ -274,10 +325,18 @@ int main(int argc, char** argv) {
       if (auto st = p.Validate(); !st.ok())
         return fail("policy " + name + ": " + std::string(st.message()));
       res.run = straggler::replay::ReplayEngine(trace, p, name);
-      if (res.run.rejected > 0)
-        std::cerr << "straggler-replay: " << name << ": " << res.run.rejected
-                  << " reports rejected by the engine, first: " << res.run.first_rejection
-                  << '\n';
+      if (res.run.rejected > 0 && res.run.rejected == res.run.reports) {
+        // Nothing reached the detector: the output is empty, not a result.
+        std::cerr << "straggler-replay: " << name << ": every one of the trace's "
+                  << res.run.reports << " reports was rejected by the engine (max_compute_seconds="
+                  << absl::StrFormat("%g", p.max_compute_seconds)
+                  << "), first: " << res.run.first_rejection << '\n';
+        rc = kExitAllRejected;
+      } else if (res.run.rejected > 0) {
+        std::cerr << "straggler-replay: " << name << ": " << res.run.rejected << " of "
+                  << res.run.reports << " reports rejected by the engine, first: "
+                  << res.run.first_rejection << '\n';
+      }
     }
     if (trace.has_truth) res.score = ScoreFlags(trace.truth, res.run.flagged, scored);
     results.push_back(std::move(res));
@@ -328,7 +387,16 @@ int main(int argc, char** argv) {
 
   if (format == "json") {
     std::cout << doc.dump(2) << '\n';
-    return kExitOk;
+    return rc;
+  }
+  if (format == "markdown" && !trace.has_truth) {
+    std::cout << "| trace | policy | detections (rank@iteration) | recoveries (rank@iteration) |\n"
+              << "|---|---|---|---|\n";
+    for (const auto& res : results)
+      std::cout << "| " << trace.name << " | " << res.run.policy << " | "
+                << RankAtList(res.run.detected_at) << " | " << RankAtList(res.run.recovered_at)
+                << " |\n";
+    return rc;
   }
   if (format == "markdown") {
     std::cout << "| scenario | policy | precision | recall | F1 | det. latency mean / max | "
@@ -348,7 +416,7 @@ int main(int argc, char** argv) {
                 << Fmt(s.recovery_latency_mean, 1) << " | " << absl::StrFormat("%.2f", s.fp_per_1000)
                 << " | " << s.detected << "/" << s.episodes << " | " << s.false_alarms << " |\n";
     }
-    return kExitOk;
+    return rc;
   }
 
   std::cout << trace.name << ": " << trace.ranks << " ranks x " << trace.iterations
@@ -385,5 +453,21 @@ int main(int argc, char** argv) {
         std::to_string(s.detected) + "/" + std::to_string(s.episodes),
         static_cast<unsigned long long>(s.false_alarms));
   }
-  return kExitOk;
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A trace's matrices are ranks x iterations: one too large for memory
+  // throws here rather than aborting the process with no word of why.
+  try {
+    return Run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "straggler-replay: out of memory (std::bad_alloc): the input's ranks x "
+                 "iterations matrices do not fit; replay fewer ranks or iterations\n";
+  } catch (const std::exception& e) {
+    std::cerr << "straggler-replay: " << e.what() << '\n';
+  }
+  return kExitUsage;
 }
