@@ -16,7 +16,9 @@
 // version that includes it again.
 //
 // Exit status: 0 ok; 1 ranks ran a step with different active sets (or the
-// collective hung); 2 bad flags. Ranks that ran a step with the same active
+// collective hung); 2 bad flags; 3 the daemon (--daemon) was never reached:
+// no report of any rank came back acknowledged, rejected or as a duplicate.
+// Ranks that ran a step with the same active
 // set under different version numbers (a rank still disconnected after a
 // daemon restart) are counted in the report's version_splits, not failed.
 #include <grpcpp/grpcpp.h>
@@ -58,6 +60,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int kExitOk = 0;
 constexpr int kExitViolation = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitUnreachable = 3;  // as stragglerctl's
 constexpr std::chrono::milliseconds kFlushTimeout{2000};
 constexpr std::chrono::milliseconds kQueryTimeout{5000};
 constexpr uint32_t kEventsPageSize = 1000;
@@ -423,14 +426,21 @@ int Sim::Run() {
   for (size_t r = 0; r < ranks_.size(); ++r)
     flushers.emplace_back([&, r] { flushed[r] = ranks_[r]->client->Flush(kFlushTimeout); });
   for (auto& t : flushers) t.join();
-  uint64_t dropped = 0, rejected = 0, unflushed = 0;
+  uint64_t dropped = 0, rejected = 0, unflushed = 0, answered = 0, queued = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const auto& s = ranks_[i];
     if (!flushed[i]) ++unflushed;
     const auto stats = s->client->Stats();
     dropped += stats.dropped;
     rejected += stats.rejected;
+    answered += stats.acked + stats.rejected + stats.duplicates;
+    queued += s->reports_queued;
   }
+  // Nothing reported came back in any form: the run never reached a daemon
+  // (nothing listening, a wrong address or TLS setup), so its numbers say
+  // nothing about detection and it must not pass as a success. A daemon
+  // killed mid-run still answered before it went, so such runs are not caught.
+  const bool never_reached = queued > 0 && answered == 0;
 
   if (unflushed > 0) {
     std::cerr << "straggler-sim: " << unflushed << " of " << ranks_.size()
@@ -537,6 +547,9 @@ int Sim::Run() {
         ", rejected: " + std::to_string(rejected));
   if (collective_->aborted())
     std::cerr << "straggler-sim: run aborted: " << collective_->abort_reason() << '\n';
+  if (never_reached)
+    std::cerr << "straggler-sim: the daemon at " << o_.daemon << " was never reached: none of "
+              << queued << " reports was answered (is stragglerd listening there?)\n";
 
   if (!o_.report.empty()) {
     nlohmann::json report = {
@@ -574,7 +587,8 @@ int Sim::Run() {
   for (auto& s : ranks_) closers.emplace_back([&s] { s->client.reset(); });
   for (auto& t : closers) t.join();
   ranks_.clear();
-  return violations > 0 || collective_->aborted() ? kExitViolation : kExitOk;
+  if (violations > 0 || collective_->aborted()) return kExitViolation;
+  return never_reached ? kExitUnreachable : kExitOk;
 }
 
 }  // namespace
@@ -618,6 +632,9 @@ int main(int argc, char** argv) {
                  "how long a rank waits for the membership of an iteration")
       ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "print nothing but errors");
+  app.footer(
+      "Exit status: 0 ok; 1 ranks ran a step with different active sets, or the collective "
+      "hung; 2 bad flags; 3 the daemon at --daemon was never reached (no report answered).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
