@@ -124,7 +124,7 @@ MembershipView ToView(const pb::Membership& m, uint32_t fallback_world_size) {
   v.effective_iteration = m.effective_iteration();
   v.incarnation = m.incarnation();
   v.world_size = m.world_size() != 0 ? m.world_size() : fallback_world_size;
-  v.lead_iterations = m.lead_iterations() != 0 ? m.lead_iterations() : detail::kDefaultLeadIterations;
+  v.lead_iterations = m.lead_iterations() != 0 ? m.lead_iterations() : detail::kAssumedLeadIterations;
   v.excluded.reserve(m.excluded_size());
   for (const pb::ExcludedRank& e : m.excluded())
     v.excluded.push_back(ExcludedRankInfo{e.rank(), ReasonName(e.reason()), e.detail()});
@@ -385,7 +385,7 @@ class ClientImpl final : public Client {
     v.version = 0;
     v.effective_iteration = 0;
     v.world_size = options_.world_size;
-    v.lead_iterations = detail::kDefaultLeadIterations;
+    v.lead_iterations = detail::kAssumedLeadIterations;
     return v;
   }
 

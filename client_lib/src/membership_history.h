@@ -27,8 +27,14 @@
 
 namespace straggler::detail {
 
-// The lead the daemon uses unless its memberships say otherwise.
-inline constexpr uint32_t kDefaultLeadIterations = 2;
+// The lead a client assumes until the daemon has said its own (its version 0
+// arrives with the stream's first directive), or when a membership carries
+// none: the smallest lead a daemon may be configured with (the policy's
+// lead_iterations is in [1, 1000]). Assuming more would make iterations
+// below it certain by rule (see IsCertain) though a daemon running with a
+// smaller lead can have a version in force there; assuming less only makes
+// a client wait for the stream at its first iterations.
+inline constexpr uint32_t kAssumedLeadIterations = 1;
 
 // Whether the membership in force at `iteration` is known for certain, given
 // the highest iteration of this rank the daemon has processed (nullopt:
@@ -54,7 +60,7 @@ inline constexpr uint32_t kDefaultLeadIterations = 2;
 // own last reported iteration + lead (JobEngine, Evaluate), so its answer
 // holds there too.
 inline bool IsCertain(uint64_t iteration, uint32_t lead, std::optional<uint64_t> progress) {
-  if (lead == 0) lead = kDefaultLeadIterations;
+  if (lead == 0) lead = kAssumedLeadIterations;
   if (iteration < lead) return true;
   return progress.has_value() && *progress + lead > iteration;
 }

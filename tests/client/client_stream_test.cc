@@ -32,6 +32,10 @@ namespace {
 // after N batches without acknowledging them (to exercise resending).
 class FakeIngest final : public pb::IngestService::Service {
  public:
+  // Like stragglerd, every stream's directives carry version 0 with the
+  // daemon's lead (until then a client assumes the smallest lead, 1).
+  FakeIngest() { AddMembership(0, 0, {}); }
+
   grpc::Status Stream(grpc::ServerContext*,
                       grpc::ServerReaderWriter<pb::Directive, pb::ReportBatch>* stream) override {
     pb::ReportBatch batch;

@@ -66,9 +66,27 @@ TEST_CASE("certainty: the report of iteration + 1 - lead must be processed", "[m
   CHECK(IsCertain(10, 2, 50));
   CHECK_FALSE(IsCertain(10, 5, 5));
   CHECK(IsCertain(10, 5, 6));
-  // Lead 0 (unset) means the default of 2.
-  CHECK(IsCertain(1, 0, std::nullopt));
-  CHECK_FALSE(IsCertain(2, 0, std::nullopt));
+  // Lead 0 (unset) means the smallest a daemon may use, 1: only iteration 0
+  // is certain by rule.
+  CHECK(IsCertain(0, 0, std::nullopt));
+  CHECK_FALSE(IsCertain(1, 0, std::nullopt));
+  CHECK(IsCertain(1, 0, 1));
+}
+
+// Until the daemon's version 0 says its lead, a client may not take an
+// iteration as certain by rule that a daemon with lead 1 could already have
+// a version in force at (report 0 processed -> effective 1).
+TEST_CASE("before the daemon's version 0 arrives, only iteration 0 is certain by rule", "[membership]") {
+  MembershipView placeholder = Version(0, 0);
+  placeholder.lead_iterations = straggler::detail::kAssumedLeadIterations;
+  MembershipHistory h(placeholder);
+  CHECK(h.Certain(0, 0, std::nullopt));
+  CHECK_FALSE(h.Certain(1, 0, std::nullopt));
+  MembershipView daemon_v0 = Version(0, 0);
+  daemon_v0.lead_iterations = 3;
+  h.Add(daemon_v0);
+  CHECK(h.Certain(2, 0, std::nullopt));  // the daemon's lead from now on
+  CHECK_FALSE(h.Certain(3, 0, std::nullopt));
 }
 
 TEST_CASE("a readmitted rank is certain at its readmission's effective iteration at once",

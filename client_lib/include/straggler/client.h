@@ -160,7 +160,8 @@ class Client {
   // The membership in force at `iteration` for `rank` (default: first rank),
   // by the switch rule: the newest version whose effective_iteration <=
   // iteration. Certain once the daemon has processed this rank's report of
-  // iteration + 1 - lead (immediately for iteration < lead), and at once at
+  // iteration + 1 - lead (immediately for iteration < lead; the lead is the
+  // daemon's, from the stream's first directive, and 1 until then), and at once at
   // the effective iteration of a held version that readmits `rank` (see
   // ReadmissionAfter): waits for that up to `timeout`; on timeout returns the
   // best known answer with ok = false.
