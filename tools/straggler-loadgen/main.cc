@@ -52,6 +52,7 @@
 //
 // Exit status: 0 ok (and at least one report accepted); 1 the daemon failed,
 // rejected reports, or accepted none; 2 bad flags.
+#include "absl/status/status.h"
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -152,27 +153,10 @@ double Percentile(std::vector<double> v, double p) {
   return v[k];
 }
 
+// gRPC's codes are absl's (same numbering); absl names them.
 std::string CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "CODE_" + std::to_string(static_cast<int>(code));
-  }
+  const std::string name(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+  return name.empty() ? "CODE_" + std::to_string(static_cast<int>(code)) : name;
 }
 
 std::string StatusText(const grpc::Status& status) {

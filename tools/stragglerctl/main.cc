@@ -15,6 +15,7 @@
 // Exit status: 0 ok, 1 the daemon answered with an error, 2 bad command line
 // (or a TLS/token file that cannot be read), 3 the daemon could not be reached. Errors go to stderr as
 // "stragglerctl: <GRPC_CODE>: <message>" so scripts can match on the code.
+#include "absl/status/status.h"
 #include <grpcpp/grpcpp.h>
 #include <google/protobuf/util/json_util.h>
 #include <pthread.h>
@@ -54,27 +55,10 @@ struct Globals {
   bool json() const { return output == "json"; }
 };
 
+// gRPC's codes are absl's (same numbering); absl names them.
 std::string CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "CODE_" + std::to_string(static_cast<int>(code));
-  }
+  const std::string name(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+  return name.empty() ? "CODE_" + std::to_string(static_cast<int>(code)) : name;
 }
 
 // `reached`: the daemon answered before failing (a watch it ended), so an
