@@ -73,9 +73,9 @@ def main():
     p.add_argument("--step-ms", type=int, default=20)
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args()
-    check(args.iterations > 10, "--iterations=%d must be > 10" % args.iterations)
 
     def runs():
+        check(args.iterations > 10, "--iterations=%d must be > 10" % args.iterations)
         for run in range(args.runs):
             # Alternating, so load hits every variant alike.
             variants = [(d, i) for d in args.driver for i in (args.agreement_interval or ["1"])]
