@@ -17,7 +17,7 @@ namespace {
 // words propose the same membership (versions are unique within a daemon
 // run; the set guards against two runs that reused a number).
 uint64_t Fingerprint(const MembershipView& m) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;  // the FNV-1a 64-bit offset basis
   auto mix = [&](uint64_t x) {
     for (int i = 0; i < 8; ++i) {
       h ^= (x >> (8 * i)) & 0xff;
@@ -315,6 +315,14 @@ std::string Agreement::FailureText(std::string_view backend, std::string_view op
          (plan_.certain ? ", certain" : ", kept after MembershipFor timed out") +
          ") failed within " + std::to_string(timeout.count()) +
          " ms; a peer is gone or applied another membership";
+}
+
+std::string Agreement::AgreementFailureText(std::string_view backend, uint64_t iteration,
+                                            std::chrono::milliseconds timeout) const {
+  return "iteration " + std::to_string(iteration) + ": " + std::string(backend) +
+         " agreement on the membership among ranks " + SetText(previous_active_) +
+         " (applied version " + std::to_string(plan_.version) + ") failed within " +
+         std::to_string(timeout.count()) + " ms; a peer is gone or stopped stepping";
 }
 
 std::string ValidateCommonOptions(const std::string& job_id, uint32_t rank, uint32_t world_size,

@@ -121,6 +121,12 @@ class Agreement {
   // membership": the common part of every failed-collective error.
   std::string FailureText(std::string_view backend, std::string_view op,
                           std::chrono::milliseconds timeout) const;
+  // "iteration 13: <backend> agreement on the membership among ranks
+  // {0,1,2} (applied version 4) failed within 20000 ms; a peer is gone or
+  // stopped stepping": a failed agreement of `iteration` (run on the
+  // previous set, before this iteration's plan exists).
+  std::string AgreementFailureText(std::string_view backend, uint64_t iteration,
+                                   std::chrono::milliseconds timeout) const;
 
  private:
   // Whether the lowest rank of the previous set lets the group take

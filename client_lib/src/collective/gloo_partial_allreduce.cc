@@ -151,12 +151,8 @@ class GlooPartialAllReduce final : public PartialAllReduce {
       AllReduce(*c, words, &gloo::min<uint64_t>);
     } catch (const std::exception& e) {
       Drop(agreement_.previous_active());
-      throw CollectiveError("iteration " + std::to_string(iteration) +
-                            ": Gloo agreement on the membership among ranks " +
-                            SetText(agreement_.previous_active()) + " (applied version " +
-                            std::to_string(agreement_.plan().version) + ") failed within " +
-                            std::to_string(options_.collective_timeout.count()) +
-                            " ms; a peer is gone or stopped stepping: " + e.what());
+      throw CollectiveError(agreement_.AgreementFailureText("Gloo", iteration, options_.collective_timeout) +
+                            ": " + e.what());
     }
     return true;
   }

@@ -239,7 +239,10 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   // memory) and waits for it, bounded by collective_timeout. On failure the
   // communicator is aborted (it cannot be trusted after a partial collective).
   template <class Op>
-  void Collective(const std::string& what, void* data, size_t bytes, Op op) {
+  // `agreement_of`: this is the in-band agreement of that iteration, and a
+  // failure says so (AgreementFailureText) rather than naming the plan.
+  void Collective(const std::string& what, void* data, size_t bytes, Op op,
+                  std::optional<uint64_t> agreement_of = std::nullopt) {
     void* dev = data;
     const bool host = !IsDevicePointer(data);
     try {
@@ -257,8 +260,10 @@ class NcclPartialAllReduce final : public PartialAllReduce {
       const std::vector<uint32_t> set = current_->ranks;
       current_ = nullptr;
       cache_->Erase(set, /*healthy=*/false);
-      throw CollectiveError(agreement_.FailureText("NCCL", what, options_.collective_timeout) +
-                            "; the communicator was aborted: " + e.what());
+      throw CollectiveError(
+          (agreement_of ? agreement_.AgreementFailureText("NCCL", *agreement_of, options_.collective_timeout)
+                        : agreement_.FailureText("NCCL", what, options_.collective_timeout)) +
+          "; the communicator was aborted: " + e.what());
     }
   }
 
@@ -552,13 +557,10 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     // Aborted after an earlier error: no channel left (agreement.h).
     if (e == nullptr || !e->handle || e->handle->comm == nullptr) return false;
     current_ = e->handle.get();  // Collective() runs on, and on failure aborts, current_
-    try {
-      Collective("agreement on the membership", words.data(), words.size_bytes(), [&](void* dev) {
-        return ncclAllReduce(dev, dev, words.size(), ncclUint64, ncclMin, e->handle->comm, stream_);
-      });
-    } catch (const CollectiveError& err) {
-      throw CollectiveError("iteration " + std::to_string(iteration) + ": " + err.what());
-    }
+    Collective(
+        "agreement on the membership", words.data(), words.size_bytes(),
+        [&](void* dev) { return ncclAllReduce(dev, dev, words.size(), ncclUint64, ncclMin, e->handle->comm, stream_); },
+        iteration);
     // Not this iteration's communicator yet: a build that throws after this
     // must leave none (RequireCommunicator), and a shrink may free this one.
     current_ = nullptr;
