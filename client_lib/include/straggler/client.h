@@ -111,9 +111,10 @@ struct ClientStats {
   uint64_t enqueued = 0;       // accepted into the queue (drops not included)
   uint64_t dropped = 0;        // queue full
   // Report() calls that woke the client's sleeping sender thread, one futex
-  // wake each (5-16 us on the caller, BENCHMARKS.md): in a client that uses
-  // MembershipFor, each report made while the sender sleeps; otherwise every
-  // wake-stride-th report of a burst (so that it fills batches).
+  // wake each, microseconds on the caller (BENCHMARKS.md, "Client Report()"):
+  // in a client that uses MembershipFor, each report made while the sender
+  // sleeps; otherwise every wake-stride-th report of a burst (so that it
+  // fills batches).
   uint64_t report_wakes = 0;
   uint64_t sent = 0;           // written to a stream at least once
   uint64_t acked = 0;          // accepted by the daemon

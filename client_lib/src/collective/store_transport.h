@@ -8,11 +8,11 @@
 // that drives a PartialAllReduce.
 #pragma once
 
-#include <gloo/common/error.h>
 
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
