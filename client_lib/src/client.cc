@@ -181,7 +181,8 @@ class ClientImpl final : public Client {
         queue_(options_.queue_capacity),
         max_in_flight_(std::max(queue_.capacity(), options_.max_batch)),
         history_(InitialMembership()),
-        rng_(std::random_device{}()) {
+        rng_(std::random_device{}()),
+        incarnation_(NewIncarnation()) {
     std::sort(served_.begin(), served_.end());
     progress_.resize(served_.size());
     current_.store(history_.Newest(), std::memory_order_release);
@@ -477,6 +478,7 @@ class ClientImpl final : public Client {
     h->set_world_size(options_.world_size);
     h->set_iterations_per_epoch(options_.iterations_per_epoch);
     h->set_client_version(kClientVersion);
+    h->set_run_id(options_.run_id);
     // One process, one GPU: every rank this client serves computes on it.
     for (uint32_t r : served_) {
       pb::RankDevice* d = h->add_devices();
@@ -484,6 +486,7 @@ class ClientImpl final : public Client {
       d->set_local_rank(options_.local_rank);
       d->set_cuda_visible_devices(options_.cuda_visible_devices);
       d->set_gpu_uuid(options_.gpu_uuid);
+      d->set_incarnation(incarnation_);
     }
     // The newest version we hold, so that a restarted daemon (which starts
     // again from version 0) publishes a version above it, effective after it,
@@ -570,8 +573,17 @@ class ClientImpl final : public Client {
       }
 
       if (ok && !broken_.load()) {
-        // Stopping with a healthy stream: half-close and give the daemon a
-        // moment to acknowledge what is outstanding.
+        // Stopping with a healthy stream: what is still queued, then that
+        // our ranks finished (a clean close: the daemon must not take the
+        // silence that follows for unresponsive ranks), then half-close and
+        // give the daemon a moment to acknowledge what is outstanding.
+        while (ok && TakeBatch(&batch)) ok = stream->Write(batch);
+        if (ok) {
+          pb::ReportBatch finished;
+          finished.set_sequence(next_sequence_++);
+          for (uint32_t r : served_) finished.add_finished_ranks(r);
+          ok = stream->Write(finished);
+        }
         stream->WritesDone();
         std::unique_lock<std::mutex> lock(reader_mu_);
         reader_cv_.wait_for(lock, kCloseGrace, [this] { return broken_.load(); });
@@ -813,6 +825,15 @@ class ClientImpl final : public Client {
   std::string last_logged_error_;
   bool outage_logged_ = false;  // one line per outage, not per retry
   std::mt19937_64 rng_;
+  // Random per Client, never 0: a restarted trainer is a new incarnation and
+  // may report lower iterations again (RankDevice.incarnation, docs/runs.md).
+  // Declared after rng_, which initializes it.
+  const uint64_t incarnation_;
+  uint64_t NewIncarnation() {
+    uint64_t v = 0;
+    while (v == 0) v = rng_();
+    return v;
+  }
   // Reader-thread-only (one reader at a time; joined before the next starts).
   uint64_t last_acked_sequence_ = 0;
 
@@ -847,6 +868,16 @@ ChannelSecurity SecurityOf(const ClientOptions& o) {
 
 }  // namespace
 
+static std::string RunIdFromEnv() {
+  // torchrun sets TORCHELASTIC_RUN_ID to the literal "none" without
+  // --rdzv_id or --standalone: that names no launch.
+  for (const char* name : {"STRAGGLER_RUN_ID", "TORCHELASTIC_RUN_ID"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0' && std::string_view(v) != "none") return v;
+  }
+  return {};
+}
+
 ClientOptions ClientOptions::FromEnv() {
   ClientOptions o;
   std::string error;
@@ -855,6 +886,7 @@ ClientOptions ClientOptions::FromEnv() {
   if (const char* v = std::getenv("STRAGGLER_NODE"); v != nullptr) o.node = v;
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o.cuda_visible_devices = v;
   if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o.gpu_uuid = v;
+  o.run_id = RunIdFromEnv();
   const ChannelSecurity tls = ChannelSecurityFromEnv();
   o.tls_ca_file = tls.ca_file;
   o.tls_cert_file = tls.cert_file;
@@ -881,6 +913,14 @@ std::string ClientOptions::Validate() const {
   if (const size_t i = pb::rules::FirstBadJobIdByte(job_id); i != std::string_view::npos)
     return "job_id '" + absl::CHexEscape(job_id) + "' has '" +
            absl::CHexEscape(job_id.substr(i, 1)) + "' at byte " + std::to_string(i) +
+           "; allowed: " + std::string(pb::rules::kJobIdAllowed);
+  if (run_id.size() > pb::rules::kMaxJobIdBytes)
+    return "run_id is " + std::to_string(run_id.size()) + " bytes; at most " +
+           std::to_string(pb::rules::kMaxJobIdBytes);
+  if (const size_t i = pb::rules::FirstBadJobIdByte(run_id);
+      !run_id.empty() && i != std::string_view::npos)
+    return "run_id '" + absl::CHexEscape(run_id) + "' has '" +
+           absl::CHexEscape(run_id.substr(i, 1)) + "' at byte " + std::to_string(i) +
            "; allowed: " + std::string(pb::rules::kJobIdAllowed);
   if (std::string problem = SecurityOf(*this).Validate(); !problem.empty()) return problem;
   if (world_size == 0) return "world_size=0: must be > 0 (set WORLD_SIZE)";

@@ -44,8 +44,21 @@ absl::StatusOr<v1::ListJobsResponse> ListJobs(const JobRegistry& registry,
 absl::StatusOr<v1::Job> GetJob(const JobRegistry& registry, const v1::GetJobRequest& request) {
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Job response;
-  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) { ToProto(job, &response); });
+  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
+    if (request.run_id().empty() || request.run_id() == job.run_id) ToProto(job, &response);
+  });
+  // An earlier run: its last state, kept when the next run began.
+  if (s.ok() && response.job_id().empty()) {
+    std::optional<v1::Job> earlier = registry.EarlierRun(request.job_id(), request.run_id());
+    if (!earlier) {
+      return absl::NotFoundError(absl::StrCat("job '", request.job_id(), "' has no run '",
+                                              request.run_id(), "' (earlier runs are listed in "
+                                              "the job's earlier_runs)"));
+    }
+    return *earlier;
+  }
   if (!s.ok()) return s;
+  registry.FillEarlierRuns(request.job_id(), &response);
   return response;
 }
 
@@ -95,6 +108,7 @@ absl::StatusOr<v1::ListEventsResponse> ListEvents(const JobRegistry& registry,
   }
   EventQuery query;
   query.job_id = request.job_id();
+  if (request.has_run_id()) query.run_id = request.run_id();
   if (request.has_since_time()) query.since_time = FromProto(request.since_time());
   query.since_sequence = request.since_sequence();
   query.limit = request.limit();  // 0 = default; clamped to the maximum

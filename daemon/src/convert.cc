@@ -26,6 +26,7 @@ v1::WorkerState ToProto(engine::WorkerState s) {
     case engine::WorkerState::kHealthy: return v1::WORKER_STATE_HEALTHY;
     case engine::WorkerState::kStraggler: return v1::WORKER_STATE_STRAGGLER;
     case engine::WorkerState::kUnresponsive: return v1::WORKER_STATE_UNRESPONSIVE;
+    case engine::WorkerState::kFinished: return v1::WORKER_STATE_FINISHED;
   }
   return v1::WORKER_STATE_UNSPECIFIED;
 }
@@ -169,6 +170,8 @@ void ToProto(const Job& job, v1::Job* out) {
   out->set_guard_blocks_total(v.guard_blocks_total);
   out->set_detached_ranks(v.detached_ranks);
   out->set_membership_withheld(v.membership_withheld);
+  out->set_run_id(job.run_id);
+  out->set_finished(v.finished_ranks == v.world_size);
 }
 
 void ToProto(const JournalEntry& e, v1::Event* out) {
@@ -191,6 +194,7 @@ void ToProto(const JournalEntry& e, v1::Event* out) {
   ev->set_likely_cause_detail(e.likely_cause_detail);
   out->set_membership_version(e.event.membership_version);
   out->set_message(e.event.message);
+  out->set_run_id(e.run_id);
 }
 
 void ToProto(const engine::PolicyConfig& p, v1::PolicyConfig* out) {

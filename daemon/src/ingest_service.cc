@@ -56,6 +56,8 @@ class IngestReactor final
                                 ? StreamRefuseReason::kTooManyJobs
                             : s.code() == absl::StatusCode::kUnavailable
                                 ? StreamRefuseReason::kShuttingDown
+                            : s.code() == absl::StatusCode::kFailedPrecondition
+                                ? StreamRefuseReason::kRunLive
                                 : StreamRefuseReason::kInvalidHello);
         spdlog::warn("ingest stream from {} refused: {}", peer_, std::string(s.message()));
         Finish(ToGrpcStatus(s), /*flush=*/false);
@@ -103,9 +105,26 @@ class IngestReactor final
     auto job = registry_.Attach(hello, link_, WallNow());
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
-    spdlog::info("job={} stream from {} node='{}' ranks={} world_size={}", job_->id, peer_,
-                 hello.node, ranks_.size(), hello.world_size);
+    {
+      std::lock_guard lock(job_->mu);
+      MarkReplaysLocked();
+    }
+    spdlog::info("job={} run='{}' stream from {} node='{}' ranks={} world_size={}", job_->id,
+                 job_->run_id, peer_, hello.node, ranks_.size(), hello.world_size);
     return absl::OkStatus();
+  }
+
+  // With job.mu held: what the daemon had processed of each rank of the
+  // stream when the stream said hello. A report at or below it is a replay
+  // (a resend after a reconnect, an agent's backlog): counted as a
+  // duplicate, not an error. One below the rank's newest iteration but above
+  // the mark came from a live client going backwards (docs/runs.md, "The
+  // iteration rule"): stale, logged and counted for alerting.
+  void MarkReplaysLocked() {
+    replay_mark_.assign(ranks_.size(), 0);
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (auto p = job_->engine.Progress(ranks_[i])) replay_mark_[i] = *p + 1;
+    }
   }
 
   void Batch() {
@@ -210,15 +229,33 @@ class IngestReactor final
         job_->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
                           report.rank()});
       } else if (result.reason == engine::RejectReason::kDuplicate ||
-                 result.reason == engine::RejectReason::kStale) {
+                 (result.reason == engine::RejectReason::kStale &&
+                  report.iteration() < replay_mark_[index])) {
         // A replay (reconnect, agent buffer): idempotent, not the sender's error.
-        stats_.CountRejected(result.reason);
+        stats_.CountRejected(engine::RejectReason::kDuplicate);
         ++duplicates;
+      } else if (result.reason == engine::RejectReason::kStale) {
+        stats_.CountRejected(result.reason);
+        ++job_->stale_reports;
+        if (now - job_->stale_logged >= std::chrono::seconds(10)) {
+          job_->stale_logged = now;
+          spdlog::warn("job={} run='{}' stream from {}: {} ({} stale reports so far; a restarted "
+                       "trainer must be a new client: docs/runs.md)",
+                       job_->id, job_->run_id, peer_, result.message, job_->stale_reports);
+        }
+        reject(report.rank(), report.iteration(), std::string(engine::RejectReasonName(result.reason)),
+               std::move(result.message));
       } else {
         stats_.CountRejected(result.reason);
         reject(report.rank(), report.iteration(), std::string(engine::RejectReasonName(result.reason)),
                std::move(result.message));
       }
+    }
+    if (batch_.finished_ranks_size() > 0) {
+      registry_.FinishRanksLocked(
+          *job_, link_.get(),
+          std::vector<uint32_t>(batch_.finished_ranks().begin(), batch_.finished_ranks().end()),
+          now);
     }
     if (granted < considered) {
       drop(granted, considered, StreamRejectReason::kRateLimited,
@@ -269,6 +306,7 @@ class IngestReactor final
     if (ranks_.size() == before) return absl::OkStatus();
     // Indices into ranks_ moved: the stamps restart with the new layout.
     touched_stamp_.assign(ranks_.size(), 0);
+    MarkReplaysLocked();
     batch_stamp_ = 1;
     offered_version_.reset();
     spdlog::info("job={} stream from {} node='{}' now speaks for {} ranks", job_->id, peer_,
@@ -356,6 +394,7 @@ class IngestReactor final
   v1::ReportBatch batch_;
   std::shared_ptr<Job> job_;
   std::vector<uint32_t> ranks_;  // ascending, unique
+  std::vector<uint64_t> replay_mark_;  // per ranks_ index: progress + 1 at hello (MarkReplaysLocked)
   // Per batch: indices into ranks_ of the ranks with a report (touched_),
   // found through touched_stamp_[index] == batch_stamp_.
   std::vector<uint32_t> touched_;

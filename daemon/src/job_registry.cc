@@ -130,9 +130,10 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
               absl::StrCat("job '", hello.job_id, "' refused: limits.max_jobs=",
                            config->limits.max_jobs, " jobs already tracked"));
         }
-        job = MakeJob(hello.job_id, hello.world_size, *config, now);
+        job = MakeJob(hello.job_id, hello.world_size, hello.run_id, *config, now);
         jobs_.emplace(hello.job_id, job);
-        spdlog::info("job={} created: world_size={} policy={}", hello.job_id, hello.world_size,
+        spdlog::info("job={} run='{}' created: world_size={} policy={}", hello.job_id,
+                     hello.run_id, hello.world_size,
                      engine::PolicyKindName(job->engine.policy().kind));
       }
     }
@@ -143,6 +144,20 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
     // any job's mu, so either this sees it, or CloseAll closes `stream` after
     // it was subscribed below.
     if (closed_.load()) return absl::UnavailableError("stragglerd is shutting down");
+    if (job->run_id != hello.run_id) {
+      // Another launch of the job id. It must not reset a live job (a stray
+      // or hostile hello could), so it waits until every rank of the current
+      // run has finished, gone unresponsive or lost its stream; the client
+      // retries meanwhile and trains without the daemon (docs/runs.md).
+      if (RunLiveLocked(*job)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job '", job->id, "' is running run ", Quoted(job->run_id), " (", job->streams,
+            " streams, ranks still reporting); run ", Quoted(hello.run_id),
+            " starts once every rank of it has finished or stopped reporting"));
+      }
+      RetireRunLocked(*job, hello.run_id);
+      continue;  // the lookup now creates the new run's job
+    }
     if (job->world_size != hello.world_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "world_size=", hello.world_size, " differs from job '", job->id,
@@ -174,6 +189,7 @@ void JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream, const Strea
   if (hello.iterations_per_epoch > 0) {
     job.engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
   }
+  NoteIncarnationsLocked(job, hello, now);
   // Before the floor below: its version must take effect after the
   // iterations the ranks have already reached, or ranks could apply it at
   // different iterations (one certain of it, one that timed out meanwhile).
@@ -197,6 +213,119 @@ void JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream, const Strea
                    job.id, hello.node, hello.known_membership_version,
                    hello.known_effective_iteration, job.engine.membership().version);
     }
+  }
+}
+
+void JobRegistry::NoteIncarnationsLocked(Job& job, const StreamHello& hello, engine::Time now) {
+  std::vector<uint32_t> taken_over;
+  for (const auto& [rank, incarnation] : hello.rank_incarnations) {
+    if (rank >= job.world_size ||
+        !std::binary_search(hello.ranks.begin(), hello.ranks.end(), rank)) {
+      continue;
+    }
+    uint64_t& known = job.lineage_incarnation[rank];
+    if (known == incarnation) continue;
+    const bool first = known == 0;
+    known = incarnation;
+    if (!first) taken_over.push_back(rank);
+  }
+  if (taken_over.empty()) return;
+  for (uint32_t rank : taken_over) {
+    // A new trainer process for the rank: its iterations start over (a
+    // restart from a checkpoint may be below what it reported before).
+    job.engine.Restart(rank);
+    if (!job.restarted[rank]) {
+      job.restarted[rank] = true;
+      ++job.restarted_count;
+    }
+  }
+  bool others_live = false;
+  for (uint32_t r = 0; r < job.world_size && !others_live; ++r) {
+    if (job.restarted[r] || job.rank_streams[r] == 0) continue;
+    const engine::WorkerState st = job.engine.Worker(r).state;
+    others_live = st == engine::WorkerState::kHealthy || st == engine::WorkerState::kStraggler;
+  }
+  if (others_live && job.restarted_count < job.world_size) return;
+  // The job restarted: its iterations may be far below those the versions
+  // published so far take effect at, so the engine starts over, with a
+  // version above every one a client may still hold.
+  const uint64_t next = job.engine.membership().version + 1;
+  spdlog::info("job={} run='{}': restarted (new trainer processes for {} ranks, no other rank "
+               "live): detection starts over at membership v{}",
+               job.id, job.run_id, taken_over.size(), next);
+  job.engine.StartOver(next, now);
+  // The new lineage knows only the incarnations that started it.
+  std::vector<uint64_t> kept(job.world_size, 0);
+  for (uint32_t rank : taken_over) kept[rank] = job.lineage_incarnation[rank];
+  job.lineage_incarnation = std::move(kept);
+  std::fill(job.restarted.begin(), job.restarted.end(), false);
+  job.restarted_count = 0;
+}
+
+bool JobRegistry::RunLiveLocked(const Job& job) {
+  for (uint32_t r = 0; r < job.world_size; ++r) {
+    if (job.rank_streams[r] == 0) continue;
+    const engine::WorkerState st = job.engine.Worker(r).state;
+    if (st != engine::WorkerState::kFinished && st != engine::WorkerState::kUnresponsive) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void JobRegistry::RetireRunLocked(Job& job, const std::string& next_run) {
+  v1::Job last;
+  ToProto(job, &last);
+  {
+    std::lock_guard lock(earlier_mu_);
+    auto& runs = earlier_[job.id];
+    // A run id seen again (a stray hello of an old launch) keeps one entry.
+    runs.erase(std::remove_if(runs.begin(), runs.end(),
+                              [&](const v1::Job& j) { return j.run_id() == job.run_id; }),
+               runs.end());
+    runs.push_front(std::move(last));
+    if (runs.size() > kMaxEarlierRuns) runs.pop_back();
+  }
+  spdlog::info("job={} run='{}' ended (run '{}' begins): {} reports, {} detections", job.id,
+               job.run_id, next_run, job.engine.View().reports_total,
+               job.engine.View().detections_total);
+  job.removed.store(true);
+  const absl::Status closing = absl::UnavailableError(
+      absl::StrCat("run ", Quoted(job.run_id), " of job '", job.id, "' ended: run ",
+                   Quoted(next_run), " began"));
+  for (auto& sub : job.subscribers) sub->CloseLocked(closing);
+  job.subscribers.clear();
+  // The lookup that follows replaces the removed job in the map (Attach).
+}
+
+std::optional<v1::Job> JobRegistry::EarlierRun(absl::string_view job_id,
+                                               absl::string_view run_id) const {
+  std::lock_guard lock(earlier_mu_);
+  auto it = earlier_.find(job_id);
+  if (it == earlier_.end()) return std::nullopt;
+  for (const v1::Job& j : it->second)
+    if (j.run_id() == run_id) return j;
+  return std::nullopt;
+}
+
+void JobRegistry::FillEarlierRuns(absl::string_view job_id, v1::Job* out) const {
+  std::lock_guard lock(earlier_mu_);
+  out->clear_earlier_runs();
+  auto it = earlier_.find(job_id);
+  if (it == earlier_.end()) return;
+  for (const v1::Job& j : it->second) out->add_earlier_runs(j.run_id());
+}
+
+void JobRegistry::FinishRanksLocked(Job& job, const JobSubscriber* stream,
+                                    const std::vector<uint32_t>& ranks, engine::Time now) {
+  auto mine = job.stream_ranks.find(stream);
+  if (mine == job.stream_ranks.end()) return;
+  for (uint32_t r : ranks) {
+    // Only a stream that speaks for the rank may say it finished.
+    if (std::binary_search(mine->second.begin(), mine->second.end(), r)) job.engine.Finish(r, now);
+  }
+  if (job.engine.Finished()) {
+    spdlog::info("job={} run='{}' finished: every rank closed cleanly", job.id, job.run_id);
   }
 }
 
@@ -317,9 +446,10 @@ void JobRegistry::SaveOverridesLocked(const Job& job) {
 }
 
 std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t world_size,
-                                          const DaemonConfig& config, engine::Time now) {
+                                          const std::string& run_id, const DaemonConfig& config,
+                                          engine::Time now) {
   auto job = std::make_shared<Job>(job_id, world_size, config.PolicyFor(job_id), now,
-                                   incarnation_, config.limits.recent_reports_per_job);
+                                   incarnation_, config.limits.recent_reports_per_job, run_id);
   if (store_ == nullptr) return job;
   auto loaded = store_->LoadJob(job_id);
   if (!loaded.ok()) {
@@ -327,7 +457,16 @@ std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t wo
     spdlog::error("job={} not restored: {}", job_id, std::string(loaded.status().message()));
     return job;
   }
-  if (!loaded->has_value()) return job;
+  if (loaded->has_value() && (*loaded)->run_id == run_id) {
+    // The same run after a daemon restart: restored below.
+  } else {
+    // A run the database has not seen: nothing of an earlier run carries over.
+    if (absl::Status s = store_->StartRun(job_id, world_size, incarnation_, run_id); !s.ok()) {
+      stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+      spdlog::error("job={} run='{}' not recorded: {}", job_id, run_id, std::string(s.message()));
+    }
+    return job;
+  }
   const StoredJob& stored = **loaded;
   if (!stored.policy_json.empty()) {
     // Merged over the config's policy, so a field a newer build added keeps
@@ -392,7 +531,7 @@ absl::Status JobRegistry::Restore(engine::Time now) {
     {
       std::unique_lock lock(jobs_mu_);
       if (jobs_.size() >= config->limits.max_jobs) break;
-      job = MakeJob(stored.job_id, stored.world_size, *config, now);
+      job = MakeJob(stored.job_id, stored.world_size, stored.run_id, *config, now);
       jobs_.emplace(stored.job_id, job);
     }
     std::lock_guard lock(job->mu);
@@ -476,7 +615,7 @@ void JobRegistry::JournalLocked(Job& job, std::vector<engine::Event> events) {
   }
   for (size_t i = 0; i < events.size(); ++i) {
     events_.push_back(JournalEntry{next_sequence_++, job.id, std::move(events[i]),
-                                   causes[i].cause, std::move(causes[i].detail)});
+                                   causes[i].cause, std::move(causes[i].detail), job.run_id});
     // A queue append, no I/O: ingest never waits on the disk (store.h).
     if (store_ != nullptr && !store_->EnqueueEvent(events_.back())) {
       stats_.state_db_events_dropped.fetch_add(1, std::memory_order_relaxed);
@@ -506,10 +645,9 @@ void JobRegistry::TickAll(engine::Time now) {
   for (const auto& job : Jobs()) {
     std::lock_guard lock(job->mu);
     if (job->streams == 0) {
-      // A job with no open stream has ended (or is between restarts of all
-      // its ranks): calling every rank unresponsive would only publish churn.
-      // Once nobody has used it for the TTL it is forgotten; marking it
-      // removed under mu keeps Attach and Watch from subscribing to it.
+      // Once nobody has used a job without streams for the TTL it is
+      // forgotten; marking it removed under mu keeps Attach and Watch from
+      // subscribing to it.
       if (job->subscribers.empty() && now - job->last_activity > ttl) {
         job->removed.store(true);
         idle.push_back(job);
@@ -519,8 +657,14 @@ void JobRegistry::TickAll(engine::Time now) {
                      std::chrono::duration_cast<std::chrono::seconds>(now - job->last_activity)
                          .count(),
                      ttl.count());
+        continue;
       }
-      continue;
+      // Every rank closed cleanly: the job ended, nothing can turn
+      // unresponsive. Ranks whose streams broke without that (killed
+      // trainers) do turn unresponsive, so the end of a crashed job is seen
+      // and alerted; the exclusions that follow are withheld by the
+      // membership gate (no stream to hear them), not published.
+      if (job->engine.Finished()) continue;
     }
     job->engine.Tick(now);
     CommitLocked(*job);
@@ -592,6 +736,7 @@ EventPage JobRegistry::Events(const EventQuery& query) const {
   for (size_t i = start; i < events_.size(); ++i) {
     const JournalEntry& e = events_[i];
     if (!query.job_id.empty() && e.job_id != query.job_id) continue;
+    if (query.run_id && e.run_id != *query.run_id) continue;
     if (e.event.time < query.since_time) continue;
     if (page.events.size() == limit) {
       page.last_sequence = page.events.back().sequence;

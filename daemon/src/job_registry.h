@@ -135,18 +135,25 @@ class JobSubscriber {
 
 struct Job {
   Job(std::string job_id, uint32_t world, engine::PolicyConfig policy, engine::Time now,
-      uint64_t daemon_incarnation, uint32_t recent_reports_capacity = 0)
+      uint64_t daemon_incarnation, uint32_t recent_reports_capacity = 0,
+      std::string run = std::string())
       : id(std::move(job_id)),
+        run_id(std::move(run)),
         world_size(world),
         created_at(now),
         incarnation(daemon_incarnation),
         engine(world, std::move(policy), now),
         nodes(world),
         rank_streams(world, 0),
+        lineage_incarnation(world, 0),
+        restarted(world, false),
         last_activity(now),
         recent(recent_reports_capacity) {}
 
   const std::string id;
+  // The launch of the job this object tracks (StreamHello.run_id; "" = the
+  // default run). Another run gets another Job (docs/runs.md).
+  const std::string run_id;
   const uint32_t world_size;
   const engine::Time created_at;
   // Random per daemon run, stamped on every membership: a client that
@@ -164,6 +171,16 @@ struct Job {
   // attaches the new stream before the old one ends, hence a count).
   std::vector<uint32_t> rank_streams;
   std::unordered_map<const JobSubscriber*, std::vector<uint32_t>> stream_ranks;
+  // The client incarnation speaking for each rank since the engine's current
+  // lineage began (0 = none yet), and which ranks another incarnation took
+  // over since: see JobRegistry::NoteIncarnationsLocked.
+  std::vector<uint64_t> lineage_incarnation;
+  std::vector<bool> restarted;
+  uint32_t restarted_count = 0;
+  // Reports refused as stale (older than the rank's newest iteration within
+  // one incarnation) and when one was last logged: logged at most every 10 s.
+  uint64_t stale_reports = 0;
+  engine::Time stale_logged{0};
   // Set by AdminService.SetPolicy: a SIGHUP reload then leaves the policy
   // alone, so an operator's runtime decision is not silently undone.
   bool policy_overridden = false;
@@ -207,6 +224,7 @@ struct Job {
 
 struct EventQuery {
   std::string job_id;             // "" = every job
+  std::optional<std::string> run_id;  // nullopt = every run
   engine::Time since_time{0};     // events with time >= this
   uint64_t since_sequence = 0;    // events with sequence > this
   uint32_t limit = 1000;
@@ -299,6 +317,18 @@ class JobRegistry {
   // back later is restored by Attach the same way. Errors name the path.
   absl::Status Restore(engine::Time now);
 
+  // The last state of an earlier run of `job_id` (kept when the next run
+  // began; the newest kMaxEarlierRuns per job id), or nullopt.
+  std::optional<v1::Job> EarlierRun(absl::string_view job_id, absl::string_view run_id) const;
+  // Sets out->earlier_runs: the kept earlier runs of `job_id`, newest first.
+  void FillEarlierRuns(absl::string_view job_id, v1::Job* out) const;
+  static constexpr size_t kMaxEarlierRuns = 8;
+
+  // With job.mu held, for a batch's finished_ranks (ReportBatch): the ranks
+  // the stream speaks for are finished (JobEngine::Finish). The caller commits.
+  void FinishRanksLocked(Job& job, const JobSubscriber* stream,
+                         const std::vector<uint32_t>& ranks, engine::Time now);
+
   EventPage Events(const EventQuery& query) const;
   uint64_t last_event_sequence() const;
   // Event batches the state database's writer failed to commit (0 without one).
@@ -309,9 +339,23 @@ class JobRegistry {
  private:
   void AdmitLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
                    engine::Time now);
+  // With job.mu held: the hello's client incarnations. A rank taken over by
+  // another incarnation (a new trainer process) starts its iterations over
+  // (JobEngine::Restart). The engine starts over (JobEngine::StartOver, a
+  // whole job restarted from a checkpoint) when no other rank is live, or
+  // once every rank has been taken over.
+  void NoteIncarnationsLocked(Job& job, const StreamHello& hello, engine::Time now);
+  // With job.mu held: whether a rank of the job's run still has a stream and
+  // is neither finished nor unresponsive, i.e. the run is live and a hello
+  // of another run must wait (docs/runs.md).
+  static bool RunLiveLocked(const Job& job);
+  // With job.mu held: the run ends for good (another run of the job id
+  // begins): marks it removed, keeps its last state, closes its subscribers.
+  void RetireRunLocked(Job& job, const std::string& next_run);
   // A new Job for `job_id`, restored from the store when it knows the job.
   std::shared_ptr<Job> MakeJob(const std::string& job_id, uint32_t world_size,
-                               const DaemonConfig& config, engine::Time now);
+                               const std::string& run_id, const DaemonConfig& config,
+                               engine::Time now);
   void SaveOverridesLocked(const Job& job);
   void ApplyRetention(engine::Time now);
   void JournalLocked(Job& job, std::vector<engine::Event> events);
@@ -336,6 +380,10 @@ class JobRegistry {
   // many before they are handed out (Store::ReserveSequences): one
   // synchronous write per block, under events_mu_.
   static constexpr uint64_t kSequenceBlock = 1024;
+
+  // Earlier runs' last states by job id, newest first (kMaxEarlierRuns).
+  mutable std::mutex earlier_mu_;
+  std::map<std::string, std::deque<v1::Job>, std::less<>> earlier_;  // guarded by earlier_mu_
 
   mutable std::mutex events_mu_;
   std::deque<JournalEntry> events_;  // guarded by events_mu_

@@ -383,7 +383,8 @@ namespace {
 
 constexpr engine::WorkerState kAllStates[] = {
     engine::WorkerState::kPending, engine::WorkerState::kHealthy,
-    engine::WorkerState::kStraggler, engine::WorkerState::kUnresponsive};
+    engine::WorkerState::kStraggler, engine::WorkerState::kUnresponsive,
+    engine::WorkerState::kFinished};
 
 constexpr engine::EventKind kAllEventKinds[] = {
     engine::EventKind::kStateChange,   engine::EventKind::kMembership,
@@ -542,6 +543,14 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   };
   per_job("straggler_job_ranks", MetricType::kGauge, "World size.",
           [](const JobRow& j) { return j.view.world_size; });
+  // Alert rules join on it (`and on(job) straggler_job_running == 1`) so a
+  // job that ended does not keep alerting until it is removed as idle.
+  per_job("straggler_job_running", MetricType::kGauge,
+          "1 while the job's current run has a rank that has not finished cleanly, else 0.",
+          [](const JobRow& j) { return j.view.finished_ranks < j.view.world_size ? 1 : 0; });
+  per_job("straggler_job_finished_ranks", MetricType::kGauge,
+          "Ranks whose trainer closed cleanly (state finished).",
+          [](const JobRow& j) { return j.view.finished_ranks; });
   per_job("straggler_job_active_ranks", MetricType::kGauge,
           "Ranks taking part in the collective (newest membership).",
           [](const JobRow& j) { return j.view.active_ranks; });

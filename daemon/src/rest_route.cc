@@ -236,7 +236,10 @@ absl::Status CheckParams(const Query& query, std::vector<absl::string_view> allo
 
 // ?since=SEQ&since_time=RFC3339&limit=N into a ListEventsRequest.
 absl::Status EventsQuery(const Query& query, v1::ListEventsRequest& out) {
-  if (absl::Status s = CheckParams(query, {"since", "since_time", "limit"}); !s.ok()) return s;
+  if (absl::Status s = CheckParams(query, {"since", "since_time", "limit", "run"}); !s.ok()) {
+    return s;
+  }
+  if (query.count("run")) out.set_run_id(Param(query, "run"));
   if (query.count("since")) {
     auto v = ParseUint("since", Param(query, "since"), std::numeric_limits<uint64_t>::max());
     if (!v.ok()) return v.status();
@@ -367,6 +370,15 @@ absl::StatusOr<RestCall> ParseRestCall(const RouteMatch& match, absl::string_vie
         if (!v.ok()) return v.status();
         request.set_limit(static_cast<uint32_t>(*v));
       }
+      return request;
+    }
+    case RouteId::kJob: {
+      if (query->empty()) break;
+      // ?run=ID: an earlier run's last state (docs/runs.md).
+      if (absl::Status s = CheckParams(*query, {"run"}); !s.ok()) return s;
+      v1::GetJobRequest request;
+      request.set_job_id(job);
+      request.set_run_id(Param(*query, "run"));
       return request;
     }
     default:

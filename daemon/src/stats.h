@@ -23,13 +23,22 @@ namespace straggler::daemon {
 enum class StreamRejectReason { kRankNotInStream, kBatchTooLarge, kRateLimited };
 inline constexpr size_t kStreamRejectReasons = 3;
 // Why an ingest stream was refused (ended before taking any report).
-enum class StreamRefuseReason { kInvalidHello, kTooManyJobs, kTooManyStreams, kShuttingDown };
-inline constexpr size_t kStreamRefuseReasons = 4;
+// kRunLive: a hello of another run while the job's current run is live
+// (docs/runs.md); the client retries.
+enum class StreamRefuseReason {
+  kInvalidHello,
+  kTooManyJobs,
+  kTooManyStreams,
+  kShuttingDown,
+  kRunLive
+};
+inline constexpr size_t kStreamRefuseReasons = 5;
 // engine::RejectReason runs kNone..kStale.
 inline constexpr size_t kEngineRejectReasons =
     static_cast<size_t>(engine::RejectReason::kStale) + 1;
-// engine::EventKind runs kStateChange..kReprofile.
-inline constexpr size_t kEventKinds = static_cast<size_t>(engine::EventKind::kReprofile) + 1;
+// engine::EventKind runs kStateChange..kMembershipWithheld.
+inline constexpr size_t kEventKinds =
+    static_cast<size_t>(engine::EventKind::kMembershipWithheld) + 1;
 
 // The gRPC services whose unary calls (and WatchMembership's start) count
 // their refusals, by status code: straggler_grpc_refused_total{service,code}.
@@ -138,6 +147,7 @@ inline const char* StreamRefuseReasonName(StreamRefuseReason r) {
     case StreamRefuseReason::kTooManyJobs: return "too_many_jobs";
     case StreamRefuseReason::kTooManyStreams: return "too_many_streams";
     case StreamRefuseReason::kShuttingDown: return "shutting_down";
+    case StreamRefuseReason::kRunLive: return "run_live";
   }
   return "unknown";
 }

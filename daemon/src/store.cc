@@ -68,6 +68,11 @@ CREATE TABLE events(
   likely_cause_detail TEXT NOT NULL);
 CREATE INDEX events_by_time ON events(time_ns);
 )sql",
+    // 1 -> 2: runs (docs/runs.md): the run a job row and an event belong to.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN run_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN run_id TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -103,8 +108,8 @@ class Stmt {
 constexpr const char* kInsertEvent =
     "INSERT OR REPLACE INTO events(sequence, job_id, time_ns, kind, rank, from_state, to_state, "
     "iteration, membership_version, message, compute_seconds, threshold_seconds, counter, limit_, "
-    "baseline_seconds, latency_iterations, likely_cause, likely_cause_detail) "
-    "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    "baseline_seconds, latency_iterations, likely_cause, likely_cause_detail, run_id) "
+    "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
 
 int64_t I(uint64_t v) { return static_cast<int64_t>(v); }
 
@@ -301,6 +306,7 @@ absl::Status Store::WriteEventsLocked(const std::vector<JournalEntry>& batch) {
     sqlite3_bind_int64(st, 17, static_cast<int>(j.likely_cause));
     sqlite3_bind_text(st, 18, j.likely_cause_detail.data(),
                       static_cast<int>(j.likely_cause_detail.size()), SQLITE_STATIC);
+    sqlite3_bind_text(st, 19, j.run_id.data(), static_cast<int>(j.run_id.size()), SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE) {
       absl::Status s = Error("cannot insert an event");
       sqlite3_reset(st);
@@ -377,6 +383,34 @@ absl::Status Store::SaveMembership(const std::string& job_id, uint32_t world_siz
   return absl::OkStatus();
 }
 
+absl::Status Store::StartRun(const std::string& job_id, uint32_t world_size,
+                             uint64_t incarnation, const std::string& run_id) {
+  std::lock_guard lock(db_mu_);
+  if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+  auto fail = [&](absl::Status s) {
+    Exec("ROLLBACK").IgnoreError();
+    return s;
+  };
+  const auto now = std::chrono::duration_cast<engine::Time>(
+      std::chrono::system_clock::now().time_since_epoch());
+  if (absl::Status s = UpsertJobLocked(job_id, world_size, incarnation, now); !s.ok()) {
+    return fail(s);
+  }
+  {
+    Stmt st(db_, "UPDATE jobs SET run_id = ?, policy_json = '' WHERE job_id = ?");
+    st.Bind(1, run_id).Bind(2, job_id);
+    if (st.Step() != SQLITE_DONE) return fail(Error("cannot write the run"));
+  }
+  for (const char* table : {"memberships", "membership_excluded", "rank_overrides"}) {
+    const std::string sql = absl::StrCat("DELETE FROM ", table, " WHERE job_id = ?");
+    Stmt del(db_, sql.c_str());
+    del.Bind(1, job_id);
+    if (del.Step() != SQLITE_DONE) return fail(Error("cannot forget the previous run"));
+  }
+  if (absl::Status s = Exec("COMMIT"); !s.ok()) return fail(s);
+  return absl::OkStatus();
+}
+
 absl::Status Store::SaveOverrides(const std::string& job_id, uint32_t world_size,
                                   uint64_t incarnation, const std::string& policy_json,
                                   const std::vector<StoredOverride>& overrides) {
@@ -417,7 +451,7 @@ absl::StatusOr<std::vector<StoredJob>> Store::QueryJobsLocked(const char* where,
   std::vector<StoredJob> jobs;
   {
     const std::string sql = absl::StrCat(
-        "SELECT job_id, world_size, incarnation, policy_json, updated_ns FROM jobs WHERE ",
+        "SELECT job_id, world_size, incarnation, policy_json, updated_ns, run_id FROM jobs WHERE ",
         where, " ORDER BY job_id");
     Stmt st(db_, sql.c_str());
     if (!st.ok()) return Error("cannot read jobs");
@@ -434,6 +468,7 @@ absl::StatusOr<std::vector<StoredJob>> Store::QueryJobsLocked(const char* where,
       j.incarnation = static_cast<uint64_t>(st.Int(2));
       j.policy_json = st.Text(3);
       j.updated = engine::Time(st.Int(4));
+      j.run_id = st.Text(5);
       jobs.push_back(std::move(j));
     }
     if (rc != SQLITE_DONE) return Error("cannot read jobs");
@@ -490,7 +525,7 @@ absl::StatusOr<std::vector<JournalEntry>> Store::LoadEvents(size_t limit) {
   Stmt st(db_,
           "SELECT sequence, job_id, time_ns, kind, rank, from_state, to_state, iteration, "
           "membership_version, message, compute_seconds, threshold_seconds, counter, limit_, "
-          "baseline_seconds, latency_iterations, likely_cause, likely_cause_detail "
+          "baseline_seconds, latency_iterations, likely_cause, likely_cause_detail, run_id "
           "FROM events ORDER BY sequence DESC LIMIT ?");
   st.Bind(1, static_cast<int64_t>(limit));
   std::vector<JournalEntry> out;
@@ -516,6 +551,7 @@ absl::StatusOr<std::vector<JournalEntry>> Store::LoadEvents(size_t limit) {
     e.evidence.latency_iterations = static_cast<uint64_t>(st.Int(15));
     j.likely_cause = static_cast<LikelyCause>(st.Int(16));
     j.likely_cause_detail = st.Text(17);
+    j.run_id = st.Text(18);
     out.push_back(std::move(j));
   }
   if (rc != SQLITE_DONE) return Error("cannot read events");

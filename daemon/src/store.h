@@ -54,6 +54,7 @@ struct JournalEntry {
   // On a transition to straggler: what the rank's GPU telemetry points at.
   LikelyCause likely_cause = LikelyCause::kUnspecified;
   std::string likely_cause_detail;
+  std::string run_id;  // the job's run (docs/runs.md)
 };
 
 struct StoredOverride {
@@ -67,6 +68,7 @@ struct StoredJob {
   std::string job_id;
   uint32_t world_size = 0;
   uint64_t incarnation = 0;            // daemon run that wrote it last
+  std::string run_id;                  // the job's run the rest belongs to
   std::string policy_json;             // v1.PolicyConfig as JSON; "" = no admin policy
   std::vector<StoredOverride> overrides;  // ranks with an override other than none
   std::optional<engine::Membership> membership;  // the newest version written
@@ -83,7 +85,7 @@ struct StoreOptions {
 class Store {
  public:
   // The schema this build writes; older databases are migrated on Open.
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Creates the file's directory and the file when missing, sets WAL, the
   // synchronous level and the busy timeout, and creates or migrates the
@@ -109,6 +111,11 @@ class Store {
                              uint64_t incarnation, const std::string& policy_json,
                              const std::vector<StoredOverride>& overrides);
 
+  // A new run of the job begins (docs/runs.md): records its run id and
+  // forgets the previous run's memberships, overrides and admin policy, so a
+  // restart restores the new run, not the old one. Events stay.
+  absl::Status StartRun(const std::string& job_id, uint32_t world_size, uint64_t incarnation,
+                        const std::string& run_id);
   absl::StatusOr<std::optional<StoredJob>> LoadJob(const std::string& job_id);
   // Jobs updated at or after `since`, ascending by id.
   absl::StatusOr<std::vector<StoredJob>> LoadJobs(engine::Time since);

@@ -70,6 +70,9 @@ absl::Status ValidateJobId(absl::string_view field, absl::string_view job_id) {
 absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job) {
   if (absl::Status s = ValidateJobId("hello.job_id", hello.job_id); !s.ok()) return s;
   if (absl::Status s = CheckPrintable("hello.node", hello.node, kMaxNodeBytes); !s.ok()) return s;
+  if (!hello.run_id.empty()) {
+    if (absl::Status s = ValidateJobId("hello.run_id", hello.run_id); !s.ok()) return s;
+  }
   if (absl::Status s =
           CheckPrintable("hello.client_version", hello.client_version, kMaxClientVersionBytes);
       !s.ok()) {
@@ -212,6 +215,9 @@ StreamHello FromProto(const v1::StreamHello& h) {
     out.known_excluded_wire_reasons.push_back(static_cast<int>(e.reason()));
   }
   if (h.has_reported_iteration()) out.reported_iteration = h.reported_iteration();
+  out.run_id = h.run_id();
+  for (const v1::RankDevice& d : h.devices())
+    if (d.incarnation() != 0) out.rank_incarnations.emplace_back(d.rank(), d.incarnation());
   return out;
 }
 

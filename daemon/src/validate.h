@@ -61,6 +61,9 @@ struct StreamHello {
   std::vector<int> known_excluded_wire_reasons;
   // The highest iteration the stream's ranks reported; nullopt = none yet.
   std::optional<uint64_t> reported_iteration;
+  std::string run_id;  // "" = the job's default run (docs/runs.md)
+  // (rank, client incarnation) from hello.devices, incarnation != 0 only.
+  std::vector<std::pair<uint32_t, uint64_t>> rank_incarnations;
 };
 
 // `field` names the value in the message ("hello.job_id", "job_id").

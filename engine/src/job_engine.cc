@@ -16,6 +16,7 @@ std::string_view WorkerStateName(WorkerState s) {
     case WorkerState::kHealthy: return "healthy";
     case WorkerState::kStraggler: return "straggler";
     case WorkerState::kUnresponsive: return "unresponsive";
+    case WorkerState::kFinished: return "finished";
   }
   return "unknown";
 }
@@ -206,7 +207,8 @@ struct JobEngine::Impl {
   }
 
   bool Live(const RankState& r) const {
-    return r.state != WorkerState::kPending && r.state != WorkerState::kUnresponsive;
+    return r.state != WorkerState::kPending && r.state != WorkerState::kUnresponsive &&
+           r.state != WorkerState::kFinished;
   }
 
   // Rows start (true) or stop (false) waiting for `rank`; keeps the
@@ -316,7 +318,7 @@ struct JobEngine::Impl {
     Attach(r);
     if (r.state == WorkerState::kPending) {
       r.state = WorkerState::kHealthy;
-    } else if (r.state == WorkerState::kUnresponsive) {
+    } else if (r.state == WorkerState::kUnresponsive || r.state == WorkerState::kFinished) {
       r.counter = 0;
       ChangeState(rep.rank, WorkerState::kHealthy, rep.iteration, rep.compute_seconds, now,
                   "reporting again");
@@ -752,6 +754,11 @@ struct JobEngine::Impl {
       }
       if (r.override == RankOverride::kForceInclude || !policy.exclusion_enabled) continue;
       if (ce && ce->reason == ExclusionReason::kForced) continue;  // override was cleared
+      if (r.state == WorkerState::kFinished) {
+        // A job that is ending changes no membership: its ranks are leaving.
+        if (ce) keep(i, *ce);
+        continue;
+      }
       if (r.state == WorkerState::kUnresponsive) {
         if (ce) keep(i, *ce);
         else unresponsive_candidates.push_back(i);
@@ -1052,7 +1059,7 @@ struct JobEngine::Impl {
     bool any = false;
     for (uint32_t i = 0; i < world_size; ++i) {
       RankState& r = ranks[i];
-      if (r.state == WorkerState::kUnresponsive) continue;
+      if (r.state == WorkerState::kUnresponsive || r.state == WorkerState::kFinished) continue;
       const bool pending = r.state == WorkerState::kPending;
       const Time last = pending ? std::max(created_at, r.announced_at) : r.last_report_time;
       if (now - last <= timeout) continue;
@@ -1093,6 +1100,57 @@ void JobEngine::Announce(uint32_t rank, Time now) {
     d.SetCounted(rank, true);
   }
   if (d.dirty) d.Evaluate(now);
+}
+
+void JobEngine::Restart(uint32_t rank) {
+  Impl& d = *impl_;
+  if (rank >= d.world_size) return;
+  auto& r = d.ranks[rank];
+  r.has_progress = false;
+  r.last_iteration = 0;
+}
+
+void JobEngine::Finish(uint32_t rank, Time now) {
+  Impl& d = *impl_;
+  if (rank >= d.world_size) return;
+  auto& r = d.ranks[rank];
+  if (r.state == WorkerState::kPending || r.state == WorkerState::kFinished) return;
+  d.ChangeState(rank, WorkerState::kFinished, r.last_iteration, r.last_compute, now,
+                "its trainer closed cleanly");
+  d.SetCounted(rank, false);
+  d.DrainRows(now);
+  d.Evaluate(now);
+}
+
+bool JobEngine::Finished() const {
+  const Impl& d = *impl_;
+  for (const auto& r : d.ranks)
+    if (r.state != WorkerState::kFinished) return false;
+  return true;
+}
+
+void JobEngine::StartOver(uint64_t first_version, Time now) {
+  Impl& old = *impl_;
+  auto fresh = std::make_unique<Impl>(old.world_size, old.policy, now);
+  fresh->iterations_per_epoch = old.iterations_per_epoch;
+  fresh->epoch_length_announced = old.epoch_length_announced;
+  Membership& m = fresh->versions.front().m;
+  m.version = first_version;
+  m.lead_iterations = std::max(old.policy.lead_iterations, old.Newest().lead_iterations);
+  for (uint32_t i = 0; i < old.world_size; ++i) {
+    const auto& r = old.ranks[i];
+    auto& n = fresh->ranks[i];
+    n.override = r.override;
+    if (r.override == RankOverride::kForceExclude)
+      m.excluded.push_back({i, ExclusionReason::kForced, "forced out by an operator", 0});
+    if (r.attached) {
+      n.attached = true;
+      n.announced_at = now;
+      fresh->SetCounted(i, true);
+    }
+  }
+  fresh->history.front() = m;
+  impl_ = std::move(fresh);
 }
 
 void JobEngine::Detach(uint32_t rank) {
@@ -1318,6 +1376,7 @@ JobView JobEngine::View() const {
     v.straggler_ranks += r.state == WorkerState::kStraggler;
     v.unresponsive_ranks += r.state == WorkerState::kUnresponsive;
     v.detached_ranks += !r.attached;
+    v.finished_ranks += r.state == WorkerState::kFinished;
   }
   v.membership_withheld = d.withheld;
   v.detections_total = d.detections_total;

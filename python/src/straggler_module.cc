@@ -193,6 +193,7 @@ straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
     py::handle v = item.second;
     if (key == "endpoint") o.endpoint = v.cast<std::string>();
     else if (key == "job_id") o.job_id = v.cast<std::string>();
+    else if (key == "run_id") o.run_id = v.cast<std::string>();
     else if (key == "rank") o.ranks = {v.cast<uint32_t>()};
     else if (key == "ranks") o.ranks = v.cast<std::vector<uint32_t>>();
     else if (key == "world_size") o.world_size = v.cast<uint32_t>();
@@ -223,6 +224,7 @@ straggler::GlooOptions GlooOptionsFrom(PyClient& client, const py::kwargs& kw) {
   straggler::GlooOptions o;
   o.rendezvous_endpoint = straggler::RendezvousEndpointFor(c);
   o.job_id = c.job_id;
+  o.run_id = c.run_id;  // each launch its own rendezvous keys (docs/runs.md)
   if (!c.ranks.empty()) o.rank = c.ranks.front();
   o.world_size = c.world_size;
   for (auto item : kw) {
@@ -298,7 +300,7 @@ PYBIND11_MODULE(_straggler, m) {
            }),
            "Client(**options): options from the environment (RANK, WORLD_SIZE, LOCAL_RANK, "
            "STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, ...), overridden by keyword arguments "
-           "(endpoint, job_id, rank or ranks, world_size, local_rank, node, "
+           "(endpoint, job_id, run_id, rank or ranks, world_size, local_rank, node, "
            "iterations_per_epoch, queue_capacity, max_batch, max_send_delay [s], "
            "tls_ca_file, tls_cert_file, tls_key_file, ...)")
       .def(

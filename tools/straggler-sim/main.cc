@@ -164,6 +164,7 @@ bool Sim::CreateClients(std::string* error) {
     co.tls_cert_file = tls.cert_file;
     co.tls_key_file = tls.key_file;
     co.job_id = o_.job;
+    co.run_id = o_.run_id;
     co.ranks = {r};
     co.world_size = o_.World();
     co.local_rank = r;
@@ -358,6 +359,7 @@ bool Sim::FetchEvents(std::vector<v1::Event>* events, std::string* error) const 
     if (!token.empty()) ctx.AddMetadata("authorization", straggler::BearerAuthorization(token));
     v1::ListEventsRequest req;
     req.set_job_id(o_.job);
+    req.set_run_id(o_.run_id);  // this launch's events, not an earlier run's
     req.set_since_sequence(since);
     req.set_limit(kEventsPageSize);
     v1::ListEventsResponse resp;
@@ -554,6 +556,7 @@ int Sim::Run() {
   if (!o_.report.empty()) {
     nlohmann::json report = {
         {"job", o_.job},
+        {"run_id", o_.run_id},
         {"ranks_count", o_.ranks},
         {"first_rank", o_.first_rank},
         {"world_size", o_.World()},
@@ -605,6 +608,10 @@ int main(int argc, char** argv) {
       "STRAGGLER_TOKEN_FILE names."};
   app.add_option("--daemon", o.daemon, "daemon gRPC address")->capture_default_str();
   app.add_option("--job", o.job, "job id (default sim-<pid>)");
+  app.add_option("--run-id", o.run_id,
+                 "this launch's run id (default: STRAGGLER_RUN_ID or TORCHELASTIC_RUN_ID, else a "
+                 "random one when this process runs every rank; processes that split one job "
+                 "across --first-rank must pass the same value)");
   app.add_option("--ranks", o.ranks, "ranks (threads) this process runs")->capture_default_str();
   app.add_option("--first-rank", o.first_rank,
                  "the first of this process's ranks: it runs FIRST..FIRST+RANKS-1 (one job split "
@@ -655,6 +662,15 @@ int main(int argc, char** argv) {
     return straggler_sim::kExitUsage;
   }
   if (o.job.empty()) o.job = "sim-" + std::to_string(getpid());
+  if (o.run_id.empty()) o.run_id = straggler::ClientOptions::FromEnv().run_id;
+  if (o.run_id.empty() && o.first_rank == 0 && o.ranks == o.World()) {
+    // One process, the whole job: a launch of its own, so a job id used
+    // again does not inherit the last launch's exclusions.
+    std::mt19937_64 rng(std::random_device{}());
+    char text[32];
+    std::snprintf(text, sizeof text, "sim-%016llx", static_cast<unsigned long long>(rng()));
+    o.run_id = text;
+  }
   o.seed_given = seed->count() > 0;
   if (!o.seed_given) o.seed = std::random_device{}();
   return straggler_sim::Sim(std::move(o)).Run();

@@ -25,6 +25,10 @@ struct SimOptions {
   std::string daemon = "127.0.0.1:7070";  // where the ranks report: daemon or agent
   std::string query_daemon;               // QueryService for events; "" = daemon
   std::string job;  // empty: "sim-<pid>"
+  // The launch (docs/runs.md). Empty: STRAGGLER_RUN_ID / TORCHELASTIC_RUN_ID,
+  // else a random one when this process runs every rank (processes that
+  // split a job must agree on it: --run-id).
+  std::string run_id;
   uint32_t ranks = 8;        // run by this process: first_rank .. first_rank + ranks - 1
   uint32_t first_rank = 0;
   uint32_t world_size = 0;   // of the whole job; 0 = ranks

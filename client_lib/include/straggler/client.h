@@ -40,6 +40,13 @@ struct ClientOptions {
   // "host:port", "dns:///host:port" or "unix:///run/straggler/agent.sock".
   std::string endpoint = "127.0.0.1:7070";
   std::string job_id;
+  // Which launch of the job this is (docs/runs.md). A new run of a job id
+  // starts fresh at the daemon (memberships, states, progress) and in the
+  // rendezvous keys. Every rank of one launch must use the same value.
+  // FromEnv: STRAGGLER_RUN_ID, else TORCHELASTIC_RUN_ID ("" and "none" are
+  // unset); straggler.torch derives one per launch when neither is set.
+  // Same characters as job_id; "" = the job's default run.
+  std::string run_id;
   // Ranks this client reports for (usually one). Report() for another rank is
   // rejected locally.
   std::vector<uint32_t> ranks;
@@ -77,6 +84,7 @@ struct ClientOptions {
 
   // RANK, WORLD_SIZE, LOCAL_RANK (as set by torchrun and other launchers),
   // CUDA_VISIBLE_DEVICES, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
+  // STRAGGLER_RUN_ID / TORCHELASTIC_RUN_ID (run_id above),
   // STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_GPU_UUID, STRAGGLER_TLS_CA,
   // STRAGGLER_TLS_CERT, STRAGGLER_TLS_KEY. Missing RANK/WORLD_SIZE leave defaults;
   // Validate() then tells what is missing. A variable that is set but does

@@ -98,7 +98,12 @@
 //  * Input. Rejected with a message naming the value: rank >= world size;
 //    NaN, infinite, negative or > max_compute_seconds compute time; NaN,
 //    infinite or negative optional times. Per rank, iterations must grow:
-//    the same iteration again is kDuplicate, an older one kStale.
+//    the same iteration again is kDuplicate, an older one kStale - within one
+//    client incarnation: Restart(rank) (a new trainer process) lets the rank
+//    start again below (docs/runs.md, "The iteration rule").
+//  * Finished: Finish(rank) (its trainer closed cleanly) makes it kFinished:
+//    rows stop waiting for it, it never turns unresponsive, its place in the
+//    excluded set does not change. A report makes it healthy again.
 //
 // Thread safety: none. A JobEngine is used by one thread at a time; the
 // daemon keeps one mutex per job.
@@ -120,7 +125,7 @@ namespace straggler::engine {
 // Nanoseconds since the Unix epoch; the engine never reads a clock.
 using Time = std::chrono::nanoseconds;
 
-enum class WorkerState { kPending, kHealthy, kStraggler, kUnresponsive };
+enum class WorkerState { kPending, kHealthy, kStraggler, kUnresponsive, kFinished };
 enum class ExclusionReason { kNone, kStraggler, kUnresponsive, kForced, kProbationEnd };
 enum class RankOverride { kNone, kForceInclude, kForceExclude };
 enum class EventKind {
@@ -237,6 +242,7 @@ struct JobView {
   uint32_t straggler_ranks = 0;
   uint32_t unresponsive_ranks = 0;
   uint32_t detached_ranks = 0;          // no stream speaks for them (see Detach)
+  uint32_t finished_ranks = 0;          // their trainer closed cleanly (Finish)
   bool membership_withheld = false;     // a changed excluded set waits for them
   uint64_t detections_total = 0;
   uint64_t recoveries_total = 0;
@@ -281,6 +287,27 @@ class JobEngine {
   // the excluded set now waits for it, see "Membership gate". Its next
   // Announce or report ends that.
   void Detach(uint32_t rank);
+
+  // A new client incarnation speaks for `rank` (a restarted trainer,
+  // typically from a checkpoint): its iterations start over, so its next
+  // report may be below the ones it sent before. Nothing else changes.
+  void Restart(uint32_t rank);
+
+  // The rank's trainer closed cleanly (see "Finished" above); emits a state
+  // change. No effect on a rank that never reported or already finished.
+  void Finish(uint32_t rank, Time now);
+
+  // Every rank finished (JobView.finished).
+  bool Finished() const;
+
+  // Starts the job over as a new engine would (no progress, no states, no
+  // rows, no threshold), keeping the policy, the epoch length, the rank
+  // overrides and which ranks are attached: a whole job restarted from a
+  // checkpoint (docs/runs.md). The membership history is replaced by one
+  // version, `first_version`, in force from iteration 0 with only the forced
+  // ranks excluded; `first_version` must be above every version published,
+  // so no client mistakes it for one it holds.
+  void StartOver(uint64_t first_version, Time now);
 
   // Replaces the policy (validated). Counters and states are kept; the
   // threshold is re-profiled when the judging rule changed.
