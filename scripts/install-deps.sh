@@ -36,6 +36,9 @@ PACKAGES=(
   # and its PyTorch DDP test; Debian's python3-torch is 1.13, CPU only, and
   # links the same libgloo as straggler_collective
   python3-dev pybind11-dev python3-pybind11 python3-numpy python3-torch
+  # `pip install ./python` into a venv (python/pyproject.toml, test
+  # python:pip_install_venv): venv, pip and the setuptools build backend
+  python3-venv python3-pip python3-setuptools python3-wheel
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }

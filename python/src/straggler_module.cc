@@ -292,7 +292,19 @@ PYBIND11_MODULE(_straggler, m) {
       .def_readonly("connected", &straggler::ClientStats::connected)
       .def_readonly("upstream_unavailable", &straggler::ClientStats::upstream_unavailable,
                     "behind a straggler-agent whose stream to the daemon is down")
-      .def_readonly("last_rejection", &straggler::ClientStats::last_rejection);
+      .def_readonly("last_rejection", &straggler::ClientStats::last_rejection)
+      .def("__repr__", [](const straggler::ClientStats& s) {
+        const auto n = [](uint64_t v) { return std::to_string(v); };
+        const auto b = [](bool v) { return std::string(v ? "True" : "False"); };
+        // The daemon's message may hold quotes: Python's repr() escapes them.
+        return "ClientStats(enqueued=" + n(s.enqueued) + ", dropped=" + n(s.dropped) +
+               ", report_wakes=" + n(s.report_wakes) + ", sent=" + n(s.sent) +
+               ", acked=" + n(s.acked) + ", rejected=" + n(s.rejected) +
+               ", duplicates=" + n(s.duplicates) + ", reconnects=" + n(s.reconnects) +
+               ", connected=" + b(s.connected) +
+               ", upstream_unavailable=" + b(s.upstream_unavailable) + ", last_rejection=" +
+               py::repr(py::str(s.last_rejection)).cast<std::string>() + ")";
+      });
 
   py::class_<PyClient, std::shared_ptr<PyClient>>(m, "Client")
       .def(py::init([](const py::kwargs& kw) {

@@ -151,6 +151,10 @@ def test(args):
                 st = c.stats()
                 check(isinstance(st.report_wakes, int) and st.report_wakes <= st.enqueued,
                       "report_wakes %r of %d reports" % (st.report_wakes, st.enqueued))
+                check(repr(st).startswith("ClientStats(enqueued=%d, dropped=%d, " % (
+                          st.enqueued, st.dropped)) and ", connected=True, " in repr(st)
+                      and repr(st).endswith(", last_rejection=%r)" % st.last_rejection),
+                      "repr(ClientStats) does not list its fields: %r" % st)
             res = run([args.ctl, "--daemon", d.address, "override", JOB, "1", "exclude",
                        "--reason", "test"], timeout=30)
             check(res.returncode == 0, "stragglerctl override failed: %s" % res.stderr)
