@@ -8,7 +8,12 @@ bad rank -> nonzero exit naming the rank, unknown job -> exit 1 "not found",
 unreachable daemon -> exit 3. `export --format csv` of the finished job is a
 trace straggler-replay accepts.
 
-    stragglerctl_test.py --stragglerd PATH --sim PATH --ctl PATH --replay PATH
+With a real straggler-agent: a trainer's STRAGGLER_ENDPOINT naming the agent's
+socket is not read (STRAGGLERCTL_DAEMON is), and --daemon pointed at the socket
+exits 1 with an UNIMPLEMENTED message that names the endpoint and says it is
+not stragglerd (gRPC's own message for it is empty).
+
+    stragglerctl_test.py --stragglerd PATH --sim PATH --ctl PATH --replay PATH --agent PATH
 """
 
 import argparse
@@ -26,6 +31,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Daemon, TestFailure, check, check_memberships_agreed, main, run,  # noqa: E402
                      wait_for)
+from agent_test import Agent  # noqa: E402
 
 RANKS = 4
 CTL_TIMEOUT_S = 15
@@ -53,6 +59,31 @@ class Ctl:
         except json.JSONDecodeError as e:
             raise TestFailure("stragglerctl %s: output is not JSON (%s):\n%s"
                               % (" ".join(args), e, out))
+
+
+def check_agent_endpoint(args, workdir, daemon, job):
+    """A trainer's environment on an agent node: STRAGGLER_ENDPOINT is the agent's socket."""
+    sock = os.path.join(workdir, "agent.sock")
+    agent = Agent(args.agent, workdir, sock, daemon.address)
+    try:
+        agent.start()
+        env = dict(os.environ, STRAGGLER_ENDPOINT="unix://" + sock,
+                   STRAGGLERCTL_DAEMON=daemon.address)
+        res = run([args.ctl, "jobs"], CTL_TIMEOUT_S, env=env)
+        check(res.returncode == 0 and job in res.stdout,
+              "jobs with STRAGGLER_ENDPOINT=agent socket, STRAGGLERCTL_DAEMON=daemon: rc %d\n%s%s"
+              % (res.returncode, res.stdout, res.stderr))
+        res = run([args.ctl, "--daemon", "unix://" + sock, "jobs"], CTL_TIMEOUT_S)
+        expected = ("stragglerctl: UNIMPLEMENTED: unix://%s is not a stragglerd query/admin "
+                    "service" % sock)
+        check(res.returncode == 1 and res.stderr.startswith(expected),
+              "jobs against the agent's socket: rc %d, stderr %r, expected it to start with %r"
+              % (res.returncode, res.stderr, expected))
+        helped = run([args.ctl, "--help"], CTL_TIMEOUT_S).stdout
+        check("$STRAGGLERCTL_DAEMON" in helped and "default: $STRAGGLER_ENDPOINT" not in helped,
+              "--help does not name STRAGGLERCTL_DAEMON as --daemon's default:\n%s" % helped)
+    finally:
+        agent.kill()
 
 
 def test(args):
@@ -242,6 +273,8 @@ def test(args):
         check(ctl.json("worker", job, "1").get("override") == "RANK_OVERRIDE_FORCE_EXCLUDE",
               "the withheld override is not on the worker")
 
+        check_agent_endpoint(args, workdir, daemon, job)
+
         unreachable = run([args.ctl, "--daemon", "127.0.0.1:1", "--timeout-ms", "2000", "jobs"],
                           CTL_TIMEOUT_S)
         check(unreachable.returncode == 3 and "UNAVAILABLE" in unreachable.stderr,
@@ -259,5 +292,6 @@ if __name__ == "__main__":
     parser.add_argument("--sim", required=True)
     parser.add_argument("--ctl", required=True)
     parser.add_argument("--replay", required=True)
+    parser.add_argument("--agent", required=True)
     parsed = parser.parse_args()
     main(lambda: test(parsed))

@@ -12,6 +12,9 @@
 // TLS and the bearer token of a secured daemon (README "Security"):
 //   stragglerctl --tls-ca ca.pem --token-file /etc/stragglerd/token reset resnet-42
 //
+// The daemon's address is --daemon, else $STRAGGLERCTL_DAEMON, else
+// 127.0.0.1:7070 (never a trainer's $STRAGGLER_ENDPOINT).
+//
 // Exit status: 0 ok, 1 the daemon answered with an error, 2 bad command line
 // (or a TLS/token file that cannot be read), 3 the daemon could not be reached. Errors go to stderr as
 // "stragglerctl: <GRPC_CODE>: <message>" so scripts can match on the code.
@@ -68,6 +71,14 @@ int Fail(const grpc::Status& status, const Globals& g, bool reached = false) {
   // gRPC's own "failed to connect" text does not say where we tried to connect.
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !reached)
     message = "daemon at " + g.daemon + " unreachable: " + message;
+  // gRPC answers a service the server does not have with UNIMPLEMENTED and no
+  // text at all: the usual cause is an endpoint that is a gRPC server, but not
+  // stragglerd (a straggler-agent's socket, which serves only the trainers' API).
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    message = g.daemon + " is not a stragglerd query/admin service (a straggler-agent socket?); "
+              "point --daemon or $STRAGGLERCTL_DAEMON at stragglerd's gRPC address" +
+              (message.empty() ? "" : " (" + message + ")");
+  }
   std::cerr << "stragglerctl: " << CodeName(status.error_code()) << ": " << message << '\n';
   return status.error_code() == grpc::StatusCode::UNAVAILABLE ? kExitUnreachable : kExitRpcError;
 }
@@ -353,14 +364,18 @@ struct PolicyFlags {
 
 int main(int argc, char** argv) {
   Globals g;
-  const char* env = std::getenv("STRAGGLER_ENDPOINT");
+  // Not STRAGGLER_ENDPOINT: that is the trainers' variable, and on a node with
+  // an agent it names the agent's socket, which has no query/admin service.
+  const char* env = std::getenv("STRAGGLERCTL_DAEMON");
   g.daemon = env != nullptr && *env != '\0' ? env : kDefaultDaemon;
 
   CLI::App app{"stragglerctl: query and steer a stragglerd daemon"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags may follow the subcommand
   app.add_option("--daemon", g.daemon,
-                 "daemon gRPC address (default: $STRAGGLER_ENDPOINT, else 127.0.0.1:7070)");
+                 "stragglerd's gRPC address, host:port or unix:///path (default: "
+                 "$STRAGGLERCTL_DAEMON, else 127.0.0.1:7070; $STRAGGLER_ENDPOINT, the "
+                 "trainers' variable, is not read)");
   app.add_option("--output,-o", g.output, "output format")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
