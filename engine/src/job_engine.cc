@@ -1114,8 +1114,10 @@ absl::Status JobEngine::SetPolicy(const PolicyConfig& policy, Time now) {
   e.kind = EventKind::kPolicyChanged;
   e.iteration = d.have_highest ? d.highest_active : 0;
   e.membership_version = d.Newest().version;
-  e.message = absl::StrCat("policy ", std::string(PolicyKindName(old.kind)), " -> ",
-                           std::string(PolicyKindName(policy.kind)));
+  // Name what changed: "policy dynamic -> dynamic" told an operator nothing.
+  const std::string changes = PolicyChanges(old, policy);
+  e.message = changes.empty() ? "policy set again, no field changed"
+                              : absl::StrCat("policy changed: ", changes);
   d.Emit(std::move(e));
   if (rule_changed) {
     d.have_threshold = false;
