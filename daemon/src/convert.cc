@@ -176,9 +176,13 @@ void ToProto(const JournalEntry& e, v1::Event* out) {
   ToProto(e.event.time, out->mutable_time());
   out->set_job_id(e.job_id);
   out->set_kind(ToProto(e.event.kind));
-  out->set_rank(e.event.rank);
-  out->set_from(ToProto(e.event.from));
-  out->set_to(ToProto(e.event.to));
+  // A job-wide event has no rank: rank 0 and PENDING -> PENDING would read
+  // as a claim about rank 0.
+  if (engine::EventNamesRank(e.event.kind)) {
+    out->set_rank(e.event.rank);
+    out->set_from(ToProto(e.event.from));
+    out->set_to(ToProto(e.event.to));
+  }
   out->set_iteration(e.event.iteration);
   v1::Evidence* ev = out->mutable_evidence();
   ev->set_compute_seconds(e.event.evidence.compute_seconds);

@@ -55,7 +55,8 @@ std::string DescribeEvent(const Job& job, const engine::Event& e, const Attribut
       return absl::StrCat("job=", job.id, " membership v", e.membership_version, " ", e.message);
     }
     default:
-      return absl::StrCat("job=", job.id, " ", std::string(engine::EventKindName(e.kind)), " rank=", e.rank,
+      return absl::StrCat("job=", job.id, " ", std::string(engine::EventKindName(e.kind)),
+                          engine::EventNamesRank(e.kind) ? absl::StrCat(" rank=", e.rank) : "",
                           " iteration=", e.iteration, e.message.empty() ? "" : ": ", e.message);
   }
 }

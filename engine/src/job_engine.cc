@@ -45,6 +45,11 @@ std::string_view EventKindName(EventKind k) {
   return "unknown";
 }
 
+bool EventNamesRank(EventKind k) {
+  return k == EventKind::kStateChange || k == EventKind::kGuardBlocked ||
+         k == EventKind::kOverride || k == EventKind::kMembershipWithheld;
+}
+
 std::string_view RejectReasonName(RejectReason r) {
   switch (r) {
     case RejectReason::kNone: return "none";

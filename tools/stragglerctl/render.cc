@@ -268,9 +268,7 @@ void PrintEvents(const v1::ListEventsResponse& r, std::ostream& out) {
           {Align::kRight, Align::kLeft, Align::kLeft, Align::kRight, Align::kLeft, Align::kRight,
            Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft});
   for (const auto& e : r.events()) {
-    const bool per_rank = e.kind() == v1::EVENT_KIND_STATE_CHANGE ||
-                          e.kind() == v1::EVENT_KIND_GUARD_BLOCKED ||
-                          e.kind() == v1::EVENT_KIND_OVERRIDE;
+    const bool per_rank = e.has_rank();
     const bool change = e.kind() == v1::EVENT_KIND_STATE_CHANGE;
     const bool evidence = e.has_evidence() && per_rank;
     t.AddRow({std::to_string(e.sequence()), TimeText(e.time()), EventKindName(e.kind()),

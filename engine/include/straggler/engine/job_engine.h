@@ -137,6 +137,10 @@ enum class EventKind {
 std::string_view WorkerStateName(WorkerState s);
 std::string_view ExclusionReasonName(ExclusionReason r);
 std::string_view EventKindName(EventKind k);
+// Whether an event of kind `k` is about one rank (state_change, guard_blocked,
+// override, membership_withheld): only then do Event::rank, from and to mean
+// anything. The other kinds are about the whole job and leave them default.
+bool EventNamesRank(EventKind k);
 
 struct Report {
   uint32_t rank = 0;
