@@ -76,6 +76,19 @@ v1::EventKind ToProto(engine::EventKind k) {
   return v1::EVENT_KIND_UNSPECIFIED;
 }
 
+absl::StatusOr<engine::EventKind> FromProto(v1::EventKind k) {
+  for (engine::EventKind e :
+       {engine::EventKind::kStateChange, engine::EventKind::kMembership,
+        engine::EventKind::kGuardBlocked, engine::EventKind::kPolicyChanged,
+        engine::EventKind::kOverride, engine::EventKind::kReset, engine::EventKind::kReprofile,
+        engine::EventKind::kMembershipWithheld}) {
+    if (ToProto(e) == k) return e;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("event kind ", static_cast<int>(k), " (", v1::EventKind_Name(k),
+                   ") is not a kind of event"));
+}
+
 v1::LikelyCause ToProto(LikelyCause c) {
   switch (c) {
     case LikelyCause::kUnspecified: return v1::LIKELY_CAUSE_UNSPECIFIED;

@@ -594,6 +594,11 @@ EventPage JobRegistry::Events(const EventQuery& query) const {
     const JournalEntry& e = events_[i];
     if (!query.job_id.empty() && e.job_id != query.job_id) continue;
     if (e.event.time < query.since_time) continue;
+    if (!query.kinds.empty() &&
+        std::find(query.kinds.begin(), query.kinds.end(), e.event.kind) == query.kinds.end())
+      continue;
+    if (query.rank && !(engine::EventNamesRank(e.event.kind) && e.event.rank == *query.rank))
+      continue;
     if (page.events.size() == limit) {
       page.last_sequence = page.events.back().sequence;
       return page;

@@ -61,6 +61,48 @@ class Ctl:
                               % (" ".join(args), e, out))
 
 
+def check_event_filters(ctl, job):
+    """events --kind/--rank: the daemon filters; the run above made overrides of FORCED_RANK."""
+    overrides = ctl.json("events", job, "--kind", "override").get("events", [])
+    check(len(overrides) >= 2 and all(e["kind"] == "EVENT_KIND_OVERRIDE" and
+                                      e["rank"] == FORCED_RANK for e in overrides),
+          "events --kind override: %s" % overrides)
+    ranked = ctl.json("events", job, "--rank", str(FORCED_RANK)).get("events", [])
+    check(ranked and all(e.get("rank") == FORCED_RANK for e in ranked),
+          "events --rank %d: %s" % (FORCED_RANK, ranked))
+    both = ctl.json("events", job, "--kind", "override,state_change", "--rank", "0")
+    check(all(e.get("rank") == 0 and e["kind"] in ("EVENT_KIND_OVERRIDE",
+                                                   "EVENT_KIND_STATE_CHANGE")
+              for e in both.get("events", [])), "events --kind .. --rank 0: %s" % both)
+    table = ctl("events", job, "--kind", "membership").stdout.splitlines()
+    check(len(table) >= 3 and all(line.split()[2] == "membership" for line in table[1:-1]),
+          "events --kind membership (table):\n%s" % "\n".join(table))
+    ctl("events", job, "--kind", "nonsense", expect_rc=2)
+
+
+def check_follower(follower):
+    """The --follow started before the last override prints it, and exits 0 on SIGINT."""
+    try:
+        ready, _, _ = select.select([follower.stdout], [], [], 10.0)
+        check(ready, "events --follow printed nothing within 10 s of an override")
+        line = follower.stdout.readline()
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            raise TestFailure("events --follow: not one JSON event per line: %r" % line)
+        check(event["kind"] == "EVENT_KIND_OVERRIDE" and event["rank"] == 1,
+              "events --follow: first event %s, expected the override of rank 1" % event)
+        follower.send_signal(signal.SIGINT)
+        rc = follower.wait(timeout=5)
+        rest = follower.stdout.read()
+        check(rc == 0, "events --follow exited with %d after SIGINT: %s" % (rc, follower.stderr.read()))
+        check(rest.strip() == "", "events --follow printed more than the new override: %r" % rest)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+
+
 def check_agent_endpoint(args, workdir, daemon, job):
     """A trainer's environment on an agent node: STRAGGLER_ENDPOINT is the agent's socket."""
     sock = os.path.join(workdir, "agent.sock")
@@ -262,6 +304,16 @@ def test(args):
         check(ctl.json("membership", job).get("excluded", []) == [],
               "membership after reset still excludes ranks")
 
+        check_event_filters(ctl, job)
+
+        # events --follow from the newest sequence: the override below, and
+        # nothing older, arrives as one JSON line; SIGINT ends it with 0.
+        newest = ctl.json("events", job, "--limit", "10000")["lastSequence"]
+        follower = subprocess.Popen(
+            [args.ctl, "--daemon", daemon.address, "--output", "json", "events", job, "--follow",
+             "--since-sequence", newest, "--kind", "override", "--interval-ms", "100"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
         # override after the sim ended: no rank has a stream, so the daemon
         # withholds the change (membership gate) and stragglerctl says so.
         res = ctl("override", job, "1", "exclude", output="json")
@@ -272,6 +324,7 @@ def test(args):
               "override of a job without streams changed the membership: %s" % res.stdout)
         check(ctl.json("worker", job, "1").get("override") == "RANK_OVERRIDE_FORCE_EXCLUDE",
               "the withheld override is not on the worker")
+        check_follower(follower)
 
         check_agent_endpoint(args, workdir, daemon, job)
 

@@ -4,6 +4,7 @@
 //   stragglerctl jobs
 //   stragglerctl workers resnet-42
 //   stragglerctl watch resnet-42                     # one line per membership version
+//   stragglerctl events resnet-42 --kind state_change --rank 3 --follow
 //   stragglerctl policy resnet-42 --limit 8 --threshold-factor 2.5
 //   stragglerctl override resnet-42 3 exclude --reason "bad NIC"
 //   stragglerctl --output json membership resnet-42  # proto3 JSON, same schema as REST
@@ -24,7 +25,9 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -33,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -188,13 +192,36 @@ class Ctl {
     return Show(s, r, stragglerctl::PrintMembership);
   }
 
-  int Events(const std::string& job, uint64_t since_sequence, uint32_t limit) {
-    auto req = ForJob<v1::ListEventsRequest>(job);
-    req.set_since_sequence(since_sequence);
-    req.set_limit(limit);
+  // One page of events; the daemon filters by kind and rank.
+  int Events(const v1::ListEventsRequest& req) {
     v1::ListEventsResponse r;
     auto s = Call(*query_, &v1::QueryService::Stub::ListEvents, req, &r);
     return Show(s, r, stragglerctl::PrintEvents);
+  }
+
+  // `events --follow`: every page from req's since_sequence on, then a poll
+  // every `interval_ms` from the cursor the last answer gave (last_sequence:
+  // also past events the filter skipped), one line per event, until SIGINT or
+  // SIGTERM (blocked by the caller, so sigtimedwait takes them here).
+  int FollowEvents(v1::ListEventsRequest req, int interval_ms, const sigset_t& signals) {
+    const int page = req.limit() > 0 ? static_cast<int>(req.limit()) : 1000;  // daemon default
+    for (;;) {
+      v1::ListEventsResponse r;
+      auto s = Call(*query_, &v1::QueryService::Stub::ListEvents, req, &r);
+      if (!s.ok()) return Fail(s, g_);
+      for (const v1::Event& e : r.events()) {
+        if (g_.json()) {
+          PrintJson(e, true);
+        } else {
+          stragglerctl::PrintEventLine(e, std::cout);
+        }
+      }
+      std::cout.flush();
+      req.set_since_sequence(std::max(req.since_sequence(), r.last_sequence()));
+      if (r.events_size() >= page) continue;  // a full page: more are waiting
+      const timespec wait{interval_ms / 1000, (interval_ms % 1000) * 1000L * 1000L};
+      if (sigtimedwait(&signals, nullptr, &wait) > 0) return kExitOk;
+    }
   }
 
   // Streams until the server ends the stream or SIGINT/SIGTERM arrives. The
@@ -419,7 +446,26 @@ int main(int argc, char** argv) {
   uint64_t since_sequence = 0;
   uint32_t limit = 0;
   events->add_option("--since-sequence", since_sequence, "only events with a larger sequence");
-  events->add_option("--limit", limit, "at most this many (0 = daemon default)");
+  events->add_option("--limit", limit,
+                     "at most this many (0 = daemon default, 1000); with --follow: per poll");
+  std::vector<std::string> event_kinds;
+  events
+      ->add_option("--kind", event_kinds,
+                   "only events of these kinds (repeat or comma-separate)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"state_change", "membership", "guard_blocked", "policy_changed",
+                             "override", "reset", "reprofile", "membership_withheld"}));
+  uint32_t event_rank = 0;
+  auto* o_event_rank = events->add_option(
+      "--rank", event_rank, "only events about this rank (job-wide events name no rank)");
+  bool follow = false;
+  events->add_flag("--follow,-f", follow,
+                   "print the events, then poll for new ones and print them as they come, one "
+                   "line each, until Ctrl-C");
+  int follow_interval_ms = 1000;
+  events->add_option("--interval-ms", follow_interval_ms, "with --follow: time between polls")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
   auto* policy = app.add_subcommand(
       "policy", "show a job's policy, or change the fields given as flags (the rest are kept)");
@@ -508,7 +554,8 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
-  if (watch->parsed()) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (watch->parsed() || (events->parsed() && follow))
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::string error;
   if (!token_file.empty() && !straggler::ReadBearerToken(token_file, &g.token, &error)) {
@@ -528,7 +575,20 @@ int main(int argc, char** argv) {
   if (worker->parsed()) return ctl.Worker(job, rank);
   if (membership->parsed()) return ctl.Membership(job);
   if (watch->parsed()) return ctl.Watch(job, stop_signals);
-  if (events->parsed()) return ctl.Events(job, since_sequence, limit);
+  if (events->parsed()) {
+    v1::ListEventsRequest req;
+    req.set_job_id(job);
+    req.set_since_sequence(since_sequence);
+    req.set_limit(limit);
+    for (std::string kind : event_kinds) {
+      std::transform(kind.begin(), kind.end(), kind.begin(), ::toupper);
+      v1::EventKind k = v1::EVENT_KIND_UNSPECIFIED;
+      v1::EventKind_Parse("EVENT_KIND_" + kind, &k);  // IsMember admitted only kinds
+      req.add_kinds(k);
+    }
+    if (o_event_rank->count()) req.set_rank(event_rank);
+    return follow ? ctl.FollowEvents(req, follow_interval_ms, stop_signals) : ctl.Events(req);
+  }
   if (reset->parsed()) return ctl.Reset(job);
   if (export_cmd->parsed()) {
     if (export_format.empty()) export_format = g.json() ? "json" : "csv";

@@ -287,6 +287,19 @@ void PrintEvents(const v1::ListEventsResponse& r, std::ostream& out) {
   out << "last sequence: " << r.last_sequence() << '\n';
 }
 
+void PrintEventLine(const v1::Event& e, std::ostream& out) {
+  out << e.sequence() << "  " << TimeText(e.time()) << "  " << e.job_id() << "  "
+      << EventKindName(e.kind());
+  if (e.has_rank()) {
+    out << "  rank " << e.rank();
+    if (e.kind() == v1::EVENT_KIND_STATE_CHANGE)
+      out << " " << StateName(e.from()) << " -> " << StateName(e.to());
+  }
+  out << "  iteration " << e.iteration();
+  if (e.membership_version() > 0) out << "  v" << e.membership_version();
+  out << "  " << MessageWithCause(e) << '\n';
+}
+
 void PrintPolicy(const v1::PolicyConfig& p, std::ostream& out) {
   Table t({"SETTING", "VALUE"}, {Align::kLeft, Align::kLeft});
   auto opt_u = [](bool has, uint32_t v) { return has ? std::to_string(v) : std::string("-"); };
