@@ -168,6 +168,7 @@ void ToProto(const Job& job, v1::Job* out) {
   out->set_highest_iteration(v.highest_iteration);
   out->set_threshold_seconds(v.threshold_seconds);
   out->set_baseline_seconds(v.baseline_seconds);
+  out->set_step_seconds(v.step_seconds);
   ToProto(job.engine.membership(), job, out->mutable_membership());
   out->set_active_ranks(v.active_ranks);
   out->set_excluded_ranks(v.excluded_ranks);

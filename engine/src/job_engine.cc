@@ -115,6 +115,9 @@ struct JobEngine::Impl {
     uint64_t iteration = 0;
     uint64_t epoch = 0;
     double min = std::numeric_limits<double>::infinity();
+    // The slowest reported step of the row (step_seconds, else compute):
+    // what the synchronous step of this iteration cost the job.
+    double step_max = 0.0;
     std::vector<std::pair<uint32_t, double>> values;
   };
 
@@ -175,6 +178,7 @@ struct JobEngine::Impl {
   bool have_threshold = false;
   double threshold = 0.0;
   double baseline = 0.0;
+  double step_seconds = 0.0;  // step_max of the newest judged row
   std::vector<double> scratch;
 
   // ---- probation -----------------------------------------------------------
@@ -395,6 +399,7 @@ struct JobEngine::Impl {
     Row& row = rows[it - rows.front().iteration];
     row.values.emplace_back(rep.rank, rep.compute_seconds);
     row.min = std::min(row.min, rep.compute_seconds);
+    row.step_max = std::max(row.step_max, rep.step_seconds.value_or(rep.compute_seconds));
     row.epoch = std::max(row.epoch, rep.epoch);
     if (!have_highest || it > highest_active) {
       highest_active = it;
@@ -413,6 +418,7 @@ struct JobEngine::Impl {
     row.iteration = iteration;
     row.epoch = 0;
     row.min = std::numeric_limits<double>::infinity();
+    row.step_max = 0.0;
     return row;
   }
 
@@ -478,6 +484,7 @@ struct JobEngine::Impl {
   void ProcessRow(Row& row, Time now) {
     if (!have_epoch || row.epoch > epoch) OnNewEpoch(row, now);
     rows_since_profile++;
+    step_seconds = row.step_max;
     switch (policy.kind) {
       case PolicyKind::kDynamic: ProcessDynamicRow(row, now); break;
       case PolicyKind::kStatic:
@@ -1319,6 +1326,7 @@ JobView JobEngine::View() const {
   v.highest_iteration = d.have_highest ? d.highest_active : 0;
   v.threshold_seconds = d.have_threshold ? d.threshold : 0.0;
   v.baseline_seconds = d.baseline;
+  v.step_seconds = d.step_seconds;
   v.excluded_ranks = static_cast<uint32_t>(d.Newest().excluded.size());
   v.active_ranks = d.world_size - v.excluded_ranks;
   for (const auto& r : d.ranks) {

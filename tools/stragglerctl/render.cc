@@ -136,6 +136,7 @@ void PrintJob(const v1::Job& j, std::ostream& out) {
   t.AddRow({"highest iteration", std::to_string(j.highest_iteration())});
   t.AddRow({"threshold", Millis(j.threshold_seconds())});
   t.AddRow({"baseline", Millis(j.baseline_seconds())});
+  t.AddRow({"step time", Millis(j.step_seconds())});
   t.AddRow({"active ranks", std::to_string(j.active_ranks())});
   t.AddRow({"excluded ranks", std::to_string(j.excluded_ranks())});
   t.AddRow({"straggler ranks", std::to_string(j.straggler_ranks())});

@@ -236,6 +236,10 @@ struct JobView {
   uint64_t highest_iteration = 0;       // highest reported by an active rank
   double threshold_seconds = 0.0;       // 0 when no threshold is in force
   double baseline_seconds = 0.0;
+  // The step time of the newest judged iteration: its slowest active rank's
+  // step_seconds, or compute_seconds where a rank reports no step time. A
+  // synchronous job steps at that speed; 0 before the first judged iteration.
+  double step_seconds = 0.0;
   uint32_t active_ranks = 0;            // not excluded (pending ranks count)
   uint32_t excluded_ranks = 0;
   uint32_t straggler_ranks = 0;
