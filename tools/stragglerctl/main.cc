@@ -41,6 +41,7 @@
 #include <CLI/CLI.hpp>
 
 #include "channel_security.h"
+#include "policy_flags.h"
 #include "render.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
@@ -376,17 +377,6 @@ class Ctl {
   std::unique_ptr<v1::AdminService::Stub> admin_;
 };
 
-// Flags of `policy`: each PolicyConfig field, sent only when given.
-struct PolicyFlags {
-  std::string kind, recovery, exclusion_enabled;
-  uint32_t limit = 0, rejoin_mark = 0, profile_iterations = 0, window_iterations = 0,
-           ewma_min_samples = 0, min_active_ranks = 0, cooldown_iterations = 0,
-           lead_iterations = 0;
-  double limit_fraction = 0, threshold_factor = 0, ewma_alpha = 0, ewma_ratio = 0,
-         static_threshold_seconds = 0, max_excluded_fraction = 0, min_throughput_gain = 0,
-         unresponsive_after_seconds = 0, global_shift_fraction = 0, max_compute_seconds = 0;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -470,48 +460,9 @@ int main(int argc, char** argv) {
   auto* policy = app.add_subcommand(
       "policy", "show a job's policy, or change the fields given as flags (the rest are kept)");
   policy->add_option("JOB", job, "job id")->required();
-  PolicyFlags pf;
-  std::vector<CLI::Option*> policy_opts;
-  auto popt = [&](const std::string& name, auto& value, const std::string& help) {
-    auto* o = policy->add_option(name, value, help);
-    policy_opts.push_back(o);
-    return o;
-  };
-  auto* o_kind = popt("--kind", pf.kind, "detection rule")
-                     ->check(CLI::IsMember({"dynamic", "ewma", "static"}));
-  auto* o_limit = popt("--limit", pf.limit, "counter bound; a rank at the limit is a straggler");
-  auto* o_limit_fraction =
-      popt("--limit-fraction", pf.limit_fraction, "limit as a fraction of an epoch's iterations");
-  auto* o_rejoin = popt("--rejoin-mark", pf.rejoin_mark, "a straggler rejoins at this counter");
-  auto* o_profile =
-      popt("--profile-iterations", pf.profile_iterations, "dynamic: n, iterations profiled");
-  auto* o_factor = popt("--threshold-factor", pf.threshold_factor, "dynamic: k, threshold factor");
-  auto* o_window =
-      popt("--window-iterations", pf.window_iterations, "dynamic: re-profile every W iterations");
-  auto* o_shift = popt("--global-shift-fraction", pf.global_shift_fraction,
-                       "dynamic: more than this fraction slow at once is a job-wide slowdown");
-  auto* o_recovery = popt("--recovery", pf.recovery, "how excluded ranks are judged")
-                         ->check(CLI::IsMember({"shadow", "probation"}));
-  auto* o_alpha = popt("--ewma-alpha", pf.ewma_alpha, "ewma: smoothing factor");
-  auto* o_ratio = popt("--ewma-ratio", pf.ewma_ratio, "ewma: straggler above ratio x median");
-  auto* o_min_samples = popt("--ewma-min-samples", pf.ewma_min_samples, "ewma: samples needed");
-  auto* o_static = popt("--static-threshold-seconds", pf.static_threshold_seconds,
-                        "static: fixed threshold in seconds");
-  auto* o_max_excl = popt("--max-excluded-fraction", pf.max_excluded_fraction,
-                          "guard: most ranks excluded at once, as a fraction");
-  auto* o_min_active = popt("--min-active-ranks", pf.min_active_ranks, "guard: fewest active");
-  auto* o_cooldown =
-      popt("--cooldown-iterations", pf.cooldown_iterations, "guard: iterations between flips");
-  auto* o_gain = popt("--min-throughput-gain", pf.min_throughput_gain,
-                      "guard: exclude only when throughput gains this fraction");
-  auto* o_lead = popt("--lead-iterations", pf.lead_iterations, "membership switch lead");
-  auto* o_unresp = popt("--unresponsive-after-seconds", pf.unresponsive_after_seconds,
-                        "silence before a rank is unresponsive");
-  auto* o_max_compute = popt("--max-compute-seconds", pf.max_compute_seconds,
-                             "reports above this compute time are rejected as absurd");
-  auto* o_excl = popt("--exclusion-enabled", pf.exclusion_enabled,
-                      "false = classify and alert only")
-                     ->check(CLI::IsMember({"true", "false"}));
+  v1::PolicyConfig policy_given;
+  bool policy_any = false;
+  stragglerctl::AddPolicyFlags(policy, &policy_given, &policy_any);
 
   auto* override_cmd = app.add_subcommand("override", "force a rank in or out, or clear that");
   override_cmd->add_option("JOB", job, "job id")->required();
@@ -601,39 +552,7 @@ int main(int argc, char** argv) {
     return ctl.Override(job, rank, o, reason);
   }
   if (policy->parsed()) {
-    bool any = false;
-    for (auto* o : policy_opts) any = any || o->count() > 0;
-    if (!any) return ctl.ShowPolicy(job);
-    v1::PolicyConfig p;
-    if (o_kind->count()) {
-      p.set_kind(pf.kind == "dynamic" ? v1::POLICY_KIND_DYNAMIC
-                 : pf.kind == "ewma"  ? v1::POLICY_KIND_EWMA
-                                      : v1::POLICY_KIND_STATIC);
-    }
-    if (o_recovery->count()) {
-      p.set_recovery(pf.recovery == "shadow" ? v1::RECOVERY_MODE_SHADOW
-                                             : v1::RECOVERY_MODE_PROBATION);
-    }
-    if (o_limit->count()) p.set_limit(pf.limit);
-    if (o_limit_fraction->count()) p.set_limit_fraction(pf.limit_fraction);
-    if (o_rejoin->count()) p.set_rejoin_mark(pf.rejoin_mark);
-    if (o_profile->count()) p.set_profile_iterations(pf.profile_iterations);
-    if (o_factor->count()) p.set_threshold_factor(pf.threshold_factor);
-    if (o_window->count()) p.set_window_iterations(pf.window_iterations);
-    if (o_alpha->count()) p.set_ewma_alpha(pf.ewma_alpha);
-    if (o_ratio->count()) p.set_ewma_ratio(pf.ewma_ratio);
-    if (o_min_samples->count()) p.set_ewma_min_samples(pf.ewma_min_samples);
-    if (o_static->count()) p.set_static_threshold_seconds(pf.static_threshold_seconds);
-    if (o_max_excl->count()) p.set_max_excluded_fraction(pf.max_excluded_fraction);
-    if (o_min_active->count()) p.set_min_active_ranks(pf.min_active_ranks);
-    if (o_cooldown->count()) p.set_cooldown_iterations(pf.cooldown_iterations);
-    if (o_gain->count()) p.set_min_throughput_gain(pf.min_throughput_gain);
-    if (o_lead->count()) p.set_lead_iterations(pf.lead_iterations);
-    if (o_unresp->count()) p.set_unresponsive_after_seconds(pf.unresponsive_after_seconds);
-    if (o_shift->count()) p.set_global_shift_fraction(pf.global_shift_fraction);
-    if (o_max_compute->count()) p.set_max_compute_seconds(pf.max_compute_seconds);
-    if (o_excl->count()) p.set_exclusion_enabled(pf.exclusion_enabled == "true");
-    return ctl.SetPolicy(job, p);
+    return policy_any ? ctl.SetPolicy(job, policy_given) : ctl.ShowPolicy(job);
   }
   return kExitUsage;
 }
