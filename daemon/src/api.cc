@@ -112,6 +112,12 @@ absl::StatusOr<v1::ListEventsResponse> ListEvents(const JobRegistry& registry,
   if (request.has_since_time()) query.since_time = FromProto(request.since_time());
   query.since_sequence = request.since_sequence();
   query.limit = request.limit();  // 0 = default; clamped to the maximum
+  for (int kind : request.kinds()) {
+    absl::StatusOr<engine::EventKind> k = FromProto(static_cast<v1::EventKind>(kind));
+    if (!k.ok()) return k.status();
+    query.kinds.push_back(*k);
+  }
+  if (request.has_rank()) query.rank = request.rank();
   EventPage page = registry.Events(query);
   v1::ListEventsResponse response;
   for (const JournalEntry& e : page.events) ToProto(e, response.add_events());

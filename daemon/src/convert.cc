@@ -77,6 +77,19 @@ v1::EventKind ToProto(engine::EventKind k) {
   return v1::EVENT_KIND_UNSPECIFIED;
 }
 
+absl::StatusOr<engine::EventKind> FromProto(v1::EventKind k) {
+  for (engine::EventKind e :
+       {engine::EventKind::kStateChange, engine::EventKind::kMembership,
+        engine::EventKind::kGuardBlocked, engine::EventKind::kPolicyChanged,
+        engine::EventKind::kOverride, engine::EventKind::kReset, engine::EventKind::kReprofile,
+        engine::EventKind::kMembershipWithheld}) {
+    if (ToProto(e) == k) return e;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("event kind ", static_cast<int>(k), " (", v1::EventKind_Name(k),
+                   ") is not a kind of event"));
+}
+
 v1::LikelyCause ToProto(LikelyCause c) {
   switch (c) {
     case LikelyCause::kUnspecified: return v1::LIKELY_CAUSE_UNSPECIFIED;
@@ -156,6 +169,7 @@ void ToProto(const Job& job, v1::Job* out) {
   out->set_highest_iteration(v.highest_iteration);
   out->set_threshold_seconds(v.threshold_seconds);
   out->set_baseline_seconds(v.baseline_seconds);
+  out->set_step_seconds(v.step_seconds);
   ToProto(job.engine.membership(), job, out->mutable_membership());
   out->set_active_ranks(v.active_ranks);
   out->set_excluded_ranks(v.excluded_ranks);
@@ -179,9 +193,13 @@ void ToProto(const JournalEntry& e, v1::Event* out) {
   ToProto(e.event.time, out->mutable_time());
   out->set_job_id(e.job_id);
   out->set_kind(ToProto(e.event.kind));
-  out->set_rank(e.event.rank);
-  out->set_from(ToProto(e.event.from));
-  out->set_to(ToProto(e.event.to));
+  // A job-wide event has no rank: rank 0 and PENDING -> PENDING would read
+  // as a claim about rank 0.
+  if (engine::EventNamesRank(e.event.kind)) {
+    out->set_rank(e.event.rank);
+    out->set_from(ToProto(e.event.from));
+    out->set_to(ToProto(e.event.to));
+  }
   out->set_iteration(e.event.iteration);
   v1::Evidence* ev = out->mutable_evidence();
   ev->set_compute_seconds(e.event.evidence.compute_seconds);

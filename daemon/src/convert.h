@@ -33,6 +33,8 @@ v1::RecoveryMode ToProto(engine::RecoveryMode m);
 v1::LikelyCause ToProto(LikelyCause c);
 // RANK_OVERRIDE_UNSPECIFIED is not an instruction: INVALID_ARGUMENT.
 absl::StatusOr<engine::RankOverride> FromProto(v1::RankOverride o);
+// INVALID_ARGUMENT for EVENT_KIND_UNSPECIFIED or a number no kind has.
+absl::StatusOr<engine::EventKind> FromProto(v1::EventKind k);
 
 // FromProto of Timestamp, IterationReport and StreamHello: validate.h.
 

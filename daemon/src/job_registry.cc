@@ -55,7 +55,8 @@ std::string DescribeEvent(const Job& job, const engine::Event& e, const Attribut
       return absl::StrCat("job=", job.id, " membership v", e.membership_version, " ", e.message);
     }
     default:
-      return absl::StrCat("job=", job.id, " ", std::string(engine::EventKindName(e.kind)), " rank=", e.rank,
+      return absl::StrCat("job=", job.id, " ", std::string(engine::EventKindName(e.kind)),
+                          engine::EventNamesRank(e.kind) ? absl::StrCat(" rank=", e.rank) : "",
                           " iteration=", e.iteration, e.message.empty() ? "" : ": ", e.message);
   }
 }
@@ -738,6 +739,11 @@ EventPage JobRegistry::Events(const EventQuery& query) const {
     if (!query.job_id.empty() && e.job_id != query.job_id) continue;
     if (query.run_id && e.run_id != *query.run_id) continue;
     if (e.event.time < query.since_time) continue;
+    if (!query.kinds.empty() &&
+        std::find(query.kinds.begin(), query.kinds.end(), e.event.kind) == query.kinds.end())
+      continue;
+    if (query.rank && !(engine::EventNamesRank(e.event.kind) && e.event.rank == *query.rank))
+      continue;
     if (page.events.size() == limit) {
       page.last_sequence = page.events.back().sequence;
       return page;

@@ -228,6 +228,8 @@ struct EventQuery {
   engine::Time since_time{0};     // events with time >= this
   uint64_t since_sequence = 0;    // events with sequence > this
   uint32_t limit = 1000;
+  std::vector<engine::EventKind> kinds;  // only these; empty = every kind
+  std::optional<uint32_t> rank;          // only events that name this rank
 };
 
 struct EventPage {

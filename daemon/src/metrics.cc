@@ -575,6 +575,11 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   per_job("straggler_job_baseline_seconds", MetricType::kGauge,
           "Reference speed (profiled fastest-rank mean, or median EWMA).",
           [](const JobRow& j) { return j.view.baseline_seconds; });
+  per_job("straggler_job_step_seconds", MetricType::kGauge,
+          "Step time of the newest judged iteration: the slowest active rank's step_seconds "
+          "(compute_seconds where no step time is reported). The job steps at this speed; "
+          "against straggler_job_baseline_seconds it shows the time a straggler costs.",
+          [](const JobRow& j) { return j.view.step_seconds; });
   per_job("straggler_job_membership_version", MetricType::kGauge, "Newest membership version.",
           [](const JobRow& j) { return j.membership_version; });
   per_job("straggler_job_streams", MetricType::kGauge, "Open report streams.",

@@ -234,12 +234,39 @@ absl::Status CheckParams(const Query& query, std::vector<absl::string_view> allo
   return absl::OkStatus();
 }
 
-// ?since=SEQ&since_time=RFC3339&limit=N into a ListEventsRequest.
+// An event kind of ?kind=: the short word of the logs and stragglerctl
+// ("state_change") or the enum name ("EVENT_KIND_STATE_CHANGE").
+absl::StatusOr<v1::EventKind> ParseEventKind(absl::string_view text) {
+  std::string name = absl::AsciiStrToUpper(text);
+  if (!absl::StartsWith(name, "EVENT_KIND_")) name = absl::StrCat("EVENT_KIND_", name);
+  v1::EventKind k = v1::EVENT_KIND_UNSPECIFIED;
+  if (v1::EventKind_Parse(name, &k) && k != v1::EVENT_KIND_UNSPECIFIED) return k;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "query parameter kind=", Quoted(text),
+      " is not an event kind (state_change, membership, guard_blocked, policy_changed, override, "
+      "reset, reprofile, membership_withheld)"));
+}
+
+// ?since=SEQ&since_time=RFC3339&limit=N&kind=K1,K2&rank=R into a ListEventsRequest.
 absl::Status EventsQuery(const Query& query, v1::ListEventsRequest& out) {
-  if (absl::Status s = CheckParams(query, {"since", "since_time", "limit", "run"}); !s.ok()) {
+  if (absl::Status s =
+          CheckParams(query, {"since", "since_time", "limit", "kind", "rank", "run"});
+      !s.ok())
     return s;
-  }
   if (query.count("run")) out.set_run_id(Param(query, "run"));
+  if (query.count("kind")) {
+    const std::string kinds = Param(query, "kind");
+    for (absl::string_view word : absl::StrSplit(kinds, ',')) {
+      auto k = ParseEventKind(word);
+      if (!k.ok()) return k.status();
+      out.add_kinds(*k);
+    }
+  }
+  if (query.count("rank")) {
+    auto v = ParseUint("rank", Param(query, "rank"), std::numeric_limits<uint32_t>::max());
+    if (!v.ok()) return v.status();
+    out.set_rank(static_cast<uint32_t>(*v));
+  }
   if (query.count("since")) {
     auto v = ParseUint("since", Param(query, "since"), std::numeric_limits<uint64_t>::max());
     if (!v.ok()) return v.status();

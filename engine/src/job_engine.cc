@@ -46,6 +46,11 @@ std::string_view EventKindName(EventKind k) {
   return "unknown";
 }
 
+bool EventNamesRank(EventKind k) {
+  return k == EventKind::kStateChange || k == EventKind::kGuardBlocked ||
+         k == EventKind::kOverride || k == EventKind::kMembershipWithheld;
+}
+
 std::string_view RejectReasonName(RejectReason r) {
   switch (r) {
     case RejectReason::kNone: return "none";
@@ -111,6 +116,9 @@ struct JobEngine::Impl {
     uint64_t iteration = 0;
     uint64_t epoch = 0;
     double min = std::numeric_limits<double>::infinity();
+    // The slowest reported step of the row (step_seconds, else compute):
+    // what the synchronous step of this iteration cost the job.
+    double step_max = 0.0;
     std::vector<std::pair<uint32_t, double>> values;
   };
 
@@ -171,6 +179,7 @@ struct JobEngine::Impl {
   bool have_threshold = false;
   double threshold = 0.0;
   double baseline = 0.0;
+  double step_seconds = 0.0;  // step_max of the newest judged row
   std::vector<double> scratch;
 
   // ---- probation -----------------------------------------------------------
@@ -392,6 +401,7 @@ struct JobEngine::Impl {
     Row& row = rows[it - rows.front().iteration];
     row.values.emplace_back(rep.rank, rep.compute_seconds);
     row.min = std::min(row.min, rep.compute_seconds);
+    row.step_max = std::max(row.step_max, rep.step_seconds.value_or(rep.compute_seconds));
     row.epoch = std::max(row.epoch, rep.epoch);
     if (!have_highest || it > highest_active) {
       highest_active = it;
@@ -410,6 +420,7 @@ struct JobEngine::Impl {
     row.iteration = iteration;
     row.epoch = 0;
     row.min = std::numeric_limits<double>::infinity();
+    row.step_max = 0.0;
     return row;
   }
 
@@ -475,6 +486,7 @@ struct JobEngine::Impl {
   void ProcessRow(Row& row, Time now) {
     if (!have_epoch || row.epoch > epoch) OnNewEpoch(row, now);
     rows_since_profile++;
+    step_seconds = row.step_max;
     switch (policy.kind) {
       case PolicyKind::kDynamic: ProcessDynamicRow(row, now); break;
       case PolicyKind::kStatic:
@@ -1172,8 +1184,10 @@ absl::Status JobEngine::SetPolicy(const PolicyConfig& policy, Time now) {
   e.kind = EventKind::kPolicyChanged;
   e.iteration = d.have_highest ? d.highest_active : 0;
   e.membership_version = d.Newest().version;
-  e.message = absl::StrCat("policy ", std::string(PolicyKindName(old.kind)), " -> ",
-                           std::string(PolicyKindName(policy.kind)));
+  // Name what changed: "policy dynamic -> dynamic" told an operator nothing.
+  const std::string changes = PolicyChanges(old, policy);
+  e.message = changes.empty() ? "policy set again, no field changed"
+                              : absl::StrCat("policy changed: ", changes);
   d.Emit(std::move(e));
   if (rule_changed) {
     d.have_threshold = false;
@@ -1370,6 +1384,7 @@ JobView JobEngine::View() const {
   v.highest_iteration = d.have_highest ? d.highest_active : 0;
   v.threshold_seconds = d.have_threshold ? d.threshold : 0.0;
   v.baseline_seconds = d.baseline;
+  v.step_seconds = d.step_seconds;
   v.excluded_ranks = static_cast<uint32_t>(d.Newest().excluded.size());
   v.active_ranks = d.world_size - v.excluded_ranks;
   for (const auto& r : d.ranks) {

@@ -124,4 +124,28 @@ const PolicyField kPolicyFields[] = {
 
 std::span<const PolicyField> PolicyFields() { return kPolicyFields; }
 
+namespace {
+
+std::string ValueText(uint32_t v) { return absl::StrCat(v); }
+std::string ValueText(double v) { return absl::StrCat(v); }
+std::string ValueText(bool v) { return v ? "true" : "false"; }
+std::string ValueText(PolicyKind v) { return std::string(PolicyKindName(v)); }
+std::string ValueText(RecoveryMode v) { return std::string(RecoveryModeName(v)); }
+
+}  // namespace
+
+std::string PolicyChanges(const PolicyConfig& before, const PolicyConfig& after) {
+  std::string out;
+  for (const PolicyField& f : kPolicyFields) {
+    std::visit(
+        [&](auto member) {
+          if (before.*member == after.*member) return;
+          absl::StrAppend(&out, out.empty() ? "" : ", ", f.name, " ", ValueText(before.*member),
+                          " -> ", ValueText(after.*member));
+        },
+        f.member);
+  }
+  return out;
+}
+
 }  // namespace straggler::engine

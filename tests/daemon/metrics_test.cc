@@ -1,16 +1,19 @@
 // The Prometheus text exposition (metrics.h): value formatting, escaping,
 // name validation, histograms (cumulative buckets, +Inf, _sum, _count), a
 // full small exposition byte for byte, and the daemon collector's per-rank
-// cut-off and one-hot rank state.
+// cut-off and one-hot rank state, and the job step-time gauge.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 
+#include "api.h"
 #include "config.h"
 #include "job_registry.h"
 #include "metrics.h"
@@ -267,4 +270,46 @@ TEST_CASE("the daemon collector: per-rank series up to per_rank_max_ranks, one-h
   options.per_rank_max_ranks = 0;
   CHECK_THAT(sd::RenderDaemonMetrics(registry, stats, options),
              !Catch::Contains("straggler_rank_compute_seconds{"));
+}
+
+TEST_CASE("the daemon collector: the job's step time is its slowest active rank's step") {
+  sd::DaemonStats stats;
+  sd::JobRegistry registry(std::make_shared<const sd::DaemonConfig>(), stats);
+  sd::StreamHello hello;
+  hello.job_id = "steps";
+  hello.node = "n0";
+  hello.world_size = 2;
+  hello.ranks = {0, 1};
+  const auto now = sd::WallNow();
+  auto job = registry.Attach(hello, std::make_shared<NullSubscriber>(), now);
+  REQUIRE(job.ok());
+  auto ingest = [&](uint32_t rank, uint64_t iteration, double compute, std::optional<double> step) {
+    std::lock_guard lock((*job)->mu);
+    straggler::engine::Report r;
+    r.rank = rank;
+    r.iteration = iteration;
+    r.compute_seconds = compute;
+    r.step_seconds = step;
+    REQUIRE((*job)->engine.Ingest(r, now).accepted);
+  };
+  sd::MetricsOptions options;
+  // Nothing judged yet.
+  CHECK_THAT(sd::RenderDaemonMetrics(registry, stats, options),
+             Catch::Contains("straggler_job_step_seconds{job=\"steps\"} 0\n"));
+  // Iteration 1: rank 0's step time (0.25) is above rank 1's compute (0.2).
+  ingest(0, 1, 0.1, 0.25);
+  ingest(1, 1, 0.2, std::nullopt);
+  CHECK_THAT(sd::RenderDaemonMetrics(registry, stats, options),
+             Catch::Contains("straggler_job_step_seconds{job=\"steps\"} 0.25\n"));
+  // Iteration 2: rank 1 reports no step time; its compute (0.5) is the slowest.
+  ingest(0, 2, 0.1, 0.3);
+  ingest(1, 2, 0.5, std::nullopt);
+  CHECK_THAT(sd::RenderDaemonMetrics(registry, stats, options),
+             Catch::Contains("straggler_job_step_seconds{job=\"steps\"} 0.5\n"));
+  // The same number through GetJob (gRPC and REST).
+  straggler::v1::GetJobRequest request;
+  request.set_job_id("steps");
+  auto status = sd::api::GetJob(registry, request);
+  REQUIRE(status.ok());
+  CHECK(status->step_seconds() == 0.5);
 }

@@ -18,6 +18,8 @@ UNIT_BREAKS = [
     ("unknown key", "stragglerd.service", "ProtectSystem=strict", "ProtectSystm=strict"),
     ("bad value", "stragglerd.service", "Restart=on-failure", "Restart=sometimes"),
     ("missing binary", "straggler-agent.service", "/usr/local/bin/straggler-agent", "/nonexistent/straggler-agent"),
+    ("state database outside the StateDirectory", "stragglerd.service",
+     "StateDirectory=stragglerd\n", ""),
     # Later assignments win in systemd units: undo the hardening at the end
     # of [Service]; the exposure threshold must catch it.
     ("hardening removed", "stragglerd.service", "\n[Install]",

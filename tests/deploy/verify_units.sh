@@ -30,6 +30,18 @@ for unit in "$@"; do
   else
     echo "ok: systemd-analyze verify $name"
   fi
+  # A unit that keeps a state database keeps it in its StateDirectory=: under
+  # ProtectSystem=strict any other path is read-only, and with DynamicUser=
+  # only the StateDirectory= follows the transient user from start to start.
+  if grep -q -- '--state-db' "$unit"; then
+    if grep -q '^StateDirectory=' "$unit" &&
+       grep -q -- '--state-db ${STATE_DIRECTORY}/' "$unit"; then
+      echo "ok: $name keeps its state database in its StateDirectory="
+    else
+      echo "FAIL: $name: --state-db must be \${STATE_DIRECTORY}/... with StateDirectory= set"
+      status=1
+    fi
+  fi
   # Exposure 0-10 (threshold in tenths); these units score 1.2 and 1.9 today.
   if ! out=$(systemd-analyze security --offline=yes --threshold=30 "$tmp/$name" 2>&1); then
     echo "FAIL: systemd-analyze security $name: exposure above 3.0"

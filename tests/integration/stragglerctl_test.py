@@ -8,7 +8,12 @@ bad rank -> nonzero exit naming the rank, unknown job -> exit 1 "not found",
 unreachable daemon -> exit 3. `export --format csv` of the finished job is a
 trace straggler-replay accepts.
 
-    stragglerctl_test.py --stragglerd PATH --sim PATH --ctl PATH --replay PATH
+With a real straggler-agent: a trainer's STRAGGLER_ENDPOINT naming the agent's
+socket is not read (STRAGGLERCTL_DAEMON is), and --daemon pointed at the socket
+exits 1 with an UNIMPLEMENTED message that names the endpoint and says it is
+not stragglerd (gRPC's own message for it is empty).
+
+    stragglerctl_test.py --stragglerd PATH --sim PATH --ctl PATH --replay PATH --agent PATH
 """
 
 import argparse
@@ -26,6 +31,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Daemon, TestFailure, check, check_memberships_agreed, main, run,  # noqa: E402
                      wait_for)
+from agent_test import Agent  # noqa: E402
 
 RANKS = 4
 CTL_TIMEOUT_S = 15
@@ -53,6 +59,73 @@ class Ctl:
         except json.JSONDecodeError as e:
             raise TestFailure("stragglerctl %s: output is not JSON (%s):\n%s"
                               % (" ".join(args), e, out))
+
+
+def check_event_filters(ctl, job):
+    """events --kind/--rank: the daemon filters; the run above made overrides of FORCED_RANK."""
+    overrides = ctl.json("events", job, "--kind", "override").get("events", [])
+    check(len(overrides) >= 2 and all(e["kind"] == "EVENT_KIND_OVERRIDE" and
+                                      e["rank"] == FORCED_RANK for e in overrides),
+          "events --kind override: %s" % overrides)
+    ranked = ctl.json("events", job, "--rank", str(FORCED_RANK)).get("events", [])
+    check(ranked and all(e.get("rank") == FORCED_RANK for e in ranked),
+          "events --rank %d: %s" % (FORCED_RANK, ranked))
+    both = ctl.json("events", job, "--kind", "override,state_change", "--rank", "0")
+    check(all(e.get("rank") == 0 and e["kind"] in ("EVENT_KIND_OVERRIDE",
+                                                   "EVENT_KIND_STATE_CHANGE")
+              for e in both.get("events", [])), "events --kind .. --rank 0: %s" % both)
+    table = ctl("events", job, "--kind", "membership").stdout.splitlines()
+    check(len(table) >= 3 and all(line.split()[2] == "membership" for line in table[1:-1]),
+          "events --kind membership (table):\n%s" % "\n".join(table))
+    ctl("events", job, "--kind", "nonsense", expect_rc=2)
+
+
+def check_follower(follower):
+    """The --follow started before the last override prints it, and exits 0 on SIGINT."""
+    try:
+        ready, _, _ = select.select([follower.stdout], [], [], 10.0)
+        check(ready, "events --follow printed nothing within 10 s of an override")
+        line = follower.stdout.readline()
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            raise TestFailure("events --follow: not one JSON event per line: %r" % line)
+        check(event["kind"] == "EVENT_KIND_OVERRIDE" and event["rank"] == 1,
+              "events --follow: first event %s, expected the override of rank 1" % event)
+        follower.send_signal(signal.SIGINT)
+        rc = follower.wait(timeout=5)
+        rest = follower.stdout.read()
+        check(rc == 0, "events --follow exited with %d after SIGINT: %s" % (rc, follower.stderr.read()))
+        check(rest.strip() == "", "events --follow printed more than the new override: %r" % rest)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+
+
+def check_agent_endpoint(args, workdir, daemon, job):
+    """A trainer's environment on an agent node: STRAGGLER_ENDPOINT is the agent's socket."""
+    sock = os.path.join(workdir, "agent.sock")
+    agent = Agent(args.agent, workdir, sock, daemon.address)
+    try:
+        agent.start()
+        env = dict(os.environ, STRAGGLER_ENDPOINT="unix://" + sock,
+                   STRAGGLERCTL_DAEMON=daemon.address)
+        res = run([args.ctl, "jobs"], CTL_TIMEOUT_S, env=env)
+        check(res.returncode == 0 and job in res.stdout,
+              "jobs with STRAGGLER_ENDPOINT=agent socket, STRAGGLERCTL_DAEMON=daemon: rc %d\n%s%s"
+              % (res.returncode, res.stdout, res.stderr))
+        res = run([args.ctl, "--daemon", "unix://" + sock, "jobs"], CTL_TIMEOUT_S)
+        expected = ("stragglerctl: UNIMPLEMENTED: unix://%s is not a stragglerd query/admin "
+                    "service" % sock)
+        check(res.returncode == 1 and res.stderr.startswith(expected),
+              "jobs against the agent's socket: rc %d, stderr %r, expected it to start with %r"
+              % (res.returncode, res.stderr, expected))
+        helped = run([args.ctl, "--help"], CTL_TIMEOUT_S).stdout
+        check("$STRAGGLERCTL_DAEMON" in helped and "default: $STRAGGLER_ENDPOINT" not in helped,
+              "--help does not name STRAGGLERCTL_DAEMON as --daemon's default:\n%s" % helped)
+    finally:
+        agent.kill()
 
 
 def test(args):
@@ -231,6 +304,16 @@ def test(args):
         check(ctl.json("membership", job).get("excluded", []) == [],
               "membership after reset still excludes ranks")
 
+        check_event_filters(ctl, job)
+
+        # events --follow from the newest sequence: the override below, and
+        # nothing older, arrives as one JSON line; SIGINT ends it with 0.
+        newest = ctl.json("events", job, "--limit", "10000")["lastSequence"]
+        follower = subprocess.Popen(
+            [args.ctl, "--daemon", daemon.address, "--output", "json", "events", job, "--follow",
+             "--since-sequence", newest, "--kind", "override", "--interval-ms", "100"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
         # override after the sim ended: no rank has a stream, so the daemon
         # withholds the change (membership gate) and stragglerctl says so.
         res = ctl("override", job, "1", "exclude", output="json")
@@ -241,6 +324,9 @@ def test(args):
               "override of a job without streams changed the membership: %s" % res.stdout)
         check(ctl.json("worker", job, "1").get("override") == "RANK_OVERRIDE_FORCE_EXCLUDE",
               "the withheld override is not on the worker")
+        check_follower(follower)
+
+        check_agent_endpoint(args, workdir, daemon, job)
 
         unreachable = run([args.ctl, "--daemon", "127.0.0.1:1", "--timeout-ms", "2000", "jobs"],
                           CTL_TIMEOUT_S)
@@ -259,5 +345,6 @@ if __name__ == "__main__":
     parser.add_argument("--sim", required=True)
     parser.add_argument("--ctl", required=True)
     parser.add_argument("--replay", required=True)
+    parser.add_argument("--agent", required=True)
     parsed = parser.parse_args()
     main(lambda: test(parsed))

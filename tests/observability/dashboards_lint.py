@@ -15,7 +15,9 @@ Checks, for every dashboard:
     GPU telemetry gauges of the agent issue; histogram series (_bucket, _sum,
     _count) only for metrics the table calls histograms;
   - panels on GPU telemetry say in their description that they stay empty
-    until the agent reports it.
+    until the agent reports it;
+  - the figures operators look for are there (REQUIRED_METRICS): the job
+    dashboard graphs the step time against the baseline (throughput lost).
 Python 3 standard library only. Exit status 1 and one line per problem on failure.
 """
 
@@ -34,6 +36,10 @@ GPU_METRICS = {
     "straggler_rank_gpu_power_watts": "gauge",
     "straggler_rank_gpu_throttle_thermal": "gauge",
     "straggler_rank_gpu_throttle_power": "gauge",
+}
+# dashboard file -> metrics some panel of it must query.
+REQUIRED_METRICS = {
+    "stragglerd-job.json": {"straggler_job_step_seconds", "straggler_job_baseline_seconds"},
 }
 GRAFANA_GLOBALS = {"__interval", "__interval_ms", "__rate_interval", "__range", "__range_s",
                    "__range_ms", "__from", "__to", "__dashboard", "__name", "__org", "__user",
@@ -186,7 +192,9 @@ def lint(path, known):
             bad("panel %r shows GPU telemetry but its description does not say it is "
                 "empty until the agent reports it" % title)
 
+    used = set()
     for where, expr in dashboard_queries(d):
+        used |= metric_names(expr)
         for var in re.findall(r"\$\{?(\w+)", expr):
             if var not in variables and var not in GRAFANA_GLOBALS:
                 bad("%s uses undefined variable $%s" % (where, var))
@@ -198,6 +206,8 @@ def lint(path, known):
                 continue
             bad("%s uses metric %r, which is not in the README metric table "
                 "nor a GPU telemetry gauge: %s" % (where, name, expr))
+    for name in sorted(REQUIRED_METRICS.get(os.path.basename(path), set()) - used):
+        bad("no panel queries %s" % name)
     return problems
 
 

@@ -229,5 +229,36 @@ TEST_CASE("policy: SetPolicy rejects an invalid policy and keeps the old one",
   CHECK(h.engine().policy().limit == 7);
 }
 
+TEST_CASE("policy: a policy change names each changed field with its old and new value",
+          "[engine][input][policy]") {
+  Harness h(4);
+  PolicyConfig next = h.engine().policy();
+  next.limit = 7;
+  next.threshold_factor = 2.5;
+  next.recovery = RecoveryMode::kProbation;
+  next.exclusion_enabled = false;
+  REQUIRE(h.engine().SetPolicy(next, h.now()).ok());
+  h.Collect();
+  auto changed = h.Of(EventKind::kPolicyChanged);
+  REQUIRE(changed.size() == 1);
+  // PolicyFields() order; the kind, unchanged, is not named.
+  CHECK(changed[0].message ==
+        "policy changed: limit 5 -> 7, threshold_factor 2 -> 2.5, recovery shadow -> probation, "
+        "exclusion_enabled true -> false");
+
+  // The same policy again is journaled, and says nothing changed.
+  REQUIRE(h.engine().SetPolicy(next, h.now()).ok());
+  h.Collect();
+  changed = h.Of(EventKind::kPolicyChanged);
+  REQUIRE(changed.size() == 2);
+  CHECK(changed[1].message == "policy set again, no field changed");
+
+  PolicyConfig a, b;
+  b.kind = PolicyKind::kStatic;
+  b.static_threshold_seconds = 0.25;
+  CHECK(PolicyChanges(a, b) == "kind dynamic -> static, static_threshold_seconds 0 -> 0.25");
+  CHECK(PolicyChanges(a, a).empty());
+}
+
 }  // namespace
 }  // namespace straggler::engine

@@ -4,6 +4,7 @@
 //   stragglerctl jobs
 //   stragglerctl workers resnet-42
 //   stragglerctl watch resnet-42                     # one line per membership version
+//   stragglerctl events resnet-42 --kind state_change --rank 3 --follow
 //   stragglerctl policy resnet-42 --limit 8 --threshold-factor 2.5
 //   stragglerctl override resnet-42 3 exclude --reason "bad NIC"
 //   stragglerctl --output json membership resnet-42  # proto3 JSON, same schema as REST
@@ -11,6 +12,9 @@
 //
 // TLS and the bearer token of a secured daemon (README "Security"):
 //   stragglerctl --tls-ca ca.pem --token-file /etc/stragglerd/token reset resnet-42
+//
+// The daemon's address is --daemon, else $STRAGGLERCTL_DAEMON, else
+// 127.0.0.1:7070 (never a trainer's $STRAGGLER_ENDPOINT).
 //
 // Exit status: 0 ok, 1 the daemon answered with an error, 2 bad command line
 // (or a TLS/token file that cannot be read), 3 the daemon could not be reached. Errors go to stderr as
@@ -21,7 +25,9 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -30,10 +36,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "channel_security.h"
+#include "policy_flags.h"
 #include "render.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
@@ -68,6 +76,14 @@ int Fail(const grpc::Status& status, const Globals& g, bool reached = false) {
   // gRPC's own "failed to connect" text does not say where we tried to connect.
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !reached)
     message = "daemon at " + g.daemon + " unreachable: " + message;
+  // gRPC answers a service the server does not have with UNIMPLEMENTED and no
+  // text at all: the usual cause is an endpoint that is a gRPC server, but not
+  // stragglerd (a straggler-agent's socket, which serves only the trainers' API).
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    message = g.daemon + " is not a stragglerd query/admin service (a straggler-agent socket?); "
+              "point --daemon or $STRAGGLERCTL_DAEMON at stragglerd's gRPC address" +
+              (message.empty() ? "" : " (" + message + ")");
+  }
   std::cerr << "stragglerctl: " << CodeName(status.error_code()) << ": " << message << '\n';
   return status.error_code() == grpc::StatusCode::UNAVAILABLE ? kExitUnreachable : kExitRpcError;
 }
@@ -177,13 +193,36 @@ class Ctl {
     return Show(s, r, stragglerctl::PrintMembership);
   }
 
-  int Events(const std::string& job, uint64_t since_sequence, uint32_t limit) {
-    auto req = ForJob<v1::ListEventsRequest>(job);
-    req.set_since_sequence(since_sequence);
-    req.set_limit(limit);
+  // One page of events; the daemon filters by kind and rank.
+  int Events(const v1::ListEventsRequest& req) {
     v1::ListEventsResponse r;
     auto s = Call(*query_, &v1::QueryService::Stub::ListEvents, req, &r);
     return Show(s, r, stragglerctl::PrintEvents);
+  }
+
+  // `events --follow`: every page from req's since_sequence on, then a poll
+  // every `interval_ms` from the cursor the last answer gave (last_sequence:
+  // also past events the filter skipped), one line per event, until SIGINT or
+  // SIGTERM (blocked by the caller, so sigtimedwait takes them here).
+  int FollowEvents(v1::ListEventsRequest req, int interval_ms, const sigset_t& signals) {
+    const int page = req.limit() > 0 ? static_cast<int>(req.limit()) : 1000;  // daemon default
+    for (;;) {
+      v1::ListEventsResponse r;
+      auto s = Call(*query_, &v1::QueryService::Stub::ListEvents, req, &r);
+      if (!s.ok()) return Fail(s, g_);
+      for (const v1::Event& e : r.events()) {
+        if (g_.json()) {
+          PrintJson(e, true);
+        } else {
+          stragglerctl::PrintEventLine(e, std::cout);
+        }
+      }
+      std::cout.flush();
+      req.set_since_sequence(std::max(req.since_sequence(), r.last_sequence()));
+      if (r.events_size() >= page) continue;  // a full page: more are waiting
+      const timespec wait{interval_ms / 1000, (interval_ms % 1000) * 1000L * 1000L};
+      if (sigtimedwait(&signals, nullptr, &wait) > 0) return kExitOk;
+    }
   }
 
   // Streams until the server ends the stream or SIGINT/SIGTERM arrives. The
@@ -338,29 +377,22 @@ class Ctl {
   std::unique_ptr<v1::AdminService::Stub> admin_;
 };
 
-// Flags of `policy`: each PolicyConfig field, sent only when given.
-struct PolicyFlags {
-  std::string kind, recovery, exclusion_enabled;
-  uint32_t limit = 0, rejoin_mark = 0, profile_iterations = 0, window_iterations = 0,
-           ewma_min_samples = 0, min_active_ranks = 0, cooldown_iterations = 0,
-           lead_iterations = 0;
-  double limit_fraction = 0, threshold_factor = 0, ewma_alpha = 0, ewma_ratio = 0,
-         static_threshold_seconds = 0, max_excluded_fraction = 0, min_throughput_gain = 0,
-         unresponsive_after_seconds = 0, global_shift_fraction = 0, max_compute_seconds = 0;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Globals g;
-  const char* env = std::getenv("STRAGGLER_ENDPOINT");
+  // Not STRAGGLER_ENDPOINT: that is the trainers' variable, and on a node with
+  // an agent it names the agent's socket, which has no query/admin service.
+  const char* env = std::getenv("STRAGGLERCTL_DAEMON");
   g.daemon = env != nullptr && *env != '\0' ? env : kDefaultDaemon;
 
   CLI::App app{"stragglerctl: query and steer a stragglerd daemon"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags may follow the subcommand
   app.add_option("--daemon", g.daemon,
-                 "daemon gRPC address (default: $STRAGGLER_ENDPOINT, else 127.0.0.1:7070)");
+                 "stragglerd's gRPC address, host:port or unix:///path (default: "
+                 "$STRAGGLERCTL_DAEMON, else 127.0.0.1:7070; $STRAGGLER_ENDPOINT, the "
+                 "trainers' variable, is not read)");
   app.add_option("--output,-o", g.output, "output format")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
@@ -404,53 +436,33 @@ int main(int argc, char** argv) {
   uint64_t since_sequence = 0;
   uint32_t limit = 0;
   events->add_option("--since-sequence", since_sequence, "only events with a larger sequence");
-  events->add_option("--limit", limit, "at most this many (0 = daemon default)");
+  events->add_option("--limit", limit,
+                     "at most this many (0 = daemon default, 1000); with --follow: per poll");
+  std::vector<std::string> event_kinds;
+  events
+      ->add_option("--kind", event_kinds,
+                   "only events of these kinds (repeat or comma-separate)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"state_change", "membership", "guard_blocked", "policy_changed",
+                             "override", "reset", "reprofile", "membership_withheld"}));
+  uint32_t event_rank = 0;
+  auto* o_event_rank = events->add_option(
+      "--rank", event_rank, "only events about this rank (job-wide events name no rank)");
+  bool follow = false;
+  events->add_flag("--follow,-f", follow,
+                   "print the events, then poll for new ones and print them as they come, one "
+                   "line each, until Ctrl-C");
+  int follow_interval_ms = 1000;
+  events->add_option("--interval-ms", follow_interval_ms, "with --follow: time between polls")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
   auto* policy = app.add_subcommand(
       "policy", "show a job's policy, or change the fields given as flags (the rest are kept)");
   policy->add_option("JOB", job, "job id")->required();
-  PolicyFlags pf;
-  std::vector<CLI::Option*> policy_opts;
-  auto popt = [&](const std::string& name, auto& value, const std::string& help) {
-    auto* o = policy->add_option(name, value, help);
-    policy_opts.push_back(o);
-    return o;
-  };
-  auto* o_kind = popt("--kind", pf.kind, "detection rule")
-                     ->check(CLI::IsMember({"dynamic", "ewma", "static"}));
-  auto* o_limit = popt("--limit", pf.limit, "counter bound; a rank at the limit is a straggler");
-  auto* o_limit_fraction =
-      popt("--limit-fraction", pf.limit_fraction, "limit as a fraction of an epoch's iterations");
-  auto* o_rejoin = popt("--rejoin-mark", pf.rejoin_mark, "a straggler rejoins at this counter");
-  auto* o_profile =
-      popt("--profile-iterations", pf.profile_iterations, "dynamic: n, iterations profiled");
-  auto* o_factor = popt("--threshold-factor", pf.threshold_factor, "dynamic: k, threshold factor");
-  auto* o_window =
-      popt("--window-iterations", pf.window_iterations, "dynamic: re-profile every W iterations");
-  auto* o_shift = popt("--global-shift-fraction", pf.global_shift_fraction,
-                       "dynamic: more than this fraction slow at once is a job-wide slowdown");
-  auto* o_recovery = popt("--recovery", pf.recovery, "how excluded ranks are judged")
-                         ->check(CLI::IsMember({"shadow", "probation"}));
-  auto* o_alpha = popt("--ewma-alpha", pf.ewma_alpha, "ewma: smoothing factor");
-  auto* o_ratio = popt("--ewma-ratio", pf.ewma_ratio, "ewma: straggler above ratio x median");
-  auto* o_min_samples = popt("--ewma-min-samples", pf.ewma_min_samples, "ewma: samples needed");
-  auto* o_static = popt("--static-threshold-seconds", pf.static_threshold_seconds,
-                        "static: fixed threshold in seconds");
-  auto* o_max_excl = popt("--max-excluded-fraction", pf.max_excluded_fraction,
-                          "guard: most ranks excluded at once, as a fraction");
-  auto* o_min_active = popt("--min-active-ranks", pf.min_active_ranks, "guard: fewest active");
-  auto* o_cooldown =
-      popt("--cooldown-iterations", pf.cooldown_iterations, "guard: iterations between flips");
-  auto* o_gain = popt("--min-throughput-gain", pf.min_throughput_gain,
-                      "guard: exclude only when throughput gains this fraction");
-  auto* o_lead = popt("--lead-iterations", pf.lead_iterations, "membership switch lead");
-  auto* o_unresp = popt("--unresponsive-after-seconds", pf.unresponsive_after_seconds,
-                        "silence before a rank is unresponsive");
-  auto* o_max_compute = popt("--max-compute-seconds", pf.max_compute_seconds,
-                             "reports above this compute time are rejected as absurd");
-  auto* o_excl = popt("--exclusion-enabled", pf.exclusion_enabled,
-                      "false = classify and alert only")
-                     ->check(CLI::IsMember({"true", "false"}));
+  v1::PolicyConfig policy_given;
+  bool policy_any = false;
+  stragglerctl::AddPolicyFlags(policy, &policy_given, &policy_any);
 
   auto* override_cmd = app.add_subcommand("override", "force a rank in or out, or clear that");
   override_cmd->add_option("JOB", job, "job id")->required();
@@ -493,7 +505,8 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
-  if (watch->parsed()) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (watch->parsed() || (events->parsed() && follow))
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::string error;
   if (!token_file.empty() && !straggler::ReadBearerToken(token_file, &g.token, &error)) {
@@ -513,7 +526,20 @@ int main(int argc, char** argv) {
   if (worker->parsed()) return ctl.Worker(job, rank);
   if (membership->parsed()) return ctl.Membership(job);
   if (watch->parsed()) return ctl.Watch(job, stop_signals);
-  if (events->parsed()) return ctl.Events(job, since_sequence, limit);
+  if (events->parsed()) {
+    v1::ListEventsRequest req;
+    req.set_job_id(job);
+    req.set_since_sequence(since_sequence);
+    req.set_limit(limit);
+    for (std::string kind : event_kinds) {
+      std::transform(kind.begin(), kind.end(), kind.begin(), ::toupper);
+      v1::EventKind k = v1::EVENT_KIND_UNSPECIFIED;
+      v1::EventKind_Parse("EVENT_KIND_" + kind, &k);  // IsMember admitted only kinds
+      req.add_kinds(k);
+    }
+    if (o_event_rank->count()) req.set_rank(event_rank);
+    return follow ? ctl.FollowEvents(req, follow_interval_ms, stop_signals) : ctl.Events(req);
+  }
   if (reset->parsed()) return ctl.Reset(job);
   if (export_cmd->parsed()) {
     if (export_format.empty()) export_format = g.json() ? "json" : "csv";
@@ -526,39 +552,7 @@ int main(int argc, char** argv) {
     return ctl.Override(job, rank, o, reason);
   }
   if (policy->parsed()) {
-    bool any = false;
-    for (auto* o : policy_opts) any = any || o->count() > 0;
-    if (!any) return ctl.ShowPolicy(job);
-    v1::PolicyConfig p;
-    if (o_kind->count()) {
-      p.set_kind(pf.kind == "dynamic" ? v1::POLICY_KIND_DYNAMIC
-                 : pf.kind == "ewma"  ? v1::POLICY_KIND_EWMA
-                                      : v1::POLICY_KIND_STATIC);
-    }
-    if (o_recovery->count()) {
-      p.set_recovery(pf.recovery == "shadow" ? v1::RECOVERY_MODE_SHADOW
-                                             : v1::RECOVERY_MODE_PROBATION);
-    }
-    if (o_limit->count()) p.set_limit(pf.limit);
-    if (o_limit_fraction->count()) p.set_limit_fraction(pf.limit_fraction);
-    if (o_rejoin->count()) p.set_rejoin_mark(pf.rejoin_mark);
-    if (o_profile->count()) p.set_profile_iterations(pf.profile_iterations);
-    if (o_factor->count()) p.set_threshold_factor(pf.threshold_factor);
-    if (o_window->count()) p.set_window_iterations(pf.window_iterations);
-    if (o_alpha->count()) p.set_ewma_alpha(pf.ewma_alpha);
-    if (o_ratio->count()) p.set_ewma_ratio(pf.ewma_ratio);
-    if (o_min_samples->count()) p.set_ewma_min_samples(pf.ewma_min_samples);
-    if (o_static->count()) p.set_static_threshold_seconds(pf.static_threshold_seconds);
-    if (o_max_excl->count()) p.set_max_excluded_fraction(pf.max_excluded_fraction);
-    if (o_min_active->count()) p.set_min_active_ranks(pf.min_active_ranks);
-    if (o_cooldown->count()) p.set_cooldown_iterations(pf.cooldown_iterations);
-    if (o_gain->count()) p.set_min_throughput_gain(pf.min_throughput_gain);
-    if (o_lead->count()) p.set_lead_iterations(pf.lead_iterations);
-    if (o_unresp->count()) p.set_unresponsive_after_seconds(pf.unresponsive_after_seconds);
-    if (o_shift->count()) p.set_global_shift_fraction(pf.global_shift_fraction);
-    if (o_max_compute->count()) p.set_max_compute_seconds(pf.max_compute_seconds);
-    if (o_excl->count()) p.set_exclusion_enabled(pf.exclusion_enabled == "true");
-    return ctl.SetPolicy(job, p);
+    return policy_any ? ctl.SetPolicy(job, policy_given) : ctl.ShowPolicy(job);
   }
   return kExitUsage;
 }

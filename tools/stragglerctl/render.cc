@@ -136,6 +136,7 @@ void PrintJob(const v1::Job& j, std::ostream& out) {
   t.AddRow({"highest iteration", std::to_string(j.highest_iteration())});
   t.AddRow({"threshold", Millis(j.threshold_seconds())});
   t.AddRow({"baseline", Millis(j.baseline_seconds())});
+  t.AddRow({"step time", Millis(j.step_seconds())});
   t.AddRow({"active ranks", std::to_string(j.active_ranks())});
   t.AddRow({"excluded ranks", std::to_string(j.excluded_ranks())});
   t.AddRow({"straggler ranks", std::to_string(j.straggler_ranks())});
@@ -268,9 +269,7 @@ void PrintEvents(const v1::ListEventsResponse& r, std::ostream& out) {
           {Align::kRight, Align::kLeft, Align::kLeft, Align::kRight, Align::kLeft, Align::kRight,
            Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft});
   for (const auto& e : r.events()) {
-    const bool per_rank = e.kind() == v1::EVENT_KIND_STATE_CHANGE ||
-                          e.kind() == v1::EVENT_KIND_GUARD_BLOCKED ||
-                          e.kind() == v1::EVENT_KIND_OVERRIDE;
+    const bool per_rank = e.has_rank();
     const bool change = e.kind() == v1::EVENT_KIND_STATE_CHANGE;
     const bool evidence = e.has_evidence() && per_rank;
     t.AddRow({std::to_string(e.sequence()), TimeText(e.time()), EventKindName(e.kind()),
@@ -287,6 +286,19 @@ void PrintEvents(const v1::ListEventsResponse& r, std::ostream& out) {
   }
   t.Print(out);
   out << "last sequence: " << r.last_sequence() << '\n';
+}
+
+void PrintEventLine(const v1::Event& e, std::ostream& out) {
+  out << e.sequence() << "  " << TimeText(e.time()) << "  " << e.job_id() << "  "
+      << EventKindName(e.kind());
+  if (e.has_rank()) {
+    out << "  rank " << e.rank();
+    if (e.kind() == v1::EVENT_KIND_STATE_CHANGE)
+      out << " " << StateName(e.from()) << " -> " << StateName(e.to());
+  }
+  out << "  iteration " << e.iteration();
+  if (e.membership_version() > 0) out << "  v" << e.membership_version();
+  out << "  " << MessageWithCause(e) << '\n';
 }
 
 void PrintPolicy(const v1::PolicyConfig& p, std::ostream& out) {

@@ -57,6 +57,10 @@ void PrintMembership(const straggler::v1::Membership& m, std::ostream& out);
 // One line per version, for `watch`.
 void PrintMembershipLine(const straggler::v1::Membership& m, std::ostream& out);
 void PrintEvents(const straggler::v1::ListEventsResponse& r, std::ostream& out);
+// One line per event, for `events --follow`: sequence, time, job, kind, the
+// rank and its change where the event names one, iteration, membership
+// version, message.
+void PrintEventLine(const straggler::v1::Event& e, std::ostream& out);
 void PrintPolicy(const straggler::v1::PolicyConfig& p, std::ostream& out);
 // `export --format csv`: header epoch,iteration,rank,compute_seconds, one line
 // per report in the response's order, compute_seconds with %.9g (what

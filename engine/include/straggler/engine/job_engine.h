@@ -142,6 +142,10 @@ enum class EventKind {
 std::string_view WorkerStateName(WorkerState s);
 std::string_view ExclusionReasonName(ExclusionReason r);
 std::string_view EventKindName(EventKind k);
+// Whether an event of kind `k` is about one rank (state_change, guard_blocked,
+// override, membership_withheld): only then do Event::rank, from and to mean
+// anything. The other kinds are about the whole job and leave them default.
+bool EventNamesRank(EventKind k);
 
 struct Report {
   uint32_t rank = 0;
@@ -237,6 +241,10 @@ struct JobView {
   uint64_t highest_iteration = 0;       // highest reported by an active rank
   double threshold_seconds = 0.0;       // 0 when no threshold is in force
   double baseline_seconds = 0.0;
+  // The step time of the newest judged iteration: its slowest active rank's
+  // step_seconds, or compute_seconds where a rank reports no step time. A
+  // synchronous job steps at that speed; 0 before the first judged iteration.
+  double step_seconds = 0.0;
   uint32_t active_ranks = 0;            // not excluded (pending ranks count)
   uint32_t excluded_ranks = 0;
   uint32_t straggler_ranks = 0;

@@ -97,4 +97,10 @@ struct PolicyField {
 };
 std::span<const PolicyField> PolicyFields();
 
+// What a policy change changed, for its event and log line: every field
+// whose value differs, in PolicyFields() order, as
+// "limit 5 -> 7, threshold_factor 2 -> 2.5" (enums by their YAML words);
+// "" when no field differs.
+std::string PolicyChanges(const PolicyConfig& before, const PolicyConfig& after);
+
 }  // namespace straggler::engine

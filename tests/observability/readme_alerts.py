@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""The README's alert table lists exactly the alerts of the rules file.
+
+    readme_alerts.py --source-dir REPO_ROOT
+
+Every `- alert:` of deploy/prometheus/stragglerd-rules.yml is a row of the
+table under README "### Dashboards and alerts" (first column the name in
+backticks), with the rule's `severity` label, in the rules file's order; and
+the table names no alert the file lacks. (The README once listed 8 of 9.)
+Python 3 standard library only; exit status 1 and one line per problem.
+"""
+
+import argparse
+import os
+import re
+import sys
+
+
+def rules_alerts(path):
+    """[(name, severity)] in file order. The file's layout is fixed by promtool
+    check rules and yamllint: `- alert: NAME`, then its `severity:` label."""
+    alerts = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"\s*- alert:\s*(\w+)\s*$", line)
+            if m:
+                alerts.append([m.group(1), None])
+                continue
+            m = re.match(r"\s*severity:\s*(\w+)\s*$", line)
+            if m and alerts and alerts[-1][1] is None:
+                alerts[-1][1] = m.group(1)
+    return [tuple(a) for a in alerts]
+
+
+def readme_alerts(path):
+    """[(name, severity)] of the README's alert table, in table order."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"^### Dashboards and alerts\n(.*?)(?=^#)", text, re.M | re.S)
+    if not m:
+        raise SystemExit("README has no '### Dashboards and alerts' section")
+    rows = []
+    for line in m.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and re.fullmatch(r"`\w+`", cells[0]):
+            rows.append((cells[0].strip("`"), cells[1]))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source-dir", required=True)
+    args = ap.parse_args()
+    rules = rules_alerts(os.path.join(args.source_dir, "deploy", "prometheus",
+                                      "stragglerd-rules.yml"))
+    readme = readme_alerts(os.path.join(args.source_dir, "README.md"))
+    problems = []
+    if len(rules) < 5:
+        problems.append("only %d alerts parsed from the rules file" % len(rules))
+    rule_names = [n for n, _ in rules]
+    readme_names = [n for n, _ in readme]
+    for name in rule_names:
+        if name not in readme_names:
+            problems.append("alert %s of the rules file is not in the README's alert table" % name)
+    for name in readme_names:
+        if name not in rule_names:
+            problems.append("README lists alert %s, which the rules file does not have" % name)
+    severity = dict(rules)
+    for name, sev in readme:
+        if name in severity and severity[name] != sev:
+            problems.append("README: %s has severity %s, the rules file %s"
+                            % (name, sev, severity[name]))
+    if not problems and rule_names != readme_names:
+        problems.append("README's alert table is not in the rules file's order: %s, expected %s"
+                        % (readme_names, rule_names))
+    for p in problems:
+        print(p)
+    if problems:
+        print("FAILED: %d problem(s)" % len(problems), file=sys.stderr)
+        return 1
+    print("PASSED: README lists the %d alerts of the rules file" % len(rules))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.dont_write_bytecode = True
+    sys.exit(main())
