@@ -17,8 +17,9 @@ module saw a 1.02x spread with one rank sleeping 60-100 ms per step).
 What is measured instead. DDP calls a communication hook for each gradient
 bucket, in bucket order, as soon as that bucket and every bucket before it is
 ready on this rank. The hook records the time and hands the bucket on to the
-all-reduce (by default torch's `allreduce_hook` on DDP's own process group: the
-same one all-reduce per bucket that DDP does without a hook). That all-reduce
+all-reduce (by default what torch's `default_hooks.allreduce_hook` does, on
+DDP's own process group: divide by the group's size and all_reduce, one
+asynchronous all-reduce per bucket as DDP does without a hook). That all-reduce
 is asynchronous, so the hook of the LAST bucket runs when this rank's own
 backward has produced every gradient, whatever the other ranks are doing.
 
@@ -61,7 +62,7 @@ import time
 import weakref
 
 import torch
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+import torch.distributed as dist
 
 from . import Client
 
@@ -118,9 +119,8 @@ class DDPMonitor:
         # Options from the environment (RANK, WORLD_SIZE, STRAGGLER_ENDPOINT,
         # STRAGGLER_JOB_ID, ...), as PartialAllReduceState does.
         self.client = Client() if client is None else client
-        if comm_hook is None:
-            comm_hook = default_hooks.allreduce_hook
-            comm_state = ddp.process_group if process_group is None else process_group
+        # Without comm_hook, what torch's default_hooks.allreduce_hook does.
+        self._group = ddp.process_group if process_group is None else process_group
         self._comm_hook = comm_hook
         self._comm_state = comm_state
         device = next((p.device for p in ddp.module.parameters()), torch.device("cpu"))
@@ -209,28 +209,49 @@ class DDPMonitor:
         # The bucket is ready now; the clock stops before the all-reduce
         # launch (for the default hook: dividing the bucket, enqueueing).
         now = time.perf_counter()
-        ready = self._mark_gpu(bucket.buffer()) if self._cuda and bucket.is_last() else now
-        future = self._comm_hook(self._comm_state, bucket)
         if not bucket.is_last():
-            return future
+            return self._reduce(bucket, None)
+        ready = self._mark_gpu(bucket.buffer()) if self._cuda else now
         with self._lock:
             step = self._open
             self._open = None
             if step is None:
                 if not self._closed:
                     self.unmatched_backwards += 1
+            else:
+                step.ready = ready
+                step.ready_wall = now
+                self._pending.append(step)
+        # A CUDA future completes before the GPU does: no wait is measured.
+        return self._reduce(bucket, None if self._cuda else step)
+
+    def _reduce(self, bucket, step):
+        """The all-reduce of one bucket; on the last one, `step.done` gets
+        the time it completed (read after backward() returned: DDP waits for
+        the future)."""
+        if self._comm_hook is not None:
+            future = self._comm_hook(self._comm_state, bucket)
+            if step is None:
                 return future
-            step.ready = ready
-            step.ready_wall = now
-            self._pending.append(step)
-        if self._cuda:
-            return future  # a CUDA future completes before the GPU does: no wait measured
 
-        def on_done(fut):
-            step.done = time.perf_counter()  # read after backward() returned
-            return fut.value()
+            def done(fut):
+                step.done = time.perf_counter()
+                return fut.value()
 
-        return future.then(on_done)
+            return future.then(done)
+        # torch's allreduce_hook (default_hooks.py), with the completion time
+        # taken in its one callback rather than in a second one.
+        tensor = bucket.buffer()
+        tensor.div_(self._group.size())
+        future = dist.all_reduce(tensor, group=self._group, async_op=True).get_future()
+        if step is None:
+            return future.then(_first_tensor)
+
+        def done_default(fut):
+            step.done = time.perf_counter()
+            return fut.value()[0]
+
+        return future.then(done_default)
 
     # Internals.
 
@@ -295,6 +316,10 @@ class DDPMonitor:
                 self.last = timing
                 self.reported += 1
                 self.dropped += 0 if ok else 1
+
+
+def _first_tensor(fut):
+    return fut.value()[0]
 
 
 def _monitor_hook(state, bucket):

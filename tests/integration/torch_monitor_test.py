@@ -100,6 +100,9 @@ def check_common(name, ranks, events, membership, reports):
     want = {(it, r) for it in range(ITERATIONS) for r in range(WORLD)}
     check(set(reports) == want, "%s: the daemon holds no report of %s and unexpected %s"
           % (name, sorted(want - set(reports))[:8], sorted(set(reports) - want)[:8]))
+    params = [ranks.final[r]["final"]["params"] for r in range(WORLD)]
+    check(all(p == params[0] for p in params),
+          "%s: the ranks' parameters differ: DDP's all-reduce did not average" % name)
     if args.timing != "monitor":
         return
     for r in range(WORLD):

@@ -202,8 +202,8 @@ def test():
           "with 8 steps pending the oldest is waited for: reported %s, pending %d"
           % ([r["iteration"] for r in client.reports], len(mon._pending)))
     mon.close()
-    check([r["iteration"] for r in client.reports] == list(range(13)),
-          "close() did not report every step in order: %s" % [r["iteration"] for r in client.reports])
+    order = [r["iteration"] for r in client.reports]
+    check(order == list(range(13)), "close() did not report every step in order: %s" % order)
     dist.destroy_process_group()
     print("compute reported for a 30 ms backward sleep, a 150 ms late all-reduce and 100 ms "
           "after backward: %s ms" % measured)
