@@ -49,6 +49,14 @@ GPU passed them (after 8 pending steps the oldest is waited for: the GPU passed
 it long ago), so a step is reported one step (or a few, on GPU) late, and
 close() reports the rest.
 
+What it cannot tell apart. Any other collective inside the step makes this
+rank wait for the others there, and that wait counts as compute: SyncBatchNorm
+(all-reduces in forward), tensor or pipeline parallelism, a user's all_reduce
+between forward and backward. Work in backward after the last parameter's
+gradient (gradients of inputs that need them) is not compute. The GPU path is
+tested with stand-in events only (python:monitor_only_unit); the CPU path
+with 4 real Gloo ranks (integration:monitor_only).
+
 Iterations are counted from `iteration` (default 0), one per synchronizing
 backward, across epochs (the daemon wants iterations that grow);
 begin_step(iteration=...) or set_iteration() renumber, e.g. after restoring a
@@ -123,8 +131,8 @@ class DDPMonitor:
         self._group = ddp.process_group if process_group is None else process_group
         self._comm_hook = comm_hook
         self._comm_state = comm_state
-        device = next((p.device for p in ddp.module.parameters()), torch.device("cpu"))
-        self._cuda = device.type == "cuda"
+        self._device = next((p.device for p in ddp.module.parameters()), torch.device("cpu"))
+        self._cuda = self._device.type == "cuda"
         self._lock = threading.Lock()
         self._report_lock = threading.Lock()  # reports leave in iteration order
         self._epoch = epoch
@@ -211,7 +219,7 @@ class DDPMonitor:
         now = time.perf_counter()
         if not bucket.is_last():
             return self._reduce(bucket, None)
-        ready = self._mark_gpu(bucket.buffer()) if self._cuda else now
+        ready = self._mark_gpu(bucket.buffer().device) if self._cuda else now
         with self._lock:
             step = self._open
             self._open = None
@@ -270,12 +278,14 @@ class DDPMonitor:
         with self._lock:
             if self._open is not None or self._closed:
                 return
-            start = self._mark_gpu(None) if self._cuda else time.perf_counter()
+            start = self._mark_gpu(self._device) if self._cuda else time.perf_counter()
             self._open = _Step(self._epoch, self._next_iteration, now, start)
             self._next_iteration += 1
 
-    def _mark_gpu(self, tensor):
-        stream = torch.cuda.current_stream(tensor.device if tensor is not None else None)
+    def _mark_gpu(self, device):
+        # On the current stream of that device: in the hook, the stream that
+        # produced the gradients (autograd runs a backward op on its forward's).
+        stream = torch.cuda.current_stream(device)
         event = torch.cuda.Event(enable_timing=True)
         event.record(stream)
         return event

@@ -185,7 +185,7 @@ def test():
     gpu = DDP(Model())
     mon = _monitor.DDPMonitor(gpu, client)
     mon._cuda = True
-    mon._mark_gpu = lambda tensor: FakeEvent()
+    mon._mark_gpu = lambda device: FakeEvent()
     step(gpu)
     step(gpu)
     check(not client.reports, "reported a step whose GPU events had not passed")
