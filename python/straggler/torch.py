@@ -67,6 +67,7 @@ import numpy as np
 import torch
 
 from . import Client, PartialAllReduce
+from ._monitor import DDPMonitor, StepTiming, monitor  # noqa: F401 - monitoring only
 
 __all__ = ["PartialAllReduceState", "partial_allreduce_hook"]
 
