@@ -207,6 +207,7 @@ class IngestReactor final
              StreamRejectReasonName(why), std::move(message));
       rejected += excess - 1;
     };
+    job_->engine.BeginBatch();
     for (int i = 0; i < granted; ++i) {
       const v1::IterationReport& report = batch_.reports(i);
       const auto slot = std::lower_bound(ranks_.begin(), ranks_.end(), report.rank());
@@ -251,6 +252,7 @@ class IngestReactor final
                std::move(result.message));
       }
     }
+    job_->engine.EndBatch(now);
     if (batch_.finished_ranks_size() > 0) {
       registry_.FinishRanksLocked(
           *job_, link_.get(),

@@ -190,6 +190,8 @@ struct JobEngine::Impl {
   std::deque<Version> versions;   // bounded by kMembershipHistory
   std::deque<Membership> history;  // mirror of versions[].m for the public API
   bool dirty = false;              // something exclusion depends on changed
+  bool batch_open = false;         // BeginBatch..EndBatch: Evaluate waits for EndBatch
+  bool batch_evaluate = false;     // an Evaluate was put off to EndBatch
   // A changed excluded set waits for ranks no stream speaks for (Evaluate).
   bool withheld = false;
   uint32_t blocked = 0;            // candidates currently withheld by a guard
@@ -710,7 +712,7 @@ struct JobEngine::Impl {
     if (!any) return;
     probation_active = true;
     dirty = true;
-    Evaluate(now);  // re-includes them; sets the version's effective iteration
+    EvaluateNow(now);  // re-includes them; sets the version's effective iteration
     probation_until = Newest().effective_iteration + policy.profile_iterations;
   }
 
@@ -740,7 +742,19 @@ struct JobEngine::Impl {
     return absl::StrFormat("ewma %.6gs; counter %u/%u", r.ewma, r.counter, Limit());
   }
 
+  // Decides the excluded set now, or at EndBatch while a batch is open: a
+  // batch (an agent's replayed backlog after a daemon restart) may walk a
+  // rank through recovery and relapse in one go, and the job must see one
+  // version for where it ended, not one per state it passed through.
   void Evaluate(Time now) {
+    if (batch_open) {
+      batch_evaluate = true;
+      return;
+    }
+    EvaluateNow(now);
+  }
+
+  void EvaluateNow(Time now) {
     dirty = false;
     const Membership& cur = Newest();
     std::vector<Want> want(world_size);
@@ -1112,6 +1126,17 @@ void JobEngine::Announce(uint32_t rank, Time now) {
     d.SetCounted(rank, true);
   }
   if (d.dirty) d.Evaluate(now);
+}
+
+void JobEngine::BeginBatch() { impl_->batch_open = true; }
+
+void JobEngine::EndBatch(Time now) {
+  Impl& d = *impl_;
+  d.batch_open = false;
+  if (d.batch_evaluate) {
+    d.batch_evaluate = false;
+    d.EvaluateNow(now);
+  }
 }
 
 void JobEngine::Restart(uint32_t rank) {

@@ -67,6 +67,7 @@ ALERTS = {
     "StragglerdDown": "empty",
     "StragglerdNotIngesting": "empty",
     "HighReportRejectRate": "empty",
+    "StaleReports": "empty",             # a live sim never goes backwards
     "GpuThermalThrottling": "any",       # no GPU telemetry without the agent
     "GpuPowerThrottling": "any",
 }

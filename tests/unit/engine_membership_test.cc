@@ -423,3 +423,37 @@ TEST_CASE("rows: announced ranks are waited for; unannounced ones are not",
     CHECK(job.View().threshold_seconds == Approx(2.0));
   }
 }
+
+namespace straggler::engine {
+namespace {
+
+// An agent replaying its backlog after a daemon restart sends, in one batch,
+// a straggler's recovery and its relapse: the job must not switch sets
+// twice for states that are already over (issue 14: v3, v4, v5 in 1 ms).
+TEST_CASE("membership: one batch publishes one decision, for the state it ends in",
+          "[engine][membership]") {
+  PolicyConfig p;
+  p.cooldown_iterations = 0;
+  const bool batched = GENERATE(false, true);
+  testutil::Harness h(8, p);
+  std::vector<double> slow = testutil::Uniform(8, 1.0);
+  slow[3] = 3.0;
+  h.Rows(0, 20, 0, testutil::Uniform(8, 1.0));
+  h.Rows(20, 20, 0, slow);
+  REQUIRE(testutil::ExcludedRanks(h.engine().membership()) == std::vector<uint32_t>{3});
+  const uint64_t before = h.engine().membership().version;
+  if (batched) h.engine().BeginBatch();
+  h.Rows(40, 15, 0, testutil::Uniform(8, 1.0));  // rank 3 recovers...
+  h.Rows(55, 15, 0, slow);                        // ...and relapses
+  if (batched) h.engine().EndBatch(h.now());
+  INFO("batched " << batched);
+  CHECK(testutil::ExcludedRanks(h.engine().membership()) == std::vector<uint32_t>{3});
+  if (batched) {
+    CHECK(h.engine().membership().version == before);  // excluded all along: no version
+  } else {
+    CHECK(h.engine().membership().version >= before + 2);  // readmitted, excluded again
+  }
+}
+
+}  // namespace
+}  // namespace straggler::engine

@@ -165,9 +165,11 @@ class Ctl {
     return Show(s, r, stragglerctl::PrintJobs);
   }
 
-  int Job(const std::string& job) {
+  int Job(const std::string& job, const std::string& run) {
     v1::Job r;
-    auto s = Call(*query_, &v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &r);
+    v1::GetJobRequest req = ForJob<v1::GetJobRequest>(job);
+    req.set_run_id(run);
+    auto s = Call(*query_, &v1::QueryService::Stub::GetJob, req, &r);
     return Show(s, r, stragglerctl::PrintJob);
   }
 
@@ -421,6 +423,9 @@ int main(int argc, char** argv) {
   auto* jobs = app.add_subcommand("jobs", "list jobs");
   auto* job_cmd = app.add_subcommand("job", "show one job");
   job_cmd->add_option("JOB", job, "job id")->required();
+  std::string run;
+  job_cmd->add_option("--run", run,
+                      "an earlier run's last state (the job's earlier_runs; docs/runs.md)");
   auto* workers = app.add_subcommand("workers", "list the ranks of a job");
   workers->add_option("JOB", job, "job id")->required();
   auto* worker = app.add_subcommand("worker", "show one rank of a job");
@@ -445,6 +450,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"state_change", "membership", "guard_blocked", "policy_changed",
                              "override", "reset", "reprofile", "membership_withheld"}));
+  std::string event_run;
+  auto* o_event_run =
+      events->add_option("--run", event_run, "only events of this run of the job (docs/runs.md)");
   uint32_t event_rank = 0;
   auto* o_event_rank = events->add_option(
       "--rank", event_rank, "only events about this rank (job-wide events name no rank)");
@@ -521,7 +529,7 @@ int main(int argc, char** argv) {
   }
   Ctl ctl(g, credentials);
   if (jobs->parsed()) return ctl.Jobs();
-  if (job_cmd->parsed()) return ctl.Job(job);
+  if (job_cmd->parsed()) return ctl.Job(job, run);
   if (workers->parsed()) return ctl.Workers(job);
   if (worker->parsed()) return ctl.Worker(job, rank);
   if (membership->parsed()) return ctl.Membership(job);
@@ -538,6 +546,7 @@ int main(int argc, char** argv) {
       req.add_kinds(k);
     }
     if (o_event_rank->count()) req.set_rank(event_rank);
+    if (o_event_run->count()) req.set_run_id(event_run);
     return follow ? ctl.FollowEvents(req, follow_interval_ms, stop_signals) : ctl.Events(req);
   }
   if (reset->parsed()) return ctl.Reset(job);

@@ -131,6 +131,8 @@ void PrintJobs(const v1::ListJobsResponse& r, std::ostream& out) {
 void PrintJob(const v1::Job& j, std::ostream& out) {
   Table t({"FIELD", "VALUE"}, {Align::kLeft, Align::kLeft});
   t.AddRow({"job", j.job_id()});
+  t.AddRow({"run", j.run_id().empty() ? "(default)" : j.run_id()});
+  t.AddRow({"status", j.finished() ? "finished" : "running"});
   t.AddRow({"world size", std::to_string(j.world_size())});
   t.AddRow({"epoch", std::to_string(j.epoch())});
   t.AddRow({"highest iteration", std::to_string(j.highest_iteration())});
@@ -151,6 +153,11 @@ void PrintJob(const v1::Job& j, std::ostream& out) {
   t.AddRow({"reports", std::to_string(j.reports_total())});
   t.AddRow({"created", TimeText(j.created_at())});
   t.AddRow({"last report", TimeText(j.last_report_time())});
+  if (j.earlier_runs_size() > 0) {
+    std::string runs;
+    for (const std::string& r : j.earlier_runs()) runs += (runs.empty() ? "" : ", ") + r;
+    t.AddRow({"earlier runs", runs});
+  }
   t.Print(out);
   out << "\npolicy:\n";
   PrintPolicy(j.policy(), out);

@@ -283,6 +283,15 @@ class JobEngine {
   // rejected as kDuplicate and changes nothing.
   IngestResult Ingest(const Report& report, Time now);
 
+  // Between BeginBatch and EndBatch (one ReportBatch), the excluded set is
+  // decided once, at EndBatch, from the state after every report of the
+  // batch: a replayed backlog may take a rank through recovery and relapse
+  // within one batch, and publishing a version for each of those states
+  // would make the job switch sets back and forth for nothing. Other calls
+  // (Tick, SetOverride, ...) must not come in between.
+  void BeginBatch();
+  void EndBatch(Time now);
+
   // Marks ranks that have not reported for unresponsive_after_seconds
   // (ranks that never reported: since the job started or they were announced).
   void Tick(Time now);
