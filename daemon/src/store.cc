@@ -346,103 +346,91 @@ absl::Status Store::UpsertJobLocked(const std::string& job_id, uint32_t world_si
   return absl::OkStatus();
 }
 
-absl::Status Store::SaveMembership(const std::string& job_id, uint32_t world_size,
-                                   uint64_t incarnation, const engine::Membership& m) {
+absl::Status Store::JobTransaction(const std::string& job_id, uint32_t world_size,
+                                   uint64_t incarnation, engine::Time updated,
+                                   absl::FunctionRef<absl::Status()> body) {
   std::lock_guard lock(db_mu_);
   if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
-  auto fail = [&](absl::Status s) {
-    Exec("ROLLBACK").IgnoreError();
-    return s;
-  };
-  if (absl::Status s = UpsertJobLocked(job_id, world_size, incarnation, m.created_at); !s.ok()) {
-    return fail(s);
-  }
-  {
-    Stmt st(db_,
-            "INSERT OR REPLACE INTO memberships(job_id, version, effective_iteration, world_size, "
-            "lead_iterations, incarnation, created_ns) VALUES(?,?,?,?,?,?,?)");
-    st.Bind(1, job_id).Bind(2, I(m.version)).Bind(3, I(m.effective_iteration));
-    st.Bind(4, m.world_size).Bind(5, m.lead_iterations).Bind(6, I(incarnation));
-    st.Bind(7, m.created_at.count());
-    if (st.Step() != SQLITE_DONE) return fail(Error("cannot write a membership version"));
-  }
-  {
-    Stmt del(db_, "DELETE FROM membership_excluded WHERE job_id = ? AND version = ?");
-    del.Bind(1, job_id).Bind(2, I(m.version));
-    if (del.Step() != SQLITE_DONE) return fail(Error("cannot write excluded ranks"));
-  }
-  for (const auto& e : m.excluded) {
-    Stmt st(db_,
-            "INSERT INTO membership_excluded(job_id, version, rank, reason, detail, "
-            "since_iteration) VALUES(?,?,?,?,?,?)");
-    st.Bind(1, job_id).Bind(2, I(m.version)).Bind(3, e.rank);
-    st.Bind(4, static_cast<int>(e.reason)).Bind(5, e.detail).Bind(6, I(e.since_iteration));
-    if (st.Step() != SQLITE_DONE) return fail(Error("cannot write excluded ranks"));
-  }
-  if (absl::Status s = Exec("COMMIT"); !s.ok()) return fail(s);
-  return absl::OkStatus();
+  absl::Status s = UpsertJobLocked(job_id, world_size, incarnation, updated);
+  if (s.ok()) s = body();
+  if (s.ok()) s = Exec("COMMIT");
+  if (!s.ok()) Exec("ROLLBACK").IgnoreError();
+  return s;
+}
+
+absl::Status Store::SaveMembership(const std::string& job_id, uint32_t world_size,
+                                   uint64_t incarnation, const engine::Membership& m) {
+  return JobTransaction(job_id, world_size, incarnation, m.created_at, [&]() -> absl::Status {
+    {
+      Stmt st(db_,
+              "INSERT OR REPLACE INTO memberships(job_id, version, effective_iteration, world_size, "
+              "lead_iterations, incarnation, created_ns) VALUES(?,?,?,?,?,?,?)");
+      st.Bind(1, job_id).Bind(2, I(m.version)).Bind(3, I(m.effective_iteration));
+      st.Bind(4, m.world_size).Bind(5, m.lead_iterations).Bind(6, I(incarnation));
+      st.Bind(7, m.created_at.count());
+      if (st.Step() != SQLITE_DONE) return Error("cannot write a membership version");
+    }
+    {
+      Stmt del(db_, "DELETE FROM membership_excluded WHERE job_id = ? AND version = ?");
+      del.Bind(1, job_id).Bind(2, I(m.version));
+      if (del.Step() != SQLITE_DONE) return Error("cannot write excluded ranks");
+    }
+    for (const auto& e : m.excluded) {
+      Stmt st(db_,
+              "INSERT INTO membership_excluded(job_id, version, rank, reason, detail, "
+              "since_iteration) VALUES(?,?,?,?,?,?)");
+      st.Bind(1, job_id).Bind(2, I(m.version)).Bind(3, e.rank);
+      st.Bind(4, static_cast<int>(e.reason)).Bind(5, e.detail).Bind(6, I(e.since_iteration));
+      if (st.Step() != SQLITE_DONE) return Error("cannot write excluded ranks");
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Store::StartRun(const std::string& job_id, uint32_t world_size,
                              uint64_t incarnation, const std::string& run_id) {
-  std::lock_guard lock(db_mu_);
-  if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
-  auto fail = [&](absl::Status s) {
-    Exec("ROLLBACK").IgnoreError();
-    return s;
-  };
   const auto now = std::chrono::duration_cast<engine::Time>(
       std::chrono::system_clock::now().time_since_epoch());
-  if (absl::Status s = UpsertJobLocked(job_id, world_size, incarnation, now); !s.ok()) {
-    return fail(s);
-  }
-  {
-    Stmt st(db_, "UPDATE jobs SET run_id = ?, policy_json = '' WHERE job_id = ?");
-    st.Bind(1, run_id).Bind(2, job_id);
-    if (st.Step() != SQLITE_DONE) return fail(Error("cannot write the run"));
-  }
-  for (const char* table : {"memberships", "membership_excluded", "rank_overrides"}) {
-    const std::string sql = absl::StrCat("DELETE FROM ", table, " WHERE job_id = ?");
-    Stmt del(db_, sql.c_str());
-    del.Bind(1, job_id);
-    if (del.Step() != SQLITE_DONE) return fail(Error("cannot forget the previous run"));
-  }
-  if (absl::Status s = Exec("COMMIT"); !s.ok()) return fail(s);
-  return absl::OkStatus();
+  return JobTransaction(job_id, world_size, incarnation, now, [&]() -> absl::Status {
+    {
+      Stmt st(db_, "UPDATE jobs SET run_id = ?, policy_json = '' WHERE job_id = ?");
+      st.Bind(1, run_id).Bind(2, job_id);
+      if (st.Step() != SQLITE_DONE) return Error("cannot write the run");
+    }
+    for (const char* table : {"memberships", "membership_excluded", "rank_overrides"}) {
+      const std::string sql = absl::StrCat("DELETE FROM ", table, " WHERE job_id = ?");
+      Stmt del(db_, sql.c_str());
+      del.Bind(1, job_id);
+      if (del.Step() != SQLITE_DONE) return Error("cannot forget the previous run");
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Store::SaveOverrides(const std::string& job_id, uint32_t world_size,
                                   uint64_t incarnation, const std::string& policy_json,
                                   const std::vector<StoredOverride>& overrides) {
-  std::lock_guard lock(db_mu_);
-  if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
-  auto fail = [&](absl::Status s) {
-    Exec("ROLLBACK").IgnoreError();
-    return s;
-  };
   const auto now = std::chrono::duration_cast<engine::Time>(
       std::chrono::system_clock::now().time_since_epoch());
-  if (absl::Status s = UpsertJobLocked(job_id, world_size, incarnation, now); !s.ok()) {
-    return fail(s);
-  }
-  {
-    Stmt st(db_, "UPDATE jobs SET policy_json = ? WHERE job_id = ?");
-    st.Bind(1, policy_json).Bind(2, job_id);
-    if (st.Step() != SQLITE_DONE) return fail(Error("cannot write the policy"));
-  }
-  {
-    Stmt del(db_, "DELETE FROM rank_overrides WHERE job_id = ?");
-    del.Bind(1, job_id);
-    if (del.Step() != SQLITE_DONE) return fail(Error("cannot write rank overrides"));
-  }
-  for (const auto& o : overrides) {
-    Stmt st(db_,
-            "INSERT INTO rank_overrides(job_id, rank, override, reason) VALUES(?,?,?,?)");
-    st.Bind(1, job_id).Bind(2, o.rank).Bind(3, static_cast<int>(o.override)).Bind(4, o.reason);
-    if (st.Step() != SQLITE_DONE) return fail(Error("cannot write rank overrides"));
-  }
-  if (absl::Status s = Exec("COMMIT"); !s.ok()) return fail(s);
-  return absl::OkStatus();
+  return JobTransaction(job_id, world_size, incarnation, now, [&]() -> absl::Status {
+    {
+      Stmt st(db_, "UPDATE jobs SET policy_json = ? WHERE job_id = ?");
+      st.Bind(1, policy_json).Bind(2, job_id);
+      if (st.Step() != SQLITE_DONE) return Error("cannot write the policy");
+    }
+    {
+      Stmt del(db_, "DELETE FROM rank_overrides WHERE job_id = ?");
+      del.Bind(1, job_id);
+      if (del.Step() != SQLITE_DONE) return Error("cannot write rank overrides");
+    }
+    for (const auto& o : overrides) {
+      Stmt st(db_,
+              "INSERT INTO rank_overrides(job_id, rank, override, reason) VALUES(?,?,?,?)");
+      st.Bind(1, job_id).Bind(2, o.rank).Bind(3, static_cast<int>(o.override)).Bind(4, o.reason);
+      if (st.Step() != SQLITE_DONE) return Error("cannot write rank overrides");
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::vector<StoredJob>> Store::QueryJobsLocked(const char* where,

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "attribution.h"
@@ -153,6 +154,11 @@ class Store {
   absl::Status Migrate();
   absl::Status Exec(const char* sql);
   absl::Status Error(const char* what) const;  // names the path and sqlite3_errmsg
+  // One transaction (under db_mu_): the job's row upserted, then `body`;
+  // rolled back when either fails.
+  absl::Status JobTransaction(const std::string& job_id, uint32_t world_size,
+                              uint64_t incarnation, engine::Time updated,
+                              absl::FunctionRef<absl::Status()> body);
   absl::Status UpsertJobLocked(const std::string& job_id, uint32_t world_size,
                                uint64_t incarnation, engine::Time now);
   absl::StatusOr<std::vector<StoredJob>> QueryJobsLocked(const char* where,

@@ -13,7 +13,7 @@ using testutil::ExcludedRanks;
 using testutil::Harness;
 using testutil::Uniform;
 
-TEST_CASE("runs: a restarted rank may report lower iterations; without Restart they are stale",
+TEST_CASE("runs: a restarted rank may report lower iterations, without Restart they are stale",
           "[engine][runs]") {
   Harness h(4);
   h.Rows(0, 100, 0, Uniform(4, 1.0));
@@ -30,7 +30,7 @@ TEST_CASE("runs: a restarted rank may report lower iterations; without Restart t
   CHECK(e.Ingest(older, h.now()).reason == RejectReason::kDuplicate);
 }
 
-TEST_CASE("runs: a finished rank never turns unresponsive; all finished is a finished job",
+TEST_CASE("runs: a finished rank never turns unresponsive, all finished is a finished job",
           "[engine][runs]") {
   PolicyConfig p;
   p.unresponsive_after_seconds = 1.0;
@@ -53,7 +53,7 @@ TEST_CASE("runs: a finished rank never turns unresponsive; all finished is a fin
   CHECK_FALSE(e.Finished());
 }
 
-TEST_CASE("runs: a finished straggler keeps its exclusion: a job that ends publishes nothing",
+TEST_CASE("runs: a finished straggler keeps its exclusion, a job that ends publishes nothing",
           "[engine][runs]") {
   PolicyConfig p;
   p.cooldown_iterations = 0;
