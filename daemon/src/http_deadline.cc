@@ -8,18 +8,29 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <httplib.h>
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cstring>
-#include <type_traits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace straggler::daemon {
 namespace {
@@ -150,48 +161,218 @@ class TlsTransport final : public Transport {
   bool shutdown_ = false;
 };
 
-// A connection's stream with whole-request and whole-response deadlines.
-// Buffered: httplib reads request lines a byte at a time.
-class DeadlineStream final : public httplib::Stream {
- public:
-  DeadlineStream(int sock, Transport& transport, std::chrono::microseconds read_timeout,
-                 std::chrono::microseconds write_timeout)
-      : sock_(sock),
-        transport_(transport),
-        read_timeout_(read_timeout),
-        write_timeout_(write_timeout) {}
+constexpr size_t kReadChunk = 16 * 1024;
+// httplib's own limits on one header line and on the request line, checked
+// here as the bytes arrive; the whole head is capped too.
+constexpr size_t kMaxHeaderLine = CPPHTTPLIB_HEADER_MAX_LENGTH;
+constexpr size_t kMaxRequestLine = CPPHTTPLIB_REQUEST_URI_MAX_LENGTH;
+constexpr size_t kMaxHeadBytes = 64 * 1024;
+// How long a refused connection is drained (its unread bytes discarded)
+// before it is closed: closing with unread bytes would reset it, and the
+// client could lose the refusal.
+constexpr auto kLinger = std::chrono::seconds(1);
 
-  // A request starts arriving (its first byte is readable or buffered). The
-  // TLS handshake, too, runs under a request deadline.
-  void StartRequest() {
-    read_deadline_ = Clock::now() + read_timeout_;
-    writing_ = false;
+// One accepted connection. The listener's poller thread owns it; a worker
+// borrows it to serve one request (state kWorking) and hands it back.
+struct Connection {
+  enum class State {
+    kIdle,     // waiting for a request's first byte, until keep_alive_timeout
+    kReading,  // a request (or the TLS handshake) arriving, until read_timeout
+    kWorking,  // at a worker
+    kClosing,  // refused: draining until kLinger
+  };
+
+  Connection(int s, std::unique_ptr<Transport> t, TlsTransport* tls_transport)
+      : sock(s), transport(std::move(t)), tls(tls_transport) {}
+  ~Connection() {
+    if (tls != nullptr) tls->set_shutdown(clean);
+    transport.reset();
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
   }
-  // Runs `step` (a Transport-style call) until it moves something or fails,
-  // waiting for the socket as it asks, until the request's deadline.
-  template <class Step>
-  ssize_t UntilReadDeadline(Step step) {
-    return Retry(step, read_deadline_, read_timed_out_);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  const int sock;
+  std::unique_ptr<Transport> transport;
+  TlsTransport* const tls;  // `transport`, over TLS; null: plaintext
+  bool handshaken = false;
+  bool clean = false;  // TLS: send close_notify when closed
+  State state = State::kIdle;
+  Clock::time_point deadline{};
+  uint32_t events = 0;  // epoll interest; 0: not registered
+  std::string in;       // received bytes no request has consumed yet
+  size_t scanned = 0;   // in[0, scanned) holds no end of the head
+  size_t need = 0;      // the next request's head + body length, once known
+  bool expects_continue = false;  // the head asked for "100 Continue" before its body
+  size_t requests_left = 0;
+};
+
+// What the buffered bytes of a connection's next request allow.
+struct Verdict {
+  enum Kind { kWait, kServe, kRefuse } kind = kWait;
+  int status = 0;  // kRefuse
+  std::string message;
+};
+
+Verdict Refuse(int status, std::string message) {
+  return {Verdict::kRefuse, status, std::move(message)};
+}
+Verdict ServeOrWait(bool whole) { return {whole ? Verdict::kServe : Verdict::kWait, 0, {}}; }
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
   }
-  bool Buffered() const { return pos_ < end_ || transport_.Pending(); }
+  return s;
+}
+
+bool EqualsNoCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Serve once the head (request line and headers) and a Content-Length body
+// are buffered: a worker then reads the request from memory. A chunked body
+// (the daemon refuses it with 411) or an unreadable Content-Length is
+// served once the head is in: the worker reads the rest itself, under the
+// same deadline. Refused at once: a head over httplib's limits (414, 431)
+// and a Content-Length above `max_body` (413), before any body arrives.
+Verdict Judge(Connection& c, size_t max_body) {
+  const std::string& in = c.in;
+  if (c.need > 0) return ServeOrWait(in.size() >= c.need);
+  const size_t end = in.find("\r\n\r\n", c.scanned >= 3 ? c.scanned - 3 : 0);
+  if (end == std::string::npos) {
+    c.scanned = in.size();
+    const size_t nl = in.rfind('\n');
+    if (nl == std::string::npos) {
+      if (in.size() > kMaxRequestLine) {
+        return Refuse(414, "request line longer than " + std::to_string(kMaxRequestLine) +
+                               " bytes");
+      }
+    } else if (in.size() - nl > kMaxHeaderLine || in.size() > kMaxHeadBytes) {
+      return Refuse(431, "request header fields larger than " + std::to_string(kMaxHeaderLine) +
+                             " bytes a line or " + std::to_string(kMaxHeadBytes) + " in all");
+    }
+    return {};
+  }
+  const size_t head = end + 4;
+  if (head > kMaxHeadBytes) {
+    return Refuse(431, "request header fields larger than " + std::to_string(kMaxHeadBytes) +
+                           " bytes in all");
+  }
+  std::optional<uint64_t> length;
+  bool read_by_worker = false;  // chunked, or a length httplib will judge
+  // in[end + 1] is '\n': every header line ends at or before it.
+  for (size_t at = in.find('\n'); at < end + 1;) {
+    const size_t next = in.find('\n', at + 1);
+    const std::string_view line(in.data() + at + 1, next - at - 1);
+    at = next;
+    if (line.size() + 1 > kMaxHeaderLine) {
+      return Refuse(431, "request header line longer than " + std::to_string(kMaxHeaderLine) +
+                             " bytes");
+    }
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view name = line.substr(0, colon);
+    const std::string_view value = Trim(line.substr(colon + 1));
+    if (EqualsNoCase(name, "Transfer-Encoding")) read_by_worker = true;
+    if (EqualsNoCase(name, "Expect") && EqualsNoCase(value, "100-continue")) {
+      c.expects_continue = true;
+    }
+    if (EqualsNoCase(name, "Content-Length") && !length && !read_by_worker) {
+      uint64_t n = 0;
+      const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec == std::errc() && ptr == value.data() + value.size() && !value.empty()) {
+        length = n;
+      } else {
+        read_by_worker = true;
+      }
+    }
+  }
+  if (read_by_worker) {
+    c.need = head;
+    return ServeOrWait(true);
+  }
+  if (length && *length > max_body) {
+    return Refuse(413, "request body of Content-Length " + std::to_string(*length) +
+                           " bytes is larger than the limit of " + std::to_string(max_body));
+  }
+  c.need = head + length.value_or(0);
+  return ServeOrWait(in.size() >= c.need);
+}
+
+const char* Reason(int status) {
+  switch (status) {
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 431: return "Request Header Fields Too Large";
+    default: return "Bad Request";
+  }
+}
+
+const char* ErrorCode(int status) {
+  switch (status) {
+    case 408: return "REQUEST_TIMEOUT";
+    case 413: return "PAYLOAD_TOO_LARGE";
+    case 414: return "URI_TOO_LONG";
+    case 431: return "HEADERS_TOO_LARGE";
+    default: return "INVALID_ARGUMENT";
+  }
+}
+
+// OpenSSL writes with write(2): a peer gone mid-response would raise
+// SIGPIPE and end the process. Blocked on the listener's own threads (a
+// pending blocked SIGPIPE does nothing); they only serve HTTP.
+void BlockSigpipe() {
+  static thread_local const bool blocked = [] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    return pthread_sigmask(SIG_BLOCK, &set, nullptr) == 0;
+  }();
+  (void)blocked;
+}
+
+// A worker's view of a connection for one request: what the poller buffered
+// first, then (a chunked body) the socket itself, until the request's read
+// deadline; writes until the response's write deadline.
+class RequestStream final : public httplib::Stream {
+ public:
+  RequestStream(Connection& c, std::chrono::microseconds write_timeout)
+      : c_(c), write_timeout_(write_timeout) {}
+
   bool read_timed_out() const { return read_timed_out_; }
   bool write_timed_out() const { return write_timed_out_; }
+  // Drops the bytes this request consumed; the rest (a pipelined request)
+  // stays for the next.
+  void Consume() {
+    c_.in.erase(0, pos_);
+    pos_ = 0;
+  }
 
   bool is_readable() const override {
-    return Buffered() || WaitUntil(sock_, POLLIN, read_deadline_);
+    return pos_ < c_.in.size() || c_.transport->Pending() ||
+           WaitUntil(c_.sock, POLLIN, c_.deadline);
   }
-  bool is_writable() const override { return WaitUntil(sock_, POLLOUT, WriteDeadline()); }
+  bool is_writable() const override { return WaitUntil(c_.sock, POLLOUT, WriteDeadline()); }
 
   ssize_t read(char* ptr, size_t size) override {
-    if (pos_ == end_) {
-      const ssize_t n = UntilReadDeadline(
-          [&](short& wait) { return transport_.Read(buffer_, sizeof buffer_, wait); });
-      if (n <= 0) return n;
+    if (pos_ == c_.in.size()) {
+      c_.in.resize(kReadChunk);
       pos_ = 0;
-      end_ = static_cast<size_t>(n);
+      const ssize_t n = Retry(
+          [&](short& wait) { return c_.transport->Read(c_.in.data(), c_.in.size(), wait); },
+          c_.deadline, read_timed_out_);
+      c_.in.resize(static_cast<size_t>(std::max<ssize_t>(n, 0)));
+      if (n <= 0) return n;
     }
-    const size_t n = std::min(size, end_ - pos_);
-    std::memcpy(ptr, buffer_ + pos_, n);
+    const size_t n = std::min(size, c_.in.size() - pos_);
+    std::memcpy(ptr, c_.in.data() + pos_, n);
     pos_ += n;
     return static_cast<ssize_t>(n);
   }
@@ -201,17 +382,17 @@ class DeadlineStream final : public httplib::Stream {
       writing_ = true;
       write_deadline_ = Clock::now() + write_timeout_;
     }
-    return Retry([&](short& wait) { return transport_.Write(ptr, size, wait); }, write_deadline_,
-                 write_timed_out_);
+    return Retry([&](short& wait) { return c_.transport->Write(ptr, size, wait); },
+                 write_deadline_, write_timed_out_);
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    PeerName(sock_, /*remote=*/true, ip, port);
+    PeerName(c_.sock, /*remote=*/true, ip, port);
   }
   void get_local_ip_and_port(std::string& ip, int& port) const override {
-    PeerName(sock_, /*remote=*/false, ip, port);
+    PeerName(c_.sock, /*remote=*/false, ip, port);
   }
-  socket_t socket() const override { return sock_; }
+  socket_t socket() const override { return c_.sock; }
 
  private:
   template <class Step>
@@ -220,7 +401,7 @@ class DeadlineStream final : public httplib::Stream {
       short wait = 0;
       const ssize_t n = step(wait);
       if (n >= 0 || wait == 0) return n;
-      if (!WaitUntil(sock_, wait, deadline)) {
+      if (!WaitUntil(c_.sock, wait, deadline)) {
         timed_out = true;
         return -1;
       }
@@ -230,127 +411,444 @@ class DeadlineStream final : public httplib::Stream {
     return writing_ ? write_deadline_ : Clock::now() + write_timeout_;
   }
 
-  const int sock_;
-  Transport& transport_;
-  const std::chrono::microseconds read_timeout_;
+  Connection& c_;
   const std::chrono::microseconds write_timeout_;
-  Clock::time_point read_deadline_{};
   Clock::time_point write_deadline_{};
   bool writing_ = false;
   bool read_timed_out_ = false;
   bool write_timed_out_ = false;
-  char buffer_[4096];
-  size_t pos_ = 0, end_ = 0;
+  size_t pos_ = 0;
 };
 
-// httplib's Server with its keep-alive loop (process_server_socket)
-// replaced by one over a DeadlineStream; TLS (its own, not httplib's
-// SSLServer, whose one context is set once) when given `contexts`.
+class DeadlineServer;
+
+// The listener's task queue: httplib's accept loop hands it each accepted
+// socket (enqueue runs process_and_close_socket at once, which calls Add).
+// One poller thread waits for every connection's bytes (epoll) and holds
+// each request's deadline; only a request that has arrived whole (or a
+// chunked one's head) goes to one of the `workers`, so slow or idle
+// connections never hold a worker or delay one another.
+class Listener final : public httplib::TaskQueue {
+ public:
+  struct Settings {
+    std::chrono::microseconds read_timeout;
+    std::chrono::microseconds write_timeout;
+    std::chrono::seconds keep_alive_timeout;
+    size_t keep_alive_max_count;
+    size_t max_body;
+  };
+
+  Listener(DeadlineServer& server, size_t workers, Settings settings);
+  ~Listener() override;
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  void enqueue(std::function<void()> fn) override { fn(); }
+  // Stops the poller (closing every connection not at a worker), then lets
+  // the workers finish the requests they have.
+  void shutdown() override;
+
+  // From the accept thread: a new connection.
+  void Add(int sock);
+
+ private:
+  void Run();
+  void Wake();
+  void TakeQueued(Clock::time_point now);
+  void Open(int sock, Clock::time_point now);
+  void Resume(Connection* c, bool keep, Clock::time_point now);
+  void Progress(Connection* c);
+  void Drain(Connection* c);
+  void Dispatch(Connection* c);
+  void Answer(Connection* c, int status, const std::string& message);
+  void Sweep(Clock::time_point now);
+  void SetDeadline(Connection* c, Connection::State state, Clock::time_point deadline);
+  void Watch(Connection* c, uint32_t events);
+  void Unwatch(Connection* c);
+  void Close(Connection* c);
+
+  DeadlineServer& server_;
+  const Settings settings_;
+  const int epoll_;
+  const int wake_;  // eventfd
+  httplib::ThreadPool pool_;
+  std::thread poller_;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mu_;
+  std::vector<int> added_;                                // guarded by mu_
+  std::vector<std::pair<Connection*, bool>> returned_;  // guarded by mu_: (connection, keep)
+
+  // Poller thread only (and the destructor, after it).
+  std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
+  Clock::time_point next_deadline_ = Clock::time_point::max();
+};
+
+// httplib's Server with its per-connection keep-alive loop replaced by a
+// Listener and workers that each serve one buffered request; TLS (its own,
+// not httplib's SSLServer, whose one context is set once) when given
+// `contexts`.
 class DeadlineServer final : public httplib::Server {
  public:
-  DeadlineServer(SlowClientCounters& slow_clients, SslContexts contexts)
-      : slow_clients_(slow_clients), contexts_(std::move(contexts)) {}
+  DeadlineServer(SlowClientCounters& slow_clients, SslContexts contexts, RefusalCounter refused)
+      : slow_clients_(slow_clients),
+        contexts_(std::move(contexts)),
+        refused_(std::move(refused)) {}
+
+  httplib::TaskQueue* NewListener(size_t workers) {
+    auto* listener = new Listener(
+        *this, workers,
+        {Timeout(this->read_timeout_sec_, this->read_timeout_usec_),
+         Timeout(this->write_timeout_sec_, this->write_timeout_usec_),
+         std::chrono::seconds(this->keep_alive_timeout_sec_), this->keep_alive_max_count_,
+         this->payload_max_length_});
+    listener_.store(listener);
+    return listener;
+  }
+
+  // The Listener's connection setup: its transport, or null to refuse it.
+  std::unique_ptr<Connection> Open(int sock) {
+    if (!contexts_) {
+      return std::make_unique<Connection>(sock, std::make_unique<SocketTransport>(sock), nullptr);
+    }
+    const std::shared_ptr<SSL_CTX> ctx = contexts_();
+    if (!ctx) return nullptr;
+    auto tls = std::make_unique<TlsTransport>(sock, ctx.get());
+    if (!tls->valid()) return nullptr;
+    TlsTransport* raw = tls.get();
+    return std::make_unique<Connection>(sock, std::move(tls), raw);
+  }
+
+  // On a worker: serves the request buffered in `c`; true to keep the
+  // connection for another.
+  bool Serve(Connection& c, std::chrono::microseconds write_timeout) {
+    BlockSigpipe();
+    RequestStream stream(c, write_timeout);
+    bool connection_closed = false;
+    const bool ret = this->process_request(stream, /*close_connection=*/c.requests_left <= 1,
+                                           connection_closed, nullptr);
+    stream.Consume();
+    c.scanned = 0;
+    c.need = 0;
+    c.expects_continue = false;
+    if (c.requests_left > 0) --c.requests_left;
+    if (stream.read_timed_out()) {
+      CountSlow(0);
+    } else if (stream.write_timed_out()) {
+      CountSlow(1);
+    }
+    c.clean = ret;
+    return ret && !connection_closed && c.requests_left > 0;
+  }
+
+  void CountSlow(size_t phase) { slow_clients_[phase].fetch_add(1, std::memory_order_relaxed); }
+  void CountRefused(int status) {
+    if (refused_) refused_(status);
+  }
 
  private:
   bool process_and_close_socket(socket_t sock) override {
-    bool ret = false;
-    if (contexts_) {
-      ret = ServeTls(sock);
-    } else {
-      SocketTransport transport(sock);
-      ret = Serve(sock, transport, [](DeadlineStream&) { return true; });
+    Listener* listener = listener_.load();
+    if (listener == nullptr) {  // not started through ConfigureListener's queue
+      ::close(sock);
+      return false;
     }
-    ::shutdown(sock, SHUT_RDWR);
-    ::close(sock);
-    return ret;
-  }
-
-  bool ServeTls(int sock) {
-    // OpenSSL writes with write(2): a peer gone mid-response would raise
-    // SIGPIPE and end the daemon. Blocked on this worker thread instead (a
-    // pending blocked SIGPIPE does nothing); the thread only serves HTTP.
-    static thread_local const bool sigpipe_blocked = [] {
-      sigset_t set;
-      sigemptyset(&set);
-      sigaddset(&set, SIGPIPE);
-      return pthread_sigmask(SIG_BLOCK, &set, nullptr) == 0;
-    }();
-    (void)sigpipe_blocked;
-    const int flags = ::fcntl(sock, F_GETFL);
-    if (flags < 0 || ::fcntl(sock, F_SETFL, flags | O_NONBLOCK) < 0) return false;
-    const std::shared_ptr<SSL_CTX> ctx = contexts_();
-    if (!ctx) return false;
-    TlsTransport transport(sock, ctx.get());
-    if (!transport.valid()) return false;
-    const bool ret = Serve(sock, transport, [&](DeadlineStream& stream) {
-      return stream.UntilReadDeadline([&](short& wait) { return transport.Accept(wait); }) == 1;
-    });
-    transport.set_shutdown(ret);
-    return ret;
-  }
-
-  // `open` runs once the connection's first byte arrived, under a request's
-  // read deadline (the TLS handshake: a client that trickles it is as slow
-  // as one trickling headers); false ends the connection.
-  template <class Open>
-  bool Serve(int sock, Transport& transport, Open open) {
-    DeadlineStream stream(sock, transport,
-                          Timeout(this->read_timeout_sec_, this->read_timeout_usec_),
-                          Timeout(this->write_timeout_sec_, this->write_timeout_usec_));
-    bool ret = false;
-    bool opened = false;
-    if (WaitForRequest(stream, sock)) {
-      stream.StartRequest();
-      opened = open(stream);
-    }
-    for (size_t left = this->keep_alive_max_count_;
-         opened && left > 0 && WaitForRequest(stream, sock); --left) {
-      stream.StartRequest();
-      bool connection_closed = false;
-      ret = this->process_request(stream, /*close_connection=*/left == 1, connection_closed,
-                                  nullptr);
-      if (!ret || connection_closed) break;
-    }
-    if (stream.read_timed_out()) {
-      slow_clients_[0].fetch_add(1, std::memory_order_relaxed);
-    } else if (stream.write_timed_out()) {
-      slow_clients_[1].fetch_add(1, std::memory_order_relaxed);
-    }
-    return ret;
-  }
-
-  // The next request's first byte, for at most keep_alive_timeout; polled in
-  // slices so that a stopping server lets go of idle connections at once.
-  bool WaitForRequest(const DeadlineStream& stream, int sock) {
-    if (stream.Buffered()) return true;  // a pipelined request
-    const auto deadline = Clock::now() + std::chrono::seconds(this->keep_alive_timeout_sec_);
-    while (this->svr_sock_ != INVALID_SOCKET) {
-      const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
-      if (WaitUntil(sock, POLLIN, slice)) return true;
-      if (Clock::now() >= deadline) return false;
-    }
-    return false;
+    listener->Add(sock);
+    return true;
   }
 
   SlowClientCounters& slow_clients_;
   const SslContexts contexts_;  // null: plaintext
+  const RefusalCounter refused_;
+  std::atomic<Listener*> listener_{nullptr};
 };
+
+Listener::Listener(DeadlineServer& server, size_t workers, Settings settings)
+    : server_(server),
+      settings_(settings),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      pool_(std::max<size_t>(workers, 1)) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;
+  ::epoll_ctl(epoll_, EPOLL_CTL_ADD, wake_, &ev);
+  poller_ = std::thread([this] { Run(); });
+}
+
+Listener::~Listener() {
+  shutdown();
+  connections_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int sock : added_) ::close(sock);
+  ::close(wake_);
+  ::close(epoll_);
+}
+
+void Listener::shutdown() {
+  if (stopping_.exchange(true)) return;
+  Wake();
+  if (poller_.joinable()) poller_.join();
+  pool_.shutdown();  // requests at a worker finish; their connections close in ~Listener
+}
+
+void Listener::Add(int sock) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    added_.push_back(sock);
+  }
+  Wake();
+}
+
+void Listener::Wake() {
+  const uint64_t one = 1;
+  (void)!::write(wake_, &one, sizeof one);
+}
+
+void Listener::Run() {
+  BlockSigpipe();
+  std::array<epoll_event, 128> events{};
+  while (!stopping_.load()) {
+    int timeout_ms = 1000;
+    if (next_deadline_ != Clock::time_point::max()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(next_deadline_ - Clock::now());
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1000));
+    }
+    const int n = ::epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), timeout_ms);
+    const Clock::time_point now = Clock::now();
+    for (int i = 0; i < n; ++i) {
+      auto* c = static_cast<Connection*>(events[i].data.ptr);
+      if (c == nullptr) {
+        uint64_t count;
+        (void)!::read(wake_, &count, sizeof count);
+        TakeQueued(now);
+        continue;
+      }
+      if (c->state == Connection::State::kClosing) {
+        Drain(c);
+        continue;
+      }
+      if (c->state == Connection::State::kIdle) {
+        SetDeadline(c, Connection::State::kReading, now + settings_.read_timeout);
+      }
+      Progress(c);
+    }
+    if (now >= next_deadline_) Sweep(now);
+  }
+}
+
+void Listener::TakeQueued(Clock::time_point now) {
+  std::vector<int> added;
+  std::vector<std::pair<Connection*, bool>> returned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    added.swap(added_);
+    returned.swap(returned_);
+  }
+  for (int sock : added) Open(sock, now);
+  for (const auto& [c, keep] : returned) Resume(c, keep, now);
+}
+
+void Listener::Open(int sock, Clock::time_point now) {
+  const int flags = ::fcntl(sock, F_GETFL);
+  if (flags < 0 || ::fcntl(sock, F_SETFL, flags | O_NONBLOCK) < 0) {
+    ::close(sock);
+    return;
+  }
+  std::unique_ptr<Connection> owned = server_.Open(sock);
+  if (!owned) {
+    ::close(sock);
+    return;
+  }
+  Connection* c = owned.get();
+  connections_.emplace(c, std::move(owned));
+  c->requests_left = settings_.keep_alive_max_count;
+  SetDeadline(c, Connection::State::kIdle, now + settings_.keep_alive_timeout);
+  Watch(c, EPOLLIN);
+}
+
+// A connection back from a worker: closed, or waiting for its next request
+// (already buffered or pending in TLS: read on now).
+void Listener::Resume(Connection* c, bool keep, Clock::time_point now) {
+  if (!keep || stopping_.load()) {
+    Close(c);
+    return;
+  }
+  if (!c->in.empty() || c->transport->Pending()) {
+    SetDeadline(c, Connection::State::kReading, now + settings_.read_timeout);
+    Progress(c);
+    return;
+  }
+  SetDeadline(c, Connection::State::kIdle, now + settings_.keep_alive_timeout);
+  Watch(c, EPOLLIN);
+}
+
+// Reads what the connection has (after the TLS handshake) and serves,
+// refuses, or goes on waiting.
+void Listener::Progress(Connection* c) {
+  short wait = 0;
+  if (c->tls != nullptr && !c->handshaken) {
+    if (c->tls->Accept(wait) == 1) {
+      c->handshaken = true;
+    } else if (wait != 0) {
+      Watch(c, wait == POLLOUT ? EPOLLOUT : EPOLLIN);
+      return;
+    } else {
+      Close(c);
+      return;
+    }
+  }
+  for (;;) {
+    const Verdict v = Judge(*c, settings_.max_body);
+    if (v.kind == Verdict::kServe) return Dispatch(c);
+    if (v.kind == Verdict::kRefuse) return Answer(c, v.status, v.message);
+    if (c->expects_continue) {  // its client waits for this before it sends the body
+      c->expects_continue = false;
+      static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      (void)c->transport->Write(kContinue, sizeof kContinue - 1, wait);
+    }
+    const size_t old = c->in.size();
+    c->in.resize(old + kReadChunk);
+    const ssize_t n = c->transport->Read(c->in.data() + old, kReadChunk, wait);
+    c->in.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+    if (n > 0) continue;
+    if (n < 0 && wait != 0) {
+      Watch(c, wait == POLLOUT ? EPOLLOUT : EPOLLIN);
+      return;
+    }
+    // The peer closed, or the connection failed, mid-request or between
+    // requests: nothing to answer.
+    return Close(c);
+  }
+}
+
+void Listener::Dispatch(Connection* c) {
+  Unwatch(c);
+  c->state = Connection::State::kWorking;
+  const auto write_timeout = settings_.write_timeout;
+  pool_.enqueue([this, c, write_timeout] {
+    const bool keep = server_.Serve(*c, write_timeout);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      returned_.emplace_back(c, keep);
+    }
+    Wake();
+  });
+}
+
+// Refuses the request without a worker: a short JSON error written once
+// (it fits any socket buffer), then the connection is drained and closed.
+void Listener::Answer(Connection* c, int status, const std::string& message) {
+  const std::string body = std::string("{\"code\":\"") + ErrorCode(status) +
+                           "\",\"message\":\"" + message + "\"}\n";
+  const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + Reason(status) +
+                               "\r\nContent-Type: application/json\r\nContent-Length: " +
+                               std::to_string(body.size()) +
+                               "\r\nConnection: close\r\n\r\n" + body;
+  short wait = 0;
+  (void)c->transport->Write(response.data(), response.size(), wait);
+  server_.CountRefused(status);
+  ::shutdown(c->sock, SHUT_WR);
+  c->in.clear();
+  SetDeadline(c, Connection::State::kClosing, Clock::now() + kLinger);
+  Watch(c, EPOLLIN);
+}
+
+void Listener::Drain(Connection* c) {
+  char buf[kReadChunk];
+  for (;;) {
+    const ssize_t n = ::recv(c->sock, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    return Close(c);
+  }
+}
+
+// Deadlines: an idle connection is closed; a request not whole in time is
+// answered 408 and counted (a TLS handshake not done in time: closed and
+// counted); a refused connection's drain ends.
+void Listener::Sweep(Clock::time_point now) {
+  std::vector<Connection*> expired;
+  next_deadline_ = Clock::time_point::max();
+  for (const auto& [c, owned] : connections_) {
+    if (c->state == Connection::State::kWorking) continue;
+    if (c->deadline <= now) {
+      expired.push_back(c);
+    } else {
+      next_deadline_ = std::min(next_deadline_, c->deadline);
+    }
+  }
+  for (Connection* c : expired) {
+    switch (c->state) {
+      case Connection::State::kReading:
+        server_.CountSlow(0);
+        if (c->tls == nullptr || c->handshaken) {
+          Answer(c, 408,
+                 "request not received whole within the read timeout of " +
+                     std::to_string(settings_.read_timeout.count() / 1000) + " ms");
+        } else {
+          Close(c);
+        }
+        break;
+      case Connection::State::kIdle:
+      case Connection::State::kClosing:
+        Close(c);
+        break;
+      case Connection::State::kWorking:
+        break;
+    }
+  }
+}
+
+void Listener::SetDeadline(Connection* c, Connection::State state, Clock::time_point deadline) {
+  c->state = state;
+  c->deadline = deadline;
+  next_deadline_ = std::min(next_deadline_, deadline);
+}
+
+void Listener::Watch(Connection* c, uint32_t events) {
+  if (c->events == events) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = c;
+  if (::epoll_ctl(epoll_, c->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c->sock, &ev) != 0) {
+    return Close(c);
+  }
+  c->events = events;
+}
+
+void Listener::Unwatch(Connection* c) {
+  if (c->events == 0) return;
+  ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c->sock, nullptr);
+  c->events = 0;
+}
+
+void Listener::Close(Connection* c) {
+  Unwatch(c);
+  connections_.erase(c);
+}
 
 }  // namespace
 
-std::unique_ptr<httplib::Server> MakeDeadlineServer(SlowClientCounters& slow_clients) {
-  return std::make_unique<DeadlineServer>(slow_clients, nullptr);
+std::unique_ptr<httplib::Server> MakeDeadlineServer(SlowClientCounters& slow_clients,
+                                                    RefusalCounter refused) {
+  return std::make_unique<DeadlineServer>(slow_clients, nullptr, std::move(refused));
 }
 
 std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(SlowClientCounters& slow_clients,
-                                                       SslContexts contexts) {
-  return std::make_unique<DeadlineServer>(slow_clients, std::move(contexts));
+                                                       SslContexts contexts,
+                                                       RefusalCounter refused) {
+  return std::make_unique<DeadlineServer>(slow_clients, std::move(contexts), std::move(refused));
 }
 
 void ConfigureListener(httplib::Server& server, uint32_t threads, uint32_t read_timeout_seconds,
                        uint32_t write_timeout_seconds, uint32_t keep_alive_timeout_seconds) {
   const size_t workers = threads;
-  server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  if (auto* deadline = dynamic_cast<DeadlineServer*>(&server)) {
+    server.new_task_queue = [deadline, workers] { return deadline->NewListener(workers); };
+  } else {
+    server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  }
   server.set_read_timeout(read_timeout_seconds, 0);
   server.set_write_timeout(write_timeout_seconds, 0);
   server.set_keep_alive_timeout(keep_alive_timeout_seconds);

@@ -1,22 +1,31 @@
 // An httplib::Server (or SSLServer) whose connections cannot be held by a
-// slow client.
+// slow client, and whose probes never wait behind one.
 //
-// httplib's own timeouts apply per read and per write, so a client that
-// trickles a request one byte at a time (slowloris), or reads a response as
-// slowly, keeps one of the http.threads workers for as long as it likes, and
-// http.threads such clients stop the HTTP server. Here a request (request
-// line, headers and body) must arrive whole within read_timeout of its first
-// byte, and its response must be written within write_timeout of the
-// first write; a connection that misses either is closed and counted
-// (SlowClientCounters). Idle keep-alive connections are closed
-// after keep_alive_timeout as before. Over TLS the same deadlines hold (the
-// handshake counts as part of the first request), on the same code: only
-// how bytes move differs. Each TLS connection asks `contexts` for its
+// httplib itself gives each connection a worker from the moment it is
+// accepted until it closes, with timeouts per read and per write: a client
+// that trickles a request one byte at a time (slowloris), or an idle
+// keep-alive connection, holds one of the http.threads workers, and the
+// connections accepted after it wait in the queue (issue 15: 8 such clients
+// made /healthz take 12 s). Here one poller thread (epoll) receives every
+// connection's bytes and holds its deadlines; a worker gets a connection
+// only once its next request has arrived whole (request line, headers and
+// a Content-Length body, buffered), so workers only ever run handlers and
+// write responses. A request must arrive whole within read_timeout of its
+// first byte, else it is answered 408 and the connection closed and counted
+// (SlowClientCounters[0]); a response must be written within write_timeout
+// of its first write, else the connection is closed and counted ([1]).
+// Refused at once, without a worker and without reading a body: a
+// Content-Length above set_payload_max_length (413), a request line over
+// 8 KiB (414), a header line over 8 KiB or a head over 64 KiB (431). Idle
+// keep-alive connections are closed after keep_alive_timeout, and cost
+// no worker meanwhile. Over TLS the same deadlines hold (the handshake, done
+// by the poller, counts as part of the first request), on the same code:
+// only how bytes move differs. Each TLS connection asks `contexts` for its
 // OpenSSL context, so a renewed certificate serves new connections
 // (tls.h, SslContextSource).
 //
 //   std::unique_ptr<httplib::Server> server = MakeDeadlineServer(stats.http_slow_clients);
-//   server->set_read_timeout(5, 0);   // now: per request, not per read
+//   ConfigureListener(*server, threads, 5, 5, 2);   // needed: installs the poller
 //   auto https = MakeDeadlineTlsServer(counters, [source] { return source->Current(); });
 //
 // Used by stragglerd's HTTP(S) listener and straggler-agent's HTTP listener.
@@ -41,17 +50,24 @@ namespace straggler::daemon {
 // timeout ([0]) or a response not taken within the write timeout ([1]).
 using SlowClientCounters = std::array<std::atomic<uint64_t>, 2>;
 
+// Called (on the poller thread) with the status of each answer the poller
+// gives itself (408, 413, 414, 431), which httplib's logger never sees.
+using RefusalCounter = std::function<void(int status)>;
+
 // `slow_clients` must outlive the server.
-std::unique_ptr<httplib::Server> MakeDeadlineServer(SlowClientCounters& slow_clients);
+std::unique_ptr<httplib::Server> MakeDeadlineServer(SlowClientCounters& slow_clients,
+                                                    RefusalCounter refused = nullptr);
 // HTTPS with the deadlines above: each connection is served with the
-// context `contexts` returns when it is accepted (called on the worker
+// context `contexts` returns when it is accepted (called on the poller
 // thread; null refuses the connection).
 using SslContexts = std::function<std::shared_ptr<SSL_CTX>()>;
 std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(SlowClientCounters& slow_clients,
-                                                       SslContexts contexts);
+                                                       SslContexts contexts,
+                                                       RefusalCounter refused = nullptr);
 
 // The listener settings stragglerd and straggler-agent share: `threads`
-// workers, the request/response deadlines above, the idle keep-alive
+// workers (for a Make*Server server: behind the poller that receives every
+// request first), the request/response deadlines above, the idle keep-alive
 // timeout, and SO_REUSEADDR without httplib's default SO_REUSEPORT (which
 // would let a second process share the port instead of failing to start).
 void ConfigureListener(httplib::Server& server, uint32_t threads, uint32_t read_timeout_seconds,

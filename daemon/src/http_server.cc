@@ -171,16 +171,20 @@ absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls)
     host = host.substr(1, host.size() - 2);  // [::] -> ::
   }
 
-  // Per-request deadlines, so slow clients cannot hold every worker.
+  // Per-request deadlines, and requests read before a worker is taken, so
+  // slow clients hold no worker (http_deadline.h). Its own refusals (408,
+  // 413, 414, 431) are counted as httplib's answers are.
+  RefusalCounter refused = [this](int status) { stats_.CountHttpStatus(status); };
   if (tls != nullptr) {
     // Renewed certificate files serve new connections after at most
     // tls.reload_seconds, as gRPC's (SslContextSource).
     absl::StatusOr<std::shared_ptr<SslContextSource>> contexts = SslContextSource::Create(*tls);
     if (!contexts.ok()) return contexts.status();
-    server_ = MakeDeadlineTlsServer(stats_.http_slow_clients,
-                                    [source = *std::move(contexts)] { return source->Current(); });
+    server_ = MakeDeadlineTlsServer(
+        stats_.http_slow_clients, [source = *std::move(contexts)] { return source->Current(); },
+        refused);
   } else {
-    server_ = MakeDeadlineServer(stats_.http_slow_clients);
+    server_ = MakeDeadlineServer(stats_.http_slow_clients, refused);
   }
   ConfigureListener(*server_, http.threads, http.read_timeout_seconds, http.write_timeout_seconds,
                     http.keep_alive_timeout_seconds);

@@ -19,9 +19,10 @@
 // or wrong bearer token, auth.h) a WWW-Authenticate header. Routing and
 // parameter parsing are rest_route.h's; this file serves what it decides.
 //
-// Requests are served by http.threads worker threads; the listener runs on a
-// thread of its own. A request must arrive, and its response be taken,
-// within http.read/write_timeout_seconds (http_deadline.h). Thread-safe: Start and Stop once each, from one thread;
+// Requests are served by http.threads worker threads, each once it has
+// arrived whole: one listener thread receives every connection's bytes, so
+// slow or idle connections hold no worker. A request must arrive, and its
+// response be taken, within http.read/write_timeout_seconds (http_deadline.h). Thread-safe: Start and Stop once each, from one thread;
 // SetPhase from any thread.
 #pragma once
 

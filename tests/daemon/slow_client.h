@@ -82,7 +82,8 @@ struct SlowlorisOutcome {
 // sends a request line and then one header byte every 200 ms (well inside
 // any per-read timeout) until the server closes it, the attack is over or a
 // minute passed. After 300 ms (time to take the workers) `normal_request`
-// runs; then the attack ends. A server with whole-request deadlines closes
+// runs; then the attack ends once the server has closed a slow client (or
+// after 10 s more). A server with whole-request deadlines closes
 // the slow ones and serves the normal request; one without them does
 // neither while the attack lasts.
 inline SlowlorisOutcome Slowloris(int port, SSL_CTX* tls, int clients,
@@ -118,6 +119,12 @@ inline SlowlorisOutcome Slowloris(int port, SSL_CTX* tls, int clients,
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let them take the workers
   SlowlorisOutcome out;
   out.served = normal_request();
+  // A server that reads requests before giving them a worker serves the
+  // normal one at once: keep the attack on until it cuts a slow one off.
+  const auto cut_off_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (closed_by_server == 0 && std::chrono::steady_clock::now() < cut_off_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   done = true;
   for (auto& t : slow) t.join();
   out.connected = connected;

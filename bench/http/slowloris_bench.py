@@ -1,0 +1,199 @@
+"""Probe latency under slowloris clients (issue 15, item 2): a real stragglerd
+on 127.0.0.1:0, optionally a 1000-rank job fed by straggler-loadgen, then for
+each count N in --clients: N connections that send a request line and then
+one header byte every --trickle-ms (reconnecting as soon as the daemon closes
+one, as an attacker would), and meanwhile --probes timed GETs of /healthz,
+/readyz and /metrics, each on a fresh connection (as a kubelet probe or a
+Prometheus scrape does). Prints p50/p99/max per endpoint and N, and writes
+them as JSON with --json. No asserts on the figures: BENCHMARKS.md
+"HTTP probes under slow clients" has the runs.
+
+    slowloris_bench.py --stragglerd build/daemon/stragglerd
+        [--loadgen build/tools/straggler-loadgen/straggler-loadgen --ranks 1000]
+        [--clients 0,8,50] [--probes 50] [--json out.json] [--smoke]
+
+--smoke (ctest bench:slowloris_smoke): 2 probes per endpoint at 0 and 4
+clients, checks only that every probe was answered 200.
+
+Python 3 standard library only.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def start_daemon(binary, workdir, extra):
+    ready = os.path.join(workdir, "stragglerd.ready.json")
+    log = open(os.path.join(workdir, "stragglerd.log"), "w")
+    proc = subprocess.Popen(
+        [binary, "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
+         "--ready-file", ready, "--log-level", "warn", *extra],
+        stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit("stragglerd exited with %d" % proc.returncode)
+        try:
+            with open(ready) as f:
+                r = json.load(f)
+            return proc, ready, r["http_address"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            time.sleep(0.05)
+    proc.kill()
+    sys.exit("stragglerd did not become ready")
+
+
+class Slowloris:
+    """N threads, each keeping one trickling connection open."""
+
+    def __init__(self, host, port, clients, trickle_s):
+        self.host, self.port, self.trickle_s = host, port, trickle_s
+        self.stop = threading.Event()
+        self.connections = 0  # opened, reconnects included
+        self.closed_by_server = 0
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(clients)]
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        return False
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                s = socket.create_connection((self.host, self.port), timeout=5)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            with self.lock:
+                self.connections += 1
+            try:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                while not self.stop.wait(self.trickle_s):
+                    s.sendall(b"X")
+                    s.setblocking(False)
+                    try:
+                        if s.recv(4096, socket.MSG_PEEK) == b"":
+                            raise OSError("closed")
+                    except BlockingIOError:
+                        pass
+                    finally:
+                        s.setblocking(True)
+            except OSError:
+                with self.lock:
+                    self.closed_by_server += 1
+            finally:
+                s.close()
+
+
+def probe(host, port, path, timeout):
+    """Seconds to a whole response on a fresh connection, and its status."""
+    t0 = time.monotonic()
+    try:
+        c = http.client.HTTPConnection(host, port, timeout=timeout)
+        c.request("GET", path)
+        r = c.getresponse()
+        r.read()
+        status = r.status
+        c.close()
+    except OSError as e:
+        return time.monotonic() - t0, "error: %s" % e
+    return time.monotonic() - t0, status
+
+
+def pct(values, q):
+    v = sorted(values)
+    if not v:
+        return None
+    i = min(len(v) - 1, max(0, int(round(q / 100.0 * len(v) + 0.5)) - 1))
+    return v[i]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stragglerd", required=True)
+    ap.add_argument("--loadgen", help="straggler-loadgen: feed a job of --ranks first")
+    ap.add_argument("--ranks", type=int, default=1000)
+    ap.add_argument("--clients", default="0,8,50")
+    ap.add_argument("--probes", type=int, default=50, help="per endpoint and client count")
+    ap.add_argument("--trickle-ms", type=int, default=500)
+    ap.add_argument("--settle-s", type=float, default=1.0,
+                    help="after the slow clients connect, before probing")
+    ap.add_argument("--timeout-s", type=float, default=60.0, help="per probe")
+    ap.add_argument("--paths", default="/healthz,/readyz,/metrics")
+    ap.add_argument("--json")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("daemon_args", nargs="*", help="after --: extra stragglerd flags")
+    args = ap.parse_args()
+    if args.smoke:
+        args.clients, args.probes, args.settle_s = "0,4", 2, 0.3
+
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, ready, http_address = start_daemon(args.stragglerd, tmp, args.daemon_args)
+        host, port = http_address.rsplit(":", 1)
+        port = int(port)
+        try:
+            if args.loadgen:
+                p = subprocess.run(
+                    [args.loadgen, "--ready-file", ready, "--ranks", str(args.ranks),
+                     "--streams", "4", "--batch", "250", "--rate", "50000", "--duration", "3",
+                     "--job", "bench"], capture_output=True, text=True, timeout=120)
+                if p.returncode != 0:
+                    sys.exit("straggler-loadgen exited %d:\n%s%s" % (p.returncode, p.stdout,
+                                                                     p.stderr))
+            failed = 0
+            for n in [int(x) for x in args.clients.split(",")]:
+                with Slowloris(host, port, n, args.trickle_ms / 1000.0) as attack:
+                    time.sleep(args.settle_s)
+                    for path in args.paths.split(","):
+                        times, statuses = [], {}
+                        for _ in range(args.probes):
+                            dt, status = probe(host, port, path, args.timeout_s)
+                            times.append(dt)
+                            statuses[str(status)] = statuses.get(str(status), 0) + 1
+                            if status != 200:
+                                failed += 1
+                        row = {"clients": n, "path": path, "probes": len(times),
+                               "p50_ms": round(pct(times, 50) * 1000, 2),
+                               "p99_ms": round(pct(times, 99) * 1000, 2),
+                               "max_ms": round(max(times) * 1000, 2), "statuses": statuses}
+                        results.append(row)
+                        print("clients=%-3d %-9s probes=%-3d p50=%9.2f ms  p99=%9.2f ms  "
+                              "max=%9.2f ms  %s" % (n, path, row["probes"], row["p50_ms"],
+                                                   row["p99_ms"], row["max_ms"], statuses),
+                              flush=True)
+                    row_attack = {"clients": n, "connections": attack.connections,
+                                  "closed_by_server": attack.closed_by_server}
+                print("clients=%-3d slow connections opened=%d closed by the daemon=%d"
+                      % (n, row_attack["connections"], row_attack["closed_by_server"]), flush=True)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"trickle_ms": args.trickle_ms, "results": results}, f, indent=1)
+    if failed:
+        sys.exit("%d probes not answered 200" % failed)
+
+
+if __name__ == "__main__":
+    main()
