@@ -4,13 +4,14 @@ each count N in --clients: N connections that send a request line and then
 one header byte every --trickle-ms (reconnecting as soon as the daemon closes
 one, as an attacker would), and meanwhile --probes timed GETs of /healthz,
 /readyz and /metrics, each on a fresh connection (as a kubelet probe or a
-Prometheus scrape does). Prints p50/p99/max per endpoint and N, and writes
+Prometheus scrape does), --interval-ms apart. Prints p50/p99/max per endpoint and N, and writes
 them as JSON with --json. No asserts on the figures: BENCHMARKS.md
 "HTTP probes under slow clients" has the runs.
 
     slowloris_bench.py --stragglerd build/daemon/stragglerd
         [--loadgen build/tools/straggler-loadgen/straggler-loadgen --ranks 1000]
-        [--clients 0,8,50] [--probes 50] [--json out.json] [--smoke]
+        [--clients 0,8,50] [--probes 50] [--slow-readers /metrics] [--json out.json]
+        [--smoke]
 
 --smoke (ctest bench:slowloris_smoke): 2 probes per endpoint at 0 and 4
 clients, checks only that every probe was answered 200.
@@ -54,8 +55,9 @@ def start_daemon(binary, workdir, extra):
 class Slowloris:
     """N threads, each keeping one trickling connection open."""
 
-    def __init__(self, host, port, clients, trickle_s):
+    def __init__(self, host, port, clients, trickle_s, readers_path=None):
         self.host, self.port, self.trickle_s = host, port, trickle_s
+        self.readers_path = readers_path
         self.stop = threading.Event()
         self.connections = 0  # opened, reconnects included
         self.closed_by_server = 0
@@ -83,6 +85,9 @@ class Slowloris:
             with self.lock:
                 self.connections += 1
             try:
+                if self.readers_path:
+                    self.read_slowly(s)
+                    continue
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
                 while not self.stop.wait(self.trickle_s):
                     s.sendall(b"X")
@@ -101,6 +106,15 @@ class Slowloris:
                 s.close()
 
 
+    def read_slowly(self, s):
+        """A whole request, then its response read 1 byte per trickle."""
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % self.readers_path).encode())
+        while not self.stop.wait(self.trickle_s):
+            if s.recv(1) == b"":
+                raise OSError("closed")
+
+
 def probe(host, port, path, timeout):
     """Seconds to a whole response on a fresh connection, and its status."""
     t0 = time.monotonic()
@@ -108,12 +122,12 @@ def probe(host, port, path, timeout):
         c = http.client.HTTPConnection(host, port, timeout=timeout)
         c.request("GET", path)
         r = c.getresponse()
-        r.read()
+        size = len(r.read())
         status = r.status
         c.close()
     except OSError as e:
-        return time.monotonic() - t0, "error: %s" % e
-    return time.monotonic() - t0, status
+        return time.monotonic() - t0, "error: %s" % e, 0
+    return time.monotonic() - t0, status, size
 
 
 def pct(values, q):
@@ -135,13 +149,19 @@ def main():
     ap.add_argument("--settle-s", type=float, default=1.0,
                     help="after the slow clients connect, before probing")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="per probe")
+    ap.add_argument("--interval-ms", type=int, default=50,
+                    help="pause before each probe: 100 probes of 3 paths span 15 s, three "
+                         "read timeouts, so slow clients are cut off and reconnect meanwhile")
     ap.add_argument("--paths", default="/healthz,/readyz,/metrics")
+    ap.add_argument("--slow-readers", metavar="PATH",
+                    help="the slow clients send a whole GET PATH and read its response 1 "
+                         "byte per --trickle-ms (instead of trickling headers)")
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("daemon_args", nargs="*", help="after --: extra stragglerd flags")
     args = ap.parse_args()
     if args.smoke:
-        args.clients, args.probes, args.settle_s = "0,4", 2, 0.3
+        args.clients, args.probes, args.settle_s, args.interval_ms = "0,4", 2, 0.3, 0
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,12 +179,14 @@ def main():
                                                                      p.stderr))
             failed = 0
             for n in [int(x) for x in args.clients.split(",")]:
-                with Slowloris(host, port, n, args.trickle_ms / 1000.0) as attack:
+                with Slowloris(host, port, n, args.trickle_ms / 1000.0,
+                               args.slow_readers) as attack:
                     time.sleep(args.settle_s)
                     for path in args.paths.split(","):
-                        times, statuses = [], {}
+                        times, statuses, size = [], {}, 0
                         for _ in range(args.probes):
-                            dt, status = probe(host, port, path, args.timeout_s)
+                            time.sleep(args.interval_ms / 1000.0)
+                            dt, status, size = probe(host, port, path, args.timeout_s)
                             times.append(dt)
                             statuses[str(status)] = statuses.get(str(status), 0) + 1
                             if status != 200:
@@ -172,11 +194,13 @@ def main():
                         row = {"clients": n, "path": path, "probes": len(times),
                                "p50_ms": round(pct(times, 50) * 1000, 2),
                                "p99_ms": round(pct(times, 99) * 1000, 2),
-                               "max_ms": round(max(times) * 1000, 2), "statuses": statuses}
+                               "max_ms": round(max(times) * 1000, 2), "statuses": statuses,
+                               "bytes": size}
                         results.append(row)
                         print("clients=%-3d %-9s probes=%-3d p50=%9.2f ms  p99=%9.2f ms  "
-                              "max=%9.2f ms  %s" % (n, path, row["probes"], row["p50_ms"],
-                                                   row["p99_ms"], row["max_ms"], statuses),
+                              "max=%9.2f ms  %7d B  %s" % (n, path, row["probes"], row["p50_ms"],
+                                                          row["p99_ms"], row["max_ms"], size,
+                                                          statuses),
                               flush=True)
                     row_attack = {"clients": n, "connections": attack.connections,
                                   "closed_by_server": attack.closed_by_server}
@@ -190,7 +214,8 @@ def main():
                 proc.kill()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"trickle_ms": args.trickle_ms, "results": results}, f, indent=1)
+            json.dump({"trickle_ms": args.trickle_ms, "slow_readers": args.slow_readers,
+                       "results": results}, f, indent=1)
     if failed:
         sys.exit("%d probes not answered 200" % failed)
 
