@@ -171,6 +171,9 @@ constexpr size_t kMaxHeadBytes = 64 * 1024;
 // before it is closed: closing with unread bytes would reset it, and the
 // client could lose the refusal.
 constexpr auto kLinger = std::chrono::seconds(1);
+// Deadlines are enforced this late at most (one pass over the connections
+// serves every deadline that fell within it).
+constexpr auto kSweepEvery = std::chrono::milliseconds(20);
 
 // One accepted connection. The listener's poller thread owns it; a worker
 // borrows it to serve one request (state kWorking) and hands it back.
@@ -482,6 +485,7 @@ class Listener final : public httplib::TaskQueue {
   // Poller thread only (and the destructor, after it).
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
   Clock::time_point next_deadline_ = Clock::time_point::max();
+  Clock::time_point last_sweep_{};
 };
 
 // httplib's Server with its per-connection keep-alive loop replaced by a
@@ -611,7 +615,10 @@ void Listener::Run() {
   while (!stopping_.load()) {
     int timeout_ms = 1000;
     if (next_deadline_ != Clock::time_point::max()) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(next_deadline_ - Clock::now());
+      // A sweep visits every connection: at most one per kSweepEvery, however
+      // many deadlines fall between.
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+          std::max(next_deadline_, last_sweep_ + kSweepEvery) - Clock::now());
       timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1000));
     }
     const int n = ::epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), timeout_ms);
@@ -633,7 +640,7 @@ void Listener::Run() {
       }
       Progress(c);
     }
-    if (now >= next_deadline_) Sweep(now);
+    if (now >= next_deadline_ && now >= last_sweep_ + kSweepEvery) Sweep(now);
   }
 }
 
@@ -768,6 +775,7 @@ void Listener::Drain(Connection* c) {
 // answered 408 and counted (a TLS handshake not done in time: closed and
 // counted); a refused connection's drain ends.
 void Listener::Sweep(Clock::time_point now) {
+  last_sweep_ = now;
   std::vector<Connection*> expired;
   next_deadline_ = Clock::time_point::max();
   for (const auto& [c, owned] : connections_) {
