@@ -545,6 +545,9 @@ class DeadlineServer final : public httplib::Server {
     return ret && !connection_closed && c.requests_left > 0;
   }
 
+  // From ~Listener: the accept loop that used it has ended.
+  void ListenerGone(Listener* listener) { listener_.compare_exchange_strong(listener, nullptr); }
+
   void CountSlow(size_t phase) { slow_clients_[phase].fetch_add(1, std::memory_order_relaxed); }
   void CountRefused(int status) {
     if (refused_) refused_(status);
@@ -582,6 +585,7 @@ Listener::Listener(DeadlineServer& server, size_t workers, Settings settings)
 
 Listener::~Listener() {
   shutdown();
+  server_.ListenerGone(this);
   connections_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   for (int sock : added_) ::close(sock);
