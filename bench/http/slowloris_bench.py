@@ -130,6 +130,17 @@ def probe(host, port, path, timeout):
     return time.monotonic() - t0, status, size
 
 
+def vm_rss_kib(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def pct(values, q):
     v = sorted(values)
     if not v:
@@ -202,10 +213,15 @@ def main():
                                                           row["p99_ms"], row["max_ms"], size,
                                                           statuses),
                               flush=True)
+                    rss = vm_rss_kib(proc.pid)
                     row_attack = {"clients": n, "connections": attack.connections,
-                                  "closed_by_server": attack.closed_by_server}
-                print("clients=%-3d slow connections opened=%d closed by the daemon=%d"
-                      % (n, row_attack["connections"], row_attack["closed_by_server"]), flush=True)
+                                  "closed_by_server": attack.closed_by_server,
+                                  "daemon_rss_kib": rss}
+                results.append(row_attack)
+                print("clients=%-3d slow connections opened=%d closed by the daemon=%d, "
+                      "daemon VmRSS %s KiB (at the end of the probes)"
+                      % (n, row_attack["connections"], row_attack["closed_by_server"], rss),
+                      flush=True)
         finally:
             proc.terminate()
             try:

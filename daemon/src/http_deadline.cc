@@ -486,6 +486,7 @@ class Listener final : public httplib::TaskQueue {
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
   Clock::time_point next_deadline_ = Clock::time_point::max();
   Clock::time_point last_sweep_{};
+  std::array<char, kReadChunk> chunk_{};
 };
 
 // httplib's Server with its per-connection keep-alive loop replaced by a
@@ -532,6 +533,7 @@ class DeadlineServer final : public httplib::Server {
     const bool ret = this->process_request(stream, /*close_connection=*/c.requests_left <= 1,
                                            connection_closed, nullptr);
     stream.Consume();
+    if (c.in.empty()) std::string().swap(c.in);  // an idle connection keeps no buffer
     c.scanned = 0;
     c.need = 0;
     c.expects_continue = false;
@@ -718,11 +720,13 @@ void Listener::Progress(Connection* c) {
       static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       (void)c->transport->Write(kContinue, sizeof kContinue - 1, wait);
     }
-    const size_t old = c->in.size();
-    c->in.resize(old + kReadChunk);
-    const ssize_t n = c->transport->Read(c->in.data() + old, kReadChunk, wait);
-    c->in.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
-    if (n > 0) continue;
+    // Through chunk_, so a connection's buffer holds what it sent, not a
+    // chunk's worth for every trickled byte.
+    const ssize_t n = c->transport->Read(chunk_.data(), chunk_.size(), wait);
+    if (n > 0) {
+      c->in.append(chunk_.data(), static_cast<size_t>(n));
+      continue;
+    }
     if (n < 0 && wait != 0) {
       Watch(c, wait == POLLOUT ? EPOLLOUT : EPOLLIN);
       return;
@@ -760,7 +764,7 @@ void Listener::Answer(Connection* c, int status, const std::string& message) {
   (void)c->transport->Write(response.data(), response.size(), wait);
   server_.CountRefused(status);
   ::shutdown(c->sock, SHUT_WR);
-  c->in.clear();
+  std::string().swap(c->in);
   SetDeadline(c, Connection::State::kClosing, Clock::now() + kLinger);
   Watch(c, EPOLLIN);
 }
