@@ -10,7 +10,7 @@ them as JSON with --json. No asserts on the figures: BENCHMARKS.md
 
     slowloris_bench.py --stragglerd build/daemon/stragglerd
         [--loadgen build/tools/straggler-loadgen/straggler-loadgen --ranks 1000]
-        [--clients 0,8,50] [--probes 50] [--slow-readers /metrics] [--json out.json]
+        [--clients 0,8,50] [--probes 50] [--slow-readers /metrics] [--tls] [--json out.json]
         [--smoke]
 
 --smoke (ctest bench:slowloris_smoke): 2 probes per endpoint at 0 and 4
@@ -24,6 +24,7 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -52,12 +53,30 @@ def start_daemon(binary, workdir, extra):
     sys.exit("stragglerd did not become ready")
 
 
+def tls_config(workdir):
+    """A daemon config serving HTTPS only, with a throwaway certificate made by
+    the openssl command; the client context (certificate not checked)."""
+    cert, key = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    config = os.path.join(workdir, "tls.yaml")
+    with open(config, "w") as f:
+        f.write("tls:\n  cert_file: %s\n  key_file: %s\n  grpc: false\n  http: true\n"
+                % (cert, key))
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return config, ctx
+
+
 class Slowloris:
     """N threads, each keeping one trickling connection open."""
 
-    def __init__(self, host, port, clients, trickle_s, readers_path=None):
+    def __init__(self, host, port, clients, trickle_s, readers_path=None, tls=None):
         self.host, self.port, self.trickle_s = host, port, trickle_s
         self.readers_path = readers_path
+        self.tls = tls
         self.stop = threading.Event()
         self.connections = 0  # opened, reconnects included
         self.closed_by_server = 0
@@ -79,6 +98,8 @@ class Slowloris:
         while not self.stop.is_set():
             try:
                 s = socket.create_connection((self.host, self.port), timeout=5)
+                if self.tls:
+                    s = self.tls.wrap_socket(s)  # the handshake done, then the trickle
             except OSError:
                 time.sleep(0.05)
                 continue
@@ -93,9 +114,9 @@ class Slowloris:
                     s.sendall(b"X")
                     s.setblocking(False)
                     try:
-                        if s.recv(4096, socket.MSG_PEEK) == b"":
-                            raise OSError("closed")
-                    except BlockingIOError:
+                        if s.recv(4096) is not None:
+                            raise OSError("answered or closed")  # 408, or closed
+                    except (BlockingIOError, ssl.SSLWantReadError):
                         pass
                     finally:
                         s.setblocking(True)
@@ -115,11 +136,13 @@ class Slowloris:
                 raise OSError("closed")
 
 
-def probe(host, port, path, timeout):
-    """Seconds to a whole response on a fresh connection, and its status."""
+def probe(host, port, path, timeout, tls=None):
+    """Seconds to a whole response on a fresh connection (with its TLS
+    handshake), its status and size."""
     t0 = time.monotonic()
     try:
-        c = http.client.HTTPConnection(host, port, timeout=timeout)
+        c = (http.client.HTTPSConnection(host, port, timeout=timeout, context=tls) if tls
+             else http.client.HTTPConnection(host, port, timeout=timeout))
         c.request("GET", path)
         r = c.getresponse()
         size = len(r.read())
@@ -167,6 +190,9 @@ def main():
     ap.add_argument("--slow-readers", metavar="PATH",
                     help="the slow clients send a whole GET PATH and read its response 1 "
                          "byte per --trickle-ms (instead of trickling headers)")
+    ap.add_argument("--tls", action="store_true",
+                    help="HTTPS (tls.http with a throwaway certificate; gRPC stays plaintext): "
+                         "probes and slow clients do a TLS handshake first")
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("daemon_args", nargs="*", help="after --: extra stragglerd flags")
@@ -176,7 +202,11 @@ def main():
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc, ready, http_address = start_daemon(args.stragglerd, tmp, args.daemon_args)
+        tls, extra = None, list(args.daemon_args)
+        if args.tls:
+            config, tls = tls_config(tmp)
+            extra += ["--config", config]
+        proc, ready, http_address = start_daemon(args.stragglerd, tmp, extra)
         host, port = http_address.rsplit(":", 1)
         port = int(port)
         try:
@@ -191,13 +221,13 @@ def main():
             failed = 0
             for n in [int(x) for x in args.clients.split(",")]:
                 with Slowloris(host, port, n, args.trickle_ms / 1000.0,
-                               args.slow_readers) as attack:
+                               args.slow_readers, tls) as attack:
                     time.sleep(args.settle_s)
                     for path in args.paths.split(","):
                         times, statuses, size = [], {}, 0
                         for _ in range(args.probes):
                             time.sleep(args.interval_ms / 1000.0)
-                            dt, status, size = probe(host, port, path, args.timeout_s)
+                            dt, status, size = probe(host, port, path, args.timeout_s, tls)
                             times.append(dt)
                             statuses[str(status)] = statuses.get(str(status), 0) + 1
                             if status != 200:
