@@ -257,8 +257,9 @@ TEST_CASE("query and admin calls refuse job ids no job can have, and bad overrid
 }
 
 // http.threads = 2 workers, and four times as many slowloris connections
-// (slow_client.h). A normal request must still be answered, and the slow
-// ones closed and counted.
+// (slow_client.h; since the listener reads requests before a worker is
+// taken, they hold none). A normal request must still be answered, and the
+// slow ones closed and counted.
 void CheckSlowClientsCannotHoldWorkers(sd::DaemonConfig config) {
   config.http.threads = 2;
   config.http.read_timeout_seconds = 1;
