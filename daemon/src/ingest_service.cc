@@ -109,9 +109,29 @@ class IngestReactor final
       std::lock_guard lock(job_->mu);
       MarkReplaysLocked();
     }
+    claimed_reported_ = hello.reported_iteration;
     spdlog::info("job={} run='{}' stream from {} node='{}' ranks={} world_size={}", job_->id,
                  job_->run_id, peer_, hello.node, ranks_.size(), hello.world_size);
     return absl::OkStatus();
+  }
+
+  // With job.mu held: the hello's reported_iteration against the stream's
+  // first accepted reports. A claim more than kMaxIterationJump above them
+  // was false (a hostile or broken client): the engine forgets the floors
+  // hellos set and rebases a version put out of reach (docs/runs.md, "What a
+  // hello may claim"). Checked once, on the first batch with a report taken.
+  void RecheckClaimLocked(std::optional<uint64_t> max_accepted, engine::Time now) {
+    if (!claimed_reported_ || !max_accepted) return;
+    const uint64_t claim = *claimed_reported_;
+    claimed_reported_.reset();
+    if (claim <= *max_accepted || claim - *max_accepted <= engine::JobEngine::kMaxIterationJump) {
+      return;
+    }
+    stats_.hello_claims_dropped.fetch_add(1, std::memory_order_relaxed);
+    job_->engine.DropClaims(now);
+    spdlog::warn("job={} stream from {}: its hello claimed reported_iteration={} but its reports "
+                 "are at iteration {}: the claim is dropped",
+                 job_->id, peer_, claim, *max_accepted);
   }
 
   // With job.mu held: what the daemon had processed of each rank of the
@@ -207,6 +227,7 @@ class IngestReactor final
              StreamRejectReasonName(why), std::move(message));
       rejected += excess - 1;
     };
+    std::optional<uint64_t> max_accepted;
     job_->engine.BeginBatch();
     for (int i = 0; i < granted; ++i) {
       const v1::IterationReport& report = batch_.reports(i);
@@ -227,6 +248,7 @@ class IngestReactor final
       engine::IngestResult result = job_->engine.Ingest(FromProto(report), now);
       if (result.accepted) {
         ++accepted;
+        max_accepted = std::max(max_accepted, std::optional<uint64_t>(report.iteration()));
         job_->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
                           report.rank()});
       } else if (result.reason == engine::RejectReason::kDuplicate ||
@@ -253,6 +275,7 @@ class IngestReactor final
       }
     }
     job_->engine.EndBatch(now);
+    RecheckClaimLocked(max_accepted, now);
     if (batch_.finished_ranks_size() > 0) {
       registry_.FinishRanksLocked(
           *job_, link_.get(),
@@ -396,7 +419,8 @@ class IngestReactor final
   v1::ReportBatch batch_;
   std::shared_ptr<Job> job_;
   std::vector<uint32_t> ranks_;  // ascending, unique
-  std::vector<uint64_t> replay_mark_;  // per ranks_ index: progress + 1 at hello (MarkReplaysLocked)
+  std::vector<uint64_t> replay_mark_;
+  std::optional<uint64_t> claimed_reported_;  // the hello's, until RecheckClaimLocked  // per ranks_ index: progress + 1 at hello (MarkReplaysLocked)
   // Per batch: indices into ranks_ of the ranks with a report (touched_),
   // found through touched_stamp_[index] == batch_stamp_.
   std::vector<uint32_t> touched_;

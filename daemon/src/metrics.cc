@@ -477,6 +477,9 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
     out.Sample({{"reason", StreamRefuseReasonName(static_cast<StreamRefuseReason>(i))}},
                static_cast<double>(stats.streams_refused[i].load(std::memory_order_relaxed)));
   }
+  out.Family("straggler_hello_claims_dropped_total", MetricType::kCounter,
+             "Hellos whose reported_iteration the stream's first reports showed false.");
+  out.Sample({}, static_cast<double>(stats.hello_claims_dropped.load(std::memory_order_relaxed)));
   out.Family("straggler_reports_accepted_total", MetricType::kCounter,
              "Reports taken, all jobs.");
   out.Sample({}, static_cast<double>(stats.reports_accepted.load(std::memory_order_relaxed)));

@@ -33,9 +33,9 @@ enum class StreamRefuseReason {
   kRunLive
 };
 inline constexpr size_t kStreamRefuseReasons = 5;
-// engine::RejectReason runs kNone..kStale.
+// engine::RejectReason runs kNone..kTooFarAhead.
 inline constexpr size_t kEngineRejectReasons =
-    static_cast<size_t>(engine::RejectReason::kStale) + 1;
+    static_cast<size_t>(engine::RejectReason::kTooFarAhead) + 1;
 // engine::EventKind runs kStateChange..kMembershipWithheld.
 inline constexpr size_t kEventKinds =
     static_cast<size_t>(engine::EventKind::kMembershipWithheld) + 1;
@@ -60,7 +60,10 @@ struct DaemonStats {
   std::atomic<int64_t> active_streams{0};
   std::atomic<uint64_t> streams_total{0};
   std::array<std::atomic<uint64_t>, kStreamRefuseReasons> streams_refused{};
-  std::atomic<uint64_t> auth_rejected{0};       // calls refused for a missing or wrong token
+  std::atomic<uint64_t> auth_rejected{0};
+  // Hellos whose reported_iteration the stream's first reports showed false
+  // (engine::JobEngine::DropClaims).
+  std::atomic<uint64_t> hello_claims_dropped{0};       // calls refused for a missing or wrong token
   std::atomic<int64_t> active_watches{0};
   // A pending WatchMembership version replaced by a newer one (slow watcher).
   std::atomic<uint64_t> watch_versions_skipped{0};

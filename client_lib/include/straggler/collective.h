@@ -62,6 +62,11 @@
 
 namespace straggler {
 
+// The largest agreement_interval (GlooOptions, NcclOptions). stragglerd
+// bounds what a hello may claim by the job's progress + lead + this
+// (engine::JobEngine::kMaxAgreementInterval, the same number).
+inline constexpr uint32_t kMaxAgreementInterval = 1024;
+
 class CollectiveError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
