@@ -164,6 +164,38 @@ TEST_CASE("limits.max_streams refuses one stream more, before reading it") {
   CHECK(opened);
 }
 
+TEST_CASE("limits.max_streams: refusals at once name the open streams, not the refused ones") {
+  // Refused streams that have not ended yet used to count as open: many at
+  // once read "1088 ingest streams are open" with max_streams=1024.
+  sd::DaemonConfig config;
+  config.limits.max_streams = 2;
+  Daemon d(config);
+  auto a = Open(d, Hello("j", 4, {0}));
+  auto b = Open(d, Hello("j", 4, {1}));
+  constexpr int kThreads = 8, kEach = 25;
+  std::vector<std::string> messages(kThreads * kEach);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+      std::vector<std::unique_ptr<IngestStream>> streams;
+      // Open them all before finishing any, so that they overlap.
+      for (int i = 0; i < kEach; ++i) {
+        contexts.push_back(std::make_unique<grpc::ClientContext>());
+        streams.push_back(d.ingest->Stream(contexts.back().get()));
+      }
+      for (int i = 0; i < kEach; ++i) {
+        messages[t * kEach + i] = streams[i]->Finish().error_message();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const std::string& m : messages) {
+    CHECK(m == "2 ingest streams are open (limits.max_streams=2); retry later");
+  }
+  CHECK(d.Metric("straggler_active_streams") == 2);
+}
+
 TEST_CASE("a stream over its reports-per-second budget has the excess rejected as rate_limited") {
   sd::DaemonConfig config;
   config.limits.stream_reports_per_second = 1;
