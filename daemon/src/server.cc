@@ -68,11 +68,8 @@ absl::Status Server::Start(const DaemonConfig& config) {
   admin_ = std::make_unique<AdminServiceImpl>(*registry_, stats_, *auth_);
   rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
   rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_, stats_);
-  configured_grpc_address_ = config.grpc_address;
-  configured_http_address_ = config.http_address;
-  configured_http_ = config.http;
-  configured_max_message_bytes_ = config.limits.max_message_bytes;
-  configured_tls_ = config.tls;
+  started_config_ = config;
+  for (const std::string& w : config.warnings) spdlog::warn("{}", w);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -155,33 +152,18 @@ std::string Server::grpc_dial_address() const {
   return grpc_address_;
 }
 
+absl::Status Server::CheckRestartable(const DaemonConfig& config) {
+  if (!config.tls.enabled()) return absl::OkStatus();
+  absl::StatusOr<ServerTls> tls = LoadServerTls(config.tls);
+  return tls.ok() ? absl::OkStatus() : tls.status();
+}
+
 void Server::Reload(const DaemonConfig& config) {
   ApplyLogLevel(config.log_level);
-  if (config.persistence.path != (store_ ? store_->path() : std::string())) {
-    spdlog::warn("reload: persistence.path changes take effect only after a restart");
+  for (const std::string& change : RestartOnlyChanges(started_config_, config)) {
+    spdlog::warn("reload: {} needs a restart to take effect; running on the old value", change);
   }
-  if (config.grpc_address != configured_grpc_address_ ||
-      config.http_address != configured_http_address_) {
-    spdlog::warn("reload: grpc_address/http_address changes take effect only after a restart");
-  }
-  const HttpConfig& h = config.http;
-  const HttpConfig& c = configured_http_;
-  if (h.threads != c.threads || h.read_timeout_seconds != c.read_timeout_seconds ||
-      h.write_timeout_seconds != c.write_timeout_seconds || h.max_body_bytes != c.max_body_bytes ||
-      h.keep_alive_max_requests != c.keep_alive_max_requests ||
-      h.keep_alive_timeout_seconds != c.keep_alive_timeout_seconds) {
-    spdlog::warn("reload: http.* changes take effect only after a restart");
-  }
-  if (config.limits.max_message_bytes != configured_max_message_bytes_) {
-    spdlog::warn("reload: limits.max_message_bytes changes take effect only after a restart");
-  }
-  const TlsConfig& t = config.tls;
-  const TlsConfig& ct = configured_tls_;
-  if (t.cert_file != ct.cert_file || t.key_file != ct.key_file ||
-      t.client_ca_file != ct.client_ca_file || t.grpc != ct.grpc || t.http != ct.http ||
-      t.reload_seconds != ct.reload_seconds) {
-    spdlog::warn("reload: tls.* changes take effect only after a restart");
-  }
+  for (const std::string& w : config.warnings) spdlog::warn("{}", w);
   // The token file was re-read by the config load; a new token applies to
   // the next call.
   auth_->Apply(config.auth);
