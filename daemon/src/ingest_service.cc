@@ -116,8 +116,11 @@ class IngestReactor final
       std::lock_guard lock(job_->mu);
       MarkReplaysLocked();
     }
-    spdlog::info("job={} run='{}' stream from {} node='{}' ranks={} world_size={}", job_->id,
-                 job_->run_id, peer_, hello.node, ranks_.size(), hello.world_size);
+    // Rate-limited: 10 000 streams opening must not write 10 000 lines.
+    spdlog::log(stats_.stream_log.Take(std::chrono::steady_clock::now()) ? spdlog::level::info
+                                                                          : spdlog::level::debug,
+                "job={} run='{}' stream from {} node='{}' ranks={} world_size={}", job_->id,
+                job_->run_id, peer_, hello.node, ranks_.size(), hello.world_size);
     return absl::OkStatus();
   }
 

@@ -4,6 +4,10 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "admin_service.h"
 #include "auth.h"
@@ -54,6 +58,15 @@ absl::Status Server::Start(const DaemonConfig& config) {
     absl::StatusOr<ServerTls> loaded = LoadServerTls(config.tls);
     if (!loaded.ok()) return loaded.status();
     tls = *std::move(loaded);
+    // An expired or not-yet-valid certificate still starts (a renewal may
+    // be on its way; rotation picks it up), but not silently: a warning, and
+    // straggler_tls_certificate_expiry_seconds for the alert.
+    if (absl::StatusOr<CertificateValidity> v = LeafValidity(tls->cert_chain); v.ok()) {
+      stats_.tls_certificate_not_after.store(v->not_after, std::memory_order_relaxed);
+      const std::string warning = ValidityWarning(
+          *v, static_cast<int64_t>(time(nullptr)), absl::StrCat("tls.cert_file=", config.tls.cert_file));
+      if (!warning.empty()) spdlog::warn("{}", warning);
+    }
   }
   auth_ = std::make_unique<Authorizer>(config.auth, stats_);
   if (!auth_->token_configured()) {
@@ -179,8 +192,37 @@ void Server::TickLoop() {
     if (tick_cv_.wait_for(lock, kTickInterval, [this] { return stopping_; })) break;
     lock.unlock();
     registry_->TickAll(WallNow());
+    if (started_config_.tls.enabled() && ++ticks_since_cert_check_ >= 60) {
+      ticks_since_cert_check_ = 0;
+      RefreshCertificateExpiry();
+    }
+    if (uint64_t n = stats_.stream_log.TakeSuppressed(std::chrono::steady_clock::now())) {
+      spdlog::info("{} more ingest streams opened in the last {} s (the first {} of each {} s "
+                   "are logged one by one; all at debug level)",
+                   n,
+                   std::chrono::duration_cast<std::chrono::seconds>(stats_.stream_log.interval())
+                       .count(),
+                   stats_.stream_log.burst(),
+                   std::chrono::duration_cast<std::chrono::seconds>(stats_.stream_log.interval())
+                       .count());
+    }
     lock.lock();
   }
+}
+
+void Server::RefreshCertificateExpiry() {
+  std::ifstream in(started_config_.tls.cert_file);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  absl::StatusOr<CertificateValidity> v = LeafValidity(pem.str());
+  if (!v.ok()) return;  // mid-rotation: keep the last value
+  const int64_t before = stats_.tls_certificate_not_after.exchange(v->not_after,
+                                                                  std::memory_order_relaxed);
+  if (before == v->not_after) return;
+  const std::string warning =
+      ValidityWarning(*v, static_cast<int64_t>(time(nullptr)),
+                      absl::StrCat("tls.cert_file=", started_config_.tls.cert_file));
+  if (!warning.empty()) spdlog::warn("{}", warning);
 }
 
 void Server::FlushState() {
