@@ -26,16 +26,23 @@ class IngestReactor final
         limits_(registry.config()->limits),
         bucket_(limits_.stream_reports_per_second, limits_.stream_reports_burst,
                 std::chrono::steady_clock::now()) {
-    const int64_t open = stats_.active_streams.fetch_add(1, std::memory_order_relaxed) + 1;
     stats_.streams_total.fetch_add(1, std::memory_order_relaxed);
-    if (open > static_cast<int64_t>(limits_.max_streams)) {
-      // Before reading anything: a refused stream costs no parse. OnDone
-      // still runs (and counts the stream out again).
+    // Only admitted streams count as open: a refused one that has not
+    // reached OnDone yet must not inflate the count (10 000 streams at once
+    // once read "1088 ingest streams are open" with max_streams=1024).
+    int64_t open = stats_.active_streams.load(std::memory_order_relaxed);
+    do {
+      if (open >= static_cast<int64_t>(limits_.max_streams)) break;
+    } while (!stats_.active_streams.compare_exchange_weak(open, open + 1,
+                                                          std::memory_order_relaxed));
+    admitted_ = open < static_cast<int64_t>(limits_.max_streams);
+    if (!admitted_) {
+      // Before reading anything: a refused stream costs no parse.
       stats_.CountRefused(StreamRefuseReason::kTooManyStreams);
       spdlog::warn("ingest stream from {} refused: {} streams open (limits.max_streams={})", peer_,
-                   open - 1, limits_.max_streams);
+                   open, limits_.max_streams);
       Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat(open - 1, " ingest streams are open (limits.max_streams=",
+                          absl::StrCat(open, " ingest streams are open (limits.max_streams=",
                                        limits_.max_streams, "); retry later")),
              /*flush=*/false);
       return;
@@ -84,7 +91,7 @@ class IngestReactor final
       registry_.Unsubscribe(*job_, link_.get(), /*is_stream=*/true);
       spdlog::debug("job={} stream from {} closed", job_->id, peer_);
     }
-    stats_.active_streams.fetch_sub(1, std::memory_order_relaxed);
+    if (admitted_) stats_.active_streams.fetch_sub(1, std::memory_order_relaxed);
     delete this;
   }
 
@@ -110,8 +117,11 @@ class IngestReactor final
       MarkReplaysLocked();
     }
     claimed_reported_ = hello.reported_iteration;
-    spdlog::info("job={} run='{}' stream from {} node='{}' ranks={} world_size={}", job_->id,
-                 job_->run_id, peer_, hello.node, ranks_.size(), hello.world_size);
+    // Rate-limited: 10 000 streams opening must not write 10 000 lines.
+    spdlog::log(stats_.stream_log.Take(std::chrono::steady_clock::now()) ? spdlog::level::info
+                                                                          : spdlog::level::debug,
+                "job={} run='{}' stream from {} node='{}' ranks={} world_size={}", job_->id,
+                job_->run_id, peer_, hello.node, ranks_.size(), hello.world_size);
     return absl::OkStatus();
   }
 
@@ -427,6 +437,7 @@ class IngestReactor final
   std::vector<uint32_t> touched_stamp_;
   uint32_t batch_stamp_ = 0;
 
+  bool admitted_ = false;             // counted in active_streams (under max_streams)
   bool first_batch_ = true;           // the batch that carried the opening hello
   uint64_t last_acked_sequence_ = 0;  // guarded by job_->mu
   // Newest membership version already offered to slot_; nullopt before the

@@ -458,6 +458,13 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   out.Sample({}, static_cast<double>(jobs.size()));
   out.Family("straggler_active_streams", MetricType::kGauge, "Open ingest streams.");
   out.Sample({}, static_cast<double>(stats.active_streams.load(std::memory_order_relaxed)));
+  if (const int64_t not_after = stats.tls_certificate_not_after.load(std::memory_order_relaxed);
+      not_after != 0) {
+    out.Family("straggler_tls_certificate_expiry_seconds", MetricType::kGauge,
+               "Unix time at which the serving certificate (tls.cert_file's leaf) expires; "
+               "absent without TLS.");
+    out.Sample({}, static_cast<double>(not_after));
+  }
   out.Family("straggler_http_rejected_total", MetricType::kCounter,
              "HTTP requests answered with a status >= 400, by status.");
   for (size_t i = 0; i < stats.http_rejected.size(); ++i) {

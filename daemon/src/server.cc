@@ -4,6 +4,10 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "admin_service.h"
 #include "auth.h"
@@ -54,6 +58,15 @@ absl::Status Server::Start(const DaemonConfig& config) {
     absl::StatusOr<ServerTls> loaded = LoadServerTls(config.tls);
     if (!loaded.ok()) return loaded.status();
     tls = *std::move(loaded);
+    // An expired or not-yet-valid certificate still starts (a renewal may
+    // be on its way; rotation picks it up), but not silently: a warning, and
+    // straggler_tls_certificate_expiry_seconds for the alert.
+    if (absl::StatusOr<CertificateValidity> v = LeafValidity(tls->cert_chain); v.ok()) {
+      stats_.tls_certificate_not_after.store(v->not_after, std::memory_order_relaxed);
+      const std::string warning = ValidityWarning(
+          *v, static_cast<int64_t>(time(nullptr)), absl::StrCat("tls.cert_file=", config.tls.cert_file));
+      if (!warning.empty()) spdlog::warn("{}", warning);
+    }
   }
   auth_ = std::make_unique<Authorizer>(config.auth, stats_);
   if (!auth_->token_configured()) {
@@ -68,11 +81,8 @@ absl::Status Server::Start(const DaemonConfig& config) {
   admin_ = std::make_unique<AdminServiceImpl>(*registry_, stats_, *auth_);
   rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
   rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_, stats_);
-  configured_grpc_address_ = config.grpc_address;
-  configured_http_address_ = config.http_address;
-  configured_http_ = config.http;
-  configured_max_message_bytes_ = config.limits.max_message_bytes;
-  configured_tls_ = config.tls;
+  started_config_ = config;
+  for (const std::string& w : config.warnings) spdlog::warn("{}", w);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -155,33 +165,18 @@ std::string Server::grpc_dial_address() const {
   return grpc_address_;
 }
 
+absl::Status Server::CheckRestartable(const DaemonConfig& config) {
+  if (!config.tls.enabled()) return absl::OkStatus();
+  absl::StatusOr<ServerTls> tls = LoadServerTls(config.tls);
+  return tls.ok() ? absl::OkStatus() : tls.status();
+}
+
 void Server::Reload(const DaemonConfig& config) {
   ApplyLogLevel(config.log_level);
-  if (config.persistence.path != (store_ ? store_->path() : std::string())) {
-    spdlog::warn("reload: persistence.path changes take effect only after a restart");
+  for (const std::string& change : RestartOnlyChanges(started_config_, config)) {
+    spdlog::warn("reload: {} needs a restart to take effect; running on the old value", change);
   }
-  if (config.grpc_address != configured_grpc_address_ ||
-      config.http_address != configured_http_address_) {
-    spdlog::warn("reload: grpc_address/http_address changes take effect only after a restart");
-  }
-  const HttpConfig& h = config.http;
-  const HttpConfig& c = configured_http_;
-  if (h.threads != c.threads || h.read_timeout_seconds != c.read_timeout_seconds ||
-      h.write_timeout_seconds != c.write_timeout_seconds || h.max_body_bytes != c.max_body_bytes ||
-      h.keep_alive_max_requests != c.keep_alive_max_requests ||
-      h.keep_alive_timeout_seconds != c.keep_alive_timeout_seconds) {
-    spdlog::warn("reload: http.* changes take effect only after a restart");
-  }
-  if (config.limits.max_message_bytes != configured_max_message_bytes_) {
-    spdlog::warn("reload: limits.max_message_bytes changes take effect only after a restart");
-  }
-  const TlsConfig& t = config.tls;
-  const TlsConfig& ct = configured_tls_;
-  if (t.cert_file != ct.cert_file || t.key_file != ct.key_file ||
-      t.client_ca_file != ct.client_ca_file || t.grpc != ct.grpc || t.http != ct.http ||
-      t.reload_seconds != ct.reload_seconds) {
-    spdlog::warn("reload: tls.* changes take effect only after a restart");
-  }
+  for (const std::string& w : config.warnings) spdlog::warn("{}", w);
   // The token file was re-read by the config load; a new token applies to
   // the next call.
   auth_->Apply(config.auth);
@@ -197,8 +192,37 @@ void Server::TickLoop() {
     if (tick_cv_.wait_for(lock, kTickInterval, [this] { return stopping_; })) break;
     lock.unlock();
     registry_->TickAll(WallNow());
+    if (started_config_.tls.enabled() && ++ticks_since_cert_check_ >= 60) {
+      ticks_since_cert_check_ = 0;
+      RefreshCertificateExpiry();
+    }
+    if (uint64_t n = stats_.stream_log.TakeSuppressed(std::chrono::steady_clock::now())) {
+      spdlog::info("{} more ingest streams opened in the last {} s (the first {} of each {} s "
+                   "are logged one by one; all at debug level)",
+                   n,
+                   std::chrono::duration_cast<std::chrono::seconds>(stats_.stream_log.interval())
+                       .count(),
+                   stats_.stream_log.burst(),
+                   std::chrono::duration_cast<std::chrono::seconds>(stats_.stream_log.interval())
+                       .count());
+    }
     lock.lock();
   }
+}
+
+void Server::RefreshCertificateExpiry() {
+  std::ifstream in(started_config_.tls.cert_file);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  absl::StatusOr<CertificateValidity> v = LeafValidity(pem.str());
+  if (!v.ok()) return;  // mid-rotation: keep the last value
+  const int64_t before = stats_.tls_certificate_not_after.exchange(v->not_after,
+                                                                  std::memory_order_relaxed);
+  if (before == v->not_after) return;
+  const std::string warning =
+      ValidityWarning(*v, static_cast<int64_t>(time(nullptr)),
+                      absl::StrCat("tls.cert_file=", started_config_.tls.cert_file));
+  if (!warning.empty()) spdlog::warn("{}", warning);
 }
 
 void Server::FlushState() {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "metrics.h"
+#include "rate_limit.h"
 #include "straggler/engine/job_engine.h"
 
 namespace straggler::daemon {
@@ -58,6 +59,13 @@ struct DaemonStats {
   std::array<std::atomic<uint64_t>, kStreamRejectReasons> reports_rejected_stream{};
   std::atomic<uint64_t> batches_total{0};
   std::atomic<int64_t> active_streams{0};
+  // Unix time at which tls.cert_file's leaf certificate expires; 0 = no TLS
+  // (no metric). Set at start and re-read by the tick every minute, so a
+  // rotated certificate shows.
+  std::atomic<int64_t> tls_certificate_not_after{0};
+  // "stream from ... " info lines: 20 per 10 s, the rest summed up by the
+  // server's tick (Server::TickLoop).
+  LogBudget stream_log{20, std::chrono::seconds(10)};
   std::atomic<uint64_t> streams_total{0};
   std::array<std::atomic<uint64_t>, kStreamRefuseReasons> streams_refused{};
   std::atomic<uint64_t> auth_rejected{0};

@@ -345,26 +345,30 @@ struct JobEngine::Impl {
       res.message = absl::StrCat("rank ", rep.rank, " is out of range for world_size ", world_size);
       return res;
     }
-    const double c = rep.compute_seconds;
-    if (!std::isfinite(c) || c < 0 || c > policy.max_compute_seconds)
-      return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
-                              " reported compute_seconds=", absl::StrFormat("%g", c),
-                              std::isfinite(c) && c >= 0
-                                  ? absl::StrCat(" (above max_compute_seconds=",
-                                                 policy.max_compute_seconds, ")")
-                                  : std::string(" (must be a finite number >= 0)")));
-    auto check_opt = [&](const std::optional<double>& v) -> bool {
-      return !v || (std::isfinite(*v) && *v >= 0 && *v <= policy.max_compute_seconds * 10);
+    // Each duration must be finite, >= 0 and at most its bound; the message
+    // names the rule that failed and shows the value exactly (3600.0001 is
+    // not 3600).
+    auto check = [&](const char* field, double v, double bound,
+                     const char* bound_name) -> std::optional<std::string> {
+      if (std::isfinite(v) && v >= 0 && v <= bound) return std::nullopt;
+      return absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration, " reported ", field,
+                          "=", ExactNumber(v),
+                          std::isfinite(v) && v >= 0
+                              ? absl::StrCat(" (above ", bound_name, "=", ExactNumber(bound), ")")
+                              : std::string(" (must be a finite number >= 0)"));
     };
-    if (!check_opt(rep.step_seconds))
-      return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
-                              " reported step_seconds=", absl::StrFormat("%g", *rep.step_seconds),
-                              " (must be a finite number >= 0)"));
-    if (!check_opt(rep.collective_wait_seconds))
-      return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
-                              " reported collective_wait_seconds=",
-                              absl::StrFormat("%g", *rep.collective_wait_seconds),
-                              " (must be a finite number >= 0)"));
+    const double step_bound = policy.max_compute_seconds * 10;
+    if (auto m = check("compute_seconds", rep.compute_seconds, policy.max_compute_seconds,
+                       "max_compute_seconds"))
+      return bad(*m);
+    if (rep.step_seconds)
+      if (auto m = check("step_seconds", *rep.step_seconds, step_bound,
+                         "10 x max_compute_seconds"))
+        return bad(*m);
+    if (rep.collective_wait_seconds)
+      if (auto m = check("collective_wait_seconds", *rep.collective_wait_seconds, step_bound,
+                         "10 x max_compute_seconds"))
+        return bad(*m);
     const RankState& r = ranks[rep.rank];
     // The O(ranks) reference only for a report that is far past the rows
     // (rare); the common case is one comparison.
@@ -1171,8 +1175,7 @@ struct JobEngine::Impl {
   // ---- liveness ------------------------------------------------------------
 
   void Tick(Time now) {
-    const Time timeout = std::chrono::duration_cast<Time>(
-        std::chrono::duration<double>(policy.unresponsive_after_seconds));
+    const Time timeout = SaturatingNanoseconds(policy.unresponsive_after_seconds);
     bool any = false;
     for (uint32_t i = 0; i < world_size; ++i) {
       RankState& r = ranks[i];
