@@ -27,19 +27,17 @@ Cases (--case):
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
-import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, check, main, run, wait_for  # noqa: E402
+from harness import (Daemon, check, daemon_get as get, daemon_metric as metric,  # noqa: E402
+                     excluded, flagged, main, run, run_sim, wait_for)
 
 SIM_TIMEOUT_S = 120
 # Short enough that a test waits for it, long against a loaded 2-core step.
@@ -47,42 +45,9 @@ UNRESPONSIVE_S = 3.0
 CONFIG = "policy:\n  unresponsive_after_seconds: %g\n" % UNRESPONSIVE_S
 
 
-def get(daemon, path, **params):
-    query = ("?" + urllib.parse.urlencode(params)) if params else ""
-    with urllib.request.urlopen("http://%s%s%s" % (daemon.http_address, path, query),
-                                timeout=30) as r:
-        text = r.read().decode()
-    return text if path == "/metrics" else json.loads(text)
-
-
-def metric(daemon, name, labels):
-    """The value of the sample of `name` whose labels include `labels`, or None."""
-    for line in get(daemon, "/metrics").splitlines():
-        m = re.match(r"^%s\{(.*)\} (\S+)$" % re.escape(name), line)
-        if m and all('%s="%s"' % kv in m.group(1) for kv in labels.items()):
-            return float(m.group(2))
-    return None
-
-
-def excluded(job):
-    return sorted(e["rank"] for e in job.get("membership", {}).get("excluded", []))
-
-
 def sim(args, daemon, workdir, job, name, extra, check_rc=True):
-    report = os.path.join(workdir, name + ".json")
-    cmd = [args.sim, "--daemon", daemon.address, "--job", job, "--ranks", "8",
-           "--iteration-ms", "20", "--noise", "0.05", "--seed", "7", "--report", report] + extra
-    result = run(cmd, SIM_TIMEOUT_S)
-    if check_rc:
-        check(result.returncode == 0, "%s exited with %d:\n%s\ndaemon log:\n%s"
-              % (" ".join(cmd), result.returncode, result.stderr[-2000:], daemon.log_tail()))
-    with open(report) as f:
-        return json.load(f)
-
-
-def flagged(report):
-    return {r["rank"]: (r["detected_at"], r["excluded_at"]) for r in report["ranks"]
-            if r["detected_at"] or r["excluded_at"]}
+    return run_sim(args.sim, daemon, workdir, job, name, extra, check_rc=check_rc,
+                   timeout=SIM_TIMEOUT_S)
 
 
 def test_new_run(args, workdir):
