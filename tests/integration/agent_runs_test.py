@@ -33,7 +33,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_test import Agent  # noqa: E402
-from harness import (Daemon, TestFailure, check, daemon_get as get,  # noqa: E402
+from harness import (Daemon, TestFailure, check, check_ended_quietly, daemon_get as get,  # noqa: E402
                      daemon_metric as metric, excluded, flagged, main, print_log_tails,
                      run_sim, wait_for)
 
@@ -75,18 +75,7 @@ def test_finished(args, work, daemon, agent, endpoint):
     version = job["membership"].get("version")
     time.sleep(UNRESPONSIVE_S * 2 + 2)
     check(agent.proc.poll() is None, "the agent exited")
-    workers = get(daemon, "/v1/jobs/%s/workers" % clean)["workers"]
-    states = sorted({w["state"] for w in workers})
-    check(states == ["WORKER_STATE_FINISHED"], "ranks of the finished job: %s" % states)
-    job = get(daemon, "/v1/jobs/" + clean)
-    check(job.get("finished") is True, "the job is no longer finished: %s" % job)
-    check(job["membership"].get("version") == version,
-          "the finished job's membership moved: v%s -> v%s"
-          % (version, job["membership"].get("version")))
-    events = get(daemon, "/v1/jobs/%s/events" % clean)["events"]
-    bad = [e for e in events if e.get("to") == "WORKER_STATE_UNRESPONSIVE"
-           or e.get("kind") == "EVENT_KIND_GUARD_BLOCKED"]
-    check(not bad, "events after a clean finish: %s" % bad)
+    check_ended_quietly(daemon, clean, version)
     print("finished through the agent: rank 3 excluded, every rank finished, nothing "
           "unresponsive after %.0f s" % (UNRESPONSIVE_S * 2 + 2))
 

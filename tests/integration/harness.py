@@ -11,9 +11,11 @@ so tests never race for a fixed port. Python standard library only.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -281,6 +283,39 @@ def run_sim(sim_binary, daemon, workdir, job, name, extra, endpoint=None, check_
               % (" ".join(cmd), result.returncode, result.stderr[-2000:], daemon.log_tail()))
     with open(report) as f:
         return json.load(f)
+
+
+def in_workdir(prefix, fn, keep=None):
+    """Runs fn(workdir) in `keep` or a new temporary directory; a temporary
+    one is removed when fn passes and kept (and named) when it fails, for the
+    logs and reports in it."""
+    workdir = keep or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        fn(workdir)
+    except TestFailure:
+        print("workdir kept: %s" % workdir, file=sys.stderr)
+        raise
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def check_ended_quietly(daemon, job, version):
+    """A job whose ranks all closed cleanly (docs/runs.md, "Job end"), some
+    time after: every rank finished, the membership still at `version`, no
+    rank unresponsive and no guard blocked."""
+    workers = daemon_get(daemon, "/v1/jobs/%s/workers" % job)["workers"]
+    states = sorted({w["state"] for w in workers})
+    check(states == ["WORKER_STATE_FINISHED"], "ranks of the finished job: %s" % states)
+    state = daemon_get(daemon, "/v1/jobs/" + job)
+    check(state.get("finished") is True, "the job is no longer finished: %s" % state)
+    check(state["membership"].get("version") == version,
+          "the finished job's membership moved: v%s -> v%s"
+          % (version, state["membership"].get("version")))
+    events = daemon_get(daemon, "/v1/jobs/%s/events" % job)["events"]
+    bad = [e for e in events if e.get("to") == "WORKER_STATE_UNRESPONSIVE"
+           or e.get("kind") == "EVENT_KIND_GUARD_BLOCKED"]
+    check(not bad, "events after a clean finish: %s" % bad)
 
 
 def print_log_tails(workdir, names, lines=25):

@@ -27,16 +27,14 @@ Cases (--case):
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Daemon, check, daemon_get as get, daemon_metric as metric,  # noqa: E402
+from harness import (Daemon, check, check_ended_quietly, in_workdir, daemon_get as get, daemon_metric as metric,  # noqa: E402
                      excluded, flagged, main, run, run_sim, wait_for)
 
 SIM_TIMEOUT_S = 120
@@ -206,17 +204,7 @@ def test_finished(args, workdir):
               "straggler_job_running is not 0 for the finished job")
         version = job["membership"].get("version")
         time.sleep(UNRESPONSIVE_S * 2 + 2)
-        workers = get(daemon, "/v1/jobs/%s/workers" % clean)["workers"]
-        states = sorted({w["state"] for w in workers})
-        check(states == ["WORKER_STATE_FINISHED"], "ranks of the finished job: %s" % states)
-        job = get(daemon, "/v1/jobs/" + clean)
-        check(job["membership"].get("version") == version,
-              "the finished job's membership moved: v%s -> v%s"
-              % (version, job["membership"].get("version")))
-        events = get(daemon, "/v1/jobs/%s/events" % clean)["events"]
-        bad = [e for e in events if e.get("to") == "WORKER_STATE_UNRESPONSIVE"
-               or e.get("kind") == "EVENT_KIND_GUARD_BLOCKED"]
-        check(not bad, "events after a clean finish: %s" % bad)
+        check_ended_quietly(daemon, clean, version)
 
         # Killed without closing: still unresponsive, still alerting.
         cmd = [args.sim, "--daemon", daemon.address, "--job", killed, "--ranks", "4",
@@ -252,12 +240,5 @@ if __name__ == "__main__":
     parser.add_argument("--keep", help="work directory to keep (default: a temporary one)")
     args = parser.parse_args()
 
-    def body():
-        workdir = args.keep or tempfile.mkdtemp(prefix="straggler-runs-")
-        os.makedirs(workdir, exist_ok=True)
-        print("work directory: %s" % workdir)
-        CASES[args.case](args, workdir)
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-
-    main(body)
+    main(lambda: in_workdir("straggler-runs-", lambda workdir: CASES[args.case](args, workdir),
+                            keep=args.keep))

@@ -15,14 +15,12 @@
 
 import argparse
 import os
-import shutil
 import signal
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import Daemon, TestFailure, check, main, run, wait_for  # noqa: E402
+from harness import Daemon, check, in_workdir, main, run, wait_for  # noqa: E402
 
 
 def write(path, text, mode=0o600):
@@ -47,8 +45,7 @@ def log_of(daemon):
 
 
 def test(args):
-    workdir = tempfile.mkdtemp(prefix="stragglerd-sec-config-")
-    try:
+    def body(workdir):
         # 1, 2.
         refused(args, "--config DIRECTORY", ["--config", workdir],
                 "config file %s is a directory, not a YAML file" % workdir)
@@ -92,10 +89,8 @@ def test(args):
                       "no restart warning for %s:\n%s" % (key, d.log_tail()))
             print("SIGHUP changing restart-only keys: warned by name")
             check(d.stop() == 0, "stragglerd did not exit 0")
-    except TestFailure:
-        print("workdir kept: %s" % workdir, file=sys.stderr)
-        raise
-    shutil.rmtree(workdir, ignore_errors=True)
+
+    in_workdir('stragglerd-sec-config-', body)
 
 
 if __name__ == "__main__":

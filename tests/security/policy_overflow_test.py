@@ -19,14 +19,12 @@ import argparse
 import http.client
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import Daemon, TestFailure, check, main, run, wait_for  # noqa: E402
+from harness import Daemon, check, in_workdir, main, run, wait_for  # noqa: E402
 
 HOSTILE = "1e10"
 REFUSAL = ("unresponsive_after_seconds=1e+10 is above its upper bound: must be <= 604800")
@@ -55,8 +53,7 @@ def log_of(daemon):
 
 
 def test(args):
-    workdir = tempfile.mkdtemp(prefix="stragglerd-sec-overflow-")
-    try:
+    def body(workdir):
         # 1. The config file at start.
         bad = write(os.path.join(workdir, "bad.yaml"),
                     "policy:\n  limit: 5\n  unresponsive_after_seconds: %s\n" % HOSTILE)
@@ -109,10 +106,8 @@ def test(args):
             check("no report for" not in log_of(d),
                   "a rank was declared unresponsive:\n%s" % d.log_tail())
             check(d.stop() == 0, "stragglerd did not exit 0")
-    except TestFailure:
-        print("workdir kept: %s" % workdir, file=sys.stderr)
-        raise
-    shutil.rmtree(workdir, ignore_errors=True)
+
+    in_workdir('stragglerd-sec-overflow-', body)
 
 
 if __name__ == "__main__":
