@@ -537,7 +537,7 @@ TEST_CASE("GlobMatch") {
   CHECK(sd::GlobMatch("**a", "a"));
 }
 
-TEST_CASE("--config naming a directory is refused naming the path") {
+TEST_CASE("config: --config naming a directory is refused naming the path") {
   char tmpl[] = "/tmp/stragglerd_config_dir_XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   const std::string dir = tmpl;
