@@ -3,7 +3,12 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+#include <malloc.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -25,6 +30,33 @@ namespace straggler::daemon {
 namespace {
 
 constexpr auto kTickInterval = std::chrono::seconds(1);
+
+// gRPC's transport holds a whole message before its size is checked (chttp2
+// grants the flow-control window for the length the 5-byte prefix announces),
+// so without a bound every oversized message is buffered in full: 8 messages
+// of 100 MB at once took the daemon from 22 MB to 609 MB (BENCHMARKS.md,
+// "Oversized gRPC messages"). A ResourceQuota bounds the transport's buffers:
+// above it gRPC cancels streams (RST_STREAM ENHANCE_YOUR_CALM, the client's
+// call ends RESOURCE_EXHAUSTED) until it is back under. Room for several
+// messages of the largest allowed size at once, and never below 32 MiB.
+constexpr size_t kMinGrpcMemoryQuota = size_t{32} << 20;
+size_t GrpcMemoryQuota(uint32_t max_message_bytes) {
+  return std::max(kMinGrpcMemoryQuota, size_t{4} * max_message_bytes);
+}
+
+// Freed transport buffers stay in glibc's heaps (RSS did not come down after
+// the refused messages were dropped): when resident memory grew by more than
+// this since the last look, the tick hands free pages back (malloc_trim).
+constexpr long kTrimGrowthBytes = long{8} << 20;
+
+long ResidentBytes() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return resident * sysconf(_SC_PAGESIZE);
+}
 
 // "host:port" -> "host"; unix: addresses have no host part.
 std::string HostOf(const std::string& address) {
@@ -96,6 +128,9 @@ absl::Status Server::Start(const DaemonConfig& config) {
   // Every service: a larger message ends its call with RESOURCE_EXHAUSTED
   // before any of it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
+  grpc::ResourceQuota quota("stragglerd-grpc");
+  quota.Resize(GrpcMemoryQuota(config.limits.max_message_bytes));
+  builder.SetResourceQuota(quota);
   // gRPC sets SO_REUSEPORT by default: a second stragglerd on the same port
   // would then start "successfully" and the kernel would split new
   // connections (ranks of one job) between the two daemons. Without it the
@@ -187,11 +222,18 @@ void Server::Reload(const DaemonConfig& config) {
 }
 
 void Server::TickLoop() {
+  long resident_seen = ResidentBytes();
   std::unique_lock lock(tick_mu_);
   while (!stopping_) {
     if (tick_cv_.wait_for(lock, kTickInterval, [this] { return stopping_; })) break;
     lock.unlock();
     registry_->TickAll(WallNow());
+    if (const long resident = ResidentBytes(); resident > resident_seen + kTrimGrowthBytes) {
+      malloc_trim(0);
+      resident_seen = ResidentBytes();
+    } else {
+      resident_seen = std::min(resident_seen, resident);
+    }
     if (started_config_.tls.enabled() && ++ticks_since_cert_check_ >= 60) {
       ticks_since_cert_check_ = 0;
       RefreshCertificateExpiry();

@@ -251,6 +251,32 @@ TEST_CASE("limits.max_message_bytes ends a call with a larger message") {
   CHECK(Refused(d, Hello("small", 1, {0})).ok());
 }
 
+TEST_CASE("oversized messages at once, beyond gRPC's memory quota, end RESOURCE_EXHAUSTED") {
+  // 4 x 48 MB over their own connections: more than the daemon's gRPC
+  // ResourceQuota (32 MiB by default) and than max_message_bytes. Each call
+  // ends RESOURCE_EXHAUSTED, whichever gRPC layer refuses it (the quota's
+  // RST_STREAM or the message-size check), and the daemon serves on. Memory
+  // figures are measured by bench/grpc_memory (BENCHMARKS.md), not here.
+  Daemon d{sd::DaemonConfig()};
+  v1::ReportBatch big = Hello("big", 1, {0});
+  big.mutable_hello()->set_node(std::string(size_t{48} << 20, 'n'));
+  std::vector<grpc::StatusCode> codes(4, grpc::StatusCode::OK);
+  std::vector<std::thread> callers;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    callers.emplace_back([&, i] {
+      grpc::ChannelArguments args;
+      args.SetInt("limits_test.connection", static_cast<int>(i));  // no shared connection
+      auto channel = grpc::CreateCustomChannel(d.server.grpc_dial_address(),
+                                               grpc::InsecureChannelCredentials(), args);
+      auto stub = v1::IngestService::NewStub(channel);
+      codes[i] = SendAndClose(*stub, big).error_code();
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (grpc::StatusCode code : codes) CHECK(code == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(Refused(d, Hello("small", 1, {0})).ok());
+}
+
 TEST_CASE("query and admin calls refuse job ids no job can have, and bad override reasons") {
   Daemon d{sd::DaemonConfig()};
   auto s = Open(d, Hello("ok-job", 2, {0, 1}));
