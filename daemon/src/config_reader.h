@@ -96,10 +96,17 @@ class ConfigReader {
   // yaml-cpp keeps both entries of a key given twice in one map, and a
   // loader would silently take one of them: refuse the second, naming the
   // key and its line, anywhere in the tree under `node`.
-  absl::Status CheckDuplicateKeys(const YAML::Node& node) const {
+  // `depth` bounds the walk: an alias may make the tree refer to itself
+  // (`a: &x [*x]`, found by fuzz_config), and no config nests that deep.
+  absl::Status CheckDuplicateKeys(const YAML::Node& node, int depth = 0) const {
+    constexpr int kMaxDepth = 32;
+    if (depth > kMaxDepth) {
+      return Error(node.Mark(), absl::StrCat("nested deeper than ", kMaxDepth,
+                                             " levels (an alias that refers to itself?)"));
+    }
     if (node.IsSequence()) {
       for (const auto& item : node) {
-        if (absl::Status s = CheckDuplicateKeys(item); !s.ok()) return s;
+        if (absl::Status s = CheckDuplicateKeys(item, depth + 1); !s.ok()) return s;
       }
     } else if (node.IsMap()) {
       std::map<std::string, int> seen;  // key -> first line (0-based)
@@ -113,7 +120,7 @@ class ConfigReader {
                                                        ")"));
           }
         }
-        if (absl::Status s = CheckDuplicateKeys(kv.second); !s.ok()) return s;
+        if (absl::Status s = CheckDuplicateKeys(kv.second, depth + 1); !s.ok()) return s;
       }
     }
     return absl::OkStatus();

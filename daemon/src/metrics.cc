@@ -458,11 +458,13 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   out.Sample({}, static_cast<double>(jobs.size()));
   out.Family("straggler_active_streams", MetricType::kGauge, "Open ingest streams.");
   out.Sample({}, static_cast<double>(stats.active_streams.load(std::memory_order_relaxed)));
+  // The family always (its TYPE says what it is, as the GPU families do); a
+  // sample only with TLS, where there is a certificate.
+  out.Family("straggler_tls_certificate_expiry_seconds", MetricType::kGauge,
+             "Unix time at which the serving certificate (tls.cert_file's leaf) expires; "
+             "no sample without TLS.");
   if (const int64_t not_after = stats.tls_certificate_not_after.load(std::memory_order_relaxed);
       not_after != 0) {
-    out.Family("straggler_tls_certificate_expiry_seconds", MetricType::kGauge,
-               "Unix time at which the serving certificate (tls.cert_file's leaf) expires; "
-               "absent without TLS.");
     out.Sample({}, static_cast<double>(not_after));
   }
   out.Family("straggler_http_rejected_total", MetricType::kCounter,

@@ -550,6 +550,14 @@ TEST_CASE("config: --config naming a directory is refused naming the path") {
   rmdir(dir.c_str());
 }
 
+TEST_CASE("an alias that refers to itself is refused, not followed for ever") {
+  // fuzz_config found it: the duplicate-key walk recursed until the stack ran out.
+  auto top = sd::ParseConfig("a: &x [*x]\n", "t.yaml");
+  REQUIRE_FALSE(top.ok());
+  CHECK_THAT(std::string(top.status().message()),
+             Catch::Contains("nested deeper than 32 levels"));
+}
+
 TEST_CASE("a key given twice in one map is refused naming the key and both lines") {
   auto top = sd::ParseConfig("log_level: info\ngrpc_address: 127.0.0.1:1\nlog_level: debug\n",
                              "t.yaml");

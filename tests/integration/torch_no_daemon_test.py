@@ -17,6 +17,7 @@ Cases (--case):
 import argparse
 import math
 import os
+import subprocess
 import sys
 import time
 
@@ -35,16 +36,19 @@ def start_ranks(args, workdir, address, job, iterations, slow_flag=""):
     for name in ("STRAGGLER_RUN_ID", "TORCHELASTIC_RUN_ID"):
         env.pop(name, None)  # the run id comes from torch.distributed's store
     rank_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_no_daemon_rank.py")
-    cmds, envs = [], []
+    cmds = []
     store = os.path.join(workdir, "filestore")
     for r in range(WORLD):
         cmds.append([args.python, rank_py, "--store", store, "--iterations", str(iterations),
                      "--slow-rank", str(SLOW), "--slow-flag", slow_flag])
-    procs = []
-    # RankProcesses takes one env for all: RANK goes through a wrapper env per rank.
-    ranks = RankProcesses([["env", "RANK=%d" % r] + c for r, c in enumerate(cmds)], workdir,
-                          deadline_s=240, env=env)
-    return ranks
+    # RankProcesses takes one env for all: RANK goes through env(1) per rank.
+    return RankProcesses([["env", "RANK=%d" % r] + c for r, c in enumerate(cmds)], workdir,
+                         deadline_s=240, env=env)
+
+
+def log_of(daemon):
+    with open(daemon.log_path) as f:
+        return f.read()
 
 
 def check_trained(ranks, label):
@@ -88,9 +92,8 @@ def test_daemon_late(args, workdir):
         time.sleep(8)
         check(all(p.poll() is None for p in ranks.procs), "a rank ended before the daemon came")
         daemon.start()
-        wait_for("a client to reach the late daemon",
-                 lambda: any(os.path.exists(daemon.log_path) and "stream from" in open(daemon.log_path).read()
-                             for _ in [0]), timeout=30)
+        wait_for("a client to reach the late daemon", lambda: "stream from" in log_of(daemon),
+                 timeout=30)
         open(flag, "w").close()
         ranks.finish()
     finally:
@@ -117,8 +120,7 @@ if __name__ == "__main__":
     parser.add_argument("--python", required=True, help="an interpreter that imports torch")
     parser.add_argument("--pythonpath", required=True)
     args = parser.parse_args()
-    try:
-        import importlib.util  # noqa: F401
-    except ImportError:
-        pass
+    if subprocess.run([args.python, "-c", "import torch"], capture_output=True).returncode != 0:
+        print("SKIPPED: %s cannot import torch (Debian package python3-torch)" % args.python)
+        sys.exit(77)
     main(lambda: in_workdir("straggler-no-daemon-", lambda w: CASES[args.case](args, w)))
