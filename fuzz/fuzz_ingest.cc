@@ -6,6 +6,7 @@
 // A crash, sanitizer finding or broken invariant below is a bug.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include <google/protobuf/stubs/logging.h>
 
@@ -59,19 +60,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // What JobRegistry::AdmitLocked does with a hello's fields.
   for (uint32_t r : hello.ranks) engine.Announce(r, now);
   if (hello.iterations_per_epoch > 0) engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
-  if (hello.reported_iteration) engine.NoteReportedIteration(*hello.reported_iteration);
-  if (hello.known_membership_version > 0) {
-    straggler::engine::Membership held;
-    held.version = hello.known_membership_version;
-    held.effective_iteration = hello.known_effective_iteration;
-    held.excluded = hello.known_excluded;
-    engine.AdoptVersionFloor(held, now);
+  straggler::engine::Membership held;
+  held.version = hello.known_membership_version;
+  held.effective_iteration = hello.known_effective_iteration;
+  held.excluded = hello.known_excluded;
+  // What JobRegistry::CheckClaimsLocked refuses (docs/runs.md, "What a
+  // hello may claim").
+  if (const absl::Status claims = engine.CheckClaims(held, hello.reported_iteration);
+      !claims.ok()) {
+    Require(claims.code() == absl::StatusCode::kInvalidArgument && !claims.message().empty(),
+            "a claim refused without INVALID_ARGUMENT and a message");
+    return 0;
   }
+  if (hello.reported_iteration) engine.NoteReportedIteration(*hello.reported_iteration);
+  if (hello.known_membership_version > 0) engine.AdoptVersionFloor(held, now);
+  std::optional<uint64_t> max_accepted;
+  engine.BeginBatch();
   for (const v1::IterationReport& r : batch.reports()) {
     now += Time(1'000'000);
     straggler::engine::IngestResult result = engine.Ingest(sd::FromProto(r), now);
     Require(result.accepted || !result.message.empty(), "a rejected report without a message");
     Require(!result.accepted || r.rank() < hello.world_size, "a report of a rank out of range");
+    if (result.accepted) max_accepted = std::max(max_accepted.value_or(0), r.iteration());
+  }
+  engine.EndBatch(now);
+  // IngestService's first-report re-check: a false reported_iteration must
+  // not leave the membership out of the reports' reach.
+  constexpr uint64_t kJump = straggler::engine::JobEngine::kMaxIterationJump;
+  if (hello.reported_iteration && max_accepted && *hello.reported_iteration > *max_accepted &&
+      *hello.reported_iteration - *max_accepted > kJump) {
+    engine.DropClaims(now);
+    constexpr uint64_t kMaxLead = 1000;  // policy.lead_iterations' upper bound
+    Require(engine.membership().effective_iteration <=
+                *max_accepted + kMaxLead + straggler::engine::JobEngine::kMaxAgreementInterval + 1,
+            "a false claim kept the membership out of the reports' reach");
   }
   engine.Tick(now + Time(3'600'000'000'000));
   // A hello needs no token: nothing it says (a held FORCED exclusion

@@ -48,6 +48,11 @@ using daemon::WriteSlot;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMembershipHistory = 32;  // as the daemon keeps
+// How long a job's upstream stream stays open once no trainer stream is left
+// and the daemon acknowledged everything: then it ends, so that the daemon
+// sees the run's stream go (its ranks detach: a killed one turns
+// unresponsive, a new run of the job id is admitted; docs/runs.md).
+constexpr auto kUpstreamIdleGrace = std::chrono::seconds(2);
 
 struct AgentStats {
   std::atomic<int64_t> downstream_streams{0};
@@ -107,10 +112,12 @@ struct DownLink {
 // links to relay to. Thread-safe (mu_).
 class UpstreamJob {
  public:
-  UpstreamJob(std::string job_id, uint32_t world_size, uint64_t iterations_per_epoch,
-              std::shared_ptr<grpc::Channel> channel, std::string node, LiveConfig live,
-              AgentStats& stats, const BatchDecorator* decorator)
+  UpstreamJob(std::string job_id, std::string run_id, uint32_t world_size,
+              uint64_t iterations_per_epoch, std::shared_ptr<grpc::Channel> channel,
+              std::string node, LiveConfig live, AgentStats& stats,
+              const BatchDecorator* decorator)
       : id_(std::move(job_id)),
+        run_id_(std::move(run_id)),
         world_size_(world_size),
         iterations_per_epoch_(iterations_per_epoch),
         stub_(v1::IngestService::NewStub(channel)),
@@ -119,17 +126,19 @@ class UpstreamJob {
         stats_(stats),
         decorator_(decorator),
         buffer_(live.buffer_max_reports),
-        rng_(std::random_device{}()) {
-    thread_ = std::thread([this] { Run(); });
-  }
+        rng_(std::random_device{}()) {}
   ~UpstreamJob() { Join(); }
 
   const std::string& id() const { return id_; }
+  const std::string& run_id() const { return run_id_; }
 
   // A downstream hello. Checks the world size against the job's; registers
   // the link, offers its first directive (every kept version, the daemon's
   // progress of its ranks) and, when it brings ranks the upstream stream
-  // does not speak for, schedules a later hello.
+  // does not speak for or a new client incarnation of a rank (a restarted
+  // trainer), queues a later hello behind the buffered reports (the old
+  // incarnation's reach the daemon first). The first attach starts the
+  // upstream thread.
   absl::Status Attach(const v1::StreamHello& hello, const std::shared_ptr<DownLink>& link) {
     std::lock_guard lock(mu_);
     if (hello.world_size() != world_size_) {
@@ -142,14 +151,25 @@ class UpstreamJob {
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
     link->ranks = ranks;
-    for (uint32_t r : ranks) {
-      if (ranks_.insert(r).second) hello_pending_ = true;
-    }
+    bool changed = false;
+    for (uint32_t r : ranks) changed |= ranks_.insert(r).second;
     if (hello.iterations_per_epoch() > 0) iterations_per_epoch_ = hello.iterations_per_epoch();
     for (const nvml::RankDevice& d : nvml::DevicesOf(hello)) {
-      if (std::binary_search(ranks.begin(), ranks.end(), d.rank)) devices_[d.rank] = d;
+      if (!std::binary_search(ranks.begin(), ranks.end(), d.rank)) continue;
+      auto [it, fresh] = devices_.try_emplace(d.rank, d);
+      if (!fresh && it->second.incarnation != d.incarnation) {
+        spdlog::info("job={} run='{}' rank {}: new trainer process (incarnation {:x} -> {:x})",
+                     id_, run_id_, d.rank, it->second.incarnation, d.incarnation);
+        changed = true;
+      }
+      changed |= fresh && d.incarnation != 0;
+      it->second = d;
     }
     ++devices_version_;
+    if (changed) {
+      buffer_.PushHello(HelloPartLocked(), Clock::now());
+      flush_ = true;
+    }
     if (hello.known_membership_version() > known_.version) {
       known_ = {hello.known_membership_version(), hello.known_effective_iteration(),
                 hello.known_incarnation(),
@@ -170,6 +190,7 @@ class UpstreamJob {
     first.set_upstream_unavailable(!connected_);
     link->Offer(std::move(first));
     idle_since_.reset();
+    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
     cv_.notify_all();
     return absl::OkStatus();
   }
@@ -179,6 +200,7 @@ class UpstreamJob {
     links_.erase(std::remove_if(links_.begin(), links_.end(),
                                 [&](const auto& l) { return l.get() == link; }),
                  links_.end());
+    cv_.notify_all();  // the last one gone starts the upstream stream's grace
   }
 
   // Takes a downstream batch's reports into the buffer; never waits for the
@@ -211,11 +233,19 @@ class UpstreamJob {
       NoteReportedLocked(r.iteration());
       dropped_ += buffer_.Push(r, now);
     }
+    // The trainer closed cleanly after these reports: the marker follows
+    // them through the buffer (and any replay) to the daemon.
+    bool finished = false;
+    for (uint32_t rank : batch.finished_ranks()) {
+      if (!link->Owns(rank)) continue;
+      buffer_.PushFinished(rank, now);
+      finished = flush_ = true;
+    }
     stats_.reports_received.fetch_add(accepted, std::memory_order_relaxed);
     link->last_acked_sequence = std::max(link->last_acked_sequence, batch.sequence());
     ack.set_accepted(accepted);
     ack.set_rejected(rejected);
-    if (accepted > 0) cv_.notify_all();
+    if (accepted > 0 || finished) cv_.notify_all();
     return ack;
   }
 
@@ -266,10 +296,22 @@ class UpstreamJob {
     std::map<uint32_t, uint64_t> acked;        // highest iteration the daemon acknowledged
     std::map<uint32_t, uint64_t> acked_count;  // reports the daemon acknowledged
     std::map<uint32_t, uint64_t> received;     // reports taken from trainer streams
+
+    // Another run's fan-in of the same job id (metrics are per job id).
+    void Add(const Snapshot& o) {
+      buffered += o.buffered;
+      dropped += o.dropped;
+      connected = connected || o.connected;
+      connects += o.connects;
+      downstreams += o.downstreams;
+      for (const auto& [r, it] : o.acked) acked[r] = std::max(acked[r], it);
+      for (const auto& [r, n] : o.acked_count) acked_count[r] += n;
+      for (const auto& [r, n] : o.received) received[r] += n;
+    }
   };
   Snapshot Snap() const {
     std::lock_guard lock(mu_);
-    return {buffer_.size(), dropped_,     connected_, connects_,
+    return {buffer_.reports(), dropped_,  connected_, connects_,
             links_.size(),  acked_,       acked_count_, received_};
   }
 
@@ -298,11 +340,21 @@ class UpstreamJob {
     }
   }
 
+  // The ranks and devices (client incarnations) an upstream hello names now.
+  v1::StreamHello HelloPartLocked() const {
+    v1::StreamHello h;
+    for (uint32_t r : ranks_) h.add_ranks(r);
+    for (const auto& [rank, d] : devices_) nvml::ToProto(d, h.add_devices());
+    return h;
+  }
+
+  // Completes b.hello (its ranks and devices come from the buffer: the hello
+  // in force where the batch starts).
   void FillHelloLocked(v1::ReportBatch& b) {
     v1::StreamHello* h = b.mutable_hello();
     h->set_job_id(id_);
+    h->set_run_id(run_id_);
     h->set_node(node_);
-    for (uint32_t r : ranks_) h->add_ranks(r);
     h->set_world_size(world_size_);
     h->set_iterations_per_epoch(iterations_per_epoch_);
     h->set_client_version(absl::StrCat("straggler-agent/", STRAGGLERD_VERSION));
@@ -331,8 +383,10 @@ class UpstreamJob {
     const bool became_connected = !connected_;
     if (!connected_) {
       connected_ = true;
+      refused_logged_ = false;
       backoff_ = live_.reconnect_initial;
-      spdlog::info("job={} upstream connected ({} reports buffered)", id_, buffer_.size());
+      spdlog::info("job={} run='{}' upstream connected ({} reports buffered)", id_, run_id_,
+                   buffer_.reports());
     }
     for (const v1::Membership& m : d.memberships()) history_[m.version()] = m;
     while (history_.size() > kMembershipHistory) history_.erase(history_.begin());
@@ -399,7 +453,10 @@ class UpstreamJob {
       std::unique_ptr<grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>> stream;
       std::atomic<bool> broken{false};
       {
-        std::lock_guard lock(mu_);
+        std::unique_lock lock(mu_);
+        if (FlushDone()) break;
+        // No trainer and nothing to deliver: no stream until one attaches.
+        cv_.wait(lock, [&] { return stopping_ || !links_.empty() || buffer_.size() > 0; });
         if (FlushDone()) break;
         buffer_.Rewind();  // whatever was not acknowledged goes again
         hello_pending_ = true;
@@ -420,6 +477,8 @@ class UpstreamJob {
 
       bool ok = true;
       bool half_closed = false;
+      bool idle = false;  // ended after kUpstreamIdleGrace without trainers
+      Clock::time_point quiet_since{};  // no trainer, nothing buffered since; {} = not quiet
       for (;;) {
         v1::ReportBatch batch;
         {
@@ -429,6 +488,18 @@ class UpstreamJob {
             if (hello_pending_) break;
             const size_t unsent = buffer_.unsent();
             if (unsent >= live_.batch_max_reports || (stopping_ && unsent > 0)) break;
+            if (flush_ && unsent > 0) break;  // a hello or finished marker waits
+            if (!stopping_ && links_.empty() && buffer_.size() == 0) {
+              const auto now = Clock::now();
+              if (quiet_since == Clock::time_point{}) quiet_since = now;
+              if (now - quiet_since >= kUpstreamIdleGrace) {
+                idle = true;
+                break;
+              }
+              cv_.wait_until(lock, quiet_since + kUpstreamIdleGrace);
+              continue;
+            }
+            quiet_since = {};
             if (auto oldest = buffer_.oldest_unsent_time()) {
               const auto due = *oldest + live_.batch_max_delay;
               if (Clock::now() >= due) break;
@@ -440,13 +511,16 @@ class UpstreamJob {
             }
           }
           if (broken.load()) break;
-          if (FlushDone()) {
+          if (FlushDone() || idle) {
             half_closed = buffer_.size() == 0;
             break;
           }
           batch.set_sequence(++next_sequence_);
-          if (hello_pending_) FillHelloLocked(batch);
           buffer_.TakeUnsent(live_.batch_max_reports, batch.sequence(), &batch);
+          if (buffer_.unsent() == 0) flush_ = false;
+          // A new stream's hello: the one in force where the replay starts.
+          if (hello_pending_ && !batch.has_hello()) *batch.mutable_hello() = buffer_.base_hello();
+          if (batch.has_hello()) FillHelloLocked(batch);
           if (run_devices_version_ != devices_version_) {
             run_devices_ = devices_;
             run_devices_version_ = devices_version_;
@@ -474,10 +548,25 @@ class UpstreamJob {
         connected_ = false;
         if (was_connected) OfferUpstreamStateLocked(true);
         if (FlushDone()) break;
+        if (idle && half_closed) {
+          spdlog::info("job={} run='{}' upstream stream closed: no trainer stream for {} s",
+                       id_, run_id_, kUpstreamIdleGrace.count());
+          backoff_ = live_.reconnect_initial;
+          continue;  // parks until a trainer attaches
+        }
         if (was_connected) {
-          spdlog::warn("job={} upstream stream ended ({}: {}); {} reports buffered, reconnecting",
-                       id_, static_cast<int>(status.error_code()), status.error_message(),
-                       buffer_.size());
+          spdlog::warn("job={} run='{}' upstream stream ended ({}: {}); {} reports buffered, "
+                       "reconnecting",
+                       id_, run_id_, static_cast<int>(status.error_code()),
+                       status.error_message(), buffer_.reports());
+        } else if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+          // Another run of the job id is live on the daemon: retried with
+          // backoff until it ends; the buffer is kept (bounded).
+          if (!refused_logged_) {
+            refused_logged_ = true;
+            spdlog::info("job={} run='{}' refused by the daemon ({}); retrying, {} reports "
+                         "buffered", id_, run_id_, status.error_message(), buffer_.reports());
+          }
         } else {
           spdlog::debug("job={} upstream unreachable ({})", id_, status.error_message());
         }
@@ -492,12 +581,13 @@ class UpstreamJob {
     }
     std::lock_guard lock(mu_);
     if (buffer_.size() > 0) {
-      spdlog::warn("job={} stopping with {} reports not acknowledged by the daemon", id_,
-                   buffer_.size());
+      spdlog::warn("job={} run='{}' stopping with {} reports not acknowledged by the daemon", id_,
+                   run_id_, buffer_.reports());
     }
   }
 
   const std::string id_;
+  const std::string run_id_;  // StreamHello.run_id of every trainer of this fan-in
   const uint32_t world_size_;
   uint64_t iterations_per_epoch_;
   std::unique_ptr<v1::IngestService::Stub> stub_;
@@ -510,7 +600,9 @@ class UpstreamJob {
   const BatchDecorator* decorator_;
   ReportBuffer buffer_;
   std::set<uint32_t> ranks_;                 // every rank a downstream hello named
-  bool hello_pending_ = true;
+  bool hello_pending_ = true;                // a new upstream stream: its first hello
+  bool flush_ = false;                       // a marker is buffered: send without delay
+  bool refused_logged_ = false;              // FAILED_PRECONDITION logged since connected
   Known known_;
   std::optional<uint64_t> reported_;  // see NoteReportedLocked
   std::map<uint64_t, v1::Membership> history_;  // newest kMembershipHistory versions
@@ -575,13 +667,15 @@ class JobTable {
       return s;
     }
     if (closed_) return absl::UnavailableError("straggler-agent is shutting down");
-    auto& job = jobs_[hello.job_id()];
+    // One upstream stream per run (docs/runs.md): a new launch of the job id
+    // gets its own, admitted by the daemon once the old run's has ended.
+    auto& job = jobs_[{hello.job_id(), hello.run_id()}];
     if (!job) {
-      job = std::make_shared<UpstreamJob>(hello.job_id(), hello.world_size(),
+      job = std::make_shared<UpstreamJob>(hello.job_id(), hello.run_id(), hello.world_size(),
                                           hello.iterations_per_epoch(), channel_, node_, live_,
                                           stats_, decorator_);
-      spdlog::info("job={} first stream: upstream stream opened (world_size={})",
-                   hello.job_id(), hello.world_size());
+      spdlog::info("job={} run='{}' first stream: upstream stream opened (world_size={})",
+                   hello.job_id(), hello.run_id(), hello.world_size());
     }
     return job;
   }
@@ -648,8 +742,8 @@ class JobTable {
       for (const auto& job : retired) {
         job->Join();
         stats_.jobs_removed.fetch_add(1, std::memory_order_relaxed);
-        spdlog::info("job={} removed: no trainer stream and nothing buffered for {} ms",
-                     job->id(), timeout.count());
+        spdlog::info("job={} run='{}' removed: no trainer stream and nothing buffered for {} ms",
+                     job->id(), job->run_id(), timeout.count());
       }
       lock.lock();
     }
@@ -661,7 +755,8 @@ class JobTable {
   const BatchDecorator* decorator_;
   mutable std::mutex mu_;
   LiveConfig live_;  // guarded by mu_
-  std::map<std::string, std::shared_ptr<UpstreamJob>> jobs_;
+  // By (job id, run id).
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<UpstreamJob>> jobs_;
   bool closed_ = false;
   bool sweeper_stop_ = false;  // guarded by mu_
   std::condition_variable sweep_cv_;
@@ -784,8 +879,13 @@ struct Agent::Impl {
   std::string RenderMetrics() const {
     daemon::Exposition out;
     const auto jobs = table->Jobs();
-    std::vector<std::pair<std::string, UpstreamJob::Snapshot>> snaps;
-    for (const auto& j : jobs) snaps.emplace_back(j->id(), j->Snap());
+    // Per job id: the fan-ins of its runs (briefly two, while a new run
+    // waits for the old one's stream to end) add up.
+    std::map<std::string, UpstreamJob::Snapshot> snaps;
+    for (const auto& j : jobs) {
+      auto [it, fresh] = snaps.try_emplace(j->id(), j->Snap());
+      if (!fresh) it->second.Add(j->Snap());
+    }
     auto per_job = [&](const char* name, daemon::MetricType type, const char* help,
                        auto value) {
       out.Family(name, type, help);
@@ -846,7 +946,9 @@ struct Agent::Impl {
     out.Family("straggler_agent_directives_relayed_total", T::kCounter,
                "Directives relayed from the daemon to trainer streams.");
     out.Sample({}, static_cast<double>(stats.directives_relayed.load()));
-    out.Family("straggler_agent_jobs", T::kGauge, "Jobs with an upstream stream (or retrying).");
+    out.Family("straggler_agent_jobs", T::kGauge,
+               "Jobs (per run) the agent holds, with an upstream stream, retrying, or waiting "
+               "for a trainer stream.");
     out.Sample({}, static_cast<double>(jobs.size()));
     out.Family("straggler_agent_jobs_removed_total", T::kCounter,
                "Jobs removed after jobs.idle_timeout_ms without trainer streams or buffer.");

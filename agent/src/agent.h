@@ -19,9 +19,17 @@
 //  * Memberships: the agent keeps, per job, every version the daemon sent
 //    (the newest 32); each downstream stream gets every kept version it has
 //    not been sent yet (its first directive: all of them).
-//  * New ranks: a downstream hello naming ranks the upstream stream does not
-//    speak for yet makes the agent send a later hello (all its ranks of the
-//    job) on the same upstream stream (proto: ReportBatch.hello).
+//  * Runs: one fan-in (and upstream stream) per (job id, StreamHello.run_id).
+//  * New ranks and restarted trainers: a downstream hello naming ranks the
+//    upstream stream does not speak for yet, or a new client incarnation of
+//    a rank (RankDevice.incarnation), makes the agent send a later hello (all
+//    its ranks and devices of the job) on the same upstream stream, in order
+//    behind the reports buffered before it (proto: ReportBatch.hello).
+//  * Job end: a downstream batch's finished_ranks go upstream behind that
+//    stream's reports (buffered and replayed in order). Once no trainer
+//    stream is left and the buffer is acknowledged, the upstream stream ends
+//    after a 2 s grace (the daemon then admits the job id's next run; a
+//    refused hello, FAILED_PRECONDITION, is retried with backoff).
 //  * Upstream state: each downstream stream's first directive, and one on
 //    every change, says whether the job's upstream stream is down
 //    (Directive.upstream_unavailable), so MembershipFor behind the agent
@@ -30,7 +38,7 @@
 //    each upstream batch carries, per rank with a known device, that GPU's
 //    latest sample when it is new to the current upstream stream.
 //  * Idle jobs: a job with no downstream stream and an empty buffer for
-//    jobs.idle_timeout_ms is removed (upstream stream closed, state freed);
+//    jobs.idle_timeout_ms is removed (state freed);
 //    its next trainer stream starts it afresh.
 //  * Daemon restarts: reports stay buffered (bounded, drop-oldest, counted)
 //    until the daemon acknowledges them; a new upstream stream replays the

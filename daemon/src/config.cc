@@ -1,6 +1,9 @@
 #include "config.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <variant>
@@ -8,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "auth.h"
 #include "channel_security.h"
@@ -315,6 +319,7 @@ class Parser : public ConfigReader {
     } catch (const YAML::Exception& e) {
       return Error(e.mark, e.msg);
     }
+    if (absl::Status s = CheckDuplicateKeys(root); !s.ok()) return s;
     DaemonConfig config;
     if (root.IsNull()) return config;  // an empty file means all defaults
     if (!root.IsMap()) return Error(root.Mark(), "the top level must be a map of keys");
@@ -422,6 +427,14 @@ absl::Status ParseTlsSection(const ConfigReader& reader, const YAML::Node& node,
 }
 
 absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "config file ", path,
+        std::filesystem::is_directory(status) ? " is a directory" : " is not a regular file",
+        ", not a YAML file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
   std::stringstream text;
@@ -530,8 +543,56 @@ absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLoo
       return absl::FailedPreconditionError(absl::StrCat("auth.token_file: ", error));
     }
     config.auth.token_sha256 = TokenDigest(token);
+    struct stat st {};
+    if (stat(config.auth.token_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      config.warnings.push_back(absl::StrFormat(
+          "auth.token_file %s has mode %04o: group or others may read the token (chmod 600 it)",
+          config.auth.token_file, st.st_mode & 07777));
+    }
+    if (token.size() < kMinTokenLength) {
+      config.warnings.push_back(absl::StrCat(
+          "auth.token_file ", config.auth.token_file, " holds a ", token.size(),
+          "-character token: use at least ", kMinTokenLength,
+          " random characters (openssl rand -hex 32)"));
+    }
   }
   return config;
+}
+
+std::vector<std::string> RestartOnlyChanges(const DaemonConfig& running,
+                                            const DaemonConfig& next) {
+  std::vector<std::string> out;
+  auto cmp = [&](const char* key, const auto& a, const auto& b) {
+    if (a == b) return;
+    out.push_back(absl::StrCat(key, " (", a, " -> ", b, ")"));
+  };
+  auto cmp_bool = [&](const char* key, bool a, bool b) {
+    cmp(key, a ? "true" : "false", b ? "true" : "false");
+  };
+  cmp("grpc_address", running.grpc_address, next.grpc_address);
+  cmp("http_address", running.http_address, next.http_address);
+  cmp("limits.max_message_bytes", running.limits.max_message_bytes,
+      next.limits.max_message_bytes);
+  const HttpConfig &h0 = running.http, &h1 = next.http;
+  cmp("http.threads", h0.threads, h1.threads);
+  cmp("http.read_timeout_seconds", h0.read_timeout_seconds, h1.read_timeout_seconds);
+  cmp("http.write_timeout_seconds", h0.write_timeout_seconds, h1.write_timeout_seconds);
+  cmp("http.max_body_bytes", h0.max_body_bytes, h1.max_body_bytes);
+  cmp("http.keep_alive_max_requests", h0.keep_alive_max_requests, h1.keep_alive_max_requests);
+  cmp("http.keep_alive_timeout_seconds", h0.keep_alive_timeout_seconds,
+      h1.keep_alive_timeout_seconds);
+  const PersistenceConfig &p0 = running.persistence, &p1 = next.persistence;
+  cmp("persistence.path", p0.path, p1.path);
+  cmp("persistence.synchronous", p0.synchronous, p1.synchronous);
+  cmp("persistence.event_queue_capacity", p0.event_queue_capacity, p1.event_queue_capacity);
+  const TlsConfig &t0 = running.tls, &t1 = next.tls;
+  cmp("tls.cert_file", t0.cert_file, t1.cert_file);
+  cmp("tls.key_file", t0.key_file, t1.key_file);
+  cmp("tls.client_ca_file", t0.client_ca_file, t1.client_ca_file);
+  cmp_bool("tls.grpc", t0.grpc, t1.grpc);
+  cmp_bool("tls.http", t0.http, t1.http);
+  cmp("tls.reload_seconds", t0.reload_seconds, t1.reload_seconds);
+  return out;
 }
 
 }  // namespace straggler::daemon

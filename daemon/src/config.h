@@ -147,6 +147,10 @@ struct DaemonConfig {
   TlsConfig tls;
   AuthConfig auth;
   std::string config_file;                   // "" = embedded defaults only
+  // Problems that do not stop the daemon (a token file others can read, a
+  // short token), filled by LoadConfig; logged as warnings at the start and
+  // at each reload.
+  std::vector<std::string> warnings;
 
   // The policy for `job_id`: the first rule whose pattern matches, else the
   // top-level policy.
@@ -187,6 +191,16 @@ absl::Status ValidateLogLevel(absl::string_view level);
 // HOST:PORT (port 0..65535), or unix:PATH when `allow_unix`. The error names
 // `key` and the value.
 absl::Status ValidateAddress(absl::string_view key, absl::string_view address, bool allow_unix);
+
+// The keys that only a restart applies (addresses, http.*, tls.*,
+// persistence.path/synchronous/event_queue_capacity,
+// limits.max_message_bytes) whose value differs between the running
+// config and a reloaded one, each as "key (old -> new)", in file order.
+std::vector<std::string> RestartOnlyChanges(const DaemonConfig& running,
+                                            const DaemonConfig& next);
+
+// A token shorter than this draws a warning at start and reload.
+inline constexpr size_t kMinTokenLength = 16;
 
 // Field-by-field equality (engine::PolicyConfig has no operator==).
 bool SamePolicy(const engine::PolicyConfig& a, const engine::PolicyConfig& b);

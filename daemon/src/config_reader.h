@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,11 +23,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "yaml-cpp/yaml.h"
 
 namespace straggler::daemon {
+
+// The largest value of any *_seconds key of a config file (one year).
+inline constexpr uint32_t kMaxConfigSeconds = 365 * 24 * 3600;
 
 class ConfigReader {
  public:
@@ -55,6 +60,13 @@ class ConfigReader {
       return Error(node.Mark(),
                    absl::StrCat(key, "=", *text, " is not an unsigned 32-bit integer"));
     }
+    // Every duration key (*_seconds) has one documented upper bound: a year.
+    // A deadline now + duration then stays far inside int64 nanoseconds.
+    if (absl::EndsWith(key, "_seconds") && value > kMaxConfigSeconds) {
+      return Error(node.Mark(), absl::StrCat(key, "=", value,
+                                             " is above its upper bound: must be <= ",
+                                             kMaxConfigSeconds, " (a year)"));
+    }
     return value;
   }
 
@@ -81,6 +93,39 @@ class ConfigReader {
     return Scalar(node, key);
   }
 
+  // yaml-cpp keeps both entries of a key given twice in one map, and a
+  // loader would silently take one of them: refuse the second, naming the
+  // key and its line, anywhere in the tree under `node`.
+  // `depth` bounds the walk: an alias may make the tree refer to itself
+  // (`a: &x [*x]`, found by fuzz_config), and no config nests that deep.
+  absl::Status CheckDuplicateKeys(const YAML::Node& node, int depth = 0) const {
+    constexpr int kMaxDepth = 32;
+    if (depth > kMaxDepth) {
+      return Error(node.Mark(), absl::StrCat("nested deeper than ", kMaxDepth,
+                                             " levels (an alias that refers to itself?)"));
+    }
+    if (node.IsSequence()) {
+      for (const auto& item : node) {
+        if (absl::Status s = CheckDuplicateKeys(item, depth + 1); !s.ok()) return s;
+      }
+    } else if (node.IsMap()) {
+      std::map<std::string, int> seen;  // key -> first line (0-based)
+      for (const auto& kv : node) {
+        const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string();
+        if (kv.first.IsScalar()) {
+          auto [it, fresh] = seen.emplace(key, kv.first.Mark().line);
+          if (!fresh) {
+            return Error(kv.first.Mark(), absl::StrCat("duplicate key '", key,
+                                                       "' (first given on line ", it->second + 1,
+                                                       ")"));
+          }
+        }
+        if (absl::Status s = CheckDuplicateKeys(kv.second, depth + 1); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
  protected:
   std::string source_;
 };
@@ -95,7 +140,9 @@ struct TlsConfig;  // config.h
 absl::Status ParseTlsSection(const ConfigReader& reader, const YAML::Node& node,
                              absl::string_view section, bool listener_switches, TlsConfig& tls);
 
-// Reads a whole file; NOT_FOUND names the path.
+// Reads a whole file; NOT_FOUND names the path, and so does
+// FAILED_PRECONDITION for a path that is not a regular file (a directory
+// reads as empty: it would silently run on the defaults).
 absl::StatusOr<std::string> ReadConfigFile(const std::string& path);
 
 // The config before environment and flag overrides. The file is `flag` if

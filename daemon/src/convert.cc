@@ -57,8 +57,10 @@ absl::StatusOr<engine::RankOverride> FromProto(v1::RankOverride o) {
     case v1::RANK_OVERRIDE_FORCE_INCLUDE: return engine::RankOverride::kForceInclude;
     case v1::RANK_OVERRIDE_FORCE_EXCLUDE: return engine::RankOverride::kForceExclude;
     default:
+      // An unknown number has no enum name: show the number itself.
+      const std::string& name = v1::RankOverride_Name(o);
       return absl::InvalidArgumentError(absl::StrCat(
-          "override=", v1::RankOverride_Name(o),
+          "override=", name.empty() ? absl::StrCat(static_cast<int>(o)) : name,
           " is not RANK_OVERRIDE_NONE, RANK_OVERRIDE_FORCE_INCLUDE or RANK_OVERRIDE_FORCE_EXCLUDE"));
   }
 }

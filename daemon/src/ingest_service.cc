@@ -26,16 +26,23 @@ class IngestReactor final
         limits_(registry.config()->limits),
         bucket_(limits_.stream_reports_per_second, limits_.stream_reports_burst,
                 std::chrono::steady_clock::now()) {
-    const int64_t open = stats_.active_streams.fetch_add(1, std::memory_order_relaxed) + 1;
     stats_.streams_total.fetch_add(1, std::memory_order_relaxed);
-    if (open > static_cast<int64_t>(limits_.max_streams)) {
-      // Before reading anything: a refused stream costs no parse. OnDone
-      // still runs (and counts the stream out again).
+    // Only admitted streams count as open: a refused one that has not
+    // reached OnDone yet must not inflate the count (10 000 streams at once
+    // once read "1088 ingest streams are open" with max_streams=1024).
+    int64_t open = stats_.active_streams.load(std::memory_order_relaxed);
+    do {
+      if (open >= static_cast<int64_t>(limits_.max_streams)) break;
+    } while (!stats_.active_streams.compare_exchange_weak(open, open + 1,
+                                                          std::memory_order_relaxed));
+    admitted_ = open < static_cast<int64_t>(limits_.max_streams);
+    if (!admitted_) {
+      // Before reading anything: a refused stream costs no parse.
       stats_.CountRefused(StreamRefuseReason::kTooManyStreams);
       spdlog::warn("ingest stream from {} refused: {} streams open (limits.max_streams={})", peer_,
-                   open - 1, limits_.max_streams);
+                   open, limits_.max_streams);
       Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat(open - 1, " ingest streams are open (limits.max_streams=",
+                          absl::StrCat(open, " ingest streams are open (limits.max_streams=",
                                        limits_.max_streams, "); retry later")),
              /*flush=*/false);
       return;
@@ -84,7 +91,7 @@ class IngestReactor final
       registry_.Unsubscribe(*job_, link_.get(), /*is_stream=*/true);
       spdlog::debug("job={} stream from {} closed", job_->id, peer_);
     }
-    stats_.active_streams.fetch_sub(1, std::memory_order_relaxed);
+    if (admitted_) stats_.active_streams.fetch_sub(1, std::memory_order_relaxed);
     delete this;
   }
 
@@ -109,9 +116,32 @@ class IngestReactor final
       std::lock_guard lock(job_->mu);
       MarkReplaysLocked();
     }
-    spdlog::info("job={} run='{}' stream from {} node='{}' ranks={} world_size={}", job_->id,
-                 job_->run_id, peer_, hello.node, ranks_.size(), hello.world_size);
+    claimed_reported_ = hello.reported_iteration;
+    // Rate-limited: 10 000 streams opening must not write 10 000 lines.
+    spdlog::log(stats_.stream_log.Take(std::chrono::steady_clock::now()) ? spdlog::level::info
+                                                                          : spdlog::level::debug,
+                "job={} run='{}' stream from {} node='{}' ranks={} world_size={}", job_->id,
+                job_->run_id, peer_, hello.node, ranks_.size(), hello.world_size);
     return absl::OkStatus();
+  }
+
+  // With job.mu held: the hello's reported_iteration against the stream's
+  // first accepted reports. A claim more than kMaxIterationJump above them
+  // was false (a hostile or broken client): the engine forgets the floors
+  // hellos set and rebases a version put out of reach (docs/runs.md, "What a
+  // hello may claim"). Checked once, on the first batch with a report taken.
+  void RecheckClaimLocked(std::optional<uint64_t> max_accepted, engine::Time now) {
+    if (!claimed_reported_ || !max_accepted) return;
+    const uint64_t claim = *claimed_reported_;
+    claimed_reported_.reset();
+    if (claim <= *max_accepted || claim - *max_accepted <= engine::JobEngine::kMaxIterationJump) {
+      return;
+    }
+    stats_.hello_claims_dropped.fetch_add(1, std::memory_order_relaxed);
+    job_->engine.DropClaims(now);
+    spdlog::warn("job={} stream from {}: its hello claimed reported_iteration={} but its reports "
+                 "are at iteration {}: the claim is dropped",
+                 job_->id, peer_, claim, *max_accepted);
   }
 
   // With job.mu held: what the daemon had processed of each rank of the
@@ -207,6 +237,7 @@ class IngestReactor final
              StreamRejectReasonName(why), std::move(message));
       rejected += excess - 1;
     };
+    std::optional<uint64_t> max_accepted;
     job_->engine.BeginBatch();
     for (int i = 0; i < granted; ++i) {
       const v1::IterationReport& report = batch_.reports(i);
@@ -227,6 +258,7 @@ class IngestReactor final
       engine::IngestResult result = job_->engine.Ingest(FromProto(report), now);
       if (result.accepted) {
         ++accepted;
+        max_accepted = std::max(max_accepted, std::optional<uint64_t>(report.iteration()));
         job_->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
                           report.rank()});
       } else if (result.reason == engine::RejectReason::kDuplicate ||
@@ -253,6 +285,7 @@ class IngestReactor final
       }
     }
     job_->engine.EndBatch(now);
+    RecheckClaimLocked(max_accepted, now);
     if (batch_.finished_ranks_size() > 0) {
       registry_.FinishRanksLocked(
           *job_, link_.get(),
@@ -396,13 +429,15 @@ class IngestReactor final
   v1::ReportBatch batch_;
   std::shared_ptr<Job> job_;
   std::vector<uint32_t> ranks_;  // ascending, unique
-  std::vector<uint64_t> replay_mark_;  // per ranks_ index: progress + 1 at hello (MarkReplaysLocked)
+  std::vector<uint64_t> replay_mark_;
+  std::optional<uint64_t> claimed_reported_;  // the hello's, until RecheckClaimLocked  // per ranks_ index: progress + 1 at hello (MarkReplaysLocked)
   // Per batch: indices into ranks_ of the ranks with a report (touched_),
   // found through touched_stamp_[index] == batch_stamp_.
   std::vector<uint32_t> touched_;
   std::vector<uint32_t> touched_stamp_;
   uint32_t batch_stamp_ = 0;
 
+  bool admitted_ = false;             // counted in active_streams (under max_streams)
   bool first_batch_ = true;           // the batch that carried the opening hello
   uint64_t last_acked_sequence_ = 0;  // guarded by job_->mu
   // Newest membership version already offered to slot_; nullopt before the

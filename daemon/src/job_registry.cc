@@ -164,6 +164,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
           "world_size=", hello.world_size, " differs from job '", job->id,
           "' world_size=", job->world_size));
     }
+    if (absl::Status s = CheckClaimsLocked(*job, hello); !s.ok()) return s;
     AdmitLocked(*job, stream.get(), hello, now);
     job->subscribers.push_back(std::move(stream));
     ++job->streams;
@@ -232,8 +233,19 @@ absl::Status JobRegistry::AddRanksLocked(Job& job, const JobSubscriber* stream,
                                                    " differs from job '", job.id,
                                                    "' world_size=", job.world_size));
   }
+  if (absl::Status s = CheckClaimsLocked(job, hello); !s.ok()) return s;
   AdmitLocked(job, stream, hello, now);
   return absl::OkStatus();
+}
+
+absl::Status JobRegistry::CheckClaimsLocked(const Job& job, const StreamHello& hello) {
+  engine::Membership held;
+  held.version = hello.known_membership_version;
+  held.effective_iteration = hello.known_effective_iteration;
+  absl::Status s = job.engine.CheckClaims(held, hello.reported_iteration);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(
+      absl::StrCat("job '", job.id, "': ", s.message(), " (docs/runs.md, \"What a hello may claim\")"));
 }
 
 absl::Status JobRegistry::Watch(Job& job, std::shared_ptr<JobSubscriber> watcher) {

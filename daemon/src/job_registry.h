@@ -351,6 +351,9 @@ class JobRegistry {
   // is neither finished nor unresponsive, i.e. the run is live and a hello
   // of another run must wait (docs/runs.md).
   static bool RunLiveLocked(const Job& job);
+  // With job.mu held: JobEngine::CheckClaims for the hello's known version
+  // and reported_iteration, the message naming the job.
+  static absl::Status CheckClaimsLocked(const Job& job, const StreamHello& hello);
   // With job.mu held: the run ends for good (another run of the job id
   // begins): marks it removed, keeps its last state, closes its subscribers.
   void RetireRunLocked(Job& job, const std::string& next_run);

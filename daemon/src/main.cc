@@ -118,7 +118,14 @@ int main(int argc, char** argv) {
   }
 
   const int sig = straggler::daemon::ServeUntilStopped(
-      signals, [&] { return LoadConfig(sources, straggler::daemon::GetEnv); },
+      signals,
+      [&]() -> absl::StatusOr<DaemonConfig> {
+        absl::StatusOr<DaemonConfig> next = LoadConfig(sources, straggler::daemon::GetEnv);
+        if (!next.ok()) return next;
+        // A config the next restart would refuse is refused now.
+        if (absl::Status s = straggler::daemon::Server::CheckRestartable(*next); !s.ok()) return s;
+        return next;
+      },
       [&](const DaemonConfig& next) { server.Reload(next); });
   spdlog::info("{} received", straggler::daemon::StopSignalName(sig));
   std::mutex drain_mu;

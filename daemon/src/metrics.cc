@@ -458,6 +458,15 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   out.Sample({}, static_cast<double>(jobs.size()));
   out.Family("straggler_active_streams", MetricType::kGauge, "Open ingest streams.");
   out.Sample({}, static_cast<double>(stats.active_streams.load(std::memory_order_relaxed)));
+  // The family always (its TYPE says what it is, as the GPU families do); a
+  // sample only with TLS, where there is a certificate.
+  out.Family("straggler_tls_certificate_expiry_seconds", MetricType::kGauge,
+             "Unix time at which the serving certificate (tls.cert_file's leaf) expires; "
+             "no sample without TLS.");
+  if (const int64_t not_after = stats.tls_certificate_not_after.load(std::memory_order_relaxed);
+      not_after != 0) {
+    out.Sample({}, static_cast<double>(not_after));
+  }
   out.Family("straggler_http_rejected_total", MetricType::kCounter,
              "HTTP requests answered with a status >= 400, by status.");
   for (size_t i = 0; i < stats.http_rejected.size(); ++i) {
@@ -477,6 +486,9 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
     out.Sample({{"reason", StreamRefuseReasonName(static_cast<StreamRefuseReason>(i))}},
                static_cast<double>(stats.streams_refused[i].load(std::memory_order_relaxed)));
   }
+  out.Family("straggler_hello_claims_dropped_total", MetricType::kCounter,
+             "Hellos whose reported_iteration the stream's first reports showed false.");
+  out.Sample({}, static_cast<double>(stats.hello_claims_dropped.load(std::memory_order_relaxed)));
   out.Family("straggler_reports_accepted_total", MetricType::kCounter,
              "Reports taken, all jobs.");
   out.Sample({}, static_cast<double>(stats.reports_accepted.load(std::memory_order_relaxed)));

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
+#include <utility>
 
 namespace straggler::daemon {
 
@@ -42,6 +44,60 @@ class TokenBucket {
   uint32_t burst_;
   double tokens_;
   Time last_;
+};
+
+// Rate-limited logging of a frequent event (an ingest stream opening): the
+// first `burst` of each `interval` are logged one by one, the rest only
+// counted; TakeSuppressed, called periodically, hands the count over for one
+// summary line once the interval that held them has ended. 10 000 streams
+// opening at once make ~20 lines, not 10 000.
+//
+//   if (budget.Take(now)) spdlog::info("stream ...");
+//   if (uint64_t n = budget.TakeSuppressed(now)) spdlog::info("{} more ...", n);
+//
+// Thread-safe.
+class LogBudget {
+ public:
+  using Time = std::chrono::steady_clock::time_point;
+  using Duration = std::chrono::steady_clock::duration;
+
+  LogBudget(uint32_t burst, Duration interval) : burst_(burst), interval_(interval) {}
+
+  // true: log this event; false: it was counted for the summary.
+  bool Take(Time now) {
+    std::lock_guard lock(mu_);
+    if (!started_ || now - window_start_ >= interval_) {
+      started_ = true;
+      window_start_ = now;
+      logged_ = 0;
+    }
+    if (logged_ < burst_) {
+      ++logged_;
+      return true;
+    }
+    ++suppressed_;
+    return false;
+  }
+
+  // The events not logged, once the interval they fell in has ended (0
+  // before that, or when there were none); they are then reset.
+  uint64_t TakeSuppressed(Time now) {
+    std::lock_guard lock(mu_);
+    if (suppressed_ == 0 || now - window_start_ < interval_) return 0;
+    return std::exchange(suppressed_, 0);
+  }
+
+  uint32_t burst() const { return burst_; }
+  Duration interval() const { return interval_; }
+
+ private:
+  const uint32_t burst_;
+  const Duration interval_;
+  std::mutex mu_;
+  bool started_ = false;     // guarded by mu_
+  Time window_start_{};      // guarded by mu_
+  uint32_t logged_ = 0;      // guarded by mu_
+  uint64_t suppressed_ = 0;  // guarded by mu_
 };
 
 }  // namespace straggler::daemon

@@ -1,17 +1,32 @@
 #include "rendezvous_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
 
 #include "rpc_util.h"
 
 namespace straggler::daemon {
 namespace {
 
-std::optional<std::chrono::milliseconds> ToMillis(bool has, const google::protobuf::Duration& d) {
-  if (!has) return std::nullopt;
-  if (d.seconds() < 0 || d.nanos() < 0) return std::nullopt;  // treated as "unset": default
-  return std::chrono::milliseconds(d.seconds() * 1000 + d.nanos() / 1000000);
+// A request's ttl or timeout: nullopt when unset (the store's default);
+// a negative one is refused naming it, a huge one saturates (the store caps
+// it at rendezvous.max_ttl_seconds / max_wait_seconds) instead of
+// overflowing the multiplication.
+absl::StatusOr<std::optional<std::chrono::milliseconds>> ToMillis(
+    bool has, const google::protobuf::Duration& d, const char* field) {
+  if (!has) return std::optional<std::chrono::milliseconds>();
+  if (d.seconds() < 0 || d.nanos() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, "=", d.seconds(), "s ", d.nanos(), "ns is negative (omit it for the default)"));
+  }
+  constexpr int64_t kMaxSeconds = int64_t{1} << 40;  // ~35 000 years: far past any cap
+  const int64_t seconds = std::min(d.seconds(), kMaxSeconds);
+  return std::optional<std::chrono::milliseconds>(
+      std::chrono::milliseconds(seconds * 1000 + d.nanos() / 1000000));
 }
 
 // One held Wait. The store calls Finish exactly once (through the callback);
@@ -21,11 +36,11 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
  public:
   WaitReactor(RendezvousStore& store, DaemonStats& stats) : store_(store), stats_(stats) {}
 
-  void Start(const v1::RendezvousWaitRequest& request) {
+  void Start(const v1::RendezvousWaitRequest& request,
+             std::optional<std::chrono::milliseconds> timeout) {
     std::vector<std::string> keys(request.keys().begin(), request.keys().end());
     // Finishes later than FinishUnary could: counted here the same way.
-    const uint64_t id = store_.Wait(request.job_id(), keys,
-                                    ToMillis(request.has_timeout(), request.timeout()),
+    const uint64_t id = store_.Wait(request.job_id(), keys, timeout,
                                     [this](const absl::Status& s) {
                                       stats_.CountGrpcRefused(GrpcService::kRendezvous, s.code());
                                       Finish(ToGrpcStatus(s));
@@ -60,8 +75,9 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext* ctx,
                                                      const v1::RendezvousSetRequest* request,
                                                      v1::RendezvousSetResponse*) {
-  return FinishUnary(ctx, store_.Set(request->job_id(), request->key(), request->value(),
-                                     ToMillis(request->has_ttl(), request->ttl())),
+  auto ttl = ToMillis(request->has_ttl(), request->ttl(), "ttl");
+  if (!ttl.ok()) return FinishUnary(ctx, ttl.status(), call_);
+  return FinishUnary(ctx, store_.Set(request->job_id(), request->key(), request->value(), *ttl),
                      call_);
 }
 
@@ -80,19 +96,22 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
   return FinishUnary(ctx, values.status(), call_);
 }
 
-grpc::ServerUnaryReactor* RendezvousServiceImpl::Wait(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Wait(grpc::CallbackServerContext* ctx,
                                                       const v1::RendezvousWaitRequest* request,
                                                       v1::RendezvousWaitResponse*) {
+  auto timeout = ToMillis(request->has_timeout(), request->timeout(), "timeout");
+  if (!timeout.ok()) return FinishUnary(ctx, timeout.status(), call_);
   auto* reactor = new WaitReactor(store_, stats_);
-  reactor->Start(*request);
+  reactor->Start(*request, *timeout);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext* ctx,
                                                      const v1::RendezvousAddRequest* request,
                                                      v1::RendezvousAddResponse* response) {
-  absl::StatusOr<int64_t> v = store_.Add(request->job_id(), request->key(), request->delta(),
-                                         ToMillis(request->has_ttl(), request->ttl()));
+  auto ttl = ToMillis(request->has_ttl(), request->ttl(), "ttl");
+  if (!ttl.ok()) return FinishUnary(ctx, ttl.status(), call_);
+  absl::StatusOr<int64_t> v = store_.Add(request->job_id(), request->key(), request->delta(), *ttl);
   if (v.ok()) response->set_value(*v);
   return FinishUnary(ctx, v.status(), call_);
 }

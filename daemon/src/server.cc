@@ -3,6 +3,15 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "admin_service.h"
@@ -21,6 +30,33 @@ namespace straggler::daemon {
 namespace {
 
 constexpr auto kTickInterval = std::chrono::seconds(1);
+
+// gRPC's transport holds a whole message before its size is checked (chttp2
+// grants the flow-control window for the length the 5-byte prefix announces),
+// so without a bound every oversized message is buffered in full: 8 messages
+// of 100 MB at once took the daemon from 22 MB to 609 MB (BENCHMARKS.md,
+// "Oversized gRPC messages"). A ResourceQuota bounds the transport's buffers:
+// above it gRPC cancels streams (RST_STREAM ENHANCE_YOUR_CALM, the client's
+// call ends RESOURCE_EXHAUSTED) until it is back under. Room for several
+// messages of the largest allowed size at once, and never below 32 MiB.
+constexpr size_t kMinGrpcMemoryQuota = size_t{32} << 20;
+size_t GrpcMemoryQuota(uint32_t max_message_bytes) {
+  return std::max(kMinGrpcMemoryQuota, size_t{4} * max_message_bytes);
+}
+
+// Freed transport buffers stay in glibc's heaps (RSS did not come down after
+// the refused messages were dropped): when resident memory grew by more than
+// this since the last look, the tick hands free pages back (malloc_trim).
+constexpr long kTrimGrowthBytes = long{8} << 20;
+
+long ResidentBytes() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return resident * sysconf(_SC_PAGESIZE);
+}
 
 // "host:port" -> "host"; unix: addresses have no host part.
 std::string HostOf(const std::string& address) {
@@ -54,6 +90,15 @@ absl::Status Server::Start(const DaemonConfig& config) {
     absl::StatusOr<ServerTls> loaded = LoadServerTls(config.tls);
     if (!loaded.ok()) return loaded.status();
     tls = *std::move(loaded);
+    // An expired or not-yet-valid certificate still starts (a renewal may
+    // be on its way; rotation picks it up), but not silently: a warning, and
+    // straggler_tls_certificate_expiry_seconds for the alert.
+    if (absl::StatusOr<CertificateValidity> v = LeafValidity(tls->cert_chain); v.ok()) {
+      stats_.tls_certificate_not_after.store(v->not_after, std::memory_order_relaxed);
+      const std::string warning = ValidityWarning(
+          *v, static_cast<int64_t>(time(nullptr)), absl::StrCat("tls.cert_file=", config.tls.cert_file));
+      if (!warning.empty()) spdlog::warn("{}", warning);
+    }
   }
   auth_ = std::make_unique<Authorizer>(config.auth, stats_);
   if (!auth_->token_configured()) {
@@ -68,11 +113,8 @@ absl::Status Server::Start(const DaemonConfig& config) {
   admin_ = std::make_unique<AdminServiceImpl>(*registry_, stats_, *auth_);
   rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
   rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_, stats_);
-  configured_grpc_address_ = config.grpc_address;
-  configured_http_address_ = config.http_address;
-  configured_http_ = config.http;
-  configured_max_message_bytes_ = config.limits.max_message_bytes;
-  configured_tls_ = config.tls;
+  started_config_ = config;
+  for (const std::string& w : config.warnings) spdlog::warn("{}", w);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -86,6 +128,9 @@ absl::Status Server::Start(const DaemonConfig& config) {
   // Every service: a larger message ends its call with RESOURCE_EXHAUSTED
   // before any of it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
+  grpc::ResourceQuota quota("stragglerd-grpc");
+  quota.Resize(GrpcMemoryQuota(config.limits.max_message_bytes));
+  builder.SetResourceQuota(quota);
   // gRPC sets SO_REUSEPORT by default: a second stragglerd on the same port
   // would then start "successfully" and the kernel would split new
   // connections (ranks of one job) between the two daemons. Without it the
@@ -155,33 +200,18 @@ std::string Server::grpc_dial_address() const {
   return grpc_address_;
 }
 
+absl::Status Server::CheckRestartable(const DaemonConfig& config) {
+  if (!config.tls.enabled()) return absl::OkStatus();
+  absl::StatusOr<ServerTls> tls = LoadServerTls(config.tls);
+  return tls.ok() ? absl::OkStatus() : tls.status();
+}
+
 void Server::Reload(const DaemonConfig& config) {
   ApplyLogLevel(config.log_level);
-  if (config.persistence.path != (store_ ? store_->path() : std::string())) {
-    spdlog::warn("reload: persistence.path changes take effect only after a restart");
+  for (const std::string& change : RestartOnlyChanges(started_config_, config)) {
+    spdlog::warn("reload: {} needs a restart to take effect; running on the old value", change);
   }
-  if (config.grpc_address != configured_grpc_address_ ||
-      config.http_address != configured_http_address_) {
-    spdlog::warn("reload: grpc_address/http_address changes take effect only after a restart");
-  }
-  const HttpConfig& h = config.http;
-  const HttpConfig& c = configured_http_;
-  if (h.threads != c.threads || h.read_timeout_seconds != c.read_timeout_seconds ||
-      h.write_timeout_seconds != c.write_timeout_seconds || h.max_body_bytes != c.max_body_bytes ||
-      h.keep_alive_max_requests != c.keep_alive_max_requests ||
-      h.keep_alive_timeout_seconds != c.keep_alive_timeout_seconds) {
-    spdlog::warn("reload: http.* changes take effect only after a restart");
-  }
-  if (config.limits.max_message_bytes != configured_max_message_bytes_) {
-    spdlog::warn("reload: limits.max_message_bytes changes take effect only after a restart");
-  }
-  const TlsConfig& t = config.tls;
-  const TlsConfig& ct = configured_tls_;
-  if (t.cert_file != ct.cert_file || t.key_file != ct.key_file ||
-      t.client_ca_file != ct.client_ca_file || t.grpc != ct.grpc || t.http != ct.http ||
-      t.reload_seconds != ct.reload_seconds) {
-    spdlog::warn("reload: tls.* changes take effect only after a restart");
-  }
+  for (const std::string& w : config.warnings) spdlog::warn("{}", w);
   // The token file was re-read by the config load; a new token applies to
   // the next call.
   auth_->Apply(config.auth);
@@ -192,13 +222,49 @@ void Server::Reload(const DaemonConfig& config) {
 }
 
 void Server::TickLoop() {
+  long resident_seen = ResidentBytes();
   std::unique_lock lock(tick_mu_);
   while (!stopping_) {
     if (tick_cv_.wait_for(lock, kTickInterval, [this] { return stopping_; })) break;
     lock.unlock();
     registry_->TickAll(WallNow());
+    if (const long resident = ResidentBytes(); resident > resident_seen + kTrimGrowthBytes) {
+      malloc_trim(0);
+      resident_seen = ResidentBytes();
+    } else {
+      resident_seen = std::min(resident_seen, resident);
+    }
+    if (started_config_.tls.enabled() && ++ticks_since_cert_check_ >= 60) {
+      ticks_since_cert_check_ = 0;
+      RefreshCertificateExpiry();
+    }
+    if (uint64_t n = stats_.stream_log.TakeSuppressed(std::chrono::steady_clock::now())) {
+      spdlog::info("{} more ingest streams opened in the last {} s (the first {} of each {} s "
+                   "are logged one by one; all at debug level)",
+                   n,
+                   std::chrono::duration_cast<std::chrono::seconds>(stats_.stream_log.interval())
+                       .count(),
+                   stats_.stream_log.burst(),
+                   std::chrono::duration_cast<std::chrono::seconds>(stats_.stream_log.interval())
+                       .count());
+    }
     lock.lock();
   }
+}
+
+void Server::RefreshCertificateExpiry() {
+  std::ifstream in(started_config_.tls.cert_file);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  absl::StatusOr<CertificateValidity> v = LeafValidity(pem.str());
+  if (!v.ok()) return;  // mid-rotation: keep the last value
+  const int64_t before = stats_.tls_certificate_not_after.exchange(v->not_after,
+                                                                  std::memory_order_relaxed);
+  if (before == v->not_after) return;
+  const std::string warning =
+      ValidityWarning(*v, static_cast<int64_t>(time(nullptr)),
+                      absl::StrCat("tls.cert_file=", started_config_.tls.cert_file));
+  if (!warning.empty()) spdlog::warn("{}", warning);
 }
 
 void Server::FlushState() {

@@ -58,8 +58,15 @@ class Server {
 
   // Applies a reloaded config: log level, limits, policies (see
   // JobRegistry::ApplyConfig), the bearer token and auth.protect_reads.
-  // Addresses, http.* and tls.* need a restart; a change is logged.
+  // Addresses, http.* and tls.* need a restart; a change is logged as a
+  // warning naming each key (RestartOnlyChanges).
   void Reload(const DaemonConfig& config);
+
+  // OK when the next restart would start with `config` as far as a reload
+  // can tell: its TLS files are readable, parse and belong together.
+  // Otherwise the error names the file, and the reload must be refused (a
+  // SIGHUP that accepted a missing certificate made the next restart fail).
+  static absl::Status CheckRestartable(const DaemonConfig& config);
 
   // /readyz turns 503 (and REST answers 503) first; then stops accepting gRPC,
   // tells every stream and watcher to go (UNAVAILABLE, so clients reconnect
@@ -105,11 +112,11 @@ class Server {
   std::unique_ptr<RendezvousServiceImpl> rendezvous_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
-  std::string configured_grpc_address_;
-  std::string configured_http_address_;
-  HttpConfig configured_http_;
-  uint32_t configured_max_message_bytes_ = 0;
-  TlsConfig configured_tls_;
+  // The config Start ran with: restart-only keys keep these values.
+  DaemonConfig started_config_;
+  // The tick thread's: re-reads tls.cert_file's expiry every 60 ticks.
+  void RefreshCertificateExpiry();
+  int ticks_since_cert_check_ = 0;
   std::string grpc_address_;
   int grpc_port_ = 0;
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "metrics.h"
+#include "rate_limit.h"
 #include "straggler/engine/job_engine.h"
 
 namespace straggler::daemon {
@@ -33,9 +34,9 @@ enum class StreamRefuseReason {
   kRunLive
 };
 inline constexpr size_t kStreamRefuseReasons = 5;
-// engine::RejectReason runs kNone..kStale.
+// engine::RejectReason runs kNone..kTooFarAhead.
 inline constexpr size_t kEngineRejectReasons =
-    static_cast<size_t>(engine::RejectReason::kStale) + 1;
+    static_cast<size_t>(engine::RejectReason::kTooFarAhead) + 1;
 // engine::EventKind runs kStateChange..kMembershipWithheld.
 inline constexpr size_t kEventKinds =
     static_cast<size_t>(engine::EventKind::kMembershipWithheld) + 1;
@@ -58,9 +59,19 @@ struct DaemonStats {
   std::array<std::atomic<uint64_t>, kStreamRejectReasons> reports_rejected_stream{};
   std::atomic<uint64_t> batches_total{0};
   std::atomic<int64_t> active_streams{0};
+  // Unix time at which tls.cert_file's leaf certificate expires; 0 = no TLS
+  // (no metric). Set at start and re-read by the tick every minute, so a
+  // rotated certificate shows.
+  std::atomic<int64_t> tls_certificate_not_after{0};
+  // "stream from ... " info lines: 20 per 10 s, the rest summed up by the
+  // server's tick (Server::TickLoop).
+  LogBudget stream_log{20, std::chrono::seconds(10)};
   std::atomic<uint64_t> streams_total{0};
   std::array<std::atomic<uint64_t>, kStreamRefuseReasons> streams_refused{};
-  std::atomic<uint64_t> auth_rejected{0};       // calls refused for a missing or wrong token
+  std::atomic<uint64_t> auth_rejected{0};
+  // Hellos whose reported_iteration the stream's first reports showed false
+  // (engine::JobEngine::DropClaims).
+  std::atomic<uint64_t> hello_claims_dropped{0};       // calls refused for a missing or wrong token
   std::atomic<int64_t> active_watches{0};
   // A pending WatchMembership version replaced by a newer one (slow watcher).
   std::atomic<uint64_t> watch_versions_skipped{0};

@@ -10,7 +10,9 @@
 #include <openssl/x509.h>
 #include <sys/stat.h>
 
+#include <ctime>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -67,6 +69,44 @@ absl::Status LoadCaBundle(const ServerTls& tls, X509_STORE* store, STACK_OF(X509
 }
 
 }  // namespace
+
+absl::StatusOr<CertificateValidity> LeafValidity(const std::string& pem) {
+  BioPtr bio = MemoryBio(pem);
+  std::unique_ptr<X509, decltype(&X509_free)> leaf(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  ERR_clear_error();
+  if (!leaf) return absl::InvalidArgumentError("no PEM certificate");
+  auto to_unix = [](const ASN1_TIME* t) -> std::optional<int64_t> {
+    struct tm tm {};
+    if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) return std::nullopt;
+    return static_cast<int64_t>(timegm(&tm));
+  };
+  const auto before = to_unix(X509_get0_notBefore(leaf.get()));
+  const auto after = to_unix(X509_get0_notAfter(leaf.get()));
+  if (!before || !after) return absl::InvalidArgumentError("unreadable validity dates");
+  return CertificateValidity{*before, *after};
+}
+
+std::string ValidityWarning(const CertificateValidity& v, int64_t now_unix,
+                            absl::string_view what) {
+  auto when = [](int64_t t) {
+    const time_t tt = static_cast<time_t>(t);
+    struct tm tm {};
+    char buf[32] = "?";
+    if (gmtime_r(&tt, &tm) != nullptr) strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return std::string(buf);
+  };
+  if (now_unix > v.not_after) {
+    return absl::StrCat(what, " expired at ", when(v.not_after),
+                        ": clients that verify it refuse every connection; renew it");
+  }
+  if (now_unix < v.not_before) {
+    return absl::StrCat(what, " is not valid before ", when(v.not_before),
+                        ": clients that verify it refuse every connection until then "
+                        "(or the clock is wrong)");
+  }
+  return "";
+}
 
 absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config, absl::string_view section) {
   ServerTls tls;

@@ -49,6 +49,20 @@ struct ServerTls {
 absl::StatusOr<ServerTls> LoadServerTls(const TlsConfig& config,
                                         absl::string_view section = "tls");
 
+// The validity period of the first (leaf) certificate in a PEM chain, as
+// Unix seconds. An error when the text holds no certificate.
+struct CertificateValidity {
+  int64_t not_before = 0;
+  int64_t not_after = 0;
+};
+absl::StatusOr<CertificateValidity> LeafValidity(const std::string& pem);
+
+// A warning for a certificate outside its validity at `now_unix` ("" when
+// it is valid): an expired or not-yet-valid certificate starts, but every
+// client that verifies it refuses the connection.
+std::string ValidityWarning(const CertificateValidity& v, int64_t now_unix,
+                            absl::string_view what);
+
 // TLS 1.2 or newer; with a client CA, a client certificate signed by it is
 // required and verified. With tls.reload_seconds > 0 the files are re-read
 // that often (gRPC's FileWatcherCertificateProvider): new connections get

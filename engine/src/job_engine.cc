@@ -58,6 +58,7 @@ std::string_view RejectReasonName(RejectReason r) {
     case RejectReason::kRankOutOfRange: return "rank_out_of_range";
     case RejectReason::kDuplicate: return "duplicate";
     case RejectReason::kStale: return "stale";
+    case RejectReason::kTooFarAhead: return "too_far_ahead";
   }
   return "unknown";
 }
@@ -109,6 +110,10 @@ struct JobEngine::Impl {
     bool attached = false;
     uint64_t episode_start = 0;     // iteration at which the counter left 0
     bool ahead = false;             // last report was far ahead of the job
+    uint64_t before_ahead = 0;      // its newest iteration before it went ahead
+    // It was a straggler when it fell silent: reporting again does not clear
+    // that (only its reports, judged as always, show recovery).
+    bool straggler_when_silent = false;
     Time announced_at{0};
   };
 
@@ -217,6 +222,61 @@ struct JobEngine::Impl {
     return versions.front();
   }
 
+  // The job's progress as a forger of a minority of ranks cannot move it:
+  // the upper median of the newest iterations of the ranks that reported
+  // (the highest, then the rest only when it is far past the row progress,
+  // so the common case costs one comparison). nullopt before any report.
+  std::optional<uint64_t> ReferenceIteration() const {
+    uint64_t top = 0;
+    bool any = false;
+    for (const auto& r : ranks) {
+      if (!r.has_progress) continue;
+      any = true;
+      top = std::max(top, r.ahead ? r.before_ahead : r.last_iteration);
+    }
+    if (!any) return std::nullopt;
+    if (!have_highest || top <= highest_active + kMaxRowSpan) return top;
+    std::vector<uint64_t> its;
+    for (const auto& r : ranks)
+      if (r.has_progress) its.push_back(r.ahead ? r.before_ahead : r.last_iteration);
+    std::nth_element(its.begin(), its.begin() + its.size() / 2, its.end());
+    return its[its.size() / 2];
+  }
+
+  // The latest iteration a version may plausibly take effect at: the job's
+  // progress (or `floor`) + lead + the collective's agreement interval.
+  uint64_t PlausibleEffective(uint64_t floor) const {
+    const uint64_t base = std::max(ReferenceIteration().value_or(0), floor);
+    return base + Lead() + JobEngine::kMaxAgreementInterval;
+  }
+
+  // Drops the versions that take effect beyond PlausibleEffective (a floor
+  // a hello or a damaged database put there) and publishes the newest
+  // excluded set again above every version, in force from the ranks'
+  // progress + lead. Returns whether it did.
+  bool Rebase(Time now, const std::string& why) {
+    // A hello's reported_iteration far past the reports: nobody is there.
+    if (const auto ref = ReferenceIteration();
+        ref && hello_reported && *hello_reported > *ref + JobEngine::kMaxIterationJump) {
+      hello_reported.reset();
+    }
+    const uint64_t limit = PlausibleEffective(0);
+    if (Newest().effective_iteration <= limit) return false;
+    const uint64_t top = Newest().version;
+    std::vector<ExcludedRank> excluded = Newest().excluded;
+    while (versions.size() > 1 && versions.back().m.effective_iteration > limit) {
+      versions.pop_back();
+      history.pop_back();
+    }
+    if (Newest().effective_iteration > limit) {
+      // Every kept version is implausible: start the history over.
+      versions.front().m.effective_iteration = 0;
+      history.front().effective_iteration = 0;
+    }
+    Publish(std::move(excluded), now, why, 0, top + 1);
+    return true;
+  }
+
   bool Live(const RankState& r) const {
     return r.state != WorkerState::kPending && r.state != WorkerState::kUnresponsive &&
            r.state != WorkerState::kFinished;
@@ -285,28 +345,49 @@ struct JobEngine::Impl {
       res.message = absl::StrCat("rank ", rep.rank, " is out of range for world_size ", world_size);
       return res;
     }
-    const double c = rep.compute_seconds;
-    if (!std::isfinite(c) || c < 0 || c > policy.max_compute_seconds)
-      return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
-                              " reported compute_seconds=", absl::StrFormat("%g", c),
-                              std::isfinite(c) && c >= 0
-                                  ? absl::StrCat(" (above max_compute_seconds=",
-                                                 policy.max_compute_seconds, ")")
-                                  : std::string(" (must be a finite number >= 0)")));
-    auto check_opt = [&](const std::optional<double>& v) -> bool {
-      return !v || (std::isfinite(*v) && *v >= 0 && *v <= policy.max_compute_seconds * 10);
+    // Each duration must be finite, >= 0 and at most its bound; the message
+    // names the rule that failed and shows the value exactly (3600.0001 is
+    // not 3600).
+    auto check = [&](const char* field, double v, double bound,
+                     const char* bound_name) -> std::optional<std::string> {
+      if (std::isfinite(v) && v >= 0 && v <= bound) return std::nullopt;
+      return absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration, " reported ", field,
+                          "=", ExactNumber(v),
+                          std::isfinite(v) && v >= 0
+                              ? absl::StrCat(" (above ", bound_name, "=", ExactNumber(bound), ")")
+                              : std::string(" (must be a finite number >= 0)"));
     };
-    if (!check_opt(rep.step_seconds))
-      return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
-                              " reported step_seconds=", absl::StrFormat("%g", *rep.step_seconds),
-                              " (must be a finite number >= 0)"));
-    if (!check_opt(rep.collective_wait_seconds))
-      return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
-                              " reported collective_wait_seconds=",
-                              absl::StrFormat("%g", *rep.collective_wait_seconds),
-                              " (must be a finite number >= 0)"));
+    const double step_bound = policy.max_compute_seconds * 10;
+    if (auto m = check("compute_seconds", rep.compute_seconds, policy.max_compute_seconds,
+                       "max_compute_seconds"))
+      return bad(*m);
+    if (rep.step_seconds)
+      if (auto m = check("step_seconds", *rep.step_seconds, step_bound,
+                         "10 x max_compute_seconds"))
+        return bad(*m);
+    if (rep.collective_wait_seconds)
+      if (auto m = check("collective_wait_seconds", *rep.collective_wait_seconds, step_bound,
+                         "10 x max_compute_seconds"))
+        return bad(*m);
     const RankState& r = ranks[rep.rank];
-    if (r.has_progress && rep.iteration <= r.last_iteration) {
+    // The O(ranks) reference only for a report that is far past the rows
+    // (rare); the common case is one comparison.
+    const uint64_t rows_at = have_highest ? highest_active : 0;
+    const bool maybe_far = rep.iteration > rows_at &&
+                           rep.iteration - rows_at > JobEngine::kMaxIterationJump;
+    if (const auto ref = maybe_far ? ReferenceIteration() : std::nullopt;
+        ref && rep.iteration > *ref && rep.iteration - *ref > JobEngine::kMaxIterationJump) {
+      res.reason = RejectReason::kTooFarAhead;
+      res.message = absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration, " is more than ",
+                                 JobEngine::kMaxIterationJump,
+                                 " past the job's progress (iteration ", *ref, ")");
+      return res;
+    }
+    // A rank whose last report was far ahead of the job (judged alone, see
+    // TooFarAhead) and which now reports below it again: that jump was the
+    // anomaly (a forged or corrupt report), not where the rank is.
+    const bool back_from_ahead = r.ahead && rep.iteration > r.before_ahead;
+    if (r.has_progress && rep.iteration <= r.last_iteration && !back_from_ahead) {
       res.reason = rep.iteration == r.last_iteration ? RejectReason::kDuplicate
                                                      : RejectReason::kStale;
       res.message = absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration,
@@ -329,12 +410,20 @@ struct JobEngine::Impl {
     Attach(r);
     if (r.state == WorkerState::kPending) {
       r.state = WorkerState::kHealthy;
+    } else if (r.straggler_when_silent && r.state == WorkerState::kUnresponsive) {
+      r.straggler_when_silent = false;
+      r.counter = Limit();
+      ChangeState(rep.rank, WorkerState::kStraggler, rep.iteration, rep.compute_seconds, now,
+                  "reporting again; still a straggler until its reports show recovery");
     } else if (r.state == WorkerState::kUnresponsive || r.state == WorkerState::kFinished) {
       r.counter = 0;
       ChangeState(rep.rank, WorkerState::kHealthy, rep.iteration, rep.compute_seconds, now,
                   "reporting again");
     }
-    if (!r.ahead) SetCounted(rep.rank, true);
+    if (!r.ahead) {
+      SetCounted(rep.rank, true);
+      r.before_ahead = r.last_iteration;
+    }
     r.has_progress = true;
     r.last_iteration = rep.iteration;
     r.epoch = rep.epoch;
@@ -756,6 +845,9 @@ struct JobEngine::Impl {
 
   void EvaluateNow(Time now) {
     dirty = false;
+    // A version put implausibly far ahead (a hostile hello before the
+    // bounds, a damaged database) must not hold every later change there.
+    if (have_highest) Rebase(now, "the newest version took effect implausibly far ahead");
     const Membership& cur = Newest();
     std::vector<Want> want(world_size);
     std::vector<uint32_t> unresponsive_candidates, straggler_candidates;
@@ -986,7 +1078,9 @@ struct JobEngine::Impl {
   // token: creating an override from it would let such a client force a
   // rank out for good, an operator's power. Ranks >= world_size are
   // dropped. Returns the set, ascending by rank, one entry per rank.
-  std::vector<ExcludedRank> TakeOverExcluded(const std::vector<ExcludedRank>& held) {
+  // Their unresponsive clock starts at `now` (they have not reported to this
+  // engine; without it they would be silent since 1970 at the first Tick).
+  std::vector<ExcludedRank> TakeOverExcluded(const std::vector<ExcludedRank>& held, Time now) {
     std::vector<ExcludedRank> excluded;
     for (const ExcludedRank& e : held) {
       if (e.rank >= world_size) continue;
@@ -1008,6 +1102,7 @@ struct JobEngine::Impl {
         case ExclusionReason::kProbationEnd:
           r.state = WorkerState::kStraggler;
           r.counter = Limit();
+          if (r.last_report_time < now) r.last_report_time = now;
           break;
         case ExclusionReason::kUnresponsive:
           r.state = WorkerState::kUnresponsive;
@@ -1080,8 +1175,7 @@ struct JobEngine::Impl {
   // ---- liveness ------------------------------------------------------------
 
   void Tick(Time now) {
-    const Time timeout = std::chrono::duration_cast<Time>(
-        std::chrono::duration<double>(policy.unresponsive_after_seconds));
+    const Time timeout = SaturatingNanoseconds(policy.unresponsive_after_seconds);
     bool any = false;
     for (uint32_t i = 0; i < world_size; ++i) {
       RankState& r = ranks[i];
@@ -1089,6 +1183,7 @@ struct JobEngine::Impl {
       const bool pending = r.state == WorkerState::kPending;
       const Time last = pending ? std::max(created_at, r.announced_at) : r.last_report_time;
       if (now - last <= timeout) continue;
+      r.straggler_when_silent = r.state == WorkerState::kStraggler;
       ChangeState(i, WorkerState::kUnresponsive, r.last_iteration, r.last_compute, now,
                   pending ? absl::StrFormat("no report %.3gs after the job started",
                                             Seconds(now - last))
@@ -1287,6 +1382,9 @@ void JobEngine::Reset(Time now) {
   e.membership_version = d.Newest().version;
   e.message = "job reset: every rank included, state forgotten";
   d.Emit(std::move(e));
+  // A working lineage: no floor a hello claimed, no version far ahead.
+  d.hello_reported.reset();
+  d.Rebase(now, "reset: the newest version took effect implausibly far ahead");
   // Through the membership gate like every change (Evaluate): with a rank
   // no stream speaks for, the release of the excluded ranks waits for it.
   const bool all_attached = std::all_of(d.ranks.begin(), d.ranks.end(),
@@ -1298,6 +1396,42 @@ void JobEngine::Reset(Time now) {
     d.dirty = true;
     d.Evaluate(now);
   }
+}
+
+absl::Status JobEngine::CheckClaims(const Membership& held,
+                                    std::optional<uint64_t> reported) const {
+  const Impl& d = *impl_;
+  const std::optional<uint64_t> ref = d.ReferenceIteration();
+  if (reported && ref && *reported > *ref && *reported - *ref > kMaxIterationJump) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hello.reported_iteration=", *reported, " is more than ", kMaxIterationJump,
+        " past the job's progress (iteration ", *ref, ")"));
+  }
+  if (held.version == 0) return absl::OkStatus();
+  if (held.version > d.Newest().version && held.version - d.Newest().version > kMaxVersionJump) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hello.known_membership_version=", held.version, " is more than ", kMaxVersionJump,
+        " past the job's newest version ", d.Newest().version));
+  }
+  // Overflow-safe: every term is far below 2^63 (reported and ref are
+  // bounded above, or refused), the claim is compared, not added to.
+  const uint64_t floor = reported ? std::min(*reported, uint64_t{1} << 62) : 0;
+  if (const uint64_t limit = d.PlausibleEffective(floor); held.effective_iteration > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hello.known_effective_iteration=", held.effective_iteration, " is more than lead ",
+        d.Lead(), " + agreement interval ", kMaxAgreementInterval, " past iteration ",
+        limit - d.Lead() - kMaxAgreementInterval,
+        " (the job's progress or the hello's reported_iteration)"));
+  }
+  return absl::OkStatus();
+}
+
+bool JobEngine::DropClaims(Time now) {
+  Impl& d = *impl_;
+  const bool had = d.hello_reported.has_value();
+  d.hello_reported.reset();
+  const bool rebased = d.Rebase(now, "a hello's claims were false: rebased on the reports");
+  return had || rebased;
 }
 
 void JobEngine::NoteReportedIteration(uint64_t iteration) {
@@ -1320,7 +1454,7 @@ void JobEngine::AdoptVersionFloor(const Membership& held, Time now) {
   // switched early (the same content; see RestoreMembership). Otherwise this
   // engine's own newest set stands.
   std::vector<ExcludedRank> excluded =
-      d.Newest().version == 0 ? d.TakeOverExcluded(held.excluded) : d.Newest().excluded;
+      d.Newest().version == 0 ? d.TakeOverExcluded(held.excluded, now) : d.Newest().excluded;
   d.Publish(std::move(excluded), now,
             absl::StrCat("a client holds version ", held.version, " from an earlier daemon"),
             held.effective_iteration + 1, held.version + 1);
@@ -1335,7 +1469,7 @@ void JobEngine::RestoreMembership(
   for (const auto& [rank, o] : overrides) {
     if (rank < d.world_size) d.ranks[rank].override = o;
   }
-  std::vector<ExcludedRank> excluded = d.TakeOverExcluded(m.excluded);
+  std::vector<ExcludedRank> excluded = d.TakeOverExcluded(m.excluded, now);
   d.Publish(std::move(excluded), now,
             absl::StrCat("restored version ", m.version, " from the state database"),
             m.effective_iteration + 1, m.version + 1);

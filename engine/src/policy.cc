@@ -1,8 +1,11 @@
 #include "straggler/engine/policy.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace straggler::engine {
 
@@ -42,47 +45,71 @@ namespace {
 
 absl::Status Bad(std::string_view field, double value, std::string_view rule) {
   return absl::InvalidArgumentError(
-      absl::StrCat(std::string(field), "=", value, " ", std::string(rule)));
+      absl::StrCat(std::string(field), "=", ExactNumber(value), " ", std::string(rule)));
 }
 
-bool Finite(double v) { return std::isfinite(v); }
+// "must be in [1, 100000]" / "(0, 604800]"; a one-sided message for the
+// side that failed keeps the common case short ("must be > 1").
+absl::Status OutOfRange(const PolicyField& f, double v) {
+  const std::string lo = ExactNumber(f.min), hi = ExactNumber(f.max);
+  if (!std::isfinite(v)) {
+    return Bad(f.name, v, absl::StrCat("must be a finite number in ", f.min_exclusive ? "(" : "[",
+                                       lo, ", ", hi, "]"));
+  }
+  if (v > f.max) {
+    return Bad(f.name, v, absl::StrCat("is above its upper bound: must be <= ", hi));
+  }
+  return Bad(f.name, v, absl::StrCat("must be ", f.min_exclusive ? "> " : ">= ", lo));
+}
+
+bool InRange(const PolicyField& f, double v) {
+  if (!std::isfinite(v) || v > f.max) return false;
+  return f.min_exclusive ? v > f.min : v >= f.min;
+}
 
 }  // namespace
 
+std::chrono::nanoseconds SaturatingNanoseconds(double seconds) {
+  using Rep = std::chrono::nanoseconds::rep;
+  if (std::isnan(seconds)) return std::chrono::nanoseconds(0);
+  const double ns = seconds * 1e9;
+  // 2^63 is exactly representable; anything at or past it saturates.
+  constexpr double kLimit = 9223372036854775808.0;
+  if (ns >= kLimit) return std::chrono::nanoseconds::max();
+  if (ns <= -kLimit) return std::chrono::nanoseconds::min();
+  return std::chrono::nanoseconds(static_cast<Rep>(ns));
+}
+
+std::string ExactNumber(double v) {
+  for (int precision = 6; precision < 17; ++precision) {
+    std::string text = absl::StrFormat("%.*g", precision, v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
+  }
+  return absl::StrFormat("%.17g", v);
+}
+
 absl::Status PolicyConfig::Validate() const {
-  if (limit < 1) return Bad("limit", limit, "must be >= 1");
-  if (limit > 100000) return Bad("limit", limit, "must be <= 100000");
-  if (!Finite(limit_fraction) || limit_fraction < 0 || limit_fraction > 1)
-    return Bad("limit_fraction", limit_fraction, "must be in [0, 1] (0 = use limit)");
+  // Every numeric field against its range in the table.
+  for (const PolicyField& f : PolicyFields()) {
+    absl::Status s = std::visit(
+        [&](auto member) -> absl::Status {
+          using T = std::remove_cvref_t<decltype(this->*member)>;
+          if constexpr (std::is_same_v<T, uint32_t> || std::is_same_v<T, double>) {
+            const double v = static_cast<double>(this->*member);
+            if (!InRange(f, v)) return OutOfRange(f, v);
+          }
+          return absl::OkStatus();
+        },
+        f.member);
+    if (!s.ok()) return s;
+  }
+  // Rules across fields.
   if (rejoin_mark >= limit)
     return absl::InvalidArgumentError(absl::StrCat("rejoin_mark=", rejoin_mark,
                                                    " must be below limit=", limit));
-  if (profile_iterations < 1 || profile_iterations > 100000)
-    return Bad("profile_iterations", profile_iterations, "must be in [1, 100000]");
-  if (!Finite(threshold_factor) || threshold_factor <= 1.0)
-    return Bad("threshold_factor", threshold_factor, "must be > 1");
-  if (!Finite(global_shift_fraction) || global_shift_fraction <= 0 || global_shift_fraction > 1)
-    return Bad("global_shift_fraction", global_shift_fraction, "must be in (0, 1]");
-  if (!Finite(ewma_alpha) || ewma_alpha <= 0 || ewma_alpha > 1)
-    return Bad("ewma_alpha", ewma_alpha, "must be in (0, 1]");
-  if (!Finite(ewma_ratio) || ewma_ratio <= 1.0) return Bad("ewma_ratio", ewma_ratio, "must be > 1");
-  if (ewma_min_samples < 1) return Bad("ewma_min_samples", ewma_min_samples, "must be >= 1");
-  if (!Finite(static_threshold_seconds) || static_threshold_seconds < 0)
-    return Bad("static_threshold_seconds", static_threshold_seconds, "must be >= 0");
   if (kind == PolicyKind::kStatic && static_threshold_seconds <= 0)
     return Bad("static_threshold_seconds", static_threshold_seconds,
                "must be > 0 for the static policy");
-  if (!Finite(max_excluded_fraction) || max_excluded_fraction < 0 || max_excluded_fraction > 1)
-    return Bad("max_excluded_fraction", max_excluded_fraction, "must be in [0, 1]");
-  if (min_active_ranks < 1) return Bad("min_active_ranks", min_active_ranks, "must be >= 1");
-  if (!Finite(min_throughput_gain) || min_throughput_gain < -1 || min_throughput_gain > 10)
-    return Bad("min_throughput_gain", min_throughput_gain, "must be in [-1, 10]");
-  if (lead_iterations < 1 || lead_iterations > 1000)
-    return Bad("lead_iterations", lead_iterations, "must be in [1, 1000]");
-  if (!Finite(unresponsive_after_seconds) || unresponsive_after_seconds <= 0)
-    return Bad("unresponsive_after_seconds", unresponsive_after_seconds, "must be > 0");
-  if (!Finite(max_compute_seconds) || max_compute_seconds <= 0)
-    return Bad("max_compute_seconds", max_compute_seconds, "must be > 0");
   return absl::OkStatus();
 }
 
@@ -96,28 +123,40 @@ uint32_t PolicyConfig::EffectiveLimit(uint64_t iterations_per_epoch) const {
 
 namespace {
 
+// The one place every field's range is written (README "Limits" and
+// deploy/stragglerd.yaml quote it). Counts of iterations stay below 10^7 so
+// that iteration + count never nears 2^64; durations below kMaxPolicySeconds.
+constexpr double kMaxIterations = 10'000'000;
+constexpr double kMaxRanks = 10'000'000;
+constexpr double kMaxFactor = 1000;
+
 const PolicyField kPolicyFields[] = {
     {"kind", &PolicyConfig::kind},
-    {"limit", &PolicyConfig::limit},
-    {"limit_fraction", &PolicyConfig::limit_fraction},
-    {"rejoin_mark", &PolicyConfig::rejoin_mark},
-    {"profile_iterations", &PolicyConfig::profile_iterations},
-    {"threshold_factor", &PolicyConfig::threshold_factor},
-    {"window_iterations", &PolicyConfig::window_iterations},
+    {"limit", &PolicyConfig::limit, 1, 100000},
+    // 0 = use limit.
+    {"limit_fraction", &PolicyConfig::limit_fraction, 0, 1},
+    // Also below limit (Validate).
+    {"rejoin_mark", &PolicyConfig::rejoin_mark, 0, 99999},
+    {"profile_iterations", &PolicyConfig::profile_iterations, 1, 100000},
+    {"threshold_factor", &PolicyConfig::threshold_factor, 1, kMaxFactor, true},
+    // 0 = off.
+    {"window_iterations", &PolicyConfig::window_iterations, 0, kMaxIterations},
     {"recovery", &PolicyConfig::recovery},
-    {"global_shift_fraction", &PolicyConfig::global_shift_fraction},
-    {"ewma_alpha", &PolicyConfig::ewma_alpha},
-    {"ewma_ratio", &PolicyConfig::ewma_ratio},
-    {"ewma_min_samples", &PolicyConfig::ewma_min_samples},
-    {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds},
-    {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction},
-    {"min_active_ranks", &PolicyConfig::min_active_ranks},
-    {"cooldown_iterations", &PolicyConfig::cooldown_iterations},
-    {"min_throughput_gain", &PolicyConfig::min_throughput_gain},
-    {"lead_iterations", &PolicyConfig::lead_iterations},
-    {"unresponsive_after_seconds", &PolicyConfig::unresponsive_after_seconds},
+    {"global_shift_fraction", &PolicyConfig::global_shift_fraction, 0, 1, true},
+    {"ewma_alpha", &PolicyConfig::ewma_alpha, 0, 1, true},
+    {"ewma_ratio", &PolicyConfig::ewma_ratio, 1, kMaxFactor, true},
+    {"ewma_min_samples", &PolicyConfig::ewma_min_samples, 1, 100000},
+    // Also > 0 for the static policy (Validate).
+    {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds, 0, kMaxPolicySeconds},
+    {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction, 0, 1},
+    {"min_active_ranks", &PolicyConfig::min_active_ranks, 1, kMaxRanks},
+    {"cooldown_iterations", &PolicyConfig::cooldown_iterations, 0, kMaxIterations},
+    {"min_throughput_gain", &PolicyConfig::min_throughput_gain, -1, 10},
+    {"lead_iterations", &PolicyConfig::lead_iterations, 1, 1000},
+    {"unresponsive_after_seconds", &PolicyConfig::unresponsive_after_seconds, 0,
+     kMaxPolicySeconds, true},
     {"exclusion_enabled", &PolicyConfig::exclusion_enabled},
-    {"max_compute_seconds", &PolicyConfig::max_compute_seconds},
+    {"max_compute_seconds", &PolicyConfig::max_compute_seconds, 0, kMaxPolicySeconds, true},
 };
 
 }  // namespace
@@ -127,7 +166,7 @@ std::span<const PolicyField> PolicyFields() { return kPolicyFields; }
 namespace {
 
 std::string ValueText(uint32_t v) { return absl::StrCat(v); }
-std::string ValueText(double v) { return absl::StrCat(v); }
+std::string ValueText(double v) { return ExactNumber(v); }
 std::string ValueText(bool v) { return v ? "true" : "false"; }
 std::string ValueText(PolicyKind v) { return std::string(PolicyKindName(v)); }
 std::string ValueText(RecoveryMode v) { return std::string(RecoveryModeName(v)); }

@@ -28,6 +28,9 @@
 #include <string>
 #include <vector>
 
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/store.h>
+
 #include "straggler/client.h"
 #include "straggler/collective.h"
 
@@ -107,6 +110,65 @@ class PyClient {
   std::vector<std::weak_ptr<ReducerSlot>> reducers_;
   std::vector<std::unique_ptr<py::function>> callbacks_;
   std::unique_ptr<straggler::Client> client_;  // declared last: destroyed first
+};
+
+// A gloo::rendezvous::Store over a Python object with torch.distributed
+// Store's methods (set(key, bytes), get(key) -> bytes blocking until set,
+// wait(keys, timedelta)): straggler.torch passes the store
+// init_process_group made, so the job's contexts need no daemon to build.
+// Called from the training thread inside begin_iteration, which has
+// released the GIL: each call takes it. A Python exception (a timeout) is
+// turned into gloo::IoException, which the backend reports as a
+// CollectiveError.
+class PyStore final : public gloo::rendezvous::Store {
+ public:
+  explicit PyStore(py::object store) : store_(std::move(store)) {}
+  ~PyStore() override {
+    // Dropped where the GIL is released (a reducer closing): take it to
+    // release the Python object, unless the interpreter is going away.
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+      store_.release();
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    store_ = py::object();
+  }
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Call("set", [&] { store_.attr("set")(key, py::bytes(data.data(), data.size())); });
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::vector<char> out;
+    Call("get", [&] {
+      const std::string v = store_.attr("get")(key).cast<std::string>();
+      out.assign(v.begin(), v.end());
+    });
+    return out;
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    Call("wait", [&] { store_.attr("wait")(keys); });
+  }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    Call("wait", [&] {
+      py::object timedelta = py::module_::import("datetime").attr("timedelta");
+      store_.attr("wait")(keys, timedelta(py::arg("milliseconds") = timeout.count()));
+    });
+  }
+
+ private:
+  template <class Fn>
+  void Call(const char* what, Fn&& fn) {
+    py::gil_scoped_acquire gil;
+    try {
+      fn();
+    } catch (py::error_already_set& e) {
+      throw gloo::IoException(std::string("the trainer's rendezvous store: ") + what + ": " +
+                              e.what());
+    }
+  }
+
+  py::object store_;
 };
 
 class PyPartialAllReduce {
@@ -241,6 +303,9 @@ straggler::GlooOptions GlooOptionsFrom(PyClient& client, const py::kwargs& kw) {
     else if (key == "agreement_interval") o.agreement_interval = v.cast<uint32_t>();
     else if (key == "run_id") o.run_id = v.cast<std::string>();
     else if (key == "key_ttl") o.key_ttl = Millis(v.cast<double>(), "key_ttl");
+    else if (key == "store") {
+      if (!v.is_none()) o.rendezvous_store = std::make_shared<PyStore>(py::reinterpret_borrow<py::object>(v));
+    }
     else throw py::type_error("straggler.PartialAllReduce: unknown option '" + key + "'");
   }
   return o;
@@ -358,6 +423,8 @@ PYBIND11_MODULE(_straggler, m) {
           py::arg("timeout") = 5.0)
       .def("stats", [](PyClient& c) { return c.Get().Stats(); })
       .def_property_readonly("rank", [](PyClient& c) { return c.Get().FirstRank(); })
+      .def_property_readonly("job_id", [](PyClient& c) { return c.Options().job_id; })
+      .def_property_readonly("run_id", [](PyClient& c) { return c.Options().run_id; })
       .def("on_membership_change", &PyClient::OnMembershipChange, py::arg("callback"),
            "callback(Membership) on the client's background thread, for each new version.")
       .def("close", &PyClient::Close, "Flush (at most 1 s) and stop; later calls raise.")
@@ -398,6 +465,7 @@ PYBIND11_MODULE(_straggler, m) {
            "PartialAllReduce(client, rendezvous_endpoint=..., job_id=..., rank=..., "
            "world_size=..., hostname='127.0.0.1', collective_timeout=30.0 [s], "
            "membership_timeout=5.0 [s], agreement_interval=1, max_cached_contexts=4, run_id='', "
+           "store=None (a torch.distributed Store: rendezvous through it, no daemon needed), "
            "key_ttl=600.0 [s])")
       .def(
           "begin_iteration",

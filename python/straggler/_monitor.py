@@ -125,8 +125,12 @@ class DDPMonitor:
         self.ddp = ddp
         self._own_client = client is None
         # Options from the environment (RANK, WORLD_SIZE, STRAGGLER_ENDPOINT,
-        # STRAGGLER_JOB_ID, ...), as PartialAllReduceState does.
-        self.client = Client() if client is None else client
+        # STRAGGLER_JOB_ID, ...), as PartialAllReduceState does; the run id
+        # from torch.distributed's store when the environment gives none.
+        if client is None:
+            from ._launch import run_id  # torch.distributed is initialized: DDP runs
+            client = Client(run_id=run_id())
+        self.client = client
         # Without comm_hook, what torch's default_hooks.allreduce_hook does.
         self._group = ddp.process_group if process_group is None else process_group
         self._comm_hook = comm_hook

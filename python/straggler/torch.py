@@ -66,10 +66,14 @@ import time
 import numpy as np
 import torch
 
+import torch.distributed as dist
+
 from . import Client, PartialAllReduce
+from ._launch import rendezvous_store, run_id
 from ._monitor import DDPMonitor, StepTiming, monitor  # noqa: F401 - monitoring only
 
-__all__ = ["PartialAllReduceState", "partial_allreduce_hook"]
+__all__ = ["PartialAllReduceState", "partial_allreduce_hook", "monitor", "run_id",
+           "rendezvous_store"]
 
 
 class PartialAllReduceState:
@@ -87,9 +91,19 @@ class PartialAllReduceState:
     def __init__(self, client=None, reducer=None, **gloo_options):
         # Client options come from the environment (RANK, WORLD_SIZE,
         # STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, ...) when no client is given.
-        self.client = client if client is not None else Client()
-        self.reducer = reducer if reducer is not None else PartialAllReduce(self.client,
-                                                                            **gloo_options)
+        # With torch.distributed initialized, the run id and the rendezvous
+        # come from its store (straggler._launch): no daemon is needed to
+        # start, and a second launch under the same job id reads none of the
+        # first one's keys.
+        torch_store = dist.is_available() and dist.is_initialized()
+        if client is None:
+            client = Client(run_id=run_id()) if torch_store else Client()
+        self.client = client
+        if reducer is None:
+            if torch_store and "store" not in gloo_options and "rendezvous_endpoint" not in gloo_options:
+                gloo_options["store"] = rendezvous_store(client)
+            reducer = PartialAllReduce(client, **gloo_options)
+        self.reducer = reducer
         self.plan = None
         self.iteration = None
         self.participated = False

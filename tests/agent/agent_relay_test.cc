@@ -362,3 +362,33 @@ TEST_CASE("the agent sends a full batch at once and a partial one after its dela
   agent.Shutdown();
   daemon.Shutdown(0ms);
 }
+
+TEST_CASE("behind the agent, a restarted trainer (new incarnation) starts its rank over",
+          "[relay]") {
+  // The agent's upstream hello names each rank's client incarnation, and a
+  // new one is sent after the old process's reports: the restart from a
+  // checkpoint (iterations below those reported) is accepted, not stale.
+  sd::Server daemon;
+  REQUIRE(daemon.Start(DaemonOn("127.0.0.1:0")).ok());
+  const std::string upstream = "127.0.0.1:" + std::to_string(daemon.grpc_port());
+  sa::AgentConfig ac = AgentTo(upstream, "incarnation");
+  sa::Agent agent(ac);
+  REQUIRE(agent.Start().ok());
+
+  auto run = [&](uint64_t first, uint64_t last) {
+    auto client = straggler::Client::Create(ClientTo(ac.listen, "incarnation"));
+    REQUIRE(client);
+    for (uint64_t i = first; i < last; ++i) REQUIRE(client->Report(0, i, 0.01));
+    // Certain once the daemon processed iteration last - 1 (lead 2).
+    REQUIRE(client->MembershipFor(last + 1, std::chrono::hours(1)).ok);
+    return client->Stats();
+  };
+  const straggler::ClientStats before = run(0, 100);
+  CHECK(before.acked == 100);
+  const straggler::ClientStats after = run(50, 150);  // a new process: a new incarnation
+  CHECK(after.acked == 100);
+  CHECK(after.rejected == 0);
+  CHECK(after.duplicates == 0);
+  agent.Shutdown();
+  daemon.Shutdown(0ms);
+}

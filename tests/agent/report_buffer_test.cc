@@ -113,3 +113,84 @@ TEST_CASE("the batching deadline runs from the oldest unsent report") {
   buf.TakeUnsent(1, 1, &b);
   CHECK(buf.oldest_unsent_time() == t2);
 }
+
+namespace {
+
+v1::StreamHello HelloOf(uint32_t rank, uint64_t incarnation) {
+  v1::StreamHello h;
+  h.add_ranks(rank);
+  v1::RankDevice* d = h.add_devices();
+  d->set_rank(rank);
+  d->set_incarnation(incarnation);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("a hello marker starts a batch: the reports before it go in the batch before") {
+  ReportBuffer buf(100);
+  buf.PushHello(HelloOf(0, 1), kNow);
+  buf.Push(Report(0, 10), kNow);
+  buf.Push(Report(0, 11), kNow);
+  buf.PushHello(HelloOf(0, 2), kNow);  // a restarted trainer, from a checkpoint
+  buf.Push(Report(0, 5), kNow);
+
+  v1::ReportBatch b1, b2;
+  CHECK(buf.TakeUnsent(100, 1, &b1) == 3);
+  CHECK(b1.hello().devices(0).incarnation() == 1);
+  CHECK(Iterations(b1) == std::vector<uint64_t>{10, 11});
+  CHECK(buf.TakeUnsent(100, 2, &b2) == 2);
+  CHECK(b2.hello().devices(0).incarnation() == 2);
+  CHECK(Iterations(b2) == std::vector<uint64_t>{5});
+  CHECK(buf.reports() == 3);
+  CHECK(buf.size() == 5);
+
+  SECTION("a new stream starts with the hello in force at the oldest entry held") {
+    CHECK(buf.base_hello().ranks_size() == 0);  // none left the buffer yet
+    CHECK(buf.Ack(1, nullptr) == 2);
+    CHECK(buf.base_hello().devices(0).incarnation() == 1);
+    buf.Rewind();
+    v1::ReportBatch replay;
+    CHECK(buf.TakeUnsent(100, 3, &replay) == 2);
+    CHECK(replay.hello().devices(0).incarnation() == 2);
+    CHECK(Iterations(replay) == std::vector<uint64_t>{5});
+    CHECK(buf.Ack(3, nullptr) == 1);
+    CHECK(buf.base_hello().devices(0).incarnation() == 2);
+    CHECK(buf.size() == 0);
+  }
+}
+
+TEST_CASE("a finished marker rides with the reports before it, and survives a replay") {
+  ReportBuffer buf(100);
+  buf.Push(Report(0, 1), kNow);
+  buf.Push(Report(1, 1), kNow);
+  buf.PushFinished(0, kNow);
+  buf.PushFinished(1, kNow);
+  buf.Push(Report(0, 0), kNow);  // a new trainer of rank 0: never before the finish
+
+  v1::ReportBatch b;
+  CHECK(buf.TakeUnsent(100, 1, &b) == 4);
+  CHECK(Iterations(b) == std::vector<uint64_t>{1, 1});
+  CHECK(std::vector<uint32_t>(b.finished_ranks().begin(), b.finished_ranks().end()) ==
+        std::vector<uint32_t>{0, 1});
+  CHECK(buf.unsent() == 1);
+
+  buf.Rewind();  // the stream was lost before the acknowledgement
+  v1::ReportBatch again;
+  CHECK(buf.TakeUnsent(100, 2, &again) == 4);
+  CHECK(again.finished_ranks_size() == 2);
+  CHECK(buf.Ack(2, nullptr) == 2);
+  CHECK(buf.size() == 1);
+}
+
+TEST_CASE("markers do not count against the capacity") {
+  ReportBuffer buf(2);
+  buf.PushHello(HelloOf(0, 1), kNow);
+  buf.Push(Report(0, 1), kNow);
+  buf.Push(Report(0, 2), kNow);
+  CHECK(buf.size() == 3);
+  CHECK(buf.Push(Report(0, 3), kNow) == 1);  // drops report 1 and the hello before it
+  CHECK(buf.dropped_total() == 1);
+  CHECK(buf.base_hello().devices(0).incarnation() == 1);
+  CHECK(buf.reports() == 2);
+}

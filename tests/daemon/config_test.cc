@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <string>
 
@@ -534,4 +535,109 @@ TEST_CASE("GlobMatch") {
   CHECK_FALSE(sd::GlobMatch("a*c", "abbb"));
   CHECK_FALSE(sd::GlobMatch("abc", "abcd"));
   CHECK(sd::GlobMatch("**a", "a"));
+}
+
+TEST_CASE("config: --config naming a directory is refused naming the path") {
+  char tmpl[] = "/tmp/stragglerd_config_dir_XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  sd::ConfigSources flags;
+  flags.config_file = dir;
+  auto cfg = sd::LoadConfig(flags, FakeEnv({}));
+  REQUIRE_FALSE(cfg.ok());
+  CHECK(std::string(cfg.status().message()) ==
+        "config file " + dir + " is a directory, not a YAML file");
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("an alias that refers to itself is refused, not followed for ever") {
+  // fuzz_config found it: the duplicate-key walk recursed until the stack ran out.
+  auto top = sd::ParseConfig("a: &x [*x]\n", "t.yaml");
+  REQUIRE_FALSE(top.ok());
+  CHECK_THAT(std::string(top.status().message()),
+             Catch::Contains("nested deeper than 32 levels"));
+}
+
+TEST_CASE("a key given twice in one map is refused naming the key and both lines") {
+  auto top = sd::ParseConfig("log_level: info\ngrpc_address: 127.0.0.1:1\nlog_level: debug\n",
+                             "t.yaml");
+  REQUIRE_FALSE(top.ok());
+  CHECK(std::string(top.status().message()) ==
+        "t.yaml:3: duplicate key 'log_level' (first given on line 1)");
+  auto nested = sd::ParseConfig("policy:\n  limit: 5\n  threshold_factor: 2\n  limit: 9\n",
+                                "t.yaml");
+  REQUIRE_FALSE(nested.ok());
+  CHECK(std::string(nested.status().message()) ==
+        "t.yaml:4: duplicate key 'limit' (first given on line 2)");
+  auto in_jobs = sd::ParseConfig(
+      "jobs:\n  - match: a\n    policy:\n      limit: 3\n      limit: 4\n", "t.yaml");
+  REQUIRE_FALSE(in_jobs.ok());
+  CHECK_THAT(std::string(in_jobs.status().message()),
+             Catch::StartsWith("t.yaml:5: duplicate key 'limit'"));
+  // The same key in two different maps is fine.
+  CHECK(sd::ParseConfig("policy:\n  limit: 5\njobs:\n  - match: a\n    policy:\n      limit: 4\n",
+                        "t.yaml")
+            .ok());
+}
+
+TEST_CASE("every *_seconds key and every policy duration has an upper bound, named when passed") {
+  for (const char* yaml : {"limits:\n  job_idle_ttl_seconds: 31536001\n",
+                           "http:\n  read_timeout_seconds: 4294967295\n",
+                           "rendezvous:\n  max_ttl_seconds: 40000000\n",
+                           "persistence:\n  retention_interval_seconds: 99999999\n",
+                           "tls:\n  reload_seconds: 31536001\n"}) {
+    INFO(yaml);
+    auto cfg = sd::ParseConfig(yaml, "t.yaml");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(std::string(cfg.status().message()),
+               Catch::StartsWith("t.yaml:2: ") &&
+                   Catch::EndsWith("is above its upper bound: must be <= 31536000 (a year)"));
+  }
+  CHECK(sd::ParseConfig("limits:\n  job_idle_ttl_seconds: 31536000\n", "t.yaml").ok());
+
+  auto overflow = sd::ParseConfig("policy:\n  unresponsive_after_seconds: 1e10\n", "t.yaml");
+  REQUIRE_FALSE(overflow.ok());
+  CHECK(std::string(overflow.status().message()) ==
+        "t.yaml:2: policy: unresponsive_after_seconds=1e+10 is above its upper bound: "
+        "must be <= 604800");
+}
+
+TEST_CASE("a token file others can read, or a short token, draws a warning naming the file") {
+  TempFile token("abc\n");
+  chmod(token.path.c_str(), 0644);
+  TempFile config("auth:\n  token_file: " + token.path + "\n");
+  sd::ConfigSources flags;
+  flags.config_file = config.path;
+  auto cfg = sd::LoadConfig(flags, FakeEnv({}));
+  REQUIRE(cfg.ok());
+  REQUIRE(cfg->warnings.size() == 2);
+  CHECK(cfg->warnings[0] == "auth.token_file " + token.path +
+                                " has mode 0644: group or others may read the token (chmod 600 it)");
+  CHECK(cfg->warnings[1] == "auth.token_file " + token.path +
+                                " holds a 3-character token: use at least 16 random characters "
+                                "(openssl rand -hex 32)");
+
+  TempFile good("0123456789abcdef0123\n");
+  chmod(good.path.c_str(), 0600);
+  TempFile good_config("auth:\n  token_file: " + good.path + "\n");
+  flags.config_file = good_config.path;
+  cfg = sd::LoadConfig(flags, FakeEnv({}));
+  REQUIRE(cfg.ok());
+  CHECK(cfg->warnings.empty());
+}
+
+TEST_CASE("RestartOnlyChanges names each restart-only key that a reload changed") {
+  sd::DaemonConfig a;
+  sd::DaemonConfig b = a;
+  CHECK(sd::RestartOnlyChanges(a, b).empty());
+  b.persistence.synchronous = "full";
+  b.http.threads = 8;
+  b.tls.reload_seconds = 5;
+  b.limits.max_jobs = 7;  // reloadable: not named
+  b.policy.limit = 9;     // reloadable: not named
+  const auto changes = sd::RestartOnlyChanges(a, b);
+  REQUIRE(changes.size() == 3);
+  CHECK(changes[0] == "http.threads (4 -> 8)");
+  CHECK(changes[1] == "persistence.synchronous (normal -> full)");
+  CHECK(changes[2] == "tls.reload_seconds (60 -> 5)");
 }

@@ -287,3 +287,19 @@ TEST_CASE("token bucket: starts full, refills at the rate, never above the burst
   sd::TokenBucket unlimited(0, 1, t0);  // rate 0: no limit
   CHECK(unlimited.Take(1'000'000, t0) == 1'000'000);
 }
+
+TEST_CASE("log budget: the first N per interval are logged, the rest summed up once it ends") {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0{};
+  sd::LogBudget budget(3, std::chrono::seconds(10));
+  int logged = 0;
+  for (int i = 0; i < 10000; ++i) logged += budget.Take(t0 + std::chrono::milliseconds(i)) ? 1 : 0;
+  CHECK(logged == 3);
+  // Not summed up while the interval runs.
+  CHECK(budget.TakeSuppressed(t0 + std::chrono::seconds(9)) == 0);
+  CHECK(budget.TakeSuppressed(t0 + std::chrono::seconds(10)) == 9997);
+  CHECK(budget.TakeSuppressed(t0 + std::chrono::seconds(11)) == 0);  // handed over once
+  // A new interval logs again.
+  CHECK(budget.Take(t0 + std::chrono::seconds(12)));
+  CHECK(budget.TakeSuppressed(t0 + std::chrono::seconds(30)) == 0);  // nothing suppressed
+}

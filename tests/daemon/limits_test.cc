@@ -9,7 +9,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -20,6 +22,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -33,6 +39,7 @@
 #include "straggler/v1/straggler.grpc.pb.h"
 #include "slow_client.h"
 #include "test_certificate.h"
+#include "tls.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
@@ -164,6 +171,38 @@ TEST_CASE("limits.max_streams refuses one stream more, before reading it") {
   CHECK(opened);
 }
 
+TEST_CASE("limits.max_streams: refusals at once name the open streams, not the refused ones") {
+  // Refused streams that have not ended yet used to count as open: many at
+  // once read "1088 ingest streams are open" with max_streams=1024.
+  sd::DaemonConfig config;
+  config.limits.max_streams = 2;
+  Daemon d(config);
+  auto a = Open(d, Hello("j", 4, {0}));
+  auto b = Open(d, Hello("j", 4, {1}));
+  constexpr int kThreads = 8, kEach = 25;
+  std::vector<std::string> messages(kThreads * kEach);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+      std::vector<std::unique_ptr<IngestStream>> streams;
+      // Open them all before finishing any, so that they overlap.
+      for (int i = 0; i < kEach; ++i) {
+        contexts.push_back(std::make_unique<grpc::ClientContext>());
+        streams.push_back(d.ingest->Stream(contexts.back().get()));
+      }
+      for (int i = 0; i < kEach; ++i) {
+        messages[t * kEach + i] = streams[i]->Finish().error_message();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const std::string& m : messages) {
+    CHECK(m == "2 ingest streams are open (limits.max_streams=2); retry later");
+  }
+  CHECK(d.Metric("straggler_active_streams") == 2);
+}
+
 TEST_CASE("a stream over its reports-per-second budget has the excess rejected as rate_limited") {
   sd::DaemonConfig config;
   config.limits.stream_reports_per_second = 1;
@@ -209,6 +248,32 @@ TEST_CASE("limits.max_message_bytes ends a call with a larger message") {
   grpc::Status s = Refused(d, big);
   CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   // Below the limit the same daemon serves.
+  CHECK(Refused(d, Hello("small", 1, {0})).ok());
+}
+
+TEST_CASE("oversized messages at once, beyond gRPC's memory quota, end RESOURCE_EXHAUSTED") {
+  // 4 x 48 MB over their own connections: more than the daemon's gRPC
+  // ResourceQuota (32 MiB by default) and than max_message_bytes. Each call
+  // ends RESOURCE_EXHAUSTED, whichever gRPC layer refuses it (the quota's
+  // RST_STREAM or the message-size check), and the daemon serves on. Memory
+  // figures are measured by bench/grpc_memory (BENCHMARKS.md), not here.
+  Daemon d{sd::DaemonConfig()};
+  v1::ReportBatch big = Hello("big", 1, {0});
+  big.mutable_hello()->set_node(std::string(size_t{48} << 20, 'n'));
+  std::vector<grpc::StatusCode> codes(4, grpc::StatusCode::OK);
+  std::vector<std::thread> callers;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    callers.emplace_back([&, i] {
+      grpc::ChannelArguments args;
+      args.SetInt("limits_test.connection", static_cast<int>(i));  // no shared connection
+      auto channel = grpc::CreateCustomChannel(d.server.grpc_dial_address(),
+                                               grpc::InsecureChannelCredentials(), args);
+      auto stub = v1::IngestService::NewStub(channel);
+      codes[i] = SendAndClose(*stub, big).error_code();
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (grpc::StatusCode code : codes) CHECK(code == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(Refused(d, Hello("small", 1, {0})).ok());
 }
 
@@ -377,4 +442,60 @@ TEST_CASE("gRPC refusals of query, admin and rendezvous calls are counted in /me
   CHECK(refused("rendezvous", "NOT_FOUND") == 1);
   CHECK(refused("rendezvous", "DEADLINE_EXCEEDED") == 1);
   CHECK(refused("query", "OK") == -1);
+}
+
+namespace {
+
+// Re-signs `cert`'s certificate with its own key, valid from 2 days ago to
+// 1 day ago: expired, otherwise the same.
+int64_t MakeExpired(const straggler::testing::TestCertificate& cert) {
+  FILE* f = fopen(cert.cert.c_str(), "r");
+  REQUIRE(f != nullptr);
+  X509* x = PEM_read_X509(f, nullptr, nullptr, nullptr);
+  fclose(f);
+  f = fopen(cert.key.c_str(), "r");
+  REQUIRE(f != nullptr);
+  EVP_PKEY* key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+  fclose(f);
+  REQUIRE(x != nullptr);
+  REQUIRE(key != nullptr);
+  time_t now = time(nullptr);
+  REQUIRE(X509_time_adj_ex(X509_getm_notBefore(x), -2, 0, &now) != nullptr);
+  REQUIRE(X509_time_adj_ex(X509_getm_notAfter(x), -1, 0, &now) != nullptr);
+  REQUIRE(X509_sign(x, key, EVP_sha256()) > 0);
+  f = fopen(cert.cert.c_str(), "w");
+  REQUIRE(f != nullptr);
+  REQUIRE(PEM_write_X509(f, x) == 1);
+  fclose(f);
+  X509_free(x);
+  EVP_PKEY_free(key);
+  return static_cast<int64_t>(now) - 86400;
+}
+
+}  // namespace
+
+TEST_CASE("an expired certificate starts with a warning and its expiry in /metrics") {
+  straggler::testing::TestCertificate cert;
+  const int64_t not_after = MakeExpired(cert);
+  std::ifstream in(cert.cert);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  auto validity = sd::LeafValidity(pem.str());
+  REQUIRE(validity.ok());
+  CHECK(validity->not_after == not_after);
+  CHECK_THAT(sd::ValidityWarning(*validity, not_after + 10, "tls.cert_file=x"),
+             Catch::StartsWith("tls.cert_file=x expired at ") &&
+                 Catch::Contains(": clients that verify it refuse every connection"));
+  CHECK_THAT(sd::ValidityWarning(*validity, validity->not_before - 10, "c"),
+             Catch::StartsWith("c is not valid before "));
+  CHECK(sd::ValidityWarning(*validity, not_after - 10, "c").empty());
+
+  sd::DaemonConfig config;
+  config.tls.cert_file = cert.cert;
+  config.tls.key_file = cert.key;
+  Daemon d(config);
+  CHECK(d.Metric("straggler_tls_certificate_expiry_seconds") == static_cast<double>(not_after));
+  // Without TLS the series is absent.
+  Daemon plain{sd::DaemonConfig{}};
+  CHECK(plain.Metric("straggler_tls_certificate_expiry_seconds") == -1);
 }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <future>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -240,4 +241,55 @@ TEST_CASE("rendezvous: Add is an atomic counter across concurrent callers") {
   grpc::Status s = f.stub->Add(&ctx, req, &out);
   CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK_THAT(s.error_message(), Catch::Contains("'text'"));
+}
+
+TEST_CASE("rendezvous: a negative TTL or Wait timeout is refused naming it") {
+  Fixture f;
+  {
+    v1::RendezvousSetRequest req;
+    req.set_job_id("j");
+    req.set_key("k");
+    req.set_value("v");
+    req.mutable_ttl()->set_seconds(-5);
+    v1::RendezvousSetResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = f.stub->Set(&ctx, req, &resp);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message() == "ttl=-5s 0ns is negative (omit it for the default)");
+  }
+  {
+    v1::RendezvousAddRequest req;
+    req.set_job_id("j");
+    req.set_key("n");
+    req.set_delta(1);
+    req.mutable_ttl()->set_nanos(-1);
+    v1::RendezvousAddResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = f.stub->Add(&ctx, req, &resp);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(s.error_message(), Catch::StartsWith("ttl=0s -1ns is negative"));
+  }
+  {
+    v1::RendezvousWaitRequest req;
+    req.set_job_id("j");
+    req.add_keys("k");
+    req.mutable_timeout()->set_seconds(-1);
+    v1::RendezvousWaitResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = f.stub->Wait(&ctx, req, &resp);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(s.error_message(), Catch::StartsWith("timeout=-1s 0ns is negative"));
+  }
+  // Nothing was stored; a huge TTL is capped (no overflow), not refused.
+  v1::RendezvousGetResponse got;
+  CHECK(f.Get("j", {"k"}, &got).error_code() == grpc::StatusCode::NOT_FOUND);
+  v1::RendezvousSetRequest req;
+  req.set_job_id("j");
+  req.set_key("k");
+  req.set_value("v");
+  req.mutable_ttl()->set_seconds(std::numeric_limits<int64_t>::max());
+  v1::RendezvousSetResponse resp;
+  grpc::ClientContext ctx;
+  CHECK(f.stub->Set(&ctx, req, &resp).ok());
+  CHECK(f.Get("j", {"k"}, &got).ok());
 }

@@ -257,6 +257,18 @@ TEST_CASE("queries and admin calls report bad input with the right code") {
     CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   }
   {
+    // A number outside the enum has no name: the message shows the number.
+    grpc::ClientContext ctx;
+    v1::SetRankOverrideRequest req;
+    req.set_job_id("q");
+    req.set_rank(1);
+    req.set_override(static_cast<v1::RankOverride>(42));
+    v1::Membership m;
+    grpc::Status s = f.admin->SetRankOverride(&ctx, req, &m);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(s.error_message(), Catch::StartsWith("override=42 is not RANK_OVERRIDE_NONE"));
+  }
+  {
     grpc::ClientContext ctx;
     v1::ListEventsRequest req;
     req.set_job_id("q");

@@ -10,11 +10,16 @@ so tests never race for a fixed port. Python standard library only.
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
@@ -227,6 +232,90 @@ def check_memberships_agreed(report, label):
         check(report.get(key, 0) == 0, "%s: %s = %s, expected 0" % (label, key, report.get(key)))
     check(report["agreement_violations"] == 0,
           "%s: %d agreement violations" % (label, report["agreement_violations"]))
+
+
+def daemon_get(daemon, path, **params):
+    """GET path (+ ?params) of the daemon's REST API: parsed JSON, or the text
+    of /metrics."""
+    query = ("?" + urllib.parse.urlencode(params)) if params else ""
+    with urllib.request.urlopen("http://%s%s%s" % (daemon.http_address, path, query),
+                                timeout=30) as r:
+        text = r.read().decode()
+    return text if path == "/metrics" else json.loads(text)
+
+
+def daemon_metric(daemon, name, labels):
+    """The value of the daemon's sample of `name` whose labels include
+    `labels`, or None."""
+    for line in daemon_get(daemon, "/metrics").splitlines():
+        m = re.match(r"^%s\{(.*)\} (\S+)$" % re.escape(name), line)
+        if m and all('%s="%s"' % kv in m.group(1) for kv in labels.items()):
+            return float(m.group(2))
+    return None
+
+
+def excluded(job):
+    """The excluded ranks of a GET /v1/jobs/J answer, ascending."""
+    return sorted(e["rank"] for e in job.get("membership", {}).get("excluded", []))
+
+
+def flagged(report):
+    """{rank: (detected_at, excluded_at)} of a straggler-sim --report's ranks
+    that were detected or excluded."""
+    return {r["rank"]: (r["detected_at"], r["excluded_at"]) for r in report["ranks"]
+            if r["detected_at"] or r["excluded_at"]}
+
+
+def run_sim(sim_binary, daemon, workdir, job, name, extra, endpoint=None, check_rc=True,
+            timeout=120):
+    """Runs one straggler-sim launch of 8 ranks (20 ms steps, seed 7) to its
+    end and returns its --report. `endpoint`: where the sim reports (a node
+    agent's unix://...); the daemon is then its --query-daemon."""
+    report = os.path.join(workdir, name + ".json")
+    cmd = [sim_binary, "--daemon", endpoint or daemon.address, "--job", job, "--ranks", "8",
+           "--iteration-ms", "20", "--noise", "0.05", "--seed", "7", "--report", report]
+    if endpoint:
+        cmd += ["--query-daemon", daemon.address, "--membership-timeout-ms", "100"]
+    cmd += list(extra)
+    result = run(cmd, timeout)
+    if check_rc:
+        check(result.returncode == 0, "%s exited with %d:\n%s\ndaemon log:\n%s"
+              % (" ".join(cmd), result.returncode, result.stderr[-2000:], daemon.log_tail()))
+    with open(report) as f:
+        return json.load(f)
+
+
+def in_workdir(prefix, fn, keep=None):
+    """Runs fn(workdir) in `keep` or a new temporary directory; a temporary
+    one is removed when fn passes and kept (and named) when it fails, for the
+    logs and reports in it."""
+    workdir = keep or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        fn(workdir)
+    except TestFailure:
+        print("workdir kept: %s" % workdir, file=sys.stderr)
+        raise
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def check_ended_quietly(daemon, job, version):
+    """A job whose ranks all closed cleanly (docs/runs.md, "Job end"), some
+    time after: every rank finished, the membership still at `version`, no
+    rank unresponsive and no guard blocked."""
+    workers = daemon_get(daemon, "/v1/jobs/%s/workers" % job)["workers"]
+    states = sorted({w["state"] for w in workers})
+    check(states == ["WORKER_STATE_FINISHED"], "ranks of the finished job: %s" % states)
+    state = daemon_get(daemon, "/v1/jobs/" + job)
+    check(state.get("finished") is True, "the job is no longer finished: %s" % state)
+    check(state["membership"].get("version") == version,
+          "the finished job's membership moved: v%s -> v%s"
+          % (version, state["membership"].get("version")))
+    events = daemon_get(daemon, "/v1/jobs/%s/events" % job)["events"]
+    bad = [e for e in events if e.get("to") == "WORKER_STATE_UNRESPONSIVE"
+           or e.get("kind") == "EVENT_KIND_GUARD_BLOCKED"]
+    check(not bad, "events after a clean finish: %s" % bad)
 
 
 def print_log_tails(workdir, names, lines=25):

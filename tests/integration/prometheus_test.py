@@ -68,6 +68,7 @@ ALERTS = {
     "StragglerdNotIngesting": "empty",
     "HighReportRejectRate": "empty",
     "StaleReports": "empty",             # a live sim never goes backwards
+    "StragglerdCertificateExpiry": "empty",  # no TLS here: no certificate to expire
     "GpuThermalThrottling": "any",       # no GPU telemetry without the agent
     "GpuPowerThrottling": "any",
 }

@@ -27,19 +27,15 @@ Cases (--case):
 import argparse
 import json
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.parse
-import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, check, main, run, wait_for  # noqa: E402
+from harness import (Daemon, check, check_ended_quietly, in_workdir, daemon_get as get, daemon_metric as metric,  # noqa: E402
+                     excluded, flagged, main, run, run_sim, wait_for)
 
 SIM_TIMEOUT_S = 120
 # Short enough that a test waits for it, long against a loaded 2-core step.
@@ -47,42 +43,9 @@ UNRESPONSIVE_S = 3.0
 CONFIG = "policy:\n  unresponsive_after_seconds: %g\n" % UNRESPONSIVE_S
 
 
-def get(daemon, path, **params):
-    query = ("?" + urllib.parse.urlencode(params)) if params else ""
-    with urllib.request.urlopen("http://%s%s%s" % (daemon.http_address, path, query),
-                                timeout=30) as r:
-        text = r.read().decode()
-    return text if path == "/metrics" else json.loads(text)
-
-
-def metric(daemon, name, labels):
-    """The value of the sample of `name` whose labels include `labels`, or None."""
-    for line in get(daemon, "/metrics").splitlines():
-        m = re.match(r"^%s\{(.*)\} (\S+)$" % re.escape(name), line)
-        if m and all('%s="%s"' % kv in m.group(1) for kv in labels.items()):
-            return float(m.group(2))
-    return None
-
-
-def excluded(job):
-    return sorted(e["rank"] for e in job.get("membership", {}).get("excluded", []))
-
-
 def sim(args, daemon, workdir, job, name, extra, check_rc=True):
-    report = os.path.join(workdir, name + ".json")
-    cmd = [args.sim, "--daemon", daemon.address, "--job", job, "--ranks", "8",
-           "--iteration-ms", "20", "--noise", "0.05", "--seed", "7", "--report", report] + extra
-    result = run(cmd, SIM_TIMEOUT_S)
-    if check_rc:
-        check(result.returncode == 0, "%s exited with %d:\n%s\ndaemon log:\n%s"
-              % (" ".join(cmd), result.returncode, result.stderr[-2000:], daemon.log_tail()))
-    with open(report) as f:
-        return json.load(f)
-
-
-def flagged(report):
-    return {r["rank"]: (r["detected_at"], r["excluded_at"]) for r in report["ranks"]
-            if r["detected_at"] or r["excluded_at"]}
+    return run_sim(args.sim, daemon, workdir, job, name, extra, check_rc=check_rc,
+                   timeout=SIM_TIMEOUT_S)
 
 
 def test_new_run(args, workdir):
@@ -241,17 +204,7 @@ def test_finished(args, workdir):
               "straggler_job_running is not 0 for the finished job")
         version = job["membership"].get("version")
         time.sleep(UNRESPONSIVE_S * 2 + 2)
-        workers = get(daemon, "/v1/jobs/%s/workers" % clean)["workers"]
-        states = sorted({w["state"] for w in workers})
-        check(states == ["WORKER_STATE_FINISHED"], "ranks of the finished job: %s" % states)
-        job = get(daemon, "/v1/jobs/" + clean)
-        check(job["membership"].get("version") == version,
-              "the finished job's membership moved: v%s -> v%s"
-              % (version, job["membership"].get("version")))
-        events = get(daemon, "/v1/jobs/%s/events" % clean)["events"]
-        bad = [e for e in events if e.get("to") == "WORKER_STATE_UNRESPONSIVE"
-               or e.get("kind") == "EVENT_KIND_GUARD_BLOCKED"]
-        check(not bad, "events after a clean finish: %s" % bad)
+        check_ended_quietly(daemon, clean, version)
 
         # Killed without closing: still unresponsive, still alerting.
         cmd = [args.sim, "--daemon", daemon.address, "--job", killed, "--ranks", "4",
@@ -287,12 +240,5 @@ if __name__ == "__main__":
     parser.add_argument("--keep", help="work directory to keep (default: a temporary one)")
     args = parser.parse_args()
 
-    def body():
-        workdir = args.keep or tempfile.mkdtemp(prefix="straggler-runs-")
-        os.makedirs(workdir, exist_ok=True)
-        print("work directory: %s" % workdir)
-        CASES[args.case](args, workdir)
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-
-    main(body)
+    main(lambda: in_workdir("straggler-runs-", lambda workdir: CASES[args.case](args, workdir),
+                            keep=args.keep))

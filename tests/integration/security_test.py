@@ -36,13 +36,12 @@ import signal
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_test import Agent  # noqa: E402
-from harness import Daemon, TestFailure, check, main, run  # noqa: E402
+from harness import Daemon, TestFailure, check, in_workdir, main, run  # noqa: E402
 
 CTL_TIMEOUT_S = 20
 RANKS = 2
@@ -375,16 +374,14 @@ def startup_errors(args, workdir, pki):
 def test(args):
     if shutil.which("openssl") is None:
         raise TestFailure("the openssl command is needed (Debian package openssl)")
-    workdir = tempfile.mkdtemp(prefix="stragglerd-security-")
-    try:
+
+    def body(workdir):
         pki = make_pki(workdir)
         tls_and_token(args, workdir, pki)
         mutual_tls(args, workdir, pki)
         startup_errors(args, workdir, pki)
-    except TestFailure:
-        print("workdir kept: %s" % workdir, file=sys.stderr)
-        raise
-    shutil.rmtree(workdir, ignore_errors=True)
+
+    in_workdir("stragglerd-security-", body)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,16 @@ RankDevice FromProto(const v1::RankDevice& d) {
   out.local_rank = d.local_rank();
   out.cuda_visible_devices = d.cuda_visible_devices();
   out.gpu_uuid = d.gpu_uuid();
+  out.incarnation = d.incarnation();
   return out;
+}
+
+void ToProto(const RankDevice& d, v1::RankDevice* out) {
+  out->set_rank(d.rank);
+  out->set_local_rank(d.local_rank);
+  out->set_cuda_visible_devices(d.cuda_visible_devices);
+  out->set_gpu_uuid(d.gpu_uuid);
+  out->set_incarnation(d.incarnation);
 }
 
 std::vector<RankDevice> DevicesOf(const v1::StreamHello& hello) {

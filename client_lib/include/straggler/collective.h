@@ -60,7 +60,16 @@
 
 #include "straggler/client.h"
 
+namespace gloo::rendezvous {
+class Store;  // <gloo/rendezvous/store.h>; only straggler/gloo_store.h includes Gloo
+}
+
 namespace straggler {
+
+// The largest agreement_interval (GlooOptions, NcclOptions). stragglerd
+// bounds what a hello may claim by the job's progress + lead + this
+// (engine::JobEngine::kMaxAgreementInterval, the same number).
+inline constexpr uint32_t kMaxAgreementInterval = 1024;
 
 class CollectiveError : public std::runtime_error {
  public:
@@ -164,6 +173,14 @@ struct GlooOptions {
   std::string run_id;
   // Expiry of this rank's rendezvous keys on the daemon.
   std::chrono::milliseconds key_ttl{std::chrono::minutes(10)};
+  // A rendezvous store of the trainer's own (straggler.torch passes the store
+  // torch.distributed.init_process_group made). When set, the Gloo contexts
+  // and the agreement's keys go through it instead of stragglerd's
+  // RendezvousService, so the job needs no daemon to start or to go on, and
+  // rendezvous_endpoint is unused. Every rank of the launch must use the
+  // same store under the same prefix; get() must block until the key is
+  // set, bounded (Gloo's contract); it is called from the training thread.
+  std::shared_ptr<gloo::rendezvous::Store> rendezvous_store;
 
   // Empty when usable, else what is wrong, naming the value.
   std::string Validate() const;

@@ -347,6 +347,10 @@ std::string ValidateCommonOptions(const std::string& job_id, uint32_t rank, uint
     return "membership_timeout=" + std::to_string(membership_timeout.count()) + "ms must be >= 0";
   }
   if (agreement_interval == 0) return "agreement_interval=0 must be >= 1 (1: every iteration)";
+  if (agreement_interval > kMaxAgreementInterval) {
+    return "agreement_interval=" + std::to_string(agreement_interval) + " must be <= " +
+           std::to_string(kMaxAgreementInterval);
+  }
   return "";
 }
 

@@ -41,8 +41,10 @@ class GlooPartialAllReduce final : public PartialAllReduce {
       : client_(client),
         options_(std::move(options)),
         device_(std::move(device)),
-        store_(options_.rendezvous_endpoint, options_.job_id, options_.key_ttl,
-               options_.collective_timeout),
+        store_(options_.rendezvous_store
+                   ? options_.rendezvous_store
+                   : std::make_shared<DaemonStore>(options_.rendezvous_endpoint, options_.job_id,
+                                                   options_.key_ttl, options_.collective_timeout)),
         agreement_(options_.rank, options_.run_id, /*previous_active=*/{},
                    /*previously_participating=*/false) {}
 
@@ -225,7 +227,7 @@ class GlooPartialAllReduce final : public PartialAllReduce {
       try {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(index, static_cast<int>(active.size()));
         ctx->setTimeout(options_.collective_timeout);
-        gloo::rendezvous::PrefixStore store(prefix, store_);
+        gloo::rendezvous::PrefixStore store(prefix, *store_);
         ctx->connectFullMesh(store, device_);
         c.context = std::move(ctx);
       } catch (const std::exception& e) {
@@ -244,10 +246,11 @@ class GlooPartialAllReduce final : public PartialAllReduce {
   Client& client_;
   const GlooOptions options_;
   std::shared_ptr<gloo::transport::Device> device_;
-  DaemonStore store_;
+  // The trainer's own store (GlooOptions::rendezvous_store) or stragglerd's.
+  std::shared_ptr<gloo::rendezvous::Store> store_;
   // After store_ (it holds a reference to it).
   detail::StoreAgreementTransport transport_{
-      store_, [this](uint64_t it, std::span<uint64_t> words) { return MinOverPrevious(it, words); }};
+      *store_, [this](uint64_t it, std::span<uint64_t> words) { return MinOverPrevious(it, words); }};
 
   std::list<CachedContext> cache_;  // most recently used first; bounded
   CachedContext* current_ = nullptr;  // the context of the current iteration
@@ -264,7 +267,10 @@ std::string RendezvousEndpointFor(const ClientOptions& client) {
 }
 
 std::string GlooOptions::Validate() const {
-  std::string common = detail::ValidateCommonOptions(job_id, rank, world_size, rendezvous_endpoint,
+  // With a store of the trainer's own, no daemon address is needed.
+  std::string common = detail::ValidateCommonOptions(job_id, rank, world_size,
+                                                     rendezvous_store ? "(trainer's store)"
+                                                                      : rendezvous_endpoint,
                                                      collective_timeout, membership_timeout,
                                                      agreement_interval);
   if (!common.empty()) return common;

@@ -1,10 +1,10 @@
 // detail::AgreementTransport for every backend: the store half (the ready
-// and join keys of readmitted ranks, agreement.h) over the daemon's
-// rendezvous store, the in-band all-reduce through the backend's function.
+// and join keys of readmitted ranks, agreement.h) over the rendezvous store
+// (stragglerd's DaemonStore, or a trainer's own), the in-band all-reduce through the backend's function.
 // Header-only: the backends are separate shared libraries and this is not
 // part of the public API.
 //
-// Not thread-safe beyond what DaemonStore promises; used by the one thread
+// Not thread-safe beyond what the store promises; used by the one thread
 // that drives a PartialAllReduce.
 #pragma once
 
@@ -25,7 +25,7 @@ class StoreAgreementTransport final : public AgreementTransport {
  public:
   using MinOverPreviousFn = std::function<bool(uint64_t iteration, std::span<uint64_t> words)>;
   // `store` and whatever `min_over_previous` uses must outlive this.
-  StoreAgreementTransport(DaemonStore& store, MinOverPreviousFn min_over_previous)
+  StoreAgreementTransport(gloo::rendezvous::Store& store, MinOverPreviousFn min_over_previous)
       : store_(store), min_over_previous_(std::move(min_over_previous)) {}
 
   bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) override {
@@ -52,7 +52,7 @@ class StoreAgreementTransport final : public AgreementTransport {
   }
 
  private:
-  DaemonStore& store_;
+  gloo::rendezvous::Store& store_;
   MinOverPreviousFn min_over_previous_;
 };
 

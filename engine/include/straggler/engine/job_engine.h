@@ -165,6 +165,7 @@ enum class RejectReason {
   kRankOutOfRange,   // rank >= world size
   kDuplicate,        // this (rank, iteration) was already taken
   kStale,            // older than the rank's newest iteration: out of order
+  kTooFarAhead,      // more than kMaxIterationJump past the job's progress
 };
 std::string_view RejectReasonName(RejectReason r);
 
@@ -271,6 +272,18 @@ class JobEngine {
   // kSpeedupRows consecutive rows.
   static constexpr double kSpeedupRatio = 1.5;
   static constexpr int kSpeedupRows = 3;
+  // How far a report (or a hello's reported_iteration) may be past the job's
+  // reference progress (the median of the ranks' newest iterations) once
+  // there is one: one forged report must not move a rank or the job out of
+  // reach. A whole job resuming from a later checkpoint stays within it.
+  static constexpr uint64_t kMaxIterationJump = 1'000'000;
+  // How far a hello's claimed membership version may be past the newest
+  // version here (a daemon restarted without its state database knows none).
+  static constexpr uint64_t kMaxVersionJump = uint64_t{1} << 20;
+  // The collective layer's largest agreement_interval (straggler::
+  // kMaxAgreementInterval in client_lib's collective.h): a version may take
+  // effect up to lead + this past where the ranks are.
+  static constexpr uint64_t kMaxAgreementInterval = 1024;
 
   // world_size must be > 0 and policy valid (checked by the caller with
   // PolicyConfig::Validate; the constructor asserts).
@@ -335,7 +348,8 @@ class JobEngine {
 
   // Forgets all per-rank state (which streams speak for which ranks is not
   // state) and publishes a membership with every rank included (as a new,
-  // higher version) - through the membership gate: while a rank no stream
+  // higher version, in force from the ranks' progress + lead even when an
+  // earlier version was put implausibly far ahead: those are dropped) - through the membership gate: while a rank no stream
   // speaks for would have to hear of it, the release is withheld instead.
   void Reset(Time now);
 
@@ -353,6 +367,20 @@ class JobEngine {
   // client (no token needed), so it never sets an override: a rank it names
   // as forced out is held as a straggler and released by its reports.
   void AdoptVersionFloor(const Membership& held, Time now);
+
+  // Whether a hello's claims are plausible against what this engine has
+  // seen (docs/runs.md, "What a hello may claim"): `reported` at most
+  // kMaxIterationJump past the reference progress once reports exist;
+  // `held` (version 0 = none) at most kMaxVersionJump past the newest
+  // version and taking effect at most lead + kMaxAgreementInterval past
+  // max(reference progress, reported). INVALID_ARGUMENT names the value.
+  absl::Status CheckClaims(const Membership& held, std::optional<uint64_t> reported) const;
+
+  // A stream's claimed reported_iteration turned out false (its first
+  // reports are more than kMaxIterationJump below it): forgets every hello's
+  // reported_iteration and, when the newest version takes effect beyond
+  // plausibility, rebases (see Reset). Returns whether anything changed.
+  bool DropClaims(Time now);
 
   // A stream's hello says its ranks have reported up to `iteration`. Every
   // version published from now on takes effect after iteration + 1 + lead: a

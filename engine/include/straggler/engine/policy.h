@@ -8,9 +8,16 @@
 //   p.threshold_factor = 0.5;
 //   p.Validate();  // InvalidArgument: "threshold_factor=0.5 must be > 1"
 //
+// Every numeric field has a documented range in one place, the PolicyFields()
+// table (bounds below); Validate() checks each field against it, so config
+// files, SIGHUP, REST, gRPC and straggler-replay all refuse the same values.
+// The upper bounds keep everything derived from a field (a duration in int64
+// nanoseconds, an iteration sum) far from overflow.
+//
 // Plain value type; no shared state.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -91,11 +98,30 @@ struct PolicyConfig {
 using PolicyMember =
     std::variant<uint32_t PolicyConfig::*, double PolicyConfig::*, bool PolicyConfig::*,
                  PolicyKind PolicyConfig::*, RecoveryMode PolicyConfig::*>;
+//
+// Numeric fields carry their accepted range: min (exclusive when
+// min_exclusive) to max, inclusive. Enums and bools ignore the bounds.
 struct PolicyField {
   const char* name;
   PolicyMember member;
+  double min = 0;
+  double max = 0;
+  bool min_exclusive = false;
 };
 std::span<const PolicyField> PolicyFields();
+
+// The longest duration any policy field may hold: 7 days. Far below the
+// ~292 years int64 nanoseconds can hold, so `now + duration` cannot wrap.
+inline constexpr double kMaxPolicySeconds = 7 * 24 * 3600.0;
+
+// `seconds` as nanoseconds, saturating at the int64 limits (NaN -> 0): a
+// conversion that can never overflow, whatever Validate let through.
+std::chrono::nanoseconds SaturatingNanoseconds(double seconds);
+
+// The shortest text that reads back as exactly `v` ("3600.0001", "1e+300",
+// "0.1"): messages that compare a value with a bound must show the
+// difference.
+std::string ExactNumber(double v);
 
 // What a policy change changed, for its event and log line: every field
 // whose value differs, in PolicyFields() order, as

@@ -62,6 +62,7 @@ struct RankDevice {
   uint32_t local_rank = 0;
   std::string cuda_visible_devices;  // verbatim; "" = unset
   std::string gpu_uuid;              // "" = unknown
+  uint64_t incarnation = 0;          // the rank's client process (0 = unknown; docs/runs.md)
 };
 
 // What the mapper knows about a node's GPU.

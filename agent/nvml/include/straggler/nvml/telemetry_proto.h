@@ -17,6 +17,7 @@ namespace straggler::nvml {
 void ToProto(const GpuSample& s, v1::GpuTelemetry* out);
 void ToProto(const GpuSample& s, v1::RankTelemetry* out, uint32_t rank);
 RankDevice FromProto(const v1::RankDevice& d);
+void ToProto(const RankDevice& d, v1::RankDevice* out);
 // The devices of a hello, by rank.
 std::vector<RankDevice> DevicesOf(const v1::StreamHello& hello);
 

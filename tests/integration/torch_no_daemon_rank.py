@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""One rank of torch_no_daemon_test.py: the README's exclusion recipe as a
+user writes it (the client and the rendezvous from the environment and
+torch.distributed's store, nothing passed by hand), on a 4-rank DDP job whose
+daemon may be absent. Rank --slow-rank sleeps 4x longer per step while the
+file --slow-flag exists. Prints one JSON line per step, then {"final": ...}.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import straggler.torch as st
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--store", required=True, help="FileStore path for init_process_group")
+    p.add_argument("--iterations", type=int, required=True)
+    p.add_argument("--step-ms", type=float, default=20)
+    p.add_argument("--slow-rank", type=int, default=3)
+    p.add_argument("--slow-flag", default="")
+    a = p.parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(a.store, world), rank=rank,
+                            world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    ddp = DDP(model, broadcast_buffers=False, find_unused_parameters=False)
+    state = st.PartialAllReduceState(collective_timeout=20.0)
+    ddp.register_comm_hook(state, st.partial_allreduce_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    started = time.monotonic()
+    it = 0
+    while it < a.iterations:
+        plan = state.begin_step(it, model=ddp.module, optimizer=opt)
+        if plan.rejoin_iteration is not None:
+            it = plan.rejoin_iteration
+            continue
+        step_start = time.perf_counter()
+        g = torch.Generator().manual_seed(1000 * rank + it)
+        x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        slow = rank == a.slow_rank and a.slow_flag and os.path.exists(a.slow_flag)
+        time.sleep(a.step_ms * (4 if slow else 1) / 1000.0)
+        state.end_step(0, time.perf_counter() - step_start)
+        state.optimizer_step(opt)
+        opt.zero_grad()
+        print(json.dumps({"it": it, "t": time.monotonic() - started, "version": plan.version,
+                          "participating": plan.participating, "certain": plan.certain,
+                          "active": list(plan.active_ranks), "loss": loss.item()}), flush=True)
+        it += 1
+    print(json.dumps({"final": True, "run_id": state.client.run_id,
+                      "connected": state.client.stats().connected,
+                      "params": [v for t in ddp.module.parameters()
+                                 for v in t.detach().reshape(-1)[:16].tolist()]}), flush=True)
+    state.client.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as e:  # noqa: BLE001 - the driver reads stderr
+        print("rank %s: %s: %s" % (os.environ.get("RANK", "?"), type(e).__name__, e),
+              file=sys.stderr)
+        raise

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""kill -9 with a straggler excluded, several runs (issue 15 item 4): a
+straggler restored from the state database is never readmitted before its
+own reports show recovery.
+
+Each run: stragglerd on a state database; straggler-sim, 8 ranks, rank 3
+three times slower for the whole run; once rank 3 is excluded the daemon is
+killed with SIGKILL and started again on the same port and database while
+the sim keeps running. Rank 3 never recovers, so the sim must never readmit
+it (its report's readmitted_at stays empty) and the restarted daemon must
+still exclude it at the end.
+
+    kill9_straggler_test.py --stragglerd PATH --sim PATH [--runs N]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from agent_test import free_port, http_get  # noqa: E402
+from harness import Daemon, TestFailure, check, main, wait_for  # noqa: E402
+
+RANKS = 8
+SLOW = 3
+ITERATIONS = 500
+
+
+def job_state(daemon, job):
+    return json.loads(http_get(daemon.http_address, "/v1/jobs/" + job))
+
+
+def excluded(job):
+    return [e["rank"] for e in job.get("membership", {}).get("excluded", [])]
+
+
+def one_run(args, work, n):
+    job = "kill9-straggler-%d" % n
+    db = os.path.join(work, "state-%d.db" % n)
+    address = "127.0.0.1:%d" % free_port()
+    old = Daemon(args.stragglerd, work, grpc_address=address, name="stragglerd-%d-a" % n,
+                 extra_args=["--state-db", db])
+    new = Daemon(args.stragglerd, work, grpc_address=address, name="stragglerd-%d-b" % n,
+                 extra_args=["--state-db", db])
+    report = os.path.join(work, "sim-%d.json" % n)
+    sim = None
+    try:
+        old.start()
+        sim = subprocess.Popen(
+            [args.sim, "--daemon", address, "--job", job, "--ranks", str(RANKS),
+             "--iterations", str(ITERATIONS), "--iteration-ms", "20", "--noise", "0.05",
+             "--seed", str(100 + n), "--slow", "%d:3:0:%d" % (SLOW, ITERATIONS),
+             "--membership-timeout-ms", "100", "--quiet", "--report", report],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for("rank %d excluded" % SLOW, lambda: excluded(job_state(old, job)) == [SLOW],
+                 timeout=60)
+        old.proc.kill()  # SIGKILL: the database is all that survives
+        old.proc.wait()
+        time.sleep(0.5 + 0.3 * n)  # a different outage each run
+        check(sim.poll() is None, "run %d: the sim ended while the daemon was down" % n)
+        new.start()
+        try:
+            out, err = sim.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            raise TestFailure("run %d: the sim did not finish" % n)
+        check(sim.returncode == 0, "run %d: sim exited %d:\n%s" % (n, sim.returncode, err[-2000:]))
+        with open(report) as f:
+            rep = json.load(f)
+        slow = rep["ranks"][SLOW]
+        check(slow["readmitted_at"] == [],
+              "run %d: rank %d, slow all along, was readmitted at %s after the restart\n%s"
+              % (n, SLOW, slow["readmitted_at"], new.log_tail(60)))
+        check(excluded(job_state(new, job)) == [SLOW],
+              "run %d: the restarted daemon excludes %s at the end"
+              % (n, excluded(job_state(new, job))))
+        print("run %d: rank %d excluded at %s, kept out across the restart"
+              % (n, SLOW, slow["excluded_at"]))
+        check(new.stop() == 0, "run %d: the restarted daemon did not exit 0" % n)
+    finally:
+        if sim is not None and sim.poll() is None:
+            sim.kill()
+        old.__exit__(None, None, None)
+        new.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stragglerd", required=True)
+    parser.add_argument("--sim", required=True)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+
+    def body():
+        with tempfile.TemporaryDirectory(prefix="kill9-straggler-") as work:
+            for n in range(args.runs):
+                one_run(args, work, n)
+
+    main(body)

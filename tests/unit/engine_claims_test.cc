@@ -1,0 +1,112 @@
+// Hostile and broken input the engine bounds (issue 15): hello claims far
+// past the job, a version floor put out of reach, forged iterations, and a
+// straggler restored from the state database that has not reconnected.
+#include <catch2/catch.hpp>
+
+#include "engine_test_util.h"
+
+namespace straggler::engine {
+namespace {
+
+using namespace std::chrono_literals;
+using testutil::ExcludedRanks;
+using testutil::Harness;
+using testutil::MakeReport;
+using testutil::Uniform;
+
+Membership Held(uint64_t version, uint64_t effective) {
+  Membership m;
+  m.version = version;
+  m.effective_iteration = effective;
+  return m;
+}
+
+TEST_CASE("claims: a hello's version, effective and reported iterations are bounded",
+          "[engine][claims]") {
+  Harness h(4);
+  JobEngine& e = h.engine();
+  // No progress yet (a restarted daemon without a database): a client at
+  // iteration 1000 holding version 7 in force from 905 is believed.
+  CHECK(e.CheckClaims(Held(7, 905), 1000).ok());
+  CHECK(e.CheckClaims(Held(7, 5000), std::nullopt).code() == absl::StatusCode::kInvalidArgument);
+  CHECK_FALSE(e.CheckClaims(Held(uint64_t{1} << 40, 10), 1000).ok());
+  h.Rows(0, 500, 0, Uniform(4, 1.0));
+  CHECK(e.CheckClaims(Held(3, 503), 499).ok());
+  CHECK(e.CheckClaims(Held(3, 499 + 3 + 1024), std::nullopt).ok());
+  const absl::Status far = e.CheckClaims(Held(3, 499 + 3 + 1025), std::nullopt);
+  CHECK(far.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(far.message().find("known_effective_iteration=1527") != std::string::npos);
+  CHECK_FALSE(e.CheckClaims(Held(0, 0), 499 + 1'000'001).ok());
+  CHECK(e.CheckClaims(Held(0, 0), 499 + 1'000'000).ok());
+  CHECK_FALSE(e.CheckClaims(Held(1'000'000'000'000ull, 1'000'000'000'000'000ull), 500).ok());
+}
+
+TEST_CASE("claims: a version floor out of reach is rebased at the next decision and by Reset",
+          "[engine][claims]") {
+  PolicyConfig p;
+  p.cooldown_iterations = 0;
+  Harness h(8, p);
+  JobEngine& e = h.engine();
+  // What an unbounded hello did before: a floor at 10^15.
+  e.NoteReportedIteration(1'000'000'000'000'000ull);
+  e.AdoptVersionFloor(Held(1'000'000'000'000ull, 1'000'000'000'000'000ull), h.now());
+  REQUIRE(e.membership().effective_iteration > 1'000'000'000'000'000ull);
+  std::vector<double> slow = Uniform(8, 1.0);
+  slow[3] = 3.0;
+  h.Rows(0, 10, 0, Uniform(8, 1.0));
+  h.Rows(10, 20, 0, slow);
+  CHECK(ExcludedRanks(e.membership()) == std::vector<uint32_t>{3});
+  CHECK(e.membership().version > 1'000'000'000'001ull);
+  CHECK(e.membership().effective_iteration < 40);
+
+  SECTION("Reset restores a working lineage") {
+    e.NoteReportedIteration(1'000'000'000'000'000ull);
+    e.Reset(h.now());
+    CHECK(e.membership().excluded.empty());
+    CHECK(e.membership().effective_iteration < 40);
+  }
+}
+
+TEST_CASE("claims: a forged report is refused past the jump bound, and below it does not make "
+          "the rank's real reports stale",
+          "[engine][claims]") {
+  Harness h(4);
+  JobEngine& e = h.engine();
+  h.Rows(0, 100, 0, Uniform(4, 1.0));
+  const IngestResult absurd = e.Ingest(MakeReport(1, 0, uint64_t{1} << 62, 1.0, h.now()), h.now());
+  CHECK(absurd.reason == RejectReason::kTooFarAhead);
+  CHECK(absurd.message.find("more than 1000000 past the job's progress (iteration 99)") !=
+        std::string::npos);
+  CHECK(e.Ingest(MakeReport(1, 0, 99 + 5000, 1.0, h.now()), h.now()).accepted);
+  // The rank's real next report, and every one after it, is taken.
+  h.Rows(100, 20, 0, Uniform(4, 1.0));
+  CHECK(e.Progress(1) == std::optional<uint64_t>(119));
+  CHECK(e.View().highest_iteration == 119);
+}
+
+TEST_CASE("claims: a restored straggler stays out until its reports show recovery",
+          "[engine][claims]") {
+  Harness h(4);
+  JobEngine& e = h.engine();
+  Membership stored = Held(4, 100);
+  stored.excluded.push_back({3, ExclusionReason::kStraggler, "slow", 90});
+  e.RestoreMembership(stored, {}, h.now());
+  REQUIRE(ExcludedRanks(e.membership()) == std::vector<uint32_t>{3});
+  // Not silent since 1970: its unresponsive clock starts at the restore.
+  h.Advance(5s);
+  e.Tick(h.now());
+  CHECK(h.State(3) == WorkerState::kStraggler);
+  // Silent past the timeout: unresponsive; reporting again it is still a
+  // straggler with a full counter, not healthy and readmitted.
+  h.Advance(60s);
+  e.Tick(h.now());
+  CHECK(h.State(3) == WorkerState::kUnresponsive);
+  CHECK(ExcludedRanks(e.membership()) == std::vector<uint32_t>{3});
+  h.Feed(3, 0, 101, 1.0);
+  CHECK(h.State(3) == WorkerState::kStraggler);
+  CHECK(e.Worker(3).counter == e.Worker(3).limit);
+  CHECK(ExcludedRanks(e.membership()) == std::vector<uint32_t>{3});
+}
+
+}  // namespace
+}  // namespace straggler::engine
