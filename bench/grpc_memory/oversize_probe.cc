@@ -5,8 +5,8 @@
 // the calls run, and --after-seconds after the last call ended. Prints the
 // calls' status codes and one line of figures in MB (10^6 bytes).
 //
-//   oversize_probe --target 127.0.0.1:50051 --pid $(pidof stragglerd) \
-//       --bytes 100000000 --concurrent 8 [--after-seconds 5] [--rounds 1]
+//   oversize_probe --target 127.0.0.1:50051 --pid $(pidof stragglerd)
+//                  --bytes 100000000 --concurrent 8 [--after-seconds 5] [--rounds 1]
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
