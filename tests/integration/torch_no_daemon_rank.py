@@ -23,6 +23,8 @@ import straggler.torch as st
 
 def stop_at(path):
     """The iteration in `path` (the driver writes it whole, by rename), or None."""
+    if not path:
+        return None
     try:
         with open(path) as f:
             return int(f.read())
