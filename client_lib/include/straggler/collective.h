@@ -169,7 +169,9 @@ struct GlooOptions {
   // Names this run of the job in the rendezvous keys. Versions are unique
   // within a job, except version 0 of a job id that is reused: set a fresh
   // run_id per launch (the same on every rank) when a job id is reused
-  // within key_ttl, or stale keys of the earlier run may be read.
+  // within key_ttl, or stale keys of the earlier run may be read. Give it
+  // the client's ClientOptions::run_id (straggler.PartialAllReduce does):
+  // the daemon starts the new run fresh under that same id.
   std::string run_id;
   // Expiry of this rank's rendezvous keys on the daemon.
   std::chrono::milliseconds key_ttl{std::chrono::minutes(10)};
