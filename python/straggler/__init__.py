@@ -2,7 +2,8 @@
 
     import straggler
     client = straggler.Client(job_id="resnet", rank=0, world_size=4)  # the rest from env
-    reducer = straggler.PartialAllReduce(client)      # rendezvous through the same daemon
+    reducer = straggler.PartialAllReduce(client)      # rendezvous through the same daemon,
+    # or store=<a torch.distributed Store>: through it, no daemon needed to start
     it = 0
     while it < steps:
         plan = reducer.begin_iteration(it)            # the membership switch rule

@@ -23,7 +23,20 @@ Why a hook on the project's own Gloo contexts and not torch.distributed
 subgroups: in torch 1.13 `new_group` must be entered by every rank of the
 default group, the straggler too, so building a subgroup waits on the very rank
 it leaves out. straggler.PartialAllReduce builds one Gloo context per active
-set through stragglerd's rendezvous, by its members only.
+set, by its members only, through a rendezvous store: here the one
+init_process_group made (`rendezvous_store()`: a PrefixStore
+'straggler/<job>/<run>/<launch>/' over it), not stragglerd's.
+
+No daemon needed: the run id (`run_id()`: STRAGGLER_RUN_ID, else a
+TORCHELASTIC_RUN_ID other than 'none', else a UUID rank 0 publishes in that
+store) and the rendezvous come from torch.distributed, so a job whose daemon
+is absent at start, or gone, trains on the full group: the client retries in
+the background, begin_step's membership stays uncertain (one
+membership_timeout wait per outage, then none) and the in-band agreement
+keeps the set it applied, everyone at the start. Once the daemon answers,
+reports reach it and exclusion works from then on. Without torch.distributed
+initialized (or with rendezvous_endpoint= or store= given), the reducer
+rendezvouses as its options say: stragglerd's RendezvousService by default.
 
 What DDP itself must not do (each is a collective on the FULL group, which the
 active ranks would then wait on the straggler for):

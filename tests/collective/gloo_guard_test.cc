@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include <gloo/rendezvous/hash_store.h>
+
 #include "daemon_test_util.h"
 #include "straggler/client.h"
 #include "straggler/collective.h"
@@ -71,7 +73,8 @@ struct Rank {
 };
 
 Rank Start(const std::string& endpoint, uint32_t rank, uint32_t world, bool uncertain_wrapper = false,
-           uint32_t agreement_interval = 1) {
+           uint32_t agreement_interval = 1,
+           std::shared_ptr<gloo::rendezvous::Store> rendezvous_store = nullptr) {
   straggler::ClientOptions co;
   co.endpoint = endpoint;
   co.job_id = "gloo-guard";
@@ -90,6 +93,7 @@ Rank Start(const std::string& endpoint, uint32_t rank, uint32_t world, bool unce
   go.collective_timeout = 3s;
   go.membership_timeout = 3s;
   go.agreement_interval = agreement_interval;
+  go.rendezvous_store = std::move(rendezvous_store);
   r.reducer = straggler::CreateGlooPartialAllReduce(*r.client, go, &error);
   REQUIRE(r.reducer != nullptr);
   return r;
@@ -398,4 +402,28 @@ TEST_CASE("gloo: after a put-off readmission the group takes the joiner in where
       CHECK(steps[r][it].plan.sync_parameters == (it == at));
     }
   }
+}
+
+TEST_CASE("gloo: with a rendezvous store of the trainer's own, ranks with no daemon average on the full group") {
+  // Nothing listens on port 1: the clients retry in the background and the
+  // agreement keeps the first membership, everyone. The contexts rendezvous through the shared
+  // store (threads as ranks, as straggler.torch shares init_process_group's),
+  // never the daemon: through it, the first build would fail.
+  const std::string nowhere = "127.0.0.1:1";
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<Rank> ranks;
+  for (uint32_t r = 0; r < 3; ++r) {
+    ranks.push_back(Start(nowhere, r, 3, /*uncertain_wrapper=*/false, /*agreement_interval=*/1, store));
+  }
+  Steps steps;
+  RunSteps(ranks, 0, 4, steps);
+  for (uint64_t it = 0; it <= 4; ++it) {
+    for (uint32_t r = 0; r < 3; ++r) {
+      INFO("rank " << r << " iteration " << it);
+      CHECK(steps[r][it].plan.active_ranks == std::vector<uint32_t>{0, 1, 2});
+      CHECK(steps[r][it].result.participated);
+      CHECK(steps[r][it].value == 2.0f);
+    }
+  }
+  CHECK_FALSE(ranks[0].client->Stats().connected);
 }

@@ -14,6 +14,11 @@
     through sys.unraisablehook and the client keeps working.
   * Bad options raise, naming the value; a PartialAllReduce whose Client was
     closed raises instead of touching a destroyed client.
+  * store=: with a torch.distributed Store for the rendezvous and no daemon,
+    two ranks in two threads average on the full group (the store's
+    callbacks take the GIL begin_iteration released), and a rank alone in a
+    2-rank job gets a CollectiveError naming the store within
+    collective_timeout, not the store's own timeout.
   * With --agent: a Client behind a straggler-agent whose daemon is
     unreachable shows it in stats().upstream_unavailable (False straight to
     the daemon).
@@ -101,6 +106,8 @@ def test(args):
     finally:
         del os.environ["STRAGGLER_RENDEZVOUS_ENDPOINT"]
         via_agent.close()
+
+    check_own_store(straggler)
 
     unraisable = []
     sys.unraisablehook = lambda u: unraisable.append(str(u.exc_value))
@@ -204,6 +211,55 @@ def test(args):
         if args.agent:
             check_upstream_unavailable(straggler, args.agent, workdir)
     print("2 ranks in 2 threads: %d exact iterations; callbacks saw %s" % (ITERATIONS, seen))
+
+
+def check_own_store(straggler):
+    import datetime
+    import numpy as np
+    import torch.distributed as dist
+    nowhere = "127.0.0.1:1"  # no daemon: the clients retry in the background
+    store = dist.HashStore()
+    clients = [straggler.Client(endpoint=nowhere, job_id="own-store", rank=r, world_size=2)
+               for r in range(2)]
+    reducers = [straggler.PartialAllReduce(c, store=store, collective_timeout=20.0,
+                                           membership_timeout=0.2) for c in clients]
+    out, errors = {0: [], 1: []}, []
+
+    def loop(r):
+        try:
+            for it in range(3):
+                plan = reducers[r].begin_iteration(it)
+                g = np.full(3, 2.0 * (r + 1) + it, dtype=np.float32)
+                res = reducers[r].all_reduce_average(g)
+                out[r].append((plan.active_ranks, res["participated"], g.tolist()))
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append("rank %d: %s: %s" % (r, type(e).__name__, e))
+    threads = [threading.Thread(target=loop, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(not errors, "two ranks over a torch HashStore, no daemon: %s" % errors)
+    for r in range(2):
+        check(out[r] == [([0, 1], True, [3.0 + it] * 3) for it in range(3)],
+              "rank %d over a torch HashStore, no daemon: %s" % (r, out[r]))
+    for c in clients:
+        c.close()
+
+    alone = straggler.Client(endpoint=nowhere, job_id="own-store-alone", rank=0, world_size=2)
+    lonely = dist.HashStore()
+    lonely.set_timeout(datetime.timedelta(seconds=600))
+    reducer = straggler.PartialAllReduce(alone, store=lonely, collective_timeout=1.0,
+                                         membership_timeout=0.2)
+    started = time.monotonic()
+    try:
+        reducer.begin_iteration(0)
+        raise TestFailure("a rank alone in its store built a 2-rank context")
+    except straggler.CollectiveError as e:
+        check("the trainer's rendezvous store" in str(e), "the error names no store: %r" % str(e))
+    # Bounded by collective_timeout (1 s), not the store's 600 s.
+    check(time.monotonic() - started < 60, "the build waited %.0f s" % (time.monotonic() - started))
+    alone.close()
 
 
 def check_upstream_unavailable(straggler, agent_binary, workdir):

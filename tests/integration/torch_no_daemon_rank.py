@@ -3,7 +3,9 @@
 user writes it (the client and the rendezvous from the environment and
 torch.distributed's store, nothing passed by hand), on a 4-rank DDP job whose
 daemon may be absent. Rank --slow-rank sleeps 4x longer per step while the
-file --slow-flag exists. Prints one JSON line per step, then {"final": ...}.
+file --slow-flag exists. Once the file --stop-file holds an iteration K, the
+ranks end before K, and an excluded rank (it takes part in no collective) at
+once. Prints one JSON line per step, then {"final": ...}.
 """
 
 import argparse
@@ -19,6 +21,17 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import straggler.torch as st
 
 
+def stop_at(path):
+    """The iteration in `path` (the driver writes it whole, by rename), or None."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--store", required=True, help="FileStore path for init_process_group")
@@ -26,6 +39,7 @@ def main():
     p.add_argument("--step-ms", type=float, default=20)
     p.add_argument("--slow-rank", type=int, default=3)
     p.add_argument("--slow-flag", default="")
+    p.add_argument("--stop-file", default="")
     a = p.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
@@ -40,6 +54,10 @@ def main():
     started = time.monotonic()
     it = 0
     while it < a.iterations:
+        stop = stop_at(a.stop_file)
+        excluded = state.plan is not None and not state.plan.participating
+        if stop is not None and (it >= stop or excluded):
+            break
         plan = state.begin_step(it, model=ddp.module, optimizer=opt)
         if plan.rejoin_iteration is not None:
             it = plan.rejoin_iteration

@@ -7,9 +7,10 @@ Cases (--case):
   no_daemon    Nothing listens at STRAGGLER_ENDPOINT for the whole run: every
                rank trains to the end on the full group, with finite loss and
                equal parameters (the average really ran).
-  daemon_late  stragglerd starts at that address ~8 s into the run, then rank
+  daemon_late  stragglerd starts at that address ~10 s into the run, then rank
                3 turns 4x slower: rank 3 is excluded from then on (a plan
-               with it not participating) and the others go on to the end.
+               with it not participating) and the others go on to the end,
+               which the driver sets 20 iterations after the exclusion.
 
     torch_no_daemon_test.py --case CASE --stragglerd PATH --python PY --pythonpath DIR
 """
@@ -30,7 +31,7 @@ WORLD = 4
 SLOW = 3
 
 
-def start_ranks(args, workdir, address, job, iterations, slow_flag=""):
+def start_ranks(args, workdir, address, job, iterations, slow_flag="", stop_file=""):
     env = dict(os.environ, PYTHONPATH=args.pythonpath, WORLD_SIZE=str(WORLD),
                STRAGGLER_ENDPOINT=address, STRAGGLER_JOB_ID=job)
     for name in ("STRAGGLER_RUN_ID", "TORCHELASTIC_RUN_ID"):
@@ -40,7 +41,7 @@ def start_ranks(args, workdir, address, job, iterations, slow_flag=""):
     store = os.path.join(workdir, "filestore")
     for r in range(WORLD):
         cmds.append([args.python, rank_py, "--store", store, "--iterations", str(iterations),
-                     "--slow-rank", str(SLOW), "--slow-flag", slow_flag])
+                     "--slow-rank", str(SLOW), "--slow-flag", slow_flag, "--stop-file", stop_file])
     # RankProcesses takes one env for all: RANK goes through env(1) per rank.
     return RankProcesses([["env", "RANK=%d" % r] + c for r, c in enumerate(cmds)], workdir,
                          deadline_s=240, env=env)
@@ -82,19 +83,47 @@ def test_no_daemon(args, workdir):
           % (t, 150 / t))
 
 
+def excluded_at(ranks):
+    """The first iteration rank SLOW ran excluded, once some other rank ran
+    that iteration too; else None. Fails at once when a rank has died."""
+    for r, p in enumerate(ranks.procs):
+        check(p.poll() in (None, 0), "rank %d exited with %s: %s" % (r, p.returncode, ranks.err(r)))
+    out = [x["it"] for x in list(ranks.lines[SLOW]) if not x["participating"]]
+    if out and any(ranks.lines[r] and ranks.lines[r][-1]["it"] >= out[0]
+                   for r in range(WORLD) if r != SLOW):
+        return out[0]
+    return None
+
+
+def stop_after(ranks, stop_file, more):
+    """Ends the job `more` iterations past the furthest rank: each rank reads
+    the file before each step (written whole, by rename)."""
+    at = max(ranks.lines[r][-1]["it"] for r in range(WORLD) if ranks.lines[r]) + more
+    with open(stop_file + ".tmp", "w") as f:
+        f.write(str(at))
+    os.rename(stop_file + ".tmp", stop_file)
+    return at
+
+
 def test_daemon_late(args, workdir):
     address = "127.0.0.1:%d" % free_port()
     flag = os.path.join(workdir, "slow.flag")
+    stop_file = os.path.join(workdir, "stop")
     job = "daemon-late-%d" % os.getpid()
-    ranks = start_ranks(args, workdir, address, job, 1100, slow_flag=flag)
+    # A bound the driver never lets the ranks reach: it stops them once the
+    # exclusion is seen, so the run is as long as the machine needs.
+    ranks = start_ranks(args, workdir, address, job, 5000, slow_flag=flag, stop_file=stop_file)
     daemon = Daemon(args.stragglerd, workdir, grpc_address=address)
     try:
-        time.sleep(8)
+        time.sleep(10)
         check(all(p.poll() is None for p in ranks.procs), "a rank ended before the daemon came")
         daemon.start()
         wait_for("a client to reach the late daemon", lambda: "stream from" in log_of(daemon),
                  timeout=30)
         open(flag, "w").close()
+        wait_for("rank %d to be excluded" % SLOW, lambda: excluded_at(ranks) is not None,
+                 timeout=120)
+        end = stop_after(ranks, stop_file, 20)
         ranks.finish()
     finally:
         ranks.kill()
@@ -104,11 +133,14 @@ def test_daemon_late(args, workdir):
     check(out, "rank %d was never excluded after the daemon came (slow from the flag on)\n%s"
           % (SLOW, daemon.log_tail()))
     others = [x for r in range(WORLD) if r != SLOW for x in ranks.lines[r]
-              if x["it"] == out[0]]
-    check(others and all(SLOW not in x["active"] for x in others),
-          "the other ranks did not leave rank %d out at iteration %d" % (SLOW, out[0]))
-    print("daemon late: rank %d excluded from iteration %d (daemon started at ~8 s)"
-          % (SLOW, out[0]))
+              if x["it"] >= out[0]]
+    check(all(SLOW not in x["active"] and x["participating"] for x in others),
+          "the other ranks did not leave rank %d out from iteration %d on" % (SLOW, out[0]))
+    check(all(ranks.lines[r][-1]["it"] == end - 1 for r in range(WORLD) if r != SLOW),
+          "the other ranks did not go on to iteration %d: %s"
+          % (end - 1, [ranks.lines[r][-1]["it"] for r in range(WORLD)]))
+    print("daemon late: rank %d excluded from iteration %d (daemon started at ~10 s), "
+          "the others went on to %d" % (SLOW, out[0], end - 1))
 
 
 CASES = {"no_daemon": test_no_daemon, "daemon_late": test_daemon_late}

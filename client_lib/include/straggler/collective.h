@@ -169,7 +169,9 @@ struct GlooOptions {
   // Names this run of the job in the rendezvous keys. Versions are unique
   // within a job, except version 0 of a job id that is reused: set a fresh
   // run_id per launch (the same on every rank) when a job id is reused
-  // within key_ttl, or stale keys of the earlier run may be read.
+  // within key_ttl, or stale keys of the earlier run may be read. Give it
+  // the client's ClientOptions::run_id (straggler.PartialAllReduce does):
+  // the daemon starts the new run fresh under that same id.
   std::string run_id;
   // Expiry of this rank's rendezvous keys on the daemon.
   std::chrono::milliseconds key_ttl{std::chrono::minutes(10)};
@@ -178,8 +180,17 @@ struct GlooOptions {
   // and the agreement's keys go through it instead of stragglerd's
   // RendezvousService, so the job needs no daemon to start or to go on, and
   // rendezvous_endpoint is unused. Every rank of the launch must use the
-  // same store under the same prefix; get() must block until the key is
-  // set, bounded (Gloo's contract); it is called from the training thread.
+  // same store under the same prefix, one that no other launch writes to (a
+  // store per launch, or a prefix naming job and run): the keys name only
+  // run_id, not the job. What the backend relies on: set() publishes;
+  // wait(keys, timeout) returns once every key is set or throws after
+  // `timeout` (collective_timeout for a context, the agreement's own bounds
+  // for its keys); get() of a key wait() saw returns its value. An exception
+  // while building a context is a CollectiveError; the agreement takes one
+  // for a key not there in time. Called only from the thread inside
+  // BeginIteration, never from Gloo's or the client's threads; a store
+  // shared by several PartialAllReduce objects of one process (threads as
+  // ranks) must allow concurrent calls.
   std::shared_ptr<gloo::rendezvous::Store> rendezvous_store;
 
   // Empty when usable, else what is wrong, naming the value.
