@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`pip install` of the straggler package into a virtualenv, as README says.
+"""`pip install` of the straggler package into a virtualenv, as docs/python.md says.
 
 A venv of this interpreter with --system-site-packages (for Debian's torch)
 gets exactly `pip install --no-build-isolation --no-index <source>/python`,

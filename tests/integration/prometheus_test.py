@@ -16,7 +16,7 @@ While rank 3 is excluded, runs through Prometheus's HTTP API:
     no query may fail, and each must return data except the GPU telemetry
     panels (empty until the agent reports GPU telemetry);
   - `promtool check metrics` on a live scrape of /metrics must print nothing;
-  - the scrape must match the README's metric table (names, types, labels).
+  - the scrape must match the metric table of docs/metrics.md (names, types, labels).
 Then the sim's recovery must reach Prometheus, and after SIGTERM to the daemon
 the StragglerdDown expression must match.
 
@@ -223,12 +223,12 @@ def substitute(expr, values):
 
 # ------------------------------------------------------------ metric contract
 
-def readme_metric_table(source_dir):
-    """{name: (type, frozenset(labels))} from the README's metric table."""
-    with open(os.path.join(source_dir, "README.md"), encoding="utf-8") as f:
+def doc_metric_table(source_dir):
+    """{name: (type, frozenset(labels))} from the metric table of docs/metrics.md."""
+    with open(os.path.join(source_dir, "docs", "metrics.md"), encoding="utf-8") as f:
         text = f.read()
-    m = re.search(r"^### Metrics\n(.*?)(?=^#)", text, re.M | re.S)
-    check(m is not None, "README has no '### Metrics' section")
+    m = re.search(r"^## Daemon metrics\n(.*?)(?=^#)", text, re.M | re.S)
+    check(m is not None, "docs/metrics.md has no '## Daemon metrics' section")
     table = {}
     for line in m.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -241,7 +241,7 @@ def readme_metric_table(source_dir):
                 table[p] = ("counter" if p.endswith("_total") else "gauge", frozenset())
         else:
             table[name] = (cells[1], labels)
-    check(len(table) >= 10, "README metric table: only %d metrics parsed" % len(table))
+    check(len(table) >= 10, "docs/metrics.md metric table: only %d metrics parsed" % len(table))
     return table
 
 
@@ -273,23 +273,23 @@ def parse_exposition(text):
 
 
 def check_contract(text, table):
-    """Problems (strings) where the live scrape differs from the README table."""
+    """Problems (strings) where the live scrape differs from the docs/metrics.md table."""
     problems = []
     types, samples = parse_exposition(text)
     for name, (typ, labels) in sorted(table.items()):
         if name not in types:
-            problems.append("%s (%s) is in the README table but not exposed" % (name, typ))
+            problems.append("%s (%s) is in the docs/metrics.md table but not exposed" % (name, typ))
             continue
         if types[name] != typ:
-            problems.append("%s: TYPE %s, README says %s" % (name, types[name], typ))
+            problems.append("%s: TYPE %s, docs/metrics.md says %s" % (name, types[name], typ))
         for lab in samples.get(name, []):
             if frozenset(lab) != labels:
-                problems.append("%s: sample labels {%s}, README says {%s}"
+                problems.append("%s: sample labels {%s}, docs/metrics.md says {%s}"
                                 % (name, ", ".join(sorted(lab)), ", ".join(sorted(labels))))
                 break
     for name in sorted(types):
         if name.startswith("straggler_") and name not in table and name not in GPU_METRICS:
-            problems.append("%s (%s) is exposed but not in the README table" % (name, types[name]))
+            problems.append("%s (%s) is exposed but not in the docs/metrics.md table" % (name, types[name]))
     return problems, samples
 
 
@@ -452,11 +452,11 @@ def run_while_excluded(args, prom, job, metrics_url, daemon):
     else:
         print("promtool check metrics: clean (%d lines scraped)" % len(scrape.splitlines()))
 
-    # The scrape matches the README's metric table.
-    problems, samples = check_contract(scrape, readme_metric_table(args.source_dir))
+    # The scrape matches the metric table of docs/metrics.md.
+    problems, samples = check_contract(scrape, doc_metric_table(args.source_dir))
     failures += ["metric contract: " + p for p in problems]
     if not problems:
-        print("metric contract: %d families match the README table" % len(samples))
+        print("metric contract: %d families match the docs/metrics.md table" % len(samples))
 
     if failures:
         raise TestFailure("%d problem(s):\n  %s\ndaemon log:\n%s"

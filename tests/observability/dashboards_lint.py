@@ -11,7 +11,7 @@ Checks, for every dashboard:
   - every target has a PromQL expression, panel ids are unique;
   - every `$variable` used is defined by the dashboard or is a Grafana global;
   - every metric name in a PromQL expression (panels, variables, annotations)
-    is in the README's metric table ("Observe" → "Metrics"), or is one of the
+    is in the metric table of docs/metrics.md ("Daemon metrics"), or is one of the
     GPU telemetry gauges of the agent issue; histogram series (_bucket, _sum,
     _count) only for metrics the table calls histograms;
   - panels on GPU telemetry say in their description that they stay empty
@@ -49,13 +49,13 @@ PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
 
-def readme_metrics(readme_path):
-    """{metric name: type} from the README's metric table."""
+def doc_metrics(readme_path):
+    """{metric name: type} from the metric table of docs/metrics.md."""
     with open(readme_path, encoding="utf-8") as f:
         text = f.read()
-    m = re.search(r"^### Metrics\n(.*?)(?=^#)", text, re.M | re.S)
+    m = re.search(r"^## Daemon metrics\n(.*?)(?=^#)", text, re.M | re.S)
     if not m:
-        raise SystemExit("README has no '### Metrics' section")
+        raise SystemExit("docs/metrics.md has no '## Daemon metrics' section")
     metrics = {}
     for line in m.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -68,7 +68,7 @@ def readme_metrics(readme_path):
         else:
             metrics[name] = cells[1]
     if len(metrics) < 10:
-        raise SystemExit("README metric table: only %d metrics parsed" % len(metrics))
+        raise SystemExit("docs/metrics.md metric table: only %d metrics parsed" % len(metrics))
     return metrics
 
 
@@ -204,7 +204,7 @@ def lint(path, known):
                 continue
             if base != name and known.get(base) == "histogram":
                 continue
-            bad("%s uses metric %r, which is not in the README metric table "
+            bad("%s uses metric %r, which is not in the docs/metrics.md metric table "
                 "nor a GPU telemetry gauge: %s" % (where, name, expr))
     for name in sorted(REQUIRED_METRICS.get(os.path.basename(path), set()) - used):
         bad("no panel queries %s" % name)
@@ -223,7 +223,7 @@ def main():
     ap.add_argument("--source-dir", required=True)
     args = ap.parse_args()
     self_test()
-    known = readme_metrics(os.path.join(args.source_dir, "README.md"))
+    known = doc_metrics(os.path.join(args.source_dir, "docs", "metrics.md"))
     known.update(GPU_METRICS)
     files = sorted(glob.glob(os.path.join(args.source_dir, "grafana", "dashboards", "*.json")))
     expected = {"stragglerd-overview.json", "stragglerd-job.json"}

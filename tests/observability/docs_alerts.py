@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""The README's alert table lists exactly the alerts of the rules file.
+"""The alert table of docs/operations.md lists exactly the alerts of the rules file.
 
-    readme_alerts.py --source-dir REPO_ROOT
+    docs_alerts.py --source-dir REPO_ROOT
 
 Every `- alert:` of deploy/prometheus/stragglerd-rules.yml is a row of the
-table under README "### Dashboards and alerts" (first column the name in
+table under docs/operations.md "## Alerts" (first column the name in
 backticks), with the rule's `severity` label, in the rules file's order; and
-the table names no alert the file lacks. (The README once listed 8 of 9.)
+the table names no alert the file lacks. (The README, where the table was
+then, once listed 8 of 9.)
 Python 3 standard library only; exit status 1 and one line per problem.
 """
 
@@ -32,13 +33,13 @@ def rules_alerts(path):
     return [tuple(a) for a in alerts]
 
 
-def readme_alerts(path):
-    """[(name, severity)] of the README's alert table, in table order."""
+def doc_alerts(path):
+    """[(name, severity)] of the alert table of docs/operations.md, in table order."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    m = re.search(r"^### Dashboards and alerts\n(.*?)(?=^#)", text, re.M | re.S)
+    m = re.search(r"^## Alerts\n(.*?)(?=^#)", text, re.M | re.S)
     if not m:
-        raise SystemExit("README has no '### Dashboards and alerts' section")
+        raise SystemExit("docs/operations.md has no '## Alerts' section")
     rows = []
     for line in m.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -53,32 +54,32 @@ def main():
     args = ap.parse_args()
     rules = rules_alerts(os.path.join(args.source_dir, "deploy", "prometheus",
                                       "stragglerd-rules.yml"))
-    readme = readme_alerts(os.path.join(args.source_dir, "README.md"))
+    doc = doc_alerts(os.path.join(args.source_dir, "docs", "operations.md"))
     problems = []
     if len(rules) < 5:
         problems.append("only %d alerts parsed from the rules file" % len(rules))
     rule_names = [n for n, _ in rules]
-    readme_names = [n for n, _ in readme]
+    doc_names = [n for n, _ in doc]
     for name in rule_names:
-        if name not in readme_names:
-            problems.append("alert %s of the rules file is not in the README's alert table" % name)
-    for name in readme_names:
+        if name not in doc_names:
+            problems.append("alert %s of the rules file is not in the alert table of docs/operations.md" % name)
+    for name in doc_names:
         if name not in rule_names:
-            problems.append("README lists alert %s, which the rules file does not have" % name)
+            problems.append("docs/operations.md lists alert %s, which the rules file does not have" % name)
     severity = dict(rules)
-    for name, sev in readme:
+    for name, sev in doc:
         if name in severity and severity[name] != sev:
-            problems.append("README: %s has severity %s, the rules file %s"
+            problems.append("docs/operations.md: %s has severity %s, the rules file %s"
                             % (name, sev, severity[name]))
-    if not problems and rule_names != readme_names:
-        problems.append("README's alert table is not in the rules file's order: %s, expected %s"
-                        % (readme_names, rule_names))
+    if not problems and rule_names != doc_names:
+        problems.append("The alert table of docs/operations.md is not in the rules file's order: %s, expected %s"
+                        % (doc_names, rule_names))
     for p in problems:
         print(p)
     if problems:
         print("FAILED: %d problem(s)" % len(problems), file=sys.stderr)
         return 1
-    print("PASSED: README lists the %d alerts of the rules file" % len(rules))
+    print("PASSED: docs/operations.md lists the %d alerts of the rules file" % len(rules))
     return 0
 
 
