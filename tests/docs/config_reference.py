@@ -20,6 +20,8 @@ import sys
 
 import yaml
 
+import md_tables
+
 
 def flatten(mapping, prefix=""):
     """{dotted key: value} of a YAML mapping; a list value is a leaf."""
@@ -34,23 +36,15 @@ def flatten(mapping, prefix=""):
 
 
 def table(path, heading):
-    """{key: default cell} of the table under `heading` (up to the next heading)."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    m = re.search(r"^%s\n(.*?)(?=^#|\Z)" % re.escape(heading), text, re.M | re.S)
-    if not m:
-        raise SystemExit("%s has no '%s' section" % (path, heading))
-    rows = {}
-    for line in m.group(1).splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 3 or not cells[0].startswith("`"):
-            continue
+    """{key: default cell} of the table under `heading`."""
+    out = {}
+    for cells in md_tables.rows(md_tables.section(path, heading)):
         keys = re.findall(r"`([^`]+)`", cells[0])
         # "`a`, `b`" with "1, 2": one default each; with one default: shared.
         defaults = [d.strip() for d in cells[1].split(",")]
         for i, key in enumerate(keys):
-            rows[key] = defaults[i] if len(keys) > 1 and len(defaults) == len(keys) else cells[1]
-    return rows
+            out[key] = defaults[i] if len(keys) > 1 and len(defaults) == len(keys) else cells[1]
+    return out
 
 
 def same_default(value, cell):
@@ -105,14 +99,8 @@ def main():
     compare("docs/configuration.md agent keys", agent, table(conf, "### Agent keys"), problems)
     if len(daemon) < 40 or len(agent) < 20:
         problems.append("only %d daemon and %d agent keys parsed" % (len(daemon), len(agent)))
-    for p in problems:
-        print(p)
-    if problems:
-        print("FAILED: %d problem(s)" % len(problems), file=sys.stderr)
-        return 1
-    print("PASSED: %d daemon keys (%d policy fields) and %d agent keys documented with their "
-          "defaults" % (len(daemon), len(policy), len(agent)))
-    return 0
+    return md_tables.finish(problems, "%d daemon keys (%d policy fields) and %d agent keys "
+                            "documented with their defaults" % (len(daemon), len(policy), len(agent)))
 
 
 if __name__ == "__main__":

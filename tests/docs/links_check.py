@@ -18,6 +18,8 @@ import os
 import re
 import sys
 
+import md_tables
+
 # [text](target) and [text](target "title"); an image's ![alt](src) too.
 LINK_RE = re.compile(r"\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 FENCE_RE = re.compile(r"^\s*(```|~~~)")
@@ -105,14 +107,8 @@ def main():
             with open(path, encoding="utf-8") as f:
                 links += len(LINK_RE.findall(strip_code(f.read())))
             problems += check_file(path, root, cache)
-    for p in problems:
-        print(p)
-    if problems:
-        print("FAILED: %d problem(s)" % len(problems), file=sys.stderr)
-        return 1
-    print("PASSED: README.md has %d lines; %d relative links in %d files lead somewhere"
-          % (n, links, len(files)))
-    return 0
+    return md_tables.finish(problems, "README.md has %d lines; %d relative links in %d files "
+                            "lead somewhere" % (n, links, len(files)))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs"))
+import md_tables  # noqa: E402  (tests/docs/md_tables.py)
+
 # GPU telemetry, exported once the node agent attaches NVML readings to
 # reports (agent issue). Labels job, rank, node, gpu.
 GPU_METRICS = {
@@ -49,18 +52,10 @@ PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
 
-def doc_metrics(readme_path):
+def doc_metrics(path):
     """{metric name: type} from the metric table of docs/metrics.md."""
-    with open(readme_path, encoding="utf-8") as f:
-        text = f.read()
-    m = re.search(r"^## Daemon metrics\n(.*?)(?=^#)", text, re.M | re.S)
-    if not m:
-        raise SystemExit("docs/metrics.md has no '## Daemon metrics' section")
     metrics = {}
-    for line in m.group(1).splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 4 or not cells[0].startswith("`"):
-            continue
+    for cells in md_tables.rows(md_tables.section(path, "## Daemon metrics"), min_cells=4):
         name = cells[0].strip("`")
         if name == "process_*":
             for p in re.findall(r"`(process_[a-z_]+)`", cells[3]):
@@ -234,14 +229,8 @@ def main():
         problems += lint(f, known)
         with open(f, encoding="utf-8") as fh:
             queries += len(dashboard_queries(json.load(fh)))
-    for p in problems:
-        print(p)
-    if problems:
-        print("FAILED: %d problem(s)" % len(problems), file=sys.stderr)
-        return 1
-    print("PASSED: %d dashboards, %d PromQL expressions, %d known metrics"
-          % (len(files), queries, len(known)))
-    return 0
+    return md_tables.finish(problems, "%d dashboards, %d PromQL expressions, %d known metrics"
+                            % (len(files), queries, len(known)))
 
 
 if __name__ == "__main__":

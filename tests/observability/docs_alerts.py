@@ -16,6 +16,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs"))
+import md_tables  # noqa: E402  (tests/docs/md_tables.py)
+
 
 def rules_alerts(path):
     """[(name, severity)] in file order. The file's layout is fixed by promtool
@@ -35,17 +38,9 @@ def rules_alerts(path):
 
 def doc_alerts(path):
     """[(name, severity)] of the alert table of docs/operations.md, in table order."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    m = re.search(r"^## Alerts\n(.*?)(?=^#)", text, re.M | re.S)
-    if not m:
-        raise SystemExit("docs/operations.md has no '## Alerts' section")
-    rows = []
-    for line in m.group(1).splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and re.fullmatch(r"`\w+`", cells[0]):
-            rows.append((cells[0].strip("`"), cells[1]))
-    return rows
+    return [(cells[0].strip("`"), cells[1])
+            for cells in md_tables.rows(md_tables.section(path, "## Alerts"))
+            if re.fullmatch(r"`\w+`", cells[0])]
 
 
 def main():
@@ -74,13 +69,8 @@ def main():
     if not problems and rule_names != doc_names:
         problems.append("The alert table of docs/operations.md is not in the rules file's order: %s, expected %s"
                         % (doc_names, rule_names))
-    for p in problems:
-        print(p)
-    if problems:
-        print("FAILED: %d problem(s)" % len(problems), file=sys.stderr)
-        return 1
-    print("PASSED: docs/operations.md lists the %d alerts of the rules file" % len(rules))
-    return 0
+    return md_tables.finish(problems, "docs/operations.md lists the %d alerts of the rules file"
+                            % len(rules))
 
 
 if __name__ == "__main__":
