@@ -80,7 +80,7 @@ struct AgreementOptions {
   std::chrono::milliseconds membership{5000};  // MembershipFor; a joiner's later waits
   std::chrono::milliseconds collective{30000};  // a joiner's wait at the effective iteration
   // Switch slots: the set of a rank that took part at its previous
-  // iteration changes only at multiples of this (GlooOptions::agreement_interval).
+  // iteration changes only at multiples of this (CollectiveOptions::agreement_interval).
   uint32_t interval = 1;
 };
 
