@@ -337,6 +337,46 @@ TEST_CASE("gloo: agreement_interval 0 is refused, naming the value") {
   CHECK_THAT(error, Catch::Contains("agreement_interval=0"));
 }
 
+// The fields every backend shares live in CollectiveOptions: set once, they
+// fill a GlooOptions (NcclOptions takes the same part), and Validate checks
+// each naming the value. Without a store of the trainer's own the daemon's
+// address is required; with one it is not.
+TEST_CASE("gloo: the shared CollectiveOptions part is checked by GlooOptions::Validate, naming the value") {
+  straggler::CollectiveOptions shared;
+  shared.rendezvous_endpoint = "127.0.0.1:1";
+  shared.job_id = "shared-options";
+  shared.rank = 1;
+  shared.world_size = 2;
+  shared.run_id = "launch-1";
+  straggler::GlooOptions go;
+  static_cast<straggler::CollectiveOptions&>(go) = shared;
+  CHECK(go.job_id == "shared-options");
+  CHECK(go.run_id == "launch-1");
+  CHECK(go.hostname == "127.0.0.1");  // the Gloo part keeps its default
+  CHECK(go.Validate().empty());
+
+  auto broken = [&](auto change) {
+    straggler::GlooOptions o = go;
+    change(o);
+    return o.Validate();
+  };
+  CHECK_THAT(broken([](auto& o) { o.job_id.clear(); }), Catch::Contains("job_id is empty"));
+  CHECK_THAT(broken([](auto& o) { o.rank = 2; }), Catch::Contains("rank=2 must be < world_size=2"));
+  CHECK_THAT(broken([](auto& o) { o.collective_timeout = 0ms; }),
+             Catch::Contains("collective_timeout=0ms"));
+  CHECK_THAT(broken([](auto& o) { o.membership_timeout = -1ms; }),
+             Catch::Contains("membership_timeout=-1ms"));
+  CHECK_THAT(broken([](auto& o) { o.agreement_interval = straggler::kMaxAgreementInterval + 1; }),
+             Catch::Contains("agreement_interval=1025"));
+  CHECK_THAT(broken([](auto& o) { o.rendezvous_endpoint.clear(); }),
+             Catch::Contains("rendezvous_endpoint is empty"));
+  CHECK(broken([](auto& o) {
+          o.rendezvous_endpoint.clear();
+          o.rendezvous_store = std::make_shared<gloo::rendezvous::HashStore>();
+        }).empty());
+  CHECK_THAT(broken([](auto& o) { o.hostname.clear(); }), Catch::Contains("hostname is empty"));
+}
+
 // A context whose collective failed is dropped: the survivors decide alone
 // and move to the version that excludes the rank that went silent, instead
 // of failing on the broken context at every later iteration.

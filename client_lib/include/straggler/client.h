@@ -183,12 +183,6 @@ class Client {
   virtual MembershipView MembershipFor(uint64_t iteration, std::chrono::milliseconds timeout,
                                        std::optional<uint32_t> rank = std::nullopt) = 0;
 
-  // Called (on the background thread) for each new membership version, in
-  // ascending order; not for versions received before registration (read
-  // CurrentMembership() after registering). Several callbacks may be
-  // registered. CurrentMembership()/MembershipFor() may return a version
-  // before its callbacks have run. A callback must not destroy the Client,
-  // and whatever it captures must outlive the Client.
   // For `rank` (default: first rank) excluded at `iteration`: the first
   // version received after the one in force there that includes it again, or
   // nullopt (not excluded there, or no such version yet). Its
@@ -202,6 +196,14 @@ class Client {
       uint64_t iteration, std::optional<uint32_t> rank = std::nullopt) = 0;
 
   using MembershipCallback = std::function<void(const MembershipView&)>;
+  // Registers `callback`, called (on the background thread) for each new
+  // membership version, in ascending order; not for versions received before
+  // registration (read CurrentMembership() after registering). Several
+  // callbacks may be registered; an empty one is ignored. A callback that
+  // throws is logged and the others still run.
+  // CurrentMembership()/MembershipFor() may return a version before its
+  // callbacks have run. A callback must not destroy the Client, and whatever
+  // it captures must outlive the Client.
   virtual void OnMembershipChange(MembershipCallback callback) = 0;
 
   // Blocks until every report enqueued so far was acknowledged (accepted or

@@ -66,7 +66,7 @@ class Store;  // <gloo/rendezvous/store.h>; only straggler/gloo_store.h includes
 
 namespace straggler {
 
-// The largest agreement_interval (GlooOptions, NcclOptions). stragglerd
+// The largest agreement_interval (CollectiveOptions). stragglerd
 // bounds what a hello may claim by the job's progress + lead + this
 // (engine::JobEngine::kMaxAgreementInterval, the same number).
 inline constexpr uint32_t kMaxAgreementInterval = 1024;
@@ -143,17 +143,20 @@ class PartialAllReduce {
   virtual const StepPlan& Plan() const = 0;
 };
 
-struct GlooOptions {
+// What every backend's options share (GlooOptions, NcclOptions derive from
+// it): where the rendezvous is, which rank of which launch this is, the
+// bounds on waiting, and the switch cadence. Plain data; Validate() of the
+// derived options checks these fields too.
+struct CollectiveOptions {
   // The daemon serving RendezvousService (stragglerd's gRPC address; the
   // rendezvous goes to the daemon even when reports go through an agent).
   std::string rendezvous_endpoint = "127.0.0.1:7070";
   std::string job_id;
   uint32_t rank = 0;
   uint32_t world_size = 0;
-  // Address the Gloo TCP transport binds to and announces to peers.
-  std::string hostname = "127.0.0.1";
-  // Bound on building a context and on each collective: a peer that does not
-  // take part within it turns into a CollectiveError, not a hang.
+  // Bound on building a context (communicator) and on each collective: a
+  // peer that does not take part within it turns into a CollectiveError,
+  // not a hang.
   std::chrono::milliseconds collective_timeout{30000};
   // Bound on BeginIteration's wait for the membership (Client::MembershipFor).
   std::chrono::milliseconds membership_timeout{5000};
@@ -164,8 +167,6 @@ struct GlooOptions {
   // iteration. N > 1 divides the agreement's cost by N and puts each switch
   // off to the next multiple of N. Must be the same on every rank.
   uint32_t agreement_interval = 1;
-  // Gloo contexts kept at once (each holds world-size sockets).
-  size_t max_cached_contexts = 4;
   // Names this run of the job in the rendezvous keys. Versions are unique
   // within a job, except version 0 of a job id that is reused: set a fresh
   // run_id per launch (the same on every rank) when a job id is reused
@@ -175,6 +176,13 @@ struct GlooOptions {
   std::string run_id;
   // Expiry of this rank's rendezvous keys on the daemon.
   std::chrono::milliseconds key_ttl{std::chrono::minutes(10)};
+};
+
+struct GlooOptions : CollectiveOptions {
+  // Address the Gloo TCP transport binds to and announces to peers.
+  std::string hostname = "127.0.0.1";
+  // Gloo contexts kept at once (each holds world-size sockets).
+  size_t max_cached_contexts = 4;
   // A rendezvous store of the trainer's own (straggler.torch passes the store
   // torch.distributed.init_process_group made). When set, the Gloo contexts
   // and the agreement's keys go through it instead of stragglerd's

@@ -49,36 +49,19 @@
 
 namespace straggler {
 
-struct NcclOptions {
-  // The daemon serving RendezvousService (the ids of new communicators).
-  std::string rendezvous_endpoint = "127.0.0.1:7070";
-  std::string job_id;
-  uint32_t rank = 0;
-  uint32_t world_size = 0;
+// The shared fields (rendezvous_endpoint: the daemon serving RendezvousService,
+// which publishes the ids of new communicators; timeouts; agreement_interval;
+// run_id; key_ttl) are CollectiveOptions' (straggler/collective.h).
+struct NcclOptions : CollectiveOptions {
   // The CUDA device of this rank (made current by the backend's calls);
   // -1: the device current when CreateNcclPartialAllReduce is called. NCCL
   // refuses two ranks of one communicator on the same GPU.
   int device = -1;
   // A cudaStream_t for the collectives; nullptr: a stream of the backend's own.
   void* stream = nullptr;
-  // Bound on building a communicator (including waiting for its id) and on
-  // each collective.
-  std::chrono::milliseconds collective_timeout{30000};
-  // Bound on BeginIteration's wait for the membership (Client::MembershipFor).
-  std::chrono::milliseconds membership_timeout{5000};
-  // Iterations between membership switches: the in-band agreement (one
-  // 40-byte all-reduce, collective.h) runs, and the active set may
-  // change, only at iterations that are multiples of it (and at a rank's
-  // first). 1: every iteration, so a version applies at its effective
-  // iteration. N > 1 divides the agreement's cost by N and puts each switch
-  // off to the next multiple of N. Must be the same on every rank.
-  uint32_t agreement_interval = 1;
   // Communicators kept at once besides the full one (each holds GPU memory).
   // The one in use and one built ahead of a switch are never evicted.
   size_t max_cached_communicators = 3;
-  // As GlooOptions::run_id: names this launch in the rendezvous keys.
-  std::string run_id;
-  std::chrono::milliseconds key_ttl{std::chrono::minutes(10)};
 
   // Empty when usable, else what is wrong, naming the value.
   std::string Validate() const;

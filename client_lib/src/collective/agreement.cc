@@ -325,30 +325,28 @@ std::string Agreement::AgreementFailureText(std::string_view backend, uint64_t i
          std::to_string(timeout.count()) + " ms; a peer is gone or stopped stepping";
 }
 
-std::string ValidateCommonOptions(const std::string& job_id, uint32_t rank, uint32_t world_size,
-                                  const std::string& rendezvous_endpoint,
-                                  std::chrono::milliseconds collective_timeout,
-                                  std::chrono::milliseconds membership_timeout,
-                                  uint32_t agreement_interval) {
-  if (job_id.empty()) return "job_id is empty";
-  if (world_size == 0) return "world_size=0 must be > 0";
-  if (rank >= world_size) {
-    return "rank=" + std::to_string(rank) + " must be < world_size=" + std::to_string(world_size);
+std::string ValidateCommonOptions(const CollectiveOptions& o, bool uses_endpoint) {
+  if (o.job_id.empty()) return "job_id is empty";
+  if (o.world_size == 0) return "world_size=0 must be > 0";
+  if (o.rank >= o.world_size) {
+    return "rank=" + std::to_string(o.rank) +
+           " must be < world_size=" + std::to_string(o.world_size);
   }
-  if (rendezvous_endpoint.empty()) {
+  if (uses_endpoint && o.rendezvous_endpoint.empty()) {
     return "rendezvous_endpoint is empty: name stragglerd's gRPC address (the rendezvous store "
            "is served by the daemon, not by the node agent), e.g. with "
            "STRAGGLER_RENDEZVOUS_ENDPOINT";
   }
-  if (collective_timeout.count() <= 0) {
-    return "collective_timeout=" + std::to_string(collective_timeout.count()) + "ms must be > 0";
+  if (o.collective_timeout.count() <= 0) {
+    return "collective_timeout=" + std::to_string(o.collective_timeout.count()) + "ms must be > 0";
   }
-  if (membership_timeout.count() < 0) {
-    return "membership_timeout=" + std::to_string(membership_timeout.count()) + "ms must be >= 0";
+  if (o.membership_timeout.count() < 0) {
+    return "membership_timeout=" + std::to_string(o.membership_timeout.count()) +
+           "ms must be >= 0";
   }
-  if (agreement_interval == 0) return "agreement_interval=0 must be >= 1 (1: every iteration)";
-  if (agreement_interval > kMaxAgreementInterval) {
-    return "agreement_interval=" + std::to_string(agreement_interval) + " must be <= " +
+  if (o.agreement_interval == 0) return "agreement_interval=0 must be >= 1 (1: every iteration)";
+  if (o.agreement_interval > kMaxAgreementInterval) {
+    return "agreement_interval=" + std::to_string(o.agreement_interval) + " must be <= " +
            std::to_string(kMaxAgreementInterval);
   }
   return "";

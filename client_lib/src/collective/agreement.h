@@ -80,7 +80,7 @@ struct AgreementOptions {
   std::chrono::milliseconds membership{5000};  // MembershipFor; a joiner's later waits
   std::chrono::milliseconds collective{30000};  // a joiner's wait at the effective iteration
   // Switch slots: the set of a rank that took part at its previous
-  // iteration changes only at multiples of this (GlooOptions::agreement_interval).
+  // iteration changes only at multiples of this (CollectiveOptions::agreement_interval).
   uint32_t interval = 1;
 };
 
@@ -174,12 +174,10 @@ std::array<uint64_t, 4> ProposalWords(const MembershipView& m);
 // After the minimum: true when every rank proposed the same words.
 bool Unanimous(std::span<const uint64_t> words);
 
-// The checks every backend's options share (GlooOptions, NcclOptions):
-// empty when fine, else what is wrong, naming the value.
-std::string ValidateCommonOptions(const std::string& job_id, uint32_t rank, uint32_t world_size,
-                                  const std::string& rendezvous_endpoint,
-                                  std::chrono::milliseconds collective_timeout,
-                                  std::chrono::milliseconds membership_timeout,
-                                  uint32_t agreement_interval);
+// The checks of the fields every backend's options share (CollectiveOptions):
+// empty when fine, else what is wrong, naming the value. `uses_endpoint`:
+// false when the rendezvous goes through a store of the trainer's own, so an
+// empty rendezvous_endpoint is fine.
+std::string ValidateCommonOptions(const CollectiveOptions& options, bool uses_endpoint = true);
 
 }  // namespace straggler::detail

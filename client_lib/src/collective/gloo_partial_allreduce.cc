@@ -268,11 +268,7 @@ std::string RendezvousEndpointFor(const ClientOptions& client) {
 
 std::string GlooOptions::Validate() const {
   // With a store of the trainer's own, no daemon address is needed.
-  std::string common = detail::ValidateCommonOptions(job_id, rank, world_size,
-                                                     rendezvous_store ? "(trainer's store)"
-                                                                      : rendezvous_endpoint,
-                                                     collective_timeout, membership_timeout,
-                                                     agreement_interval);
+  std::string common = detail::ValidateCommonOptions(*this, /*uses_endpoint=*/!rendezvous_store);
   if (!common.empty()) return common;
   if (hostname.empty()) return "hostname is empty";
   return "";

@@ -589,9 +589,7 @@ class NcclPartialAllReduce final : public PartialAllReduce {
 }  // namespace
 
 std::string NcclOptions::Validate() const {
-  std::string common = detail::ValidateCommonOptions(job_id, rank, world_size, rendezvous_endpoint,
-                                                     collective_timeout, membership_timeout,
-                                                     agreement_interval);
+  std::string common = detail::ValidateCommonOptions(*this);
   if (!common.empty()) return common;
   if (device < -1) return "device=" + std::to_string(device) + " must be >= 0, or -1 for the current device";
   if (max_cached_communicators == 0) return "max_cached_communicators=0 must be >= 1";

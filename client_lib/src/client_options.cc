@@ -1,0 +1,138 @@
+// ClientOptions: the environment lookup (FromEnv) and the checks (Validate)
+// that Client::Create runs before it starts anything.
+#include "client_options.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "parse_unsigned.h"
+#include "report_queue.h"
+#include "straggler/v1/wire_rules.h"
+
+namespace straggler {
+
+namespace {
+
+namespace pb = ::straggler::v1;
+using detail::ParseUnsigned;
+
+// True when `name` is set and parses; records the first parse error.
+template <typename T>
+bool ReadEnvUnsigned(const char* name, T* out, std::string* error) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return false;
+  if (ParseUnsigned(std::string_view(v), out)) return true;
+  if (error->empty())
+    *error = std::string(name) + "='" + v + "' is not an unsigned integer (max " +
+             std::to_string(std::numeric_limits<T>::max()) + ")";
+  return false;
+}
+
+std::string RunIdFromEnv() {
+  // torchrun sets TORCHELASTIC_RUN_ID to the literal "none" without
+  // --rdzv_id or --standalone: that names no launch.
+  for (const char* name : {"STRAGGLER_RUN_ID", "TORCHELASTIC_RUN_ID"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0' && std::string_view(v) != "none") return v;
+  }
+  return {};
+}
+
+}  // namespace
+
+namespace detail {
+
+ChannelSecurity SecurityOf(const ClientOptions& o) {
+  return ChannelSecurity{o.tls_ca_file, o.tls_cert_file, o.tls_key_file};
+}
+
+std::string HostName() {
+  std::array<char, 256> buf{};
+  if (gethostname(buf.data(), buf.size() - 1) != 0) return "unknown";
+  return std::string(buf.data());
+}
+
+}  // namespace detail
+
+ClientOptions ClientOptions::FromEnv() {
+  ClientOptions o;
+  std::string error;
+  if (const char* v = std::getenv("STRAGGLER_ENDPOINT"); v != nullptr && *v != '\0') o.endpoint = v;
+  if (const char* v = std::getenv("STRAGGLER_JOB_ID"); v != nullptr) o.job_id = v;
+  if (const char* v = std::getenv("STRAGGLER_NODE"); v != nullptr) o.node = v;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o.cuda_visible_devices = v;
+  if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o.gpu_uuid = v;
+  o.run_id = RunIdFromEnv();
+  const ChannelSecurity tls = ChannelSecurityFromEnv();
+  o.tls_ca_file = tls.ca_file;
+  o.tls_cert_file = tls.cert_file;
+  o.tls_key_file = tls.key_file;
+  uint32_t rank = 0;
+  if (ReadEnvUnsigned("RANK", &rank, &error)) o.ranks = {rank};
+  ReadEnvUnsigned("WORLD_SIZE", &o.world_size, &error);
+  ReadEnvUnsigned("LOCAL_RANK", &o.local_rank, &error);
+  ReadEnvUnsigned("STRAGGLER_ITERATIONS_PER_EPOCH", &o.iterations_per_epoch, &error);
+  o.env_error = std::move(error);
+  return o;
+}
+
+std::string ClientOptions::Validate() const {
+  if (!env_error.empty()) return env_error;
+  if (endpoint.empty()) return "endpoint is empty (set STRAGGLER_ENDPOINT)";
+  if (job_id.empty()) return "job_id is empty (set STRAGGLER_JOB_ID)";
+  // The daemon's rule (straggler/v1/wire_rules.h): refused here, once, rather
+  // than by the daemon on every reconnect.
+  if (job_id.size() > pb::rules::kMaxJobIdBytes)
+    return "job_id '" + absl::CHexEscape(job_id.substr(0, 32)) + "...' is " +
+           std::to_string(job_id.size()) + " bytes; at most " +
+           std::to_string(pb::rules::kMaxJobIdBytes);
+  if (const size_t i = pb::rules::FirstBadJobIdByte(job_id); i != std::string_view::npos)
+    return "job_id '" + absl::CHexEscape(job_id) + "' has '" +
+           absl::CHexEscape(job_id.substr(i, 1)) + "' at byte " + std::to_string(i) +
+           "; allowed: " + std::string(pb::rules::kJobIdAllowed);
+  if (run_id.size() > pb::rules::kMaxJobIdBytes)
+    return "run_id is " + std::to_string(run_id.size()) + " bytes; at most " +
+           std::to_string(pb::rules::kMaxJobIdBytes);
+  if (const size_t i = pb::rules::FirstBadJobIdByte(run_id);
+      !run_id.empty() && i != std::string_view::npos)
+    return "run_id '" + absl::CHexEscape(run_id) + "' has '" +
+           absl::CHexEscape(run_id.substr(i, 1)) + "' at byte " + std::to_string(i) +
+           "; allowed: " + std::string(pb::rules::kJobIdAllowed);
+  if (std::string problem = detail::SecurityOf(*this).Validate(); !problem.empty()) return problem;
+  if (world_size == 0) return "world_size=0: must be > 0 (set WORLD_SIZE)";
+  if (ranks.empty()) return "ranks is empty: name at least one rank (set RANK)";
+  std::vector<uint32_t> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] >= world_size)
+      return "rank " + std::to_string(sorted[i]) + " >= world_size=" + std::to_string(world_size);
+    if (i > 0 && sorted[i] == sorted[i - 1])
+      return "rank " + std::to_string(sorted[i]) + " listed twice";
+  }
+  if (queue_capacity == 0 || queue_capacity > detail::BoundedQueue<int>::kMaxCapacity)
+    return "queue_capacity=" + std::to_string(queue_capacity) + ": must be in [1, " +
+           std::to_string(detail::BoundedQueue<int>::kMaxCapacity) + "]";
+  if (max_batch == 0) return "max_batch=0: must be > 0";
+  if (backoff_initial.count() <= 0)
+    return "backoff_initial=" + std::to_string(backoff_initial.count()) + "ms: must be > 0";
+  if (backoff_max < backoff_initial)
+    return "backoff_max=" + std::to_string(backoff_max.count()) + "ms < backoff_initial=" +
+           std::to_string(backoff_initial.count()) + "ms";
+  if (backoff_max.count() > std::numeric_limits<int>::max())
+    return "backoff_max=" + std::to_string(backoff_max.count()) + "ms is too large";
+  if (max_send_delay.count() < 1 || max_send_delay > std::chrono::hours(1))
+    return "max_send_delay=" + std::to_string(max_send_delay.count()) +
+           "ms: must be between 1 ms and 1 h";
+  return {};
+}
+
+}  // namespace straggler

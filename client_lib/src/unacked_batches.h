@@ -1,0 +1,109 @@
+// The batches a stream client has written and the daemon (or agent) has not
+// acknowledged yet, oldest first, with the sequence numbers they went out
+// under. A new connection resends them with those numbers (the daemon
+// deduplicates by rank and iteration); an acknowledgement of sequence S
+// completes every batch up to S. Bounded: HasRoom() says whether one more
+// batch of max_batch reports fits.
+//
+// Thread safety: one sender thread calls NextSequence, Add and ForEach; one
+// reader thread at a time calls Ack; HasRoom and WaitCompleted may be called
+// from any thread. The batches themselves are guarded by an internal mutex.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "queued_report.h"
+
+namespace straggler::detail {
+
+class UnackedBatches {
+ public:
+  struct Batch {
+    uint64_t sequence;
+    std::vector<QueuedReport> reports;
+  };
+  struct AckResult {
+    bool newer = false;  // acknowledged a sequence above every earlier one
+    bool freed = false;  // completed at least one batch (there may be room now)
+  };
+
+  // At most max_reports reports unacknowledged, but always room for one batch.
+  UnackedBatches(size_t max_reports, size_t max_batch)
+      : max_reports_(std::max(max_reports, max_batch)), max_batch_(max_batch) {}
+
+  bool HasRoom() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reports_ + max_batch_ <= max_reports_ || batches_.empty();
+  }
+
+  // Sender thread: the sequence for the next message (1, 2, ...; 0 means
+  // "nothing acknowledged").
+  uint64_t NextSequence() { return next_sequence_++; }
+
+  // Sender thread: `b` was (or is about to be) written.
+  void Add(Batch b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reports_ += b.reports.size();
+    batches_.push_back(std::move(b));
+  }
+
+  // Sender thread: fn(const Batch&) for each unacknowledged batch, oldest
+  // first, under the lock (fn must not call back into this object).
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Batch& b : batches_) fn(b);
+  }
+
+  // Reader thread: the peer acknowledged every message up to `sequence`.
+  // When that is above every earlier acknowledgement, on_newer() runs first
+  // (before a WaitCompleted waiter can wake), then the batches it covers
+  // complete. Wakes WaitCompleted when batches completed.
+  template <typename OnNewer>
+  AckResult Ack(uint64_t sequence, OnNewer&& on_newer) {
+    AckResult r;
+    if (sequence <= last_acked_) return r;
+    last_acked_ = sequence;
+    r.newer = true;
+    on_newer();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (!batches_.empty() && batches_.front().sequence <= sequence) {
+        completed_ += batches_.front().reports.size();
+        reports_ -= batches_.front().reports.size();
+        batches_.pop_front();
+        r.freed = true;
+      }
+    }
+    if (r.freed) completed_cv_.notify_all();
+    return r;
+  }
+
+  // Blocks until `target` reports have been completed by acknowledgements
+  // (counting from the first), or `timeout`; returns whether they were.
+  bool WaitCompleted(uint64_t target, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return completed_cv_.wait_for(lock, timeout, [&] { return completed_ >= target; });
+  }
+
+ private:
+  const size_t max_reports_;
+  const size_t max_batch_;
+  mutable std::mutex mu_;
+  std::condition_variable completed_cv_;
+  std::deque<Batch> batches_;  // guarded by mu_
+  size_t reports_ = 0;         // in batches_; guarded by mu_
+  uint64_t completed_ = 0;     // reports in acknowledged batches; guarded by mu_
+  uint64_t next_sequence_ = 1;  // sender thread only
+  uint64_t last_acked_ = 0;     // reader thread only (one reader at a time)
+};
+
+}  // namespace straggler::detail
