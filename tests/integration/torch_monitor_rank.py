@@ -6,7 +6,8 @@ says: DDP(model), then straggler.torch.monitor(ddp) with the client from the
 environment (RANK, WORLD_SIZE, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID). The
 model stands for a GPU job: each backward sleeps --compute-ms between its two
 layers (the CPU idles, as it would while a GPU computes; 4 ranks share 2
-cores), and the slow rank sleeps 60-100 ms more from --slow-from on. The sleep
+cores), and the slow rank sleeps 120-180 ms more from --slow-from on (so it
+stays above 2x its peers when a loaded machine slows their CPU part). The sleep
 sits between the first layer and the others, so DDP's all-reduce of the
 bucket of the later layers overlaps it.
 
@@ -97,7 +98,7 @@ def main():
             mon.set_epoch(epoch)  # the recipe's optional line
         box["seconds"] = a.compute_ms / 1000.0 * (1.0 + 0.05 * jitter.random())
         if 0 <= a.slow_from <= it:
-            box["seconds"] += slow.uniform(0.060, 0.100)
+            box["seconds"] += slow.uniform(0.120, 0.180)
         g = torch.Generator().manual_seed(1000 * rank + it)
         x = torch.randn(BATCH, IN, generator=g)
         y = torch.randint(0, OUT, (BATCH,), generator=g)
