@@ -239,6 +239,9 @@ class IngestReactor final
     };
     std::optional<uint64_t> max_accepted;
     job_->engine.BeginBatch();
+    // The baseline and step time the ring records with each report: once
+    // per batch (View() walks every rank), as of the batch's start.
+    const engine::JobView judged = job_->engine.View();
     for (int i = 0; i < granted; ++i) {
       const v1::IterationReport& report = batch_.reports(i);
       const auto slot = std::lower_bound(ranks_.begin(), ranks_.end(), report.rank());
@@ -260,7 +263,8 @@ class IngestReactor final
         ++accepted;
         max_accepted = std::max(max_accepted, std::optional<uint64_t>(report.iteration()));
         job_->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
-                          report.rank()});
+                          report.rank(), static_cast<float>(judged.baseline_seconds),
+                          static_cast<float>(judged.step_seconds)});
       } else if (result.reason == engine::RejectReason::kDuplicate ||
                  (result.reason == engine::RejectReason::kStale &&
                   report.iteration() < replay_mark_[index])) {
