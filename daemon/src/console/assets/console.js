@@ -2,8 +2,8 @@
 //
 // Safety rules of this file:
 //  - Every value from the daemon reaches the page as a text node or a
-//    property (textContent, title, value): no innerHTML, no string-built
-//    markup, so a reason or node name holding HTML shows as text.
+//    property (textContent, title, value), never a string parsed as HTML,
+//    so a reason or node name holding HTML shows as text.
 //  - The token lives in one variable of this closure: never in storage,
 //    cookies, the URL or the console log; a reload forgets it.
 "use strict";
@@ -171,29 +171,31 @@
     const iterations = [...new Set(reports.map((r) => num(r.iteration)))].sort((a, b) => a - b)
       .slice(-HEATMAP_ITERATIONS);
     const column = new Map(iterations.map((it, i) => [it, i]));
-    const cell = 10, left = 44, top = 4;
+    // Rows shrink for large jobs so the map stays about a screen tall.
+    const cell = 10, row = Math.max(1, Math.min(10, Math.floor(1280 / Math.max(1, worldSize))));
+    const left = 44, top = 4;
     const canvas = el("canvas", { id: "heatmap", width: left + HEATMAP_ITERATIONS * cell + 4,
-      height: top + worldSize * cell + 18 });
+      height: top + worldSize * row + 18 });
     const g = canvas.getContext("2d");
     g.fillStyle = "#fff";
     g.fillRect(0, 0, canvas.width, canvas.height);
     g.font = "9px sans-serif";
     g.fillStyle = "#555";
     for (let r = 0; r < worldSize; ++r) {
-      if (worldSize <= 64 || r % 8 === 0) g.fillText("rank " + r, 2, top + r * cell + 8);
+      if (row >= 9 || r % Math.ceil(10 / row) === 0) g.fillText("rank " + r, 2, top + r * row + 8);
     }
     reports.forEach((r, i) => {
       const x = column.get(num(r.iteration));
       if (x === undefined || num(r.rank) >= worldSize) return;
       const ratio = scores[i] ? num(scores[i].ratio) : 0;
       g.fillStyle = ratio <= 0 ? "#ccc" : ratio < 1.25 ? "#66bb6a" : ratio < threshold ? "#ffb74d" : "#e53935";
-      g.fillRect(left + x * cell, top + num(r.rank) * cell, cell - 1, cell - 1);
+      g.fillRect(left + x * cell, top + num(r.rank) * row, cell - 1, Math.max(1, row - 1));
     });
     if (iterations.length) {
       g.fillStyle = "#555";
-      g.fillText("iteration " + iterations[0], left, top + worldSize * cell + 12);
+      g.fillText("iteration " + iterations[0], left, top + worldSize * row + 12);
       const last = "iteration " + iterations[iterations.length - 1];
-      g.fillText(last, left + iterations.length * cell - g.measureText(last).width, top + worldSize * cell + 12);
+      g.fillText(last, left + iterations.length * cell - g.measureText(last).width, top + worldSize * row + 12);
     }
     return el("div", {}, canvas, el("div", { className: "legend" },
       "Each cell: one report's compute time over the job's reference (baseline) when it was accepted. ",
