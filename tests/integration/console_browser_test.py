@@ -6,9 +6,9 @@ against the real stragglerd, fed by straggler-sim with one straggler.
    excluded with its ratio (and a screenshot is written to --out); once the
    sim ends, the membership timeline shows the version that excluded rank 3
    and the one that readmitted it. No console error, no uncaught exception.
-2. Admin through the page: the token typed into the page, an override whose
-   reason is `<img src=x onerror=alert(1)>` made with the page's form: the
-   reason shows as text, no <img> element exists, no dialog opened; the token
+2. Admin through the page: the token typed into the page, a policy change and
+   an override whose reason is `<img src=x onerror=alert(1)>`, made with the
+   page's forms: the reason shows as text, no <img> element exists, no dialog opened; the token
    is in no storage, cookie, URL or daemon log line.
 3. auth.protect_reads: the page asks for the token and shows no job without
    it; with it, the job list appears.
@@ -144,6 +144,14 @@ def live_job(args, workdir, b):
             return cells.length ? cells.length : null; })()""" % json.dumps(HOSTILE),
                           "the override reason shown as text")
         print("the HTML reason shows as text in %d cells" % shown)
+        # The policy form: the daemon's PolicyConfig JSON, through PUT .../policy.
+        b.js("""document.getElementById('admin-result').textContent = '';
+                document.getElementById('policy-json').value = '{"thresholdFactor": 2.5}';
+                document.getElementById('policy-form').requestSubmit()""")
+        b.wait_js("document.getElementById('admin-result').textContent.startsWith('done')",
+                  "the policy change's answer")
+        factor = daemon_get(d, "/v1/jobs/" + JOB)["policy"]["thresholdFactor"]
+        check(factor == 2.5, "the page's policy change left thresholdFactor at %r" % factor)
         check(b.js("document.querySelectorAll('img').length") == 0,
               "an <img> element exists: the reason was rendered as HTML")
         b.pump(1.0)
