@@ -25,6 +25,9 @@ PACKAGES=(
   # tests and benchmarks; prometheus ships /usr/bin/prometheus and promtool for
   # the observability tests, which start their own server (never the service)
   catch2 libbenchmark-dev prometheus
+  # the web console's browser test (integration:console_browser) drives
+  # headless Chromium over the DevTools protocol
+  chromium
   # the TLS tests make their certificates with the openssl command
   openssl
   # deploy/ linters (tests/deploy): systemd-analyze (systemd), yamllint, and

@@ -161,6 +161,12 @@ absl::StatusOr<v1::ExportReportsResponse> ExportReports(
     out->set_epoch(kept[i].epoch);
     out->set_iteration(kept[i].iteration);
     out->set_compute_seconds(kept[i].compute_seconds);
+    v1::ReportScore* score = response.add_scores();
+    score->set_reference_seconds(kept[i].reference_seconds);
+    score->set_ratio(kept[i].reference_seconds > 0
+                         ? kept[i].compute_seconds / kept[i].reference_seconds
+                         : 0.0);
+    score->set_job_step_seconds(kept[i].job_step_seconds);
   }
   response.set_dropped_before(dropped);
   return response;

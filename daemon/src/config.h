@@ -36,7 +36,7 @@ struct Limits {
   // A job with no open stream and no watcher is forgotten this long after its
   // last activity (last report, last stream detach); its events stay.
   uint32_t job_idle_ttl_seconds = 3600;
-  // Accepted reports kept per job for ExportReports (a ring, ~24 bytes each,
+  // Accepted reports kept per job for ExportReports (a ring, ~40 bytes each,
   // filled on use); 0 keeps none. A change applies to jobs created after it.
   uint32_t recent_reports_per_job = 65536;
   // Ingest streams open at once, all jobs; one more is refused with

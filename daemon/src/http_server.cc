@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "api.h"
 #include "auth.h"
+#include "console/console.h"
 #include "http_deadline.h"
 #include "job_registry.h"
 #include "metrics.h"
@@ -226,6 +227,7 @@ absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls)
   server_->set_error_handler(httplib::Server::HandlerWithResponse(
       [max_body](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    SetSecurityHeaders(res);
     switch (res.status) {
       case 413:
         SendError(res, 413, "PAYLOAD_TOO_LARGE",
@@ -304,6 +306,9 @@ std::string HttpServer::dial_address() const {
 }
 
 void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
+  SetSecurityHeaders(res);
+  // The web console (console/console.h): static files, no job data.
+  if (ServeConsole(req.method, req.path, res)) return;
   auto matched = MatchRoute(req.method, req.target);
   if (const RestError* e = std::get_if<RestError>(&matched)) {
     if (!e->allow.empty()) res.set_header("Allow", e->allow);

@@ -9,7 +9,7 @@
 //   http.Stop();
 //
 // Routes (README "Observe" / "REST" is the reference):
-//   GET  /metrics /healthz /readyz
+//   GET  /metrics /healthz /readyz, and the web console: / and /console/* (console/console.h)
 //   GET  /v1/jobs  /v1/jobs/{job}  /v1/jobs/{job}/workers  /v1/jobs/{job}/workers/{rank}
 //        /v1/jobs/{job}/membership  /v1/jobs/{job}/events  /v1/events
 //   PUT  /v1/jobs/{job}/policy  /v1/jobs/{job}/workers/{rank}/override

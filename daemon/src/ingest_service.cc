@@ -239,6 +239,15 @@ class IngestReactor final
     };
     std::optional<uint64_t> max_accepted;
     job_->engine.BeginBatch();
+    // The baseline and step time the ring records with each report. View()
+    // walks every rank: read at most every kScoreRefresh per stream, not per
+    // batch (an agent's batch may hold a few ranks of thousands).
+    if (job_->recent.capacity() > 0 && now - scored_at_ >= kScoreRefresh) {
+      const engine::JobView view = job_->engine.View();
+      scored_reference_ = static_cast<float>(view.baseline_seconds);
+      scored_step_ = static_cast<float>(view.step_seconds);
+      scored_at_ = now;
+    }
     for (int i = 0; i < granted; ++i) {
       const v1::IterationReport& report = batch_.reports(i);
       const auto slot = std::lower_bound(ranks_.begin(), ranks_.end(), report.rank());
@@ -260,7 +269,7 @@ class IngestReactor final
         ++accepted;
         max_accepted = std::max(max_accepted, std::optional<uint64_t>(report.iteration()));
         job_->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
-                          report.rank()});
+                          report.rank(), scored_reference_, scored_step_});
       } else if (result.reason == engine::RejectReason::kDuplicate ||
                  (result.reason == engine::RejectReason::kStale &&
                   report.iteration() < replay_mark_[index])) {
@@ -429,6 +438,11 @@ class IngestReactor final
   v1::ReportBatch batch_;
   std::shared_ptr<Job> job_;
   std::vector<uint32_t> ranks_;  // ascending, unique
+  // The job's baseline and step time as of scored_at_, for the report ring.
+  static constexpr std::chrono::milliseconds kScoreRefresh{100};
+  float scored_reference_ = 0;
+  float scored_step_ = 0;
+  engine::Time scored_at_{};
   std::vector<uint64_t> replay_mark_;
   std::optional<uint64_t> claimed_reported_;  // the hello's, until RecheckClaimLocked  // per ranks_ index: progress + 1 at hello (MarkReplaysLocked)
   // Per batch: indices into ranks_ of the ranks with a report (touched_),

@@ -76,6 +76,10 @@ struct RecentReport {
   uint64_t iteration = 0;
   double compute_seconds = 0;
   uint32_t rank = 0;
+  // The job's baseline and step time when it was accepted (JobView); floats
+  // keep an entry at 40 bytes, and a heatmap colour needs no more precision.
+  float reference_seconds = 0;
+  float job_step_seconds = 0;
 };
 
 // A job's most recent accepted reports, oldest overwritten first: a vector

@@ -4,6 +4,7 @@
 //   stragglerctl jobs
 //   stragglerctl workers resnet-42
 //   stragglerctl watch resnet-42                     # one line per membership version
+//   stragglerctl top resnet-42                       # live ranks and events until Ctrl-C
 //   stragglerctl events resnet-42 --kind state_change --rank 3 --follow
 //   stragglerctl policy resnet-42 --limit 8 --threshold-factor 2.5
 //   stragglerctl override resnet-42 3 exclude --reason "bad NIC"
@@ -24,6 +25,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -43,6 +45,7 @@
 #include "channel_security.h"
 #include "policy_flags.h"
 #include "render.h"
+#include "top.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace {
@@ -270,6 +273,12 @@ class Ctl {
     return kExitOk;
   }
 
+  int Top(const stragglerctl::TopOptions& options, const sigset_t& signals) {
+    return stragglerctl::RunTop(
+        *query_, options, [this](grpc::ClientContext& ctx) { Deadline(ctx); }, signals, std::cout,
+        [this](const grpc::Status& s) { return Fail(s, g_); });
+  }
+
   int SetPolicy(const std::string& job, const v1::PolicyConfig& policy) {
     auto req = ForJob<v1::SetPolicyRequest>(job);
     *req.mutable_policy() = policy;
@@ -436,6 +445,15 @@ int main(int argc, char** argv) {
   auto* watch = app.add_subcommand("watch", "stream membership versions until Ctrl-C");
   watch->add_option("JOB", job, "job id")->required();
 
+  auto* top = app.add_subcommand("top", "live view of a job's ranks and events until Ctrl-C");
+  stragglerctl::TopOptions top_options;
+  top->add_option("job", top_options.job, "job id")->required();
+  top->add_option("--interval-ms", top_options.interval_ms, "time between refreshes")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 3600000));
+  top->add_option("--events", top_options.events, "newest events shown")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   auto* events = app.add_subcommand("events", "list a job's events");
   events->add_option("JOB", job, "job id (\"\" = all jobs)")->required();
   uint64_t since_sequence = 0;
@@ -513,7 +531,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
-  if (watch->parsed() || (events->parsed() && follow))
+  if (watch->parsed() || top->parsed() || (events->parsed() && follow))
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::string error;
@@ -534,6 +552,11 @@ int main(int argc, char** argv) {
   if (worker->parsed()) return ctl.Worker(job, rank);
   if (membership->parsed()) return ctl.Membership(job);
   if (watch->parsed()) return ctl.Watch(job, stop_signals);
+  if (top->parsed()) {
+    // Redraws only on a terminal; piped, each frame follows the last.
+    top_options.clear_screen = isatty(STDOUT_FILENO) != 0;
+    return ctl.Top(top_options, stop_signals);
+  }
   if (events->parsed()) {
     v1::ListEventsRequest req;
     req.set_job_id(job);
