@@ -359,8 +359,7 @@ class UpstreamJob {
     h->set_iterations_per_epoch(iterations_per_epoch_);
     h->set_client_version(absl::StrCat("straggler-agent/", STRAGGLERD_VERSION));
     // The newest version held here or by any client: after a daemon restart
-    // the new daemon publishes a version above it (README, "Membership switch
-    // rule").
+    // the new daemon publishes a version above it (docs/membership.md#the-switch-rule).
     Known k = known_;
     if (!history_.empty() && history_.rbegin()->first > k.version) {
       const v1::Membership& m = history_.rbegin()->second;

@@ -29,13 +29,13 @@ struct AgentConfig {
   // Restart needed for a change of these.
   std::string listen = kDefaultListen;  // unix:PATH or unix:///PATH
   std::string listen_tcp;               // HOST:PORT, "" = no TCP listener
-  // TLS on listen_tcp (README "Security"), as stragglerd's tls: cert_file +
+  // TLS on listen_tcp (docs/security.md), as stragglerd's tls: cert_file +
   // key_file ("" = plaintext), client_ca_file (mutual TLS), reload_seconds
   // (gRPC re-reads the files that often). grpc/http are unused here. The
   // unix socket is always plaintext: its file mode guards it.
   daemon::TlsConfig listen_tcp_tls;
   std::string upstream = kDefaultUpstream;
-  // TLS to the daemon (README "Security"); all empty = plaintext.
+  // TLS to the daemon (docs/security.md); all empty = plaintext.
   ChannelSecurity upstream_tls;
   std::string http_address = kDefaultHttpAddress;  // "" = no HTTP
   // The HTTP listener (restart needed for a change), as stragglerd's http.*:

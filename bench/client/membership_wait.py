@@ -5,7 +5,7 @@ sleeping --step-ms (the step), then report(i), then membership_for(i + 1) at
 once, as straggler.torch's end_step(i) and begin_step(i + 1) do.
 
 membership_for(i + 1) is certain once the daemon has processed this rank's
-report of i + 1 - lead (README "Membership switch rule"): with lead 2 that is
+report of i + 1 - lead (docs/membership.md#the-switch-rule): with lead 2 that is
 the report just made, so the call waits one round trip to the daemon; with
 lead 3 (the default) it is the previous step's, acknowledged long before.
 The lead is set through the daemon's policy (policy.lead_iterations).

@@ -1,4 +1,4 @@
-// Who may call what (README "Security"): with auth.token_file configured,
+// Who may call what (docs/security.md): with auth.token_file configured,
 // AdminService RPCs and mutating REST calls need `authorization: Bearer
 // <token>`; with auth.protect_reads also QueryService, REST GETs and
 // /metrics. /healthz, /readyz, IngestService and RendezvousService stay open

@@ -87,7 +87,7 @@ struct RendezvousConfig {
   uint32_t max_waiters = 100000;           // Waits held at once, all jobs
 };
 
-// The state database (README "Persistence"). path "" keeps everything in
+// The state database (docs/persistence.md). path "" keeps everything in
 // memory only. A change of path or synchronous needs a restart; the
 // retention keys apply at the next retention pass after a reload.
 struct PersistenceConfig {
@@ -100,7 +100,7 @@ struct PersistenceConfig {
   uint32_t retention_interval_seconds = 60;  // how often retention runs
 };
 
-// TLS for the gRPC and HTTP listeners (README "Security"; a change of these
+// TLS for the gRPC and HTTP listeners (docs/security.md; a change of these
 // keys needs a restart). PEM files; cert_file and key_file come together.
 // Both listeners re-read the files' contents every reload_seconds
 // (certificate rotation without a restart; HTTPS: tls.h SslContextSource).
@@ -114,7 +114,7 @@ struct TlsConfig {
   bool enabled() const { return !cert_file.empty(); }
 };
 
-// Bearer-token authorization (README "Security"; reloadable: a SIGHUP
+// Bearer-token authorization (docs/security.md; reloadable: a SIGHUP
 // re-reads token_file, and an unreadable one keeps the running config).
 struct AuthConfig {
   std::string token_file;      // "" = no token: admin calls are open to anyone who can connect

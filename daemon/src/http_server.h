@@ -8,7 +8,7 @@
 //   http.SetPhase(HttpServer::Phase::kDraining);              // /readyz, /v1: 503
 //   http.Stop();
 //
-// Routes (README "Observe" / "REST" is the reference):
+// Routes (docs/api.md#rest is the reference):
 //   GET  /metrics /healthz /readyz, and the web console: / and /console/* (console/console.h)
 //   GET  /v1/jobs  /v1/jobs/{job}  /v1/jobs/{job}/workers  /v1/jobs/{job}/workers/{rank}
 //        /v1/jobs/{job}/membership  /v1/jobs/{job}/events  /v1/events

@@ -180,7 +180,7 @@ absl::Status Store::Init() {
   }
   // NORMAL in WAL mode: a commit survives the process dying (kill -9); only an
   // OS crash or power loss can lose the last commits, and then clients' hellos
-  // still carry the versions they hold (README "Persistence").
+  // still carry the versions they hold (docs/persistence.md).
   if (absl::Status s = Exec(options_.synchronous_full ? "PRAGMA synchronous=FULL"
                                                       : "PRAGMA synchronous=NORMAL");
       !s.ok()) {

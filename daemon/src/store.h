@@ -1,7 +1,7 @@
 // The daemon's state database (SQLite, WAL): the event journal, each job's
 // membership versions, its admin policy and its rank overrides, so that a
 // restarted daemon (also after kill -9) keeps versions growing, restores the
-// exclusions and finds its events again. README "Persistence" has the why.
+// exclusions and finds its events again. docs/persistence.md has the why.
 //
 //   auto store = Store::Open({.path = "/var/lib/stragglerd/state.db"});
 //   if (!store.ok()) ...;                       // names the path and SQLite's error

@@ -1,4 +1,4 @@
-// Server-side TLS of stragglerd (README "Security"): the PEM files of
+// Server-side TLS of stragglerd (docs/security.md): the PEM files of
 // config.tls, read and checked once at start, turned into gRPC server
 // credentials and into the OpenSSL context of the HTTPS listener. The agent's
 // TCP listener (listen_tcp_tls) uses the same.

@@ -123,7 +123,7 @@ uint32_t PolicyConfig::EffectiveLimit(uint64_t iterations_per_epoch) const {
 
 namespace {
 
-// The one place every field's range is written (README "Limits" and
+// The one place every field's range is written (docs/security.md#limits-and-input-validation and
 // deploy/stragglerd.yaml quote it). Counts of iterations stay below 10^7 so
 // that iteration + count never nears 2^64; durations below kMaxPolicySeconds.
 constexpr double kMaxIterations = 10'000'000;

@@ -448,7 +448,7 @@ TEST_CASE("a hello's excluded ranks and progress shape a restarted daemon's firs
 }
 
 TEST_CASE("a hello cannot force a rank out: a held forced exclusion gets no override") {
-  // Ingest needs no token (README "Security"): a client that says it holds
+  // Ingest needs no token (docs/security.md): a client that says it holds
   // a version of an earlier daemon with rank 2 forced out may keep rank 2
   // out for agreement's sake, but only as a held straggler that its own
   // reports release, never as an operator's override.

@@ -18,7 +18,7 @@ two ranks ran a step with different active sets) and no collective timeout;
 the new daemon's first version excludes rank 3 and takes effect after the
 highest iteration the old daemon saw. Rank 3 is held as a straggler, not as
 forced: a hello needs no token, so it cannot create an operator's override
-(README "Security"); with no state database the override is gone, and the
+(docs/security.md); with no state database the override is gone, and the
 held rank is released by the normal rules (here at once: exclusion_enabled
 is false), so at the end no rank is out and rank 3 has no override.
 Ranks that reconnect later than others may run some steps on the old version

@@ -274,7 +274,7 @@ def test_silent_watcher(args, work):
             # The watched job: a slow loadgen run whose stream stays open for
             # the whole test, so every rank is attached and the overrides'
             # versions go out (the membership gate withholds a change while a
-            # rank it concerns has no stream - README "Collective layer").
+            # rank it concerns has no stream - docs/collective.md).
             holder = subprocess.Popen(
                 [args.loadgen, "--ready-file", d.ready_file, "--ranks", str(WATCH_RANKS),
                  "--streams", "1", "--batch", str(WATCH_RANKS), "--rate", "4000",

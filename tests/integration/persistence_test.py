@@ -66,7 +66,7 @@ def test(args):
         with first:
             # The sim runs on through the admin calls: the membership gate
             # publishes an exclusion only while the job's ranks have streams
-            # (README "Collective layer"). It is killed with the daemon.
+            # (docs/collective.md). It is killed with the daemon.
             sim = subprocess.Popen(
                 [args.sim, "--daemon", first.address, "--job", job, "--ranks", str(RANKS),
                  "--iterations", "1000000", "--iteration-ms", "5", "--seed", "3", "--quiet"],

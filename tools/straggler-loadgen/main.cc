@@ -191,7 +191,7 @@ std::string RateLimitText(const std::string& message, uint32_t streams) {
   return text + " (limits.stream_reports_per_second)";
 }
 
-// What to do about it (README "Limits and input validation").
+// What to do about it (docs/security.md#limits-and-input-validation).
 constexpr const char* kRateLimitHint =
     "run the daemon with limits.stream_reports_per_second: 0 to measure past it";
 

@@ -59,7 +59,7 @@ class Collective {
   // membership versions: harmless to the collective (the same members reuse
   // their communicator), and what a rank that was still disconnected after a
   // daemon restart does while the connected ones take up the new daemon's
-  // first version (same excluded set, README "Membership switch rule").
+  // first version (same excluded set, docs/membership.md#the-switch-rule).
   uint64_t version_splits() const { return version_splits_.load(); }
   uint64_t timeouts() const { return timeouts_.load(); }
   // Sum over completed steps of the slowest member's planned compute time:

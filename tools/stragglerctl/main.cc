@@ -11,7 +11,7 @@
 //   stragglerctl --output json membership resnet-42  # proto3 JSON, same schema as REST
 //   stragglerctl export resnet-42 --output-file trace.csv  # for straggler-replay
 //
-// TLS and the bearer token of a secured daemon (README "Security"):
+// TLS and the bearer token of a secured daemon (docs/security.md):
 //   stragglerctl --tls-ca ca.pem --token-file /etc/stragglerd/token reset resnet-42
 //
 // The daemon's address is --daemon, else $STRAGGLERCTL_DAEMON, else

@@ -53,7 +53,7 @@ struct ClientOptions {
   uint32_t world_size = 0;
   uint32_t local_rank = 0;
   // The GPU this process computes on, sent in the stream's hello so the
-  // node's agent can attach that GPU's telemetry (README, "GPU telemetry"):
+  // node's agent can attach that GPU's telemetry (docs/agent.md#gpu-telemetry):
   // CUDA_VISIBLE_DEVICES verbatim ("" = unset) and, when the trainer knows
   // it, the GPU's UUID ("GPU-8f3a...", what nvidia-smi -L prints), which wins.
   std::string cuda_visible_devices;
@@ -71,7 +71,7 @@ struct ClientOptions {
   // reports reach the daemon within this delay. Flush() and a queue filling
   // up always wake it. At least 1 ms.
   std::chrono::milliseconds max_send_delay{20};
-  // TLS to the daemon or agent (README "Security"): PEM files. TLS is on when
+  // TLS to the daemon or agent (docs/security.md): PEM files. TLS is on when
   // any is set; all empty = plaintext. tls_ca_file verifies the server ("" =
   // the system's roots); tls_cert_file + tls_key_file are this client's
   // certificate for a daemon that requires mutual TLS. Read by Create().

@@ -13,7 +13,7 @@
 //     if (reducer->AllReduceAverage(std::span<float>(grads)).participated) optimizer_step();
 //   }
 //
-// The agreement rule (README "Collective layer" has the full argument):
+// The agreement rule (docs/collective.md has the full argument):
 //  * BeginIteration(i) asks Client::MembershipFor(i, membership_timeout). When it
 //    answers in time the membership is certain and the rank proposes it;
 //    when it times out (daemon unreachable, directive late) the rank does not

@@ -7,7 +7,7 @@
 //   auto reducer = straggler::CreateNcclPartialAllReduce(*client, o, &error);
 //   // ... the same loop as the Gloo backend; buffers may be device memory.
 //
-// How the active set acts on communicators (README "Collective layer"):
+// How the active set acts on communicators (docs/collective.md):
 //  * One full communicator over all ranks, built at creation (every rank is
 //    there then); it serves while everyone is active.
 //  * The in-band agreement of collective.h runs on the communicator the

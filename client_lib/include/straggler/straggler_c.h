@@ -45,7 +45,7 @@ typedef struct straggler_client straggler_client_t;
 /* Options. Call straggler_options_init() first, then set what you need;
  * zero/NULL fields mean "default". TLS is not in the struct: both
  * constructors take it from STRAGGLER_TLS_CA, STRAGGLER_TLS_CERT and
- * STRAGGLER_TLS_KEY (README "Security"). */
+ * STRAGGLER_TLS_KEY (docs/security.md). */
 typedef struct straggler_options {
   const char* endpoint;            /* "host:port", "dns:///h:p", "unix:///path"; NULL = 127.0.0.1:7070 */
   const char* job_id;              /* required */

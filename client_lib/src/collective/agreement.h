@@ -1,6 +1,5 @@
-// The agreement rule of PartialAllReduce (collective.h, README "Collective
-// layer"), shared by every backend so that Gloo and NCCL ranks can never
-// decide differently:
+// The agreement rule of PartialAllReduce (collective.h, docs/collective.md), shared by
+// every backend so that Gloo and NCCL ranks can never decide differently:
 //
 //   * each rank PROPOSES the membership of an iteration: Client::MembershipFor
 //     (iteration) when it answers in time (certain), else the membership it

@@ -17,7 +17,7 @@
 // on arrival against the current reference. Each judged step is slow or fast;
 // the bounded counter of PolicyConfig turns steps into states.
 //
-// The rules, exactly (README "Detection policies" explains the why):
+// The rules, exactly (docs/detection.md explains the why):
 //  * Rows. Ranks are "expected" in a row when they have been announced (a
 //    stream said it speaks for them) or have reported at least once, are not
 //    excluded at that iteration and not unresponsive. Reports for an
