@@ -65,6 +65,7 @@ struct RankState {
   uint64_t episode_start = 0;     // iteration at which the counter left 0
   bool ahead = false;             // last report was far ahead of the job
   uint64_t before_ahead = 0;      // its newest iteration before it went ahead
+  bool progress_before_ahead = false;  // it had reported before it went ahead
   // It was a straggler when it fell silent: reporting again does not clear
   // that (only its reports, judged as always, show recovery).
   bool straggler_when_silent = false;
@@ -73,6 +74,12 @@ struct RankState {
   // The iteration the rank has really reached: a far-ahead report (judged
   // alone, see TooFarAhead) does not count until the rank's reports catch up.
   uint64_t Reached() const { return ahead ? before_ahead : last_iteration; }
+  // Reached(), as JobEngine::Progress publishes it: nullopt before the
+  // rank's first report, and while its only reports are far ahead.
+  std::optional<uint64_t> Progress() const {
+    if (!has_progress || (ahead && !progress_before_ahead)) return std::nullopt;
+    return Reached();
+  }
 };
 
 struct EngineImpl {

@@ -61,8 +61,10 @@ IngestResult EngineImpl::Validate(const Report& rep) const {
   }
   // A rank whose last report was far ahead of the job (judged alone, see
   // TooFarAhead) and which now reports below it again: that jump was the
-  // anomaly (a forged or corrupt report), not where the rank is.
-  const bool back_from_ahead = r.ahead && rep.iteration > r.before_ahead;
+  // anomaly (a forged or corrupt report), not where the rank is. The same
+  // far-ahead report again (a replay after a reconnect) is a duplicate.
+  const bool back_from_ahead =
+      r.ahead && rep.iteration > r.before_ahead && rep.iteration != r.last_iteration;
   if (r.has_progress && rep.iteration <= r.last_iteration && !back_from_ahead) {
     const bool dup = rep.iteration == r.last_iteration;
     res.reason = dup ? RejectReason::kDuplicate : RejectReason::kStale;
@@ -97,6 +99,7 @@ IngestResult EngineImpl::Ingest(const Report& rep, Time now) {
   if (!r.ahead) {
     SetCounted(rep.rank, true);
     r.before_ahead = r.last_iteration;
+    r.progress_before_ahead = r.has_progress;
   }
   r.has_progress = true;
   r.last_iteration = rep.iteration;

@@ -148,8 +148,8 @@ void JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
 }
 
 std::optional<uint64_t> JobEngine::Progress(uint32_t rank) const {
-  if (rank >= impl_->world_size || !impl_->ranks[rank].has_progress) return std::nullopt;
-  return impl_->ranks[rank].last_iteration;
+  if (rank >= impl_->world_size) return std::nullopt;
+  return impl_->ranks[rank].Progress();
 }
 
 std::vector<Event> JobEngine::TakeEvents() {

@@ -336,7 +336,10 @@ class JobEngine {
   std::vector<Membership> MembershipsFrom(uint64_t iteration) const;
 
   // Highest iteration of `rank` that was processed (accepted or rejected as
-  // duplicate/stale); nullopt before its first report.
+  // duplicate/stale); nullopt before its first report. A report far ahead
+  // of the job (docs/detection.md, "Far ahead") does not count until the
+  // rank's reports catch up: clients judge certainty by this progress, so a
+  // forged one must not give it to them early (docs/runs.md).
   std::optional<uint64_t> Progress(uint32_t rank) const;
 
   // Events since the last call, oldest first.
