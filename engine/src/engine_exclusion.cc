@@ -96,7 +96,8 @@ void EngineImpl::GateAndPublish(std::vector<ExcludedRank> next, Time now) {
   auto was_it = cur.excluded.begin();
   auto is_it = next.begin();
   for (uint32_t i = 0; i < world_size; ++i) {
-    const ExcludedRank* was = was_it != cur.excluded.end() && was_it->rank == i ? &*was_it++ : nullptr;
+    const ExcludedRank* was =
+        was_it != cur.excluded.end() && was_it->rank == i ? &*was_it++ : nullptr;
     const ExcludedRank* is = is_it != next.end() && is_it->rank == i ? &*is_it++ : nullptr;
     if ((was == nullptr) != (is == nullptr) || (was && is && was->reason != is->reason))
       changed = true;

@@ -22,7 +22,8 @@ bool Capacity::Room(uint32_t excluded) const {
 std::string Capacity::Why(uint32_t excluded) const {
   if (excluded + 1 > max_excluded)
     return absl::StrCat("max_excluded_fraction allows ", max_excluded);
-  if (world_size - excluded - 1 < min_active) return absl::StrCat("min_active_ranks is ", min_active);
+  if (world_size - excluded - 1 < min_active)
+    return absl::StrCat("min_active_ranks is ", min_active);
   return "";
 }
 

@@ -31,7 +31,9 @@ JobEngine::JobEngine(uint32_t world_size, PolicyConfig policy, Time now) {
 
 JobEngine::~JobEngine() = default;
 
-IngestResult JobEngine::Ingest(const Report& report, Time now) { return impl_->Ingest(report, now); }
+IngestResult JobEngine::Ingest(const Report& report, Time now) {
+  return impl_->Ingest(report, now);
+}
 
 void JobEngine::Tick(Time now) { impl_->Tick(now); }
 

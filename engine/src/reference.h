@@ -10,7 +10,9 @@
 // by the engine's thread only.
 #pragma once
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "rows.h"
 #include "straggler/engine/job_engine.h"
@@ -21,8 +23,17 @@ struct EngineImpl;
 
 enum class Verdict { kNone, kSlow, kFast };
 
+// The lower median of `values` (reordered); 0 when empty.
+inline double LowerMedian(std::vector<double>& values) {
+  if (values.empty()) return 0.0;
+  auto mid = values.begin() + (values.size() - 1) / 2;
+  std::nth_element(values.begin(), mid, values.end());
+  return *mid;
+}
+
 class Reference {
  public:
+  explicit Reference(EngineImpl& engine) : e_(engine) {}
   virtual ~Reference() = default;
   // A new epoch started with `row` (not the job's first).
   virtual void OnEpoch(const Row& row, Time now) { (void)row, (void)now; }
@@ -36,6 +47,9 @@ class Reference {
   virtual void OnRuleChanged(uint64_t next_iteration, Time now) {
     (void)next_iteration, (void)now;
   }
+
+ protected:
+  EngineImpl& e_;
 };
 
 // The reference of engine.policy.kind, reading engine.policy live (a

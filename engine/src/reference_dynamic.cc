@@ -12,11 +12,10 @@
 #include "reference.h"
 
 namespace straggler::engine::internal {
-namespace {
 
 class DynamicReference final : public Reference {
  public:
-  explicit DynamicReference(EngineImpl& engine) : e_(engine) {}
+  using Reference::Reference;
 
   void OnEpoch(const Row& row, Time now) override {
     StartProfile(row.iteration, now, absl::StrCat("epoch ", row.epoch, " started"));
@@ -140,7 +139,6 @@ class DynamicReference final : public Reference {
     rows_since_profile_ = 0;
   }
 
-  EngineImpl& e_;
   bool profiling_ = true;
   uint32_t profile_collected_ = 0;
   double profile_sum_ = 0.0;           // of the row minima
@@ -150,10 +148,8 @@ class DynamicReference final : public Reference {
   int speedup_rows_ = 0;
 };
 
-}  // namespace
-
-std::unique_ptr<Reference> MakeDynamicReference(EngineImpl& engine) {
-  return std::make_unique<DynamicReference>(engine);
+std::unique_ptr<Reference> MakeDynamicReference(EngineImpl& e) {
+  return std::make_unique<DynamicReference>(e);
 }
 
 }  // namespace straggler::engine::internal

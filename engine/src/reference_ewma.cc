@@ -7,11 +7,10 @@
 #include "reference.h"
 
 namespace straggler::engine::internal {
-namespace {
 
 class EwmaReference final : public Reference {
  public:
-  explicit EwmaReference(EngineImpl& engine) : e_(engine) {}
+  using Reference::Reference;
 
   void OnRow(Row& row, Time now) override {
     const PolicyConfig& p = e_.policy;
@@ -20,9 +19,7 @@ class EwmaReference final : public Reference {
     for (auto& [rank, t] : row.values)
       if (e_.ranks[rank].samples >= p.ewma_min_samples) s.push_back(e_.ranks[rank].ewma);
     if (s.size() < 2) return;
-    auto mid = s.begin() + (s.size() - 1) / 2;
-    std::nth_element(s.begin(), mid, s.end());
-    e_.baseline = *mid;
+    e_.baseline = LowerMedian(s);
     e_.threshold = p.ewma_ratio * e_.baseline;
     e_.have_threshold = true;
     for (auto& [rank, t] : row.values) {
@@ -38,14 +35,10 @@ class EwmaReference final : public Reference {
     return r.samples >= e_.policy.ewma_min_samples ? e_.VerdictFor(r.ewma) : Verdict::kNone;
   }
 
- private:
-  EngineImpl& e_;
 };
 
-}  // namespace
-
-std::unique_ptr<Reference> MakeEwmaReference(EngineImpl& engine) {
-  return std::make_unique<EwmaReference>(engine);
+std::unique_ptr<Reference> MakeEwmaReference(EngineImpl& e) {
+  return std::make_unique<EwmaReference>(e);
 }
 
 }  // namespace straggler::engine::internal

@@ -7,11 +7,10 @@
 #include "reference.h"
 
 namespace straggler::engine::internal {
-namespace {
 
 class StaticReference final : public Reference {
  public:
-  explicit StaticReference(EngineImpl& engine) : e_(engine) {}
+  using Reference::Reference;
 
   void OnRow(Row& row, Time now) override {
     e_.threshold = e_.policy.static_threshold_seconds;
@@ -19,13 +18,7 @@ class StaticReference final : public Reference {
     std::vector<double>& s = e_.scratch;
     s.clear();
     for (auto& [rank, t] : row.values) s.push_back(t);
-    if (!s.empty()) {
-      auto mid = s.begin() + (s.size() - 1) / 2;
-      std::nth_element(s.begin(), mid, s.end());
-      e_.baseline = *mid;
-    } else {
-      e_.baseline = 0.0;
-    }
+    e_.baseline = LowerMedian(s);
     e_.JudgeRow(row, now, /*global_shift_guard=*/false);
   }
 
@@ -37,14 +30,10 @@ class StaticReference final : public Reference {
                                  : Verdict::kNone;
   }
 
- private:
-  EngineImpl& e_;
 };
 
-}  // namespace
-
-std::unique_ptr<Reference> MakeStaticReference(EngineImpl& engine) {
-  return std::make_unique<StaticReference>(engine);
+std::unique_ptr<Reference> MakeStaticReference(EngineImpl& e) {
+  return std::make_unique<StaticReference>(e);
 }
 
 }  // namespace straggler::engine::internal

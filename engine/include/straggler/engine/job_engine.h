@@ -267,8 +267,9 @@ class JobEngine {
   // Forgets all per-rank state (which streams speak for which ranks is not
   // state) and publishes a membership with every rank included (as a new,
   // higher version, in force from the ranks' progress + lead even when an
-  // earlier version was put implausibly far ahead: those are dropped) - through the membership gate: while a rank no stream
-  // speaks for would have to hear of it, the release is withheld instead.
+  // earlier version was put implausibly far ahead: those are dropped) -
+  // through the membership gate: while a rank no stream speaks for would
+  // have to hear of it, the release is withheld instead.
   void Reset(Time now);
 
   // A client already holds membership `held` (from an earlier daemon
