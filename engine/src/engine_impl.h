@@ -3,11 +3,12 @@
 //   engine_ingest.cc     a report in: validation, rows, far-ahead reports
 //   engine_judge.cc      completed rows and single reports -> verdicts ->
 //                        counters -> states; epochs and probation
-//   engine_exclusion.cc  the excluded set: plan (exclusion_planner.h), guard
-//                        events, the membership gate
-//   engine_membership.cc versions: publish, rebase, take-over, restore, claims
-//   engine_ranks.cc      liveness and the rank lifecycle (Tick, Announce, ...)
-//   job_engine.cc        the public JobEngine: forwarding, views, Reset
+//   engine_exclusion.cc  the excluded set: snapshot, plan (exclusion_planner.h),
+//                        guard events
+//   engine_membership.cc versions: the gate, publish, rebase, take-over,
+//                        restore, hello claims
+//   engine_ranks.cc      liveness, the rank lifecycle (Tick, Announce, ...), Reset
+//   job_engine.cc        the public JobEngine: forwarding, views, policy, overrides
 // and the pieces with their own state: rows.h, membership_log.h,
 // reference*.{h,cc} (one per policy), events.h.
 // Not thread-safe, as JobEngine: one thread at a time.
@@ -186,11 +187,11 @@ struct EngineImpl {
   void EvaluateNow(Time now);
   const PlanInput& Snapshot();
   void EmitGuardEvents(const ExclusionPlan& plan, Time now);
+
+  // ---- membership (engine_membership.cc) -----------------------------------
   void GateAndPublish(std::vector<ExcludedRank> next, Time now);
   Event WithheldEvent(const std::vector<uint32_t>& unreachable,
                       const std::vector<ExcludedRank>& next, Time now) const;
-
-  // ---- membership (engine_membership.cc) -----------------------------------
   uint64_t Lead() const;
   std::optional<uint64_t> ReferenceIteration() const;
   uint64_t PlausibleEffective(uint64_t floor) const;

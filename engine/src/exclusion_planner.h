@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,9 @@ struct RankSnapshot {
 
 struct PlanInput {
   std::vector<RankSnapshot> ranks;    // one per rank, index = rank
-  std::vector<ExcludedRank> current;  // the newest version's excluded set, ascending
+  // The newest version's excluded set, ascending; a view (it must outlive
+  // the PlanExclusion call).
+  std::span<const ExcludedRank> current;
   uint64_t iteration = 0;             // "since" of a newly excluded rank
   double baseline = 0.0;              // for the straggler detail; 0 = none yet
   uint32_t limit = 0;                 // the counter limit in force

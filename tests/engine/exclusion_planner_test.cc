@@ -33,10 +33,11 @@ RankSnapshot Unresponsive() {
   return r;
 }
 
-PlanInput Input(std::vector<RankSnapshot> ranks, std::vector<ExcludedRank> current = {}) {
+// `current` is viewed, not copied: pass a vector that outlives the plan.
+PlanInput Input(std::vector<RankSnapshot> ranks, const std::vector<ExcludedRank>& current = {}) {
   PlanInput in;
   in.ranks = std::move(ranks);
-  in.current = std::move(current);
+  in.current = current;
   in.iteration = 100;
   in.baseline = 1.0;
   in.limit = 5;
