@@ -173,7 +173,12 @@ struct EngineImpl {
   // ---- judging (engine_judge.cc) -------------------------------------------
   void OnNewEpoch(const Row& row, Time now);
   void ProcessRow(Row& row, Time now);
-  Verdict VerdictFor(double value) const;
+  Verdict VerdictFor(double value) const {
+    if (!have_threshold) return Verdict::kNone;
+    if (value > threshold) return Verdict::kSlow;
+    if (value < threshold) return Verdict::kFast;
+    return Verdict::kNone;
+  }
   size_t JudgeRow(Row& row, Time now, bool global_shift_guard);
   void JudgeSingle(uint32_t rank, const Report& rep, Time now);
   void ApplyVerdict(uint32_t rank, Verdict v, uint64_t iteration, double compute, Time now);

@@ -114,7 +114,7 @@ IngestResult EngineImpl::Ingest(const Report& rep, Time now) {
   reports_total++;
   last_report_time = now;
 
-  if (log.InForce(rep.iteration).m.IsExcluded(rep.rank)) {
+  if (Excludes(log.InForce(rep.iteration).m, rep.rank)) {
     // Shadow: an excluded rank runs on its own clock; judge it alone.
     if (policy.recovery == RecoveryMode::kShadow) JudgeSingle(rep.rank, rep, now);
   } else {

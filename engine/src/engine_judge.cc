@@ -64,13 +64,6 @@ void EngineImpl::ProcessRow(Row& row, Time now) {
   if (dirty || blocked > 0) Evaluate(now);
 }
 
-Verdict EngineImpl::VerdictFor(double value) const {
-  if (!have_threshold) return Verdict::kNone;
-  if (value > threshold) return Verdict::kSlow;
-  if (value < threshold) return Verdict::kFast;
-  return Verdict::kNone;
-}
-
 // Applies the row's verdicts against the threshold. With the guard, a row
 // where more than global_shift_fraction of the ranks are slow moves no
 // counter (a job-wide slowdown is not a straggler) and the count of slow

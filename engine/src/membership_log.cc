@@ -5,11 +5,7 @@
 
 namespace straggler::engine {
 
-bool Membership::IsExcluded(uint32_t rank) const {
-  auto it = std::lower_bound(excluded.begin(), excluded.end(), rank,
-                             [](const ExcludedRank& e, uint32_t r) { return e.rank < r; });
-  return it != excluded.end() && it->rank == rank;
-}
+bool Membership::IsExcluded(uint32_t rank) const { return internal::Excludes(*this, rank); }
 
 namespace internal {
 
@@ -20,12 +16,6 @@ MembershipLog::MembershipLog(uint32_t world_size, uint32_t lead_iterations, Time
   v0.m.created_at = now;
   versions_.push_back(std::move(v0));
   history_.push_back(versions_.back().m);
-}
-
-const Version& MembershipLog::InForce(uint64_t iteration) const {
-  for (auto it = versions_.rbegin(); it != versions_.rend(); ++it)
-    if (it->m.effective_iteration <= iteration) return *it;
-  return versions_.front();
 }
 
 std::vector<Membership> MembershipLog::From(uint64_t iteration) const {
@@ -66,7 +56,7 @@ void MembershipLog::ResetTo(Membership m) {
 
 void MembershipLog::CountExcluded(uint32_t rank, int delta) {
   for (auto& v : versions_)
-    if (v.m.IsExcluded(rank)) v.excluded_counted += delta;
+    if (Excludes(v.m, rank)) v.excluded_counted += delta;
 }
 
 void MembershipLog::ClearCounts() {

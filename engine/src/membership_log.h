@@ -6,6 +6,7 @@
 // (engine_membership.cc). Plain data, one thread at a time (the engine's).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -13,6 +14,14 @@
 #include "straggler/engine/job_engine.h"
 
 namespace straggler::engine::internal {
+
+// Membership::IsExcluded, inline for the per-report path (a call into
+// another file per report cost a measurable share of Ingest).
+inline bool Excludes(const Membership& m, uint32_t rank) {
+  auto it = std::lower_bound(m.excluded.begin(), m.excluded.end(), rank,
+                             [](const ExcludedRank& e, uint32_t r) { return e.rank < r; });
+  return it != m.excluded.end() && it->rank == rank;
+}
 
 struct Version {
   Membership m;
@@ -26,7 +35,11 @@ class MembershipLog {
 
   const Membership& Newest() const { return versions_.back().m; }
   // The version in force at `iteration`: the newest with effective <= it.
-  const Version& InForce(uint64_t iteration) const;
+  const Version& InForce(uint64_t iteration) const {
+    for (auto it = versions_.rbegin(); it != versions_.rend(); ++it)
+      if (it->m.effective_iteration <= iteration) return *it;
+    return versions_.front();
+  }
   // Ascending by version; the last element is Newest().
   const std::deque<Membership>& history() const { return history_; }
   // The newest version with effective_iteration <= iteration, and every later one.
