@@ -1,9 +1,10 @@
 """PyTorch DDP integration: average gradients among the ACTIVE ranks only.
 
     import straggler, straggler.torch
-    dist.init_process_group("gloo", ...)                 # DDP's own bootstrap
+    dist.init_process_group("gloo", ...)                 # DDP's own bootstrap ("nccl" on GPUs)
     ddp = DDP(model, broadcast_buffers=False, find_unused_parameters=False)
-    state = straggler.torch.PartialAllReduceState()      # client + reducer from env
+    state = straggler.torch.PartialAllReduceState()      # client + reducer from env;
+                                                         # NCCL when the process group is
     ddp.register_comm_hook(state, straggler.torch.partial_allreduce_hook)
     it = 0
     while it < steps:
@@ -18,6 +19,12 @@
         state.optimizer_step(opt)                        # skipped on an excluded rank
         opt.zero_grad()
         it += 1
+
+GPUs: under init_process_group("nccl") the state's reducer is
+straggler.PartialAllReduce(backend="nccl", device=torch.cuda.current_device())
+(pass backend= to choose): the hook averages the CUDA buckets in place on
+torch's current stream, with the project's own NCCL communicators (torchrun
+example and NCCL version rules: docs/gpu.md). Gloo stays the CPU backend.
 
 Why a hook on the project's own Gloo contexts and not torch.distributed
 subgroups: in torch 1.13 `new_group` must be entered by every rank of the
@@ -101,21 +108,27 @@ class PartialAllReduceState:
     inside that thread's backward); not for concurrent steps.
     """
 
-    def __init__(self, client=None, reducer=None, **gloo_options):
+    def __init__(self, client=None, reducer=None, backend=None, **options):
         # Client options come from the environment (RANK, WORLD_SIZE,
         # STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, ...) when no client is given.
         # With torch.distributed initialized, the run id and the rendezvous
         # come from its store (straggler._launch): no daemon is needed to
         # start, and a second launch under the same job id reads none of the
         # first one's keys.
+        # backend: "nccl" when the process group is NCCL's, else "gloo"; NCCL
+        # runs on the current CUDA device unless device= says otherwise.
         torch_store = dist.is_available() and dist.is_initialized()
         if client is None:
             client = Client(run_id=run_id()) if torch_store else Client()
         self.client = client
         if reducer is None:
-            if torch_store and "store" not in gloo_options and "rendezvous_endpoint" not in gloo_options:
-                gloo_options["store"] = rendezvous_store(client)
-            reducer = PartialAllReduce(client, **gloo_options)
+            if backend is None:
+                backend = "nccl" if torch_store and dist.get_backend() == "nccl" else "gloo"
+            if backend == "nccl" and "device" not in options and torch.cuda.is_available():
+                options["device"] = torch.cuda.current_device()
+            if torch_store and "store" not in options and "rendezvous_endpoint" not in options:
+                options["store"] = rendezvous_store(client)
+            reducer = PartialAllReduce(client, backend=backend, **options)
         self.reducer = reducer
         self.plan = None
         self.iteration = None
@@ -182,23 +195,35 @@ class PartialAllReduceState:
                 raise ValueError("begin_step: a parameter or buffer of shape %s is not "
                                  "contiguous; it cannot be broadcast in place" % (tuple(t.shape),))
         state = bytearray(blob) if blob else bytearray(int(header[1]))
-        self.reducer.sync_parameters(tensors + ([state] if len(state) else []))
+        self.reducer.sync_parameters(tensors + ([state] if len(state) else []), **_stream_of(tensors))
         if optimizer is not None and len(state) and self.client.rank != self.plan.root:
             optimizer.load_state_dict(torch.load(io.BytesIO(bytes(state))))
         self.synced_at.append(self.iteration)
 
 
+def _stream_of(tensors):
+    # The caller's current CUDA stream for CUDA tensors (the NCCL backend
+    # queues its collective after the backward's kernels there); nothing for
+    # host buffers, which the Gloo backend reduces.
+    for t in tensors:
+        if getattr(t, "is_cuda", False):
+            return {"stream": torch.cuda.current_stream(t.device).cuda_stream}
+    return {}
+
+
 def partial_allreduce_hook(state, bucket):
     """DDP communication hook (torch 1.13: ddp.register_comm_hook(state, hook)).
     Averages the bucket among the active ranks of state.plan through the
-    project's Gloo context; on an excluded rank returns the bucket unchanged.
+    project's Gloo context, or for a CUDA bucket its NCCL communicator, in
+    place on torch's current stream; on an excluded rank returns the bucket
+    unchanged.
     state.begin_step must have been called for this step."""
     if state.plan is None:
         raise RuntimeError("partial_allreduce_hook: state.begin_step(iteration) was not called "
                            "before the first backward")
     buffer = bucket.buffer()
     start = time.perf_counter()
-    result = state.reducer.all_reduce_average(buffer)  # in place, GIL released
+    result = state.reducer.all_reduce_average(buffer, **_stream_of([buffer]))  # in place, GIL released
     state.collective_seconds += time.perf_counter() - start
     state.buckets += 1
     if not result["participated"]:

@@ -92,7 +92,7 @@ TEST_CASE("communicator plan with grow: existing ranks keep their numbers, joine
   // A joiner lower than every member would be the init publisher: init, so
   // that the id's publisher is the lowest rank of the set either way.
   CHECK(PlanCommunicator(true, {1, 2}, true, {0, 1, 2}, true).how == How::kInit);
-  // A previous set of one has no communicator to grow.
+  // A previous set of one is rebuilt fresh.
   CHECK(PlanCommunicator(true, {0}, true, {0, 1}, true).how == How::kInit);
   // One out and one in at once: neither shrink nor grow.
   CHECK(PlanCommunicator(true, {0, 1, 2}, true, {0, 1, 3}, true).how == How::kInit);

@@ -9,7 +9,8 @@
 //
 // How the active set acts on communicators (docs/collective.md):
 //  * One full communicator over all ranks, built at creation (every rank is
-//    there then); it serves while everyone is active.
+//    there then); it serves while everyone is active. Every active set has
+//    a communicator, a set of one rank too (NCCL's one-rank path).
 //  * The in-band agreement of collective.h runs on the communicator the
 //    previous set used (the full one at the first iteration): a 5-element
 //    ncclUint64 ncclMin all-reduce and one stream synchronisation per
@@ -95,6 +96,9 @@ class NcclPartialAllReduce : public PartialAllReduce {
   // torch.cuda.current_stream().cuda_stream) before each step's collectives.
   // nullptr: back to NcclOptions::stream (or the backend's own).
   virtual void SetStream(void* stream) = 0;
+  // The CUDA device the collectives run on (NcclOptions::device, or the one
+  // current at creation when that was -1).
+  virtual int Device() const = 0;
 };
 
 // Builds the full communicator (every rank must call this within

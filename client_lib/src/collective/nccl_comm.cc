@@ -67,8 +67,11 @@ bool CommOps::StartInit(Comm& c, const std::string& key, Clock::time_point deadl
   if (index == 0) {
     STRAGGLER_NCCL_START(ncclGetUniqueId(&id));
     record.id.assign(id.internal, sizeof(id.internal));
-    const std::string bytes = EncodeRecord(record);
-    store_.set(key, std::vector<char>(bytes.begin(), bytes.end()));
+    // A set of one needs nobody to read it (and no daemon to start alone).
+    if (c.ranks.size() > 1) {
+      const std::string bytes = EncodeRecord(record);
+      store_.set(key, std::vector<char>(bytes.begin(), bytes.end()));
+    }
   } else {
     try {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());

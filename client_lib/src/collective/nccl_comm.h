@@ -47,8 +47,8 @@ namespace straggler::detail {
 
 using Clock = std::chrono::steady_clock;
 
-// A communicator of one active set. A set of one rank has none (comm null):
-// its average is its own buffer.
+// A communicator of one active set (a set of one rank too: NCCL's one-rank
+// path, so one GPU runs the code many do).
 struct Comm {
   ncclComm_t comm = nullptr;
   std::vector<uint32_t> ranks;  // the active set, ascending

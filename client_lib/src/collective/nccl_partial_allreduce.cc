@@ -73,6 +73,8 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     if (own_stream_ != nullptr) cudaStreamDestroy(own_stream_);
   }
 
+  int Device() const override { return device_; }
+
   void SetStream(void* stream) override {
     ops_.set_stream(stream != nullptr ? static_cast<cudaStream_t>(stream) : initial_stream_);
   }
@@ -81,11 +83,11 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
   void BuildFull() {
     auto c = std::make_unique<Comm>();
     c->ranks = world_;
-    if (world_.size() > 1) {
-      ops_.StartInit(*c, detail::FullCommIdKey(options_.run_id, options_.world_size),
-                     Clock::now() + options_.collective_timeout, /*blocking_get=*/true);
-      ops_.Finish(*c, 0, Clock::now() + options_.collective_timeout, "building the full communicator");
-    }
+    // A world of one gets a communicator too (NCCL's one-rank path, built
+    // without the store): a one-GPU job runs the same code as a large one.
+    ops_.StartInit(*c, detail::FullCommIdKey(options_.run_id, options_.world_size),
+                   Clock::now() + options_.collective_timeout, /*blocking_get=*/true);
+    ops_.Finish(*c, 0, Clock::now() + options_.collective_timeout, "building the full communicator");
     c->order = world_;
     c->ready = true;
     auto* e = cache_->Insert(world_, 0, std::move(c));
@@ -183,7 +185,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     RequireBegun("SyncParameters");
     if (!agreement_.plan().participating || !agreement_.plan().sync_parameters) return false;
     RequireCommunicator("SyncParameters");
-    if (current_->comm == nullptr) return true;  // a set of one
+    if (current_->comm == nullptr) return true;  // (every set has one; defensive)
     STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
     // The root is the lowest active rank; its number in the communicator is
     // its position in the communicator's order (ascending, unless grown:
@@ -210,7 +212,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     if (!agreement_.plan().participating) return r;  // excluded: no collective on any communicator
     RequireCommunicator("AllReduceAverage");
     r.participated = true;
-    if (current_->comm == nullptr || count == 0) return r;  // a set of one: its own average
+    if (current_->comm == nullptr || count == 0) return r;
     STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
     // ncclAvg divides by the communicator's size, which is the active set's.
     Collective("allreduce", data, count * elem, [&](void* dev) {
@@ -296,8 +298,8 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     }
   }
 
-  // A new communicator of `active` for `version`, made ready by `build` (not
-  // called for a set of one: it needs no communicator) and then cached. A
+  // A new communicator of `active` for `version`, made ready by `build` (a
+  // set of one too: ncclCommShrink to one survivor, or a local init) and then cached. A
   // failed build releases what it started (aborting the communicator) and
   // rethrows: nothing half-built enters the cache.
   template <class Build>
@@ -306,21 +308,19 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     c->ranks = active;
     c->order = active;  // a grow appends its joiners instead, a shrink keeps the parent's order
     c->version = version;
-    if (active.size() > 1) {
-      try {
-        build(*c);
-      } catch (...) {
-        CommPtr broken = std::move(c);
-        if (broken->child_of_async_job) {
-          // NCCL's thread may still store the shrunk handle into
-          // broken->comm: keep the struct alive until destruction (it is
-          // small, and this happens once per failed shrink).
-          orphans_.push_back(std::move(broken));
-        } else {
-          ops_.Release(broken, false);
-        }
-        throw;
+    try {
+      build(*c);
+    } catch (...) {
+      CommPtr broken = std::move(c);
+      if (broken->child_of_async_job) {
+        // NCCL's thread may still store the shrunk handle into
+        // broken->comm: keep the struct alive until destruction (it is
+        // small, and this happens once per failed shrink).
+        orphans_.push_back(std::move(broken));
+      } else {
+        ops_.Release(broken, false);
       }
+      throw;
     }
     c->ready = true;
     return cache_->Insert(active, version, std::move(c))->handle.get();

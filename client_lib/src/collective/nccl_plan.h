@@ -99,8 +99,8 @@ const char* HowText(CommPlan::How how);
 // was in the previous one: the id is then published by the same rank
 // either way (the lowest of the new set), and a joiner - which does not
 // know the group's previous set - learns from that record (ReadmissionRecord)
-// whether to grow or to init. A previous set of one rank has no
-// communicator to grow. `previous` may be in communicator order.
+// whether to grow or to init. A previous set of one is rebuilt by an init
+// (its one-rank communicator saves nothing there). `previous` may be in communicator order.
 CommPlan PlanCommunicator(bool previously_participating, const std::vector<uint32_t>& previous,
                           bool participating, const std::vector<uint32_t>& now, bool grow = false);
 
