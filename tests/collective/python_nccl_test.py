@@ -11,8 +11,8 @@ Everywhere (ctest python:nccl_args):
     CUDA_VISIBLE_DEVICES="" (so also on a GPU machine), "no CUDA device is
     visible" with CUDA's own message.
 
-With --gpu (scripts/gpu-check.sh on a GPU machine; exits 77 with the reason
-when there is no GPU, torch CUDA or NCCL backend):
+With --gpu reducer / --gpu ddp (scripts/gpu-check.sh on a GPU machine; exits
+77 with the reason when there is no GPU, torch CUDA or NCCL backend):
   * a 1-rank NCCL reducer (a real one-rank communicator) averages CUDA
     float32/float64 tensors in place (a rank alone: its own values), reports
     participated, stages a CPU tensor through the device,
@@ -208,14 +208,17 @@ def run(args):
         skip("torch is not importable: %s" % e)
     if not torch.cuda.is_available():
         skip("torch sees no CUDA device (torch %s)" % torch.__version__)
-    check_gpu_reducer(straggler, torch)
-    check_gpu_ddp(args.pythonpath)
+    if args.gpu == "reducer":
+        check_gpu_reducer(straggler, torch)
+    else:
+        check_gpu_ddp(args.pythonpath)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pythonpath", required=True, help="the folder holding the straggler package")
-    p.add_argument("--gpu", action="store_true", help="the GPU checks (skip, exit 77, without a GPU)")
+    p.add_argument("--gpu", choices=["reducer", "ddp"],
+                   help="one of the GPU checks (skipped, exit 77, without a GPU)")
     args = p.parse_args()
     try:
         run(args)
