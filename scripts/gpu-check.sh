@@ -35,6 +35,13 @@ while [[ $# -gt 0 ]]; do
 done
 PYTHON=${PYTHON:-python3}
 CHECK_TIMEOUT=${CHECK_TIMEOUT:-600}
+# pip's NCCL (nvidia-nccl-cu13, the one torch loads) is not on the loader's
+# path: add its folder for the C++ binaries, unless a libnccl.so.2 is found.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+  nccl_dir=$("$PYTHON" -c "import nvidia.nccl as n, os; print(os.path.join(list(n.__path__)[0], 'lib'))" \
+             2>/dev/null || true)
+  if [[ -n $nccl_dir && -d $nccl_dir ]]; then export LD_LIBRARY_PATH=$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
+fi
 
 # Where the pieces are: a bundle (bin/, lib/, python/, tests/, scripts/) or a
 # build tree beside this script's repository.
