@@ -1,10 +1,9 @@
 """PyTorch DDP integration: average gradients among the ACTIVE ranks only.
 
     import straggler, straggler.torch
-    dist.init_process_group("gloo", ...)                 # DDP's own bootstrap ("nccl" on GPUs)
+    dist.init_process_group("gloo", ...)                 # DDP's own bootstrap
     ddp = DDP(model, broadcast_buffers=False, find_unused_parameters=False)
-    state = straggler.torch.PartialAllReduceState()      # client + reducer from env;
-                                                         # NCCL when the process group is
+    state = straggler.torch.PartialAllReduceState()      # client + reducer from env
     ddp.register_comm_hook(state, straggler.torch.partial_allreduce_hook)
     it = 0
     while it < steps:
