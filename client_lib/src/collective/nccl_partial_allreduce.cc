@@ -253,7 +253,9 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
       throw CollectiveError(
           (agreement_of ? agreement_.AgreementFailureText("NCCL", *agreement_of, options_.collective_timeout)
                         : agreement_.FailureText("NCCL", what, options_.collective_timeout)) +
-          "; the communicator was aborted: " + e.what());
+          (revoked ? "; the communicator was revoked (kept for the survivors' shrink): "
+                   : "; the communicator was aborted: ") +
+          e.what());
     }
   }
 
