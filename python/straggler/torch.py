@@ -79,10 +79,10 @@ A trainer that restarts against a daemon still holding its rank excluded
 must run two steps before it skips.
 """
 
+import array
 import io
 import time
 
-import numpy as np
 import torch
 
 import torch.distributed as dist
@@ -183,7 +183,8 @@ class PartialAllReduceState:
             out = io.BytesIO()
             torch.save(optimizer.state_dict(), out)
             blob = out.getvalue()
-        header = np.array([self.steps_taken, len(blob)], dtype=np.int64)
+        # array.array, not numpy: a GPU machine's pip torch may come without numpy.
+        header = array.array("q", [self.steps_taken, len(blob)])
         self.reducer.sync_parameters([header])
         self.steps_taken = int(header[0])
         # Pass 2: parameters and buffers in place (same shapes everywhere, as
