@@ -5,6 +5,9 @@ Everywhere (ctest python:nccl_args):
   * argument checks name the bad value: an unknown backend, an option of the
     other backend (hostname for NCCL, device for Gloo), an unknown option,
     device=-2, world_size=0;
+  * the loaded libnccl's version (ncclGetVersion) and the calls resolved in
+    it by dlsym: revoke exactly when it and the build are >= 2.28.7, grow
+    exactly when both are >= 2.29;
   * asking for NCCL where it cannot run raises RuntimeError naming the
     reason and never falls back to Gloo: "built without the NCCL backend" in
     a module built without it; otherwise, in a child process with
@@ -64,11 +67,28 @@ def check_arguments(straggler):
         expect(ValueError, "device=-2", lambda: P(c, backend="nccl", device=-2))
         expect(ValueError, "world_size=0", lambda: P(c, backend="nccl", world_size=0))
         expect(ValueError, "collective_timeout=-1", lambda: P(c, backend="nccl", collective_timeout=-1))
+        check_runtime(straggler)
     else:
         msg = expect(RuntimeError, "built without the NCCL backend", lambda: P(c, backend="nccl"))
         check("does not fall back to Gloo" in msg, "the error does not say there is no fallback: " + msg)
     c.close()
     print("argument checks: ok (backends %s)" % straggler.backends())
+
+
+def check_runtime(straggler):
+    # ncclGetVersion and the dlsym of the version-dependent calls need no GPU:
+    # what the loaded libnccl offers must match its version and the build's.
+    import re
+    text = straggler._straggler.nccl_runtime()
+    m = re.match(r"NCCL (\d+)\.(\d+)\.(\d+) \(built against (\d+)\.(\d+)\.(\d+)\)", text)
+    check(m is not None, "nccl_runtime() says %r" % text)
+    v = [int(x) for x in m.groups()]
+    loaded, built = v[0] * 10000 + v[1] * 100 + v[2], v[3] * 10000 + v[4] * 100 + v[5]
+    revoke = min(loaded, built) >= 22807
+    grow = min(loaded, built) >= 22900
+    check(("ncclCommRevoke yes" in text) == revoke, "revoke for NCCL %d/%d: %r" % (loaded, built, text))
+    check(("ncclCommGrow yes" in text) == grow, "grow for NCCL %d/%d: %r" % (loaded, built, text))
+    print("loaded NCCL: " + text)
 
 
 NO_GPU_CHILD = r"""
