@@ -1,6 +1,7 @@
 // The one place an engine Event is made. Every event kind is about the whole
 // job or about one rank (EventNamesRank); these two helpers fill exactly the
 // fields that kind means, so no caller builds an Event field by field.
+// Stateless: safe to call from any thread.
 #pragma once
 
 #include <cstdint>
