@@ -126,7 +126,11 @@ absl::Status Server::Start(const DaemonConfig& config) {
                                     : grpc::InsecureServerCredentials(),
                            &port);
   // Every service: a larger message ends its call with RESOURCE_EXHAUSTED
-  // before any of it is parsed.
+  // before any of it is parsed. These refusals (and the quota's below) are
+  // not counted: gRPC 1.51 drops a unary call whose request it refused
+  // before any handler or interceptor exists, and shows a stream's refused
+  // message only as a failed Read on a cancelled call, as a client crash
+  // looks (docs/security.md, "gRPC's own refusals").
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
   grpc::ResourceQuota quota("stragglerd-grpc");
   quota.Resize(GrpcMemoryQuota(config.limits.max_message_bytes));
