@@ -10,11 +10,13 @@ them as JSON with --json. No asserts on the figures: BENCHMARKS.md
 
     slowloris_bench.py --stragglerd build/daemon/stragglerd
         [--loadgen build/tools/straggler-loadgen/straggler-loadgen --ranks 1000]
-        [--clients 0,8,50] [--probes 50] [--slow-readers /metrics] [--per-rank-metrics]
+        [--clients 0,8,50] [--probes 50] [--slow-readers /metrics [--read-bytes 1]]
+        [--per-rank-metrics]
         [--tls [--tls-stall silent|hello]] [--json out.json] [--smoke]
 
 --slow-readers PATH: the slow clients send a whole GET PATH instead and read its response
-1 byte per --trickle-ms (with --per-rank-metrics and --ranks 10000, /metrics is ~9 MB).
+--read-bytes per --trickle-ms, reconnecting once the daemon closed it (with
+--per-rank-metrics and --ranks 10000, /metrics is ~9 MB).
 --tls-stall: the slow clients are a TLS handshake flood instead: each opens TCP and sends
 nothing (silent), or sends its ClientHello and never answers the server's (hello).
 
@@ -87,9 +89,10 @@ class Slowloris:
     """N threads, each keeping one trickling connection open."""
 
     def __init__(self, host, port, clients, trickle_s, readers_path=None, tls=None,
-                 tls_stall=None):
+                 tls_stall=None, read_bytes=1):
         self.host, self.port, self.trickle_s = host, port, trickle_s
         self.readers_path = readers_path
+        self.read_bytes = read_bytes
         self.tls = tls
         self.tls_stall = tls_stall
         self.stop = threading.Event()
@@ -169,11 +172,11 @@ class Slowloris:
             self.closed_by_server += 1
 
     def read_slowly(self, s):
-        """A whole request, then its response read 1 byte per trickle."""
+        """A whole request, then its response read read_bytes per trickle."""
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % self.readers_path).encode())
         while not self.stop.wait(self.trickle_s):
-            if s.recv(1) == b"":
+            if s.recv(self.read_bytes) == b"":
                 raise OSError("closed")
 
 
@@ -229,8 +232,10 @@ def main():
                          "read timeouts, so slow clients are cut off and reconnect meanwhile")
     ap.add_argument("--paths", default="/healthz,/readyz,/metrics")
     ap.add_argument("--slow-readers", metavar="PATH",
-                    help="the slow clients send a whole GET PATH and read its response 1 "
-                         "byte per --trickle-ms (instead of trickling headers)")
+                    help="the slow clients send a whole GET PATH and read its response "
+                         "--read-bytes per --trickle-ms (instead of trickling headers)")
+    ap.add_argument("--read-bytes", type=int, default=1,
+                    help="what a --slow-readers client reads per --trickle-ms (at most)")
     ap.add_argument("--tls", action="store_true",
                     help="HTTPS (tls.http with a throwaway certificate; gRPC stays plaintext): "
                          "probes and slow clients do a TLS handshake first")
@@ -277,7 +282,8 @@ def main():
             failed = 0
             for n in [int(x) for x in args.clients.split(",")]:
                 with Slowloris(host, port, n, args.trickle_ms / 1000.0,
-                               args.slow_readers, tls, args.tls_stall) as attack:
+                               args.slow_readers, tls, args.tls_stall,
+                               args.read_bytes) as attack:
                     time.sleep(args.settle_s)
                     for path in args.paths.split(","):
                         times, statuses, size = [], {}, 0
