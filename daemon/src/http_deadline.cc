@@ -204,9 +204,17 @@ struct Connection {
   Connection(int s, std::unique_ptr<Transport> t, TlsTransport* tls_transport)
       : sock(s), transport(std::move(t)), tls(tls_transport) {}
   ~Connection() {
-    if (tls != nullptr) tls->set_shutdown(clean);
+    if (tls != nullptr) tls->set_shutdown(clean && !abort);
     transport.reset();
-    ::shutdown(sock, SHUT_RDWR);
+    if (abort) {
+      // A reset: the kernel drops the unsent bytes at once (after a FIN they
+      // would wait, megabytes a connection, for a reader that takes none),
+      // and the client learns the response is not whole.
+      const linger reset{1, 0};
+      ::setsockopt(sock, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    } else {
+      ::shutdown(sock, SHUT_RDWR);
+    }
     ::close(sock);
   }
   Connection(const Connection&) = delete;
@@ -217,6 +225,7 @@ struct Connection {
   TlsTransport* const tls;  // `transport`, over TLS; null: plaintext
   bool handshaken = false;
   bool clean = false;  // TLS: send close_notify when closed
+  bool abort = false;  // a response dropped: reset the connection when closed
   State state = State::kIdle;
   Clock::time_point deadline{};
   uint32_t events = 0;  // epoll interest; 0: not registered
@@ -680,6 +689,7 @@ class DeadlineServer final : public httplib::Server {
       CountSlow(0);
     } else if (stream.write_timed_out() || stream.dropped()) {
       CountSlow(1);
+      c.abort = true;
     }
     c.clean = ret;
     return ret && !connection_closed && c.requests_left > 0;
@@ -984,6 +994,7 @@ void Listener::Sweep(Clock::time_point now) {
         break;
       case Connection::State::kWriting:  // a response not taken in time
         server_.CountSlow(1);
+        c->abort = true;
         Close(c);
         break;
       case Connection::State::kIdle:

@@ -15,13 +15,13 @@
 // a slow reader of a large response (/metrics of 10 000 ranks) holds no
 // worker either. The poller holds at most 32 MiB of one response (a larger
 // tail is written by its worker, waiting) and 128 MiB of all; a response
-// that does not fit the total is dropped (connection closed, counted [1]).
+// that does not fit the total is dropped (connection reset, counted [1]).
 // GET /healthz and /readyz are served by one worker of their own, so that a
 // probe never waits behind the workers' queue (renders of a large /metrics).
 // A request must arrive whole within read_timeout of its first byte, else
 // it is answered 408 and the connection closed and counted
 // (SlowClientCounters[0]); a response must be taken within write_timeout of
-// its first write, else the connection is closed and counted ([1]).
+// its first write, else the connection is reset and counted ([1]).
 // Refused at once, without a worker and without reading a body: a
 // Content-Length above set_payload_max_length (413), a request line over
 // 8 KiB (414), a header line over 8 KiB or a head over 64 KiB (431). Idle
