@@ -181,9 +181,10 @@ constexpr size_t kMaxHeadBytes = 64 * 1024;
 constexpr auto kLinger = std::chrono::seconds(1);
 // The unsent tails of responses the poller holds for readers slower than
 // the socket (see RequestStream::write): at most this much per connection
-// (a larger tail is written by its worker, as before, within the write
-// timeout) and in all (beyond it, a response that cannot be sent at once is
-// dropped: its connection closed and counted as a slow response).
+// and in all. Beyond either, the worker writes the rest itself, waiting for
+// the reader within the write timeout, as before the poller took tails: a
+// reader is never refused for memory, and the probes, with a worker of
+// their own (IsProbe), do not wait behind such workers.
 constexpr size_t kMaxUnsentPerConnection = 32u << 20;
 constexpr size_t kMaxUnsentTotal = 128u << 20;
 // Deadlines are enforced this late at most (one pass over the connections
@@ -253,10 +254,8 @@ struct UnsentBudget {
   std::atomic<size_t> held{0};
 
   // Takes `n` more bytes for a connection holding `has`; false if over a cap.
-  // `per_connection_full` tells which cap.
-  bool Take(size_t has, size_t n, bool& per_connection_full) {
-    per_connection_full = has + n > per_connection;
-    if (per_connection_full) return false;
+  bool Take(size_t has, size_t n) {
+    if (has + n > per_connection) return false;
     if (held.fetch_add(n, std::memory_order_relaxed) + n > total) {
       held.fetch_sub(n, std::memory_order_relaxed);
       return false;
@@ -417,9 +416,8 @@ void BlockSigpipe() {
 // by the response's write deadline, so a reader slower than the socket
 // buffer holds no worker (issue 15: 8 slow readers of a 9 MB /metrics held
 // all 4 workers for the 5 s write timeout, and /healthz waited behind them).
-// A tail over UnsentBudget::per_connection is written by the worker itself
-// within the write deadline, as before; one that does not fit the total
-// drops the response (write fails, counted as a slow response).
+// A tail over the UnsentBudget is written by the worker itself within the
+// write deadline, as before.
 class RequestStream final : public httplib::Stream {
  public:
   RequestStream(Connection& c, std::chrono::microseconds write_timeout, UnsentBudget& budget)
@@ -427,7 +425,6 @@ class RequestStream final : public httplib::Stream {
 
   bool read_timed_out() const { return read_timed_out_; }
   bool write_timed_out() const { return write_timed_out_; }
-  bool dropped() const { return dropped_; }
   // Drops the bytes this request consumed; the rest (a pipelined request)
   // stays for the next. Notes the write deadline for the poller.
   void Consume() {
@@ -472,7 +469,7 @@ class RequestStream final : public httplib::Stream {
     if (size == 0) return 0;
     if (c_.unsent() > 0) {  // a tail is already handed over: the rest follows it
       if (Hold(ptr, size)) return static_cast<ssize_t>(size);
-      if (dropped_ || !FlushHeld()) return -1;
+      if (!FlushHeld()) return -1;
     }
     size_t done = 0;
     while (done < size) {
@@ -487,7 +484,6 @@ class RequestStream final : public httplib::Stream {
       // first in Connection::out (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER).
       c_.out_wait = wait;
       if (Hold(ptr + done, size - done)) return static_cast<ssize_t>(size);
-      if (dropped_) return -1;
       if (!WaitUntil(c_.sock, wait, write_deadline_)) {
         write_timed_out_ = true;
         return -1;
@@ -521,24 +517,14 @@ class RequestStream final : public httplib::Stream {
     return writing_ ? write_deadline_ : Clock::now() + write_timeout_;
   }
 
-  // Appends to the handed-over tail if the budget allows. Over the total,
-  // the response is dropped (`dropped_`, and the tail given back).
+  // Appends to the handed-over tail if the budget allows.
   bool Hold(const char* ptr, size_t size) {
-    bool per_connection_full = false;
-    if (budget_.Take(c_.unsent(), size, per_connection_full)) {
-      c_.out.append(ptr, size);
-      return true;
-    }
-    if (!per_connection_full) {
-      dropped_ = true;
-      budget_.Give(c_.unsent());
-      std::string().swap(c_.out);
-      c_.out_pos = 0;
-    }
-    return false;
+    if (!budget_.Take(c_.unsent(), size)) return false;
+    c_.out.append(ptr, size);
+    return true;
   }
 
-  // Sends the handed-over tail itself (a tail over the per-connection cap),
+  // Sends the handed-over tail itself (more would not fit the budget),
   // within the write deadline.
   bool FlushHeld() {
     while (c_.unsent() > 0) {
@@ -563,7 +549,6 @@ class RequestStream final : public httplib::Stream {
   bool writing_ = false;
   bool read_timed_out_ = false;
   bool write_timed_out_ = false;
-  bool dropped_ = false;
   size_t pos_ = 0;
 };
 
@@ -687,7 +672,7 @@ class DeadlineServer final : public httplib::Server {
     if (c.requests_left > 0) --c.requests_left;
     if (stream.read_timed_out()) {
       CountSlow(0);
-    } else if (stream.write_timed_out() || stream.dropped()) {
+    } else if (stream.write_timed_out()) {
       CountSlow(1);
       c.abort = true;
     }
@@ -966,7 +951,7 @@ void Listener::Drain(Connection* c) {
 
 // Deadlines: an idle connection is closed; a request not whole in time is
 // answered 408 and counted (a TLS handshake not done in time: closed and
-// counted); a response tail not taken in time is dropped (closed, counted);
+// counted); a response tail not taken in time is dropped (reset, counted);
 // a refused connection's drain ends.
 void Listener::Sweep(Clock::time_point now) {
   last_sweep_ = now;

@@ -13,9 +13,9 @@
 // worker writes the response without waiting: what the socket does not take
 // at once goes back to the poller, which sends it as the reader takes it, so
 // a slow reader of a large response (/metrics of 10 000 ranks) holds no
-// worker either. The poller holds at most 32 MiB of one response (a larger
-// tail is written by its worker, waiting) and 128 MiB of all; a response
-// that does not fit the total is dropped (connection reset, counted [1]).
+// worker either. The poller holds at most 32 MiB of one response and
+// 128 MiB of all; a tail beyond that is written by its worker, waiting for
+// the reader up to write_timeout as before.
 // GET /healthz and /readyz are served by one worker of their own, so that a
 // probe never waits behind the workers' queue (renders of a large /metrics).
 // A request must arrive whole within read_timeout of its first byte, else
@@ -55,8 +55,7 @@ class Server;
 namespace straggler::daemon {
 
 // Connections closed for a request that did not arrive whole within the read
-// timeout ([0]) or a response not taken within the write timeout, or
-// dropped because slow readers already hold 128 MiB of unsent responses ([1]).
+// timeout ([0]) or a response not taken within the write timeout ([1]).
 using SlowClientCounters = std::array<std::atomic<uint64_t>, 2>;
 
 // Called (on the poller thread) with the status of each answer the poller
