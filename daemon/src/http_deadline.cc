@@ -181,12 +181,15 @@ constexpr size_t kMaxHeadBytes = 64 * 1024;
 constexpr auto kLinger = std::chrono::seconds(1);
 // The unsent tails of responses the poller holds for readers slower than
 // the socket (see RequestStream::write): at most this much per connection
-// and in all. Beyond either, the worker writes the rest itself, waiting for
-// the reader within the write timeout, as before the poller took tails: a
-// reader is never refused for memory, and the probes, with a worker of
-// their own (IsProbe), do not wait behind such workers.
+// and in all. Beyond either, the worker writes the rest itself and gives the
+// reader kOverBudgetPatience to take it: a reader at network speed takes a
+// 9 MB /metrics well within it, while a slow one is dropped (reset, counted
+// as a late response) instead of holding the worker for the write timeout:
+// 50 slow readers of a 10 000-rank /metrics, 14 of them within the budget,
+// kept the 4 workers waiting and a /metrics probe queued for tens of s.
 constexpr size_t kMaxUnsentPerConnection = 32u << 20;
 constexpr size_t kMaxUnsentTotal = 128u << 20;
+constexpr auto kOverBudgetPatience = std::chrono::milliseconds(250);
 // Deadlines are enforced this late at most (one pass over the connections
 // serves every deadline that fell within it).
 constexpr auto kSweepEvery = std::chrono::milliseconds(20);
@@ -416,8 +419,8 @@ void BlockSigpipe() {
 // by the response's write deadline, so a reader slower than the socket
 // buffer holds no worker (issue 15: 8 slow readers of a 9 MB /metrics held
 // all 4 workers for the 5 s write timeout, and /healthz waited behind them).
-// A tail over the UnsentBudget is written by the worker itself within the
-// write deadline, as before.
+// A tail over the UnsentBudget is written by the worker itself, within
+// kOverBudgetPatience.
 class RequestStream final : public httplib::Stream {
  public:
   RequestStream(Connection& c, std::chrono::microseconds write_timeout, UnsentBudget& budget)
@@ -484,7 +487,7 @@ class RequestStream final : public httplib::Stream {
       // first in Connection::out (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER).
       c_.out_wait = wait;
       if (Hold(ptr + done, size - done)) return static_cast<ssize_t>(size);
-      if (!WaitUntil(c_.sock, wait, write_deadline_)) {
+      if (!WaitUntil(c_.sock, wait, OverBudgetDeadline())) {
         write_timed_out_ = true;
         return -1;
       }
@@ -516,6 +519,14 @@ class RequestStream final : public httplib::Stream {
   Clock::time_point WriteDeadline() const {
     return writing_ ? write_deadline_ : Clock::now() + write_timeout_;
   }
+  // The worker's own wait for a reader, once the rest did not fit the budget.
+  Clock::time_point OverBudgetDeadline() {
+    if (!over_budget_) {
+      over_budget_ = true;
+      over_budget_deadline_ = std::min(write_deadline_, Clock::now() + kOverBudgetPatience);
+    }
+    return over_budget_deadline_;
+  }
 
   // Appends to the handed-over tail if the budget allows.
   bool Hold(const char* ptr, size_t size) {
@@ -532,7 +543,7 @@ class RequestStream final : public httplib::Stream {
           [&](short& wait) {
             return c_.transport->Write(c_.out.data() + c_.out_pos, c_.unsent(), wait);
           },
-          write_deadline_, write_timed_out_);
+          OverBudgetDeadline(), write_timed_out_);
       if (n <= 0) return false;
       c_.out_pos += static_cast<size_t>(n);
       budget_.Give(static_cast<size_t>(n));
@@ -549,6 +560,8 @@ class RequestStream final : public httplib::Stream {
   bool writing_ = false;
   bool read_timed_out_ = false;
   bool write_timed_out_ = false;
+  bool over_budget_ = false;
+  Clock::time_point over_budget_deadline_{};
   size_t pos_ = 0;
 };
 

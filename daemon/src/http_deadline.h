@@ -14,8 +14,8 @@
 // at once goes back to the poller, which sends it as the reader takes it, so
 // a slow reader of a large response (/metrics of 10 000 ranks) holds no
 // worker either. The poller holds at most 32 MiB of one response and
-// 128 MiB of all; a tail beyond that is written by its worker, waiting for
-// the reader up to write_timeout as before.
+// 128 MiB of all; a tail beyond that is written by its worker, which gives
+// the reader 250 ms to take it and then drops it (reset, counted [1]).
 // GET /healthz and /readyz are served by one worker of their own, so that a
 // probe never waits behind the workers' queue (renders of a large /metrics).
 // A request must arrive whole within read_timeout of its first byte, else
