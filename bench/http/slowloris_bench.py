@@ -115,7 +115,16 @@ class Slowloris:
     def run(self):
         while not self.stop.is_set():
             try:
-                s = socket.create_connection((self.host, self.port), timeout=5)
+                if self.readers_path:
+                    # A small receive window, set before connect: the daemon's
+                    # response stops at the socket buffers, and the reader sees
+                    # the daemon's close as soon as it read the little they hold.
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    s.settimeout(5)
+                    s.connect((self.host, self.port))
+                else:
+                    s = socket.create_connection((self.host, self.port), timeout=5)
                 if self.tls_stall:
                     with self.lock:
                         self.connections += 1
@@ -173,7 +182,6 @@ class Slowloris:
 
     def read_slowly(self, s):
         """A whole request, then its response read read_bytes per trickle."""
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % self.readers_path).encode())
         while not self.stop.wait(self.trickle_s):
             if s.recv(self.read_bytes) == b"":
