@@ -21,7 +21,8 @@
 `Client` and `PartialAllReduce` are the C++ classes of client_lib (see
 client_lib/include/straggler/client.h and collective.h) through pybind11;
 buffers are numpy arrays or CPU torch tensors (float32/float64, contiguous),
-reduced in place without a copy. For PyTorch DDP see `straggler.torch`.
+reduced in place without a copy. For PyTorch DDP see `straggler.torch`; for a
+hybrid-parallel job's peer group and replica, `straggler.topology`.
 """
 
 import atexit
@@ -36,9 +37,10 @@ from ._straggler import (  # noqa: F401
     StepPlan,
 )
 from ._straggler import Client as _Client
+from . import topology  # noqa: F401  (straggler.topology.from_layout)
 
 __all__ = ["Client", "ClientStats", "CollectiveError", "ExcludedRank", "Membership",
-           "PartialAllReduce", "StepPlan"]
+           "PartialAllReduce", "StepPlan", "topology"]
 
 _live_clients = weakref.WeakSet()
 
