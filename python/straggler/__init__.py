@@ -21,8 +21,13 @@
 `Client` and `PartialAllReduce` are the C++ classes of client_lib (see
 client_lib/include/straggler/client.h and collective.h) through pybind11;
 buffers are numpy arrays or CPU torch tensors (float32/float64, contiguous),
-reduced in place without a copy. For PyTorch DDP see `straggler.torch`; for a
-hybrid-parallel job's peer group and replica, `straggler.topology`.
+reduced in place without a copy. On GPUs,
+`PartialAllReduce(client, backend="nccl", device=local_rank)` reduces CUDA
+tensors in place on torch's current CUDA stream (docs/gpu.md); where this
+module was built without NCCL, or no GPU is visible, it raises RuntimeError
+naming the reason (`backends()` lists what was built). For PyTorch DDP see
+`straggler.torch`; for a hybrid-parallel job's peer group and replica,
+`straggler.topology`.
 """
 
 import atexit
@@ -35,12 +40,13 @@ from ._straggler import (  # noqa: F401
     Membership,
     PartialAllReduce,
     StepPlan,
+    backends,
 )
 from ._straggler import Client as _Client
 from . import topology  # noqa: F401  (straggler.topology.from_layout)
 
 __all__ = ["Client", "ClientStats", "CollectiveError", "ExcludedRank", "Membership",
-           "PartialAllReduce", "StepPlan", "topology"]
+           "PartialAllReduce", "StepPlan", "backends", "topology"]
 
 _live_clients = weakref.WeakSet()
 
