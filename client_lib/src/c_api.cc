@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "c_api_internal.h"
+#include "client_options.h"
 #include "straggler/client.h"
 #include "straggler/straggler_c.h"
+#include "straggler/topology.h"
 
 namespace {
 
@@ -101,6 +103,14 @@ straggler_client_t* straggler_client_create(const straggler_options_t* options, 
     // TLS always comes from STRAGGLER_TLS_CA/_CERT/_KEY: the struct keeps its
     // layout, and a deployment turns TLS on without rebuilding trainers.
     const straggler::ClientOptions env = straggler::ClientOptions::FromEnv();
+    // Topology: the struct's, else the launcher's environment (a C trainer
+    // run under a Megatron-style launcher need not pass it through).
+    o.peer_group = options->peer_group != nullptr ? std::string(options->peer_group) : env.peer_group;
+    if (options->has_replica != 0) {
+      o.replica = options->replica;
+    } else {
+      o.replica = straggler::detail::ReplicaFromEnv(&o.env_error);
+    }
     o.tls_ca_file = env.tls_ca_file;
     o.tls_cert_file = env.tls_cert_file;
     o.tls_key_file = env.tls_key_file;
@@ -249,6 +259,41 @@ int straggler_stats_sized(const straggler_client_t* client, straggler_stats_t* o
       out->upstream_unavailable = s.upstream_unavailable ? 1 : 0;
     return STRAGGLER_OK;
   } catch (...) {
+    return STRAGGLER_EINVAL;
+  }
+}
+
+int straggler_topology_from_layout(uint32_t data, uint32_t pipeline, uint32_t tensor,
+                                   uint32_t context, const char* order, uint32_t rank,
+                                   straggler_topology_t* out, char* err, size_t errlen) {
+  if (out == nullptr) {
+    WriteError(err, errlen, "straggler_topology_from_layout: out is NULL");
+    return STRAGGLER_EINVAL;
+  }
+  try {
+    straggler::ParallelLayout layout;
+    layout.data = data;
+    layout.pipeline = pipeline;
+    layout.tensor = tensor;
+    layout.context = context;
+    if (order != nullptr) layout.order = order;
+    std::string error;
+    const std::optional<straggler::RankTopology> t =
+        straggler::TopologyFromLayout(layout, rank, &error);
+    if (!t) {
+      WriteError(err, errlen, error);
+      return STRAGGLER_EINVAL;
+    }
+    // "stage" and a uint32 fit STRAGGLER_PEER_GROUP_MAX with room to spare.
+    std::snprintf(out->peer_group, sizeof(out->peer_group), "%s", t->peer_group.c_str());
+    out->replica = t->replica;
+    out->stage = t->stage;
+    out->tensor_rank = t->tensor_rank;
+    out->context_rank = t->context_rank;
+    WriteError(err, errlen, "");
+    return STRAGGLER_OK;
+  } catch (...) {
+    WriteError(err, errlen, "straggler_topology_from_layout: out of memory");
     return STRAGGLER_EINVAL;
   }
 }

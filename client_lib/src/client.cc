@@ -272,6 +272,8 @@ class ClientImpl final : public Client, private detail::StreamSession::Source {
       d->set_cuda_visible_devices(options_.cuda_visible_devices);
       d->set_gpu_uuid(options_.gpu_uuid);
       d->set_incarnation(incarnation_);
+      d->set_peer_group(options_.peer_group);
+      if (options_.replica) d->set_replica(*options_.replica);
     }
     // The newest version we hold, so that a restarted daemon (which starts
     // again from version 0) publishes a version above it, effective after it,

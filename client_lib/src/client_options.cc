@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -51,6 +52,28 @@ std::string RunIdFromEnv() {
 
 namespace detail {
 
+std::optional<uint32_t> ReplicaFromEnv(std::string* error) {
+  // Set but empty = unset, as a launcher template may leave it.
+  const char* v = std::getenv("STRAGGLER_REPLICA");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  uint32_t replica = 0;
+  if (!ReadEnvUnsigned("STRAGGLER_REPLICA", &replica, error)) return std::nullopt;
+  return replica;
+}
+
+std::string ValidatePeerGroup(const std::string& group) {
+  // The daemon's rule (straggler/v1/wire_rules.h), as for job_id.
+  if (group.size() > pb::rules::kMaxPeerGroupBytes)
+    return "peer_group '" + absl::CHexEscape(group.substr(0, 32)) + "...' is " +
+           std::to_string(group.size()) + " bytes; at most " +
+           std::to_string(pb::rules::kMaxPeerGroupBytes) + " (STRAGGLER_PEER_GROUP)";
+  if (const size_t i = pb::rules::FirstBadJobIdByte(group); i != std::string_view::npos)
+    return "peer_group '" + absl::CHexEscape(group) + "' has '" +
+           absl::CHexEscape(group.substr(i, 1)) + "' at byte " + std::to_string(i) +
+           "; allowed: " + std::string(pb::rules::kJobIdAllowed) + " (STRAGGLER_PEER_GROUP)";
+  return {};
+}
+
 ChannelSecurity SecurityOf(const ClientOptions& o) {
   return ChannelSecurity{o.tls_ca_file, o.tls_cert_file, o.tls_key_file};
 }
@@ -71,6 +94,8 @@ ClientOptions ClientOptions::FromEnv() {
   if (const char* v = std::getenv("STRAGGLER_NODE"); v != nullptr) o.node = v;
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o.cuda_visible_devices = v;
   if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o.gpu_uuid = v;
+  if (const char* v = std::getenv("STRAGGLER_PEER_GROUP"); v != nullptr) o.peer_group = v;
+  o.replica = detail::ReplicaFromEnv(&error);
   o.run_id = RunIdFromEnv();
   const ChannelSecurity tls = ChannelSecurityFromEnv();
   o.tls_ca_file = tls.ca_file;
@@ -109,6 +134,10 @@ std::string ClientOptions::Validate() const {
            "; allowed: " + std::string(pb::rules::kJobIdAllowed);
   if (std::string problem = detail::SecurityOf(*this).Validate(); !problem.empty()) return problem;
   if (world_size == 0) return "world_size=0: must be > 0 (set WORLD_SIZE)";
+  if (std::string problem = detail::ValidatePeerGroup(peer_group); !problem.empty()) return problem;
+  if (replica && *replica >= world_size)
+    return "replica=" + std::to_string(*replica) + " >= world_size=" + std::to_string(world_size) +
+           ": a replica is a data-parallel index (STRAGGLER_REPLICA)";
   if (ranks.empty()) return "ranks is empty: name at least one rank (set RANK)";
   std::vector<uint32_t> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());

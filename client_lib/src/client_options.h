@@ -2,7 +2,10 @@
 // are in client_options.cc): what Client::Create derives from the options.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "channel_security.h"
 #include "straggler/client.h"
@@ -11,6 +14,13 @@ namespace straggler::detail {
 
 // The TLS files the options name, in the form channel_security.h checks and loads.
 ChannelSecurity SecurityOf(const ClientOptions& options);
+
+// STRAGGLER_REPLICA; nullopt when unset or empty. A value that does not
+// parse sets *error (when it is empty) and gives nullopt.
+std::optional<uint32_t> ReplicaFromEnv(std::string* error);
+
+// Empty when `group` is a peer group the daemon accepts, else why (naming it).
+std::string ValidatePeerGroup(const std::string& group);
 
 // This host's name ("unknown" when it cannot be read): ClientOptions::node's default.
 std::string HostName();

@@ -160,6 +160,11 @@ void ToProto(const engine::WorkerView& w, const Job& job, v1::Worker* out) {
     *out->mutable_gpu() = job.gpu[w.rank]->telemetry;
     out->set_gpu_stale(!job.gpu[w.rank]->Fresh(WallNow()));
   }
+  if (w.rank < job.world_size) {
+    const DeclaredTopology& t = job.topology.Of(w.rank);
+    out->set_peer_group(t.peer_group);
+    if (t.replica) out->set_replica(*t.replica);
+  }
 }
 
 void ToProto(const Job& job, v1::Job* out) {

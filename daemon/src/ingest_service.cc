@@ -109,7 +109,7 @@ class IngestReactor final
     // arrive from another thread right after.
     ranks_ = hello.ranks;
     touched_stamp_.assign(ranks_.size(), 0);
-    auto job = registry_.Attach(hello, link_, WallNow());
+    auto job = registry_.Attach(hello, link_, WallNow(), &topology_refused_);
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
     {
@@ -206,6 +206,12 @@ class IngestReactor final
       }
     }
     first_batch_ = false;
+    // A hello's refused topology claims (docs/topology.md): the rank and its
+    // reports stay, the client learns why in this batch's acknowledgement.
+    for (TopologyRefusal& r : topology_refused_) {
+      reject(r.rank, 0, "invalid_topology", std::move(r.message));
+    }
+    topology_refused_.clear();
     // Telemetry before reports: a detection made by this batch's reports is
     // attributed with the telemetry that rode along with them.
     for (v1::RankTelemetry& t : *batch_.mutable_telemetry()) {
@@ -337,7 +343,7 @@ class IngestReactor final
   // fail rank_not_in_stream.
   absl::Status AddRanksLocked(engine::Time now) {
     StreamHello hello = FromProto(batch_.hello());
-    absl::Status s = registry_.AddRanksLocked(*job_, link_.get(), hello, now);
+    absl::Status s = registry_.AddRanksLocked(*job_, link_.get(), hello, now, &topology_refused_);
     if (!s.ok()) {
       spdlog::warn("job={} stream from {}: later hello refused: {}", job_->id, peer_,
                    std::string(s.message()));
@@ -438,6 +444,8 @@ class IngestReactor final
   v1::ReportBatch batch_;
   std::shared_ptr<Job> job_;
   std::vector<uint32_t> ranks_;  // ascending, unique
+  // The last hello's refused topology claims, until its batch is acknowledged.
+  std::vector<TopologyRefusal> topology_refused_;
   // The job's baseline and step time as of scored_at_, for the report ring.
   static constexpr std::chrono::milliseconds kScoreRefresh{100};
   float scored_reference_ = 0;

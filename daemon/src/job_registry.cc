@@ -97,9 +97,9 @@ namespace {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hello,
-                                                         std::shared_ptr<JobSubscriber> stream,
-                                                         engine::Time now) {
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(
+    const StreamHello& hello, std::shared_ptr<JobSubscriber> stream, engine::Time now,
+    std::vector<TopologyRefusal>* topology_refused) {
   const auto config = this->config();
   if (absl::Status s = ValidateHello(hello, config->limits.max_ranks_per_job); !s.ok()) {
     return s;
@@ -165,7 +165,8 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
           "' world_size=", job->world_size));
     }
     if (absl::Status s = CheckClaimsLocked(*job, hello); !s.ok()) return s;
-    AdmitLocked(*job, stream.get(), hello, now);
+    std::vector<TopologyRefusal> refused = AdmitLocked(*job, stream.get(), hello, now);
+    if (topology_refused != nullptr) *topology_refused = std::move(refused);
     job->subscribers.push_back(std::move(stream));
     ++job->streams;
     CommitLocked(*job);
@@ -175,8 +176,9 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
 
 // With job.mu held, after validation: what a hello tells the job about its
 // ranks (nodes, announced ranks, epoch length, version floor).
-void JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
-                              engine::Time now) {
+std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream,
+                                                      const StreamHello& hello,
+                                                      engine::Time now) {
   std::vector<uint32_t>& mine = job.stream_ranks[stream];
   for (uint32_t r : hello.ranks) {
     job.nodes[r] = hello.node;
@@ -192,6 +194,13 @@ void JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream, const Strea
     job.engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
   }
   NoteIncarnationsLocked(job, hello, now);
+  // After the incarnations: a rank's new client process may declare anew.
+  std::vector<TopologyRefusal> refused = job.topology.Apply(hello.topologies, hello.ranks);
+  for (const TopologyRefusal& r : refused) {
+    stats_.CountRefused(r.reason);
+    spdlog::warn("job={} node='{}' topology refused ({}): {}", job.id, hello.node,
+                 TopologyRefuseReasonName(r.reason), r.message);
+  }
   // Before the floor below: its version must take effect after the
   // iterations the ranks have already reached, or ranks could apply it at
   // different iterations (one certain of it, one that timed out meanwhile).
@@ -216,10 +225,12 @@ void JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream, const Strea
                    hello.known_effective_iteration, job.engine.membership().version);
     }
   }
+  return refused;
 }
 
 absl::Status JobRegistry::AddRanksLocked(Job& job, const JobSubscriber* stream,
-                                         const StreamHello& hello, engine::Time now) {
+                                         const StreamHello& hello, engine::Time now,
+                                         std::vector<TopologyRefusal>* topology_refused) {
   if (absl::Status s = ValidateHello(hello, config()->limits.max_ranks_per_job); !s.ok()) {
     return s;
   }
@@ -234,7 +245,8 @@ absl::Status JobRegistry::AddRanksLocked(Job& job, const JobSubscriber* stream,
                                                    "' world_size=", job.world_size));
   }
   if (absl::Status s = CheckClaimsLocked(job, hello); !s.ok()) return s;
-  AdmitLocked(job, stream, hello, now);
+  std::vector<TopologyRefusal> refused = AdmitLocked(job, stream, hello, now);
+  if (topology_refused != nullptr) *topology_refused = std::move(refused);
   return absl::OkStatus();
 }
 

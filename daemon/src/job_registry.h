@@ -48,6 +48,7 @@
 #include "attribution.h"
 #include "config.h"
 #include "metrics.h"
+#include "rank_topology.h"
 #include "stats.h"
 #include "store.h"
 #include "straggler/engine/job_engine.h"
@@ -151,6 +152,7 @@ struct Job {
         rank_streams(world, 0),
         lineage_incarnation(world, 0),
         restarted(world, false),
+        topology(world),
         last_activity(now),
         recent(recent_reports_capacity) {}
 
@@ -181,6 +183,8 @@ struct Job {
   std::vector<uint64_t> lineage_incarnation;
   std::vector<bool> restarted;
   uint32_t restarted_count = 0;
+  // Each rank's declared peer group and replica (docs/topology.md).
+  RankTopologies topology;
   // Reports refused as stale (older than the rank's newest iteration within
   // one incarnation) and when one was last logged: logged at most every 10 s.
   uint64_t stale_reports = 0;
@@ -261,17 +265,20 @@ class JobRegistry {
   // JobEngine::AdoptVersionFloor) and subscribes `stream`.
   // INVALID_ARGUMENT names the offending value; RESOURCE_EXHAUSTED at
   // limits.max_jobs; UNAVAILABLE while shutting down (also when the shutdown
-  // began while attaching: a subscriber is never left unclosed).
-  absl::StatusOr<std::shared_ptr<Job>> Attach(const StreamHello& hello,
-                                              std::shared_ptr<JobSubscriber> stream,
-                                              engine::Time now);
+  // began while attaching: a subscriber is never left unclosed). A rank's
+  // refused topology claim (docs/topology.md) does not fail the hello: it
+  // is logged, counted and added to *topology_refused (when given).
+  absl::StatusOr<std::shared_ptr<Job>> Attach(
+      const StreamHello& hello, std::shared_ptr<JobSubscriber> stream, engine::Time now,
+      std::vector<TopologyRefusal>* topology_refused = nullptr);
   // With job.mu held: a later hello on a stream already attached to `job`
   // adds ranks to it (a node agent whose ranks connect at different times).
   // Same checks as Attach plus the same job id and world size; the ranks get
   // what Attach gives them (node, announcement, version floor). The caller
   // commits (CommitLocked). INVALID_ARGUMENT names the offending value.
   absl::Status AddRanksLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
-                              engine::Time now);
+                              engine::Time now,
+                              std::vector<TopologyRefusal>* topology_refused = nullptr);
   // Subscribes a watcher of `job` (from Find) and sends it the current
   // membership at once. UNAVAILABLE while shutting down; NOT_FOUND when the
   // job was removed as idle since Find.
@@ -343,8 +350,9 @@ class JobRegistry {
   }
 
  private:
-  void AdmitLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
-                   engine::Time now);
+  // Returns the hello's refused topology claims (logged and counted).
+  std::vector<TopologyRefusal> AdmitLocked(Job& job, const JobSubscriber* stream,
+                                           const StreamHello& hello, engine::Time now);
   // With job.mu held: the hello's client incarnations. A rank taken over by
   // another incarnation (a new trainer process) starts its iterations over
   // (JobEngine::Restart). The engine starts over (JobEngine::StartOver, a

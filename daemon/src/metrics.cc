@@ -395,6 +395,8 @@ constexpr engine::EventKind kAllEventKinds[] = {
 struct RankRow {
   std::string rank;  // label text
   std::string node;
+  DeclaredTopology topology;  // labels peer_group, replica ("" = own replica)
+  std::string replica;
   engine::WorkerView w;
   std::optional<v1::GpuTelemetry> gpu;  // fresh telemetry only
   std::string gpu_label;                // NVML index of that GPU
@@ -426,6 +428,7 @@ std::optional<JobRow> Copy(const Job& job, uint32_t per_rank_max_ranks) {
     for (uint32_t r = 0; r < job.world_size; ++r) {
       row.ranks[r].w = job.engine.Worker(r);
       row.ranks[r].node = job.nodes[r];
+      row.ranks[r].topology = job.topology.Of(r);
       // Stale telemetry is left out: a GPU whose agent went silent must not
       // keep an alert firing on its last reading.
       if (const v1::GpuTelemetry* t = job.FreshTelemetryLocked(r, now)) row.ranks[r].gpu = *t;
@@ -446,6 +449,7 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   for (JobRow& j : jobs) {
     for (size_t r = 0; r < j.ranks.size(); ++r) {
       j.ranks[r].rank = absl::StrCat(r);
+      if (j.ranks[r].topology.replica) j.ranks[r].replica = absl::StrCat(*j.ranks[r].topology.replica);
       if (j.ranks[r].gpu) j.ranks[r].gpu_label = absl::StrCat(j.ranks[r].gpu->gpu_index());
     }
   }
@@ -485,6 +489,13 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
   for (size_t i = 0; i < kStreamRefuseReasons; ++i) {
     out.Sample({{"reason", StreamRefuseReasonName(static_cast<StreamRefuseReason>(i))}},
                static_cast<double>(stats.streams_refused[i].load(std::memory_order_relaxed)));
+  }
+  out.Family("straggler_topology_refused_total", MetricType::kCounter,
+             "Ranks' topology claims (peer group, replica) refused in a hello, by reason; the "
+             "rank keeps the topology it had.");
+  for (size_t i = 0; i < kTopologyRefuseReasons; ++i) {
+    out.Sample({{"reason", TopologyRefuseReasonName(static_cast<TopologyRefuseReason>(i))}},
+               static_cast<double>(stats.topology_refused[i].load(std::memory_order_relaxed)));
   }
   out.Family("straggler_hello_claims_dropped_total", MetricType::kCounter,
              "Hellos whose reported_iteration the stream's first reports showed false.");
@@ -616,7 +627,8 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
     out.Family(name, MetricType::kGauge, help);
     for (const JobRow& j : jobs) {
       for (const RankRow& r : j.ranks) {
-        out.Sample({{"job", j.id}, {"rank", r.rank}, {"node", r.node}},
+        out.Sample({{"job", j.id}, {"rank", r.rank}, {"node", r.node},
+                    {"peer_group", r.topology.peer_group}, {"replica", r.replica}},
                    static_cast<double>(value(r.w)));
       }
     }
@@ -641,6 +653,7 @@ std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& 
     for (const RankRow& r : j.ranks) {
       for (engine::WorkerState s : kAllStates) {
         out.Sample({{"job", j.id}, {"rank", r.rank}, {"node", r.node},
+                    {"peer_group", r.topology.peer_group}, {"replica", r.replica},
                     {"state", engine::WorkerStateName(s)}},
                    r.w.state == s ? 1 : 0);
       }

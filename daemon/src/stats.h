@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "metrics.h"
+#include "rank_topology.h"
 #include "rate_limit.h"
 #include "straggler/engine/job_engine.h"
 
@@ -68,6 +69,8 @@ struct DaemonStats {
   LogBudget stream_log{20, std::chrono::seconds(10)};
   std::atomic<uint64_t> streams_total{0};
   std::array<std::atomic<uint64_t>, kStreamRefuseReasons> streams_refused{};
+  // Topology claims of hellos refused for one rank (rank_topology.h).
+  std::array<std::atomic<uint64_t>, kTopologyRefuseReasons> topology_refused{};
   std::atomic<uint64_t> auth_rejected{0};
   // Hellos whose reported_iteration the stream's first reports showed false
   // (engine::JobEngine::DropClaims).
@@ -112,6 +115,9 @@ struct DaemonStats {
     size_t i = 0;
     while (i < kHttpRejectStatuses.size() && kHttpRejectStatuses[i] != status) ++i;
     http_rejected[i].fetch_add(1, std::memory_order_relaxed);
+  }
+  void CountRefused(TopologyRefuseReason r) {
+    topology_refused[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
   }
   void CountRefused(StreamRefuseReason r) {
     streams_refused[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);

@@ -216,8 +216,14 @@ StreamHello FromProto(const v1::StreamHello& h) {
   }
   if (h.has_reported_iteration()) out.reported_iteration = h.reported_iteration();
   out.run_id = h.run_id();
-  for (const v1::RankDevice& d : h.devices())
+  for (const v1::RankDevice& d : h.devices()) {
     if (d.incarnation() != 0) out.rank_incarnations.emplace_back(d.rank(), d.incarnation());
+    TopologyClaim& c = out.topologies.emplace_back();
+    c.rank = d.rank();
+    c.incarnation = d.incarnation();
+    c.topology.peer_group = d.peer_group();
+    if (d.has_replica()) c.topology.replica = d.replica();
+  }
   return out;
 }
 

@@ -41,6 +41,21 @@ inline constexpr uint32_t kMaxEventLimit = 10000;
 // GpuTelemetry.uuid ("GPU-" or "MIG-" and a UUID; MIG ids are longer).
 inline constexpr size_t kMaxGpuUuidBytes = 96;
 
+// A rank's declared place in a hybrid-parallel job (RankDevice.peer_group
+// and replica; checked and kept by rank_topology.h, docs/topology.md).
+struct DeclaredTopology {
+  std::string peer_group;           // "" = the default group
+  std::optional<uint32_t> replica;  // nullopt = a replica of its own
+  bool operator==(const DeclaredTopology&) const = default;
+};
+
+// One RankDevice of a hello: what the rank's client process declared.
+struct TopologyClaim {
+  uint32_t rank = 0;
+  uint64_t incarnation = 0;  // the client process (0 = unknown)
+  DeclaredTopology topology;
+};
+
 // What a stream's first message says, without wire types.
 struct StreamHello {
   std::string job_id;
@@ -64,6 +79,9 @@ struct StreamHello {
   std::string run_id;  // "" = the job's default run (docs/runs.md)
   // (rank, client incarnation) from hello.devices, incarnation != 0 only.
   std::vector<std::pair<uint32_t, uint64_t>> rank_incarnations;
+  // Every hello.devices entry's topology, unchecked (RankTopologies::Apply
+  // checks it per rank, so a bad one costs that rank's claim only).
+  std::vector<TopologyClaim> topologies;
 };
 
 // `field` names the value in the message ("hello.job_id", "job_id").

@@ -32,6 +32,8 @@
 
 using namespace straggler_py;  // NOLINT: the module's own helpers
 
+void BindTopology(py::module_& m);  // topology_binding.cc
+
 namespace {
 
 straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
@@ -49,6 +51,8 @@ straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
     else if (key == "node") o.node = v.cast<std::string>();
     else if (key == "gpu_uuid") o.gpu_uuid = v.cast<std::string>();
     else if (key == "cuda_visible_devices") o.cuda_visible_devices = v.cast<std::string>();
+    else if (key == "peer_group") o.peer_group = v.cast<std::string>();
+    else if (key == "replica") o.replica = v.cast<std::optional<uint32_t>>();
     else if (key == "iterations_per_epoch") o.iterations_per_epoch = v.cast<uint64_t>();
     else if (key == "queue_capacity") o.queue_capacity = v.cast<size_t>();
     else if (key == "max_batch") o.max_batch = v.cast<size_t>();
@@ -69,6 +73,7 @@ PYBIND11_MODULE(_straggler, m) {
   m.doc() = "stragglerd client library and partial all-reduce over Gloo or NCCL (see the straggler package)";
 
   py::register_exception<straggler::CollectiveError>(m, "CollectiveError", PyExc_RuntimeError);
+  BindTopology(m);
 
   py::class_<straggler::ExcludedRankInfo>(m, "ExcludedRank")
       .def_readonly("rank", &straggler::ExcludedRankInfo::rank)
@@ -130,6 +135,7 @@ PYBIND11_MODULE(_straggler, m) {
            "Client(**options): options from the environment (RANK, WORLD_SIZE, LOCAL_RANK, "
            "STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, ...), overridden by keyword arguments "
            "(endpoint, job_id, run_id, rank or ranks, world_size, local_rank, node, "
+           "peer_group, replica (docs/topology.md; straggler.topology computes both), "
            "iterations_per_epoch, queue_capacity, max_batch, max_send_delay [s], "
            "tls_ca_file, tls_cert_file, tls_key_file, ...)")
       .def(
@@ -177,6 +183,8 @@ PYBIND11_MODULE(_straggler, m) {
       .def_property_readonly("rank", [](PyClient& c) { return c.Get().FirstRank(); })
       .def_property_readonly("job_id", [](PyClient& c) { return c.Options().job_id; })
       .def_property_readonly("run_id", [](PyClient& c) { return c.Options().run_id; })
+      .def_property_readonly("peer_group", [](PyClient& c) { return c.Options().peer_group; })
+      .def_property_readonly("replica", [](PyClient& c) { return c.Options().replica; })
       .def("on_membership_change", &PyClient::OnMembershipChange, py::arg("callback"),
            "callback(Membership) on the client's background thread, for each new version.")
       .def("close", &PyClient::Close, "Flush (at most 1 s) and stop; later calls raise.")

@@ -26,7 +26,8 @@ reduced in place without a copy. On GPUs,
 tensors in place on torch's current CUDA stream (docs/gpu.md); where this
 module was built without NCCL, or no GPU is visible, it raises RuntimeError
 naming the reason (`backends()` lists what was built). For PyTorch DDP see
-`straggler.torch`.
+`straggler.torch`; for a hybrid-parallel job's peer group and replica,
+`straggler.topology`.
 """
 
 import atexit
@@ -42,9 +43,10 @@ from ._straggler import (  # noqa: F401
     backends,
 )
 from ._straggler import Client as _Client
+from . import topology  # noqa: F401  (straggler.topology.from_layout)
 
 __all__ = ["Client", "ClientStats", "CollectiveError", "ExcludedRank", "Membership",
-           "PartialAllReduce", "StepPlan", "backends"]
+           "PartialAllReduce", "StepPlan", "backends", "topology"]
 
 _live_clients = weakref.WeakSet()
 

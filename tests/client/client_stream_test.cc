@@ -170,7 +170,29 @@ TEST_CASE("reports reach the daemon after a hello and Flush sees them acknowledg
   CHECK(h.devices(0).local_rank() == 1);
   CHECK(h.devices(0).cuda_visible_devices() == "0,1");
   CHECK(h.devices(0).gpu_uuid() == "GPU-1111");
+  // No topology declared: the default group, a replica of its own.
+  CHECK(h.devices(0).peer_group().empty());
+  CHECK_FALSE(h.devices(0).has_replica());
   CHECK(s.service.seen_.size() == 50);
+}
+
+TEST_CASE("topology: the hello carries the rank's peer group and replica", "[stream][topology]") {
+  Server s;
+  REQUIRE(s.port != 0);
+  straggler::ClientOptions options = Options(s.Endpoint());
+  options.peer_group = "stage1";
+  options.replica = 0;  // a declared 0 is not "unset"
+  auto client = straggler::Client::Create(options);
+  REQUIRE(client);
+  REQUIRE(client->Report(0, 0, 0.1));
+  REQUIRE(client->Flush(10s));
+  std::lock_guard<std::mutex> lock(s.service.mu_);
+  REQUIRE(!s.service.hellos_.empty());
+  const pb::StreamHello& h = s.service.hellos_[0];
+  REQUIRE(h.devices_size() == 1);
+  CHECK(h.devices(0).peer_group() == "stage1");
+  REQUIRE(h.devices(0).has_replica());
+  CHECK(h.devices(0).replica() == 0);
 }
 
 // Report() never wakes the sender; a trainer that only reports (no
@@ -320,7 +342,7 @@ TEST_CASE("a refused hello is retried slowly and the client still shuts down", "
   client.reset();  // must return
 }
 
-TEST_CASE("the C ABI passes the GPU identity into the hello", "[stream][c_api]") {
+TEST_CASE("the C ABI passes the GPU identity and topology into the hello", "[stream][c_api]") {
   Server s;
   REQUIRE(s.port != 0);
   const std::string endpoint = s.Endpoint();
@@ -337,6 +359,11 @@ TEST_CASE("the C ABI passes the GPU identity into the hello", "[stream][c_api]")
   o.local_rank = 3;
   o.cuda_visible_devices = "GPU-abcd";
   o.gpu_uuid = "GPU-abcd-full";
+  CHECK(o.peer_group == nullptr);
+  CHECK(o.has_replica == 0);
+  o.peer_group = "stage0";
+  o.has_replica = 1;
+  o.replica = 3;
   char err[256] = {};
   straggler_client_t* c = straggler_client_create(&o, err, sizeof err);
   REQUIRE(c != nullptr);
@@ -351,6 +378,8 @@ TEST_CASE("the C ABI passes the GPU identity into the hello", "[stream][c_api]")
   CHECK(h.devices(0).local_rank() == 3);
   CHECK(h.devices(0).cuda_visible_devices() == "GPU-abcd");
   CHECK(h.devices(0).gpu_uuid() == "GPU-abcd-full");
+  CHECK(h.devices(0).peer_group() == "stage0");
+  CHECK(h.devices(0).replica() == 3);
 }
 
 TEST_CASE("MembershipFor waits its timeout once per outage, then answers at once until reconnected",

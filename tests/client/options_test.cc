@@ -15,7 +15,7 @@ const char* const kVars[] = {"RANK",           "WORLD_SIZE",       "LOCAL_RANK",
                              "STRAGGLER_ENDPOINT", "STRAGGLER_JOB_ID", "STRAGGLER_NODE",
                              "STRAGGLER_ITERATIONS_PER_EPOCH", "CUDA_VISIBLE_DEVICES",
                              "STRAGGLER_GPU_UUID", "STRAGGLER_TLS_CA", "STRAGGLER_TLS_CERT",
-                             "STRAGGLER_TLS_KEY"};
+                             "STRAGGLER_TLS_KEY", "STRAGGLER_PEER_GROUP", "STRAGGLER_REPLICA"};
 
 // Each test starts from a clean environment for the variables FromEnv reads.
 struct CleanEnv {

@@ -156,11 +156,11 @@ TEST_CASE("http: health, readiness and the metrics exposition") {
   CHECK_THAT(text, Catch::Contains("straggler_job_streams{job=\"train.a-1_b\"} 0\n"));
   CHECK_THAT(text, Catch::Contains("straggler_ingest_batch_duration_seconds_count 1\n"));
   CHECK_THAT(text, Catch::Contains(
-                       "straggler_rank_compute_seconds{job=\"train.a-1_b\",rank=\"3\",node=\"node-a\"} 0.3\n"));
-  CHECK_THAT(text, Catch::Contains("straggler_rank_state{job=\"train.a-1_b\",rank=\"3\",node=\"node-a\","
+                       "straggler_rank_compute_seconds{job=\"train.a-1_b\",rank=\"3\",node=\"node-a\",peer_group=\"\",replica=\"\"} 0.3\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_rank_state{job=\"train.a-1_b\",rank=\"3\",node=\"node-a\",peer_group=\"\",replica=\"\","
                                    "state=\"straggler\"} 1\n"));
   CHECK_THAT(text, Catch::Contains(
-                       "straggler_rank_excluded{job=\"train.a-1_b\",rank=\"3\",node=\"node-a\"} 1\n"));
+                       "straggler_rank_excluded{job=\"train.a-1_b\",rank=\"3\",node=\"node-a\",peer_group=\"\",replica=\"\"} 1\n"));
   CHECK_THAT(text, Catch::Contains("straggler_job_detections_total{job=\"train.a-1_b\"} 1\n"));
   CHECK_THAT(text, Catch::Contains("straggler_job_excluded_ranks{job=\"train.a-1_b\"} 1\n"));
   CHECK_THAT(text, Catch::Contains("straggler_job_threshold_seconds{job=\"train.a-1_b\"} 0.2\n"));
@@ -170,7 +170,7 @@ TEST_CASE("http: health, readiness and the metrics exposition") {
                        "straggler_job_detection_latency_iterations_bucket{job=\"train.a-1_b\",le=\"5\"} 1\n"));
   CHECK_THAT(text, Catch::Contains("straggler_job_detection_latency_iterations_count{job=\"train.a-1_b\"} 1\n"));
   CHECK_THAT(text, Catch::Contains("straggler_events_total{kind=\"state_change\"} 1\n"));
-  CHECK_THAT(text, Catch::Contains("straggler_rank_state{job=\"train.a-1_b\",rank=\"0\",node=\"node-a\","
+  CHECK_THAT(text, Catch::Contains("straggler_rank_state{job=\"train.a-1_b\",rank=\"0\",node=\"node-a\",peer_group=\"\",replica=\"\","
                                    "state=\"healthy\"} 1\n"));
 
   // HEAD: the headers of GET, no body.

@@ -254,12 +254,12 @@ TEST_CASE("the daemon collector: per-rank series up to per_rank_max_ranks, one-h
   CHECK_THAT(text, Catch::Contains(
                        "straggler_job_detection_latency_iterations_bucket{job=\"small\",le=\"89\"} 0\n"));
   CHECK_THAT(text, Catch::Contains(
-                       "straggler_rank_compute_seconds{job=\"small\",rank=\"1\",node=\"n0\"} 0.5\n"));
+                       "straggler_rank_compute_seconds{job=\"small\",rank=\"1\",node=\"n0\",peer_group=\"\",replica=\"\"} 0.5\n"));
   CHECK_THAT(text, Catch::Contains(
-                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",state=\"pending\"} 0\n"
-                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",state=\"healthy\"} 1\n"
-                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",state=\"straggler\"} 0\n"
-                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",state=\"unresponsive\"} 0\n"));
+                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",peer_group=\"\",replica=\"\",state=\"pending\"} 0\n"
+                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",peer_group=\"\",replica=\"\",state=\"healthy\"} 1\n"
+                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",peer_group=\"\",replica=\"\",state=\"straggler\"} 0\n"
+                       "straggler_rank_state{job=\"small\",rank=\"1\",node=\"n0\",peer_group=\"\",replica=\"\",state=\"unresponsive\"} 0\n"));
   // "big" (3 ranks > 2) keeps its job series only.
   CHECK_THAT(text, !Catch::Contains("straggler_rank_compute_seconds{job=\"big\""));
   CHECK_THAT(text, !Catch::Contains("straggler_rank_state{job=\"big\""));

@@ -337,3 +337,26 @@ TEST_CASE("nvml: the agent's seam carries the sampler's readings to stragglerd",
   }
   CHECK(detected);
 }
+
+TEST_CASE("nvml: the agent relays a rank's declared topology in its hellos", "[nvml][topology]") {
+  v1::StreamHello hello;
+  v1::RankDevice* d = hello.add_devices();
+  d->set_rank(5);
+  d->set_incarnation(7);
+  d->set_peer_group("stage1");
+  d->set_replica(0);
+  d = hello.add_devices();
+  d->set_rank(6);  // declares nothing: the default group, a replica of its own
+  const std::vector<nv::RankDevice> devices = nv::DevicesOf(hello);
+  REQUIRE(devices.size() == 2);
+  v1::RankDevice out;
+  nv::ToProto(devices[0], &out);
+  CHECK(out.peer_group() == "stage1");
+  REQUIRE(out.has_replica());
+  CHECK(out.replica() == 0);
+  CHECK(out.incarnation() == 7);
+  out.Clear();
+  nv::ToProto(devices[1], &out);
+  CHECK(out.peer_group().empty());
+  CHECK_FALSE(out.has_replica());
+}

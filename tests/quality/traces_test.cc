@@ -236,3 +236,33 @@ TEST_CASE("scenario: range errors name the value given") {
   CHECK(Has(effect("{type: ramp, rank: 1, from: 1, to: 5, end_factor: -1}"),
             "effects[0].end_factor=-1 must be > 0"));
 }
+
+TEST_CASE("csv: topology: optional peer_group and replica columns, one topology per rank") {
+  auto t = Csv(
+      "iteration,rank,compute_seconds,peer_group,replica\n"
+      "0,0,0.10,stage0,0\n"
+      "0,1,0.16,stage1,0\n"
+      "0,2,0.10,,\n"
+      "1,0,0.10,stage0,0\n"
+      "1,1,0.16,stage1,0\n");
+  REQUIRE(t.ok());
+  CHECK(t->peer_group == std::vector<std::string>{"stage0", "stage1", ""});
+  REQUIRE(t->replica.size() == 3);
+  CHECK(t->replica[1] == 0u);
+  CHECK_FALSE(t->replica[2]);  // an empty cell: not declared
+  // Without the columns nothing is declared.
+  CHECK(Csv("iteration,rank,compute_seconds\n0,0,1\n")->peer_group.empty());
+
+  auto changed = Csv("iteration,rank,compute_seconds,peer_group\n0,0,1,stage0\n1,0,1,stage1\n");
+  REQUIRE_FALSE(changed.ok());
+  CHECK(Has(changed.status(), "t.csv:3: rank 0 changes its topology (peer_group 'stage1'"));
+  auto bad = Csv("iteration,rank,compute_seconds,peer_group\n0,0,1,stage 0\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(Has(bad.status(), "t.csv:2: peer_group 'stage 0' is not"));
+  auto far = Csv("iteration,rank,compute_seconds,replica\n0,0,1,2\n0,1,1,0\n");
+  REQUIRE_FALSE(far.ok());
+  CHECK(Has(far.status(), "replica 2 of rank 0 is not below the trace's 2 ranks"));
+  auto word = Csv("iteration,rank,compute_seconds,replica\n0,0,1,one\n");
+  REQUIRE_FALSE(word.ok());
+  CHECK(Has(word.status(), "replica 'one' is not a non-negative integer"));
+}

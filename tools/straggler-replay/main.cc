@@ -1,5 +1,5 @@
 // straggler-replay — runs a scenario (scenarios/*.yaml) or a recorded trace
-// (CSV: iteration,rank,compute_seconds[,epoch]) through the detection engine
+// (CSV: iteration,rank,compute_seconds[,epoch][,peer_group][,replica]) through the detection engine
 // offline and deterministically, and through two reference rules, and
 // scores each against the scenario's ground truth.
 //
@@ -249,7 +249,7 @@ int Run(int argc, char** argv) {
   CLI::App app{
       "straggler-replay: run a scenario (YAML) or a recorded trace (CSV) through the detection "
       "engine and reference rules, offline, and score the result"};
-  app.add_option("input", input, "scenario .yaml or trace .csv (iteration,rank,compute_seconds[,epoch])")
+  app.add_option("input", input, "scenario .yaml or trace .csv (iteration,rank,compute_seconds[,epoch][,peer_group][,replica])")
       ->required();
   app.add_option("--policy", policy_name, "dynamic|ewma|static|nvrx|greyhound|all")
       ->capture_default_str();
@@ -356,11 +356,18 @@ int Run(int argc, char** argv) {
   nlohmann::json policies_json = nlohmann::json::array();
   for (const auto& res : results) {
     nlohmann::json ranks = nlohmann::json::array();
-    for (uint32_t r = 0; r < trace.ranks; ++r)
+    for (uint32_t r = 0; r < trace.ranks; ++r) {
       ranks.push_back({{"rank", r},
                        {"detected_at", res.run.detected_at[r]},
                        {"recovered_at", res.run.recovered_at[r]},
                        {"unresponsive_at", res.run.unresponsive_at[r]}});
+      // The topology the trace declares for the rank (docs/topology.md).
+      if (!trace.peer_group.empty()) {
+        ranks.back()["peer_group"] = trace.peer_group[r];
+        ranks.back()["replica"] = trace.replica[r] ? nlohmann::json(*trace.replica[r])
+                                                   : nlohmann::json(nullptr);
+      }
+    }
     nlohmann::json p = {{"policy", res.run.policy}, {"ranks", ranks}};
     if (res.score) p["scores"] = ScoreJson(*res.score);
     policies_json.push_back(std::move(p));

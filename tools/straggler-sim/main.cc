@@ -48,6 +48,7 @@
 #include "collective.h"
 #include "options.h"
 #include "straggler/client.h"
+#include "straggler/topology.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler_sim {
@@ -168,6 +169,17 @@ bool Sim::CreateClients(std::string* error) {
     co.ranks = {r};
     co.world_size = o_.World();
     co.local_rank = r;
+    if (o_.topology.replicas > 0) {
+      // Megatron's default order, as docs/topology.md tells trainers to declare it.
+      straggler::ParallelLayout layout;
+      layout.data = o_.topology.replicas;
+      layout.pipeline = o_.topology.stages;
+      layout.tensor = o_.topology.tensor;
+      const auto t = straggler::TopologyFromLayout(layout, r, error);
+      if (!t) return false;
+      co.peer_group = t->peer_group;
+      co.replica = t->replica;
+    }
     // Without --epoch-iterations the run is one epoch, and saying how long it
     // is lets the daemon size fractional limits correctly.
     co.iterations_per_epoch = o_.epoch_iterations > 0 ? o_.epoch_iterations : o_.iterations;
@@ -493,6 +505,10 @@ int Sim::Run() {
                           {"readmitted_at", s.readmitted_at},
                           {"state_changes", changes},
                           {"slow", slow}});
+    if (o_.topology.replicas > 0) {
+      ranks_json.back()["stage"] = StageOf(o_, r);
+      ranks_json.back()["replica"] = (r / o_.topology.tensor) % o_.topology.replicas;
+    }
   }
 
   // Every version any rank saw or applied.
@@ -629,6 +645,13 @@ int main(int argc, char** argv) {
                  "RANK:FACTOR:FROM:TO — rank computes FACTOR times slower at iterations "
                  "[FROM, TO); repeatable")
       ->allow_extra_args(false);
+  std::string topology_text, stage_cost_text;
+  app.add_option("--topology", topology_text,
+                 "REPLICASxSTAGESxTENSOR, e.g. 4x2x2: each rank declares peer group stage<s> and "
+                 "replica r (rank = t + T*(r + R*s), docs/topology.md); --ranks defaults to the "
+                 "product");
+  app.add_option("--stage-cost", stage_cost_text,
+                 "c0,c1,...: stage s computes c<s> times --iteration-ms (needs --topology)");
   app.add_flag("--no-exclusion", o.no_exclusion, "ignore memberships: every rank in every step");
   app.add_option("--report", o.report, "write a JSON report to this file");
   app.add_option("--query-daemon", o.query_daemon,
@@ -656,6 +679,21 @@ int main(int argc, char** argv) {
       return straggler_sim::kExitUsage;
     }
     o.slow.push_back(spec);
+  }
+  if (!topology_text.empty()) {
+    std::string error;
+    if (!straggler_sim::ParseTopology(topology_text, &o.topology, &error)) {
+      std::cerr << "straggler-sim: " << error << '\n';
+      return straggler_sim::kExitUsage;
+    }
+    if (app.count("--ranks") == 0 && app.count("--world-size") == 0) o.ranks = o.topology.World();
+  }
+  if (!stage_cost_text.empty()) {
+    std::string error;
+    if (!straggler_sim::ParseStageCost(stage_cost_text, &o.stage_cost, &error)) {
+      std::cerr << "straggler-sim: " << error << '\n';
+      return straggler_sim::kExitUsage;
+    }
   }
   if (std::string error = straggler_sim::Validate(o); !error.empty()) {
     std::cerr << "straggler-sim: " << error << '\n';

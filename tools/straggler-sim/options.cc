@@ -79,6 +79,47 @@ bool ParseSlowSpec(const std::string& text, SlowSpec* spec, std::string* error) 
   return true;
 }
 
+bool ParseTopology(const std::string& text, Topology* t, std::string* error) {
+  const std::string where = "--topology '" + text + "': ";
+  const auto parts = Split(text, 'x');
+  if (parts.size() != 3) {
+    *error = where + "expected REPLICASxSTAGESxTENSOR, e.g. 4x2x2";
+    return false;
+  }
+  const char* names[] = {"REPLICAS", "STAGES", "TENSOR"};
+  uint32_t* fields[] = {&t->replicas, &t->stages, &t->tensor};
+  for (size_t i = 0; i < 3; ++i) {
+    if (!ParseUnsigned(parts[i], fields[i]) || *fields[i] == 0) {
+      *error = where + names[i] + " '" + parts[i] + "' is not an integer >= 1";
+      return false;
+    }
+  }
+  if (static_cast<uint64_t>(t->replicas) * t->stages * t->tensor > 65536) {
+    *error = where + "more than 65536 ranks";
+    return false;
+  }
+  return true;
+}
+
+bool ParseStageCost(const std::string& text, std::vector<double>* costs, std::string* error) {
+  costs->clear();
+  for (const std::string& part : Split(text, ',')) {
+    double c = 0;
+    if (!ParseDouble(part, &c) || !std::isfinite(c) || c <= 0.0) {
+      *error = "--stage-cost '" + text + "': '" + part + "' is not a number > 0";
+      return false;
+    }
+    costs->push_back(c);
+  }
+  return true;
+}
+
+uint32_t StageOf(const SimOptions& o, uint32_t rank) {
+  const Topology& t = o.topology;
+  if (t.replicas == 0) return 0;
+  return rank / (t.tensor * t.replicas);  // rank = t + T*(r + R*s)
+}
+
 std::string Validate(const SimOptions& o) {
   if (o.ranks < 1) return "--ranks " + std::to_string(o.ranks) + " must be >= 1";
   if (o.iterations < 1) return "--iterations " + std::to_string(o.iterations) + " must be >= 1";
@@ -92,6 +133,18 @@ std::string Validate(const SimOptions& o) {
   if (o.first_rank + static_cast<uint64_t>(o.ranks) > o.World()) {
     return "--first-rank " + std::to_string(o.first_rank) + " + --ranks " +
            std::to_string(o.ranks) + " exceeds --world-size " + std::to_string(o.World());
+  }
+  if (o.topology.replicas > 0 && o.topology.World() != o.World()) {
+    return "--topology " + std::to_string(o.topology.replicas) + "x" +
+           std::to_string(o.topology.stages) + "x" + std::to_string(o.topology.tensor) + " is " +
+           std::to_string(o.topology.World()) + " ranks, but the job has " +
+           std::to_string(o.World()) + " (--world-size, else --ranks)";
+  }
+  if (!o.stage_cost.empty() && o.topology.replicas == 0)
+    return "--stage-cost needs --topology (the stages it prices)";
+  if (!o.stage_cost.empty() && o.stage_cost.size() != o.topology.stages) {
+    return "--stage-cost has " + std::to_string(o.stage_cost.size()) + " values for " +
+           std::to_string(o.topology.stages) + " stages";
   }
   for (const auto& s : o.slow) {
     if (s.rank < o.first_rank || s.rank >= o.first_rank + o.ranks) {
@@ -111,6 +164,7 @@ double SlowFactor(const SimOptions& o, uint32_t rank, uint64_t iteration) {
       slowed = true;
     }
   }
+  if (!o.stage_cost.empty()) factor *= o.stage_cost[StageOf(o, rank)];
   return factor;
 }
 

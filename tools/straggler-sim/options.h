@@ -21,6 +21,16 @@ struct SlowSpec {
   uint64_t to = 0;
 };
 
+// --topology RxSxT: R data-parallel replicas x S pipeline stages x T tensor
+// ranks, laid out in Megatron's default order (straggler/topology.h: rank =
+// t + T*(r + R*s)); each rank declares peer group "stage<s>" and replica r.
+struct Topology {
+  uint32_t replicas = 0;  // 0: no --topology
+  uint32_t stages = 0;
+  uint32_t tensor = 0;
+  uint32_t World() const { return replicas * stages * tensor; }
+};
+
 struct SimOptions {
   std::string daemon = "127.0.0.1:7070";  // where the ranks report: daemon or agent
   std::string query_daemon;               // QueryService for events; "" = daemon
@@ -37,6 +47,10 @@ struct SimOptions {
   double noise = 0.05;
   uint64_t epoch_iterations = 0;  // 0: the whole run is one epoch
   std::vector<SlowSpec> slow;
+  Topology topology;
+  // --stage-cost c0,c1,...: stage s computes c<s> times --iteration-ms (a
+  // pipeline unbalanced by design); empty = every stage 1. Needs --topology.
+  std::vector<double> stage_cost;
   bool no_exclusion = false;
   std::string report;
   uint64_t seed = 0;
@@ -50,12 +64,21 @@ struct SimOptions {
 // Parses one --slow value; on error returns false and sets *error.
 bool ParseSlowSpec(const std::string& text, SlowSpec* spec, std::string* error);
 
+// Parses --topology RxSxT and --stage-cost c0,c1,...; on error return false
+// and set *error, naming the value.
+bool ParseTopology(const std::string& text, Topology* topology, std::string* error);
+bool ParseStageCost(const std::string& text, std::vector<double>* costs, std::string* error);
+
+// The stage of `rank` under --topology (0 without one).
+uint32_t StageOf(const SimOptions& options, uint32_t rank);
+
 // Checks the values against each other (slow ranks < ranks, ...). Empty
 // string when usable, else what is wrong.
 std::string Validate(const SimOptions& options);
 
 // The slowdown of `rank` at job iteration `iteration` (1 when not slowed;
-// overlapping windows: the largest factor applies).
+// overlapping windows: the largest factor applies), times its stage's
+// --stage-cost.
 double SlowFactor(const SimOptions& options, uint32_t rank, uint64_t iteration);
 
 }  // namespace straggler_sim

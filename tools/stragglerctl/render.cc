@@ -164,10 +164,13 @@ void PrintJob(const v1::Job& j, std::ostream& out) {
 }
 
 void PrintWorkers(const v1::ListWorkersResponse& r, std::ostream& out) {
+  // GROUP and REPLICA: the declared topology (docs/topology.md); "-" for the
+  // default group and for a rank that is a replica of its own.
   Table t({"RANK", "STATE", "EXCLUDED", "COUNTER", "EPOCH", "ITERATION", "LAST", "EWMA", "SLOWDOWN",
-           "REPORTS", "OVERRIDE", "NODE"},
+           "REPORTS", "OVERRIDE", "GROUP", "REPLICA", "NODE"},
           {Align::kRight, Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
-           Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft});
+           Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft,
+           Align::kRight, Align::kLeft});
   for (const auto& w : r.workers()) {
     t.AddRow({std::to_string(w.rank()), StateName(w.state()),
               w.excluded() ? "yes (" + ReasonName(w.exclusion_reason()) + ")" : "no",
@@ -176,6 +179,8 @@ void PrintWorkers(const v1::ListWorkersResponse& r, std::ostream& out) {
               Millis(w.last_compute_seconds()), Millis(w.ewma_compute_seconds()),
               w.slowdown_ratio() > 0 ? Num(w.slowdown_ratio(), 2) + "x" : "-",
               std::to_string(w.reports_total()), OverrideName(w.override()),
+              w.peer_group().empty() ? "-" : w.peer_group(),
+              w.has_replica() ? std::to_string(w.replica()) : "-",
               w.node().empty() ? "-" : w.node()});
   }
   t.Print(out);
@@ -186,6 +191,8 @@ void PrintWorker(const v1::Worker& w, std::ostream& out) {
   t.AddRow({"job", w.job_id()});
   t.AddRow({"rank", std::to_string(w.rank())});
   t.AddRow({"node", w.node().empty() ? "-" : w.node()});
+  t.AddRow({"peer group", w.peer_group().empty() ? "- (default)" : w.peer_group()});
+  t.AddRow({"replica", w.has_replica() ? std::to_string(w.replica()) : "- (its own)"});
   t.AddRow({"state", StateName(w.state())});
   t.AddRow({"excluded", w.excluded() ? "yes (" + ReasonName(w.exclusion_reason()) + ")" : "no"});
   t.AddRow({"override", OverrideName(w.override())});

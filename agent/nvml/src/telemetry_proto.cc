@@ -35,6 +35,8 @@ RankDevice FromProto(const v1::RankDevice& d) {
   out.cuda_visible_devices = d.cuda_visible_devices();
   out.gpu_uuid = d.gpu_uuid();
   out.incarnation = d.incarnation();
+  out.peer_group = d.peer_group();
+  if (d.has_replica()) out.replica = d.replica();
   return out;
 }
 
@@ -44,6 +46,8 @@ void ToProto(const RankDevice& d, v1::RankDevice* out) {
   out->set_cuda_visible_devices(d.cuda_visible_devices);
   out->set_gpu_uuid(d.gpu_uuid);
   out->set_incarnation(d.incarnation);
+  out->set_peer_group(d.peer_group);
+  if (d.replica) out->set_replica(*d.replica);
 }
 
 std::vector<RankDevice> DevicesOf(const v1::StreamHello& hello) {

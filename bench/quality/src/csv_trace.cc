@@ -27,8 +27,19 @@ struct Cell {
   uint32_t rank;
   double compute;
   std::optional<uint64_t> epoch;
+  std::string peer_group;
+  std::optional<uint32_t> replica;
   size_t line;
 };
+
+// A peer group as the daemon accepts it (straggler/v1/wire_rules.h).
+bool ValidPeerGroup(absl::string_view g) {
+  if (g.size() > 64) return false;
+  for (char c : g)
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+      return false;
+  return true;
+}
 
 }  // namespace
 
@@ -39,6 +50,7 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
   std::string text;
   size_t line_no = 0;
   int col_iteration = -1, col_rank = -1, col_compute = -1, col_epoch = -1;
+  int col_group = -1, col_replica = -1;
   size_t columns = 0;
   bool have_header = false;
   std::vector<Cell> cells;
@@ -58,6 +70,8 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
                     : name == "rank"            ? &col_rank
                     : name == "compute_seconds" ? &col_compute
                     : name == "epoch"           ? &col_epoch
+                    : name == "peer_group"      ? &col_group
+                    : name == "replica"         ? &col_replica
                                                 : nullptr;
         if (slot == nullptr) continue;  // other columns are ignored
         if (*slot >= 0) return error(line_no, absl::StrCat("column '", name, "' appears twice"));
@@ -101,6 +115,19 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
                                            "' is not a non-negative integer"));
       c.epoch = e;
     }
+    if (col_group >= 0) {
+      c.peer_group = fields[col_group];
+      if (!ValidPeerGroup(c.peer_group))
+        return error(line_no, absl::StrCat("peer_group '", c.peer_group,
+                                           "' is not 0 to 64 bytes of A-Z a-z 0-9 . _ -"));
+    }
+    if (col_replica >= 0 && !fields[col_replica].empty()) {
+      uint32_t replica = 0;
+      if (!absl::SimpleAtoi(fields[col_replica], &replica))
+        return error(line_no, absl::StrCat("replica '", fields[col_replica],
+                                           "' is not a non-negative integer"));
+      c.replica = replica;
+    }
     cells.push_back(c);
   }
   if (!have_header) return absl::InvalidArgumentError(absl::StrCat(source, ": empty trace"));
@@ -140,6 +167,27 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
                                           epoch_line[row]));
       t.epoch[row] = *c.epoch;
       epoch_line[row] = c.line;
+    }
+  }
+  if (col_group >= 0 || col_replica >= 0) {
+    // One topology per rank, as a client process declares one.
+    t.peer_group.assign(t.ranks, "");
+    t.replica.assign(t.ranks, std::nullopt);
+    std::vector<size_t> first(t.ranks, 0);
+    for (const auto& c : cells) {
+      if (first[c.rank] == 0) {
+        first[c.rank] = c.line;
+        t.peer_group[c.rank] = c.peer_group;
+        t.replica[c.rank] = c.replica;
+      } else if (t.peer_group[c.rank] != c.peer_group || t.replica[c.rank] != c.replica) {
+        return error(c.line, absl::StrCat("rank ", c.rank, " changes its topology (peer_group '",
+                                          c.peer_group, "', replica ",
+                                          c.replica ? absl::StrCat(*c.replica) : "-",
+                                          ") from line ", first[c.rank]));
+      }
+      if (c.replica && *c.replica >= t.ranks)
+        return error(c.line, absl::StrCat("replica ", *c.replica, " of rank ", c.rank,
+                                          " is not below the trace's ", t.ranks, " ranks"));
     }
   }
   // Rows no rank gave an epoch for inherit the previous row's.

@@ -58,6 +58,15 @@ struct ClientOptions {
   // it, the GPU's UUID ("GPU-8f3a...", what nvidia-smi -L prints), which wins.
   std::string cuda_visible_devices;
   std::string gpu_uuid;
+  // The rank's place in a hybrid-parallel job, sent in the hello
+  // (docs/topology.md; straggler/topology.h computes both from a
+  // Megatron-style layout). peer_group: the ranks doing the same work, which
+  // detection compares this rank with ("stage2"); "" = the default group,
+  // 0 to 64 bytes of A-Z a-z 0-9 . _ -. replica: the rank's data-parallel
+  // index, < world_size; nullopt = a replica of its own (pure data
+  // parallelism). Every rank this client serves gets the same values.
+  std::string peer_group;           // STRAGGLER_PEER_GROUP
+  std::optional<uint32_t> replica;  // STRAGGLER_REPLICA
   std::string node;                   // default: host name
   uint64_t iterations_per_epoch = 0;  // 0 = unknown
   size_t queue_capacity = 4096;       // rounded up to a power of two
@@ -84,6 +93,7 @@ struct ClientOptions {
 
   // RANK, WORLD_SIZE, LOCAL_RANK (as set by torchrun and other launchers),
   // CUDA_VISIBLE_DEVICES, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
+  // STRAGGLER_PEER_GROUP, STRAGGLER_REPLICA,
   // STRAGGLER_RUN_ID / TORCHELASTIC_RUN_ID (run_id above),
   // STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_GPU_UUID, STRAGGLER_TLS_CA,
   // STRAGGLER_TLS_CERT, STRAGGLER_TLS_KEY. Missing RANK/WORLD_SIZE leave defaults;

@@ -64,7 +64,24 @@ typedef struct straggler_options {
    * offsets. */
   const char* cuda_visible_devices;
   const char* gpu_uuid;
+  /* The rank's place in a hybrid-parallel job (ClientOptions::peer_group and
+   * replica, docs/topology.md): peer_group NULL = STRAGGLER_PEER_GROUP, else
+   * the default group ""; has_replica 0 = STRAGGLER_REPLICA, else a replica
+   * of its own; 1 = `replica` (the rank's data-parallel index). */
+  const char* peer_group;
+  int has_replica;
+  uint32_t replica;
 } straggler_options_t;
+
+/* A rank's topology from a Megatron-style layout (straggler/topology.h). */
+#define STRAGGLER_PEER_GROUP_MAX 64
+typedef struct straggler_topology {
+  char peer_group[STRAGGLER_PEER_GROUP_MAX + 1]; /* "stage<p>", NUL-terminated */
+  uint32_t replica;      /* data-parallel index */
+  uint32_t stage;        /* pipeline index */
+  uint32_t tensor_rank;  /* tensor-parallel index */
+  uint32_t context_rank; /* context-parallel index */
+} straggler_topology_t;
 
 /* A membership version. The caller provides `ranks` (may be NULL when `cap`
  * is 0); the library writes at most `cap` excluded ranks, ascending, and
@@ -101,6 +118,15 @@ typedef struct straggler_stats {
                                       its stream to the daemon is down; 0 with no agent */
 } straggler_stats_t;
 
+/* The topology of `rank` in a layout of `data` replicas x `pipeline` stages x
+ * `tensor` x `context` ranks per stage, ranks ordered as Megatron-LM's
+ * RankGenerator `order` ("tp-cp-ep-dp-pp" when NULL; first name fastest).
+ * 0, or STRAGGLER_EINVAL with why in `err` (a size of 0, a bad order, a rank
+ * outside the layout; `err` may be NULL) and *out untouched. */
+int straggler_topology_from_layout(uint32_t data, uint32_t pipeline, uint32_t tensor,
+                                   uint32_t context, const char* order, uint32_t rank,
+                                   straggler_topology_t* out, char* err, size_t errlen);
+
 /* Fills `options` with the defaults. */
 void straggler_options_init(straggler_options_t* options);
 
@@ -112,7 +138,8 @@ straggler_client_t* straggler_client_create(const straggler_options_t* options, 
                                             size_t errlen);
 
 /* Same, with options from RANK, WORLD_SIZE, LOCAL_RANK, STRAGGLER_ENDPOINT,
- * STRAGGLER_JOB_ID, STRAGGLER_NODE and STRAGGLER_ITERATIONS_PER_EPOCH. */
+ * STRAGGLER_JOB_ID, STRAGGLER_NODE, STRAGGLER_ITERATIONS_PER_EPOCH,
+ * STRAGGLER_PEER_GROUP and STRAGGLER_REPLICA (ClientOptions::FromEnv). */
 straggler_client_t* straggler_client_create_from_env(char* err, size_t errlen);
 
 /* Flushes for at most one second, closes the stream and frees the client.

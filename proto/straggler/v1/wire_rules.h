@@ -31,4 +31,9 @@ constexpr std::size_t FirstBadJobIdByte(std::string_view id) {
   return std::string_view::npos;
 }
 
+// Peer groups (RankDevice.peer_group, docs/topology.md): 0 to
+// kMaxPeerGroupBytes bytes of the job-id characters (FirstBadJobIdByte
+// finds a bad one); "" is the default group every rank is in unless it says.
+inline constexpr std::size_t kMaxPeerGroupBytes = 64;
+
 }  // namespace straggler::v1::rules

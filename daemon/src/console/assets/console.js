@@ -171,10 +171,16 @@
     return result;
   }
 
-  function heatmap(reports, scores, worldSize, threshold) {
+  function heatmap(reports, scores, worldSize, threshold, workers) {
     const iterations = [...new Set(reports.map((r) => num(r.iteration)))].sort((a, b) => a - b)
       .slice(-HEATMAP_ITERATIONS);
     const column = new Map(iterations.map((it, i) => [it, i]));
+    // Rows grouped by declared peer group (docs/topology.md), ranks ascending
+    // within a group: a stage slower by design shows as one band.
+    const group = new Map(workers.map((w) => [num(w.rank), w.peerGroup || ""]));
+    const order = [...Array(worldSize).keys()].sort((a, b) =>
+      (group.get(a) || "").localeCompare(group.get(b) || "") || a - b);
+    const rowOf = new Map(order.map((rank, i) => [rank, i]));
     // Rows shrink for large jobs so the map stays about a screen tall.
     const cell = 10, row = Math.max(1, Math.min(10, Math.floor(1280 / Math.max(1, worldSize))));
     const left = 44, top = 4;
@@ -186,14 +192,17 @@
     g.font = "9px sans-serif";
     g.fillStyle = "#555";
     for (let r = 0; r < worldSize; ++r) {
-      if (row >= 9 || r % Math.ceil(10 / row) === 0) g.fillText("rank " + r, 2, top + r * row + 8);
+      const rank = order[r], name = group.get(rank);
+      if (row >= 9 || r % Math.ceil(10 / row) === 0) {
+        g.fillText(name ? name.slice(0, 6) + " " + rank : "rank " + rank, 2, top + r * row + 8);
+      }
     }
     reports.forEach((r, i) => {
       const x = column.get(num(r.iteration));
       if (x === undefined || num(r.rank) >= worldSize) return;
       const ratio = scores[i] ? num(scores[i].ratio) : 0;
       g.fillStyle = ratio <= 0 ? "#ccc" : ratio < 1.25 ? "#66bb6a" : ratio < threshold ? "#ffb74d" : "#e53935";
-      g.fillRect(left + x * cell, top + num(r.rank) * row, cell - 1, Math.max(1, row - 1));
+      g.fillRect(left + x * cell, top + rowOf.get(num(r.rank)) * row, cell - 1, Math.max(1, row - 1));
     });
     if (iterations.length) {
       g.fillStyle = "#555";
@@ -228,6 +237,8 @@
       return el("tr", { dataset: { rank: String(rank), state } },
         el("td", { className: "num" }, rank),
         el("td", {}, w.node || "–"),
+        el("td", { className: "group" }, (w.peerGroup || "–") +
+          (w.replica !== undefined ? " / r" + num(w.replica) : "")),
         el("td", { className: "state state-" + state }, state),
         el("td", { className: "num" }, num(w.counter) + " / " + num(w.limit)),
         el("td", { className: "num ratio" }, fmtRatio(num(w.slowdownRatio))),
@@ -238,7 +249,7 @@
         el("td", {}, gpuText(w)));
     });
     return el("table", { id: "ranks" },
-      el("thead", {}, el("tr", {}, ...["rank", "node", "state", "counter", "ratio", "last compute",
+      el("thead", {}, el("tr", {}, ...["rank", "node", "group / replica", "state", "counter", "ratio", "last compute",
         "iteration", "reason", "GPU"].map((h) => el("th", {}, h)))),
       el("tbody", {}, ...rows));
   }
@@ -316,7 +327,8 @@
       summary,
       el("h2", {}, "Ranks"), workersTable(workers.workers || [], membership),
       el("h2", {}, "Rank heatmap (last " + HEATMAP_ITERATIONS + " iterations)"),
-      heatmap(reports.reports || [], reports.scores || [], num(job.worldSize), threshold),
+      heatmap(reports.reports || [], reports.scores || [], num(job.worldSize), threshold,
+        workers.workers || []),
       el("h2", {}, "Membership timeline and throughput"), timeline,
       el("h2", {}, "Events"), eventsTable(cache.events));
   }

@@ -63,6 +63,9 @@ struct RankDevice {
   std::string cuda_visible_devices;  // verbatim; "" = unset
   std::string gpu_uuid;              // "" = unknown
   uint64_t incarnation = 0;          // the rank's client process (0 = unknown; docs/runs.md)
+  // Relayed to the daemon as the trainer declared them (docs/topology.md).
+  std::string peer_group{};          // "" = the default group
+  std::optional<uint32_t> replica{}; // nullopt = a replica of its own
 };
 
 // What the mapper knows about a node's GPU.

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,11 @@ struct Trace {
   std::vector<uint64_t> epoch;   // per row
   bool has_truth = false;
   RankMatrix truth;              // straggler per (rank, row), when has_truth
+  // Each rank's declared topology (docs/topology.md), when the trace names
+  // it (a CSV's peer_group / replica columns); empty = none declared: the
+  // default group, every rank a replica of its own.
+  std::vector<std::string> peer_group;           // per rank, "" = default
+  std::vector<std::optional<uint32_t>> replica;  // per rank, nullopt = its own
 
   uint64_t Iteration(uint64_t row) const { return first_iteration + row; }
   double At(uint64_t row, uint32_t rank) const {
