@@ -13,7 +13,7 @@
 #include "require.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
-#include "validate.h"
+#include "wire/validate.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;

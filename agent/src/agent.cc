@@ -23,14 +23,14 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
-#include "convert.h"    // daemon::MergeDirective
-#include "http_deadline.h"  // daemon::MakeDeadlineServer
-#include "metrics.h"    // daemon::Exposition, process metrics
+#include "wire/convert.h"    // daemon::MergeDirective
+#include "straggler/common/http_deadline.h"  // daemon::MakeDeadlineServer
+#include "straggler/common/metrics.h"    // daemon::Exposition, process metrics
 #include "report_buffer.h"
 #include "telemetry_attach.h"
-#include "rpc_util.h"   // daemon::WriteSlot
-#include "server.h"     // daemon::ApplyLogLevel
-#include "tls.h"        // daemon::LoadServerTls, GrpcServerCredentials
+#include "api/rpc_util.h"   // daemon::WriteSlot
+#include "server/server.h"     // daemon::ApplyLogLevel
+#include "straggler/common/tls.h"        // daemon::LoadServerTls, GrpcServerCredentials
 #include "spdlog/spdlog.h"
 #include "straggler/nvml/nvml_sampler.h"
 #include "straggler/nvml/telemetry_proto.h"

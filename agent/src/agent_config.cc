@@ -2,7 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "config_reader.h"
+#include "straggler/common/config_reader.h"
 
 namespace straggler::agent {
 namespace {

@@ -1,6 +1,6 @@
 // straggler-agent's configuration: embedded defaults, an optional YAML file,
 // environment variables and flags, in rising precedence (as stragglerd's,
-// through the same YAML reader, daemon/src/config_reader.h).
+// through the same YAML reader, straggler/common/config_reader.h).
 //
 //   AgentSources src;
 //   src.upstream = "stragglerd.cluster:7070";          // --upstream
@@ -16,8 +16,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "channel_security.h"
-#include "config.h"  // daemon::EnvLookup, GetEnv
+#include "straggler/common/channel_security.h"
+#include "config/config.h"  // daemon::EnvLookup, GetEnv
 
 namespace straggler::agent {
 
@@ -41,7 +41,7 @@ struct AgentConfig {
   // The HTTP listener (restart needed for a change), as stragglerd's http.*:
   // a request must arrive whole within http_read_timeout_seconds of its
   // first byte and its response be taken within http_write_timeout_seconds,
-  // or the connection is closed (daemon/src/http_deadline.h), so slow
+  // or the connection is closed (straggler/common/http_deadline.h), so slow
   // clients cannot hold the http_threads workers; idle keep-alive
   // connections close after http_keep_alive_timeout_seconds.
   uint32_t http_threads = 4;

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "agent.h"
 #include "agent_config.h"
-#include "server.h"  // daemon::ApplyLogLevel
-#include "service_main.h"
+#include "server/server.h"  // daemon::ApplyLogLevel
+#include "straggler/common/service_main.h"
 #include "spdlog/spdlog.h"
 
 #ifndef STRAGGLERD_VERSION

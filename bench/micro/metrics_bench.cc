@@ -1,4 +1,4 @@
-// Prometheus exposition of the daemon's metrics (daemon/src/metrics.h,
+// Prometheus exposition of the daemon's metrics (straggler/common/metrics.h,
 // RenderDaemonMetrics) for one job of 10 000 ranks (issue 6, item 1): with
 // per-rank series (per_rank_max_ranks raised to 10 000) and with the default
 // (per-rank series only up to 4 096 ranks, so only job-level families here).
@@ -13,10 +13,10 @@
 #include <numeric>
 #include <string>
 
-#include "config.h"
-#include "job_registry.h"
-#include "metrics.h"
-#include "stats.h"
+#include "config/config.h"
+#include "registry/job_registry.h"
+#include "straggler/common/metrics.h"
+#include "metrics/stats.h"
 
 namespace {
 

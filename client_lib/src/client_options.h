@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "channel_security.h"
+#include "straggler/common/channel_security.h"
 #include "straggler/client.h"
 
 namespace straggler::detail {

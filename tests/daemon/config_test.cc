@@ -9,8 +9,8 @@
 #include <unistd.h>
 #include <string>
 
-#include "auth.h"
-#include "config.h"
+#include "auth/auth.h"
+#include "config/config.h"
 
 namespace sd = straggler::daemon;
 using straggler::engine::PolicyKind;

@@ -25,9 +25,9 @@
 #include <memory>
 #include <string>
 
-#include "config.h"
+#include "config/config.h"
 #include "daemon_test_util.h"
-#include "server.h"
+#include "server/server.h"
 #include "slow_client.h"
 
 namespace sd = straggler::daemon;

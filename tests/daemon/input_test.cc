@@ -10,9 +10,9 @@
 #include <string>
 #include <variant>
 
-#include "rate_limit.h"
-#include "rest_route.h"
-#include "validate.h"
+#include "straggler/common/rate_limit.h"
+#include "api/rest_route.h"
+#include "wire/validate.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;

@@ -32,14 +32,14 @@
 #include <utility>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "daemon_test_util.h"
-#include "server.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 #include "slow_client.h"
 #include "test_certificate.h"
-#include "tls.h"
+#include "straggler/common/tls.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;

@@ -3,7 +3,7 @@
 // at the kept history), progress by rank (higher iteration), counts summed.
 #include <catch2/catch.hpp>
 
-#include "convert.h"
+#include "wire/convert.h"
 #include "straggler/engine/job_engine.h"
 
 namespace v1 = straggler::v1;

@@ -13,11 +13,11 @@
 #include <random>
 #include <string>
 
-#include "api.h"
-#include "config.h"
-#include "job_registry.h"
-#include "metrics.h"
-#include "stats.h"
+#include "api/api.h"
+#include "config/config.h"
+#include "registry/job_registry.h"
+#include "straggler/common/metrics.h"
+#include "metrics/stats.h"
 
 namespace sd = straggler::daemon;
 

@@ -19,11 +19,11 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 
-#include "config.h"
-#include "server.h"
+#include "config/config.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "test_certificate.h"
-#include "tls.h"
+#include "straggler/common/tls.h"
 
 namespace sd = straggler::daemon;
 using straggler::testing::TestCertificate;
