@@ -13,7 +13,7 @@
 #include "require.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
-#include "wire/validate.h"
+#include "straggler/common/validate.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;

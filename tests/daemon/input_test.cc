@@ -12,7 +12,7 @@
 
 #include "straggler/common/rate_limit.h"
 #include "api/rest_route.h"
-#include "wire/validate.h"
+#include "straggler/common/validate.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;

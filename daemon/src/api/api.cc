@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "wire/convert.h"
-#include "wire/validate.h"
+#include "straggler/common/validate.h"
 #include "spdlog/spdlog.h"
 
 namespace straggler::daemon::api {

@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "wire/validate.h"
+#include "straggler/common/validate.h"
 
 namespace straggler::daemon {
 

@@ -52,7 +52,7 @@
 #include "persist/store.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
-#include "wire/validate.h"
+#include "straggler/common/validate.h"
 
 namespace straggler::daemon {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "wire/validate.h"
+#include "straggler/common/validate.h"
 
 namespace straggler::daemon {
 namespace {

@@ -16,7 +16,7 @@
 #include "registry/job_registry.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
-#include "wire/validate.h"
+#include "straggler/common/validate.h"
 
 namespace straggler::daemon {
 

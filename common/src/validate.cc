@@ -1,4 +1,4 @@
-#include "wire/validate.h"
+#include "straggler/common/validate.h"
 
 #include <limits>
 
