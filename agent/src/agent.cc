@@ -23,15 +23,16 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
-#include "wire/convert.h"    // daemon::MergeDirective
-#include "straggler/common/http_deadline.h"  // daemon::MakeDeadlineServer
-#include "straggler/common/metrics.h"    // daemon::Exposition, process metrics
 #include "report_buffer.h"
-#include "telemetry_attach.h"
-#include "api/rpc_util.h"   // daemon::WriteSlot
-#include "server/server.h"     // daemon::ApplyLogLevel
-#include "straggler/common/tls.h"        // daemon::LoadServerTls, GrpcServerCredentials
 #include "spdlog/spdlog.h"
+#include "straggler/common/directive.h"
+#include "straggler/common/http_deadline.h"
+#include "straggler/common/metrics.h"
+#include "straggler/common/service_main.h"  // ApplyLogLevel
+#include "straggler/common/tls.h"
+#include "straggler/common/validate.h"
+#include "straggler/common/write_slot.h"
+#include "telemetry_attach.h"
 #include "straggler/nvml/nvml_sampler.h"
 #include "straggler/nvml/telemetry_proto.h"
 #include "straggler/v1/straggler.grpc.pb.h"
@@ -43,8 +44,8 @@
 namespace straggler::agent {
 namespace {
 
-using daemon::WriteAction;
-using daemon::WriteSlot;
+using common::WriteAction;
+using common::WriteSlot;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMembershipHistory = 32;  // as the daemon keeps
@@ -63,7 +64,7 @@ struct AgentStats {
   std::atomic<uint64_t> upstream_connects{0};
   std::atomic<uint64_t> directives_relayed{0};
   std::atomic<uint64_t> jobs_removed{0};
-  daemon::SlowClientCounters http_slow_clients{};  // the HTTP listener's (http_deadline.h)
+  common::SlowClientCounters http_slow_clients{};  // the HTTP listener's (http_deadline.h)
 };
 
 // The live part of the config, copied under the job's mutex when used.
@@ -146,7 +147,7 @@ class UpstreamJob {
                                                      " differs from job '", id_,
                                                      "' world_size=", world_size_));
     }
-    // Ranks < world_size: checked by daemon::ValidateHello in JobTable::Find.
+    // Ranks < world_size: checked by common::ValidateHello in JobTable::Find.
     std::vector<uint32_t> ranks(hello.ranks().begin(), hello.ranks().end());
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -217,7 +218,7 @@ class UpstreamJob {
         // exactly one downstream stream to go to.
         ++rejected;
         stats_.reports_rejected_local.fetch_add(1, std::memory_order_relaxed);
-        if (ack.rejections_size() < daemon::kMaxDirectiveRejections) {
+        if (ack.rejections_size() < common::kMaxDirectiveRejections) {
           v1::ReportRejection* rej = ack.add_rejections();
           rej->set_rank(r.rank());
           rej->set_iteration(r.iteration());
@@ -660,8 +661,8 @@ class JobTable {
   absl::StatusOr<std::shared_ptr<UpstreamJob>> Find(const v1::StreamHello& hello) {
     // The daemon's own checks (its ranks-per-job limit is the daemon's to
     // enforce; it answers the upstream hello with it).
-    if (absl::Status s = daemon::ValidateHello(daemon::FromProto(hello),
-                                               std::numeric_limits<uint32_t>::max());
+    if (absl::Status s =
+            common::ValidateHello(common::FromProto(hello), std::numeric_limits<uint32_t>::max());
         !s.ok()) {
       return s;
     }
@@ -783,7 +784,7 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
       absl::Status s = Hello();
       if (!s.ok()) {
         spdlog::warn("downstream stream from {} refused: {}", peer_, std::string(s.message()));
-        Finish(daemon::ToGrpcStatus(s), /*flush=*/false);
+        Finish(common::ToGrpcStatus(s), /*flush=*/false);
         return;
       }
     }
@@ -808,7 +809,7 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
 
   void Offer(v1::Directive d) {
     std::lock_guard lock(mu_);
-    Act(slot_.Offer(std::move(d), &daemon::MergeDirective));
+    Act(slot_.Offer(std::move(d), &common::MergeDirective));
   }
   void Finish(grpc::Status status, bool flush) {
     std::lock_guard lock(mu_);
@@ -817,7 +818,7 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
 
  private:
   absl::Status Hello() {
-    if (absl::Status s = daemon::RequireHello(batch_); !s.ok()) return s;
+    if (absl::Status s = common::RequireHello(batch_); !s.ok()) return s;
     auto job = jobs_.Attach(batch_.hello(), link_);
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
@@ -827,7 +828,7 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
   }
 
   void Act(WriteAction action) {  // mu_ held
-    daemon::CarryOut(action, slot_, static_cast<ServerBidiReactor&>(*this));
+    common::CarryOut(action, slot_, static_cast<ServerBidiReactor&>(*this));
   }
 
   JobTable& jobs_;
@@ -876,7 +877,7 @@ struct Agent::Impl {
   explicit Impl(AgentConfig c) : config(std::move(c)) {}
 
   std::string RenderMetrics() const {
-    daemon::Exposition out;
+    common::Exposition out;
     const auto jobs = table->Jobs();
     // Per job id: the fan-ins of its runs (briefly two, while a new run
     // waits for the old one's stream to end) add up.
@@ -885,12 +886,11 @@ struct Agent::Impl {
       auto [it, fresh] = snaps.try_emplace(j->id(), j->Snap());
       if (!fresh) it->second.Add(j->Snap());
     }
-    auto per_job = [&](const char* name, daemon::MetricType type, const char* help,
-                       auto value) {
+    auto per_job = [&](const char* name, common::MetricType type, const char* help, auto value) {
       out.Family(name, type, help);
       for (const auto& [id, s] : snaps) out.Sample({{"job", id}}, value(s));
     };
-    using T = daemon::MetricType;
+    using T = common::MetricType;
     per_job("straggler_agent_buffered_reports", T::kGauge,
             "Reports held for the daemon (not yet acknowledged by it).",
             [](const auto& s) { return static_cast<double>(s.buffered); });
@@ -914,8 +914,7 @@ struct Agent::Impl {
         out.Sample({{"job", id}, {"rank", r}}, static_cast<double>(it));
       }
     }
-    auto per_rank = [&](const char* name, daemon::MetricType type, const char* help,
-                        auto member) {
+    auto per_rank = [&](const char* name, common::MetricType type, const char* help, auto member) {
       out.Family(name, type, help);
       for (const auto& [id, s] : snaps) {
         for (const auto& [rank, v] : s.*member) {
@@ -968,7 +967,7 @@ struct Agent::Impl {
     out.Sample({{"phase", "response"}}, static_cast<double>(stats.http_slow_clients[1].load()));
     out.Family("straggler_agent_build_info", T::kGauge, "Always 1.");
     out.Sample({{"version", STRAGGLERD_VERSION}}, 1);
-    daemon::WriteProcessMetrics(daemon::ReadProcessStats(), out);
+    common::WriteProcessMetrics(common::ReadProcessStats(), out);
     return out.Take();
   }
 
@@ -1049,10 +1048,10 @@ absl::Status Agent::Start() {
   // bad one stops the start naming it (FAILED_PRECONDITION: exit 2).
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
   if (!c.listen_tcp.empty() && c.listen_tcp_tls.enabled()) {
-    absl::StatusOr<daemon::ServerTls> tls = daemon::LoadServerTls(c.listen_tcp_tls,
-                                                                  "listen_tcp_tls");
+    absl::StatusOr<common::ServerTls> tls =
+        common::LoadServerTls(c.listen_tcp_tls, "listen_tcp_tls");
     if (!tls.ok()) return tls.status();
-    tcp_credentials = daemon::GrpcServerCredentials(*tls);
+    tcp_credentials = common::GrpcServerCredentials(*tls);
   }
   auto channel = grpc::CreateCustomChannel(c.upstream, credentials, args);
   m.table = std::make_unique<JobTable>(channel, c.node.empty() ? HostName() : c.node, m.stats,
@@ -1103,8 +1102,8 @@ absl::Status Agent::Start() {
     // Whole-request deadlines, as the daemon's listener: httplib's own
     // timeouts are per read, so a client trickling its request (slowloris)
     // would hold a worker for as long as it liked.
-    m.http = daemon::MakeDeadlineServer(m.stats.http_slow_clients);
-    daemon::ConfigureListener(*m.http, c.http_threads, c.http_read_timeout_seconds,
+    m.http = common::MakeDeadlineServer(m.stats.http_slow_clients);
+    common::ConfigureListener(*m.http, c.http_threads, c.http_read_timeout_seconds,
                               c.http_write_timeout_seconds, c.http_keep_alive_timeout_seconds);
     Impl* impl = impl_.get();
     m.http->Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
@@ -1181,7 +1180,7 @@ void Agent::Reload(const AgentConfig& next) {
     spdlog::warn("SIGHUP: telemetry changed: takes effect after a restart");
   }
   m.config = applied;
-  daemon::ApplyLogLevel(applied.log_level);
+  common::ApplyLogLevel(applied.log_level);
   if (m.table) m.table->SetLive(LiveConfig::From(applied));
   spdlog::info("SIGHUP: config reloaded (log_level={}, batch {} reports / {} ms, buffer {} "
                "reports per job, reconnect {}..{} ms, shutdown flush {} ms, idle job timeout "

@@ -15,7 +15,7 @@
 
 #include "config/config.h"
 #include "registry/job_registry.h"
-#include "straggler/common/metrics.h"
+#include "metrics/daemon_metrics.h"
 #include "metrics/stats.h"
 
 namespace {

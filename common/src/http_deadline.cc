@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-namespace straggler::daemon {
+namespace straggler::common {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -881,4 +881,4 @@ void ConfigureListener(httplib::Server& server, uint32_t threads, uint32_t read_
   });
 }
 
-}  // namespace straggler::daemon
+}  // namespace straggler::common

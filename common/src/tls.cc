@@ -19,7 +19,7 @@
 #include "straggler/common/channel_security.h"
 #include "spdlog/spdlog.h"
 
-namespace straggler::daemon {
+namespace straggler::common {
 namespace {
 
 // OpenSSL's queued errors as one line (and the queue emptied), for a message.
@@ -268,4 +268,4 @@ std::shared_ptr<SSL_CTX> SslContextSource::Current() {
   return current_;
 }
 
-}  // namespace straggler::daemon
+}  // namespace straggler::common

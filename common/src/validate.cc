@@ -5,7 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
-namespace straggler::daemon {
+namespace straggler::common {
 namespace {
 
 // The one length-and-bytes check behind CheckPrintable and CheckNoControl:
@@ -221,4 +221,4 @@ StreamHello FromProto(const v1::StreamHello& h) {
   return out;
 }
 
-}  // namespace straggler::daemon
+}  // namespace straggler::common

@@ -18,7 +18,7 @@ using straggler::engine::RecoveryMode;
 
 namespace {
 
-sd::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+straggler::common::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
   return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;

@@ -480,15 +480,15 @@ TEST_CASE("an expired certificate starts with a warning and its expiry in /metri
   std::ifstream in(cert.cert);
   std::stringstream pem;
   pem << in.rdbuf();
-  auto validity = sd::LeafValidity(pem.str());
+  auto validity = straggler::common::LeafValidity(pem.str());
   REQUIRE(validity.ok());
   CHECK(validity->not_after == not_after);
-  CHECK_THAT(sd::ValidityWarning(*validity, not_after + 10, "tls.cert_file=x"),
+  CHECK_THAT(straggler::common::ValidityWarning(*validity, not_after + 10, "tls.cert_file=x"),
              Catch::StartsWith("tls.cert_file=x expired at ") &&
                  Catch::Contains(": clients that verify it refuse every connection"));
-  CHECK_THAT(sd::ValidityWarning(*validity, validity->not_before - 10, "c"),
+  CHECK_THAT(straggler::common::ValidityWarning(*validity, validity->not_before - 10, "c"),
              Catch::StartsWith("c is not valid before "));
-  CHECK(sd::ValidityWarning(*validity, not_after - 10, "c").empty());
+  CHECK(straggler::common::ValidityWarning(*validity, not_after - 10, "c").empty());
 
   sd::DaemonConfig config;
   config.tls.cert_file = cert.cert;

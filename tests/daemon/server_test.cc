@@ -570,8 +570,8 @@ class RecordingSubscriber final : public sd::JobSubscriber {
   std::atomic<bool> closed{false};
 };
 
-sd::StreamHello RegistryHello(const std::string& job) {
-  sd::StreamHello h;
+straggler::common::StreamHello RegistryHello(const std::string& job) {
+  straggler::common::StreamHello h;
   h.job_id = job;
   h.node = "n";
   h.ranks = {0};

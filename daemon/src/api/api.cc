@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "registry/job_proto.h"
 #include "wire/convert.h"
 #include "straggler/common/validate.h"
 #include "spdlog/spdlog.h"
@@ -21,7 +22,9 @@ absl::Status CheckRank(const Job& job, uint32_t rank) {
 
 // A job id no hello could have created is the caller's error, named, not
 // NOT_FOUND.
-absl::Status CheckJobId(const std::string& job_id) { return ValidateJobId("job_id", job_id); }
+absl::Status CheckJobId(const std::string& job_id) {
+  return common::ValidateJobId("job_id", job_id);
+}
 
 // A status from a Read/Mutate whose callback may have failed on its own.
 absl::Status Either(const absl::Status& outer, const absl::Status& inner) {
@@ -197,7 +200,7 @@ absl::StatusOr<v1::Membership> SetRankOverride(JobRegistry& registry,
                                                std::string_view caller) {
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Membership response;
-  if (absl::Status s = ValidateReason(request.reason()); !s.ok()) return s;
+  if (absl::Status s = common::ValidateReason(request.reason()); !s.ok()) return s;
   absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
     if (absl::Status s = CheckRank(job, request.rank()); !s.ok()) return s;
     auto override = FromProto(request.override());

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/api.h"
+#include "registry/job_proto.h"
 #include "wire/convert.h"
 #include "api/rpc_util.h"
 #include "spdlog/spdlog.h"
@@ -26,7 +27,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
   // Subscribes (which sends the current membership) or finishes NOT_FOUND
   // (INVALID_ARGUMENT for an id no job can have).
   void Start(const std::string& job_id) {
-    if (absl::Status s = ValidateJobId("job_id", job_id); !s.ok()) {
+    if (absl::Status s = common::ValidateJobId("job_id", job_id); !s.ok()) {
       Refuse(s);
       return;
     }
@@ -75,11 +76,11 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
   }
   void Close(const absl::Status& status) {
     std::lock_guard lock(mu_);
-    Act(slot_.RequestFinish(ToGrpcStatus(status), /*flush=*/true));
+    Act(slot_.RequestFinish(common::ToGrpcStatus(status), /*flush=*/true));
   }
 
  private:
-  void Act(WriteAction action) { CarryOut(action, slot_, *this); }  // mu_ held
+  void Act(common::WriteAction action) { common::CarryOut(action, slot_, *this); }  // mu_ held
 
   JobRegistry& registry_;
   DaemonStats& stats_;
@@ -87,7 +88,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
   std::shared_ptr<Job> job_;  // set in Start, before subscribing
 
   std::mutex mu_;
-  WriteSlot<v1::Membership> slot_;  // guarded by mu_
+  common::WriteSlot<v1::Membership> slot_;  // guarded by mu_
 };
 
 }  // namespace

@@ -84,16 +84,16 @@ absl::Status ParseJsonBody(absl::string_view body, google::protobuf::Message* ms
   std::string detail(s.message().data(), s.message().size());
   constexpr absl::string_view kUnknown = ": Cannot find field.";
   if (absl::EndsWith(detail, kUnknown)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown field ", Quoted(detail.substr(0, detail.size() - kUnknown.size())),
-                     " in the ", what, " JSON body"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown field ", common::Quoted(detail.substr(0, detail.size() - kUnknown.size())),
+        " in the ", what, " JSON body"));
   }
   std::replace(detail.begin(), detail.end(), '\n', ' ');
   absl::string_view text = absl::StripAsciiWhitespace(detail);
   if (absl::StartsWith(text, ": ")) text.remove_prefix(2);  // "Root element must be a message."
   // The parser's message can quote the body: escaped and cut like any value.
   return absl::InvalidArgumentError(
-      absl::StrCat("the request body is not valid ", what, " JSON: ", Quoted(text, 256)));
+      absl::StrCat("the request body is not valid ", what, " JSON: ", common::Quoted(text, 256)));
 }
 
 absl::StatusOr<uint32_t> ParseRank(absl::string_view text) {
@@ -102,12 +102,13 @@ absl::StatusOr<uint32_t> ParseRank(absl::string_view text) {
   });
   if (!digits) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rank ", Quoted(text), " is not a non-negative integer"));
+        absl::StrCat("rank ", common::Quoted(text), " is not a non-negative integer"));
   }
   uint64_t v = 0;
   auto r = std::from_chars(text.data(), text.data() + text.size(), v);
   if (r.ec != std::errc() || v > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", Quoted(text), " is out of range (at most ",
+    return absl::InvalidArgumentError(absl::StrCat("rank ", common::Quoted(text),
+                                                   " is out of range (at most ",
                                                    std::numeric_limits<uint32_t>::max(), ")"));
   }
   return static_cast<uint32_t>(v);
@@ -120,8 +121,8 @@ absl::StatusOr<uint64_t> ParseUint(absl::string_view name, absl::string_view tex
   });
   auto r = std::from_chars(text.data(), text.data() + text.size(), v);
   if (!digits || r.ec != std::errc() || v > max) {
-    return absl::InvalidArgumentError(absl::StrCat("query parameter ", name, "=", Quoted(text),
-                                                   " is not an integer from 0 to ", max));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query parameter ", name, "=", common::Quoted(text), " is not an integer from 0 to ", max));
   }
   return v;
 }
@@ -136,10 +137,10 @@ absl::StatusOr<v1::RankOverride> ParseOverride(absl::string_view text) {
   if (v1::RankOverride_Parse(std::string(text), &o) && o != v1::RANK_OVERRIDE_UNSPECIFIED) {
     return o;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "override ", Quoted(text),
-      " is not one of none, force_include, force_exclude (or RANK_OVERRIDE_NONE, "
-      "RANK_OVERRIDE_FORCE_INCLUDE, RANK_OVERRIDE_FORCE_EXCLUDE)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("override ", common::Quoted(text),
+                   " is not one of none, force_include, force_exclude (or RANK_OVERRIDE_NONE, "
+                   "RANK_OVERRIDE_FORCE_INCLUDE, RANK_OVERRIDE_FORCE_EXCLUDE)"));
 }
 
 
@@ -201,9 +202,8 @@ absl::StatusOr<Query> ParseQuery(absl::string_view target) {
     auto n = DecodePathSegment(name);
     auto v = DecodePathSegment(value);
     if (!n || !v) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad percent-encoding in the query string ",
-                       Quoted(target.substr(mark + 1), 256)));
+      return absl::InvalidArgumentError(absl::StrCat("bad percent-encoding in the query string ",
+                                                     common::Quoted(target.substr(mark + 1), 256)));
     }
     query.emplace(*std::move(n), *std::move(v));
   }
@@ -221,14 +221,14 @@ absl::Status CheckParams(const Query& query, std::vector<absl::string_view> allo
   for (const auto& [name, value] : query) {
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unknown query parameter ", Quoted(name),
-          allowed.empty() ? std::string(" (this endpoint takes none)")
-                          : absl::StrCat(" (this endpoint takes ", absl::StrJoin(allowed, ", "),
-                                         ")")));
+          "unknown query parameter ", common::Quoted(name),
+          allowed.empty()
+              ? std::string(" (this endpoint takes none)")
+              : absl::StrCat(" (this endpoint takes ", absl::StrJoin(allowed, ", "), ")")));
     }
     if (query.count(name) > 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("query parameter ", Quoted(name), " given more than once"));
+          absl::StrCat("query parameter ", common::Quoted(name), " given more than once"));
     }
   }
   return absl::OkStatus();
@@ -242,7 +242,7 @@ absl::StatusOr<v1::EventKind> ParseEventKind(absl::string_view text) {
   v1::EventKind k = v1::EVENT_KIND_UNSPECIFIED;
   if (v1::EventKind_Parse(name, &k) && k != v1::EVENT_KIND_UNSPECIFIED) return k;
   return absl::InvalidArgumentError(absl::StrCat(
-      "query parameter kind=", Quoted(text),
+      "query parameter kind=", common::Quoted(text),
       " is not an event kind (state_change, membership, guard_blocked, policy_changed, override, "
       "reset, reprofile, membership_withheld)"));
 }
@@ -273,7 +273,7 @@ absl::Status EventsQuery(const Query& query, v1::ListEventsRequest& out) {
     out.set_since_sequence(*v);
   }
   if (query.count("limit")) {
-    auto v = ParseUint("limit", Param(query, "limit"), kMaxEventLimit);
+    auto v = ParseUint("limit", Param(query, "limit"), common::kMaxEventLimit);
     if (!v.ok()) return v.status();
     out.set_limit(static_cast<uint32_t>(*v));
   }
@@ -284,7 +284,7 @@ absl::Status EventsQuery(const Query& query, v1::ListEventsRequest& out) {
     std::replace(text.begin(), text.end(), ' ', '+');
     if (!google::protobuf::util::TimeUtil::FromString(text, out.mutable_since_time())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("query parameter since_time=", Quoted(text),
+          absl::StrCat("query parameter since_time=", common::Quoted(text),
                        " is not an RFC 3339 time (e.g. 2024-05-01T12:00:00Z)"));
     }
   }
@@ -298,16 +298,19 @@ absl::Status ParseOverrideBody(absl::string_view body, v1::SetRankOverrideReques
   bool has_override = false;
   for (const auto& [key, value] : fields.fields()) {
     if (key != "override" && key != "reason") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown field ", Quoted(key), " in the override JSON body (fields: override, reason)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown field ", common::Quoted(key),
+                       " in the override JSON body (fields: override, reason)"));
     }
     if (value.kind_case() != google::protobuf::Value::kStringValue) {
       // Named as the JSON it was sent as (3, true, null, {...}).
       std::string json;
       const bool printed = pbu::MessageToJsonString(value, &json).ok();
-      return absl::InvalidArgumentError(absl::StrCat("field '", key,
-                                                     "' of the override body must be a string, "
-                                                     "not ", printed ? Quoted(json) : "a JSON value"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("field '", key,
+                       "' of the override body must be a string, "
+                       "not ",
+                       printed ? common::Quoted(json) : "a JSON value"));
     }
     if (key == "reason") {
       request.set_reason(value.string_value());
@@ -330,7 +333,8 @@ absl::Status ParseOverrideBody(absl::string_view body, v1::SetRankOverrideReques
 std::variant<RouteMatch, RestError> MatchRoute(absl::string_view method, absl::string_view target) {
   target = target.substr(0, target.find('?'));
   if (target.empty() || target.front() != '/') {
-    return RestError{404, "NOT_FOUND", absl::StrCat("no such path: ", Quoted(target, 256)), ""};
+    return RestError{404, "NOT_FOUND", absl::StrCat("no such path: ", common::Quoted(target, 256)),
+                     ""};
   }
   RouteMatch match;
   for (absl::string_view rest = target.substr(1);;) {
@@ -338,7 +342,8 @@ std::variant<RouteMatch, RestError> MatchRoute(absl::string_view method, absl::s
     auto decoded = DecodePathSegment(rest.substr(0, slash));
     if (!decoded) {
       return RestError{400, "INVALID_ARGUMENT",
-                       absl::StrCat("bad percent-encoding in path ", Quoted(target, 256)), ""};
+                       absl::StrCat("bad percent-encoding in path ", common::Quoted(target, 256)),
+                       ""};
     }
     match.segments.push_back(*std::move(decoded));
     if (slash == absl::string_view::npos) break;
@@ -357,12 +362,13 @@ std::variant<RouteMatch, RestError> MatchRoute(absl::string_view method, absl::s
     if (r.method == "GET") allow.emplace_back("HEAD");
   }
   if (allow.empty()) {
-    return RestError{404, "NOT_FOUND", absl::StrCat("no such path: ", Quoted(target, 256)), ""};
+    return RestError{404, "NOT_FOUND", absl::StrCat("no such path: ", common::Quoted(target, 256)),
+                     ""};
   }
   const std::string allowed = absl::StrJoin(allow, ", ");
   return RestError{405, "METHOD_NOT_ALLOWED",
-                   absl::StrCat(Quoted(method), " is not allowed on ", Quoted(target, 256),
-                                " (allowed: ", allowed, ")"),
+                   absl::StrCat(common::Quoted(method), " is not allowed on ",
+                                common::Quoted(target, 256), " (allowed: ", allowed, ")"),
                    allowed};
 }
 

@@ -1,19 +1,12 @@
 #include "auth/auth.h"
 
 #include <openssl/crypto.h>
-#include <openssl/sha.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "metrics/stats.h"
 
 namespace straggler::daemon {
-
-std::string TokenDigest(std::string_view token) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
-  return std::string(reinterpret_cast<const char*>(digest), sizeof digest);
-}
 
 Authorizer::Authorizer(const AuthConfig& config, DaemonStats& stats) : stats_(stats) {
   Apply(config);

@@ -33,8 +33,7 @@ enum class Access {
   kAdmin,  // changes: need the token whenever one is configured
 };
 
-// SHA-256 of `token`, 32 raw bytes.
-std::string TokenDigest(std::string_view token);
+// TokenDigest (SHA-256 of a token): config.h, where LoadConfig uses it.
 
 class Authorizer {
  public:

@@ -1,5 +1,6 @@
 #include "config/config.h"
 
+#include <openssl/sha.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -13,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "auth/auth.h"
 #include "straggler/common/channel_security.h"
 #include "straggler/common/config_reader.h"
 #include "yaml-cpp/yaml.h"
@@ -30,9 +30,9 @@ using engine::RecoveryMode;
 using engine::PolicyField;
 using engine::PolicyMember;
 
-class Parser : public ConfigReader {
+class Parser : public common::ConfigReader {
  public:
-  using ConfigReader::ConfigReader;
+  using common::ConfigReader::ConfigReader;
 
   // Applies the keys present in `node` (a map) over `policy`; `context`
   // names the map in messages ("policy", "jobs[2].policy").
@@ -352,7 +352,8 @@ class Parser : public ConfigReader {
       } else if (key == "persistence") {
         s = ApplyPersistence(kv.second, config.persistence);
       } else if (key == "tls") {
-        s = ParseTlsSection(*this, kv.second, "tls", /*listener_switches=*/true, config.tls);
+        s = common::ParseTlsSection(*this, kv.second, "tls", /*listener_switches=*/true,
+                                    config.tls);
       } else if (key == "auth") {
         s = ApplyAuth(kv.second, config.auth);
       } else {
@@ -365,101 +366,9 @@ class Parser : public ConfigReader {
     }
     return config;
   }
-
 };
 
 }  // namespace
-
-absl::Status ParseTlsSection(const ConfigReader& reader, const YAML::Node& node,
-                             absl::string_view section, bool listener_switches, TlsConfig& tls) {
-  if (node.IsNull()) return absl::OkStatus();
-  if (!node.IsMap()) return reader.Error(node.Mark(), absl::StrCat(section, " must be a map"));
-  for (const auto& kv : node) {
-    const std::string key = kv.first.Scalar();
-    const std::string qualified = absl::StrCat(section, ".", key);
-    std::string* path = nullptr;
-    bool* flag = nullptr;
-    uint32_t* number = nullptr;
-    if (key == "cert_file") path = &tls.cert_file;
-    if (key == "key_file") path = &tls.key_file;
-    if (key == "client_ca_file") path = &tls.client_ca_file;
-    if (listener_switches && key == "grpc") flag = &tls.grpc;
-    if (listener_switches && key == "http") flag = &tls.http;
-    if (key == "reload_seconds") number = &tls.reload_seconds;
-    if (path != nullptr) {
-      auto v = reader.String(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      *path = *v;
-    } else if (flag != nullptr) {
-      auto v = reader.Bool(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      *flag = *v;
-    } else if (number != nullptr) {
-      auto v = reader.Uint(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      *number = *v;
-    } else {
-      return reader.Error(kv.first.Mark(),
-                          absl::StrCat("unknown key '", key, "' in ", section));
-    }
-  }
-  // Half a TLS setup would serve plaintext while the operator believes
-  // otherwise: refuse it.
-  if (tls.cert_file.empty() != tls.key_file.empty()) {
-    return reader.Error(node.Mark(),
-                        tls.cert_file.empty()
-                            ? absl::StrCat(section, ".key_file is set but ", section,
-                                           ".cert_file is not")
-                            : absl::StrCat(section, ".cert_file is set but ", section,
-                                           ".key_file is not"));
-  }
-  if (!tls.client_ca_file.empty() && tls.cert_file.empty()) {
-    return reader.Error(node.Mark(), absl::StrCat(section, ".client_ca_file (mutual TLS) needs ",
-                                                  section, ".cert_file and ", section,
-                                                  ".key_file"));
-  }
-  if (listener_switches && tls.enabled() && !tls.grpc && !tls.http) {
-    return reader.Error(node.Mark(), absl::StrCat(section, ".grpc and ", section,
-                                                  ".http are both false: the certificate would "
-                                                  "serve nothing"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "config file ", path,
-        std::filesystem::is_directory(status) ? " is a directory" : " is not a regular file",
-        ", not a YAML file"));
-  }
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-absl::Status ValidateAddress(absl::string_view key, absl::string_view address,
-                             bool allow_unix) {
-  if (address.rfind("unix:", 0) == 0) {
-    if (!allow_unix) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, "=", address, " must be HOST:PORT (no unix: sockets for HTTP)"));
-    }
-    if (address.size() > 5) return absl::OkStatus();
-  }
-  const size_t colon = address.rfind(':');
-  uint32_t port = 0;
-  if (colon == absl::string_view::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, "=", address, " is not HOST:PORT (port 0 picks a free port)"));
-  }
-  return absl::OkStatus();
-}
 
 const engine::PolicyConfig& DaemonConfig::PolicyFor(absl::string_view job_id) const {
   for (const auto& rule : jobs) {
@@ -468,10 +377,10 @@ const engine::PolicyConfig& DaemonConfig::PolicyFor(absl::string_view job_id) co
   return policy;
 }
 
-std::optional<std::string> GetEnv(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return std::nullopt;
-  return std::string(v);
+std::string TokenDigest(std::string_view token) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
+  return std::string(reinterpret_cast<const char*>(digest), sizeof digest);
 }
 
 bool GlobMatch(absl::string_view pattern, absl::string_view text) {
@@ -496,14 +405,6 @@ bool GlobMatch(absl::string_view pattern, absl::string_view text) {
   return p == pattern.size();
 }
 
-absl::Status ValidateLogLevel(absl::string_view level) {
-  for (const char* ok : {"trace", "debug", "info", "warn", "error"}) {
-    if (level == ok) return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("log_level=", level, " is not one of trace, debug, info, warn, error"));
-}
-
 bool SamePolicy(const engine::PolicyConfig& a, const engine::PolicyConfig& b) {
   for (const auto& f : engine::PolicyFields()) {
     const bool same = std::visit([&](auto member) { return a.*member == b.*member; }, f.member);
@@ -517,26 +418,28 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text,
   return Parser(source_name).Parse(yaml_text);
 }
 
-absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLookup& env) {
-  absl::StatusOr<DaemonConfig> loaded = LoadConfigFileOrDefaults<DaemonConfig>(
+absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const common::EnvLookup& env) {
+  absl::StatusOr<DaemonConfig> loaded = common::LoadConfigFileOrDefaults<DaemonConfig>(
       flags.config_file, "STRAGGLERD_CONFIG", env, ParseConfig);
   if (!loaded.ok()) return loaded.status();
   DaemonConfig config = *std::move(loaded);
 
-  Override(config.grpc_address, env("STRAGGLERD_GRPC_ADDRESS"), flags.grpc_address);
-  Override(config.http_address, env("STRAGGLERD_HTTP_ADDRESS"), flags.http_address);
-  Override(config.log_level, env("STRAGGLERD_LOG_LEVEL"), flags.log_level);
-  Override(config.persistence.path, env("STRAGGLERD_STATE_DB"), flags.state_db);
+  common::Override(config.grpc_address, env("STRAGGLERD_GRPC_ADDRESS"), flags.grpc_address);
+  common::Override(config.http_address, env("STRAGGLERD_HTTP_ADDRESS"), flags.http_address);
+  common::Override(config.log_level, env("STRAGGLERD_LOG_LEVEL"), flags.log_level);
+  common::Override(config.persistence.path, env("STRAGGLERD_STATE_DB"), flags.state_db);
 
-  if (absl::Status s = ValidateAddress("grpc_address", config.grpc_address, /*allow_unix=*/true);
+  if (absl::Status s =
+          common::ValidateAddress("grpc_address", config.grpc_address, /*allow_unix=*/true);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ValidateAddress("http_address", config.http_address, /*allow_unix=*/false);
+  if (absl::Status s =
+          common::ValidateAddress("http_address", config.http_address, /*allow_unix=*/false);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ValidateLogLevel(config.log_level); !s.ok()) return s;
+  if (absl::Status s = common::ValidateLogLevel(config.log_level); !s.ok()) return s;
   if (!config.auth.token_file.empty()) {
     std::string token, error;
     if (!ReadBearerToken(config.auth.token_file, &token, &error)) {
@@ -585,7 +488,7 @@ std::vector<std::string> RestartOnlyChanges(const DaemonConfig& running,
   cmp("persistence.path", p0.path, p1.path);
   cmp("persistence.synchronous", p0.synchronous, p1.synchronous);
   cmp("persistence.event_queue_capacity", p0.event_queue_capacity, p1.event_queue_capacity);
-  const TlsConfig &t0 = running.tls, &t1 = next.tls;
+  const common::TlsConfig &t0 = running.tls, &t1 = next.tls;
   cmp("tls.cert_file", t0.cert_file, t1.cert_file);
   cmp("tls.key_file", t0.key_file, t1.key_file);
   cmp("tls.client_ca_file", t0.client_ca_file, t1.client_ca_file);

@@ -3,7 +3,7 @@
 //
 //   ConfigSources src;
 //   src.config_file = "/etc/stragglerd.yaml";    // or STRAGGLERD_CONFIG
-//   absl::StatusOr<DaemonConfig> cfg = LoadConfig(src, GetEnv);
+//   absl::StatusOr<DaemonConfig> cfg = LoadConfig(src, common::GetEnv);
 //   if (!cfg.ok()) { /* "stragglerd.yaml:7: unknown key 'limt' in policy" */ }
 //   const engine::PolicyConfig& p = cfg->PolicyFor("resnet-42");
 //
@@ -21,6 +21,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "straggler/engine/policy.h"
+#include "straggler/common/config_reader.h"  // EnvLookup, GetEnv
+#include "straggler/common/tls_config.h"
 
 namespace straggler::daemon {
 
@@ -100,20 +102,6 @@ struct PersistenceConfig {
   uint32_t retention_interval_seconds = 60;  // how often retention runs
 };
 
-// TLS for the gRPC and HTTP listeners (docs/security.md; a change of these
-// keys needs a restart). PEM files; cert_file and key_file come together.
-// Both listeners re-read the files' contents every reload_seconds
-// (certificate rotation without a restart; HTTPS: tls.h SslContextSource).
-struct TlsConfig {
-  std::string cert_file;       // certificate chain; "" = plaintext (the default)
-  std::string key_file;        // private key of cert_file
-  std::string client_ca_file;  // set: mutual TLS, clients need a certificate this CA signed
-  bool grpc = true;            // with cert_file: serve gRPC over TLS
-  bool http = true;            // with cert_file: serve HTTP over TLS
-  uint32_t reload_seconds = 60;  // gRPC and HTTPS re-read the files this often; 0 = only at start
-  bool enabled() const { return !cert_file.empty(); }
-};
-
 // Bearer-token authorization (docs/security.md; reloadable: a SIGHUP
 // re-reads token_file, and an unreadable one keeps the running config).
 struct AuthConfig {
@@ -144,7 +132,7 @@ struct DaemonConfig {
   HttpConfig http;
   RendezvousConfig rendezvous;
   PersistenceConfig persistence;
-  TlsConfig tls;
+  common::TlsConfig tls;
   AuthConfig auth;
   std::string config_file;                   // "" = embedded defaults only
   // Problems that do not stop the daemon (a token file others can read, a
@@ -167,11 +155,6 @@ struct ConfigSources {
   std::optional<std::string> state_db;  // --state-db: persistence.path
 };
 
-// Reads an environment variable; injectable so tests need not touch the
-// process environment.
-using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
-std::optional<std::string> GetEnv(const char* name);
-
 // Parses YAML text. `source_name` prefixes error messages ("file:line: ...").
 absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text,
                                          absl::string_view source_name);
@@ -180,17 +163,11 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text,
 //          <- STRAGGLERD_GRPC_ADDRESS / _HTTP_ADDRESS / _LOG_LEVEL <- flags.
 // Then reads auth.token_file into auth.token_sha256; an unreadable, empty or
 // malformed token file is an error naming the path (never the contents).
-absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const EnvLookup& env);
+absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const common::EnvLookup& env);
 
 // `*` matches any run of characters (also none); every other character
 // matches itself.
 bool GlobMatch(absl::string_view pattern, absl::string_view text);
-
-absl::Status ValidateLogLevel(absl::string_view level);
-
-// HOST:PORT (port 0..65535), or unix:PATH when `allow_unix`. The error names
-// `key` and the value.
-absl::Status ValidateAddress(absl::string_view key, absl::string_view address, bool allow_unix);
 
 // The keys that only a restart applies (addresses, http.*, tls.*,
 // persistence.path/synchronous/event_queue_capacity,
@@ -198,6 +175,10 @@ absl::Status ValidateAddress(absl::string_view key, absl::string_view address, b
 // config and a reloaded one, each as "key (old -> new)", in file order.
 std::vector<std::string> RestartOnlyChanges(const DaemonConfig& running,
                                             const DaemonConfig& next);
+
+// SHA-256 of `token`, 32 raw bytes: what auth.token_sha256 holds, and what
+// the Authorizer (auth/auth.h) compares a presented token's digest with.
+std::string TokenDigest(std::string_view token);
 
 // A token shorter than this draws a warning at start and reload.
 inline constexpr size_t kMinTokenLength = 16;

@@ -23,7 +23,7 @@
 #include "console/console.h"
 #include "straggler/common/http_deadline.h"
 #include "registry/job_registry.h"
-#include "straggler/common/metrics.h"
+#include "metrics/daemon_metrics.h"
 #include "api/rest_route.h"
 #include "spdlog/spdlog.h"
 #include "metrics/stats.h"
@@ -155,7 +155,7 @@ HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authoriz
 
 HttpServer::~HttpServer() { Stop(); }
 
-absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls) {
+absl::Status HttpServer::Start(const DaemonConfig& config, const common::ServerTls* tls) {
   const HttpConfig& http = config.http;
   const std::string& address = config.http_address;
   const size_t colon = address.rfind(':');
@@ -175,20 +175,21 @@ absl::Status HttpServer::Start(const DaemonConfig& config, const ServerTls* tls)
   // Per-request deadlines, and requests read before a worker is taken, so
   // slow clients hold no worker (http_deadline.h). Its own refusals (408,
   // 413, 414, 431) are counted as httplib's answers are.
-  RefusalCounter refused = [this](int status) { stats_.CountHttpStatus(status); };
+  common::RefusalCounter refused = [this](int status) { stats_.CountHttpStatus(status); };
   if (tls != nullptr) {
     // Renewed certificate files serve new connections after at most
     // tls.reload_seconds, as gRPC's (SslContextSource).
-    absl::StatusOr<std::shared_ptr<SslContextSource>> contexts = SslContextSource::Create(*tls);
+    absl::StatusOr<std::shared_ptr<common::SslContextSource>> contexts =
+        common::SslContextSource::Create(*tls);
     if (!contexts.ok()) return contexts.status();
-    server_ = MakeDeadlineTlsServer(
+    server_ = common::MakeDeadlineTlsServer(
         stats_.http_slow_clients, [source = *std::move(contexts)] { return source->Current(); },
         refused);
   } else {
-    server_ = MakeDeadlineServer(stats_.http_slow_clients, refused);
+    server_ = common::MakeDeadlineServer(stats_.http_slow_clients, refused);
   }
-  ConfigureListener(*server_, http.threads, http.read_timeout_seconds, http.write_timeout_seconds,
-                    http.keep_alive_timeout_seconds);
+  common::ConfigureListener(*server_, http.threads, http.read_timeout_seconds,
+                            http.write_timeout_seconds, http.keep_alive_timeout_seconds);
   server_->set_keep_alive_max_count(http.keep_alive_max_requests);
   server_->set_payload_max_length(http.max_body_bytes);
 

@@ -43,12 +43,15 @@ struct Request;
 struct Response;
 }  // namespace httplib
 
+namespace straggler::common {
+struct ServerTls;
+}  // namespace straggler::common
+
 namespace straggler::daemon {
 
 class Authorizer;
 class JobRegistry;
 struct DaemonStats;
-struct ServerTls;
 
 class HttpServer {
  public:
@@ -64,7 +67,7 @@ class HttpServer {
   // limits and starts serving on its own thread; over TLS (HTTPS) when `tls`
   // is given (LoadServerTls; with a client CA, mutual TLS; certificate files
   // renewed in place serve new connections after tls.reload_seconds).
-  absl::Status Start(const DaemonConfig& config, const ServerTls* tls = nullptr);
+  absl::Status Start(const DaemonConfig& config, const common::ServerTls* tls = nullptr);
   // Stops accepting, closes idle keep-alive connections, joins the threads
   // (requests in progress finish first).
   void Stop();

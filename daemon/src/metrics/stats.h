@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "metrics/buckets.h"
 #include "straggler/common/metrics.h"
 #include "straggler/common/rate_limit.h"
 #include "straggler/engine/job_engine.h"
@@ -65,7 +66,7 @@ struct DaemonStats {
   std::atomic<int64_t> tls_certificate_not_after{0};
   // "stream from ... " info lines: 20 per 10 s, the rest summed up by the
   // server's tick (Server::TickLoop).
-  LogBudget stream_log{20, std::chrono::seconds(10)};
+  common::LogBudget stream_log{20, std::chrono::seconds(10)};
   std::atomic<uint64_t> streams_total{0};
   std::array<std::atomic<uint64_t>, kStreamRefuseReasons> streams_refused{};
   std::atomic<uint64_t> auth_rejected{0};
@@ -99,7 +100,7 @@ struct DaemonStats {
   // Unary gRPC calls ended with an error, [service * kGrpcCodes + code].
   std::array<std::atomic<uint64_t>, kGrpcServices * kGrpcCodes> grpc_refused{};
   // Wall time of IngestService's processing of one ReportBatch.
-  Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
+  common::Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
 
   void CountRejected(engine::RejectReason r) {
     reports_rejected[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);

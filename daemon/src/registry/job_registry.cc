@@ -97,11 +97,11 @@ namespace {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hello,
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const common::StreamHello& hello,
                                                          std::shared_ptr<JobSubscriber> stream,
                                                          engine::Time now) {
   const auto config = this->config();
-  if (absl::Status s = ValidateHello(hello, config->limits.max_ranks_per_job); !s.ok()) {
+  if (absl::Status s = common::ValidateHello(hello, config->limits.max_ranks_per_job); !s.ok()) {
     return s;
   }
 
@@ -152,8 +152,8 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
       // retries meanwhile and trains without the daemon (docs/runs.md).
       if (RunLiveLocked(*job)) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "job '", job->id, "' is running run ", Quoted(job->run_id), " (", job->streams,
-            " streams, ranks still reporting); run ", Quoted(hello.run_id),
+            "job '", job->id, "' is running run ", common::Quoted(job->run_id), " (", job->streams,
+            " streams, ranks still reporting); run ", common::Quoted(hello.run_id),
             " starts once every rank of it has finished or stopped reporting"));
       }
       RetireRunLocked(*job, hello.run_id);
@@ -175,8 +175,8 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(const StreamHello& hell
 
 // With job.mu held, after validation: what a hello tells the job about its
 // ranks (nodes, announced ranks, epoch length, version floor).
-void JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
-                              engine::Time now) {
+void JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream,
+                              const common::StreamHello& hello, engine::Time now) {
   std::vector<uint32_t>& mine = job.stream_ranks[stream];
   for (uint32_t r : hello.ranks) {
     job.nodes[r] = hello.node;
@@ -219,8 +219,8 @@ void JobRegistry::AdmitLocked(Job& job, const JobSubscriber* stream, const Strea
 }
 
 absl::Status JobRegistry::AddRanksLocked(Job& job, const JobSubscriber* stream,
-                                         const StreamHello& hello, engine::Time now) {
-  if (absl::Status s = ValidateHello(hello, config()->limits.max_ranks_per_job); !s.ok()) {
+                                         const common::StreamHello& hello, engine::Time now) {
+  if (absl::Status s = common::ValidateHello(hello, config()->limits.max_ranks_per_job); !s.ok()) {
     return s;
   }
   if (hello.job_id != job.id) {
@@ -238,7 +238,7 @@ absl::Status JobRegistry::AddRanksLocked(Job& job, const JobSubscriber* stream,
   return absl::OkStatus();
 }
 
-absl::Status JobRegistry::CheckClaimsLocked(const Job& job, const StreamHello& hello) {
+absl::Status JobRegistry::CheckClaimsLocked(const Job& job, const common::StreamHello& hello) {
   engine::Membership held;
   held.version = hello.known_membership_version;
   held.effective_iteration = hello.known_effective_iteration;
@@ -622,7 +622,7 @@ void JobRegistry::CloseAll(const absl::Status& status) {
 
 EventPage JobRegistry::Events(const EventQuery& query) const {
   uint32_t limit = query.limit == 0 ? kDefaultEventLimit : query.limit;
-  limit = std::min(limit, kMaxEventLimit);
+  limit = std::min(limit, common::kMaxEventLimit);
   EventPage page;
   std::lock_guard lock(events_mu_);
   page.last_sequence = next_sequence_ - 1;

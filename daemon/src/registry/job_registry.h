@@ -47,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "registry/attribution.h"
 #include "config/config.h"
+#include "metrics/buckets.h"
 #include "straggler/common/metrics.h"
 #include "metrics/stats.h"
 #include "persist/store.h"
@@ -195,7 +196,7 @@ struct Job {
   // Iterations from an episode's first slow step to its detection, one
   // observation per healthy -> straggler event journaled (CommitLocked).
   // Kept across Reset, like every cumulative metric.
-  Histogram detection_latency{DetectionLatencyBuckets()};
+  common::Histogram detection_latency{DetectionLatencyBuckets()};
   // Creation, last report, last stream detach: what the idle sweep measures.
   engine::Time last_activity;
   // Set (under mu) by the idle sweep just before the job leaves the map;
@@ -247,7 +248,7 @@ struct EventPage {
 class JobRegistry {
  public:
   static constexpr uint32_t kDefaultEventLimit = 1000;
-  static constexpr uint32_t kMaxEventLimit = daemon::kMaxEventLimit;  // validate.h
+  static constexpr uint32_t kMaxEventLimit = common::kMaxEventLimit;  // validate.h
 
   // `store` (may be null: nothing persists) must outlive the registry.
   JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats,
@@ -262,7 +263,7 @@ class JobRegistry {
   // INVALID_ARGUMENT names the offending value; RESOURCE_EXHAUSTED at
   // limits.max_jobs; UNAVAILABLE while shutting down (also when the shutdown
   // began while attaching: a subscriber is never left unclosed).
-  absl::StatusOr<std::shared_ptr<Job>> Attach(const StreamHello& hello,
+  absl::StatusOr<std::shared_ptr<Job>> Attach(const common::StreamHello& hello,
                                               std::shared_ptr<JobSubscriber> stream,
                                               engine::Time now);
   // With job.mu held: a later hello on a stream already attached to `job`
@@ -270,8 +271,8 @@ class JobRegistry {
   // Same checks as Attach plus the same job id and world size; the ranks get
   // what Attach gives them (node, announcement, version floor). The caller
   // commits (CommitLocked). INVALID_ARGUMENT names the offending value.
-  absl::Status AddRanksLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
-                              engine::Time now);
+  absl::Status AddRanksLocked(Job& job, const JobSubscriber* stream,
+                              const common::StreamHello& hello, engine::Time now);
   // Subscribes a watcher of `job` (from Find) and sends it the current
   // membership at once. UNAVAILABLE while shutting down; NOT_FOUND when the
   // job was removed as idle since Find.
@@ -343,21 +344,21 @@ class JobRegistry {
   }
 
  private:
-  void AdmitLocked(Job& job, const JobSubscriber* stream, const StreamHello& hello,
+  void AdmitLocked(Job& job, const JobSubscriber* stream, const common::StreamHello& hello,
                    engine::Time now);
   // With job.mu held: the hello's client incarnations. A rank taken over by
   // another incarnation (a new trainer process) starts its iterations over
   // (JobEngine::Restart). The engine starts over (JobEngine::StartOver, a
   // whole job restarted from a checkpoint) when no other rank is live, or
   // once every rank has been taken over.
-  void NoteIncarnationsLocked(Job& job, const StreamHello& hello, engine::Time now);
+  void NoteIncarnationsLocked(Job& job, const common::StreamHello& hello, engine::Time now);
   // With job.mu held: whether a rank of the job's run still has a stream and
   // is neither finished nor unresponsive, i.e. the run is live and a hello
   // of another run must wait (docs/runs.md).
   static bool RunLiveLocked(const Job& job);
   // With job.mu held: JobEngine::CheckClaims for the hello's known version
   // and reported_iteration, the message naming the job.
-  static absl::Status CheckClaimsLocked(const Job& job, const StreamHello& hello);
+  static absl::Status CheckClaimsLocked(const Job& job, const common::StreamHello& hello);
   // With job.mu held: the run ends for good (another run of the job id
   // begins): marks it removed, keeps its last state, closes its subscribers.
   void RetireRunLocked(Job& job, const std::string& next_run);

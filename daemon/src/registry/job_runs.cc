@@ -4,13 +4,15 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "registry/job_proto.h"
 #include "wire/convert.h"
 #include "registry/job_registry.h"
 #include "spdlog/spdlog.h"
 
 namespace straggler::daemon {
 
-void JobRegistry::NoteIncarnationsLocked(Job& job, const StreamHello& hello, engine::Time now) {
+void JobRegistry::NoteIncarnationsLocked(Job& job, const common::StreamHello& hello,
+                                         engine::Time now) {
   std::vector<uint32_t> taken_over;
   for (const auto& [rank, incarnation] : hello.rank_incarnations) {
     if (rank >= job.world_size ||
@@ -84,9 +86,9 @@ void JobRegistry::RetireRunLocked(Job& job, const std::string& next_run) {
                job.run_id, next_run, job.engine.View().reports_total,
                job.engine.View().detections_total);
   job.removed.store(true);
-  const absl::Status closing = absl::UnavailableError(
-      absl::StrCat("run ", Quoted(job.run_id), " of job '", job.id, "' ended: run ",
-                   Quoted(next_run), " began"));
+  const absl::Status closing =
+      absl::UnavailableError(absl::StrCat("run ", common::Quoted(job.run_id), " of job '", job.id,
+                                          "' ended: run ", common::Quoted(next_run), " began"));
   for (auto& sub : job.subscribers) sub->CloseLocked(closing);
   job.subscribers.clear();
   // The lookup that follows replaces the removed job in the map (Attach).

@@ -43,7 +43,7 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
     const uint64_t id = store_.Wait(request.job_id(), keys, timeout,
                                     [this](const absl::Status& s) {
                                       stats_.CountGrpcRefused(GrpcService::kRendezvous, s.code());
-                                      Finish(ToGrpcStatus(s));
+                                      Finish(common::ToGrpcStatus(s));
                                     });
     std::lock_guard lock(mu_);
     id_ = id;

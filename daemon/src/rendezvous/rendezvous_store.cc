@@ -20,7 +20,8 @@ constexpr size_t kKeysNamed = 4;
 // message echoes (validate.h Quoted).
 std::string QuotedKeys(const std::vector<std::string>& keys) {
   std::vector<std::string> shown;
-  for (size_t i = 0; i < keys.size() && i < kKeysNamed; ++i) shown.push_back(Quoted(keys[i]));
+  for (size_t i = 0; i < keys.size() && i < kKeysNamed; ++i)
+    shown.push_back(common::Quoted(keys[i]));
   std::string s = absl::StrJoin(shown, ", ");
   if (keys.size() > kKeysNamed) absl::StrAppend(&s, " and ", keys.size() - kKeysNamed, " more");
   return s;
@@ -48,12 +49,14 @@ void RendezvousStore::ApplyConfig(const RendezvousConfig& config) {
 }
 
 absl::Status RendezvousStore::ValidateJobKey(const std::string& job, const std::string& key) const {
-  if (absl::Status s = ValidateJobId("job_id", job); !s.ok()) return s;
-  if (key.empty()) return absl::InvalidArgumentError(absl::StrCat("job ", Quoted(job), ": empty rendezvous key"));
+  if (absl::Status s = common::ValidateJobId("job_id", job); !s.ok()) return s;
+  if (key.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", common::Quoted(job), ": empty rendezvous key"));
   if (key.size() > config_.max_key_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("job ", Quoted(job), ": rendezvous key ", Quoted(key), " of ", key.size(),
-                                                   " bytes exceeds rendezvous.max_key_bytes=",
-                                                   config_.max_key_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", common::Quoted(job), ": rendezvous key ", common::Quoted(key), " of ", key.size(),
+        " bytes exceeds rendezvous.max_key_bytes=", config_.max_key_bytes));
   }
   return absl::OkStatus();
 }
@@ -77,9 +80,9 @@ absl::StatusOr<RendezvousStore::JobKv*> RendezvousStore::JobForWriteLocked(const
       j = j->second.keys.empty() && j->second.waiters.empty() ? jobs_.erase(j) : std::next(j);
     }
     if (jobs_.size() >= config_.max_jobs) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rendezvous holds keys of ", jobs_.size(), " jobs (rendezvous.max_jobs=",
-          config_.max_jobs, "); job ", Quoted(job), " not admitted"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rendezvous holds keys of ", jobs_.size(), " jobs (rendezvous.max_jobs=",
+                       config_.max_jobs, "); job ", common::Quoted(job), " not admitted"));
     }
   }
   return &jobs_[job];
@@ -93,9 +96,10 @@ absl::Status RendezvousStore::PutLocked(const std::string& job, JobKv& kv, const
   if (it == kv.keys.end()) {
     if (kv.keys.size() >= config_.max_keys_per_job) DropExpiredLocked(kv, now);
     if (kv.keys.size() >= config_.max_keys_per_job) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "job ", Quoted(job), " holds ", kv.keys.size(), " rendezvous keys (rendezvous.max_keys_per_job=",
-          config_.max_keys_per_job, "); key ", Quoted(key), " not stored"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job ", common::Quoted(job), " holds ", kv.keys.size(),
+                       " rendezvous keys (rendezvous.max_keys_per_job=", config_.max_keys_per_job,
+                       "); key ", common::Quoted(key), " not stored"));
     }
     it = kv.keys.emplace(key, Entry{}).first;
   }
@@ -122,8 +126,8 @@ absl::Status RendezvousStore::Set(const std::string& job, const std::string& key
     if (absl::Status s = ValidateJobKey(job, key); !s.ok()) return s;
     if (value.size() > config_.max_value_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "job ", Quoted(job), ": value of ", value.size(), " bytes for rendezvous key ", Quoted(key),
-          " exceeds rendezvous.max_value_bytes=", config_.max_value_bytes));
+          "job ", common::Quoted(job), ": value of ", value.size(), " bytes for rendezvous key ",
+          common::Quoted(key), " exceeds rendezvous.max_value_bytes=", config_.max_value_bytes));
     }
     const Clock::time_point now = Clock::now();
     absl::StatusOr<JobKv*> kv = JobForWriteLocked(job, now);
@@ -155,13 +159,15 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, const std::
       const std::string& text = it->second.value;
       auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
       if (ec != std::errc() || end != text.data() + text.size()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job ", Quoted(job), ": rendezvous key ", Quoted(key), " holds a value that is not a counter"));
+        return absl::FailedPreconditionError(absl::StrCat("job ", common::Quoted(job),
+                                                          ": rendezvous key ", common::Quoted(key),
+                                                          " holds a value that is not a counter"));
       }
     }
     if ((delta > 0 && current > INT64_MAX - delta) || (delta < 0 && current < INT64_MIN - delta)) {
-      return absl::OutOfRangeError(absl::StrCat("job ", Quoted(job), ": counter ", Quoted(key), "=", current,
-                                                " + ", delta, " overflows int64"));
+      return absl::OutOfRangeError(absl::StrCat("job ", common::Quoted(job), ": counter ",
+                                                common::Quoted(key), "=", current, " + ", delta,
+                                                " overflows int64"));
     }
     result = current + delta;
     absl::Status s = PutLocked(job, **kv, key, absl::StrCat(result), ExpiryLocked(ttl, now), now,
@@ -178,7 +184,9 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, const std::
 absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(const std::string& job,
                                                              const std::vector<std::string>& keys) {
   std::lock_guard lock(mu_);
-  if (keys.empty()) return absl::InvalidArgumentError(absl::StrCat("job ", Quoted(job), ": Get of no keys"));
+  if (keys.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", common::Quoted(job), ": Get of no keys"));
   const Clock::time_point now = Clock::now();
   auto it = jobs_.find(job);
   std::vector<std::string> values;
@@ -191,7 +199,8 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(const std::string&
       if (k != it->second.keys.end() && k->second.expires > now) e = &k->second;
     }
     if (e == nullptr) {
-      return absl::NotFoundError(absl::StrCat("job ", Quoted(job), ": rendezvous key ", Quoted(key), " is not set"));
+      return absl::NotFoundError(absl::StrCat("job ", common::Quoted(job), ": rendezvous key ",
+                                              common::Quoted(key), " is not set"));
     }
     values.push_back(e->value);
   }
@@ -207,11 +216,12 @@ uint64_t RendezvousStore::Wait(const std::string& job, const std::vector<std::st
     if (closed_) {
       immediate = *closed_;
     } else if (keys.empty()) {
-      immediate = absl::InvalidArgumentError(absl::StrCat("job ", Quoted(job), ": Wait for no keys"));
+      immediate = absl::InvalidArgumentError(
+          absl::StrCat("job ", common::Quoted(job), ": Wait for no keys"));
     } else if (keys.size() > config_.max_keys_per_job) {
-      immediate = absl::InvalidArgumentError(absl::StrCat(
-          "job ", Quoted(job), ": Wait for ", keys.size(), " keys exceeds rendezvous.max_keys_per_job=",
-          config_.max_keys_per_job));
+      immediate = absl::InvalidArgumentError(
+          absl::StrCat("job ", common::Quoted(job), ": Wait for ", keys.size(),
+                       " keys exceeds rendezvous.max_keys_per_job=", config_.max_keys_per_job));
     } else {
       for (const std::string& key : keys) {
         immediate = ValidateJobKey(job, key);
@@ -223,9 +233,9 @@ uint64_t RendezvousStore::Wait(const std::string& job, const std::vector<std::st
       if (MissingLocked(it == jobs_.end() ? nullptr : &it->second, keys, now).empty()) {
         immediate = absl::OkStatus();
       } else if (waiters_.size() >= config_.max_waiters) {
-        immediate = absl::ResourceExhaustedError(absl::StrCat(
-            "rendezvous holds ", waiters_.size(), " waits (rendezvous.max_waiters=",
-            config_.max_waiters, "); job ", Quoted(job), " Wait refused"));
+        immediate = absl::ResourceExhaustedError(
+            absl::StrCat("rendezvous holds ", waiters_.size(), " waits (rendezvous.max_waiters=",
+                         config_.max_waiters, "); job ", common::Quoted(job), " Wait refused"));
       } else {
         absl::StatusOr<JobKv*> kv = JobForWriteLocked(job, now);
         if (!kv.ok()) {
@@ -327,7 +337,8 @@ RendezvousStore::Completion RendezvousStore::TakeWaiterLocked(uint64_t id, absl:
 
 absl::Status RendezvousStore::TimeoutStatus(const Waiter& w,
                                             const std::vector<std::string>& missing) const {
-  return absl::DeadlineExceededError(absl::StrCat("job ", Quoted(w.job), ": rendezvous keys still missing after ",
+  return absl::DeadlineExceededError(absl::StrCat("job ", common::Quoted(w.job),
+                                                  ": rendezvous keys still missing after ",
                                                   w.timeout.count(), " ms: ", QuotedKeys(missing)));
 }
 

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -25,7 +27,6 @@ namespace {
 
 using straggler::daemon::ConfigSources;
 using straggler::daemon::DaemonConfig;
-using straggler::daemon::kExitBadConfig;
 
 constexpr auto kDrainGrace = std::chrono::seconds(5);
 // The whole drain's bound. gRPC's shutdown waits for every connection to
@@ -35,11 +36,10 @@ constexpr auto kDrainGrace = std::chrono::seconds(5);
 // on a peer, so past this the state is flushed and the process exits.
 constexpr auto kDrainLimit = kDrainGrace + std::chrono::seconds(2);
 
-bool WriteReadyFile(const std::string& path, const std::string& grpc_dial_address,
-                    const std::string& http_dial_address) {
-  return straggler::daemon::WriteFileAtomically(
-      path, absl::StrCat("{\"grpc_address\":\"", grpc_dial_address, "\",\"http_address\":\"",
-                         http_dial_address, "\",\"pid\":", getpid(), "}\n"));
+std::string ReadyFileContents(const std::string& grpc_dial_address,
+                              const std::string& http_dial_address) {
+  return absl::StrCat("{\"grpc_address\":\"", grpc_dial_address, "\",\"http_address\":\"",
+                      http_dial_address, "\",\"pid\":", getpid(), "}\n");
 }
 
 }  // namespace
@@ -54,21 +54,22 @@ int main(int argc, char** argv) {
       "TLS, mutual TLS and the admin bearer token: tls.* and auth.* in the config file\n"
       "(README \"Security\"); without auth.token_file admin calls are open (warned at start).",
       "stragglerd"};
-  std::string config_file, grpc_address, http_address, log_level, ready_file, state_db;
-  auto* config_opt = app.add_option("--config", config_file,
-                                    "YAML config file (every key: deploy/stragglerd.yaml); "
-                                    "default: $STRAGGLERD_CONFIG, else built-in defaults");
-  auto* grpc_opt = app.add_option("--grpc-address", grpc_address,
-                                  "gRPC listen address HOST:PORT, port 0 picks a free port "
-                                  "(default 0.0.0.0:7070)");
-  auto* http_opt = app.add_option("--http-address", http_address,
-                                  "HTTP listen address HOST:PORT for /metrics, /healthz, "
-                                  "/readyz and REST under /v1/, port 0 picks a free port "
-                                  "(default 0.0.0.0:7071)");
-  auto* level_opt = app.add_option("--log-level", log_level,
-                                   "trace|debug|info|warn|error (default info)");
-  auto* state_db_opt = app.add_option(
-      "--state-db", state_db,
+  // Flags bind straight into the config sources: unset stays "not given".
+  ConfigSources sources;
+  std::string ready_file;
+  app.add_option("--config", sources.config_file,
+                 "YAML config file (every key: deploy/stragglerd.yaml); "
+                 "default: $STRAGGLERD_CONFIG, else built-in defaults");
+  app.add_option("--grpc-address", sources.grpc_address,
+                 "gRPC listen address HOST:PORT, port 0 picks a free port "
+                 "(default 0.0.0.0:7070)");
+  app.add_option("--http-address", sources.http_address,
+                 "HTTP listen address HOST:PORT for /metrics, /healthz, "
+                 "/readyz and REST under /v1/, port 0 picks a free port "
+                 "(default 0.0.0.0:7071)");
+  app.add_option("--log-level", sources.log_level, "trace|debug|info|warn|error (default info)");
+  app.add_option(
+      "--state-db", sources.state_db,
       "SQLite state database (persistence.path; default $STRAGGLERD_STATE_DB, else none: "
       "nothing survives a restart)");
   app.add_option("--ready-file", ready_file,
@@ -76,58 +77,45 @@ int main(int argc, char** argv) {
                  "\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable addresses, "
                  "useful with port 0)");
   if (std::optional<int> rc =
-          straggler::daemon::ParseCommandLine(app, argc, argv, STRAGGLERD_VERSION)) {
+          straggler::common::ParseCommandLine(app, argc, argv, STRAGGLERD_VERSION)) {
     return *rc;
   }
 
   // Before any thread exists (gRPC, tick), so that every thread inherits the
   // mask and only ServeUntilStopped below ever sees the signals.
-  const sigset_t signals = straggler::daemon::BlockControlSignals();
+  const sigset_t signals = straggler::common::BlockControlSignals();
 
-  ConfigSources sources;
-  if (*config_opt) sources.config_file = config_file;
-  if (*grpc_opt) sources.grpc_address = grpc_address;
-  if (*http_opt) sources.http_address = http_address;
-  if (*level_opt) sources.log_level = log_level;
-  if (*state_db_opt) sources.state_db = state_db;
-
-  absl::StatusOr<DaemonConfig> config = LoadConfig(sources, straggler::daemon::GetEnv);
-  if (!config.ok()) {
-    std::cerr << "stragglerd: " << config.status().message() << "\n";
-    return kExitBadConfig;
-  }
-  straggler::daemon::ApplyLogLevel(config->log_level);
-  spdlog::info("stragglerd {} starting; config: {}", STRAGGLERD_VERSION,
-               config->config_file.empty() ? "built-in defaults" : config->config_file);
-
-  straggler::daemon::Server server;
-  if (absl::Status s = server.Start(*config); !s.ok()) {
-    spdlog::error("{}", std::string(s.message()));
-    // A state database that cannot be opened or a TLS file that cannot be
-    // used is a configuration error (persistence.path, tls.*), like a bad
-    // key: exit 2.
-    return s.code() == absl::StatusCode::kFailedPrecondition ? kExitBadConfig : 1;
-  }
-  spdlog::info("stragglerd listening: grpc={} http={}", server.grpc_address(),
-               server.http_address());
-  if (!ready_file.empty() &&
-      !WriteReadyFile(ready_file, server.grpc_dial_address(), server.http_dial_address())) {
-    spdlog::error("cannot write --ready-file {}", ready_file);
-    server.Shutdown(std::chrono::milliseconds(0));
-    return 1;
+  straggler::daemon::Server server;  // its destructor stops what Start began
+  if (std::optional<int> rc = straggler::common::StartService(
+          {"stragglerd", STRAGGLERD_VERSION, ready_file},
+          [&] { return LoadConfig(sources, straggler::common::GetEnv); },
+          [](const DaemonConfig&) { return std::string(); },
+          [&](const DaemonConfig& config) -> absl::Status {
+            // A state database that cannot be opened or a TLS file that
+            // cannot be used is a configuration error (persistence.path,
+            // tls.*), like a bad key: FAILED_PRECONDITION, exit 2.
+            if (absl::Status s = server.Start(config); !s.ok()) return s;
+            spdlog::info("stragglerd listening: grpc={} http={}", server.grpc_address(),
+                         server.http_address());
+            return absl::OkStatus();
+          },
+          [&] {
+            return ReadyFileContents(server.grpc_dial_address(), server.http_dial_address());
+          })) {
+    return *rc;
   }
 
-  const int sig = straggler::daemon::ServeUntilStopped(
+  const int sig = straggler::common::ServeUntilStopped(
       signals,
       [&]() -> absl::StatusOr<DaemonConfig> {
-        absl::StatusOr<DaemonConfig> next = LoadConfig(sources, straggler::daemon::GetEnv);
+        absl::StatusOr<DaemonConfig> next = LoadConfig(sources, straggler::common::GetEnv);
         if (!next.ok()) return next;
         // A config the next restart would refuse is refused now.
         if (absl::Status s = straggler::daemon::Server::CheckRestartable(*next); !s.ok()) return s;
         return next;
       },
       [&](const DaemonConfig& next) { server.Reload(next); });
-  spdlog::info("{} received", straggler::daemon::StopSignalName(sig));
+  spdlog::info("{} received", straggler::common::StopSignalName(sig));
   std::mutex drain_mu;
   std::condition_variable drain_cv;
   bool drained = false;

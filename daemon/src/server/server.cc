@@ -66,10 +66,6 @@ std::string HostOf(const std::string& address) {
 
 }  // namespace
 
-void ApplyLogLevel(const std::string& level) {
-  spdlog::set_level(spdlog::level::from_str(level));
-}
-
 Server::Server() = default;
 
 Server::~Server() { Shutdown(std::chrono::milliseconds(0)); }
@@ -85,18 +81,20 @@ absl::Status Server::Start(const DaemonConfig& config) {
   }
   // Before anything binds: a bad certificate or key is a configuration
   // error (exit 2), named with its path.
-  std::optional<ServerTls> tls;
+  std::optional<common::ServerTls> tls;
   if (config.tls.enabled()) {
-    absl::StatusOr<ServerTls> loaded = LoadServerTls(config.tls);
+    absl::StatusOr<common::ServerTls> loaded = common::LoadServerTls(config.tls);
     if (!loaded.ok()) return loaded.status();
     tls = *std::move(loaded);
     // An expired or not-yet-valid certificate still starts (a renewal may
     // be on its way; rotation picks it up), but not silently: a warning, and
     // straggler_tls_certificate_expiry_seconds for the alert.
-    if (absl::StatusOr<CertificateValidity> v = LeafValidity(tls->cert_chain); v.ok()) {
+    if (absl::StatusOr<common::CertificateValidity> v = common::LeafValidity(tls->cert_chain);
+        v.ok()) {
       stats_.tls_certificate_not_after.store(v->not_after, std::memory_order_relaxed);
-      const std::string warning = ValidityWarning(
-          *v, static_cast<int64_t>(time(nullptr)), absl::StrCat("tls.cert_file=", config.tls.cert_file));
+      const std::string warning =
+          common::ValidityWarning(*v, static_cast<int64_t>(time(nullptr)),
+                                  absl::StrCat("tls.cert_file=", config.tls.cert_file));
       if (!warning.empty()) spdlog::warn("{}", warning);
     }
   }
@@ -121,10 +119,9 @@ absl::Status Server::Start(const DaemonConfig& config) {
   grpc::ServerBuilder builder;
   int port = 0;
   const bool grpc_tls = tls && config.tls.grpc;
-  builder.AddListeningPort(config.grpc_address,
-                           grpc_tls ? GrpcServerCredentials(*tls)
-                                    : grpc::InsecureServerCredentials(),
-                           &port);
+  builder.AddListeningPort(
+      config.grpc_address,
+      grpc_tls ? common::GrpcServerCredentials(*tls) : grpc::InsecureServerCredentials(), &port);
   // Every service: a larger message ends its call with RESOURCE_EXHAUSTED
   // before any of it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.limits.max_message_bytes));
@@ -202,12 +199,12 @@ std::string Server::grpc_dial_address() const {
 
 absl::Status Server::CheckRestartable(const DaemonConfig& config) {
   if (!config.tls.enabled()) return absl::OkStatus();
-  absl::StatusOr<ServerTls> tls = LoadServerTls(config.tls);
+  absl::StatusOr<common::ServerTls> tls = common::LoadServerTls(config.tls);
   return tls.ok() ? absl::OkStatus() : tls.status();
 }
 
 void Server::Reload(const DaemonConfig& config) {
-  ApplyLogLevel(config.log_level);
+  common::ApplyLogLevel(config.log_level);
   for (const std::string& change : RestartOnlyChanges(started_config_, config)) {
     spdlog::warn("reload: {} needs a restart to take effect; running on the old value", change);
   }
@@ -256,14 +253,14 @@ void Server::RefreshCertificateExpiry() {
   std::ifstream in(started_config_.tls.cert_file);
   std::stringstream pem;
   pem << in.rdbuf();
-  absl::StatusOr<CertificateValidity> v = LeafValidity(pem.str());
+  absl::StatusOr<common::CertificateValidity> v = common::LeafValidity(pem.str());
   if (!v.ok()) return;  // mid-rotation: keep the last value
   const int64_t before = stats_.tls_certificate_not_after.exchange(v->not_after,
                                                                   std::memory_order_relaxed);
   if (before == v->not_after) return;
   const std::string warning =
-      ValidityWarning(*v, static_cast<int64_t>(time(nullptr)),
-                      absl::StrCat("tls.cert_file=", started_config_.tls.cert_file));
+      common::ValidityWarning(*v, static_cast<int64_t>(time(nullptr)),
+                              absl::StrCat("tls.cert_file=", started_config_.tls.cert_file));
   if (!warning.empty()) spdlog::warn("{}", warning);
 }
 

@@ -126,7 +126,4 @@ class Server {
   std::thread tick_thread_;
 };
 
-// Maps a log_level name (already validated) to spdlog and applies it.
-void ApplyLogLevel(const std::string& level);
-
 }  // namespace straggler::daemon

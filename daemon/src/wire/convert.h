@@ -1,9 +1,9 @@
-// The one place where engine types and straggler.v1 wire messages meet. Each
-// conversion exists once; the query/admin core (api.h, behind gRPC and REST)
-// and the ingest service call these.
+// The one place where engine values and straggler.v1 wire messages meet. Each
+// conversion exists once; the query/admin core (api.h, behind gRPC and REST),
+// the ingest service and the registry call these. A whole Job (and its
+// workers, memberships, events) as messages: registry/job_proto.h.
 //
-//   v1::Membership m;
-//   ToProto(job.engine.membership(), job.id, &m);
+//   v1::WorkerState s = ToProto(engine::WorkerState::kHealthy);
 //   absl::StatusOr<engine::PolicyConfig> p = MergePolicy(request.policy(), current);
 //
 // Pure functions; no shared state.
@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "registry/job_registry.h"
+#include "registry/attribution.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
 #include "straggler/common/validate.h"
@@ -36,13 +36,11 @@ absl::StatusOr<engine::RankOverride> FromProto(v1::RankOverride o);
 // INVALID_ARGUMENT for EVENT_KIND_UNSPECIFIED or a number no kind has.
 absl::StatusOr<engine::EventKind> FromProto(v1::EventKind k);
 
-// FromProto of Timestamp, IterationReport and StreamHello: validate.h.
+// FromProto of Timestamp, IterationReport, ExclusionReason and StreamHello
+// (straggler/common/validate.h), in the same overload set as the above.
+using common::FromProto;
 
-// `job` supplies the id and the daemon incarnation stamped on the version.
-void ToProto(const engine::Membership& m, const Job& job, v1::Membership* out);
-void ToProto(const engine::WorkerView& w, const Job& job, v1::Worker* out);  // job.mu held
-void ToProto(const Job& job, v1::Job* out);                                  // job.mu held
-void ToProto(const JournalEntry& e, v1::Event* out);
+// A job, its workers, its memberships and its events: registry/job_proto.h.
 
 // Every field set.
 void ToProto(const engine::PolicyConfig& p, v1::PolicyConfig* out);
@@ -51,17 +49,6 @@ void ToProto(const engine::PolicyConfig& p, v1::PolicyConfig* out);
 absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& update,
                                                  engine::PolicyConfig base);
 
-// Directives carry at most this many rejections; the counts carry the rest.
-inline constexpr int kMaxDirectiveRejections = 8;
-
-// A newer directive folded into a pending one: memberships are the union
-// (ascending by version) capped to the newest kMembershipHistory versions (the
-// engine keeps no more either, and a peer that stopped reading must cost
-// bounded memory), acknowledgement is the newer one, progress is the union
-// per rank (the higher iteration: a directive carries only the ranks its batch
-// touched), counts add up over the batches the merged directive acknowledges.
-// Used by every coalescing directive write slot (daemon streams, agent
-// downstream streams).
-void MergeDirective(v1::Directive& pending, v1::Directive&& newer);
+// kMaxDirectiveRejections and MergeDirective: straggler/common/directive.h.
 
 }  // namespace straggler::daemon

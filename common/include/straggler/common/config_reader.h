@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -26,9 +27,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "straggler/common/tls_config.h"
 #include "yaml-cpp/yaml.h"
 
-namespace straggler::daemon {
+namespace straggler::common {
 
 // The largest value of any *_seconds key of a config file (one year).
 inline constexpr uint32_t kMaxConfigSeconds = 365 * 24 * 3600;
@@ -130,8 +132,6 @@ class ConfigReader {
   std::string source_;
 };
 
-struct TlsConfig;  // config.h
-
 // A server TLS section (stragglerd's `tls:`, straggler-agent's
 // `listen_tcp_tls:`) over `tls`: cert_file, key_file, client_ca_file,
 // reload_seconds, and with `listener_switches` grpc and http. Errors name
@@ -139,6 +139,18 @@ struct TlsConfig;  // config.h
 // without a certificate) is refused.
 absl::Status ParseTlsSection(const ConfigReader& reader, const YAML::Node& node,
                              absl::string_view section, bool listener_switches, TlsConfig& tls);
+
+// Reads an environment variable; injectable so tests need not touch the
+// process environment.
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+std::optional<std::string> GetEnv(const char* name);
+
+// trace|debug|info|warn|error; the error names the value.
+absl::Status ValidateLogLevel(absl::string_view level);
+
+// HOST:PORT (port 0..65535), or unix:PATH when `allow_unix`. The error names
+// `key` and the value.
+absl::Status ValidateAddress(absl::string_view key, absl::string_view address, bool allow_unix);
 
 // Reads a whole file; NOT_FOUND names the path, and so does
 // FAILED_PRECONDITION for a path that is not a regular file (a directory
@@ -181,4 +193,4 @@ inline void Override(std::string& field, const std::optional<std::string>& env_v
   if (flag) field = *flag;
 }
 
-}  // namespace straggler::daemon
+}  // namespace straggler::common

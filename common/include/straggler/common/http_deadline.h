@@ -44,7 +44,7 @@ namespace httplib {
 class Server;
 }
 
-namespace straggler::daemon {
+namespace straggler::common {
 
 // Connections closed for a request that did not arrive whole within the read
 // timeout ([0]) or a response not taken within the write timeout ([1]).
@@ -73,4 +73,4 @@ std::unique_ptr<httplib::Server> MakeDeadlineTlsServer(SlowClientCounters& slow_
 void ConfigureListener(httplib::Server& server, uint32_t threads, uint32_t read_timeout_seconds,
                        uint32_t write_timeout_seconds, uint32_t keep_alive_timeout_seconds);
 
-}  // namespace straggler::daemon
+}  // namespace straggler::common

@@ -27,12 +27,11 @@
 //    same rule.
 //
 // Also: the process_* metrics of the Prometheus client conventions read from
-// /proc, and the daemon's own collector (RenderDaemonMetrics), which copies
-// each job's numbers under that job's mutex only, one job at a time, and
-// writes text with no lock held.
+// /proc. Shared by stragglerd (daemon/src/metrics/daemon_metrics.h) and
+// straggler-agent.
 //
 // Thread safety: Exposition is a plain value (one thread); Histogram is
-// thread-safe; RenderDaemonMetrics may run on any thread.
+// thread-safe; ReadProcessStats may run on any thread.
 #pragma once
 
 #include <atomic>
@@ -47,10 +46,7 @@
 
 #include "absl/status/status.h"
 
-namespace straggler::daemon {
-
-class JobRegistry;
-struct DaemonStats;
+namespace straggler::common {
 
 enum class MetricType { kCounter, kGauge, kHistogram, kUntyped };
 std::string_view MetricTypeName(MetricType t);
@@ -128,11 +124,6 @@ class Exposition {
   absl::Status status_;
 };
 
-// Buckets of straggler_ingest_batch_duration_seconds (10 us .. 100 ms) and
-// straggler_job_detection_latency_iterations (Fibonacci, 1 .. 89).
-const std::vector<double>& IngestBatchDurationBuckets();
-const std::vector<double>& DetectionLatencyBuckets();
-
 // The standard process_* values, from /proc; a value that cannot be read is
 // nullopt and its family is left out.
 struct ProcessStats {
@@ -146,13 +137,4 @@ struct ProcessStats {
 ProcessStats ReadProcessStats();
 void WriteProcessMetrics(const ProcessStats& p, Exposition& out);
 
-struct MetricsOptions {
-  std::string version;               // straggler_build_info{version}
-  uint32_t per_rank_max_ranks = 4096;  // per-rank series only for jobs up to this size
-};
-
-// Every straggler_* and process_* family of the README's metric table.
-std::string RenderDaemonMetrics(const JobRegistry& registry, const DaemonStats& stats,
-                                const MetricsOptions& options);
-
-}  // namespace straggler::daemon
+}  // namespace straggler::common

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <utility>
 
-namespace straggler::daemon {
+namespace straggler::common {
 
 class TokenBucket {
  public:
@@ -100,4 +100,4 @@ class LogBudget {
   uint64_t suppressed_ = 0;  // guarded by mu_
 };
 
-}  // namespace straggler::daemon
+}  // namespace straggler::common

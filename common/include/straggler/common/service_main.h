@@ -7,10 +7,11 @@
 //   ... add options ...
 //   if (std::optional<int> rc = ParseCommandLine(app, argc, argv, VERSION)) return *rc;
 //   const sigset_t signals = BlockControlSignals();
-//   ... load the config, start threads ...
+//   if (std::optional<int> rc = StartService({"stragglerd", VERSION, ready_file},
+//                                            load, detail, start, ready)) return *rc;
 //   const int sig = ServeUntilStopped(signals, load, apply);
 //
-// Header-only; no state beyond the process signal mask.
+// Header-only; no state beyond the process signal mask and spdlog's level.
 #pragma once
 
 #include <pthread.h>
@@ -26,14 +27,21 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
-namespace straggler::daemon {
+namespace straggler::common {
 
 // Exit status of a bad command line or a rejected config; the deploy
 // manifests and the integration tests tell it apart from a crash (1).
 inline constexpr int kExitBadConfig = 2;
+
+// Maps a log_level name (already validated: ValidateLogLevel) to spdlog and
+// applies it.
+inline void ApplyLogLevel(const std::string& level) {
+  spdlog::set_level(spdlog::level::from_str(level));
+}
 
 // Adds --version as the last option (so --help lists it last), then parses.
 // Returns the status main() should exit with when it must not go on: 0 after
@@ -112,4 +120,45 @@ inline bool WriteFileAtomically(const std::string& path, const std::string& cont
   return !ec;
 }
 
-}  // namespace straggler::daemon
+// Names the service in StartService's messages, and where its ready file goes.
+struct ServiceStart {
+  const char* name;        // "stragglerd", "straggler-agent"
+  const char* version;     // the build's version, for the "starting" line
+  std::string ready_file;  // --ready-file; "" = none
+};
+
+// The start-up both services share once the command line is parsed and the
+// signals are blocked. load() returns absl::StatusOr<Config> (a Config has
+// log_level and config_file); an error is printed to stderr as "<name>:
+// <message>" and the exit status is kExitBadConfig. Otherwise the log level
+// is applied and "<name> <version> starting; config: <file or built-in
+// defaults><detail(config)>" logged, then start(config) runs (returning
+// absl::Status): an error is logged, and exits kExitBadConfig when it is
+// FAILED_PRECONDITION (a TLS file, a state database, a socket directory: the
+// configuration's fault), else 1. Last, with a ready file, its contents
+// (ready()) are written atomically; a failure is logged and exits 1.
+// nullopt: the service is up, go on serving.
+template <typename Load, typename Detail, typename Start, typename Ready>
+std::optional<int> StartService(const ServiceStart& service, Load load, Detail detail, Start start,
+                                Ready ready) {
+  auto config = load();
+  if (!config.ok()) {
+    std::cerr << service.name << ": " << config.status().message() << "\n";
+    return kExitBadConfig;
+  }
+  ApplyLogLevel(config->log_level);
+  spdlog::info("{} {} starting; config: {}{}", service.name, service.version,
+               config->config_file.empty() ? "built-in defaults" : config->config_file,
+               detail(*config));
+  if (absl::Status s = start(*config); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return s.code() == absl::StatusCode::kFailedPrecondition ? kExitBadConfig : 1;
+  }
+  if (!service.ready_file.empty() && !WriteFileAtomically(service.ready_file, ready())) {
+    spdlog::error("cannot write --ready-file {}", service.ready_file);
+    return 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace straggler::common

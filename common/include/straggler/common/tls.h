@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "config/config.h"
+#include "straggler/common/tls_config.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
 
@@ -31,7 +31,7 @@ namespace grpc {
 class ServerCredentials;
 }  // namespace grpc
 
-namespace straggler::daemon {
+namespace straggler::common {
 
 struct ServerTls {
   TlsConfig config;         // the paths, for messages
@@ -121,4 +121,4 @@ class SslContextSource {
   Clock::time_point next_check_;       // guarded by mu_
 };
 
-}  // namespace straggler::daemon
+}  // namespace straggler::common

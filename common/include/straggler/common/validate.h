@@ -24,7 +24,7 @@
 #include "straggler/v1/straggler.pb.h"
 #include "straggler/v1/wire_rules.h"
 
-namespace straggler::daemon {
+namespace straggler::common {
 
 namespace v1 = ::straggler::v1;
 
@@ -100,4 +100,4 @@ engine::Report FromProto(const v1::IterationReport& r);
 engine::ExclusionReason FromProto(v1::ExclusionReason r);
 StreamHello FromProto(const v1::StreamHello& h);
 
-}  // namespace straggler::daemon
+}  // namespace straggler::common
