@@ -218,19 +218,18 @@ TEST_CASE("IngestSession Apply drops reports past limits.max_batch_reports and c
   CHECK(capped.rejections_size() == straggler::common::kMaxDirectiveRejections);
 }
 
-TEST_CASE("IngestSession PushLocked carries a membership change once, and a later hello adds ranks",
+TEST_CASE("IngestSession PushLocked carries a membership change to the stream once",
           "[ingest_session]") {
   Fixture f;
-  v1::ReportBatch first = Hello({0, 1}, 4);
+  v1::ReportBatch first = Hello({0, 1, 2, 3}, 4);
   REQUIRE(f.session->Open(first, sd::WallNow()).ok());
-  AddReport(first, 0, 1);
-  AddReport(first, 1, 1);
+  for (uint32_t r = 0; r < 4; ++r) AddReport(first, r, 1);
   v1::Directive ack = f.Apply(first);
   REQUIRE(ack.memberships_size() >= 1);
   const uint64_t version = ack.memberships(ack.memberships_size() - 1).version();
 
   // An operator forces rank 1 out: the registry pushes the new version to
-  // the stream through its link.
+  // the stream through its link, with the job's lock held.
   v1::SetRankOverrideRequest req;
   req.set_job_id("session-job");
   req.set_rank(1);
@@ -247,11 +246,26 @@ TEST_CASE("IngestSession PushLocked carries a membership change once, and a late
 
   // The next acknowledgement does not carry that version again.
   v1::Directive next = f.Apply(Reports(2, {0}, 2));
+  CHECK(next.accepted() == 1);
   CHECK(next.memberships_size() == 0);
+}
+
+TEST_CASE("IngestSession Apply: a later hello adds ranks, one of another world size is refused",
+          "[ingest_session]") {
+  Fixture f;
+  v1::ReportBatch first = Hello({0, 1}, 4);
+  REQUIRE(f.session->Open(first, sd::WallNow()).ok());
+  AddReport(first, 0, 1);
+  AddReport(first, 1, 1);
+  v1::Directive ack = f.Apply(first);
+  CHECK(ack.progress_size() == 2);
+  v1::Directive quiet = f.Apply(Reports(2, {0}, 2));
+  CHECK(quiet.progress_size() == 1);
+  CHECK(quiet.memberships_size() == 0);
 
   // A later hello names ranks 2 and 3: they join the stream, and the next
-  // directive carries every rank's progress again.
-  v1::ReportBatch more = Hello({2, 3}, 4, /*sequence=*/3);
+  // directive carries every rank's progress and the memberships again.
+  v1::ReportBatch more = Hello({3, 2}, 4, /*sequence=*/3);
   AddReport(more, 2, 1);
   v1::Directive joined = f.Apply(more);
   CHECK(f.session->ranks() == std::vector<uint32_t>{0, 1, 2, 3});
@@ -262,8 +276,10 @@ TEST_CASE("IngestSession PushLocked carries a membership change once, and a late
 
   // A later hello of another world size is refused by name; the stream goes on.
   v1::ReportBatch wrong = Hello({5}, 8, /*sequence=*/4);
+  AddReport(wrong, 3, 1);
   v1::Directive refused = f.Apply(wrong);
   REQUIRE(refused.rejections_size() == 1);
   CHECK(refused.rejections(0).reason() == "invalid_hello");
+  CHECK(refused.accepted() == 1);  // rank 3's report, from the ranks it already has
   CHECK(f.session->ranks().size() == 4);
 }

@@ -122,12 +122,12 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   // ranks_ there. The next directive carries a full set again (every rank's
   // progress, every version a rank of the stream may need), since a new
   // rank may need versions older than those the stream carried so far.
-  if (batch.has_hello() && !first_batch) {
+  if (batch.has_hello() && !first_batch_) {
     if (absl::Status s = AddRanksLocked(batch, now); !s.ok()) {
       reject(0, 0, "invalid_hello", std::string(s.message()));
     }
   }
-  first_batch = false;
+  first_batch_ = false;
   // Telemetry before reports: a detection made by this batch's reports is
   // attributed with the telemetry that rode along with them.
   for (v1::RankTelemetry& t : *batch.mutable_telemetry()) {

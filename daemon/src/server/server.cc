@@ -24,6 +24,7 @@
 #include "rendezvous/rendezvous_store.h"
 #include "spdlog/spdlog.h"
 #include "persist/store.h"
+#include "straggler/common/service_main.h"  // ApplyLogLevel
 #include "straggler/common/tls.h"
 
 namespace straggler::daemon {
