@@ -4,10 +4,12 @@
 //   IngestServiceImpl ingest(registry, stats);
 //   builder.RegisterService(&ingest);
 //
-// Each stream is a callback-API reactor: the first ReportBatch must carry a
-// hello (job, ranks, world size); every batch is ingested under the job's
-// mutex and acknowledged by a Directive whose memberships were snapshotted
-// under that same lock, after the ingest. Membership changes made by other
+// Each stream is a callback-API reactor that admits the stream, reads, and
+// writes; what a batch does to the job is its IngestSession's
+// (ingest_session.h): the first ReportBatch must carry a hello (job, ranks,
+// world size); every batch is ingested under the job's mutex and
+// acknowledged by a Directive whose memberships were snapshotted under that
+// same lock, after the ingest. Membership changes made by other
 // streams, the tick thread or admin calls are pushed to the stream through a
 // single coalescing write slot. A stream's first directive carries every
 // version its ranks may still need; later ones only the versions it has not
