@@ -35,7 +35,7 @@ void BM_RenderDaemonMetrics(benchmark::State& state) {
   const bool per_rank = state.range(0) != 0;
   d::DaemonStats stats;
   d::JobRegistry registry(std::make_shared<const d::DaemonConfig>(), stats);
-  d::StreamHello hello;
+  straggler::common::StreamHello hello;
   hello.job_id = "bench";
   hello.node = "bench";
   hello.world_size = kRanks;
