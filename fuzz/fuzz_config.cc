@@ -12,7 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
-#include "config.h"
+#include "config/config.h"
 #include "require.h"
 
 namespace sd = straggler::daemon;

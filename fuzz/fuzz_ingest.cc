@@ -13,9 +13,8 @@
 #include "require.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
-#include "validate.h"
+#include "straggler/common/validate.h"
 
-namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
 using straggler::engine::Time;
 
@@ -40,18 +39,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!batch.ParseFromArray(data, static_cast<int>(size))) return 0;
 
   for (const v1::RankTelemetry& t : batch.telemetry()) {
-    absl::Status s = sd::ValidateTelemetry(t.gpu());
+    absl::Status s = straggler::common::ValidateTelemetry(t.gpu());
     Require(s.ok() || !s.message().empty(), "a telemetry refusal without a message");
   }
   if (!batch.has_hello()) return 0;
-  const sd::StreamHello hello = sd::FromProto(batch.hello());
-  const absl::Status valid = sd::ValidateHello(hello, kMaxRanks);
+  const straggler::common::StreamHello hello = straggler::common::FromProto(batch.hello());
+  const absl::Status valid = straggler::common::ValidateHello(hello, kMaxRanks);
   if (!valid.ok()) {
     Require(valid.code() == absl::StatusCode::kInvalidArgument, "hello refused with another code");
     Require(!valid.message().empty(), "a hello refusal without a message");
     return 0;
   }
-  Require(sd::ValidateJobId("job_id", hello.job_id).ok(), "an accepted hello's job id fails");
+  Require(straggler::common::ValidateJobId("job_id", hello.job_id).ok(),
+          "an accepted hello's job id fails");
   Require(hello.world_size > 0 && hello.world_size <= kMaxRanks, "world_size out of bounds");
 
   // The daemon's own clock: reports carry no time the engine trusts.
@@ -78,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   engine.BeginBatch();
   for (const v1::IterationReport& r : batch.reports()) {
     now += Time(1'000'000);
-    straggler::engine::IngestResult result = engine.Ingest(sd::FromProto(r), now);
+    straggler::engine::IngestResult result = engine.Ingest(straggler::common::FromProto(r), now);
     Require(result.accepted || !result.message.empty(), "a rejected report without a message");
     Require(!result.accepted || r.rank() < hello.world_size, "a report of a rank out of range");
     if (result.accepted) max_accepted = std::max(max_accepted.value_or(0), r.iteration());

@@ -9,7 +9,7 @@
 
 #include "absl/strings/string_view.h"
 #include "require.h"
-#include "rest_route.h"
+#include "api/rest_route.h"
 
 namespace sd = straggler::daemon;
 

@@ -2,12 +2,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "config_reader.h"
+#include "straggler/common/config_reader.h"
 
 namespace straggler::agent {
 namespace {
 
-using daemon::ConfigReader;
+using common::ConfigReader;
 
 class Parser : public ConfigReader {
  public:
@@ -31,7 +31,7 @@ class Parser : public ConfigReader {
       } else if (key == "listen_tcp") {
         s = Str(kv.second, key, c.listen_tcp);
       } else if (key == "listen_tcp_tls") {
-        s = daemon::ParseTlsSection(*this, kv.second, key, /*listener_switches=*/false,
+        s = common::ParseTlsSection(*this, kv.second, key, /*listener_switches=*/false,
                                     c.listen_tcp_tls);
       } else if (key == "upstream") {
         s = Str(kv.second, key, c.upstream);
@@ -188,13 +188,13 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml_text,
 }
 
 absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
-                                            const daemon::EnvLookup& env) {
-  absl::StatusOr<AgentConfig> loaded = daemon::LoadConfigFileOrDefaults<AgentConfig>(
+                                            const common::EnvLookup& env) {
+  absl::StatusOr<AgentConfig> loaded = common::LoadConfigFileOrDefaults<AgentConfig>(
       flags.config_file, "STRAGGLER_AGENT_CONFIG", env, ParseAgentConfig);
   if (!loaded.ok()) return loaded.status();
   AgentConfig config = *std::move(loaded);
 
-  using daemon::Override;
+  using common::Override;
   Override(config.listen, env("STRAGGLER_AGENT_LISTEN"), flags.listen);
   Override(config.listen_tcp, env("STRAGGLER_AGENT_LISTEN_TCP"), flags.listen_tcp);
   Override(config.upstream, env("STRAGGLER_AGENT_UPSTREAM"), flags.upstream);
@@ -226,7 +226,7 @@ absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
         "listen=", config.listen, " is not a unix socket address (unix:///PATH or unix:PATH)"));
   }
   if (!config.listen_tcp.empty()) {
-    if (absl::Status s = daemon::ValidateAddress("listen_tcp", config.listen_tcp, false); !s.ok())
+    if (absl::Status s = common::ValidateAddress("listen_tcp", config.listen_tcp, false); !s.ok())
       return s;
   } else if (config.listen_tcp_tls.enabled()) {
     // A certificate for a listener that does not exist: the operator meant
@@ -235,15 +235,15 @@ absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
         "listen_tcp_tls.cert_file=", config.listen_tcp_tls.cert_file,
         " is set but listen_tcp is empty: TLS applies only to the TCP listener"));
   }
-  if (absl::Status s = daemon::ValidateAddress("upstream", config.upstream, true); !s.ok()) {
+  if (absl::Status s = common::ValidateAddress("upstream", config.upstream, true); !s.ok()) {
     return s;
   }
   if (!config.http_address.empty()) {
-    if (absl::Status s = daemon::ValidateAddress("http_address", config.http_address, false);
+    if (absl::Status s = common::ValidateAddress("http_address", config.http_address, false);
         !s.ok())
       return s;
   }
-  if (absl::Status s = daemon::ValidateLogLevel(config.log_level); !s.ok()) return s;
+  if (absl::Status s = common::ValidateLogLevel(config.log_level); !s.ok()) return s;
   return config;
 }
 

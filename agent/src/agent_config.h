@@ -1,10 +1,10 @@
 // straggler-agent's configuration: embedded defaults, an optional YAML file,
 // environment variables and flags, in rising precedence (as stragglerd's,
-// through the same YAML reader, daemon/src/config_reader.h).
+// through the same YAML reader, straggler/common/config_reader.h).
 //
 //   AgentSources src;
 //   src.upstream = "stragglerd.cluster:7070";          // --upstream
-//   absl::StatusOr<AgentConfig> cfg = LoadAgentConfig(src, daemon::GetEnv);
+//   absl::StatusOr<AgentConfig> cfg = LoadAgentConfig(src, common::GetEnv);
 //   // error: "agent.yaml:5: buffer.max_reports=0 must be >= 1"
 //
 // Every key, with its default, is documented in deploy/straggler-agent.yaml.
@@ -16,8 +16,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "channel_security.h"
-#include "config.h"  // daemon::EnvLookup, GetEnv
+#include "straggler/common/channel_security.h"
+#include "straggler/common/config_reader.h"  // EnvLookup, GetEnv
+#include "straggler/common/tls_config.h"
 
 namespace straggler::agent {
 
@@ -33,7 +34,7 @@ struct AgentConfig {
   // key_file ("" = plaintext), client_ca_file (mutual TLS), reload_seconds
   // (gRPC re-reads the files that often). grpc/http are unused here. The
   // unix socket is always plaintext: its file mode guards it.
-  daemon::TlsConfig listen_tcp_tls;
+  common::TlsConfig listen_tcp_tls;
   std::string upstream = kDefaultUpstream;
   // TLS to the daemon (docs/security.md); all empty = plaintext.
   ChannelSecurity upstream_tls;
@@ -41,7 +42,7 @@ struct AgentConfig {
   // The HTTP listener (restart needed for a change), as stragglerd's http.*:
   // a request must arrive whole within http_read_timeout_seconds of its
   // first byte and its response be taken within http_write_timeout_seconds,
-  // or the connection is closed (daemon/src/http_deadline.h), so slow
+  // or the connection is closed (straggler/common/http_deadline.h), so slow
   // clients cannot hold the http_threads workers; idle keep-alive
   // connections close after http_keep_alive_timeout_seconds.
   uint32_t http_threads = 4;
@@ -91,7 +92,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(const std::string& yaml_text,
 // _NODE, _TELEMETRY_ENABLED, _TELEMETRY_INTERVAL_MS) <- flags, validated.
 // A bad environment value is an error naming the variable and the value.
 absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
-                                            const daemon::EnvLookup& env);
+                                            const common::EnvLookup& env);
 
 // unix:///a/b or unix:/a/b -> /a/b; nullopt for anything else.
 std::optional<std::string> UnixSocketPath(const std::string& address);

@@ -5,14 +5,15 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "agent.h"
 #include "agent_config.h"
-#include "server.h"  // daemon::ApplyLogLevel
-#include "service_main.h"
+#include "straggler/common/service_main.h"
 #include "spdlog/spdlog.h"
 
 #ifndef STRAGGLERD_VERSION
@@ -23,7 +24,6 @@ namespace {
 
 using straggler::agent::AgentConfig;
 using straggler::agent::AgentSources;
-using straggler::daemon::kExitBadConfig;
 
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
@@ -34,12 +34,11 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-bool WriteReadyFile(const std::string& path, const straggler::agent::Agent& agent) {
-  return straggler::daemon::WriteFileAtomically(
-      path, absl::StrCat("{\"listen\":", JsonString(agent.listen_address()),
-                         ",\"listen_tcp\":", JsonString(agent.tcp_dial_address()),
-                         ",\"http_address\":", JsonString(agent.http_dial_address()),
-                         ",\"pid\":", getpid(), "}\n"));
+std::string ReadyFileContents(const straggler::agent::Agent& agent) {
+  return absl::StrCat("{\"listen\":", JsonString(agent.listen_address()),
+                      ",\"listen_tcp\":", JsonString(agent.tcp_dial_address()),
+                      ",\"http_address\":", JsonString(agent.http_dial_address()),
+                      ",\"pid\":", getpid(), "}\n");
 }
 
 }  // namespace
@@ -61,79 +60,65 @@ int main(int argc, char** argv) {
       "level live; addresses, node and telemetry need a restart); SIGTERM/SIGINT flush the\n"
       "buffer upstream for up to shutdown.flush_ms and exit 0.",
       "straggler-agent"};
-  std::string config_file, listen, listen_tcp, upstream, http_address, log_level, ready_file,
-      node;
-  auto* config_opt = app.add_option("--config", config_file,
-                                    "YAML config file (every key: deploy/straggler-agent.yaml); "
-                                    "default: $STRAGGLER_AGENT_CONFIG, else built-in defaults");
-  auto* listen_opt = app.add_option("--listen", listen,
-                                    "unix socket to serve trainers on, unix:///PATH (default "
-                                    "unix:///run/straggler/agent.sock; the directory is created)");
-  auto* tcp_opt = app.add_option("--listen-tcp", listen_tcp,
-                                 "also serve on TCP HOST:PORT, port 0 picks a free port "
-                                 "(default: no TCP); plaintext unless the config file's "
-                                 "listen_tcp_tls gives a certificate");
-  auto* upstream_opt = app.add_option("--upstream", upstream,
-                                      "stragglerd gRPC address HOST:PORT (default 127.0.0.1:7070)");
-  auto* http_opt = app.add_option("--http-address", http_address,
-                                  "HTTP HOST:PORT for /metrics, /healthz and /readyz, port 0 picks a "
-                                  "free port (default 0.0.0.0:7072)");
-  auto* level_opt = app.add_option("--log-level", log_level,
-                                   "trace|debug|info|warn|error (default info)");
-  auto* node_opt = app.add_option("--node", node,
-                                  "node name sent to the daemon (default: the host name)");
+  // Flags bind straight into the config sources: unset stays "not given".
+  AgentSources sources;
+  std::string ready_file;
+  app.add_option("--config", sources.config_file,
+                 "YAML config file (every key: deploy/straggler-agent.yaml); "
+                 "default: $STRAGGLER_AGENT_CONFIG, else built-in defaults");
+  app.add_option("--listen", sources.listen,
+                 "unix socket to serve trainers on, unix:///PATH (default "
+                 "unix:///run/straggler/agent.sock; the directory is created)");
+  app.add_option("--listen-tcp", sources.listen_tcp,
+                 "also serve on TCP HOST:PORT, port 0 picks a free port "
+                 "(default: no TCP); plaintext unless the config file's "
+                 "listen_tcp_tls gives a certificate");
+  app.add_option("--upstream", sources.upstream,
+                 "stragglerd gRPC address HOST:PORT (default 127.0.0.1:7070)");
+  app.add_option("--http-address", sources.http_address,
+                 "HTTP HOST:PORT for /metrics, /healthz and /readyz, port 0 picks a "
+                 "free port (default 0.0.0.0:7072)");
+  app.add_option("--log-level", sources.log_level, "trace|debug|info|warn|error (default info)");
+  app.add_option("--node", sources.node, "node name sent to the daemon (default: the host name)");
   app.add_option("--ready-file", ready_file,
                  "once serving, atomically write {\"listen\":\"unix:...\",\"listen_tcp\":"
                  "\"HOST:PORT\",\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable "
                  "addresses; \"\" for a listener that is off)");
   if (std::optional<int> rc =
-          straggler::daemon::ParseCommandLine(app, argc, argv, STRAGGLERD_VERSION)) {
+          straggler::common::ParseCommandLine(app, argc, argv, STRAGGLERD_VERSION)) {
     return *rc;
   }
 
   // Before any thread exists, so only ServeUntilStopped below sees them.
-  const sigset_t signals = straggler::daemon::BlockControlSignals();
+  const sigset_t signals = straggler::common::BlockControlSignals();
 
-  AgentSources sources;
-  if (*config_opt) sources.config_file = config_file;
-  if (*listen_opt) sources.listen = listen;
-  if (*tcp_opt) sources.listen_tcp = listen_tcp;
-  if (*upstream_opt) sources.upstream = upstream;
-  if (*http_opt) sources.http_address = http_address;
-  if (*level_opt) sources.log_level = log_level;
-  if (*node_opt) sources.node = node;
-
-  auto config = straggler::agent::LoadAgentConfig(sources, straggler::daemon::GetEnv);
-  if (!config.ok()) {
-    std::cerr << "straggler-agent: " << config.status().message() << "\n";
-    return kExitBadConfig;
-  }
-  straggler::daemon::ApplyLogLevel(config->log_level);
-  spdlog::info("straggler-agent {} starting; config: {}; upstream {}", STRAGGLERD_VERSION,
-               config->config_file.empty() ? "built-in defaults" : config->config_file,
-               config->upstream);
-
-  straggler::agent::Agent agent(*config);
-  if (absl::Status s = agent.Start(); !s.ok()) {
-    spdlog::error("{}", std::string(s.message()));
-    // A TLS file that cannot be read or a socket directory that cannot be
-    // made is a configuration error, as in stragglerd: exit 2.
-    return s.code() == absl::StatusCode::kFailedPrecondition ? kExitBadConfig : 1;
-  }
-  spdlog::info("straggler-agent listening: {}{}{}", agent.listen_address(),
-               agent.tcp_dial_address().empty() ? "" : " tcp=" + agent.tcp_dial_address(),
-               agent.http_dial_address().empty() ? "" : " http=" + agent.http_dial_address());
-  if (!ready_file.empty() && !WriteReadyFile(ready_file, agent)) {
-    spdlog::error("cannot write --ready-file {}", ready_file);
-    return 1;
+  std::optional<straggler::agent::Agent> agent;
+  if (std::optional<int> rc = straggler::common::StartService(
+          {"straggler-agent", STRAGGLERD_VERSION, ready_file},
+          [&] { return straggler::agent::LoadAgentConfig(sources, straggler::common::GetEnv); },
+          [](const AgentConfig& c) { return absl::StrCat("; upstream ", c.upstream); },
+          [&](const AgentConfig& config) -> absl::Status {
+            // A TLS file that cannot be read or a socket directory that
+            // cannot be made is a configuration error, as in stragglerd:
+            // FAILED_PRECONDITION, exit 2.
+            agent.emplace(config);
+            if (absl::Status s = agent->Start(); !s.ok()) return s;
+            spdlog::info(
+                "straggler-agent listening: {}{}{}", agent->listen_address(),
+                agent->tcp_dial_address().empty() ? "" : " tcp=" + agent->tcp_dial_address(),
+                agent->http_dial_address().empty() ? "" : " http=" + agent->http_dial_address());
+            return absl::OkStatus();
+          },
+          [&] { return ReadyFileContents(*agent); })) {
+    return *rc;
   }
 
-  const int sig = straggler::daemon::ServeUntilStopped(
-      signals, [&] { return straggler::agent::LoadAgentConfig(sources, straggler::daemon::GetEnv); },
-      [&](const AgentConfig& next) { agent.Reload(next); });
-  spdlog::info("{} received: flushing the buffer upstream",
-               straggler::daemon::StopSignalName(sig));
-  agent.Shutdown();
+  const int sig = straggler::common::ServeUntilStopped(
+      signals,
+      [&] { return straggler::agent::LoadAgentConfig(sources, straggler::common::GetEnv); },
+      [&](const AgentConfig& next) { agent->Reload(next); });
+  spdlog::info("{} received: flushing the buffer upstream", straggler::common::StopSignalName(sig));
+  agent->Shutdown();
   spdlog::info("straggler-agent stopped");
   return 0;
 }

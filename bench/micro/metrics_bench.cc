@@ -1,4 +1,4 @@
-// Prometheus exposition of the daemon's metrics (daemon/src/metrics.h,
+// Prometheus exposition of the daemon's metrics (straggler/common/metrics.h,
 // RenderDaemonMetrics) for one job of 10 000 ranks (issue 6, item 1): with
 // per-rank series (per_rank_max_ranks raised to 10 000) and with the default
 // (per-rank series only up to 4 096 ranks, so only job-level families here).
@@ -13,10 +13,10 @@
 #include <numeric>
 #include <string>
 
-#include "config.h"
-#include "job_registry.h"
-#include "metrics.h"
-#include "stats.h"
+#include "config/config.h"
+#include "registry/job_registry.h"
+#include "metrics/daemon_metrics.h"
+#include "metrics/stats.h"
 
 namespace {
 
@@ -35,7 +35,7 @@ void BM_RenderDaemonMetrics(benchmark::State& state) {
   const bool per_rank = state.range(0) != 0;
   d::DaemonStats stats;
   d::JobRegistry registry(std::make_shared<const d::DaemonConfig>(), stats);
-  d::StreamHello hello;
+  straggler::common::StreamHello hello;
   hello.job_id = "bench";
   hello.node = "bench";
   hello.world_size = kRanks;

@@ -25,7 +25,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "channel_security.h"
+#include "straggler/common/channel_security.h"
 #include "clamp_timeout.h"
 #include "client_options.h"
 #include "membership_tracker.h"

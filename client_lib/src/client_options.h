@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "channel_security.h"
+#include "straggler/common/channel_security.h"
 #include "straggler/client.h"
 
 namespace straggler::detail {

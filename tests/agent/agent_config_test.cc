@@ -15,7 +15,7 @@ namespace sa = straggler::agent;
 
 namespace {
 
-straggler::daemon::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+straggler::common::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
   return [vars](const char* name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;

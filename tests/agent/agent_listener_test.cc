@@ -1,6 +1,6 @@
 // straggler-agent's network listeners, in process on loopback:
 //  * The HTTP listener (/metrics, probes) closes slowloris clients under the
-//    same whole-request deadlines as stragglerd's (daemon/src/http_deadline.h),
+//    same whole-request deadlines as stragglerd's (straggler/common/http_deadline.h),
 //    so they cannot hold its workers.
 //  * listen_tcp_tls: the TCP listener speaks TLS (certificates the openssl
 //    command makes at test time): a client trusting the certificate

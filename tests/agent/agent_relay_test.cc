@@ -24,8 +24,8 @@
 
 #include "agent.h"
 #include "agent_config.h"
-#include "config.h"
-#include "server.h"
+#include "config/config.h"
+#include "server/server.h"
 #include "straggler/client.h"
 #include "straggler/straggler_c.h"
 #include "straggler/v1/straggler.grpc.pb.h"

@@ -1,8 +1,8 @@
-// The likely-cause rule (daemon/src/attribution.h) case by case: each
+// The likely-cause rule (daemon/src/registry/attribution.h) case by case: each
 // threshold on both sides of its boundary.
 #include <catch2/catch.hpp>
 
-#include "attribution.h"
+#include "registry/attribution.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;

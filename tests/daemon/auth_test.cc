@@ -5,9 +5,9 @@
 #include <optional>
 #include <string>
 
-#include "auth.h"
-#include "config.h"
-#include "stats.h"
+#include "auth/auth.h"
+#include "config/config.h"
+#include "metrics/stats.h"
 
 namespace sd = straggler::daemon;
 using sd::Access;

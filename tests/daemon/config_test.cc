@@ -9,8 +9,8 @@
 #include <unistd.h>
 #include <string>
 
-#include "auth.h"
-#include "config.h"
+#include "auth/auth.h"
+#include "config/config.h"
 
 namespace sd = straggler::daemon;
 using straggler::engine::PolicyKind;
@@ -18,7 +18,7 @@ using straggler::engine::RecoveryMode;
 
 namespace {
 
-sd::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+straggler::common::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
   return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;

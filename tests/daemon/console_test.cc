@@ -15,7 +15,7 @@
 
 #include "console/console.h"
 #include "daemon_test_util.h"
-#include "server.h"
+#include "server/server.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace sd = straggler::daemon;

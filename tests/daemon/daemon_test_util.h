@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
-#include "server.h"
+#include "config/config.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 

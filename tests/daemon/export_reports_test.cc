@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "daemon_test_util.h"
-#include "job_registry.h"
-#include "server.h"
+#include "registry/job_registry.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 

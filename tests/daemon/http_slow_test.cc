@@ -35,9 +35,9 @@
 #include <thread>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "daemon_test_util.h"
-#include "server.h"
+#include "server/server.h"
 #include "slow_client.h"
 #include "test_certificate.h"
 

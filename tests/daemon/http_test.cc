@@ -18,14 +18,14 @@
 #include <thread>
 #include <vector>
 
-#include "auth.h"
-#include "config.h"
+#include "auth/auth.h"
+#include "config/config.h"
 #include "daemon_test_util.h"
-#include "http_server.h"
-#include "job_registry.h"
-#include "server.h"
+#include "http/http_server.h"
+#include "registry/job_registry.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
-#include "stats.h"
+#include "metrics/stats.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace sd = straggler::daemon;

@@ -10,17 +10,17 @@
 #include <string>
 #include <variant>
 
-#include "rate_limit.h"
-#include "rest_route.h"
-#include "validate.h"
+#include "straggler/common/rate_limit.h"
+#include "api/rest_route.h"
+#include "straggler/common/validate.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
 
 namespace {
 
-sd::StreamHello GoodHello() {
-  sd::StreamHello h;
+straggler::common::StreamHello GoodHello() {
+  straggler::common::StreamHello h;
   h.job_id = "train.a-1_B";
   h.node = "node-a.example.com";
   h.client_version = "straggler 0.1.0";
@@ -34,56 +34,60 @@ std::string Message(const absl::Status& s) { return std::string(s.message()); }
 }  // namespace
 
 TEST_CASE("job ids: A-Z a-z 0-9 . _ -, 1 to 128 bytes; errors name the value and the byte") {
-  CHECK(sd::ValidateJobId("job_id", "train.a-1_B").ok());
-  CHECK(sd::ValidateJobId("job_id", std::string(128, 'x')).ok());
+  CHECK(straggler::common::ValidateJobId("job_id", "train.a-1_B").ok());
+  CHECK(straggler::common::ValidateJobId("job_id", std::string(128, 'x')).ok());
 
-  absl::Status s = sd::ValidateJobId("hello.job_id", "a b");
+  absl::Status s = straggler::common::ValidateJobId("hello.job_id", "a b");
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK(Message(s) == "hello.job_id 'a b' has ' ' at byte 1; allowed: A-Z a-z 0-9 . _ -, 1 to "
                       "128 bytes");
-  CHECK(Message(sd::ValidateJobId("job_id", "")) == "job_id must not be empty");
-  CHECK_THAT(Message(sd::ValidateJobId("job_id", std::string(129, 'x'))),
+  CHECK(Message(straggler::common::ValidateJobId("job_id", "")) == "job_id must not be empty");
+  CHECK_THAT(Message(straggler::common::ValidateJobId("job_id", std::string(129, 'x'))),
              Catch::Contains("is 129 bytes; at most 128") && Catch::Contains("'..."));
   // Control and non-ASCII bytes are shown escaped, never raw.
-  CHECK_THAT(Message(sd::ValidateJobId("job_id", std::string("a\nb\xff", 4))),
+  CHECK_THAT(Message(straggler::common::ValidateJobId("job_id", std::string("a\nb\xff", 4))),
              Catch::Contains("'a\\nb\\xff'") && Catch::Contains("'\\n' at byte 1"));
-  CHECK_THAT(Message(sd::ValidateJobId("job_id", "a/b")), Catch::Contains("'/' at byte 1"));
+  CHECK_THAT(Message(straggler::common::ValidateJobId("job_id", "a/b")),
+             Catch::Contains("'/' at byte 1"));
 }
 
 TEST_CASE("hello checks cover every field a stream's first batch sets") {
   const uint32_t max_ranks = 8;
-  CHECK(sd::ValidateHello(GoodHello(), max_ranks).ok());
+  CHECK(straggler::common::ValidateHello(GoodHello(), max_ranks).ok());
 
-  sd::StreamHello h = GoodHello();
+  straggler::common::StreamHello h = GoodHello();
   h.node = "node\x01";
-  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)),
+  CHECK_THAT(Message(straggler::common::ValidateHello(h, max_ranks)),
              Catch::Contains("hello.node 'node\\x01' has byte 0x01 at 4"));
   h = GoodHello();
   h.node = std::string(256, 'n');
-  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)),
+  CHECK_THAT(Message(straggler::common::ValidateHello(h, max_ranks)),
              Catch::Contains("hello.node") && Catch::Contains("256 bytes; at most 255"));
   h = GoodHello();
   h.client_version = "v\t1";
-  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)), Catch::Contains("hello.client_version"));
+  CHECK_THAT(Message(straggler::common::ValidateHello(h, max_ranks)),
+             Catch::Contains("hello.client_version"));
   h = GoodHello();
   h.world_size = 9;
-  CHECK(Message(sd::ValidateHello(h, max_ranks)) ==
+  CHECK(Message(straggler::common::ValidateHello(h, max_ranks)) ==
         "hello.world_size=9 exceeds limits.max_ranks_per_job=8");
   h = GoodHello();
   h.ranks = {4};
-  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)), Catch::Contains("hello rank 4 >= world_size=4"));
+  CHECK_THAT(Message(straggler::common::ValidateHello(h, max_ranks)),
+             Catch::Contains("hello rank 4 >= world_size=4"));
   h = GoodHello();
   h.job_id = "x y";
-  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)), Catch::StartsWith("hello.job_id 'x y'"));
+  CHECK_THAT(Message(straggler::common::ValidateHello(h, max_ranks)),
+             Catch::StartsWith("hello.job_id 'x y'"));
 }
 
 TEST_CASE("hello known_excluded: a reason the daemon publishes, a bounded clean detail") {
   namespace eng = straggler::engine;
   const uint32_t max_ranks = 8;
-  sd::StreamHello h = GoodHello();
+  straggler::common::StreamHello h = GoodHello();
   h.known_membership_version = 3;
   h.known_excluded = {{2, eng::ExclusionReason::kForced, "forced out by an operator", 10}};
-  CHECK(sd::ValidateHello(h, max_ranks).ok());
+  CHECK(straggler::common::ValidateHello(h, max_ranks).ok());
 
   // From the wire: FromProto keeps the value it does not know for the message.
   v1::StreamHello wire;
@@ -94,36 +98,36 @@ TEST_CASE("hello known_excluded: a reason the daemon publishes, a bounded clean 
   v1::ExcludedRank* x = wire.add_known_excluded();
   x->set_rank(2);
   x->set_reason(static_cast<v1::ExclusionReason>(99));
-  CHECK(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)) ==
+  CHECK(Message(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks)) ==
         "hello.known_excluded rank 2 reason=99 is not an exclusion reason; allowed: "
         "EXCLUSION_REASON_STRAGGLER, _UNRESPONSIVE, _FORCED, _PROBATION_END");
   x->set_reason(v1::EXCLUSION_REASON_UNSPECIFIED);
-  CHECK_THAT(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)),
+  CHECK_THAT(Message(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks)),
              Catch::StartsWith("hello.known_excluded rank 2 reason=0 "
                                "(EXCLUSION_REASON_UNSPECIFIED) is not an exclusion reason"));
   x->set_reason(v1::EXCLUSION_REASON_STRAGGLER);
   x->set_detail("slow\r\nINFO forged log line");
-  CHECK(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)) ==
+  CHECK(Message(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks)) ==
         "hello.known_excluded rank 2 detail 'slow\\r\\nINFO forged log line' has control "
         "character 0x0d at byte 4");
   x->set_detail(std::string(1025, 'd'));
-  CHECK_THAT(Message(sd::ValidateHello(sd::FromProto(wire), max_ranks)),
+  CHECK_THAT(Message(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks)),
              Catch::Contains("hello.known_excluded rank 2 detail 'ddd") &&
                  Catch::Contains("'... is 1025 bytes; at most 1024"));
   x->set_detail(std::string(1024, 'd'));
-  CHECK(sd::ValidateHello(sd::FromProto(wire), max_ranks).ok());
+  CHECK(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks).ok());
   // A hello built in code: its engine reason is checked.
   h.known_excluded[0].reason = eng::ExclusionReason::kNone;
-  CHECK_THAT(Message(sd::ValidateHello(h, max_ranks)),
+  CHECK_THAT(Message(straggler::common::ValidateHello(h, max_ranks)),
              Catch::Contains("rank 2 reason=0 (EXCLUSION_REASON_UNSPECIFIED)"));
 }
 
 TEST_CASE("override reasons: no control characters, at most 1024 bytes") {
-  CHECK(sd::ValidateReason("").ok());
-  CHECK(sd::ValidateReason("ECC errors on gpu3 (ticket #42) \xc3\xa9").ok());
-  CHECK_THAT(Message(sd::ValidateReason("a\nb")),
+  CHECK(straggler::common::ValidateReason("").ok());
+  CHECK(straggler::common::ValidateReason("ECC errors on gpu3 (ticket #42) \xc3\xa9").ok());
+  CHECK_THAT(Message(straggler::common::ValidateReason("a\nb")),
              Catch::Contains("control character 0x0a at byte 1"));
-  CHECK_THAT(Message(sd::ValidateReason(std::string(1025, 'r'))),
+  CHECK_THAT(Message(straggler::common::ValidateReason(std::string(1025, 'r'))),
              Catch::Contains("1025 bytes; at most 1024"));
 }
 
@@ -131,25 +135,25 @@ TEST_CASE("telemetry: a non-printable or overlong GPU uuid is refused") {
   v1::GpuTelemetry t;
   t.set_gpu_index(2);
   t.set_uuid("GPU-8f0c1d2e-0000-1111-2222-333344445555");
-  CHECK(sd::ValidateTelemetry(t).ok());
+  CHECK(straggler::common::ValidateTelemetry(t).ok());
   t.set_uuid(std::string(97, 'u'));
-  CHECK_THAT(Message(sd::ValidateTelemetry(t)),
+  CHECK_THAT(Message(straggler::common::ValidateTelemetry(t)),
              Catch::Contains("telemetry of gpu 2: uuid") && Catch::Contains("at most 96"));
   t.set_uuid("GPU-\x7f");
-  CHECK_THAT(Message(sd::ValidateTelemetry(t)), Catch::Contains("byte 0x7f"));
+  CHECK_THAT(Message(straggler::common::ValidateTelemetry(t)), Catch::Contains("byte 0x7f"));
 }
 
 TEST_CASE("report timestamps far outside engine time saturate instead of overflowing") {
   google::protobuf::Timestamp t;
   t.set_seconds(9'223'372'035);  // just inside the range the conversion computes
   t.set_nanos(2'000'000'000);    // not a valid Timestamp, but the wire allows it
-  CHECK(sd::FromProto(t) == straggler::engine::Time::max());
+  CHECK(straggler::common::FromProto(t) == straggler::engine::Time::max());
   t.set_seconds(-9'223'372'035);
   t.set_nanos(-2'000'000'000);
-  CHECK(sd::FromProto(t) == straggler::engine::Time::min());
+  CHECK(straggler::common::FromProto(t) == straggler::engine::Time::min());
   t.set_seconds(1);
   t.set_nanos(5);
-  CHECK(sd::FromProto(t) == straggler::engine::Time(1'000'000'005));
+  CHECK(straggler::common::FromProto(t) == straggler::engine::Time(1'000'000'005));
 }
 
 TEST_CASE("REST routing: route, method, percent-encoding") {
@@ -275,7 +279,7 @@ TEST_CASE("token bucket: starts full, refills at the rate, never above the burst
   using namespace std::chrono_literals;
   const auto t0 = std::chrono::steady_clock::time_point() + 1h;
   // Rates and times chosen so that every token count is exact in binary.
-  sd::TokenBucket bucket(8, 50, t0);
+  straggler::common::TokenBucket bucket(8, 50, t0);
   CHECK(bucket.Take(80, t0) == 50);  // the burst, not more
   CHECK(bucket.Take(1, t0) == 0);
   CHECK(bucket.Take(100, t0 + 2s) == 16);  // 2 s at 8/s
@@ -284,14 +288,14 @@ TEST_CASE("token bucket: starts full, refills at the rate, never above the burst
   CHECK(bucket.Take(3, t0 + 1h + 187500us) == 1);  // 1.5 tokens: whole ones only
   CHECK(bucket.Take(2, t0 + 1h + 250000us) == 1);  // the half left plus 0.5 more
 
-  sd::TokenBucket unlimited(0, 1, t0);  // rate 0: no limit
+  straggler::common::TokenBucket unlimited(0, 1, t0);  // rate 0: no limit
   CHECK(unlimited.Take(1'000'000, t0) == 1'000'000);
 }
 
 TEST_CASE("log budget: the first N per interval are logged, the rest summed up once it ends") {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0{};
-  sd::LogBudget budget(3, std::chrono::seconds(10));
+  straggler::common::LogBudget budget(3, std::chrono::seconds(10));
   int logged = 0;
   for (int i = 0; i < 10000; ++i) logged += budget.Take(t0 + std::chrono::milliseconds(i)) ? 1 : 0;
   CHECK(logged == 3);

@@ -32,14 +32,14 @@
 #include <utility>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "daemon_test_util.h"
-#include "server.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 #include "slow_client.h"
 #include "test_certificate.h"
-#include "tls.h"
+#include "straggler/common/tls.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
@@ -480,15 +480,15 @@ TEST_CASE("an expired certificate starts with a warning and its expiry in /metri
   std::ifstream in(cert.cert);
   std::stringstream pem;
   pem << in.rdbuf();
-  auto validity = sd::LeafValidity(pem.str());
+  auto validity = straggler::common::LeafValidity(pem.str());
   REQUIRE(validity.ok());
   CHECK(validity->not_after == not_after);
-  CHECK_THAT(sd::ValidityWarning(*validity, not_after + 10, "tls.cert_file=x"),
+  CHECK_THAT(straggler::common::ValidityWarning(*validity, not_after + 10, "tls.cert_file=x"),
              Catch::StartsWith("tls.cert_file=x expired at ") &&
                  Catch::Contains(": clients that verify it refuse every connection"));
-  CHECK_THAT(sd::ValidityWarning(*validity, validity->not_before - 10, "c"),
+  CHECK_THAT(straggler::common::ValidityWarning(*validity, validity->not_before - 10, "c"),
              Catch::StartsWith("c is not valid before "));
-  CHECK(sd::ValidityWarning(*validity, not_after - 10, "c").empty());
+  CHECK(straggler::common::ValidityWarning(*validity, not_after - 10, "c").empty());
 
   sd::DaemonConfig config;
   config.tls.cert_file = cert.cert;

@@ -3,11 +3,11 @@
 // at the kept history), progress by rank (higher iteration), counts summed.
 #include <catch2/catch.hpp>
 
-#include "convert.h"
+#include "straggler/common/directive.h"
 #include "straggler/engine/job_engine.h"
 
 namespace v1 = straggler::v1;
-using straggler::daemon::MergeDirective;
+using straggler::common::MergeDirective;
 
 namespace {
 v1::Directive With(std::initializer_list<uint64_t> versions,

@@ -13,79 +13,82 @@
 #include <random>
 #include <string>
 
-#include "api.h"
-#include "config.h"
-#include "job_registry.h"
-#include "metrics.h"
-#include "stats.h"
+#include "api/api.h"
+#include "config/config.h"
+#include "registry/job_registry.h"
+#include "metrics/daemon_metrics.h"
+#include "metrics/stats.h"
 
 namespace sd = straggler::daemon;
 
 TEST_CASE("values: exact integers without exponent, specials, shortest round trip") {
-  CHECK(sd::FormatValue(0) == "0");
-  CHECK(sd::FormatValue(-0.0) == "0");
-  CHECK(sd::FormatValue(1) == "1");
-  CHECK(sd::FormatValue(-3) == "-3");
-  CHECK(sd::FormatValue(1e6) == "1000000");
-  CHECK(sd::FormatValue(9007199254740993.0) == "9007199254740992");  // 2^53 + 1 rounds to 2^53
-  CHECK(sd::FormatValue(18446744073709551615.0) == "18446744073709552000");  // >= 2^63
-  CHECK(sd::FormatValue(1e22) == "1e+22");
-  CHECK(sd::FormatValue(0.1) == "0.1");
-  CHECK(sd::FormatValue(1.5) == "1.5");
-  CHECK(sd::FormatValue(-0.25) == "-0.25");
-  CHECK(sd::FormatValue(0.1 + 0.2) == "0.30000000000000004");
-  CHECK(sd::FormatValue(123456.789) == "123456.789");
-  CHECK(sd::FormatValue(0.0001) == "0.0001");
-  CHECK(sd::FormatValue(0.00025) == "0.00025");
-  CHECK(sd::FormatValue(1e-5) == "1e-05");
-  CHECK(sd::FormatValue(2.5e-5) == "2.5e-05");
-  CHECK(sd::FormatValue(-1.25e-7) == "-1.25e-07");
-  CHECK(sd::FormatValue(5e-324) == "5e-324");
-  CHECK(sd::FormatValue(std::numeric_limits<double>::max()) == "1.7976931348623157e+308");
-  CHECK(sd::FormatValue(std::numeric_limits<double>::infinity()) == "+Inf");
-  CHECK(sd::FormatValue(-std::numeric_limits<double>::infinity()) == "-Inf");
-  CHECK(sd::FormatValue(std::nan("")) == "NaN");
+  CHECK(straggler::common::FormatValue(0) == "0");
+  CHECK(straggler::common::FormatValue(-0.0) == "0");
+  CHECK(straggler::common::FormatValue(1) == "1");
+  CHECK(straggler::common::FormatValue(-3) == "-3");
+  CHECK(straggler::common::FormatValue(1e6) == "1000000");
+  CHECK(straggler::common::FormatValue(9007199254740993.0) ==
+        "9007199254740992");  // 2^53 + 1 rounds to 2^53
+  CHECK(straggler::common::FormatValue(18446744073709551615.0) ==
+        "18446744073709552000");  // >= 2^63
+  CHECK(straggler::common::FormatValue(1e22) == "1e+22");
+  CHECK(straggler::common::FormatValue(0.1) == "0.1");
+  CHECK(straggler::common::FormatValue(1.5) == "1.5");
+  CHECK(straggler::common::FormatValue(-0.25) == "-0.25");
+  CHECK(straggler::common::FormatValue(0.1 + 0.2) == "0.30000000000000004");
+  CHECK(straggler::common::FormatValue(123456.789) == "123456.789");
+  CHECK(straggler::common::FormatValue(0.0001) == "0.0001");
+  CHECK(straggler::common::FormatValue(0.00025) == "0.00025");
+  CHECK(straggler::common::FormatValue(1e-5) == "1e-05");
+  CHECK(straggler::common::FormatValue(2.5e-5) == "2.5e-05");
+  CHECK(straggler::common::FormatValue(-1.25e-7) == "-1.25e-07");
+  CHECK(straggler::common::FormatValue(5e-324) == "5e-324");
+  CHECK(straggler::common::FormatValue(std::numeric_limits<double>::max()) ==
+        "1.7976931348623157e+308");
+  CHECK(straggler::common::FormatValue(std::numeric_limits<double>::infinity()) == "+Inf");
+  CHECK(straggler::common::FormatValue(-std::numeric_limits<double>::infinity()) == "-Inf");
+  CHECK(straggler::common::FormatValue(std::nan("")) == "NaN");
 
   // Every text reads back as the same double.
   std::mt19937_64 rng(42);
   std::uniform_real_distribution<double> exponent(-30, 30);
   for (int i = 0; i < 10000; ++i) {
     const double v = std::pow(10.0, exponent(rng)) * (i % 2 ? 1 : -1);
-    const std::string text = sd::FormatValue(v);
+    const std::string text = straggler::common::FormatValue(v);
     INFO(text);
     CHECK(std::strtod(text.c_str(), nullptr) == v);
   }
 }
 
 TEST_CASE("HELP and label values are escaped") {
-  CHECK(sd::EscapeHelp("a\\b\nc \"q\"") == "a\\\\b\\nc \"q\"");
-  CHECK(sd::EscapeLabelValue("a\\b\nc \"q\"") == "a\\\\b\\nc \\\"q\\\"");
-  CHECK(sd::EscapeLabelValue("plain-job_1.x") == "plain-job_1.x");
-  CHECK(sd::EscapeLabelValue("") == "");
+  CHECK(straggler::common::EscapeHelp("a\\b\nc \"q\"") == "a\\\\b\\nc \"q\"");
+  CHECK(straggler::common::EscapeLabelValue("a\\b\nc \"q\"") == "a\\\\b\\nc \\\"q\\\"");
+  CHECK(straggler::common::EscapeLabelValue("plain-job_1.x") == "plain-job_1.x");
+  CHECK(straggler::common::EscapeLabelValue("") == "");
 }
 
 TEST_CASE("metric and label names are validated") {
-  CHECK(sd::IsValidMetricName("straggler_jobs"));
-  CHECK(sd::IsValidMetricName("a:b_c9"));
-  CHECK(sd::IsValidMetricName("_x"));
-  CHECK_FALSE(sd::IsValidMetricName(""));
-  CHECK_FALSE(sd::IsValidMetricName("9x"));
-  CHECK_FALSE(sd::IsValidMetricName("a-b"));
-  CHECK(sd::IsValidLabelName("job"));
-  CHECK(sd::IsValidLabelName("_rank2"));
-  CHECK_FALSE(sd::IsValidLabelName(""));
-  CHECK_FALSE(sd::IsValidLabelName("__name__"));
-  CHECK_FALSE(sd::IsValidLabelName("a:b"));
-  CHECK_FALSE(sd::IsValidLabelName("2a"));
+  CHECK(straggler::common::IsValidMetricName("straggler_jobs"));
+  CHECK(straggler::common::IsValidMetricName("a:b_c9"));
+  CHECK(straggler::common::IsValidMetricName("_x"));
+  CHECK_FALSE(straggler::common::IsValidMetricName(""));
+  CHECK_FALSE(straggler::common::IsValidMetricName("9x"));
+  CHECK_FALSE(straggler::common::IsValidMetricName("a-b"));
+  CHECK(straggler::common::IsValidLabelName("job"));
+  CHECK(straggler::common::IsValidLabelName("_rank2"));
+  CHECK_FALSE(straggler::common::IsValidLabelName(""));
+  CHECK_FALSE(straggler::common::IsValidLabelName("__name__"));
+  CHECK_FALSE(straggler::common::IsValidLabelName("a:b"));
+  CHECK_FALSE(straggler::common::IsValidLabelName("2a"));
 
-  sd::Exposition out;
-  out.Family("bad-name", sd::MetricType::kGauge, "x");
+  straggler::common::Exposition out;
+  out.Family("bad-name", straggler::common::MetricType::kGauge, "x");
   out.Sample({}, 1);  // dropped with its family
   CHECK(out.text().empty());
   CHECK_FALSE(out.status().ok());
 
-  sd::Exposition labels;
-  labels.Family("ok_gauge", sd::MetricType::kGauge, "x");
+  straggler::common::Exposition labels;
+  labels.Family("ok_gauge", straggler::common::MetricType::kGauge, "x");
   labels.Sample({{"bad label", "v"}}, 1);
   labels.Sample({{"job", "a"}, {"job", "b"}}, 1);
   CHECK(labels.text() == "# HELP ok_gauge x\n# TYPE ok_gauge gauge\n");
@@ -93,34 +96,34 @@ TEST_CASE("metric and label names are validated") {
 }
 
 TEST_CASE("a family is written once; samples belong to an open family of the right type") {
-  sd::Exposition out;
+  straggler::common::Exposition out;
   out.Sample({}, 1);
   CHECK_FALSE(out.status().ok());
 
-  sd::Exposition twice;
-  twice.Family("x_total", sd::MetricType::kCounter, "x");
+  straggler::common::Exposition twice;
+  twice.Family("x_total", straggler::common::MetricType::kCounter, "x");
   twice.Sample({}, 1);
-  twice.Family("x_total", sd::MetricType::kCounter, "x");
+  twice.Family("x_total", straggler::common::MetricType::kCounter, "x");
   twice.Sample({}, 2);
   CHECK(twice.text() == "# HELP x_total x\n# TYPE x_total counter\nx_total 1\n");
   CHECK_THAT(std::string(twice.status().message()), Catch::Contains("written twice"));
 
-  sd::Exposition kinds;
-  kinds.Family("h", sd::MetricType::kHistogram, "x");
+  straggler::common::Exposition kinds;
+  kinds.Family("h", straggler::common::MetricType::kHistogram, "x");
   kinds.Sample({}, 1);
   CHECK_FALSE(kinds.status().ok());
-  sd::Exposition le;
-  le.Family("h", sd::MetricType::kHistogram, "x");
-  sd::Histogram h{1.0};
+  straggler::common::Exposition le;
+  le.Family("h", straggler::common::MetricType::kHistogram, "x");
+  straggler::common::Histogram h{1.0};
   le.Histogram({{"le", "1"}}, h.Snapshot());
   CHECK_FALSE(le.status().ok());
 }
 
 TEST_CASE("histogram buckets are inclusive, cumulative and end in +Inf") {
-  sd::Histogram h{1, 2.5, 10};
+  straggler::common::Histogram h{1, 2.5, 10};
   for (double v : {0.5, 1.0, 1.0001, 2.5, 3.0, 10.0, 11.0, 1e300}) h.Observe(v);
   h.Observe(std::nan(""));  // ignored
-  const sd::HistogramSnapshot s = h.Snapshot();
+  const straggler::common::HistogramSnapshot s = h.Snapshot();
   REQUIRE(s.counts.size() == 4);
   CHECK(s.counts[0] == 2);  // 0.5, 1.0 (le is inclusive)
   CHECK(s.counts[1] == 2);  // 1.0001, 2.5
@@ -128,9 +131,9 @@ TEST_CASE("histogram buckets are inclusive, cumulative and end in +Inf") {
   CHECK(s.counts[3] == 2);  // 11, 1e300
   CHECK(s.count() == 8);
 
-  sd::Exposition out;
-  out.Family("lat_seconds", sd::MetricType::kHistogram, "Latency.");
-  sd::Histogram small{0.25, 1};
+  straggler::common::Exposition out;
+  out.Family("lat_seconds", straggler::common::MetricType::kHistogram, "Latency.");
+  straggler::common::Histogram small{0.25, 1};
   small.Observe(0.25);
   small.Observe(0.5);
   small.Observe(4);
@@ -147,24 +150,25 @@ TEST_CASE("histogram buckets are inclusive, cumulative and end in +Inf") {
 }
 
 TEST_CASE("a small exposition, byte for byte") {
-  sd::Exposition out;
-  out.Family("straggler_build_info", sd::MetricType::kGauge, "Always 1.");
+  straggler::common::Exposition out;
+  out.Family("straggler_build_info", straggler::common::MetricType::kGauge, "Always 1.");
   out.Sample({{"version", "0.1.0"}}, 1);
-  out.Family("straggler_reports_rejected_total", sd::MetricType::kCounter,
+  out.Family("straggler_reports_rejected_total", straggler::common::MetricType::kCounter,
              "Reports refused,\nby reason \\ kind.");
   out.Sample({{"reason", "stale"}}, 3);
   out.Sample({{"reason", "invalid_value"}}, 0);
-  out.Family("straggler_rank_compute_seconds", sd::MetricType::kGauge, "Last compute time.");
+  out.Family("straggler_rank_compute_seconds", straggler::common::MetricType::kGauge,
+             "Last compute time.");
   out.Sample({{"job", "we\"ird\\job\nx"}, {"rank", "0"}, {"node", ""}}, 0.125);
   out.Sample({{"job", "b"}, {"rank", "1"}, {"node", "n1"}},
              std::numeric_limits<double>::quiet_NaN());
-  out.Family("straggler_ingest_batch_duration_seconds", sd::MetricType::kHistogram,
+  out.Family("straggler_ingest_batch_duration_seconds", straggler::common::MetricType::kHistogram,
              "Batch time.");
-  sd::Histogram h{1e-5, 1e-4};
+  straggler::common::Histogram h{1e-5, 1e-4};
   h.Observe(5e-6);
   h.Observe(5e-5);
   out.Histogram({}, h.Snapshot());
-  out.Family("process_start_time_seconds", sd::MetricType::kGauge, "Start.");
+  out.Family("process_start_time_seconds", straggler::common::MetricType::kGauge, "Start.");
   out.Sample({}, 1700000000.5);
   REQUIRE(out.status().ok());
   CHECK(out.Take() ==
@@ -192,7 +196,7 @@ TEST_CASE("a small exposition, byte for byte") {
 }
 
 TEST_CASE("process metrics are read from /proc") {
-  const sd::ProcessStats p = sd::ReadProcessStats();
+  const straggler::common::ProcessStats p = straggler::common::ReadProcessStats();
   REQUIRE(p.cpu_seconds);
   REQUIRE(p.resident_memory_bytes);
   REQUIRE(p.virtual_memory_bytes);
@@ -202,8 +206,8 @@ TEST_CASE("process metrics are read from /proc") {
   CHECK(*p.virtual_memory_bytes >= *p.resident_memory_bytes);
   CHECK(*p.open_fds >= 3);
   CHECK(*p.start_time_seconds > 1.6e9);  // after 2020
-  sd::Exposition out;
-  sd::WriteProcessMetrics(p, out);
+  straggler::common::Exposition out;
+  straggler::common::WriteProcessMetrics(p, out);
   CHECK(out.status().ok());
   CHECK_THAT(out.text(), Catch::Contains("# TYPE process_cpu_seconds_total counter\n"));
   CHECK_THAT(out.text(), Catch::Contains("# TYPE process_open_fds gauge\n"));
@@ -222,7 +226,7 @@ class NullSubscriber final : public sd::JobSubscriber {
 TEST_CASE("the daemon collector: per-rank series up to per_rank_max_ranks, one-hot state") {
   sd::DaemonStats stats;
   sd::JobRegistry registry(std::make_shared<const sd::DaemonConfig>(), stats);
-  sd::StreamHello hello;
+  straggler::common::StreamHello hello;
   hello.job_id = "small";
   hello.node = "n0";
   hello.world_size = 2;
@@ -275,7 +279,7 @@ TEST_CASE("the daemon collector: per-rank series up to per_rank_max_ranks, one-h
 TEST_CASE("the daemon collector: the job's step time is its slowest active rank's step") {
   sd::DaemonStats stats;
   sd::JobRegistry registry(std::make_shared<const sd::DaemonConfig>(), stats);
-  sd::StreamHello hello;
+  straggler::common::StreamHello hello;
   hello.job_id = "steps";
   hello.node = "n0";
   hello.world_size = 2;

@@ -13,10 +13,10 @@
 #include <string>
 #include <thread>
 
-#include "config.h"
+#include "config/config.h"
 #include "daemon_test_util.h"
-#include "rendezvous_store.h"
-#include "server.h"
+#include "rendezvous/rendezvous_store.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 

@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "config.h"
+#include "config/config.h"
 #include "daemon_test_util.h"
-#include "job_registry.h"
-#include "server.h"
+#include "registry/job_registry.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
@@ -570,8 +570,8 @@ class RecordingSubscriber final : public sd::JobSubscriber {
   std::atomic<bool> closed{false};
 };
 
-sd::StreamHello RegistryHello(const std::string& job) {
-  sd::StreamHello h;
+straggler::common::StreamHello RegistryHello(const std::string& job) {
+  straggler::common::StreamHello h;
   h.job_id = job;
   h.node = "n";
   h.ranks = {0};

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "store.h"
+#include "persist/store.h"
 
 namespace sd = straggler::daemon;
 namespace eng = straggler::engine;

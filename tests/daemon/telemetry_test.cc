@@ -16,9 +16,9 @@
 #include <string>
 #include <unistd.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "daemon_test_util.h"
-#include "server.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 

@@ -19,11 +19,11 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 
-#include "config.h"
-#include "server.h"
+#include "config/config.h"
+#include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "test_certificate.h"
-#include "tls.h"
+#include "straggler/common/tls.h"
 
 namespace sd = straggler::daemon;
 using straggler::testing::TestCertificate;
@@ -116,13 +116,13 @@ TEST_CASE("SslContextSource keeps the last good context while the files do not l
   TestCertificate a, b, live;
   ReplaceFile(live.cert, a.Pem());
   ReplaceFile(live.key, TestCertificate::Read(a.key));
-  sd::TlsConfig config;
+  straggler::common::TlsConfig config;
   config.cert_file = live.cert;
   config.key_file = live.key;
   config.reload_seconds = 1;
-  auto tls = sd::LoadServerTls(config);
+  auto tls = straggler::common::LoadServerTls(config);
   REQUIRE(tls.ok());
-  auto source = sd::SslContextSource::Create(*tls);
+  auto source = straggler::common::SslContextSource::Create(*tls);
   REQUIRE(source.ok());
   const std::shared_ptr<SSL_CTX> first = (*source)->Current();
   REQUIRE(first);

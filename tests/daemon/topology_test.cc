@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "daemon_test_util.h"
-#include "rank_topology.h"
+#include "ingest/rank_topology.h"
 
 namespace straggler::daemon {
 namespace {

@@ -17,8 +17,8 @@
 #include <thread>
 #include <unistd.h>
 
-#include "config.h"
-#include "server.h"
+#include "config/config.h"
+#include "server/server.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "straggler/nvml/nvml_sampler.h"

@@ -77,7 +77,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "channel_security.h"
+#include "straggler/common/channel_security.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace {

@@ -44,7 +44,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "channel_security.h"
+#include "straggler/common/channel_security.h"
 #include "collective.h"
 #include "options.h"
 #include "straggler/client.h"

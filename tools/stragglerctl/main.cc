@@ -42,7 +42,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "channel_security.h"
+#include "straggler/common/channel_security.h"
 #include "policy_flags.h"
 #include "render.h"
 #include "top.h"

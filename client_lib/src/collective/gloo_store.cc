@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "channel_security.h"
+#include "straggler/common/channel_security.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler {

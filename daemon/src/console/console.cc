@@ -4,7 +4,6 @@
 
 #include <string>
 
-#include "console/console_assets.h"
 
 namespace straggler::daemon {
 namespace {

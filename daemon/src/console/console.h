@@ -15,18 +15,15 @@
 
 #include <string_view>
 
+#include "console/console_assets.h"
+
 namespace httplib {
 struct Response;
 }  // namespace httplib
 
 namespace straggler::daemon {
 
-// One built-in file of the console.
-struct ConsoleAsset {
-  std::string_view path;          // "/", "/console/console.js", ...
-  std::string_view content_type;  // with charset
-  std::string_view body;
-};
+// ConsoleAsset (one built-in file): console_assets.h.
 
 // The asset served at `path` (the request path, no query), or nullptr.
 const ConsoleAsset* FindConsoleAsset(std::string_view path);

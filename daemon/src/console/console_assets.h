@@ -3,10 +3,16 @@
 #pragma once
 
 #include <span>
-
-#include "console/console.h"
+#include <string_view>
 
 namespace straggler::daemon {
+
+// One built-in file of the console.
+struct ConsoleAsset {
+  std::string_view path;          // "/", "/console/console.js", ...
+  std::string_view content_type;  // with charset
+  std::string_view body;
+};
 
 std::span<const ConsoleAsset> ConsoleAssets();
 

@@ -1,5 +1,5 @@
 // Rules of the wire contract (straggler.proto) that protobuf cannot express,
-// shared by the daemon's input validation (daemon/src/validate.cc) and the
+// shared by the daemon's input validation (common/src/validate.cc) and the
 // client library's early checks (ClientOptions::Validate), so that a value
 // the client accepts is one the daemon accepts: a trainer with a bad job id
 // fails at Client::Create, naming the value, instead of on every reconnect.

@@ -1,0 +1,453 @@
+// UpstreamJob: see upstream_job.h. The upstream thread (Run) and the
+// directive relay (HandleDirective) are the second half of agent.h's
+// semantics: replay in order, version history, progress to the owning link.
+#include "upstream_job.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "straggler/common/directive.h"
+#include "straggler/nvml/telemetry_proto.h"
+
+#ifndef STRAGGLERD_VERSION
+#define STRAGGLERD_VERSION "unknown"
+#endif
+
+namespace straggler::agent {
+namespace {
+
+constexpr size_t kMembershipHistory = 32;  // as the daemon keeps
+// How long a job's upstream stream stays open once no trainer stream is left
+// and the daemon acknowledged everything: then it ends, so that the daemon
+// sees the run's stream go (its ranks detach: a killed one turns
+// unresponsive, a new run of the job id is admitted; docs/runs.md).
+constexpr auto kUpstreamIdleGrace = std::chrono::seconds(2);
+
+}  // namespace
+
+UpstreamJob::UpstreamJob(std::string job_id, std::string run_id, uint32_t world_size,
+                         uint64_t iterations_per_epoch, std::shared_ptr<grpc::Channel> channel,
+                         std::string node, LiveConfig live, AgentStats& stats,
+                         const BatchDecorator* decorator)
+    : id_(std::move(job_id)),
+      run_id_(std::move(run_id)),
+      world_size_(world_size),
+      iterations_per_epoch_(iterations_per_epoch),
+      stub_(v1::IngestService::NewStub(channel)),
+      node_(std::move(node)),
+      live_(live),
+      stats_(stats),
+      decorator_(decorator),
+      buffer_(live.buffer_max_reports),
+      rng_(std::random_device{}()) {}
+
+void UpstreamJob::Snapshot::Add(const Snapshot& o) {
+  buffered += o.buffered;
+  dropped += o.dropped;
+  connected = connected || o.connected;
+  connects += o.connects;
+  downstreams += o.downstreams;
+  for (const auto& [r, it] : o.acked) acked[r] = std::max(acked[r], it);
+  for (const auto& [r, n] : o.acked_count) acked_count[r] += n;
+  for (const auto& [r, n] : o.received) received[r] += n;
+}
+
+absl::Status UpstreamJob::Attach(const v1::StreamHello& hello,
+                                 const std::shared_ptr<DownLink>& link) {
+  std::lock_guard lock(mu_);
+  if (hello.world_size() != world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size=", hello.world_size(),
+                                                   " differs from job '", id_,
+                                                   "' world_size=", world_size_));
+  }
+  // Ranks < world_size: checked by common::ValidateHello in JobTable::Find.
+  std::vector<uint32_t> ranks(hello.ranks().begin(), hello.ranks().end());
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  link->ranks = ranks;
+  bool changed = false;
+  for (uint32_t r : ranks) changed |= ranks_.insert(r).second;
+  if (hello.iterations_per_epoch() > 0) iterations_per_epoch_ = hello.iterations_per_epoch();
+  for (const nvml::RankDevice& d : nvml::DevicesOf(hello)) {
+    if (!std::binary_search(ranks.begin(), ranks.end(), d.rank)) continue;
+    auto [it, fresh] = devices_.try_emplace(d.rank, d);
+    if (!fresh && it->second.incarnation != d.incarnation) {
+      spdlog::info("job={} run='{}' rank {}: new trainer process (incarnation {:x} -> {:x})",
+                   id_, run_id_, d.rank, it->second.incarnation, d.incarnation);
+      changed = true;
+    }
+    changed |= fresh && d.incarnation != 0;
+    it->second = d;
+  }
+  ++devices_version_;
+  if (changed) {
+    buffer_.PushHello(HelloPartLocked(), Clock::now());
+    flush_ = true;
+  }
+  if (hello.known_membership_version() > known_.version) {
+    known_ = {hello.known_membership_version(), hello.known_effective_iteration(),
+              hello.known_incarnation(),
+              {hello.known_excluded().begin(), hello.known_excluded().end()}};
+  }
+  if (hello.has_reported_iteration()) NoteReportedLocked(hello.reported_iteration());
+  links_.push_back(link);
+  v1::Directive first;
+  for (uint32_t r : ranks) {
+    if (auto it = progress_.find(r); it != progress_.end()) {
+      v1::RankProgress* p = first.add_progress();
+      p->set_rank(r);
+      p->set_iteration(it->second);
+    }
+  }
+  AddUnsentVersionsLocked(*link, first);
+  // Until the daemon answers, the client should not count on progress.
+  first.set_upstream_unavailable(!connected_);
+  link->Offer(std::move(first));
+  idle_since_.reset();
+  if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void UpstreamJob::Detach(const DownLink* link) {
+  std::lock_guard lock(mu_);
+  links_.erase(std::remove_if(links_.begin(), links_.end(),
+                              [&](const auto& l) { return l.get() == link; }),
+               links_.end());
+  cv_.notify_all();  // the last one gone starts the upstream stream's grace
+}
+
+v1::Directive UpstreamJob::Take(const std::shared_ptr<DownLink>& link,
+                                const v1::ReportBatch& batch) {
+  v1::Directive ack;
+  ack.set_acked_sequence(batch.sequence());
+  uint32_t accepted = 0, rejected = 0;
+  const auto now = Clock::now();
+  std::lock_guard lock(mu_);
+  for (const v1::IterationReport& r : batch.reports()) {
+    if (!link->Owns(r.rank())) {
+      // Checked here so that the daemon's answers about a rank always have
+      // exactly one downstream stream to go to.
+      ++rejected;
+      stats_.reports_rejected_local.fetch_add(1, std::memory_order_relaxed);
+      if (ack.rejections_size() < common::kMaxDirectiveRejections) {
+        v1::ReportRejection* rej = ack.add_rejections();
+        rej->set_rank(r.rank());
+        rej->set_iteration(r.iteration());
+        rej->set_reason("rank_not_in_stream");
+        rej->set_message(absl::StrCat("rank ", r.rank(), " is not among the ",
+                                      link->ranks.size(),
+                                      " ranks named in this stream's hello"));
+      }
+      continue;
+    }
+    ++accepted;
+    ++received_[r.rank()];
+    NoteReportedLocked(r.iteration());
+    dropped_ += buffer_.Push(r, now);
+  }
+  // The trainer closed cleanly after these reports: the marker follows
+  // them through the buffer (and any replay) to the daemon.
+  bool finished = false;
+  for (uint32_t rank : batch.finished_ranks()) {
+    if (!link->Owns(rank)) continue;
+    buffer_.PushFinished(rank, now);
+    finished = flush_ = true;
+  }
+  stats_.reports_received.fetch_add(accepted, std::memory_order_relaxed);
+  link->last_acked_sequence = std::max(link->last_acked_sequence, batch.sequence());
+  ack.set_accepted(accepted);
+  ack.set_rejected(rejected);
+  if (accepted > 0 || finished) cv_.notify_all();
+  return ack;
+}
+
+bool UpstreamJob::RetireIfIdle(Clock::time_point now, std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mu_);
+  if (stopping_) return false;
+  if (!links_.empty() || buffer_.size() > 0) {
+    idle_since_.reset();
+    return false;
+  }
+  if (!idle_since_) idle_since_ = now;
+  if (now - *idle_since_ < timeout) return false;
+  stopping_ = true;
+  deadline_ = now;
+  cv_.notify_all();
+  return true;
+}
+
+void UpstreamJob::SetLive(LiveConfig live) {
+  std::lock_guard lock(mu_);
+  live_ = live;
+  dropped_ += buffer_.SetCapacity(live.buffer_max_reports);
+  cv_.notify_all();
+}
+
+void UpstreamJob::Stop(Clock::time_point deadline) {
+  std::lock_guard lock(mu_);
+  stopping_ = true;
+  deadline_ = deadline;
+  cv_.notify_all();
+}
+
+UpstreamJob::Snapshot UpstreamJob::Snap() const {
+  std::lock_guard lock(mu_);
+  return {buffer_.reports(), dropped_,  connected_, connects_,
+          links_.size(),  acked_,       acked_count_, received_};
+}
+
+void UpstreamJob::NoteReportedLocked(uint64_t iteration) {
+  if (!reported_ || *reported_ < iteration) reported_ = iteration;
+}
+
+void UpstreamJob::AddUnsentVersionsLocked(DownLink& link, v1::Directive& d) {
+  for (const auto& [version, m] : history_) {
+    if (link.sent_versions.insert(version).second) *d.add_memberships() = m;
+  }
+  // Forget versions the history no longer holds: bounded per link.
+  if (!history_.empty()) {
+    link.sent_versions.erase(link.sent_versions.begin(),
+                             link.sent_versions.lower_bound(history_.begin()->first));
+  }
+}
+
+v1::StreamHello UpstreamJob::HelloPartLocked() const {
+  v1::StreamHello h;
+  for (uint32_t r : ranks_) h.add_ranks(r);
+  for (const auto& [rank, d] : devices_) nvml::ToProto(d, h.add_devices());
+  return h;
+}
+
+void UpstreamJob::FillHelloLocked(v1::ReportBatch& b) {
+  v1::StreamHello* h = b.mutable_hello();
+  h->set_job_id(id_);
+  h->set_run_id(run_id_);
+  h->set_node(node_);
+  h->set_world_size(world_size_);
+  h->set_iterations_per_epoch(iterations_per_epoch_);
+  h->set_client_version(absl::StrCat("straggler-agent/", STRAGGLERD_VERSION));
+  // The newest version held here or by any client: after a daemon restart
+  // the new daemon publishes a version above it (docs/membership.md#the-switch-rule).
+  Known k = known_;
+  if (!history_.empty() && history_.rbegin()->first > k.version) {
+    const v1::Membership& m = history_.rbegin()->second;
+    k = {m.version(), m.effective_iteration(), m.incarnation(),
+         {m.excluded().begin(), m.excluded().end()}};
+  }
+  if (k.version > 0) {
+    h->set_known_membership_version(k.version);
+    h->set_known_effective_iteration(k.effective_iteration);
+    h->set_known_incarnation(k.incarnation);
+    for (v1::ExcludedRank& e : k.excluded) *h->add_known_excluded() = std::move(e);
+  }
+  if (reported_) h->set_reported_iteration(*reported_);
+  hello_pending_ = false;
+}
+
+void UpstreamJob::HandleDirective(const v1::Directive& d) {
+  std::lock_guard lock(mu_);
+  const bool became_connected = !connected_;
+  if (!connected_) {
+    connected_ = true;
+    refused_logged_ = false;
+    backoff_ = live_.reconnect_initial;
+    spdlog::info("job={} run='{}' upstream connected ({} reports buffered)", id_, run_id_,
+                 buffer_.reports());
+  }
+  for (const v1::Membership& m : d.memberships()) history_[m.version()] = m;
+  while (history_.size() > kMembershipHistory) history_.erase(history_.begin());
+  for (const v1::RankProgress& p : d.progress()) {
+    uint64_t& it = progress_[p.rank()];
+    it = std::max(it, p.iteration());
+  }
+  const size_t acked = buffer_.Ack(d.acked_sequence(), [&](const v1::IterationReport& r) {
+    auto [it, fresh] = acked_.emplace(r.rank(), r.iteration());
+    if (!fresh) it->second = std::max(it->second, r.iteration());
+    ++acked_count_[r.rank()];
+  });
+  stats_.reports_forwarded.fetch_add(acked, std::memory_order_relaxed);
+  if (d.rejected() > 0) {
+    spdlog::debug("job={} daemon rejected {} reports", id_, d.rejected());
+  }
+  for (const auto& link : links_) {
+    v1::Directive out;
+    AddUnsentVersionsLocked(*link, out);
+    for (const v1::RankProgress& p : d.progress()) {
+      if (link->Owns(p.rank())) *out.add_progress() = p;
+    }
+    uint32_t rejected = 0;
+    for (const v1::ReportRejection& r : d.rejections()) {
+      if (link->Owns(r.rank())) {
+        *out.add_rejections() = r;
+        ++rejected;
+      }
+    }
+    if (out.memberships_size() == 0 && out.progress_size() == 0 && rejected == 0 &&
+        !became_connected) {
+      continue;
+    }
+    if (became_connected) out.set_upstream_unavailable(false);
+    out.set_rejected(rejected);
+    out.set_acked_sequence(link->last_acked_sequence);
+    stats_.directives_relayed.fetch_add(1, std::memory_order_relaxed);
+    link->Offer(std::move(out));
+  }
+  cv_.notify_all();  // a stopping writer waits for the buffer to drain
+}
+
+void UpstreamJob::OfferUpstreamStateLocked(bool unavailable) {
+  for (const auto& link : links_) {
+    v1::Directive d;
+    d.set_upstream_unavailable(unavailable);
+    d.set_acked_sequence(link->last_acked_sequence);
+    link->Offer(std::move(d));
+  }
+}
+
+bool UpstreamJob::FlushDone() const {
+  return stopping_ && (buffer_.size() == 0 || Clock::now() >= deadline_);
+}
+
+void UpstreamJob::Run() {
+  backoff_ = live_.reconnect_initial;
+  for (;;) {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>> stream;
+    std::atomic<bool> broken{false};
+    {
+      std::unique_lock lock(mu_);
+      if (FlushDone()) break;
+      // No trainer and nothing to deliver: no stream until one attaches.
+      cv_.wait(lock, [&] { return stopping_ || !links_.empty() || buffer_.size() > 0; });
+      if (FlushDone()) break;
+      buffer_.Rewind();  // whatever was not acknowledged goes again
+      hello_pending_ = true;
+      ++connects_;
+    }
+    marks_.clear();  // a new stream (maybe a new daemon) has seen nothing
+    stream = stub_->Stream(&ctx);
+    stats_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
+    std::thread reader([&] {
+      v1::Directive d;
+      while (stream->Read(&d)) HandleDirective(d);
+      {
+        std::lock_guard lock(mu_);
+        broken.store(true);
+      }
+      cv_.notify_all();
+    });
+
+    bool ok = true;
+    bool half_closed = false;
+    bool idle = false;  // ended after kUpstreamIdleGrace without trainers
+    Clock::time_point quiet_since{};  // no trainer, nothing buffered since; {} = not quiet
+    for (;;) {
+      v1::ReportBatch batch;
+      {
+        std::unique_lock lock(mu_);
+        for (;;) {
+          if (broken.load() || FlushDone()) break;
+          if (hello_pending_) break;
+          const size_t unsent = buffer_.unsent();
+          if (unsent >= live_.batch_max_reports || (stopping_ && unsent > 0)) break;
+          if (flush_ && unsent > 0) break;  // a hello or finished marker waits
+          if (!stopping_ && links_.empty() && buffer_.size() == 0) {
+            const auto now = Clock::now();
+            if (quiet_since == Clock::time_point{}) quiet_since = now;
+            if (now - quiet_since >= kUpstreamIdleGrace) {
+              idle = true;
+              break;
+            }
+            cv_.wait_until(lock, quiet_since + kUpstreamIdleGrace);
+            continue;
+          }
+          quiet_since = {};
+          if (auto oldest = buffer_.oldest_unsent_time()) {
+            const auto due = *oldest + live_.batch_max_delay;
+            if (Clock::now() >= due) break;
+            cv_.wait_until(lock, std::min(due, stopping_ ? deadline_ : due));
+          } else if (stopping_) {
+            cv_.wait_until(lock, deadline_);
+          } else {
+            cv_.wait(lock);
+          }
+        }
+        if (broken.load()) break;
+        if (FlushDone() || idle) {
+          half_closed = buffer_.size() == 0;
+          break;
+        }
+        batch.set_sequence(++next_sequence_);
+        buffer_.TakeUnsent(live_.batch_max_reports, batch.sequence(), &batch);
+        if (buffer_.unsent() == 0) flush_ = false;
+        // A new stream's hello: the one in force where the replay starts.
+        if (hello_pending_ && !batch.has_hello()) *batch.mutable_hello() = buffer_.base_hello();
+        if (batch.has_hello()) FillHelloLocked(batch);
+        if (run_devices_version_ != devices_version_) {
+          run_devices_ = devices_;
+          run_devices_version_ = devices_version_;
+        }
+      }
+      if (decorator_ != nullptr && *decorator_) {
+        (*decorator_)(BatchContext{id_, run_devices_, marks_}, batch);
+      }
+      if (!stream->Write(batch)) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok && half_closed) {
+      stream->WritesDone();
+    } else {
+      ctx.TryCancel();
+    }
+    reader.join();
+    const grpc::Status status = stream->Finish();
+    std::chrono::milliseconds delay;
+    {
+      std::unique_lock lock(mu_);
+      const bool was_connected = connected_;
+      connected_ = false;
+      if (was_connected) OfferUpstreamStateLocked(true);
+      if (FlushDone()) break;
+      if (idle && half_closed) {
+        spdlog::info("job={} run='{}' upstream stream closed: no trainer stream for {} s",
+                     id_, run_id_, kUpstreamIdleGrace.count());
+        backoff_ = live_.reconnect_initial;
+        continue;  // parks until a trainer attaches
+      }
+      if (was_connected) {
+        spdlog::warn("job={} run='{}' upstream stream ended ({}: {}); {} reports buffered, "
+                     "reconnecting",
+                     id_, run_id_, static_cast<int>(status.error_code()),
+                     status.error_message(), buffer_.reports());
+      } else if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        // Another run of the job id is live on the daemon: retried with
+        // backoff until it ends; the buffer is kept (bounded).
+        if (!refused_logged_) {
+          refused_logged_ = true;
+          spdlog::info("job={} run='{}' refused by the daemon ({}); retrying, {} reports "
+                       "buffered", id_, run_id_, status.error_message(), buffer_.reports());
+        }
+      } else {
+        spdlog::debug("job={} upstream unreachable ({})", id_, status.error_message());
+      }
+      // +-20% jitter so that the agents of a cluster do not reconnect in step.
+      std::uniform_real_distribution<double> jitter(0.8, 1.2);
+      delay = std::chrono::milliseconds(
+          static_cast<int64_t>(static_cast<double>(backoff_.count()) * jitter(rng_)));
+      backoff_ = std::min(backoff_ * 2, live_.reconnect_max);
+      cv_.wait_for(lock, delay, [&] { return stopping_ && Clock::now() >= deadline_; });
+      if (stopping_ && Clock::now() >= deadline_) break;
+    }
+  }
+  std::lock_guard lock(mu_);
+  if (buffer_.size() > 0) {
+    spdlog::warn("job={} run='{}' stopping with {} reports not acknowledged by the daemon", id_,
+                 run_id_, buffer_.reports());
+  }
+}
+}  // namespace straggler::agent

@@ -1,0 +1,103 @@
+// A token bucket: `rate` tokens per second, holding at most `burst`. The
+// ingest service keeps one per stream to cap the reports it takes from it
+// (limits.stream_reports_per_second / stream_reports_burst).
+//
+//   TokenBucket bucket(20000, 100000, Clock::now());     // starts full
+//   uint64_t take = bucket.Take(batch_reports, Clock::now());  // <= batch_reports
+//
+// rate 0 means no limit: Take grants everything. Time is passed in (a
+// steady clock in the daemon, a made-up one in tests); time going backwards
+// adds nothing. Not thread-safe: one owner (a stream's read chain).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+
+namespace straggler::common {
+
+class TokenBucket {
+ public:
+  using Time = std::chrono::steady_clock::time_point;
+
+  TokenBucket(uint32_t rate_per_second, uint32_t burst, Time now)
+      : rate_(rate_per_second), burst_(burst), tokens_(burst), last_(now) {}
+
+  // Grants up to `wanted` tokens (whole ones), fewer when the bucket holds
+  // fewer; returns how many were taken.
+  uint64_t Take(uint64_t wanted, Time now) {
+    if (rate_ == 0) return wanted;
+    if (now > last_) {
+      const double elapsed = std::chrono::duration<double>(now - last_).count();
+      tokens_ = std::min<double>(burst_, tokens_ + elapsed * rate_);
+      last_ = now;
+    }
+    const uint64_t granted = std::min<uint64_t>(wanted, static_cast<uint64_t>(tokens_));
+    tokens_ -= static_cast<double>(granted);
+    return granted;
+  }
+
+ private:
+  uint32_t rate_;
+  uint32_t burst_;
+  double tokens_;
+  Time last_;
+};
+
+// Rate-limited logging of a frequent event (an ingest stream opening): the
+// first `burst` of each `interval` are logged one by one, the rest only
+// counted; TakeSuppressed, called periodically, hands the count over for one
+// summary line once the interval that held them has ended. 10 000 streams
+// opening at once make ~20 lines, not 10 000.
+//
+//   if (budget.Take(now)) spdlog::info("stream ...");
+//   if (uint64_t n = budget.TakeSuppressed(now)) spdlog::info("{} more ...", n);
+//
+// Thread-safe.
+class LogBudget {
+ public:
+  using Time = std::chrono::steady_clock::time_point;
+  using Duration = std::chrono::steady_clock::duration;
+
+  LogBudget(uint32_t burst, Duration interval) : burst_(burst), interval_(interval) {}
+
+  // true: log this event; false: it was counted for the summary.
+  bool Take(Time now) {
+    std::lock_guard lock(mu_);
+    if (!started_ || now - window_start_ >= interval_) {
+      started_ = true;
+      window_start_ = now;
+      logged_ = 0;
+    }
+    if (logged_ < burst_) {
+      ++logged_;
+      return true;
+    }
+    ++suppressed_;
+    return false;
+  }
+
+  // The events not logged, once the interval they fell in has ended (0
+  // before that, or when there were none); they are then reset.
+  uint64_t TakeSuppressed(Time now) {
+    std::lock_guard lock(mu_);
+    if (suppressed_ == 0 || now - window_start_ < interval_) return 0;
+    return std::exchange(suppressed_, 0);
+  }
+
+  uint32_t burst() const { return burst_; }
+  Duration interval() const { return interval_; }
+
+ private:
+  const uint32_t burst_;
+  const Duration interval_;
+  std::mutex mu_;
+  bool started_ = false;     // guarded by mu_
+  Time window_start_{};      // guarded by mu_
+  uint32_t logged_ = 0;      // guarded by mu_
+  uint64_t suppressed_ = 0;  // guarded by mu_
+};
+
+}  // namespace straggler::common

@@ -1,0 +1,35 @@
+#include "api/admin_service.h"
+
+#include "api/api.h"
+#include "api/rpc_util.h"
+
+namespace straggler::daemon {
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContext* ctx,
+                                                      const v1::SetPolicyRequest* request,
+                                                      v1::Job* response) {
+  return FinishAuthorized(
+      ctx, auth_, Access::kAdmin,
+      [&] { return api::SetPolicy(registry_, *request, ctx->peer()); }, response,
+      call_);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
+    grpc::CallbackServerContext* ctx, const v1::SetRankOverrideRequest* request,
+    v1::Membership* response) {
+  return FinishAuthorized(
+      ctx, auth_, Access::kAdmin,
+      [&] { return api::SetRankOverride(registry_, *request, ctx->peer()); }, response,
+      call_);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext* ctx,
+                                                     const v1::ResetJobRequest* request,
+                                                     v1::Job* response) {
+  return FinishAuthorized(
+      ctx, auth_, Access::kAdmin,
+      [&] { return api::ResetJob(registry_, *request, ctx->peer()); }, response,
+      call_);
+}
+
+}  // namespace straggler::daemon

@@ -1,0 +1,242 @@
+#include "api/api.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "registry/job_proto.h"
+#include "wire/convert.h"
+#include "straggler/common/validate.h"
+#include "spdlog/spdlog.h"
+
+namespace straggler::daemon::api {
+namespace {
+
+// With job.mu held.
+absl::Status CheckRank(const Job& job, uint32_t rank) {
+  if (rank < job.world_size) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("rank ", rank, " not found: job '", job.id,
+                                          "' has world_size ", job.world_size));
+}
+
+// A job id no hello could have created is the caller's error, named, not
+// NOT_FOUND.
+absl::Status CheckJobId(const std::string& job_id) {
+  return common::ValidateJobId("job_id", job_id);
+}
+
+// A status from a Read/Mutate whose callback may have failed on its own.
+absl::Status Either(const absl::Status& outer, const absl::Status& inner) {
+  return outer.ok() ? inner : outer;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ListJobsResponse> ListJobs(const JobRegistry& registry,
+                                              const v1::ListJobsRequest&) {
+  v1::ListJobsResponse response;
+  for (const auto& job : registry.Jobs()) {
+    std::lock_guard lock(job->mu);
+    if (job->removed.load()) continue;  // swept as idle since the listing
+    ToProto(*job, response.add_jobs());
+  }
+  return response;
+}
+
+absl::StatusOr<v1::Job> GetJob(const JobRegistry& registry, const v1::GetJobRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  v1::Job response;
+  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
+    if (request.run_id().empty() || request.run_id() == job.run_id) ToProto(job, &response);
+  });
+  // An earlier run: its last state, kept when the next run began.
+  if (s.ok() && response.job_id().empty()) {
+    std::optional<v1::Job> earlier = registry.EarlierRun(request.job_id(), request.run_id());
+    if (!earlier) {
+      return absl::NotFoundError(absl::StrCat("job '", request.job_id(), "' has no run '",
+                                              request.run_id(), "' (earlier runs are listed in "
+                                              "the job's earlier_runs)"));
+    }
+    return *earlier;
+  }
+  if (!s.ok()) return s;
+  registry.FillEarlierRuns(request.job_id(), &response);
+  return response;
+}
+
+absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const JobRegistry& registry,
+                                                    const v1::ListWorkersRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  v1::ListWorkersResponse response;
+  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
+    // O(world_size) here: one engine::Worker lookup and an O(1) copy per rank.
+    response.mutable_workers()->Reserve(static_cast<int>(job.world_size));
+    for (uint32_t rank = 0; rank < job.world_size; ++rank) {
+      ToProto(job.engine.Worker(rank), job, response.add_workers());
+    }
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<v1::Worker> GetWorker(const JobRegistry& registry,
+                                     const v1::GetWorkerRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  v1::Worker response;
+  absl::Status in_range;
+  absl::Status found = registry.Read(request.job_id(), [&](const Job& job) {
+    in_range = CheckRank(job, request.rank());
+    if (in_range.ok()) ToProto(job.engine.Worker(request.rank()), job, &response);
+  });
+  if (absl::Status s = Either(found, in_range); !s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<v1::Membership> GetMembership(const JobRegistry& registry,
+                                             const v1::GetMembershipRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  v1::Membership response;
+  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
+    ToProto(job.engine.membership(), job, &response);
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<v1::ListEventsResponse> ListEvents(const JobRegistry& registry,
+                                                  const v1::ListEventsRequest& request) {
+  if (!request.job_id().empty()) {  // "" = every job
+    if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  }
+  EventQuery query;
+  query.job_id = request.job_id();
+  if (request.has_run_id()) query.run_id = request.run_id();
+  if (request.has_since_time()) query.since_time = FromProto(request.since_time());
+  query.since_sequence = request.since_sequence();
+  query.limit = request.limit();  // 0 = default; clamped to the maximum
+  for (int kind : request.kinds()) {
+    absl::StatusOr<engine::EventKind> k = FromProto(static_cast<v1::EventKind>(kind));
+    if (!k.ok()) return k.status();
+    query.kinds.push_back(*k);
+  }
+  if (request.has_rank()) query.rank = request.rank();
+  EventPage page = registry.Events(query);
+  v1::ListEventsResponse response;
+  for (const JournalEntry& e : page.events) ToProto(e, response.add_events());
+  response.set_last_sequence(page.last_sequence);
+  return response;
+}
+
+absl::StatusOr<v1::ExportReportsResponse> ExportReports(
+    const JobRegistry& registry, const v1::ExportReportsRequest& request) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  const uint64_t since = request.since_iteration();
+  std::vector<RecentReport> kept;
+  uint64_t dropped = 0;
+  // Copy under the job's mu; sort and render after releasing it.
+  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
+    kept.reserve(job.recent.size());
+    job.recent.ForEach([&](const RecentReport& r) {
+      if (r.iteration >= since) kept.push_back(r);
+    });
+    if (job.recent.dropped() > 0 && job.recent.dropped_max_iteration() >= since) {
+      dropped = job.recent.dropped();
+    }
+  });
+  if (!s.ok()) return s;
+  auto by_iteration_rank = [](const RecentReport& a, const RecentReport& b) {
+    return a.iteration != b.iteration ? a.iteration < b.iteration : a.rank < b.rank;
+  };
+  size_t n = kept.size();
+  if (request.limit() > 0 && request.limit() < n) {
+    n = request.limit();
+    std::partial_sort(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(n), kept.end(),
+                      by_iteration_rank);
+  } else {
+    std::sort(kept.begin(), kept.end(), by_iteration_rank);
+  }
+  v1::ExportReportsResponse response;
+  response.mutable_reports()->Reserve(static_cast<int>(n));
+  for (size_t i = 0; i < n; ++i) {
+    v1::IterationReport* out = response.add_reports();
+    out->set_rank(kept[i].rank);
+    out->set_epoch(kept[i].epoch);
+    out->set_iteration(kept[i].iteration);
+    out->set_compute_seconds(kept[i].compute_seconds);
+    v1::ReportScore* score = response.add_scores();
+    score->set_reference_seconds(kept[i].reference_seconds);
+    score->set_ratio(kept[i].reference_seconds > 0
+                         ? kept[i].compute_seconds / kept[i].reference_seconds
+                         : 0.0);
+    score->set_job_step_seconds(kept[i].job_step_seconds);
+  }
+  response.set_dropped_before(dropped);
+  return response;
+}
+
+absl::StatusOr<v1::Job> SetPolicy(JobRegistry& registry, const v1::SetPolicyRequest& request,
+                                  std::string_view caller) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  v1::Job response;
+  absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
+    auto merged = MergePolicy(request.policy(), job.engine.policy());
+    if (!merged.ok()) return merged.status();
+    if (absl::Status s = job.engine.SetPolicy(*merged, now); !s.ok()) {
+      return absl::InvalidArgumentError(s.message());
+    }
+    // From now on a SIGHUP reload leaves this job's policy alone.
+    job.policy_overridden = true;
+    spdlog::info("job={} policy set by admin call from {}", job.id, caller);
+    ToProto(job, &response);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<v1::Membership> SetRankOverride(JobRegistry& registry,
+                                               const v1::SetRankOverrideRequest& request,
+                                               std::string_view caller) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  v1::Membership response;
+  if (absl::Status s = common::ValidateReason(request.reason()); !s.ok()) return s;
+  absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
+    if (absl::Status s = CheckRank(job, request.rank()); !s.ok()) return s;
+    auto override = FromProto(request.override());
+    if (!override.ok()) return override.status();
+    if (absl::Status s = job.engine.SetOverride(request.rank(), *override, request.reason(), now);
+        !s.ok()) {
+      return absl::InvalidArgumentError(s.message());
+    }
+    // Kept for the state database, which restores the reason with the override.
+    if (*override == engine::RankOverride::kNone) {
+      job.override_reasons.erase(request.rank());
+    } else {
+      job.override_reasons[request.rank()] = request.reason();
+    }
+    spdlog::info("job={} rank={} override {} by admin call from {}{}{}", job.id, request.rank(),
+                 v1::RankOverride_Name(request.override()), caller,
+                 request.reason().empty() ? "" : ": ", request.reason());
+    ToProto(job.engine.membership(), job, &response);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<v1::Job> ResetJob(JobRegistry& registry, const v1::ResetJobRequest& request,
+                                 std::string_view caller) {
+  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
+  v1::Job response;
+  absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
+    job.engine.Reset(now);
+    spdlog::info("job={} reset by admin call from {}", job.id, caller);
+    ToProto(job, &response);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return response;
+}
+
+}  // namespace straggler::daemon::api

@@ -1,0 +1,501 @@
+#include "config/config.h"
+
+#include <openssl/sha.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <variant>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "straggler/common/channel_security.h"
+#include "straggler/common/config_reader.h"
+#include "yaml-cpp/yaml.h"
+
+namespace straggler::daemon {
+namespace {
+
+using engine::PolicyConfig;
+using engine::PolicyKind;
+using engine::RecoveryMode;
+
+// The field table lives with PolicyConfig; it drives parsing, equality and
+// (through convert.cc) the wire mapping.
+using engine::PolicyField;
+using engine::PolicyMember;
+
+class Parser : public common::ConfigReader {
+ public:
+  using common::ConfigReader::ConfigReader;
+
+  // Applies the keys present in `node` (a map) over `policy`; `context`
+  // names the map in messages ("policy", "jobs[2].policy").
+  absl::Status ApplyPolicy(const YAML::Node& node, absl::string_view context,
+                           PolicyConfig& policy) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), absl::StrCat(context, " must be a map"));
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      const PolicyField* field = nullptr;
+      for (const auto& f : engine::PolicyFields()) {
+        if (key == f.name) field = &f;
+      }
+      if (field == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in ", context));
+      }
+      const std::string qualified = absl::StrCat(context, ".", key);
+      absl::Status status = std::visit(
+          [&](auto member) -> absl::Status {
+            using T = std::remove_reference_t<decltype(policy.*member)>;
+            if constexpr (std::is_same_v<T, uint32_t>) {
+              auto v = Uint(kv.second, qualified);
+              if (!v.ok()) return v.status();
+              policy.*member = *v;
+            } else if constexpr (std::is_same_v<T, double>) {
+              auto v = Double(kv.second, qualified);
+              if (!v.ok()) return v.status();
+              policy.*member = *v;
+            } else if constexpr (std::is_same_v<T, bool>) {
+              auto v = Bool(kv.second, qualified);
+              if (!v.ok()) return v.status();
+              policy.*member = *v;
+            } else if constexpr (std::is_same_v<T, PolicyKind>) {
+              auto s = String(kv.second, qualified);
+              if (!s.ok()) return s.status();
+              auto v = engine::ParsePolicyKind(*s);
+              if (!v.ok()) {
+                return Error(kv.second.Mark(), absl::StrCat(qualified, "=", *s,
+                                                            " is not dynamic, ewma or static"));
+              }
+              policy.*member = *v;
+            } else {
+              auto s = String(kv.second, qualified);
+              if (!s.ok()) return s.status();
+              auto v = engine::ParseRecoveryMode(*s);
+              if (!v.ok()) {
+                return Error(kv.second.Mark(),
+                             absl::StrCat(qualified, "=", *s, " is not shadow or probation"));
+              }
+              policy.*member = *v;
+            }
+            return absl::OkStatus();
+          },
+          field->member);
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ValidatePolicy(const YAML::Node& node, absl::string_view context,
+                              const PolicyConfig& policy) const {
+    absl::Status s = policy.Validate();
+    if (s.ok()) return s;
+    return Error(node.Mark(), absl::StrCat(context, ": ", s.message()));
+  }
+
+  absl::Status ApplyLimits(const YAML::Node& node, Limits& limits) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "limits must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      uint32_t* target = nullptr;
+      if (key == "max_jobs") target = &limits.max_jobs;
+      if (key == "max_ranks_per_job") target = &limits.max_ranks_per_job;
+      if (key == "max_batch_reports") target = &limits.max_batch_reports;
+      if (key == "events_retained") target = &limits.events_retained;
+      if (key == "job_idle_ttl_seconds") target = &limits.job_idle_ttl_seconds;
+      if (key == "recent_reports_per_job") target = &limits.recent_reports_per_job;
+      if (key == "max_streams") target = &limits.max_streams;
+      if (key == "stream_reports_per_second") target = &limits.stream_reports_per_second;
+      if (key == "stream_reports_burst") target = &limits.stream_reports_burst;
+      if (key == "max_message_bytes") target = &limits.max_message_bytes;
+      if (target == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in limits"));
+      }
+      const std::string qualified = absl::StrCat("limits.", key);
+      auto v = Uint(kv.second, qualified);
+      if (!v.ok()) return v.status();
+      // recent_reports_per_job=0: keep no reports (ExportReports returns none);
+      // stream_reports_per_second=0: no rate limit.
+      if (*v == 0 && key != "recent_reports_per_job" && key != "stream_reports_per_second") {
+        return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      }
+      // Below this not even a hello with a few ranks fits.
+      constexpr uint32_t kMinMessageBytes = 4096;
+      if (key == "max_message_bytes" && *v < kMinMessageBytes) {
+        return Error(kv.second.Mark(),
+                     absl::StrCat(qualified, "=", *v, " must be >= ", kMinMessageBytes));
+      }
+      *target = *v;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyRendezvous(const YAML::Node& node, RendezvousConfig& rv) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "rendezvous must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      uint32_t* target = nullptr;
+      if (key == "max_key_bytes") target = &rv.max_key_bytes;
+      if (key == "max_value_bytes") target = &rv.max_value_bytes;
+      if (key == "max_keys_per_job") target = &rv.max_keys_per_job;
+      if (key == "max_jobs") target = &rv.max_jobs;
+      if (key == "default_ttl_seconds") target = &rv.default_ttl_seconds;
+      if (key == "max_ttl_seconds") target = &rv.max_ttl_seconds;
+      if (key == "max_wait_seconds") target = &rv.max_wait_seconds;
+      if (key == "max_waiters") target = &rv.max_waiters;
+      if (target == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in rendezvous"));
+      }
+      const std::string qualified = absl::StrCat("rendezvous.", key);
+      auto v = Uint(kv.second, qualified);
+      if (!v.ok()) return v.status();
+      if (*v == 0) return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      *target = *v;
+    }
+    if (rv.default_ttl_seconds > rv.max_ttl_seconds) {
+      return Error(node.Mark(), absl::StrCat("rendezvous.default_ttl_seconds=", rv.default_ttl_seconds,
+                                             " must be <= rendezvous.max_ttl_seconds=",
+                                             rv.max_ttl_seconds));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyMetrics(const YAML::Node& node, MetricsConfig& metrics) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "metrics must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      if (key != "per_rank_max_ranks") {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in metrics"));
+      }
+      auto v = Uint(kv.second, "metrics.per_rank_max_ranks");  // 0 = no per-rank series
+      if (!v.ok()) return v.status();
+      metrics.per_rank_max_ranks = *v;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyHttp(const YAML::Node& node, HttpConfig& http) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "http must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      uint32_t* target = nullptr;
+      if (key == "threads") target = &http.threads;
+      if (key == "read_timeout_seconds") target = &http.read_timeout_seconds;
+      if (key == "write_timeout_seconds") target = &http.write_timeout_seconds;
+      if (key == "max_body_bytes") target = &http.max_body_bytes;
+      if (key == "keep_alive_max_requests") target = &http.keep_alive_max_requests;
+      if (key == "keep_alive_timeout_seconds") target = &http.keep_alive_timeout_seconds;
+      if (target == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in http"));
+      }
+      const std::string qualified = absl::StrCat("http.", key);
+      auto v = Uint(kv.second, qualified);
+      if (!v.ok()) return v.status();
+      if (*v == 0) return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      if (key == "threads" && *v > 256) {
+        return Error(kv.second.Mark(), absl::StrCat(qualified, "=", *v, " must be <= 256"));
+      }
+      *target = *v;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyPersistence(const YAML::Node& node, PersistenceConfig& p) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "persistence must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      const std::string qualified = absl::StrCat("persistence.", key);
+      if (key == "path" || key == "synchronous") {
+        auto v = String(kv.second, qualified);
+        if (!v.ok()) return v.status();
+        if (key == "synchronous" && *v != "normal" && *v != "full") {
+          return Error(kv.second.Mark(),
+                       absl::StrCat(qualified, "=", *v, " must be 'normal' or 'full'"));
+        }
+        (key == "path" ? p.path : p.synchronous) = *v;
+        continue;
+      }
+      uint32_t* target = nullptr;
+      if (key == "event_queue_capacity") target = &p.event_queue_capacity;
+      if (key == "events_max_age_seconds") target = &p.events_max_age_seconds;
+      if (key == "events_max_rows") target = &p.events_max_rows;
+      if (key == "membership_versions_kept") target = &p.membership_versions_kept;
+      if (key == "retention_interval_seconds") target = &p.retention_interval_seconds;
+      if (target == nullptr) {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in persistence"));
+      }
+      auto v = Uint(kv.second, qualified);
+      if (!v.ok()) return v.status();
+      // 0 means "no limit" only for the two event limits.
+      if (*v == 0 && key != "events_max_age_seconds" && key != "events_max_rows") {
+        return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+      }
+      *target = *v;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyAuth(const YAML::Node& node, AuthConfig& auth) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsMap()) return Error(node.Mark(), "auth must be a map");
+    for (const auto& kv : node) {
+      const std::string key = kv.first.Scalar();
+      const std::string qualified = absl::StrCat("auth.", key);
+      if (key == "token_file") {
+        auto v = String(kv.second, qualified);
+        if (!v.ok()) return v.status();
+        auth.token_file = *v;
+      } else if (key == "protect_reads") {
+        auto v = Bool(kv.second, qualified);
+        if (!v.ok()) return v.status();
+        auth.protect_reads = *v;
+      } else {
+        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in auth"));
+      }
+    }
+    if (auth.protect_reads && auth.token_file.empty()) {
+      return Error(node.Mark(), "auth.protect_reads=true needs auth.token_file");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ApplyJobs(const YAML::Node& node, DaemonConfig& config) const {
+    if (node.IsNull()) return absl::OkStatus();
+    if (!node.IsSequence()) {
+      return Error(node.Mark(), "jobs must be a list of {match, policy}");
+    }
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node item = node[i];
+      const std::string context = absl::StrCat("jobs[", i, "]");
+      if (!item.IsMap()) return Error(item.Mark(), absl::StrCat(context, " must be a map"));
+      JobPolicyRule rule;
+      rule.policy = config.policy;
+      bool has_match = false;
+      YAML::Node policy_node;
+      for (const auto& kv : item) {
+        const std::string key = kv.first.Scalar();
+        if (key == "match") {
+          auto m = String(kv.second, context + ".match");
+          if (!m.ok()) return m.status();
+          if (m->empty()) return Error(kv.second.Mark(), context + ".match must not be empty");
+          rule.match = *m;
+          has_match = true;
+        } else if (key == "policy") {
+          policy_node = kv.second;
+        } else {
+          return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in ", context));
+        }
+      }
+      if (!has_match) return Error(item.Mark(), context + " needs a 'match' key");
+      const std::string policy_context = absl::StrCat(context, " (match '", rule.match, "') policy");
+      if (policy_node) {
+        if (absl::Status s = ApplyPolicy(policy_node, policy_context, rule.policy); !s.ok()) {
+          return s;
+        }
+        if (absl::Status s = ValidatePolicy(policy_node, policy_context, rule.policy); !s.ok()) {
+          return s;
+        }
+      }
+      config.jobs.push_back(std::move(rule));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<DaemonConfig> Parse(absl::string_view text) const {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::Exception& e) {
+      return Error(e.mark, e.msg);
+    }
+    if (absl::Status s = CheckDuplicateKeys(root); !s.ok()) return s;
+    DaemonConfig config;
+    if (root.IsNull()) return config;  // an empty file means all defaults
+    if (!root.IsMap()) return Error(root.Mark(), "the top level must be a map of keys");
+
+    // `policy` first: job rules are overrides on top of it, wherever they
+    // appear in the file.
+    YAML::Node jobs_node;
+    for (const auto& kv : root) {
+      const std::string key = kv.first.Scalar();
+      absl::Status s;
+      if (key == "grpc_address" || key == "http_address" || key == "log_level") {
+        auto v = String(kv.second, key);
+        if (!v.ok()) return v.status();
+        if (key == "grpc_address") config.grpc_address = *v;
+        if (key == "http_address") config.http_address = *v;
+        if (key == "log_level") config.log_level = *v;
+      } else if (key == "policy") {
+        s = ApplyPolicy(kv.second, "policy", config.policy);
+        if (s.ok()) s = ValidatePolicy(kv.second, "policy", config.policy);
+      } else if (key == "jobs") {
+        jobs_node = kv.second;
+      } else if (key == "limits") {
+        s = ApplyLimits(kv.second, config.limits);
+      } else if (key == "metrics") {
+        s = ApplyMetrics(kv.second, config.metrics);
+      } else if (key == "rendezvous") {
+        s = ApplyRendezvous(kv.second, config.rendezvous);
+      } else if (key == "http") {
+        s = ApplyHttp(kv.second, config.http);
+      } else if (key == "persistence") {
+        s = ApplyPersistence(kv.second, config.persistence);
+      } else if (key == "tls") {
+        s = common::ParseTlsSection(*this, kv.second, "tls", /*listener_switches=*/true,
+                                    config.tls);
+      } else if (key == "auth") {
+        s = ApplyAuth(kv.second, config.auth);
+      } else {
+        s = Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "'"));
+      }
+      if (!s.ok()) return s;
+    }
+    if (jobs_node) {
+      if (absl::Status s = ApplyJobs(jobs_node, config); !s.ok()) return s;
+    }
+    return config;
+  }
+};
+
+}  // namespace
+
+const engine::PolicyConfig& DaemonConfig::PolicyFor(absl::string_view job_id) const {
+  for (const auto& rule : jobs) {
+    if (GlobMatch(rule.match, job_id)) return rule.policy;
+  }
+  return policy;
+}
+
+std::string TokenDigest(std::string_view token) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
+  return std::string(reinterpret_cast<const char*>(digest), sizeof digest);
+}
+
+bool GlobMatch(absl::string_view pattern, absl::string_view text) {
+  // Iterative matcher with one backtrack point: linear in practice and no
+  // recursion on hostile patterns.
+  size_t p = 0, t = 0, star = absl::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (p < pattern.size() && pattern[p] == text[t]) {
+      ++p;
+      ++t;
+    } else if (star != absl::string_view::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+bool SamePolicy(const engine::PolicyConfig& a, const engine::PolicyConfig& b) {
+  for (const auto& f : engine::PolicyFields()) {
+    const bool same = std::visit([&](auto member) { return a.*member == b.*member; }, f.member);
+    if (!same) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text,
+                                         absl::string_view source_name) {
+  return Parser(source_name).Parse(yaml_text);
+}
+
+absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const common::EnvLookup& env) {
+  absl::StatusOr<DaemonConfig> loaded = common::LoadConfigFileOrDefaults<DaemonConfig>(
+      flags.config_file, "STRAGGLERD_CONFIG", env, ParseConfig);
+  if (!loaded.ok()) return loaded.status();
+  DaemonConfig config = *std::move(loaded);
+
+  common::Override(config.grpc_address, env("STRAGGLERD_GRPC_ADDRESS"), flags.grpc_address);
+  common::Override(config.http_address, env("STRAGGLERD_HTTP_ADDRESS"), flags.http_address);
+  common::Override(config.log_level, env("STRAGGLERD_LOG_LEVEL"), flags.log_level);
+  common::Override(config.persistence.path, env("STRAGGLERD_STATE_DB"), flags.state_db);
+
+  if (absl::Status s =
+          common::ValidateAddress("grpc_address", config.grpc_address, /*allow_unix=*/true);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          common::ValidateAddress("http_address", config.http_address, /*allow_unix=*/false);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = common::ValidateLogLevel(config.log_level); !s.ok()) return s;
+  if (!config.auth.token_file.empty()) {
+    std::string token, error;
+    if (!ReadBearerToken(config.auth.token_file, &token, &error)) {
+      return absl::FailedPreconditionError(absl::StrCat("auth.token_file: ", error));
+    }
+    config.auth.token_sha256 = TokenDigest(token);
+    struct stat st {};
+    if (stat(config.auth.token_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      config.warnings.push_back(absl::StrFormat(
+          "auth.token_file %s has mode %04o: group or others may read the token (chmod 600 it)",
+          config.auth.token_file, st.st_mode & 07777));
+    }
+    if (token.size() < kMinTokenLength) {
+      config.warnings.push_back(absl::StrCat(
+          "auth.token_file ", config.auth.token_file, " holds a ", token.size(),
+          "-character token: use at least ", kMinTokenLength,
+          " random characters (openssl rand -hex 32)"));
+    }
+  }
+  return config;
+}
+
+std::vector<std::string> RestartOnlyChanges(const DaemonConfig& running,
+                                            const DaemonConfig& next) {
+  std::vector<std::string> out;
+  auto cmp = [&](const char* key, const auto& a, const auto& b) {
+    if (a == b) return;
+    out.push_back(absl::StrCat(key, " (", a, " -> ", b, ")"));
+  };
+  auto cmp_bool = [&](const char* key, bool a, bool b) {
+    cmp(key, a ? "true" : "false", b ? "true" : "false");
+  };
+  cmp("grpc_address", running.grpc_address, next.grpc_address);
+  cmp("http_address", running.http_address, next.http_address);
+  cmp("limits.max_message_bytes", running.limits.max_message_bytes,
+      next.limits.max_message_bytes);
+  const HttpConfig &h0 = running.http, &h1 = next.http;
+  cmp("http.threads", h0.threads, h1.threads);
+  cmp("http.read_timeout_seconds", h0.read_timeout_seconds, h1.read_timeout_seconds);
+  cmp("http.write_timeout_seconds", h0.write_timeout_seconds, h1.write_timeout_seconds);
+  cmp("http.max_body_bytes", h0.max_body_bytes, h1.max_body_bytes);
+  cmp("http.keep_alive_max_requests", h0.keep_alive_max_requests, h1.keep_alive_max_requests);
+  cmp("http.keep_alive_timeout_seconds", h0.keep_alive_timeout_seconds,
+      h1.keep_alive_timeout_seconds);
+  const PersistenceConfig &p0 = running.persistence, &p1 = next.persistence;
+  cmp("persistence.path", p0.path, p1.path);
+  cmp("persistence.synchronous", p0.synchronous, p1.synchronous);
+  cmp("persistence.event_queue_capacity", p0.event_queue_capacity, p1.event_queue_capacity);
+  const common::TlsConfig &t0 = running.tls, &t1 = next.tls;
+  cmp("tls.cert_file", t0.cert_file, t1.cert_file);
+  cmp("tls.key_file", t0.key_file, t1.key_file);
+  cmp("tls.client_ca_file", t0.client_ca_file, t1.client_ca_file);
+  cmp_bool("tls.grpc", t0.grpc, t1.grpc);
+  cmp_bool("tls.http", t0.http, t1.http);
+  cmp("tls.reload_seconds", t0.reload_seconds, t1.reload_seconds);
+  return out;
+}
+
+}  // namespace straggler::daemon

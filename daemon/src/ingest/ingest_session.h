@@ -1,0 +1,115 @@
+// One ingest stream's work on its job, without gRPC: the hello that attaches
+// the stream, each ReportBatch applied at a given time (rate limit,
+// telemetry, rank filter, engine, report ring, rejections, commit) and the
+// Directive that acknowledges it, and the directives pushed when the job's
+// membership changes. The gRPC reactor (ingest_service.cc) only reads,
+// calls this, and writes what it hands back. docs/code-map.md follows a
+// report through it.
+//
+//   IngestSession session(registry, stats, "peer", link, limits, steady_now);
+//   if (absl::Status s = session.Open(first_batch, WallNow()); !s.ok()) ...;  // refuse
+//   session.Apply(batch, WallNow(), steady_now,
+//                 [&](v1::Directive&& ack) { slot.Offer(std::move(ack), ...); });
+//
+// Not thread-safe, with one exception: the stream's read chain calls Open
+// and Apply one at a time; PushLocked runs on any thread with the job's mutex
+// held (registry pushes), and shares state with Apply only under that mutex.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "config/config.h"
+#include "metrics/stats.h"
+#include "registry/job_registry.h"
+#include "straggler/common/rate_limit.h"
+#include "straggler/v1/straggler.pb.h"
+
+namespace straggler::daemon {
+
+class IngestSession {
+ public:
+  using SteadyTime = std::chrono::steady_clock::time_point;
+
+  // `link` is what the registry pushes membership changes to (subscribed by
+  // Open); `limits` are the stream's as of its opening (a reload applies to
+  // later streams); `peer` names the stream in logs. `registry` and `stats`
+  // must outlive the session.
+  IngestSession(JobRegistry& registry, DaemonStats& stats, std::string peer,
+                std::shared_ptr<JobSubscriber> link, const Limits& limits, SteadyTime now);
+
+  // The stream's first batch: its hello attaches the stream to the job
+  // (JobRegistry::Attach, which creates the job on first sight). An error
+  // refuses the stream: INVALID_ARGUMENT (a bad or missing hello),
+  // RESOURCE_EXHAUSTED (too many jobs), UNAVAILABLE (shutting down),
+  // FAILED_PRECONDITION (another run is live). The batch's reports are
+  // applied by the Apply that follows, as for any batch.
+  absl::Status Open(const v1::ReportBatch& first, engine::Time now);
+
+  // Applies `batch` (after a successful Open) at wall time `now`; `steady_now`
+  // drives the stream's rate limit. A later hello adds ranks (refused ones are
+  // named in the rejections, reason invalid_hello). The acknowledgement
+  // (accepted, rejected, duplicates, at most kMaxDirectiveRejections
+  // rejections, the progress of the ranks the batch touched and the
+  // memberships not carried yet) goes to `deliver` while the job's mutex is
+  // still held, so directives reach the write slot in the order their
+  // memberships were taken. `batch` is consumed (its telemetry is moved out).
+  void Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime steady_now,
+             absl::FunctionRef<void(v1::Directive&&)> deliver);
+
+  // With job.mu held: the directive a membership change pushes to the
+  // stream (the memberships it has not carried yet, no progress).
+  v1::Directive PushLocked(const Job& job) { return DirectiveLocked(job, nullptr); }
+
+  // Null before a successful Open.
+  const std::shared_ptr<Job>& job() const { return job_; }
+  // Ascending, unique; fixed by Open, grown by later hellos (under job.mu).
+  const std::vector<uint32_t>& ranks() const { return ranks_; }
+
+ private:
+  void RecheckClaimLocked(std::optional<uint64_t> max_accepted, engine::Time now);
+  void MarkReplaysLocked();
+  absl::Status AddRanksLocked(const v1::ReportBatch& batch, engine::Time now);
+  v1::Directive DirectiveLocked(const Job& job, const std::vector<uint32_t>* touched);
+
+  JobRegistry& registry_;
+  DaemonStats& stats_;
+  const std::string peer_;
+  const std::shared_ptr<JobSubscriber> link_;
+  const Limits limits_;
+  common::TokenBucket bucket_;  // Apply's only
+
+  // Written by Open and Apply (the read chain); ranks_ is fixed before Open
+  // subscribes the link, later changes happen under job.mu.
+  std::shared_ptr<Job> job_;
+  std::vector<uint32_t> ranks_;  // ascending, unique
+  // The last hello's refused topology claims, until its batch is acknowledged.
+  std::vector<TopologyRefusal> topology_refused_;
+  // The job's baseline and step time as of scored_at_, for the report ring.
+  static constexpr std::chrono::milliseconds kScoreRefresh{100};
+  float scored_reference_ = 0;
+  float scored_step_ = 0;
+  engine::Time scored_at_{};
+  // Per ranks_ index: progress + 1 at hello (MarkReplaysLocked).
+  std::vector<uint64_t> replay_mark_;
+  std::optional<uint64_t> claimed_reported_;  // the hello's, until RecheckClaimLocked
+  // Per batch: indices into ranks_ of the ranks with a report (touched_),
+  // found through touched_stamp_[index] == batch_stamp_.
+  std::vector<uint32_t> touched_;
+  std::vector<uint32_t> touched_stamp_;
+  uint32_t batch_stamp_ = 0;
+  bool first_batch_ = true;           // the batch that carried the opening hello
+  uint64_t last_acked_sequence_ = 0;  // guarded by job_->mu
+  // Newest membership version already offered; nullopt before the first
+  // directive. Guarded by the job's mu (pushes arrive with it held, possibly
+  // from Attach before job_ is set).
+  std::optional<uint64_t> offered_version_;
+};
+
+}  // namespace straggler::daemon

@@ -1,0 +1,96 @@
+#include "ingest/rank_topology.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "straggler/v1/wire_rules.h"
+#include "straggler/common/validate.h"
+
+namespace straggler::daemon {
+
+using common::Quoted;
+
+namespace rules = ::straggler::v1::rules;
+
+const char* TopologyRefuseReasonName(TopologyRefuseReason r) {
+  switch (r) {
+    case TopologyRefuseReason::kInvalidPeerGroup: return "invalid_peer_group";
+    case TopologyRefuseReason::kReplicaOutOfRange: return "replica_out_of_range";
+    case TopologyRefuseReason::kChanged: return "changed_without_new_incarnation";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// The refusal `t` earns as a claim of `rank`, if any.
+std::optional<TopologyRefusal> Check(uint32_t rank, const DeclaredTopology& t,
+                                     uint32_t world_size) {
+  const std::string& g = t.peer_group;
+  if (g.size() > rules::kMaxPeerGroupBytes) {
+    return TopologyRefusal{rank, TopologyRefuseReason::kInvalidPeerGroup,
+                           absl::StrCat("rank ", rank, ": peer_group ", Quoted(g), " is ",
+                                        g.size(), " bytes; at most ", rules::kMaxPeerGroupBytes)};
+  }
+  if (const size_t i = rules::FirstBadJobIdByte(std::string_view(g)); i != std::string_view::npos) {
+    return TopologyRefusal{
+        rank, TopologyRefuseReason::kInvalidPeerGroup,
+        absl::StrCat("rank ", rank, ": peer_group ", Quoted(g), " has ",
+                     Quoted(absl::string_view(g).substr(i, 1)), " at byte ", i,
+                     "; allowed: ", std::string(rules::kJobIdAllowed))};
+  }
+  if (t.replica && *t.replica >= world_size) {
+    return TopologyRefusal{rank, TopologyRefuseReason::kReplicaOutOfRange,
+                           absl::StrCat("rank ", rank, ": replica=", *t.replica,
+                                        " >= world_size=", world_size)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::Status ValidateTopology(uint32_t rank, const DeclaredTopology& t, uint32_t world_size) {
+  if (auto r = Check(rank, t, world_size)) return absl::InvalidArgumentError(r->message);
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::string Describe(const DeclaredTopology& t) {
+  return absl::StrCat("peer_group ", Quoted(t.peer_group), " replica ",
+                      t.replica ? absl::StrCat(*t.replica) : std::string("(own)"));
+}
+
+}  // namespace
+
+std::vector<TopologyRefusal> RankTopologies::Apply(const std::vector<TopologyClaim>& claims,
+                                                   const std::vector<uint32_t>& ranks) {
+  std::vector<TopologyRefusal> refused;
+  const uint32_t world = static_cast<uint32_t>(entries_.size());
+  std::vector<uint32_t> sorted = ranks;  // a later hello's are as sent
+  std::sort(sorted.begin(), sorted.end());
+  for (const TopologyClaim& c : claims) {
+    if (c.rank >= world || !std::binary_search(sorted.begin(), sorted.end(), c.rank)) continue;
+    if (std::optional<TopologyRefusal> r = Check(c.rank, c.topology, world)) {
+      refused.push_back(*std::move(r));
+      continue;
+    }
+    Entry& e = entries_[c.rank];
+    if (e.claimed && e.incarnation == c.incarnation && !(e.topology == c.topology)) {
+      // One trainer process has one place in the job: a second answer is a
+      // bug (or a forged hello), and detection must not regroup the rank.
+      refused.push_back({c.rank, TopologyRefuseReason::kChanged,
+                         absl::StrCat("rank ", c.rank, ": ", Describe(c.topology),
+                                      " differs from the ", Describe(e.topology),
+                                      " its client process declared before; a rank changes "
+                                      "its topology only as a new trainer process")});
+      continue;
+    }
+    e.topology = c.topology;
+    e.incarnation = c.incarnation;
+    e.claimed = true;
+  }
+  return refused;
+}
+
+}  // namespace straggler::daemon

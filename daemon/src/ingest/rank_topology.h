@@ -1,0 +1,68 @@
+// Each rank's declared place in a hybrid-parallel job (docs/topology.md):
+// its peer group and data-parallel replica, from RankDevice in the stream's
+// hello. Checked (charset, length, replica < world size) and kept per rank;
+// one client incarnation cannot change it, a new one may.
+//
+//   RankTopologies table(world_size);
+//   for (const TopologyRefusal& r : table.Apply(hello.topologies, hello.ranks))
+//     ...tell the client r.message, count r.reason...
+//   table.Of(rank).peer_group;
+//
+// Not thread-safe: a Job's table is guarded by the job's mu.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "straggler/common/validate.h"  // DeclaredTopology, TopologyClaim
+
+namespace straggler::daemon {
+
+using common::DeclaredTopology;
+using common::TopologyClaim;
+
+enum class TopologyRefuseReason { kInvalidPeerGroup, kReplicaOutOfRange, kChanged };
+inline constexpr size_t kTopologyRefuseReasons = 3;
+// "invalid_peer_group", "replica_out_of_range", "changed_without_new_incarnation".
+const char* TopologyRefuseReasonName(TopologyRefuseReason r);
+
+struct TopologyRefusal {
+  uint32_t rank = 0;
+  TopologyRefuseReason reason = TopologyRefuseReason::kInvalidPeerGroup;
+  std::string message;  // names the rank and the value
+};
+
+// INVALID_ARGUMENT naming the rank and value when `t` is not a topology a
+// rank of a `world_size` job may declare.
+absl::Status ValidateTopology(uint32_t rank, const DeclaredTopology& t, uint32_t world_size);
+
+class RankTopologies {
+ public:
+  explicit RankTopologies(uint32_t world_size) : entries_(world_size) {}
+
+  // Takes the claims of the ranks in `ranks` (others are ignored,
+  // as are ranks >= world size): a valid claim of a rank's first or a new
+  // incarnation replaces what the rank had; a claim that is invalid, or
+  // that differs from what the same incarnation declared before, is refused
+  // and the rank keeps its topology.
+  std::vector<TopologyRefusal> Apply(const std::vector<TopologyClaim>& claims,
+                                     const std::vector<uint32_t>& ranks);
+
+  // What `rank` declared (the default before any claim). `rank` < world size.
+  const DeclaredTopology& Of(uint32_t rank) const { return entries_[rank].topology; }
+
+ private:
+  struct Entry {
+    DeclaredTopology topology;
+    uint64_t incarnation = 0;
+    bool claimed = false;
+  };
+  std::vector<Entry> entries_;
+};
+
+}  // namespace straggler::daemon

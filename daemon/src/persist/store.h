@@ -1,0 +1,191 @@
+// The daemon's state database (SQLite, WAL): the event journal, each job's
+// membership versions, its admin policy and its rank overrides, so that a
+// restarted daemon (also after kill -9) keeps versions growing, restores the
+// exclusions and finds its events again. docs/persistence.md has the why.
+//
+//   auto store = Store::Open({.path = "/var/lib/stragglerd/state.db"});
+//   if (!store.ok()) ...;                       // names the path and SQLite's error
+//   (*store)->SaveMembership(job_row, membership);   // durable when it returns
+//   (*store)->EnqueueEvent(entry);              // written by the writer thread
+//   (*store)->Flush();                          // everything enqueued so far is written
+//
+// Two kinds of write, on purpose:
+//  * Events are many and may come from the ingest path with a job's mutex held,
+//    so EnqueueEvent only appends to a bounded queue (no I/O); a writer thread
+//    commits them in batches. A full queue drops the event and counts it
+//    (events_dropped): ingest never waits on the disk.
+//  * Membership versions and admin overrides are rare (a detection, an
+//    operator's call) and must be on disk before anyone sees them (a version
+//    handed to a client and then forgotten by a restarted daemon could be
+//    handed out again with other content). They are written synchronously by
+//    the caller; with synchronous=NORMAL in WAL mode a commit is a write() to
+//    the WAL with no fsync, which survives kill -9 (the OS has the pages).
+//
+// Thread-safe: every method may be called from any thread; one connection
+// guarded by a mutex (SQLite allows one writer anyway).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "registry/attribution.h"
+#include "straggler/engine/job_engine.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace straggler::daemon {
+
+// One journaled event (the registry's journal and the events table).
+struct JournalEntry {
+  uint64_t sequence = 0;  // daemon-wide, grows by one per event, also across restarts
+  std::string job_id;
+  engine::Event event;
+  // On a transition to straggler: what the rank's GPU telemetry points at.
+  LikelyCause likely_cause = LikelyCause::kUnspecified;
+  std::string likely_cause_detail;
+  std::string run_id;  // the job's run (docs/runs.md)
+};
+
+struct StoredOverride {
+  uint32_t rank = 0;
+  engine::RankOverride override = engine::RankOverride::kNone;
+  std::string reason;
+};
+
+// What the database knows of one job.
+struct StoredJob {
+  std::string job_id;
+  uint32_t world_size = 0;
+  uint64_t incarnation = 0;            // daemon run that wrote it last
+  std::string run_id;                  // the job's run the rest belongs to
+  std::string policy_json;             // v1.PolicyConfig as JSON; "" = no admin policy
+  std::vector<StoredOverride> overrides;  // ranks with an override other than none
+  std::optional<engine::Membership> membership;  // the newest version written
+  engine::Time updated{0};
+};
+
+struct StoreOptions {
+  std::string path;                       // the database file (created with its directory)
+  bool synchronous_full = false;          // PRAGMA synchronous=FULL instead of NORMAL
+  uint32_t event_queue_capacity = 65536;  // events waiting for the writer; more are dropped
+  uint32_t busy_timeout_ms = 5000;        // another process holding the write lock
+};
+
+class Store {
+ public:
+  // The schema this build writes; older databases are migrated on Open.
+  static constexpr int kSchemaVersion = 2;
+
+  // Creates the file's directory and the file when missing, sets WAL, the
+  // synchronous level and the busy timeout, and creates or migrates the
+  // schema. Errors name the path: "persistence.path=/x/state.db: file is not
+  // a database".
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  ~Store();  // writes what is queued, then closes
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Queues one event for the writer thread; never blocks on I/O. False (and
+  // counted in events_dropped) when the queue is full.
+  bool EnqueueEvent(const JournalEntry& entry);
+  // Waits until every event enqueued before the call is committed (or failed).
+  void Flush();
+
+  // Synchronous, durable on return: the job's row and one membership version.
+  absl::Status SaveMembership(const std::string& job_id, uint32_t world_size,
+                              uint64_t incarnation, const engine::Membership& m);
+  // Synchronous: the job's admin policy ("" = none) and its rank overrides
+  // (replacing the stored ones).
+  absl::Status SaveOverrides(const std::string& job_id, uint32_t world_size,
+                             uint64_t incarnation, const std::string& policy_json,
+                             const std::vector<StoredOverride>& overrides);
+
+  // A new run of the job begins (docs/runs.md): records its run id and
+  // forgets the previous run's memberships, overrides and admin policy, so a
+  // restart restores the new run, not the old one. Events stay.
+  absl::Status StartRun(const std::string& job_id, uint32_t world_size, uint64_t incarnation,
+                        const std::string& run_id);
+  absl::StatusOr<std::optional<StoredJob>> LoadJob(const std::string& job_id);
+  // Jobs updated at or after `since`, ascending by id.
+  absl::StatusOr<std::vector<StoredJob>> LoadJobs(engine::Time since);
+  // The newest `limit` events, ascending by sequence.
+  absl::StatusOr<std::vector<JournalEntry>> LoadEvents(size_t limit);
+  // Highest event sequence ever stored or reserved (also of events deleted by
+  // retention: kept in the meta table), 0 when none. A restarted daemon
+  // numbers its events from here + 1.
+  absl::StatusOr<uint64_t> MaxSequence();
+  // Synchronous, durable on return: sequences up to `upto` may be handed out
+  // before their events are written, so MaxSequence() is at least `upto`
+  // from now on. Events still in the writer's queue at a kill -9 are lost;
+  // without the reservation the next daemon would number new events with
+  // the lost events' sequences, which clients may already have seen (a
+  // `since_sequence` cursor would then skip the new events).
+  absl::Status ReserveSequences(uint64_t upto);
+
+  // Deletes events older than `now - max_age` (max_age 0: no age limit) and
+  // all but the newest `max_rows` (0: no row limit), and all but the newest
+  // `keep_versions` membership versions of each job. Returns rows deleted.
+  absl::StatusOr<uint64_t> ApplyRetention(engine::Time now, std::chrono::seconds max_age,
+                                          uint64_t max_rows, uint32_t keep_versions);
+
+  int schema_version() const { return schema_version_; }
+  const std::string& path() const { return options_.path; }
+  uint64_t events_written() const { return events_written_.load(std::memory_order_relaxed); }
+  uint64_t events_dropped() const { return events_dropped_.load(std::memory_order_relaxed); }
+  // Event batches the writer thread failed to commit (their events are lost
+  // from the database; still served from memory until a restart).
+  uint64_t write_errors() const { return write_errors_.load(std::memory_order_relaxed); }
+
+ private:
+  explicit Store(StoreOptions options);
+  absl::Status Init();
+  absl::Status Migrate();
+  absl::Status Exec(const char* sql);
+  absl::Status Error(const char* what) const;  // names the path and sqlite3_errmsg
+  // One transaction (under db_mu_): the job's row upserted, then `body`;
+  // rolled back when either fails.
+  absl::Status JobTransaction(const std::string& job_id, uint32_t world_size,
+                              uint64_t incarnation, engine::Time updated,
+                              absl::FunctionRef<absl::Status()> body);
+  absl::Status UpsertJobLocked(const std::string& job_id, uint32_t world_size,
+                               uint64_t incarnation, engine::Time now);
+  absl::StatusOr<std::vector<StoredJob>> QueryJobsLocked(const char* where,
+                                                         const std::string& arg_text,
+                                                         int64_t arg_int);
+  absl::Status WriteEventsLocked(const std::vector<JournalEntry>& batch);
+  void WriterLoop();
+
+  const StoreOptions options_;
+  int schema_version_ = 0;
+
+  std::mutex db_mu_;  // guards db_ and every prepared statement
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* insert_event_ = nullptr;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;   // writer: work or stop
+  std::condition_variable flushed_cv_; // Flush: done_ advanced
+  std::deque<JournalEntry> queue_;     // guarded by queue_mu_
+  uint64_t enqueued_ = 0;              // guarded by queue_mu_: events accepted so far
+  uint64_t done_ = 0;                  // guarded by queue_mu_: of those, written or failed
+  bool stopping_ = false;              // guarded by queue_mu_
+  std::thread writer_;
+
+  std::atomic<uint64_t> events_written_{0};
+  std::atomic<uint64_t> events_dropped_{0};
+  std::atomic<uint64_t> write_errors_{0};
+};
+
+}  // namespace straggler::daemon

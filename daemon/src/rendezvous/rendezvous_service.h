@@ -1,0 +1,41 @@
+// RendezvousService: the gRPC face of RendezvousStore (Set, Get, Wait, Add).
+// Wait is held on the server without a thread: its reactor finishes from the
+// store's callback (keys complete, deadline, cancellation or shutdown).
+//
+//   RendezvousServiceImpl rendezvous(store, stats);
+//   builder.RegisterService(&rendezvous);
+//
+// Thread-safe; the store and stats must outlive the server.
+#pragma once
+
+#include "rendezvous/rendezvous_store.h"
+#include "metrics/stats.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+namespace straggler::daemon {
+
+class RendezvousServiceImpl final : public straggler::v1::RendezvousService::CallbackService {
+ public:
+  RendezvousServiceImpl(RendezvousStore& store, DaemonStats& stats)
+      : store_(store), stats_(stats) {}
+
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* ctx,
+                                const straggler::v1::RendezvousSetRequest* request,
+                                straggler::v1::RendezvousSetResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx,
+                                const straggler::v1::RendezvousGetRequest* request,
+                                straggler::v1::RendezvousGetResponse* response) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx,
+                                 const straggler::v1::RendezvousWaitRequest* request,
+                                 straggler::v1::RendezvousWaitResponse* response) override;
+  grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext* ctx,
+                                const straggler::v1::RendezvousAddRequest* request,
+                                straggler::v1::RendezvousAddResponse* response) override;
+
+ private:
+  RendezvousStore& store_;
+  DaemonStats& stats_;  // refusals: straggler_grpc_refused_total
+  const CallOf call_{stats_, GrpcService::kRendezvous};  // every refusal is counted under it
+};
+
+}  // namespace straggler::daemon

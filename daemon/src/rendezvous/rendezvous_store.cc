@@ -1,0 +1,377 @@
+#include "rendezvous/rendezvous_store.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "straggler/common/validate.h"
+
+namespace straggler::daemon {
+namespace {
+
+// The timer thread also sweeps expired keys at least this often, so a job
+// that stops using the store gives its memory back without a request.
+constexpr auto kSweepInterval = std::chrono::seconds(1);
+// Error messages list at most this many missing keys.
+constexpr size_t kKeysNamed = 4;
+
+// Keys are any bytes a client chose: escaped and cut like every value a
+// message echoes (validate.h Quoted).
+std::string QuotedKeys(const std::vector<std::string>& keys) {
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < keys.size() && i < kKeysNamed; ++i)
+    shown.push_back(common::Quoted(keys[i]));
+  std::string s = absl::StrJoin(shown, ", ");
+  if (keys.size() > kKeysNamed) absl::StrAppend(&s, " and ", keys.size() - kKeysNamed, " more");
+  return s;
+}
+
+}  // namespace
+
+RendezvousStore::RendezvousStore(const RendezvousConfig& config) : config_(config) {
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+RendezvousStore::~RendezvousStore() {
+  Close(absl::UnavailableError("stragglerd is shutting down"));
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  timer_.join();
+}
+
+void RendezvousStore::ApplyConfig(const RendezvousConfig& config) {
+  std::lock_guard lock(mu_);
+  config_ = config;
+}
+
+absl::Status RendezvousStore::ValidateJobKey(const std::string& job, const std::string& key) const {
+  if (absl::Status s = common::ValidateJobId("job_id", job); !s.ok()) return s;
+  if (key.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", common::Quoted(job), ": empty rendezvous key"));
+  if (key.size() > config_.max_key_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", common::Quoted(job), ": rendezvous key ", common::Quoted(key), " of ", key.size(),
+        " bytes exceeds rendezvous.max_key_bytes=", config_.max_key_bytes));
+  }
+  return absl::OkStatus();
+}
+
+RendezvousStore::Clock::time_point RendezvousStore::ExpiryLocked(
+    std::optional<std::chrono::milliseconds> ttl, Clock::time_point now) const {
+  const std::chrono::milliseconds max = std::chrono::seconds(config_.max_ttl_seconds);
+  std::chrono::milliseconds t = std::chrono::seconds(config_.default_ttl_seconds);
+  if (ttl && ttl->count() > 0) t = std::min(*ttl, max);
+  return now + t;
+}
+
+absl::StatusOr<RendezvousStore::JobKv*> RendezvousStore::JobForWriteLocked(const std::string& job,
+                                                                          Clock::time_point now) {
+  auto it = jobs_.find(job);
+  if (it != jobs_.end()) return &it->second;
+  if (jobs_.size() >= config_.max_jobs) {
+    // Expired jobs may still hold a slot; sweep before refusing.
+    for (auto j = jobs_.begin(); j != jobs_.end();) {
+      DropExpiredLocked(j->second, now);
+      j = j->second.keys.empty() && j->second.waiters.empty() ? jobs_.erase(j) : std::next(j);
+    }
+    if (jobs_.size() >= config_.max_jobs) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rendezvous holds keys of ", jobs_.size(), " jobs (rendezvous.max_jobs=",
+                       config_.max_jobs, "); job ", common::Quoted(job), " not admitted"));
+    }
+  }
+  return &jobs_[job];
+}
+
+absl::Status RendezvousStore::PutLocked(const std::string& job, JobKv& kv, const std::string& key,
+                                        std::string value, Clock::time_point expires,
+                                        Clock::time_point now,
+                                        std::vector<Completion>* completions) {
+  auto it = kv.keys.find(key);
+  if (it == kv.keys.end()) {
+    if (kv.keys.size() >= config_.max_keys_per_job) DropExpiredLocked(kv, now);
+    if (kv.keys.size() >= config_.max_keys_per_job) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job ", common::Quoted(job), " holds ", kv.keys.size(),
+                       " rendezvous keys (rendezvous.max_keys_per_job=", config_.max_keys_per_job,
+                       "); key ", common::Quoted(key), " not stored"));
+    }
+    it = kv.keys.emplace(key, Entry{}).first;
+  }
+  it->second.value = std::move(value);
+  it->second.expires = expires;
+  // A waiter can only complete through a key it waits on; checking each of
+  // the job's waiters keeps the index simple (waits per job are few: one per
+  // rank building a context).
+  std::vector<uint64_t> ready;
+  for (uint64_t id : kv.waiters) {
+    const Waiter& w = waiters_.at(id);
+    if (std::find(w.keys.begin(), w.keys.end(), key) == w.keys.end()) continue;
+    if (MissingLocked(&kv, w.keys, now).empty()) ready.push_back(id);
+  }
+  for (uint64_t id : ready) completions->push_back(TakeWaiterLocked(id, absl::OkStatus()));
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousStore::Set(const std::string& job, const std::string& key, std::string value,
+                                  std::optional<std::chrono::milliseconds> ttl) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard lock(mu_);
+    if (absl::Status s = ValidateJobKey(job, key); !s.ok()) return s;
+    if (value.size() > config_.max_value_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job ", common::Quoted(job), ": value of ", value.size(), " bytes for rendezvous key ",
+          common::Quoted(key), " exceeds rendezvous.max_value_bytes=", config_.max_value_bytes));
+    }
+    const Clock::time_point now = Clock::now();
+    absl::StatusOr<JobKv*> kv = JobForWriteLocked(job, now);
+    if (!kv.ok()) return kv.status();
+    absl::Status s = PutLocked(job, **kv, key, std::move(value), ExpiryLocked(ttl, now), now,
+                               &completions);
+    if (!s.ok()) {
+      EraseIfEmptyLocked(job);
+      return s;
+    }
+  }
+  for (auto& [done, status] : completions) done(status);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, const std::string& key,
+                                            int64_t delta,
+                                            std::optional<std::chrono::milliseconds> ttl) {
+  std::vector<Completion> completions;
+  int64_t result = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (absl::Status s = ValidateJobKey(job, key); !s.ok()) return s;
+    const Clock::time_point now = Clock::now();
+    absl::StatusOr<JobKv*> kv = JobForWriteLocked(job, now);
+    if (!kv.ok()) return kv.status();
+    int64_t current = 0;
+    if (auto it = (*kv)->keys.find(key); it != (*kv)->keys.end() && it->second.expires > now) {
+      const std::string& text = it->second.value;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
+      if (ec != std::errc() || end != text.data() + text.size()) {
+        return absl::FailedPreconditionError(absl::StrCat("job ", common::Quoted(job),
+                                                          ": rendezvous key ", common::Quoted(key),
+                                                          " holds a value that is not a counter"));
+      }
+    }
+    if ((delta > 0 && current > INT64_MAX - delta) || (delta < 0 && current < INT64_MIN - delta)) {
+      return absl::OutOfRangeError(absl::StrCat("job ", common::Quoted(job), ": counter ",
+                                                common::Quoted(key), "=", current, " + ", delta,
+                                                " overflows int64"));
+    }
+    result = current + delta;
+    absl::Status s = PutLocked(job, **kv, key, absl::StrCat(result), ExpiryLocked(ttl, now), now,
+                               &completions);
+    if (!s.ok()) {
+      EraseIfEmptyLocked(job);
+      return s;
+    }
+  }
+  for (auto& [done, status] : completions) done(status);
+  return result;
+}
+
+absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(const std::string& job,
+                                                             const std::vector<std::string>& keys) {
+  std::lock_guard lock(mu_);
+  if (keys.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", common::Quoted(job), ": Get of no keys"));
+  const Clock::time_point now = Clock::now();
+  auto it = jobs_.find(job);
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const std::string& key : keys) {
+    if (absl::Status s = ValidateJobKey(job, key); !s.ok()) return s;
+    const Entry* e = nullptr;
+    if (it != jobs_.end()) {
+      auto k = it->second.keys.find(key);
+      if (k != it->second.keys.end() && k->second.expires > now) e = &k->second;
+    }
+    if (e == nullptr) {
+      return absl::NotFoundError(absl::StrCat("job ", common::Quoted(job), ": rendezvous key ",
+                                              common::Quoted(key), " is not set"));
+    }
+    values.push_back(e->value);
+  }
+  return values;
+}
+
+uint64_t RendezvousStore::Wait(const std::string& job, const std::vector<std::string>& keys,
+                               std::optional<std::chrono::milliseconds> timeout, WaitDone done) {
+  absl::Status immediate;
+  {
+    std::lock_guard lock(mu_);
+    const Clock::time_point now = Clock::now();
+    if (closed_) {
+      immediate = *closed_;
+    } else if (keys.empty()) {
+      immediate = absl::InvalidArgumentError(
+          absl::StrCat("job ", common::Quoted(job), ": Wait for no keys"));
+    } else if (keys.size() > config_.max_keys_per_job) {
+      immediate = absl::InvalidArgumentError(
+          absl::StrCat("job ", common::Quoted(job), ": Wait for ", keys.size(),
+                       " keys exceeds rendezvous.max_keys_per_job=", config_.max_keys_per_job));
+    } else {
+      for (const std::string& key : keys) {
+        immediate = ValidateJobKey(job, key);
+        if (!immediate.ok()) break;
+      }
+    }
+    if (immediate.ok()) {
+      auto it = jobs_.find(job);
+      if (MissingLocked(it == jobs_.end() ? nullptr : &it->second, keys, now).empty()) {
+        immediate = absl::OkStatus();
+      } else if (waiters_.size() >= config_.max_waiters) {
+        immediate = absl::ResourceExhaustedError(
+            absl::StrCat("rendezvous holds ", waiters_.size(), " waits (rendezvous.max_waiters=",
+                         config_.max_waiters, "); job ", common::Quoted(job), " Wait refused"));
+      } else {
+        absl::StatusOr<JobKv*> kv = JobForWriteLocked(job, now);
+        if (!kv.ok()) {
+          immediate = kv.status();
+        } else {
+          const std::chrono::milliseconds max = std::chrono::seconds(config_.max_wait_seconds);
+          std::chrono::milliseconds t = max;
+          if (timeout && timeout->count() > 0) t = std::min(*timeout, max);
+          const uint64_t id = next_id_++;
+          Waiter w{job, keys, now + t, t, std::move(done)};
+          deadlines_.emplace(w.deadline, id);
+          waiters_.emplace(id, std::move(w));
+          (*kv)->waiters.insert(id);
+          cv_.notify_all();
+          return id;
+        }
+      }
+    }
+  }
+  done(immediate);
+  return 0;
+}
+
+void RendezvousStore::Cancel(uint64_t id) {
+  Completion c;
+  {
+    std::lock_guard lock(mu_);
+    if (waiters_.count(id) == 0) return;
+    c = TakeWaiterLocked(id, absl::CancelledError("rendezvous Wait cancelled by the client"));
+  }
+  c.first(c.second);
+}
+
+void RendezvousStore::Close(const absl::Status& status) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard lock(mu_);
+    if (!closed_) closed_ = status;
+    std::vector<uint64_t> ids;
+    for (const auto& [id, w] : waiters_) ids.push_back(id);
+    for (uint64_t id : ids) completions.push_back(TakeWaiterLocked(id, status));
+  }
+  for (auto& [done, s] : completions) done(s);
+}
+
+size_t RendezvousStore::KeyCount(const std::string& job) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return 0;
+  DropExpiredLocked(it->second, Clock::now());
+  return it->second.keys.size();
+}
+
+size_t RendezvousStore::WaiterCount() {
+  std::lock_guard lock(mu_);
+  return waiters_.size();
+}
+
+std::vector<std::string> RendezvousStore::MissingLocked(const JobKv* kv,
+                                                        const std::vector<std::string>& keys,
+                                                        Clock::time_point now) const {
+  std::vector<std::string> missing;
+  for (const std::string& key : keys) {
+    const Entry* e = nullptr;
+    if (kv != nullptr) {
+      auto it = kv->keys.find(key);
+      if (it != kv->keys.end() && it->second.expires > now) e = &it->second;
+    }
+    if (e == nullptr) missing.push_back(key);
+  }
+  return missing;
+}
+
+void RendezvousStore::DropExpiredLocked(JobKv& kv, Clock::time_point now) {
+  std::erase_if(kv.keys, [now](const auto& e) { return e.second.expires <= now; });
+}
+
+void RendezvousStore::EraseIfEmptyLocked(const std::string& job) {
+  auto it = jobs_.find(job);
+  if (it != jobs_.end() && it->second.keys.empty() && it->second.waiters.empty()) jobs_.erase(it);
+}
+
+RendezvousStore::Completion RendezvousStore::TakeWaiterLocked(uint64_t id, absl::Status status) {
+  auto it = waiters_.find(id);
+  Waiter w = std::move(it->second);
+  waiters_.erase(it);
+  for (auto [d, end] = deadlines_.equal_range(w.deadline); d != end; ++d) {
+    if (d->second == id) {
+      deadlines_.erase(d);
+      break;
+    }
+  }
+  if (auto j = jobs_.find(w.job); j != jobs_.end()) {
+    j->second.waiters.erase(id);
+    EraseIfEmptyLocked(w.job);
+  }
+  return {std::move(w.done), std::move(status)};
+}
+
+absl::Status RendezvousStore::TimeoutStatus(const Waiter& w,
+                                            const std::vector<std::string>& missing) const {
+  return absl::DeadlineExceededError(absl::StrCat("job ", common::Quoted(w.job),
+                                                  ": rendezvous keys still missing after ",
+                                                  w.timeout.count(), " ms: ", QuotedKeys(missing)));
+}
+
+void RendezvousStore::TimerLoop() {
+  std::unique_lock lock(mu_);
+  Clock::time_point next_sweep = Clock::now() + kSweepInterval;
+  while (!stopping_) {
+    Clock::time_point wake = next_sweep;
+    if (!deadlines_.empty()) wake = std::min(wake, deadlines_.begin()->first);
+    cv_.wait_until(lock, wake);
+    if (stopping_) break;
+    const Clock::time_point now = Clock::now();
+    std::vector<Completion> completions;
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      const uint64_t id = deadlines_.begin()->second;
+      const Waiter& w = waiters_.at(id);
+      auto j = jobs_.find(w.job);
+      absl::Status s = TimeoutStatus(w, MissingLocked(j == jobs_.end() ? nullptr : &j->second, w.keys, now));
+      completions.push_back(TakeWaiterLocked(id, std::move(s)));
+    }
+    if (now >= next_sweep) {
+      for (auto j = jobs_.begin(); j != jobs_.end();) {
+        DropExpiredLocked(j->second, now);
+        j = j->second.keys.empty() && j->second.waiters.empty() ? jobs_.erase(j) : std::next(j);
+      }
+      next_sweep = now + kSweepInterval;
+    }
+    if (!completions.empty()) {
+      lock.unlock();
+      for (auto& [done, s] : completions) done(s);
+      lock.lock();
+    }
+  }
+}
+
+}  // namespace straggler::daemon

@@ -1,0 +1,126 @@
+// RendezvousStore: the job-scoped key-value store behind RendezvousService.
+// The collective layer of a training job bootstraps its communicators through
+// it (each rank Sets its address, Waits for its peers' keys, Gets them), so
+// stragglerd is the job's only server.
+//
+//   RendezvousStore store(config.rendezvous);
+//   store.Set("job", "gloo/v3/0", bytes, std::nullopt);
+//   store.Wait("job", {"gloo/v3/1"}, 5s, [](absl::Status s) { /* finish the RPC */ });
+//   auto values = store.Get("job", {"gloo/v3/1"});
+//
+// Every key belongs to a job and expires after its TTL; key and value sizes,
+// keys per job, jobs and held waits are bounded (RendezvousConfig), and each
+// refusal names the value and the limit. Wait never blocks the caller: it
+// registers a callback that runs exactly once — at once when the keys are
+// there, later from the Set that completes them, from the store's timer
+// thread at the deadline, from Cancel, or from Close.
+//
+// Thread-safe: every method may be called from any thread. Callbacks run
+// without the store's lock held, so they may call back into the store.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "config/config.h"
+
+namespace straggler::daemon {
+
+class RendezvousStore {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using WaitDone = std::function<void(const absl::Status&)>;
+
+  explicit RendezvousStore(const RendezvousConfig& config);
+  ~RendezvousStore();  // Close(UNAVAILABLE) and join the timer thread
+  RendezvousStore(const RendezvousStore&) = delete;
+  RendezvousStore& operator=(const RendezvousStore&) = delete;
+
+  // New limits for later requests (SIGHUP).
+  void ApplyConfig(const RendezvousConfig& config);
+
+  // ttl: nullopt or zero = default_ttl_seconds; capped at max_ttl_seconds.
+  absl::Status Set(const std::string& job, const std::string& key, std::string value,
+                   std::optional<std::chrono::milliseconds> ttl);
+  // The values in the order of `keys`; NOT_FOUND names the first missing key.
+  absl::StatusOr<std::vector<std::string>> Get(const std::string& job,
+                                               const std::vector<std::string>& keys);
+  // Adds `delta` to the decimal counter under `key` (missing = 0).
+  absl::StatusOr<int64_t> Add(const std::string& job, const std::string& key, int64_t delta,
+                              std::optional<std::chrono::milliseconds> ttl);
+  // Calls `done` once (see the file comment): OK when every key is set,
+  // DEADLINE_EXCEEDED naming the missing keys after `timeout` (nullopt/zero
+  // or longer than max_wait_seconds: max_wait_seconds), CANCELLED after
+  // Cancel, UNAVAILABLE after Close, or an error for a bad request. Returns
+  // an id for Cancel; 0 when `done` has already run.
+  uint64_t Wait(const std::string& job, const std::vector<std::string>& keys,
+                std::optional<std::chrono::milliseconds> timeout, WaitDone done);
+  // Ends the wait `id` with CANCELLED (no-op once it has ended).
+  void Cancel(uint64_t id);
+  // Ends every wait with `status`; later Waits end with it at once.
+  void Close(const absl::Status& status);
+
+  // Live (unexpired) keys of `job`; for tests and metrics.
+  size_t KeyCount(const std::string& job);
+  size_t WaiterCount();
+
+ private:
+  struct Entry {
+    std::string value;
+    Clock::time_point expires;
+  };
+  struct JobKv {
+    std::unordered_map<std::string, Entry> keys;
+    std::set<uint64_t> waiters;
+  };
+  struct Waiter {
+    std::string job;
+    std::vector<std::string> keys;
+    Clock::time_point deadline;
+    std::chrono::milliseconds timeout;
+    WaitDone done;
+  };
+  using Completion = std::pair<WaitDone, absl::Status>;
+
+  absl::Status ValidateJobKey(const std::string& job, const std::string& key) const;
+  Clock::time_point ExpiryLocked(std::optional<std::chrono::milliseconds> ttl,
+                                 Clock::time_point now) const;
+  // The job's entry for a write, creating it within max_jobs.
+  absl::StatusOr<JobKv*> JobForWriteLocked(const std::string& job, Clock::time_point now);
+  // Stores key (within max_keys_per_job) and collects the waits it completes.
+  absl::Status PutLocked(const std::string& job, JobKv& kv, const std::string& key,
+                         std::string value, Clock::time_point expires, Clock::time_point now,
+                         std::vector<Completion>* completions);
+  std::vector<std::string> MissingLocked(const JobKv* kv, const std::vector<std::string>& keys,
+                                         Clock::time_point now) const;
+  void DropExpiredLocked(JobKv& kv, Clock::time_point now);
+  void EraseIfEmptyLocked(const std::string& job);
+  Completion TakeWaiterLocked(uint64_t id, absl::Status status);
+  absl::Status TimeoutStatus(const Waiter& w, const std::vector<std::string>& missing) const;
+  void TimerLoop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;  // wakes the timer thread (new deadline, close)
+  RendezvousConfig config_;
+  std::unordered_map<std::string, JobKv> jobs_;
+  std::unordered_map<uint64_t, Waiter> waiters_;
+  std::multimap<Clock::time_point, uint64_t> deadlines_;
+  uint64_t next_id_ = 1;
+  std::optional<absl::Status> closed_;
+  bool stopping_ = false;
+  std::thread timer_;
+};
+
+}  // namespace straggler::daemon

@@ -1,0 +1,129 @@
+// The running daemon: gRPC server (ingest, query, admin, rendezvous, health,
+// reflection),
+// the HTTP server (/metrics, /healthz, /readyz, REST), the job registry and
+// the once-a-second tick thread.
+//
+//   Server server;
+//   if (absl::Status s = server.Start(config); !s.ok()) ...;
+//   std::cout << server.grpc_port();          // the real port, also for port 0
+//   std::cout << server.http_port();
+//   server.Reload(new_config);                // SIGHUP
+//   server.Shutdown(std::chrono::seconds(5)); // SIGTERM
+//
+// Thread-safe after Start: Reload and Shutdown may be called from any one
+// thread (the signal thread in main.cc); Start and Shutdown once each.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "config/config.h"
+#include "metrics/stats.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace straggler::daemon {
+
+class JobRegistry;
+class IngestServiceImpl;
+class QueryServiceImpl;
+class AdminServiceImpl;
+class Authorizer;
+class RendezvousStore;
+class RendezvousServiceImpl;
+class HttpServer;
+class Store;
+
+class Server {
+ public:
+  Server();
+  ~Server();  // Shutdown(0s) when still running
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Opens the state database when persistence.path is set (and restores the
+  // journal and jobs from it: JobRegistry::Restore; an error there is
+  // FAILED_PRECONDITION naming the path), reads and checks the TLS files of
+  // config.tls (LoadServerTls; FAILED_PRECONDITION naming the file), then
+  // binds config.grpc_address, then config.http_address (port 0 picks a free
+  // port), and starts serving; /readyz answers 200 once both are up.
+  absl::Status Start(const DaemonConfig& config);
+
+  // Applies a reloaded config: log level, limits, policies (see
+  // JobRegistry::ApplyConfig), the bearer token and auth.protect_reads.
+  // Addresses, http.* and tls.* need a restart; a change is logged as a
+  // warning naming each key (RestartOnlyChanges).
+  void Reload(const DaemonConfig& config);
+
+  // OK when the next restart would start with `config` as far as a reload
+  // can tell: its TLS files are readable, parse and belong together.
+  // Otherwise the error names the file, and the reload must be refused (a
+  // SIGHUP that accepted a missing certificate made the next restart fail).
+  static absl::Status CheckRestartable(const DaemonConfig& config);
+
+  // /readyz turns 503 (and REST answers 503) first; then stops accepting gRPC,
+  // tells every stream and watcher to go (UNAVAILABLE, so clients reconnect
+  // elsewhere or later), waits up to `grace` for calls to end, cancels the
+  // rest, joins the tick thread, and stops HTTP last (/metrics and /healthz
+  // serve until then).
+  void Shutdown(std::chrono::milliseconds grace);
+
+  // Writes what the state database's queue holds and logs the counts (a
+  // no-op without persistence). Shutdown does it once gRPC has stopped; a
+  // drain that cannot finish (see stragglerd's main) calls it from another
+  // thread while Shutdown is still waiting: safe, the Store serialises it.
+  void FlushState();
+
+  int grpc_port() const { return grpc_port_; }
+  // host:port as configured, with the real port.
+  const std::string& grpc_address() const { return grpc_address_; }
+  // An address a local client can dial: wildcard hosts become 127.0.0.1.
+  std::string grpc_dial_address() const;
+
+  int http_port() const;
+  const std::string& http_address() const;  // host:port with the real port
+  std::string http_dial_address() const;
+
+  JobRegistry& registry() { return *registry_; }
+  RendezvousStore& rendezvous() { return *rendezvous_store_; }
+  const DaemonStats& stats() const { return stats_; }
+  const Store* store() const { return store_.get(); }  // null without persistence
+
+ private:
+  void TickLoop();
+
+  DaemonStats stats_;
+  // Before registry_: the registry writes into it until it is destroyed.
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Authorizer> auth_;  // before the services that hold a reference
+  std::unique_ptr<JobRegistry> registry_;
+  std::unique_ptr<IngestServiceImpl> ingest_;
+  std::unique_ptr<QueryServiceImpl> query_;
+  std::unique_ptr<AdminServiceImpl> admin_;
+  // Declared before server_: held Waits reference the store until they end.
+  std::unique_ptr<RendezvousStore> rendezvous_store_;
+  std::unique_ptr<RendezvousServiceImpl> rendezvous_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpServer> http_;
+  // The config Start ran with: restart-only keys keep these values.
+  DaemonConfig started_config_;
+  // The tick thread's: re-reads tls.cert_file's expiry every 60 ticks.
+  void RefreshCertificateExpiry();
+  int ticks_since_cert_check_ = 0;
+  std::string grpc_address_;
+  int grpc_port_ = 0;
+
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool stopping_ = false;  // guarded by tick_mu_
+  std::thread tick_thread_;
+};
+
+}  // namespace straggler::daemon
