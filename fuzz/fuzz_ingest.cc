@@ -15,7 +15,6 @@
 #include "straggler/v1/straggler.pb.h"
 #include "straggler/common/validate.h"
 
-namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
 using straggler::engine::Time;
 

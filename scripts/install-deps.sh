@@ -44,6 +44,8 @@ PACKAGES=(
   # `pip install ./python` into a venv (python/pyproject.toml, test
   # python:pip_install_venv): venv, pip and the setuptools build backend
   python3-venv python3-pip python3-setuptools python3-wheel
+  # scripts/gpu-bundle.sh (test gpu:bundle): rpaths of the bundled binaries
+  patchelf
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }

@@ -1,13 +1,15 @@
 // _straggler: the pybind11 extension behind the `straggler` Python package
-// (python/straggler/). It wraps straggler::Client and the Gloo
-// PartialAllReduce for Python trainers; the package adds the PyTorch DDP
-// communication hook on top (straggler/torch.py).
+// (python/straggler/). It wraps straggler::Client and PartialAllReduce for
+// Python trainers - Gloo for CPU buffers, NCCL for CUDA tensors (bound in
+// reducers.cc) - and the package adds the PyTorch DDP communication hook on
+// top (straggler/torch.py).
 //
 //   import straggler
 //   client = straggler.Client(job_id="j", rank=0, world_size=4)   # the rest from env
 //   reducer = straggler.PartialAllReduce(client)
 //   plan = reducer.begin_iteration(it)
 //   reducer.all_reduce_average(numpy_or_torch_buffer)   # in place, no copy
+//   # backend="nccl", device=LOCAL_RANK: CUDA tensors, on torch's current stream
 //
 // GIL: every call that can wait (membership_for, flush, begin_iteration, the
 // collectives, closing) releases it, so other Python threads — and the
@@ -22,231 +24,15 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
-#include <gloo/common/error.h>
-#include <gloo/rendezvous/store.h>
+#include "module_internal.h"
 
-#include "straggler/client.h"
-#include "straggler/collective.h"
-
-namespace py = pybind11;
+using namespace straggler_py;  // NOLINT: the module's own helpers
 
 namespace {
-
-std::chrono::milliseconds Millis(double seconds, const char* name) {
-  if (!(seconds >= 0)) {  // also rejects NaN
-    throw py::value_error(std::string(name) + "=" + std::to_string(seconds) +
-                          " must be a non-negative number of seconds");
-  }
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
-}
-
-// The Python object owns the C++ client and the Python callbacks. The C++
-// callbacks hold only raw pointers to the latter: the client (and its
-// background thread) is always destroyed first, with the GIL released so a
-// callback waiting for the GIL can finish, and the Python callables are then
-// released with the GIL held.
-class PyClient {
- public:
-  explicit PyClient(const straggler::ClientOptions& options) : options_(options) {
-    std::string error;
-    client_ = straggler::Client::Create(options, &error);
-    if (!client_) throw py::value_error("straggler.Client: " + error);
-  }
-  ~PyClient() { Close(); }
-
-  // A PartialAllReduce keeps a reference to the C++ client, so closing the
-  // client first closes the reducers built on it (later calls on them raise).
-  struct ReducerSlot {
-    std::unique_ptr<straggler::PartialAllReduce> reducer;
-  };
-  void Attach(const std::shared_ptr<ReducerSlot>& slot) { reducers_.push_back(slot); }
-
-  void Close() {
-    if (!client_) return;
-    std::vector<std::unique_ptr<straggler::PartialAllReduce>> reducers;
-    for (const auto& weak : reducers_) {
-      if (auto slot = weak.lock()) reducers.push_back(std::move(slot->reducer));
-    }
-    reducers_.clear();
-    std::unique_ptr<straggler::Client> doomed = std::move(client_);
-    py::gil_scoped_release release;
-    reducers.clear();  // closing Gloo pairs may wait on sockets
-    doomed.reset();    // flushes for at most 1 s, joins the background thread
-  }
-
-  const straggler::ClientOptions& Options() const { return options_; }
-
-  straggler::Client& Get() {
-    if (!client_) throw std::runtime_error("straggler.Client is closed");
-    return *client_;
-  }
-
-  void OnMembershipChange(py::function callback) {
-    callbacks_.push_back(std::make_unique<py::function>(std::move(callback)));
-    py::function* fn = callbacks_.back().get();
-    Get().OnMembershipChange([fn](const straggler::MembershipView& view) {
-      // Python may be shutting down while the background thread still runs:
-      // taking the GIL then would end the thread inside the interpreter.
-      if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
-      py::gil_scoped_acquire gil;
-      try {
-        (*fn)(view);
-      } catch (py::error_already_set& e) {
-        // Nowhere to raise it on this thread: report it as unraisable (printed
-        // on stderr) rather than lose it or take the client down.
-        e.discard_as_unraisable("straggler.Client membership callback");
-      }
-    });
-  }
-
- private:
-  straggler::ClientOptions options_;
-  std::vector<std::weak_ptr<ReducerSlot>> reducers_;
-  std::vector<std::unique_ptr<py::function>> callbacks_;
-  std::unique_ptr<straggler::Client> client_;  // declared last: destroyed first
-};
-
-// A gloo::rendezvous::Store over a Python object with torch.distributed
-// Store's methods (set(key, bytes), get(key) -> bytes blocking until set,
-// wait(keys, timedelta)): straggler.torch passes the store
-// init_process_group made, so the job's contexts need no daemon to build.
-// Called from the training thread inside begin_iteration, which has
-// released the GIL: each call takes it. A Python exception (a timeout) is
-// turned into gloo::IoException, which the backend reports as a
-// CollectiveError.
-class PyStore final : public gloo::rendezvous::Store {
- public:
-  explicit PyStore(py::object store) : store_(std::move(store)) {}
-  ~PyStore() override {
-    // Dropped where the GIL is released (a reducer closing): take it to
-    // release the Python object, unless the interpreter is going away.
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
-      store_.release();
-      return;
-    }
-    py::gil_scoped_acquire gil;
-    store_ = py::object();
-  }
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    Call("set", [&] { store_.attr("set")(key, py::bytes(data.data(), data.size())); });
-  }
-  std::vector<char> get(const std::string& key) override {
-    std::vector<char> out;
-    Call("get", [&] {
-      const std::string v = store_.attr("get")(key).cast<std::string>();
-      out.assign(v.begin(), v.end());
-    });
-    return out;
-  }
-  void wait(const std::vector<std::string>& keys) override {
-    Call("wait", [&] { store_.attr("wait")(keys); });
-  }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    Call("wait", [&] {
-      py::object timedelta = py::module_::import("datetime").attr("timedelta");
-      store_.attr("wait")(keys, timedelta(py::arg("milliseconds") = timeout.count()));
-    });
-  }
-
- private:
-  template <class Fn>
-  void Call(const char* what, Fn&& fn) {
-    py::gil_scoped_acquire gil;
-    try {
-      fn();
-    } catch (py::error_already_set& e) {
-      throw gloo::IoException(std::string("the trainer's rendezvous store: ") + what + ": " +
-                              e.what());
-    }
-  }
-
-  py::object store_;
-};
-
-class PyPartialAllReduce {
- public:
-  PyPartialAllReduce(std::shared_ptr<PyClient> client, const straggler::GlooOptions& options)
-      : client_(std::move(client)), slot_(std::make_shared<PyClient::ReducerSlot>()) {
-    std::string error;
-    slot_->reducer = straggler::CreateGlooPartialAllReduce(client_->Get(), options, &error);
-    if (!slot_->reducer) throw py::value_error("straggler.PartialAllReduce: " + error);
-    client_->Attach(slot_);
-  }
-  ~PyPartialAllReduce() {
-    py::gil_scoped_release release;  // closing Gloo pairs may wait on sockets
-    slot_->reducer.reset();
-  }
-  straggler::PartialAllReduce& Get() {
-    if (!slot_->reducer) {
-      throw std::runtime_error("straggler.PartialAllReduce: its Client was closed");
-    }
-    return *slot_->reducer;
-  }
-
- private:
-  std::shared_ptr<PyClient> client_;
-  std::shared_ptr<PyClient::ReducerSlot> slot_;
-};
-
-// A writable, C-contiguous view of `obj` without a copy. Takes anything with
-// the buffer protocol (numpy arrays, bytearray, memoryview) and CPU torch
-// tensors, which in torch 1.13 do not export the protocol themselves but
-// share their memory with tensor.detach().numpy().
-struct WritableBuffer {
-  py::object owner;  // keeps the exporting object alive
-  py::buffer_info info;
-};
-
-WritableBuffer Writable(py::handle obj, const std::string& what) {
-  py::object target = py::reinterpret_borrow<py::object>(obj);
-  if (!PyObject_CheckBuffer(obj.ptr())) {
-    if (py::hasattr(obj, "detach") && py::hasattr(obj, "numpy") && py::hasattr(obj, "device")) {
-      const std::string device = py::str(obj.attr("device").attr("type"));
-      if (device != "cpu") {
-        throw py::value_error(what + ": tensor is on device '" + device +
-                              "'; the Gloo backend reduces CPU tensors only");
-      }
-      target = obj.attr("detach")().attr("numpy")();
-    } else {
-      throw py::type_error(what + ": " + std::string(py::str(py::type::of(obj))) +
-                           " supports neither the buffer protocol nor torch's .numpy()");
-    }
-  }
-  py::buffer buffer = py::reinterpret_borrow<py::buffer>(target);
-  py::buffer_info info;
-  try {
-    info = buffer.request(/*writable=*/true);
-  } catch (py::error_already_set& e) {
-    throw py::value_error(what + ": the buffer is not writable (" + std::string(e.what()) + ")");
-  }
-  // C-contiguous: every stride is the product of the later extents.
-  py::ssize_t expected = info.itemsize;
-  for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
-    if (info.shape[d] != 1 && info.strides[d] != expected) {
-      throw py::value_error(what + ": the buffer is not C-contiguous (dimension " +
-                            std::to_string(d) + " has stride " + std::to_string(info.strides[d]) +
-                            " bytes, expected " + std::to_string(expected) + ")");
-    }
-    expected *= info.shape[d];
-  }
-  return {std::move(target), std::move(info)};
-}
-
-py::dict ResultDict(const straggler::AllReduceResult& r) {
-  py::dict d;
-  d["participated"] = r.participated;
-  d["version"] = r.version;
-  d["active_ranks"] = r.active_ranks;
-  return d;
-}
 
 straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
   straggler::ClientOptions o = straggler::ClientOptions::FromEnv();
@@ -277,44 +63,10 @@ straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
   return o;
 }
 
-straggler::GlooOptions GlooOptionsFrom(PyClient& client, const py::kwargs& kw) {
-  // Defaults from the client: the same daemon, job, rank and world size. A
-  // client that reports through the node's agent (unix://) must name the
-  // daemon for the rendezvous, which only stragglerd serves
-  // (RendezvousEndpointFor: STRAGGLER_RENDEZVOUS_ENDPOINT, else refused).
-  const straggler::ClientOptions& c = client.Options();
-  straggler::GlooOptions o;
-  o.rendezvous_endpoint = straggler::RendezvousEndpointFor(c);
-  o.job_id = c.job_id;
-  o.run_id = c.run_id;  // each launch its own rendezvous keys (docs/runs.md)
-  if (!c.ranks.empty()) o.rank = c.ranks.front();
-  o.world_size = c.world_size;
-  for (auto item : kw) {
-    const std::string key = py::str(item.first);
-    py::handle v = item.second;
-    if (key == "rendezvous_endpoint") o.rendezvous_endpoint = v.cast<std::string>();
-    else if (key == "job_id") o.job_id = v.cast<std::string>();
-    else if (key == "rank") o.rank = v.cast<uint32_t>();
-    else if (key == "world_size") o.world_size = v.cast<uint32_t>();
-    else if (key == "hostname") o.hostname = v.cast<std::string>();
-    else if (key == "collective_timeout") o.collective_timeout = Millis(v.cast<double>(), "collective_timeout");
-    else if (key == "membership_timeout") o.membership_timeout = Millis(v.cast<double>(), "membership_timeout");
-    else if (key == "max_cached_contexts") o.max_cached_contexts = v.cast<size_t>();
-    else if (key == "agreement_interval") o.agreement_interval = v.cast<uint32_t>();
-    else if (key == "run_id") o.run_id = v.cast<std::string>();
-    else if (key == "key_ttl") o.key_ttl = Millis(v.cast<double>(), "key_ttl");
-    else if (key == "store") {
-      if (!v.is_none()) o.rendezvous_store = std::make_shared<PyStore>(py::reinterpret_borrow<py::object>(v));
-    }
-    else throw py::type_error("straggler.PartialAllReduce: unknown option '" + key + "'");
-  }
-  return o;
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_straggler, m) {
-  m.doc() = "stragglerd client library and Gloo partial all-reduce (see the straggler package)";
+  m.doc() = "stragglerd client library and partial all-reduce over Gloo or NCCL (see the straggler package)";
 
   py::register_exception<straggler::CollectiveError>(m, "CollectiveError", PyExc_RuntimeError);
 
@@ -431,89 +183,5 @@ PYBIND11_MODULE(_straggler, m) {
       .def("__enter__", [](std::shared_ptr<PyClient> c) { return c; })
       .def("__exit__", [](PyClient& c, py::args) { c.Close(); });
 
-  py::class_<straggler::StepPlan>(m, "StepPlan")
-      .def_readonly("iteration", &straggler::StepPlan::iteration)
-      .def_readonly("version", &straggler::StepPlan::version)
-      .def_readonly("effective_iteration", &straggler::StepPlan::effective_iteration)
-      .def_readonly("certain", &straggler::StepPlan::certain)
-      .def_readonly("deferred_version", &straggler::StepPlan::deferred_version,
-                    "nonzero: a newer membership this rank knew but did not apply at this "
-                    "iteration (a rank of the group was not yet certain of it, or the group "
-                    "has not taken this readmitted rank in yet); tried again next iteration")
-      .def_readonly("participating", &straggler::StepPlan::participating)
-      .def_readonly("active_ranks", &straggler::StepPlan::active_ranks)
-      .def_readonly("sync_parameters", &straggler::StepPlan::sync_parameters)
-      .def_readonly("root", &straggler::StepPlan::root)
-      .def_readonly("rejoin_iteration", &straggler::StepPlan::rejoin_iteration,
-                    "when not participating and a known version readmits this rank: the "
-                    "iteration to skip to (certain there at once); else None")
-      .def("__repr__", [](const straggler::StepPlan& p) {
-        std::string act;
-        for (uint32_t r : p.active_ranks) act += (act.empty() ? "" : ",") + std::to_string(r);
-        return "StepPlan(iteration=" + std::to_string(p.iteration) + ", version=" +
-               std::to_string(p.version) + ", participating=" +
-               (p.participating ? "True" : "False") + ", active_ranks=[" + act +
-               "], sync_parameters=" + (p.sync_parameters ? "True" : "False") + ")";
-      });
-
-  py::class_<PyPartialAllReduce>(m, "PartialAllReduce")
-      .def(py::init([](std::shared_ptr<PyClient> client, const py::kwargs& kw) {
-             straggler::GlooOptions o = GlooOptionsFrom(*client, kw);
-             return std::make_unique<PyPartialAllReduce>(std::move(client), o);
-           }),
-           py::arg("client"),
-           "PartialAllReduce(client, rendezvous_endpoint=..., job_id=..., rank=..., "
-           "world_size=..., hostname='127.0.0.1', collective_timeout=30.0 [s], "
-           "membership_timeout=5.0 [s], agreement_interval=1, max_cached_contexts=4, run_id='', "
-           "store=None (a torch.distributed Store: rendezvous through it, no daemon needed), "
-           "key_ttl=600.0 [s])")
-      .def(
-          "begin_iteration",
-          [](PyPartialAllReduce& r, uint64_t iteration) {
-            py::gil_scoped_release release;  // may wait for the membership and a rendezvous
-            return r.Get().BeginIteration(iteration);
-          },
-          py::arg("iteration"))
-      .def(
-          "all_reduce_average",
-          [](PyPartialAllReduce& r, py::handle data) {
-            WritableBuffer b = Writable(data, "all_reduce_average");
-            const py::ssize_t n = b.info.size;
-            straggler::AllReduceResult result;
-            if (b.info.format == py::format_descriptor<float>::format() && b.info.itemsize == 4) {
-              std::span<float> s(static_cast<float*>(b.info.ptr), static_cast<size_t>(n));
-              py::gil_scoped_release release;
-              result = r.Get().AllReduceAverage(s);
-            } else if (b.info.format == py::format_descriptor<double>::format() &&
-                       b.info.itemsize == 8) {
-              std::span<double> s(static_cast<double*>(b.info.ptr), static_cast<size_t>(n));
-              py::gil_scoped_release release;
-              result = r.Get().AllReduceAverage(s);
-            } else {
-              throw py::type_error("all_reduce_average: buffer format '" + b.info.format +
-                                   "' (itemsize " + std::to_string(b.info.itemsize) +
-                                   ") is neither float32 nor float64");
-            }
-            return ResultDict(result);
-          },
-          py::arg("data"),
-          "Average `data` (float32/float64, C-contiguous, writable) in place among the "
-          "active ranks. Returns {participated, version, active_ranks}.")
-      .def(
-          "sync_parameters",
-          [](PyPartialAllReduce& r, py::sequence buffers) {
-            std::vector<WritableBuffer> held;
-            std::vector<straggler::ParameterBuffer> views;
-            for (size_t i = 0; i < buffers.size(); ++i) {
-              held.push_back(Writable(buffers[i], "sync_parameters[" + std::to_string(i) + "]"));
-              views.push_back({held.back().info.ptr,
-                               static_cast<size_t>(held.back().info.size * held.back().info.itemsize)});
-            }
-            py::gil_scoped_release release;
-            return r.Get().SyncParameters(views);
-          },
-          py::arg("buffers"),
-          "When the plan says sync_parameters: overwrite every buffer with the lowest "
-          "active rank's (byte-wise broadcast). Returns whether it broadcast.")
-      .def_property_readonly("plan", [](PyPartialAllReduce& r) { return r.Get().Plan(); });
+  BindReducers(m);
 }

@@ -21,7 +21,12 @@
 `Client` and `PartialAllReduce` are the C++ classes of client_lib (see
 client_lib/include/straggler/client.h and collective.h) through pybind11;
 buffers are numpy arrays or CPU torch tensors (float32/float64, contiguous),
-reduced in place without a copy. For PyTorch DDP see `straggler.torch`.
+reduced in place without a copy. On GPUs,
+`PartialAllReduce(client, backend="nccl", device=local_rank)` reduces CUDA
+tensors in place on torch's current CUDA stream (docs/gpu.md); where this
+module was built without NCCL, or no GPU is visible, it raises RuntimeError
+naming the reason (`backends()` lists what was built). For PyTorch DDP see
+`straggler.torch`.
 """
 
 import atexit
@@ -34,11 +39,12 @@ from ._straggler import (  # noqa: F401
     Membership,
     PartialAllReduce,
     StepPlan,
+    backends,
 )
 from ._straggler import Client as _Client
 
 __all__ = ["Client", "ClientStats", "CollectiveError", "ExcludedRank", "Membership",
-           "PartialAllReduce", "StepPlan"]
+           "PartialAllReduce", "StepPlan", "backends"]
 
 _live_clients = weakref.WeakSet()
 

@@ -19,6 +19,12 @@
         opt.zero_grad()
         it += 1
 
+GPUs: under init_process_group("nccl") the state's reducer is
+straggler.PartialAllReduce(backend="nccl", device=torch.cuda.current_device())
+(pass backend= to choose): the hook averages the CUDA buckets in place on
+torch's current stream, with the project's own NCCL communicators (torchrun
+example and NCCL version rules: docs/gpu.md). Gloo stays the CPU backend.
+
 Why a hook on the project's own Gloo contexts and not torch.distributed
 subgroups: in torch 1.13 `new_group` must be entered by every rank of the
 default group, the straggler too, so building a subgroup waits on the very rank
@@ -73,10 +79,10 @@ A trainer that restarts against a daemon still holding its rank excluded
 must run two steps before it skips.
 """
 
+import array
 import io
 import time
 
-import numpy as np
 import torch
 
 import torch.distributed as dist
@@ -101,21 +107,27 @@ class PartialAllReduceState:
     inside that thread's backward); not for concurrent steps.
     """
 
-    def __init__(self, client=None, reducer=None, **gloo_options):
+    def __init__(self, client=None, reducer=None, backend=None, **options):
         # Client options come from the environment (RANK, WORLD_SIZE,
         # STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, ...) when no client is given.
         # With torch.distributed initialized, the run id and the rendezvous
         # come from its store (straggler._launch): no daemon is needed to
         # start, and a second launch under the same job id reads none of the
         # first one's keys.
+        # backend: "nccl" when the process group is NCCL's, else "gloo"; NCCL
+        # runs on the current CUDA device unless device= says otherwise.
         torch_store = dist.is_available() and dist.is_initialized()
         if client is None:
             client = Client(run_id=run_id()) if torch_store else Client()
         self.client = client
         if reducer is None:
-            if torch_store and "store" not in gloo_options and "rendezvous_endpoint" not in gloo_options:
-                gloo_options["store"] = rendezvous_store(client)
-            reducer = PartialAllReduce(client, **gloo_options)
+            if backend is None:
+                backend = "nccl" if torch_store and dist.get_backend() == "nccl" else "gloo"
+            if backend == "nccl" and "device" not in options and torch.cuda.is_available():
+                options["device"] = torch.cuda.current_device()
+            if torch_store and "store" not in options and "rendezvous_endpoint" not in options:
+                options["store"] = rendezvous_store(client)
+            reducer = PartialAllReduce(client, backend=backend, **options)
         self.reducer = reducer
         self.plan = None
         self.iteration = None
@@ -171,7 +183,8 @@ class PartialAllReduceState:
             out = io.BytesIO()
             torch.save(optimizer.state_dict(), out)
             blob = out.getvalue()
-        header = np.array([self.steps_taken, len(blob)], dtype=np.int64)
+        # array.array, not numpy: a GPU machine's pip torch may come without numpy.
+        header = array.array("q", [self.steps_taken, len(blob)])
         self.reducer.sync_parameters([header])
         self.steps_taken = int(header[0])
         # Pass 2: parameters and buffers in place (same shapes everywhere, as
@@ -182,23 +195,35 @@ class PartialAllReduceState:
                 raise ValueError("begin_step: a parameter or buffer of shape %s is not "
                                  "contiguous; it cannot be broadcast in place" % (tuple(t.shape),))
         state = bytearray(blob) if blob else bytearray(int(header[1]))
-        self.reducer.sync_parameters(tensors + ([state] if len(state) else []))
+        self.reducer.sync_parameters(tensors + ([state] if len(state) else []), **_stream_of(tensors))
         if optimizer is not None and len(state) and self.client.rank != self.plan.root:
             optimizer.load_state_dict(torch.load(io.BytesIO(bytes(state))))
         self.synced_at.append(self.iteration)
 
 
+def _stream_of(tensors):
+    # The caller's current CUDA stream for CUDA tensors (the NCCL backend
+    # queues its collective after the backward's kernels there); nothing for
+    # host buffers, which the Gloo backend reduces.
+    for t in tensors:
+        if getattr(t, "is_cuda", False):
+            return {"stream": torch.cuda.current_stream(t.device).cuda_stream}
+    return {}
+
+
 def partial_allreduce_hook(state, bucket):
     """DDP communication hook (torch 1.13: ddp.register_comm_hook(state, hook)).
     Averages the bucket among the active ranks of state.plan through the
-    project's Gloo context; on an excluded rank returns the bucket unchanged.
+    project's Gloo context, or for a CUDA bucket its NCCL communicator, in
+    place on torch's current stream; on an excluded rank returns the bucket
+    unchanged.
     state.begin_step must have been called for this step."""
     if state.plan is None:
         raise RuntimeError("partial_allreduce_hook: state.begin_step(iteration) was not called "
                            "before the first backward")
     buffer = bucket.buffer()
     start = time.perf_counter()
-    result = state.reducer.all_reduce_average(buffer)  # in place, GIL released
+    result = state.reducer.all_reduce_average(buffer, **_stream_of([buffer]))  # in place, GIL released
     state.collective_seconds += time.perf_counter() - start
     state.buckets += 1
     if not result["participated"]:

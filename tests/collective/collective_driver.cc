@@ -19,6 +19,7 @@
 // test can skip where there are fewer than it needs.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -99,6 +100,8 @@ int main(int argc, char** argv) {
     const int n = straggler::NcclVisibleDevices(&why);
     std::printf("%d\n", n);
     if (n == 0) std::fprintf(stderr, "%s\n", why.c_str());
+    // Which libnccl is loaded and which membership calls it allows.
+    std::fprintf(stderr, "%s\n", straggler::NcclRuntimeDescription().c_str());
 #else
     std::printf("0\n");
     std::fprintf(stderr, "this build has no NCCL backend\n");
@@ -143,7 +146,11 @@ int main(int argc, char** argv) {
     nopts.job_id = job;
     nopts.rank = rank;
     nopts.world_size = world;
-    nopts.device = static_cast<int>(rank);  // NCCL refuses two ranks on one GPU
+    // One GPU per rank: NCCL refuses two ranks on one GPU, except NCCL >=
+    // 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental), where ranks
+    // beyond the GPUs share them.
+    const int gpus = std::max(1, straggler::NcclVisibleDevices());
+    nopts.device = static_cast<int>(rank) % gpus;
     nopts.membership_timeout = std::chrono::milliseconds(membership_timeout_ms);
     nopts.agreement_interval = agreement_interval;
     nopts.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);

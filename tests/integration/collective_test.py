@@ -393,9 +393,15 @@ def gpu_ranks(driver):
     # A driver that prints nothing is broken, not GPU-less: fail, do not skip.
     check(out.isdigit(), "%s --gpu-count printed %r, not a number: %s" % (driver, out, res.stderr))
     n = int(out)
+    if n == 1 and os.environ.get("NCCL_MULTI_RANK_GPU_ENABLE") == "1":
+        # NCCL >= 2.30 lets two ranks share a GPU (experimental); the caller
+        # (scripts/gpu-check.sh) set this only after checking the version.
+        print("two ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1): %s" % res.stderr.strip())
+        return 2
     if n < 2:
-        print("SKIPPED: the NCCL test needs >= 2 GPUs (NCCL refuses two ranks on one GPU); "
-              "this machine has %d (%s)" % (n, res.stderr.strip() or "no reason given"))
+        print("SKIPPED: the NCCL test needs >= 2 GPUs (NCCL refuses two ranks on one GPU "
+              "before 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1); this machine has %d (%s)"
+              % (n, res.stderr.strip() or "no reason given"))
         return None
     return min(4, n)
 

@@ -140,6 +140,21 @@ TEST_CASE("one forged iteration does not silence a rank") {
   REQUIRE(ack.rejections_size() == 1);
   CHECK(ack.rejections(0).reason() == "too_far_ahead");
   CHECK(ack.rejections(0).message().find("iteration 4611686018427387904") != std::string::npos);
+  // The directive does not tell rank 1's clients it reached 5020: they judge
+  // certainty by this progress, and the real rank is at 20.
+  REQUIRE(ack.progress_size() == 1);
+  CHECK(ack.progress(0).rank() == 1);
+  CHECK(ack.progress(0).iteration() == 20);
+  // The forged report again (a reconnect's replay) is a duplicate, not taken
+  // twice and not stale.
+  v1::ReportBatch resent = Hello("forged", 4, {1});
+  AddReport(resent, 1, 20 + 5000, 0.1);
+  const v1::Directive again = SendAlone(*d.ingest, resent);
+  CHECK(again.accepted() == 0);
+  CHECK(again.duplicates() == 1);
+  CHECK(again.rejected() == 0);
+  REQUIRE(again.progress_size() == 1);
+  CHECK(again.progress(0).iteration() == 20);
 
   // The real rank 1 goes on from 21: nothing refused, the rank keeps up.
   v1::ReportBatch next;

@@ -1,7 +1,8 @@
 // The NCCL backend of PartialAllReduce (see straggler/collective_nccl.h for
-// the design): shrink among survivors, fresh init on readmission (built ahead
-// of the switch), warm-up, a bounded LRU of communicators, bounded waits.
-// Decisions that need no GPU live in nccl_plan.h and are unit-tested there.
+// the design): shrink among survivors, grow or fresh init on readmission,
+// revoke after a failed collective, warm-up, a bounded LRU of communicators,
+// bounded waits. Decisions that need no GPU live in nccl_plan.h and are
+// unit-tested there; the CUDA/NCCL steps are nccl_comm.h's.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -13,6 +14,8 @@
 #include <thread>
 
 #include "agreement.h"
+#include "nccl_calls.h"
+#include "nccl_comm.h"
 #include "nccl_plan.h"
 #include "straggler/collective_nccl.h"
 #include "store_transport.h"
@@ -25,48 +28,12 @@
 namespace straggler {
 namespace {
 
+using detail::Clock;
+using detail::Comm;
+using detail::CommOps;
 using detail::CommPlan;
+using detail::CommPtr;
 using detail::SetText;
-using Clock = std::chrono::steady_clock;
-
-// Every CUDA and NCCL call is checked where it is made; the error names the
-// call, the file and line and the library's own message (STYLE.md).
-[[noreturn]] void ThrowCall(const std::string& call, const char* file, int line, const std::string& why) {
-  throw CollectiveError(call + " failed at " + file + ":" + std::to_string(line) + ": " + why);
-}
-#define STRAGGLER_CUDA_CHECK(expr)                                                      \
-  do {                                                                                  \
-    cudaError_t e_ = (expr);                                                            \
-    if (e_ != cudaSuccess) ThrowCall(#expr, __FILE__, __LINE__, cudaGetErrorString(e_)); \
-  } while (0)
-// Non-blocking communicators answer ncclInProgress: the call was accepted and
-// completes in the background (polled with ncclCommGetAsyncError).
-#define STRAGGLER_NCCL_START(expr)                                                        \
-  do {                                                                                    \
-    ncclResult_t r_ = (expr);                                                             \
-    if (r_ != ncclSuccess && r_ != ncclInProgress)                                        \
-      ThrowCall(#expr, __FILE__, __LINE__,                                                \
-                std::string(ncclGetErrorString(r_)) + " (" + ncclGetLastError(nullptr) + ")"); \
-  } while (0)
-
-// A communicator of one active set. A set of one rank has none (comm null):
-// its average is its own buffer.
-struct Comm {
-  ncclComm_t comm = nullptr;
-  std::vector<uint32_t> ranks;
-  uint64_t version = 0;
-  bool started = false;  // init/shrink issued (a pending build may wait for its id)
-  bool ready = false;    // built and warmed up
-  // A shrink whose asynchronous job may still write `comm` (see Shrink).
-  bool child_of_async_job = false;
-};
-using CommPtr = std::unique_ptr<Comm>;
-
-ncclConfig_t NonBlockingConfig() {
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // every wait of ours is a bounded poll, never a block inside NCCL
-  return config;
-}
 
 std::vector<uint32_t> AllRanks(uint32_t world_size) {
   std::vector<uint32_t> all(world_size);
@@ -74,45 +41,54 @@ std::vector<uint32_t> AllRanks(uint32_t world_size) {
   return all;
 }
 
-class NcclPartialAllReduce final : public PartialAllReduce {
+class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
  public:
-  NcclPartialAllReduce(Client& client, NcclOptions options, int device, cudaStream_t stream,
-                       bool own_stream)
+  NcclPartialAllReduceImpl(Client& client, NcclOptions options, int device, cudaStream_t stream, bool own_stream)
       : client_(client),
         options_(std::move(options)),
         device_(device),
-        stream_(stream),
-        own_stream_(own_stream),
-        store_(options_.rendezvous_endpoint, options_.job_id, options_.key_ttl,
-               options_.collective_timeout),
+        initial_stream_(stream),
+        own_stream_(own_stream ? stream : nullptr),
+        store_(options_.rendezvous_store
+                   ? options_.rendezvous_store
+                   : std::make_shared<DaemonStore>(options_.rendezvous_endpoint, options_.job_id,
+                                                   options_.key_ttl, options_.collective_timeout)),
+        ops_(options_.rank, device, options_.collective_timeout, *store_),
         cache_(std::make_unique<detail::CommCache<CommPtr>>(
             std::max<size_t>(1, options_.max_cached_communicators),
-            [this](CommPtr& c, bool healthy) { Release(c, healthy); })),
+            [this](CommPtr& c, bool healthy) { ops_.Release(c, healthy); })),
         agreement_(options_.rank, options_.run_id, AllRanks(options_.world_size),
                    /*previously_participating=*/true) {
     world_ = AllRanks(options_.world_size);
+    ops_.set_stream(stream);
   }
 
-  ~NcclPartialAllReduce() override {
+  ~NcclPartialAllReduceImpl() override {
     cudaSetDevice(device_);
     cache_.reset();  // releases every communicator while the stream still exists
     for (CommPtr& o : orphans_) {
       // Its job has finished or was ended by aborting the parent above.
       if (ncclComm_t comm = __atomic_load_n(&o->comm, __ATOMIC_ACQUIRE); comm != nullptr) ncclCommAbort(comm);
     }
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    if (own_stream_) cudaStreamDestroy(stream_);
+    if (own_stream_ != nullptr) cudaStreamDestroy(own_stream_);
+  }
+
+  int Device() const override { return device_; }
+
+  void SetStream(void* stream) override {
+    ops_.set_stream(stream != nullptr ? static_cast<cudaStream_t>(stream) : initial_stream_);
   }
 
   // Every rank builds the full communicator at creation, when all are there.
   void BuildFull() {
     auto c = std::make_unique<Comm>();
     c->ranks = world_;
-    if (world_.size() > 1) {
-      StartInit(*c, detail::FullCommIdKey(options_.run_id, options_.world_size),
-                Clock::now() + options_.collective_timeout, /*blocking_get=*/true);
-      Finish(*c, 0, Clock::now() + options_.collective_timeout, "building the full communicator");
-    }
+    // A world of one gets a communicator too (NCCL's one-rank path, built
+    // without the store): a one-GPU job runs the same code as a large one.
+    ops_.StartInit(*c, detail::FullCommIdKey(options_.run_id, options_.world_size),
+                   Clock::now() + options_.collective_timeout, /*blocking_get=*/true);
+    ops_.Finish(*c, 0, Clock::now() + options_.collective_timeout, "building the full communicator");
+    c->order = world_;
     c->ready = true;
     auto* e = cache_->Insert(world_, 0, std::move(c));
     cache_->SetCurrent(e);
@@ -138,8 +114,14 @@ class NcclPartialAllReduce final : public PartialAllReduce {
 
     // (At the first iteration "previous" is the whole world on the full
     // communicator: see BuildFull.)
-    const CommPlan how = detail::PlanCommunicator(agreement_.previously_participating(),
-                                                  prev_active, participating, active);
+    // The previous set in its communicator's order: a shrink names positions in it.
+    const auto* prev_entry = cache_->Find(prev_active);
+    const bool prev_usable = prev_entry != nullptr && prev_entry->handle && prev_entry->handle->comm != nullptr;
+    const std::vector<uint32_t>& prev_order = prev_usable ? prev_entry->handle->order : prev_active;
+    // Grow only from a communicator that still works: a revoked one refuses it.
+    const bool can_grow = features_.grow && prev_usable && !prev_entry->handle->revoked;
+    const CommPlan how = detail::PlanCommunicator(agreement_.previously_participating(), prev_order,
+                                                  participating, active, can_grow);
     const auto deadline = Clock::now() + options_.collective_timeout;
     // A build at the version's first slot may have started ahead
     // (PrepareNext) under the plain key; one at a later slot is a retry (the
@@ -153,11 +135,11 @@ class NcclPartialAllReduce final : public PartialAllReduce {
         break;
       case CommPlan::How::kReuse: {
         auto* e = cache_->Find(active);
-        if (e == nullptr || e->handle == nullptr) {
+        if (e == nullptr || e->handle == nullptr || e->handle->revoked) {
           throw CollectiveError("iteration " + std::to_string(iteration) + ": the communicator of ranks " +
                                 SetText(active) + " (membership version " + std::to_string(m.version) +
-                                ") was aborted after an earlier error; it is rebuilt only when the "
-                                "membership changes");
+                                ") was " + (e != nullptr && e->handle ? "revoked" : "aborted") +
+                                " after an earlier error; it is rebuilt only when the membership changes");
         }
         next = e->handle.get();
         break;
@@ -172,6 +154,9 @@ class NcclPartialAllReduce final : public PartialAllReduce {
         } else {
           next = Init(iteration, m.version, active, retry, deadline);
         }
+        break;
+      case CommPlan::How::kGrow:
+        next = Grow(iteration, m.version, active, retry, deadline);
         break;
       case CommPlan::How::kInit:
         next = Init(iteration, m.version, active, retry, deadline);
@@ -200,16 +185,17 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     RequireBegun("SyncParameters");
     if (!agreement_.plan().participating || !agreement_.plan().sync_parameters) return false;
     RequireCommunicator("SyncParameters");
-    if (current_->comm == nullptr) return true;  // a set of one
+    if (current_->comm == nullptr) return true;  // (every set has one; defensive)
     STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
-    // The root is the lowest active rank: rank 0 of the communicator, whose
-    // ranks are the active set in ascending order (ncclCommShrink keeps the
-    // order when it closes the gaps; Init uses the position in the set).
+    // The root is the lowest active rank; its number in the communicator is
+    // its position in the communicator's order (ascending, unless grown:
+    // ncclCommGrow appends the joiners).
+    const int root = detail::CommRankOf(current_->order, agreement_.plan().root);
     for (const ParameterBuffer& b : buffers) {
       if (b.bytes == 0) continue;
       Collective("broadcast of parameters from rank " + std::to_string(agreement_.plan().root), b.data, b.bytes,
                  [&](void* dev) {
-                   return ncclBroadcast(dev, dev, b.bytes, ncclUint8, 0, current_->comm, stream_);
+                   return ncclBroadcast(dev, dev, b.bytes, ncclUint8, root, current_->comm, ops_.stream());
                  });
     }
     return true;
@@ -226,154 +212,51 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     if (!agreement_.plan().participating) return r;  // excluded: no collective on any communicator
     RequireCommunicator("AllReduceAverage");
     r.participated = true;
-    if (current_->comm == nullptr || count == 0) return r;  // a set of one: its own average
+    if (current_->comm == nullptr || count == 0) return r;
     STRAGGLER_CUDA_CHECK(cudaSetDevice(device_));
     // ncclAvg divides by the communicator's size, which is the active set's.
     Collective("allreduce", data, count * elem, [&](void* dev) {
-      return ncclAllReduce(dev, dev, count, type, ncclAvg, current_->comm, stream_);
+      return ncclAllReduce(dev, dev, count, type, ncclAvg, current_->comm, ops_.stream());
     });
     return r;
   }
 
   // Runs `op` on device memory (`data` itself, or a staging copy of host
   // memory) and waits for it, bounded by collective_timeout. On failure the
-  // communicator is aborted (it cannot be trusted after a partial collective).
+  // communicator cannot be trusted after a partial collective: it is revoked
+  // where NCCL has ncclCommRevoke (stopping what is in flight, kept so the
+  // survivors can still shrink it), else aborted.
   template <class Op>
   // `agreement_of`: this is the in-band agreement of that iteration, and a
   // failure says so (AgreementFailureText) rather than naming the plan.
   void Collective(const std::string& what, void* data, size_t bytes, Op op,
                   std::optional<uint64_t> agreement_of = std::nullopt) {
     void* dev = data;
-    const bool host = !IsDevicePointer(data);
+    const bool host = !CommOps::IsDevicePointer(data);
+    const cudaStream_t stream = ops_.stream();
     try {
       if (host) {
-        dev = Scratch(bytes);
-        STRAGGLER_CUDA_CHECK(cudaMemcpyAsync(dev, data, bytes, cudaMemcpyHostToDevice, stream_));
+        dev = ops_.Scratch(bytes);
+        STRAGGLER_CUDA_CHECK(cudaMemcpyAsync(dev, data, bytes, cudaMemcpyHostToDevice, stream));
       }
       STRAGGLER_NCCL_START(op(dev));
-      WaitStream(*current_, Clock::now() + options_.collective_timeout);
+      ops_.WaitStream(*current_, Clock::now() + options_.collective_timeout);
       if (host) {
-        STRAGGLER_CUDA_CHECK(cudaMemcpyAsync(data, dev, bytes, cudaMemcpyDeviceToHost, stream_));
-        STRAGGLER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        STRAGGLER_CUDA_CHECK(cudaMemcpyAsync(data, dev, bytes, cudaMemcpyDeviceToHost, stream));
+        STRAGGLER_CUDA_CHECK(cudaStreamSynchronize(stream));
       }
     } catch (const std::exception& e) {
       const std::vector<uint32_t> set = current_->ranks;
+      const bool revoked = ops_.Revoke(*current_);
       current_ = nullptr;
-      cache_->Erase(set, /*healthy=*/false);
+      if (!revoked) cache_->Erase(set, /*healthy=*/false);
       throw CollectiveError(
           (agreement_of ? agreement_.AgreementFailureText("NCCL", *agreement_of, options_.collective_timeout)
                         : agreement_.FailureText("NCCL", what, options_.collective_timeout)) +
-          "; the communicator was aborted: " + e.what());
+          (revoked ? "; the communicator was revoked (kept for the survivors' shrink): "
+                   : "; the communicator was aborted: ") +
+          e.what());
     }
-  }
-
-  bool IsDevicePointer(const void* p) const {
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free error of an unknown pointer
-      return false;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-  }
-
-  void* Scratch(size_t bytes) {
-    if (bytes > scratch_bytes_) {
-      if (scratch_ != nullptr) STRAGGLER_CUDA_CHECK(cudaFree(scratch_));
-      scratch_ = nullptr;
-      scratch_bytes_ = 0;
-      STRAGGLER_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
-      scratch_bytes_ = bytes;
-    }
-    return scratch_;
-  }
-
-  // Waits until `c`'s pending init/shrink/finalize has completed, polling
-  // ncclCommGetAsyncError (the non-blocking contract), up to `deadline`.
-  void WaitComm(Comm& c, Clock::time_point deadline, const std::string& what) {
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      STRAGGLER_NCCL_START(ncclCommGetAsyncError(c.comm, &state));
-      if (state == ncclSuccess) return;
-      if (state != ncclInProgress) {
-        throw CollectiveError(what + ": " + ncclGetErrorString(state) + " (" + ncclGetLastError(c.comm) + ")");
-      }
-      if (Clock::now() >= deadline) {
-        throw CollectiveError(what + ": not finished within " +
-                              std::to_string(options_.collective_timeout.count()) +
-                              " ms (a member of " + SetText(c.ranks) + " did not take part)");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-
-  // Waits for the stream while watching the communicator for asynchronous
-  // errors (a peer that died makes NCCL report ncclRemoteError/SystemError).
-  void WaitStream(Comm& c, Clock::time_point deadline) {
-    WaitComm(c, deadline, "enqueueing the collective");
-    for (;;) {
-      const cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) ThrowCall("cudaStreamQuery(stream)", __FILE__, __LINE__, cudaGetErrorString(q));
-      ncclResult_t state = ncclSuccess;
-      STRAGGLER_NCCL_START(ncclCommGetAsyncError(c.comm, &state));
-      if (state != ncclSuccess && state != ncclInProgress) {
-        throw CollectiveError(std::string("asynchronous NCCL error ") + ncclGetErrorString(state) + " (" +
-                              ncclGetLastError(c.comm) + ")");
-      }
-      if (Clock::now() >= deadline) throw CollectiveError("the collective did not complete");
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-
-  // Issues ncclCommInitRankConfig for `c` (non-blocking). The lowest rank of
-  // the set makes the id and publishes it; the others read it - with
-  // blocking_get, waiting up to `deadline`; without, only if it is already
-  // there (a build ahead of the switch must not stall this iteration).
-  // Returns whether the init was issued.
-  bool StartInit(Comm& c, const std::string& key, Clock::time_point deadline, bool blocking_get) {
-    const auto index = static_cast<int>(std::find(c.ranks.begin(), c.ranks.end(), options_.rank) - c.ranks.begin());
-    ncclUniqueId id;
-    if (index == 0) {
-      STRAGGLER_NCCL_START(ncclGetUniqueId(&id));
-      store_.set(key, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
-    } else {
-      try {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        store_.wait({key}, blocking_get ? std::max(left, std::chrono::milliseconds(1)) : std::chrono::milliseconds(1));
-      } catch (const gloo::IoException& e) {
-        if (!blocking_get) return false;  // not published yet: try again next iteration
-        throw CollectiveError("the id of the communicator of ranks " + SetText(c.ranks) + " (key '" + key +
-                              "') did not arrive: " + e.what());
-      }
-      const std::vector<char> bytes = store_.get(key);
-      if (bytes.size() != sizeof(id.internal)) {
-        throw CollectiveError("rendezvous key '" + key + "' holds " + std::to_string(bytes.size()) +
-                              " bytes, an ncclUniqueId has " + std::to_string(sizeof(id.internal)));
-      }
-      std::memcpy(id.internal, bytes.data(), bytes.size());
-    }
-    ncclConfig_t config = NonBlockingConfig();
-    STRAGGLER_NCCL_START(ncclCommInitRankConfig(&c.comm, static_cast<int>(c.ranks.size()), id, index, &config));
-    c.started = true;
-    return true;
-  }
-
-  // Completes a started build and warms it up with a one-element all-reduce,
-  // so the first real collective pays no connection setup and a member that
-  // is missing is noticed here, naming the build.
-  void Finish(Comm& c, uint64_t iteration, Clock::time_point deadline, const std::string& what) {
-    const std::string label = "iteration " + std::to_string(iteration) + ": " + what + " of ranks " +
-                              SetText(c.ranks) + " (membership version " + std::to_string(c.version) + ")";
-    try {
-      WaitComm(c, deadline, label);
-      float* one = static_cast<float*>(Scratch(sizeof(float)));
-      STRAGGLER_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(float), stream_));
-      STRAGGLER_NCCL_START(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, c.comm, stream_));
-      WaitStream(c, deadline);
-    } catch (const CollectiveError& e) {
-      throw CollectiveError(label + " failed: " + e.what());
-    }
-    c.ready = true;
   }
 
   Comm* Shrink(uint64_t iteration, uint64_t version, const std::vector<uint32_t>& active,
@@ -387,7 +270,7 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     Comm& from = *parent->handle;
     try {
       return BuildAndCache(version, active, [&](Comm& c) {
-        ncclConfig_t config = NonBlockingConfig();
+        ncclConfig_t config = detail::NonBlockingConfig();
         // Called by the survivors only; the excluded ranks are never waited on.
         STRAGGLER_NCCL_START(ncclCommShrink(from.comm, const_cast<int*>(exclude.data()),
                                             static_cast<int>(exclude.size()), &c.comm, &config,
@@ -398,14 +281,15 @@ class NcclPartialAllReduce final : public PartialAllReduce {
         // until its asynchronous job has finished: NCCL's own thread stores
         // the child into c.comm later and reports progress on the parent. So
         // wait on the parent first, then for the handle, then on the child.
-        WaitComm(from, deadline, "iteration " + std::to_string(iteration) + ": ncclCommShrink of ranks " +
+        ops_.WaitComm(from, deadline, "iteration " + std::to_string(iteration) + ": ncclCommShrink of ranks " +
                                      SetText(from.ranks) + " to " + SetText(active));
         while (__atomic_load_n(&c.comm, __ATOMIC_ACQUIRE) == nullptr) {
           if (Clock::now() >= deadline) throw CollectiveError("ncclCommShrink finished but stored no communicator");
           std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
         c.child_of_async_job = false;
-        Finish(c, iteration, deadline, "ncclCommShrink");
+        c.order = detail::OrderAfterShrink(from.order, active);
+        ops_.Finish(c, iteration, deadline, "ncclCommShrink");
       });
     } catch (...) {
       // A shrink that failed leaves its parent with the failed job's error
@@ -416,30 +300,29 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     }
   }
 
-  // A new communicator of `active` for `version`, made ready by `build` (not
-  // called for a set of one: it needs no communicator) and then cached. A
+  // A new communicator of `active` for `version`, made ready by `build` (a
+  // set of one too: ncclCommShrink to one survivor, or a local init) and then cached. A
   // failed build releases what it started (aborting the communicator) and
   // rethrows: nothing half-built enters the cache.
   template <class Build>
   Comm* BuildAndCache(uint64_t version, const std::vector<uint32_t>& active, Build&& build) {
     auto c = std::make_unique<Comm>();
     c->ranks = active;
+    c->order = active;  // a grow appends its joiners instead, a shrink keeps the parent's order
     c->version = version;
-    if (active.size() > 1) {
-      try {
-        build(*c);
-      } catch (...) {
-        CommPtr broken = std::move(c);
-        if (broken->child_of_async_job) {
-          // NCCL's thread may still store the shrunk handle into
-          // broken->comm: keep the struct alive until destruction (it is
-          // small, and this happens once per failed shrink).
-          orphans_.push_back(std::move(broken));
-        } else {
-          Release(broken, false);
-        }
-        throw;
+    try {
+      build(*c);
+    } catch (...) {
+      CommPtr broken = std::move(c);
+      if (broken->child_of_async_job) {
+        // NCCL's thread may still store the shrunk handle into
+        // broken->comm: keep the struct alive until destruction (it is
+        // small, and this happens once per failed shrink).
+        orphans_.push_back(std::move(broken));
+      } else {
+        ops_.Release(broken, false);
       }
+      throw;
     }
     c->ready = true;
     return cache_->Insert(active, version, std::move(c))->handle.get();
@@ -458,8 +341,8 @@ class NcclPartialAllReduce final : public PartialAllReduce {
       Comm& c = *e->handle;
       cache_->SetPending(nullptr);
       try {
-        if (!c.started) StartInit(c, detail::CommIdKey(options_.run_id, version, active), deadline, true);
-        if (!c.ready && c.comm != nullptr) Finish(c, iteration, deadline, "ncclCommInitRankConfig");
+        if (!c.started) ops_.StartInit(c, detail::CommIdKey(options_.run_id, version, active), deadline, true);
+        if (!c.ready && c.comm != nullptr) ops_.Finish(c, iteration, deadline, "ncclCommInitRankConfig");
       } catch (...) {
         cache_->Erase(active, false);
         throw;
@@ -468,9 +351,32 @@ class NcclPartialAllReduce final : public PartialAllReduce {
       return &c;
     }
     return BuildAndCache(version, active, [&](Comm& c) {
-      StartInit(c, detail::CommIdKey(options_.run_id, version, active, retry), deadline, true);
-      Finish(c, iteration, deadline, "ncclCommInitRankConfig");
+      ops_.StartInit(c, detail::CommIdKey(options_.run_id, version, active, retry), deadline, true);
+      ops_.Finish(c, iteration, deadline, "ncclCommInitRankConfig");
     });
+  }
+
+  // Readmission by ncclCommGrow (PlanCommunicator chose it: the loaded NCCL
+  // has it, the previous set's communicator works, the set only gained
+  // ranks): its members grow that communicator, keeping their numbers; the
+  // joiners, which planned an init, read the coordinator's grow record
+  // under the same key (CommOps::StartInit). Not built ahead: a grow is an
+  // operation on the communicator in use, like a shrink.
+  Comm* Grow(uint64_t iteration, uint64_t version, const std::vector<uint32_t>& active,
+             std::optional<uint64_t> retry, Clock::time_point deadline) {
+    if (auto* p = cache_->Pending(); p != nullptr && p->ranks == active) cache_->Erase(active, false);
+    Comm& from = *cache_->Find(agreement_.previous_active())->handle;
+    try {
+      return BuildAndCache(version, active, [&](Comm& c) {
+        ops_.StartGrow(c, from, detail::CommIdKey(options_.run_id, version, active, retry));
+        ops_.Finish(c, iteration, deadline, "ncclCommGrow");
+      });
+    } catch (...) {
+      // A failed grow leaves the members' parents at different grow counts
+      // (NCCL checks them at the next grow): it is aborted, not reused.
+      cache_->Erase(agreement_.previous_active(), /*healthy=*/false);
+      throw;
+    }
   }
 
   // Looks ahead: when the newest membership received takes effect later and
@@ -489,7 +395,11 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     if (next.version > agreement_.plan().version && next.effective_iteration > iteration) {
       const std::vector<uint32_t> set = next.ActiveRanks();
       const bool in = !next.IsExcluded(options_.rank);
-      const CommPlan how = detail::PlanCommunicator(agreement_.plan().participating, agreement_.plan().active_ranks, in, set);
+      const auto* cur = cache_->Find(agreement_.plan().active_ranks);
+      const bool usable = cur != nullptr && cur->handle && cur->handle->comm != nullptr && !cur->handle->revoked;
+      const CommPlan how = detail::PlanCommunicator(agreement_.plan().participating,
+                                                    usable ? cur->handle->order : agreement_.plan().active_ranks,
+                                                    in, set, features_.grow && usable);
       auto* pending = cache_->Pending();
       if (how.how == CommPlan::How::kInit && set.size() > 1 &&
           (pending == nullptr || pending->version != next.version || pending->ranks != set)) {
@@ -506,33 +416,12 @@ class NcclPartialAllReduce final : public PartialAllReduce {
     if (auto* e = cache_->Pending();
         e != nullptr && e->handle && !e->handle->started) {
       try {
-        StartInit(*e->handle, detail::CommIdKey(options_.run_id, e->version, e->ranks),
+        ops_.StartInit(*e->handle, detail::CommIdKey(options_.run_id, e->version, e->ranks),
                   Clock::now() + options_.collective_timeout, /*blocking_get=*/false);
       } catch (const std::exception&) {
         cache_->Erase(e->ranks, false);
       }
     }
-  }
-
-  // Healthy and built: finalize (flushes its operations), bounded, then
-  // destroy. Otherwise - after an error, a build that never finished, or a
-  // finalize that does not finish in time - abort, which never waits on peers.
-  void Release(CommPtr& c, bool healthy) {
-    if (!c || c->comm == nullptr) return;
-    cudaSetDevice(device_);
-    bool destroyed = false;
-    if (healthy && c->ready) {
-      const ncclResult_t r = ncclCommFinalize(c->comm);
-      if (r == ncclSuccess || r == ncclInProgress) {
-        try {
-          WaitComm(*c, Clock::now() + options_.collective_timeout, "ncclCommFinalize");
-          destroyed = ncclCommDestroy(c->comm) == ncclSuccess;
-        } catch (const std::exception&) {
-        }
-      }
-    }
-    if (!destroyed) ncclCommAbort(c->comm);
-    c->comm = nullptr;
   }
 
   // A participating rank without a communicator: a collective failed earlier
@@ -554,12 +443,12 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   // each member's sequence - also before a shrink of it.
   bool MinOverPrevious(uint64_t iteration, std::span<uint64_t> words) {
     auto* e = cache_->Find(agreement_.previous_active());
-    // Aborted after an earlier error: no channel left (agreement.h).
-    if (e == nullptr || !e->handle || e->handle->comm == nullptr) return false;
+    // Aborted or revoked after an earlier error: no channel left (agreement.h).
+    if (e == nullptr || !e->handle || e->handle->comm == nullptr || e->handle->revoked) return false;
     current_ = e->handle.get();  // Collective() runs on, and on failure aborts, current_
     Collective(
         "agreement on the membership", words.data(), words.size_bytes(),
-        [&](void* dev) { return ncclAllReduce(dev, dev, words.size(), ncclUint64, ncclMin, e->handle->comm, stream_); },
+        [&](void* dev) { return ncclAllReduce(dev, dev, words.size(), ncclUint64, ncclMin, e->handle->comm, ops_.stream()); },
         iteration);
     // Not this iteration's communicator yet: a build that throws after this
     // must leave none (RequireCommunicator), and a shrink may free this one.
@@ -570,15 +459,17 @@ class NcclPartialAllReduce final : public PartialAllReduce {
   Client& client_;
   const NcclOptions options_;
   const int device_;
-  cudaStream_t stream_;
-  const bool own_stream_;
-  DaemonStore store_;
-  // After store_ (it holds a reference to it).
+  const cudaStream_t initial_stream_;  // NcclOptions::stream, or own_stream_
+  const cudaStream_t own_stream_;      // nullptr: the stream is the caller's
+  // The trainer's own store (NcclOptions::rendezvous_store) or stragglerd's.
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+  // After store_ (they hold references to it); ops_ before cache_, whose
+  // release calls it.
+  CommOps ops_;
   detail::StoreAgreementTransport transport_{
-      store_, [this](uint64_t it, std::span<uint64_t> words) { return MinOverPrevious(it, words); }};
+      *store_, [this](uint64_t it, std::span<uint64_t> words) { return MinOverPrevious(it, words); }};
   std::vector<uint32_t> world_;
-  void* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
+  const detail::NcclFeatures features_ = detail::NcclCalls::Get().features();
   std::unique_ptr<detail::CommCache<CommPtr>> cache_;
   Comm* current_ = nullptr;  // the communicator of the current iteration
   std::vector<CommPtr> orphans_;  // failed shrinks NCCL may still write into
@@ -589,7 +480,8 @@ class NcclPartialAllReduce final : public PartialAllReduce {
 }  // namespace
 
 std::string NcclOptions::Validate() const {
-  std::string common = detail::ValidateCommonOptions(*this);
+  // With a store of the trainer's own, no daemon address is needed.
+  std::string common = detail::ValidateCommonOptions(*this, /*uses_endpoint=*/!rendezvous_store);
   if (!common.empty()) return common;
   if (device < -1) return "device=" + std::to_string(device) + " must be >= 0, or -1 for the current device";
   if (max_cached_communicators == 0) return "max_cached_communicators=0 must be >= 1";
@@ -607,9 +499,11 @@ int NcclVisibleDevices(std::string* error) {
   return n;
 }
 
-std::unique_ptr<PartialAllReduce> CreateNcclPartialAllReduce(Client& client, const NcclOptions& options,
-                                                             std::string* error) {
-  auto fail = [&](const std::string& why) -> std::unique_ptr<PartialAllReduce> {
+std::string NcclRuntimeDescription() { return detail::NcclCalls::Get().features().Describe(); }
+
+std::unique_ptr<NcclPartialAllReduce> CreateNcclPartialAllReduce(Client& client, const NcclOptions& options,
+                                                                 std::string* error) {
+  auto fail = [&](const std::string& why) -> std::unique_ptr<NcclPartialAllReduce> {
     if (error) *error = why;
     return nullptr;
   };
@@ -633,7 +527,7 @@ std::unique_ptr<PartialAllReduce> CreateNcclPartialAllReduce(Client& client, con
       return fail(std::string("cudaStreamCreateWithFlags: ") + cudaGetErrorString(e));
     }
   }
-  auto r = std::make_unique<NcclPartialAllReduce>(client, options, device, stream, own);
+  auto r = std::make_unique<NcclPartialAllReduceImpl>(client, options, device, stream, own);
   try {
     r->BuildFull();
   } catch (const std::exception& e) {

@@ -1,11 +1,15 @@
-// The CUDA-free decisions of the NCCL backend of PartialAllReduce: how a rank
-// gets the communicator of a new active set (reuse, ncclCommShrink of the
-// current one, or a fresh ncclCommInitRank), the exclude list handed to
-// ncclCommShrink, the rendezvous key of a communicator id, and the bounded
-// cache of communicators. Kept apart from nccl_partial_allreduce.cc so that
-// tests/collective/nccl_plan_test.cc pins them on machines without CUDA.
+// The CUDA-free decisions of the NCCL backend of PartialAllReduce: which
+// NCCL membership calls the build and the loaded libnccl allow (revoke,
+// grow), how a rank gets the communicator of a new active set (reuse,
+// ncclCommShrink or ncclCommGrow of the current one, or a fresh
+// ncclCommInitRank), the exclude list handed to ncclCommShrink, the record a
+// coordinator publishes for a readmission, the rendezvous key of a
+// communicator id, and the bounded cache of communicators. Kept apart from
+// nccl_partial_allreduce.cc so that tests/collective/nccl_plan_test.cc pins
+// them on machines without CUDA.
 //
-//   CommPlan p = PlanCommunicator(prev_participating, prev_set, new_set);
+//   NcclFeatures f = ChooseNcclFeatures(NCCL_VERSION_CODE, runtime_code, has_revoke, has_grow);
+//   CommPlan p = PlanCommunicator(prev_participating, prev_order, participating, new_set, f.grow);
 //   if (p.how == CommPlan::How::kShrink) ncclCommShrink(current, p.exclude.data(), ...);
 //
 // Not thread-safe: used by the one thread that drives a PartialAllReduce.
@@ -24,23 +28,60 @@ namespace straggler::detail {
 // "{0,1,3}": how sets appear in keys and error messages.
 std::string SetText(const std::vector<uint32_t>& ranks);
 
-// The ranks of `parent` (ascending) that are not in `child` (ascending), as
-// positions in `parent` - the rank numbering of the parent communicator that
-// ncclCommShrink expects. nullopt when `child` holds a rank `parent` lacks
-// (a shrink cannot add ranks) or `child` is empty.
+// NCCL_VERSION_CODE of NCCL >= 2.9 (major*10000 + minor*100 + patch).
+constexpr int NcclCode(int major, int minor, int patch) { return major * 10000 + minor * 100 + patch; }
+// "2.28.9" for 22809.
+std::string NcclVersionText(int code);
+
+inline constexpr int kNcclRevokeSince = NcclCode(2, 28, 7);  // ncclCommRevoke
+inline constexpr int kNcclGrowSince = NcclCode(2, 29, 0);    // ncclCommGrow, ncclCommGetUniqueId
+
+// Which membership calls the backend uses. Each needs all three: the
+// headers built against declare it (compiled_code), the libnccl.so.2 loaded
+// in this process is new enough (runtime_code, ncclGetVersion: in a PyTorch
+// process usually torch's bundled NCCL, not the one built against), and the
+// symbol resolves in that library (the backend never links it directly, so
+// it loads against an older libnccl too).
+struct NcclFeatures {
+  bool revoke = false;  // stop a failed collective with ncclCommRevoke, keep the comm to shrink
+  bool grow = false;    // readmission by ncclCommGrow of the previous set's communicator
+  int compiled_code = 0;
+  int runtime_code = 0;
+  // "NCCL 2.28.9 (built against 2.28.9): revoke yes, grow no (needs >= 2.29.0 ...)".
+  std::string Describe() const;
+};
+NcclFeatures ChooseNcclFeatures(int compiled_code, int runtime_code, bool revoke_symbol, bool grow_symbol);
+
+// The ranks of `parent` that are not in `child` (ascending), as positions in
+// `parent` - the rank numbering of the parent communicator that
+// ncclCommShrink expects. `parent` is in communicator order (ascending,
+// unless it was grown: ncclCommGrow appends the new ranks). nullopt when
+// `child` holds a rank `parent` lacks (a shrink cannot add ranks) or
+// `child` is empty.
 std::optional<std::vector<int>> ShrinkExcludeList(const std::vector<uint32_t>& parent,
                                                   const std::vector<uint32_t>& child);
+
+// The communicator order after a shrink: `parent` without the excluded
+// ranks, in the same relative order (NCCL closes the gaps).
+std::vector<uint32_t> OrderAfterShrink(const std::vector<uint32_t>& parent, const std::vector<uint32_t>& child);
+// After ncclCommGrow: existing ranks keep their numbers, the new ones
+// (`child` minus `parent`, ascending) are appended.
+std::vector<uint32_t> OrderAfterGrow(const std::vector<uint32_t>& parent, const std::vector<uint32_t>& child);
+// The position of `rank` in `order` (its rank in the communicator), -1 if absent.
+int CommRankOf(const std::vector<uint32_t>& order, uint32_t rank);
 
 struct CommPlan {
   enum class How {
     kNone,    // this rank is excluded: no communicator, no collective
     kReuse,   // same set as at this rank's previous iteration: the current one
     kShrink,  // ncclCommShrink of the current communicator, survivors only
+    kGrow,    // ncclCommGrow of the current communicator, joiners appended
     kInit,    // a fresh ncclCommInitRank for the set, id through the store
   };
   How how = How::kNone;
   std::vector<int> exclude;  // kShrink: positions in the previous set
 };
+const char* HowText(CommPlan::How how);
 
 // Why these rules: an NCCL communicator may only be used (and shrunk) by
 // ranks that issued the same sequence of operations on it. Every member of
@@ -50,9 +91,33 @@ struct CommPlan {
 // excluded rank is never waited on. A set that gained ranks (a readmission),
 // or a rank that did not take part at its previous iteration, has no such
 // shared communicator: the rejoiner missed operations (the shrinks among
-// them), so a fresh communicator is built from an id in the store.
+// them), so a fresh communicator is built from an id in the store -
+// unless `grow` (NcclFeatures::grow) and the set only gained ranks: then
+// the members of the previous set grow its communicator (ncclCommGrow keeps
+// their numbers) and the joiners enter it with the id the coordinator got
+// from ncclCommGetUniqueId. Grow only when the lowest rank of the new set
+// was in the previous one: the id is then published by the same rank
+// either way (the lowest of the new set), and a joiner - which does not
+// know the group's previous set - learns from that record (ReadmissionRecord)
+// whether to grow or to init. A previous set of one is rebuilt by an init
+// (its one-rank communicator saves nothing there). `previous` may be in communicator order.
 CommPlan PlanCommunicator(bool previously_participating, const std::vector<uint32_t>& previous,
-                          bool participating, const std::vector<uint32_t>& now);
+                          bool participating, const std::vector<uint32_t>& now, bool grow = false);
+
+// What the lowest rank of a readmitted set publishes under CommIdKey: the
+// id and how to use it. kInit: an ncclUniqueId for ncclCommInitRank, ranks
+// numbered by their position in the ascending set. kGrow: the id of
+// ncclCommGetUniqueId on the previous communicator, whose order is
+// `parent_order`; a joiner calls ncclCommGrow(NULL, ..., its position in
+// OrderAfterGrow(parent_order, set)).
+struct ReadmissionRecord {
+  CommPlan::How how = CommPlan::How::kInit;  // kInit or kGrow
+  std::string id;                            // the ncclUniqueId's bytes
+  std::vector<uint32_t> parent_order;        // kGrow only
+};
+std::string EncodeRecord(const ReadmissionRecord& record);
+// nullopt when `bytes` is no record with an id of `id_bytes` bytes; *error says why.
+std::optional<ReadmissionRecord> DecodeRecord(const std::string& bytes, size_t id_bytes, std::string* error);
 
 // The rendezvous key under which the lowest rank of `set` publishes the
 // ncclUniqueId of the communicator it builds for `version`. Names the run,

@@ -2,108 +2,24 @@
 // state, events and the versioned membership. It owns no sockets, threads or
 // clocks: callers pass `now` in, so tests and offline replay are exact.
 //
-//   JobEngine job("resnet", /*world_size=*/8, PolicyConfig{});
-//   auto r = job.Ingest({.rank = 3, .epoch = 0, .iteration = 17,
-//                        .compute_seconds = 0.12}, now);
-//   if (!r.accepted) log(r.message);          // "rank 3 reported compute_seconds=nan"
-//   for (auto& e : job.TakeEvents()) ...      // state changes, memberships
-//   const Membership& m = job.membership();   // who takes part, from when
+//   JobEngine job(/*world_size=*/8, PolicyConfig{}, now);
+//   Report rep;
+//   rep.rank = 3;
+//   rep.iteration = 17;
+//   rep.compute_seconds = 0.12;
+//   IngestResult r = job.Ingest(rep, now);
+//   if (!r.accepted) log(r.message);
+//   for (const Event& e : job.TakeEvents()) ...  // state changes, memberships
+//   const Membership& m = job.membership();      // who takes part, from when
 //
-// How judging works: reports of ranks taking part in the collective are
-// grouped by iteration; when every active rank has reported an iteration (or
-// the job has moved `kRowGraceIterations` past it) the iteration is judged as
-// a whole, which is what lets the engine tell a straggler from a job-wide
-// slowdown. Reports of excluded ranks (shadow recovery) are judged one by one
-// on arrival against the current reference. Each judged step is slow or fast;
-// the bounded counter of PolicyConfig turns steps into states.
+// (tests/engine/header_example_test.cc compiles and runs this example.)
 //
-// The rules, exactly (docs/detection.md explains the why):
-//  * Rows. Ranks are "expected" in a row when they have been announced (a
-//    stream said it speaks for them) or have reported at least once, are not
-//    excluded at that iteration and not unresponsive. Reports for an
-//    iteration whose row was already judged are judged alone. A row (iteration i)
-//    completes when every expected rank reported i, or when an active rank
-//    reports iteration >= i + kRowGraceIterations. Rows complete in order.
-//  * dynamic. A profile starts at the first row of every new epoch, after
-//    every `window_iterations` rows when that is > 0, and after a global
-//    shift. It averages the row minima (the fastest active rank's time) of
-//    `profile_iterations` rows: baseline = that mean, threshold =
-//    threshold_factor x baseline. The row that completes the profile is judged
-//    against the new threshold at once (the paper's counter "starts at 1").
-//    Rows inside a later profile are judged against the previous threshold;
-//    before the first threshold nothing is judged.
-//    Global shift: when more than global_shift_fraction of a row's ranks (at
-//    least 2 ranks in the row) are above the threshold, no counter moves for
-//    that row and a new profile starts with the next row (unless one is
-//    already running). Majority fallback: when, on the row that completes a
-//    profile (with at least 4 ranks), more than max_excluded_fraction of the
-//    ranks are above the new threshold, the fastest ranks are a minority
-//    (mixed GPU generations): the baseline becomes the mean over the profile
-//    rows of the time that all but max_excluded_fraction of the ranks reach
-//    (at least the median). Speed-up: when the row minimum (that majority
-//    time, for such a baseline) stays below baseline / kSpeedupRatio for
-//    kSpeedupRows rows in a row, a new profile starts too (a stale, too-high
-//    threshold would hide stragglers).
-//  * static. A step is slow when compute_seconds > static_threshold_seconds.
-//  * ewma. Each rank keeps ewma = alpha*t + (1-alpha)*ewma (first sample sets
-//    it). At a row, the reference is the lower median of the row ranks' ewma
-//    (ranks with >= ewma_min_samples samples); a rank is slow when its ewma >
-//    ewma_ratio x reference, fast otherwise.
-//  * Counter (all policies): slow -> +1 up to limit; fast (strictly below the
-//    threshold) -> -1 down to 0; equal -> unchanged. healthy -> straggler when
-//    the counter reaches limit; straggler -> healthy when it falls to
-//    rejoin_mark. A rank flips at most once per cooldown_iterations of its
-//    own iterations; a blocked flip happens later when still due.
-//  * Excluded ranks (shadow recovery) are judged report by report on arrival,
-//    against the current threshold (ewma: ratio x the last reference).
-//    Probation recovery: at each new epoch, straggler-excluded ranks are
-//    re-included for profile_iterations iterations; those still stragglers
-//    then are excluded again (reason kProbationEnd).
-//  * Unresponsive: Tick() marks a rank whose last report is older than
-//    unresponsive_after_seconds; its next report makes it healthy, counter 0.
-//  * Exclusion. Forced-out ranks are always excluded; forced-in ranks never.
-//    With exclusion disabled only forced ranks are. Otherwise stragglers and
-//    unresponsive ranks are candidates. An excluded candidate stays excluded.
-//    New candidates are admitted, slowest first, while excluded <=
-//    floor(max_excluded_fraction x world_size) and world_size - excluded >=
-//    min_active_ranks. Straggler candidates are then admitted as the largest
-//    slowest-first set S of those that fit for which predicted throughput
-//    rises: ((A-|S|)/T_without) / (A/T_with) - 1 >= min_throughput_gain, with
-//    A the active ranks and T the largest ewma among the active ranks with and
-//    without S. (So two simultaneous stragglers go together, and excluding 2
-//    of 3 equally slow stragglers, which would not speed the job up, is
-//    withheld.) A withheld exclusion emits one kGuardBlocked event per rank
-//    until the outcome changes.
-//  * Membership. Whenever the excluded set changes a new version is made:
-//    version + 1, effective_iteration = max(highest iteration reported by an
-//    active rank + lead, previous effective_iteration + 1, last iteration + 1
-//    of every rank it re-includes), where lead is the larger of the policy's
-//    lead_iterations and the previous version's (clients judge certainty by
-//    the lead of the version they hold, so a lowered lead starts to count
-//    only from the version that announces it).
-//  * Membership gate. A rank is attached once it was announced or reported,
-//    until Detach (its last stream ended). A changed excluded set is
-//    published only when every rank active in the new version and every
-//    rank it newly excludes (unless unresponsive) is attached; otherwise it
-//    is withheld (one kMembershipWithheld event) and re-evaluated when a
-//    rank attaches or turns unresponsive. Why: a rank that cannot hear a
-//    version keeps applying the last one it knows when it reaches the switch
-//    iteration, while the others switch (a restarted daemon, a rank in its
-//    reconnect backoff). Ranks that never attached (pending) count as
-//    detached: until they connect or time out, nothing changes.
-//  * Far ahead: a report more than 1024 iterations ahead of the highest
-//    iteration is judged alone and moves no row, unless most counted ranks
-//    made the same jump (the job resumed from a later checkpoint): then the
-//    rows restart there.
-//  * Input. Rejected with a message naming the value: rank >= world size;
-//    NaN, infinite, negative or > max_compute_seconds compute time; NaN,
-//    infinite or negative optional times. Per rank, iterations must grow:
-//    the same iteration again is kDuplicate, an older one kStale - within one
-//    client incarnation: Restart(rank) (a new trainer process) lets the rank
-//    start again below (docs/runs.md, "The iteration rule").
-//  * Finished: Finish(rank) (its trainer closed cleanly) makes it kFinished:
-//    rows stop waiting for it, it never turns unresponsive, its place in the
-//    excluded set does not change. A report makes it healthy again.
+// The contract: the engine implements exactly the rules of
+// docs/detection.md (rows, policies, the counter, states, recovery, the
+// exclusion guards, input), docs/membership.md (versions, effective
+// iterations, the membership gate) and docs/runs.md (the iteration rule,
+// what a hello may claim, runs and restarts). Those pages are the one
+// specification; the comments below say what each call does, not why.
 //
 // Thread safety: none. A JobEngine is used by one thread at a time; the
 // daemon keeps one mutex per job.
@@ -310,12 +226,13 @@ class JobEngine {
   void Tick(Time now);
 
   // A stream says it speaks for `rank`: rows wait for its reports from now
-  // on, and the rank can hear new versions (see "Membership gate" above).
+  // on, and the rank can hear new versions (docs/membership.md, "The
+  // membership gate").
   void Announce(uint32_t rank, Time now);
 
   // No stream speaks for `rank` any more (its last one ended): a change of
-  // the excluded set now waits for it, see "Membership gate". Its next
-  // Announce or report ends that.
+  // the excluded set now waits for it (docs/membership.md, "The membership
+  // gate"). Its next Announce or report ends that.
   void Detach(uint32_t rank);
 
   // A new client incarnation speaks for `rank` (a restarted trainer,
@@ -323,8 +240,9 @@ class JobEngine {
   // report may be below the ones it sent before. Nothing else changes.
   void Restart(uint32_t rank);
 
-  // The rank's trainer closed cleanly (see "Finished" above); emits a state
-  // change. No effect on a rank that never reported or already finished.
+  // The rank's trainer closed cleanly (docs/detection.md, "Finished"): rows
+  // stop waiting for it, it never turns unresponsive. Emits a state change.
+  // No effect on a rank that never reported or already finished.
   void Finish(uint32_t rank, Time now);
 
   // Every rank finished (JobView.finished).
@@ -349,8 +267,9 @@ class JobEngine {
   // Forgets all per-rank state (which streams speak for which ranks is not
   // state) and publishes a membership with every rank included (as a new,
   // higher version, in force from the ranks' progress + lead even when an
-  // earlier version was put implausibly far ahead: those are dropped) - through the membership gate: while a rank no stream
-  // speaks for would have to hear of it, the release is withheld instead.
+  // earlier version was put implausibly far ahead: those are dropped) -
+  // through the membership gate: while a rank no stream speaks for would
+  // have to hear of it, the release is withheld instead.
   void Reset(Time now);
 
   // A client already holds membership `held` (from an earlier daemon
@@ -418,7 +337,10 @@ class JobEngine {
   std::vector<Membership> MembershipsFrom(uint64_t iteration) const;
 
   // Highest iteration of `rank` that was processed (accepted or rejected as
-  // duplicate/stale); nullopt before its first report.
+  // duplicate/stale); nullopt before its first report. A report far ahead
+  // of the job (docs/detection.md, "Far ahead") does not count until the
+  // rank's reports catch up: clients judge certainty by this progress, so a
+  // forged one must not give it to them early (docs/runs.md).
   std::optional<uint64_t> Progress(uint32_t rank) const;
 
   // Events since the last call, oldest first.

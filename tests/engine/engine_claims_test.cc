@@ -108,5 +108,36 @@ TEST_CASE("claims: a restored straggler stays out until its reports show recover
   CHECK(ExcludedRanks(e.membership()) == std::vector<uint32_t>{3});
 }
 
+TEST_CASE("claims: a far-ahead report does not advance the rank's published progress until its "
+          "real reports catch up, and the same report again is a duplicate",
+          "[engine][claims]") {
+  Harness h(4);
+  JobEngine& e = h.engine();
+  h.Rows(0, 100, 0, Uniform(4, 1.0));
+  // Far ahead of the job (more than 1024) but within the jump bound: taken,
+  // judged alone.
+  REQUIRE(e.Ingest(MakeReport(1, 0, 99 + 5000, 1.0, h.now()), h.now()).accepted);
+  // Progress is what the daemon's directive tells the rank's clients (they
+  // judge certainty by it): still where the rank really is.
+  CHECK(e.Progress(1) == std::optional<uint64_t>(99));
+  // A resend of the forged report (a reconnect's replay) is a duplicate:
+  // neither taken again nor stale.
+  const IngestResult again = e.Ingest(MakeReport(1, 0, 99 + 5000, 1.0, h.now()), h.now());
+  CHECK(again.reason == RejectReason::kDuplicate);
+  CHECK(again.message == "rank 1 iteration 5099 was already reported");
+  CHECK(e.Progress(1) == std::optional<uint64_t>(99));
+  // The rank's real reports catch up: its progress follows them again.
+  h.Rows(100, 5, 0, Uniform(4, 1.0));
+  CHECK(e.Progress(1) == std::optional<uint64_t>(104));
+  CHECK(e.Worker(1).state == WorkerState::kHealthy);
+
+  SECTION("a rank whose first report is far ahead has no published progress") {
+    Harness g(4);
+    g.Rows(0, 100, 0, {1.0, testutil::kSkip, 1.0, 1.0});
+    REQUIRE(g.engine().Ingest(MakeReport(1, 0, 99 + 5000, 1.0, g.now()), g.now()).accepted);
+    CHECK(g.engine().Progress(1) == std::nullopt);
+  }
+}
+
 }  // namespace
 }  // namespace straggler::engine

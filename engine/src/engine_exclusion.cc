@@ -1,0 +1,72 @@
+// The excluded set (docs/detection.md, "Exclusion and its guards"):
+// Evaluate takes a snapshot of the ranks, plans the set with the guards
+// (exclusion_planner.h, pure), emits one guard event per withheld episode,
+// and hands a changed set to the membership gate (engine_membership.cc).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "engine_impl.h"
+#include "events.h"
+
+namespace straggler::engine::internal {
+
+// Decides the excluded set now, or at EndBatch while a batch is open: a
+// batch (an agent's replayed backlog after a daemon restart) may walk a rank
+// through recovery and relapse in one go, and the job must see one version
+// for where it ended, not one per state it passed through.
+void EngineImpl::Evaluate(Time now) {
+  if (batch_open) {
+    batch_evaluate = true;
+    return;
+  }
+  EvaluateNow(now);
+}
+
+void EngineImpl::EvaluateNow(Time now) {
+  dirty = false;
+  // A version put implausibly far ahead (a hostile hello before the bounds,
+  // a damaged database) must not hold every later change there.
+  if (have_highest) Rebase(now, "the newest version took effect implausibly far ahead");
+  ExclusionPlan plan = PlanExclusion(policy, Snapshot());
+  EmitGuardEvents(plan, now);
+  GateAndPublish(std::move(plan.excluded), now);
+}
+
+const PlanInput& EngineImpl::Snapshot() {
+  PlanInput& in = plan_input;
+  in.ranks.resize(world_size);
+  for (uint32_t i = 0; i < world_size; ++i) {
+    const RankState& r = ranks[i];
+    in.ranks[i] = {r.state, r.override, r.on_probation, r.probation_failed, r.ewma, r.counter};
+  }
+  in.current = Newest().excluded;
+  in.iteration = highest_active;
+  in.baseline = baseline;
+  in.limit = Limit();
+  return in;
+}
+
+// One kGuardBlocked event per rank and episode (until it is no longer
+// withheld by a guard).
+void EngineImpl::EmitGuardEvents(const ExclusionPlan& plan, Time now) {
+  blocked = static_cast<uint32_t>(plan.blocked.size());
+  size_t next = 0;  // plan.blocked is ascending
+  for (uint32_t i = 0; i < world_size; ++i) {
+    RankState& r = ranks[i];
+    const bool blocked_now = next < plan.blocked.size() && plan.blocked[next] == i;
+    if (!blocked_now) {
+      r.guard_blocked = false;
+      continue;
+    }
+    next++;
+    if (r.guard_blocked) continue;
+    r.guard_blocked = true;
+    guard_blocks_total++;
+    Emit(RankEvent(EventKind::kGuardBlocked, now, i, r.state, r.state, r.last_iteration,
+                   Newest().version,
+                   absl::StrCat("exclusion of rank ", i, " withheld: ", plan.blocked_why)))
+        .evidence = MakeEvidence(r, r.last_compute);
+  }
+}
+
+}  // namespace straggler::engine::internal

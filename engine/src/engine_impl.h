@@ -1,0 +1,225 @@
+// The private state of one JobEngine and the methods that work on it, split
+// by concern over these files (docs/detection.md, "Where each rule lives in the code"):
+//   engine_ingest.cc     a report in: validation, rows, far-ahead reports
+//   engine_judge.cc      completed rows and single reports -> verdicts ->
+//                        counters -> states; epochs and probation
+//   engine_exclusion.cc  the excluded set: snapshot, plan (exclusion_planner.h),
+//                        guard events
+//   engine_membership.cc versions: the gate, publish, rebase, take-over,
+//                        restore, hello claims
+//   engine_ranks.cc      liveness, the rank lifecycle (Tick, Announce, ...), Reset
+//   job_engine.cc        the public JobEngine: forwarding, views, policy, overrides
+// and the pieces with their own state: rows.h, membership_log.h,
+// reference*.{h,cc} (one per policy), events.h.
+// Not thread-safe, as JobEngine: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "exclusion_planner.h"
+#include "membership_log.h"
+#include "reference.h"
+#include "rows.h"
+#include "straggler/engine/job_engine.h"
+#include "straggler/engine/policy.h"
+
+namespace straggler::engine::internal {
+
+// Largest gap between a row and the next iteration reported before the
+// engine gives up waiting for the rows in between (a rank that jumps ahead
+// by more is a client bug, not a reason to hold memory).
+inline constexpr uint64_t kMaxRowSpan = 1024;
+
+// Below this many ranks in a row, "most ranks are slower than the fastest"
+// cannot be told from "a straggler is present", so no majority fallback.
+inline constexpr size_t kMinRanksForMajority = 4;
+
+// A client cannot hold a version or an iteration anywhere near 2^63; a floor
+// that high would freeze every later version (or overflow).
+inline constexpr uint64_t kAbsurd = uint64_t{1} << 62;
+
+struct RankState {
+  WorkerState state = WorkerState::kPending;
+  bool has_progress = false;
+  uint64_t last_iteration = 0;
+  uint64_t epoch = 0;
+  double last_compute = 0.0;
+  double ewma = 0.0;
+  uint32_t samples = 0;
+  uint32_t counter = 0;
+  bool flipped = false;
+  uint64_t last_flip_iteration = 0;
+  uint64_t reports_total = 0;
+  Time last_report_time{0};
+  RankOverride override = RankOverride::kNone;
+  bool guard_blocked = false;
+  bool on_probation = false;
+  bool probation_failed = false;  // still slow when its probation ended
+  bool counted = false;           // rows wait for this rank (see counted_ranks)
+  // A stream speaks for this rank, so it hears new versions (Announce and
+  // reports set it, Detach clears it). See the membership gate.
+  bool attached = false;
+  uint64_t episode_start = 0;     // iteration at which the counter left 0
+  bool ahead = false;             // last report was far ahead of the job
+  uint64_t before_ahead = 0;      // its newest iteration before it went ahead
+  bool progress_before_ahead = false;  // it had reported before it went ahead
+  // It was a straggler when it fell silent: reporting again does not clear
+  // that (only its reports, judged as always, show recovery).
+  bool straggler_when_silent = false;
+  Time announced_at{0};
+
+  // The iteration the rank has really reached: a far-ahead report (judged
+  // alone, see TooFarAhead) does not count until the rank's reports catch up.
+  uint64_t Reached() const { return ahead ? before_ahead : last_iteration; }
+  // Reached(), as JobEngine::Progress publishes it: nullopt before the
+  // rank's first report, and while its only reports are far ahead.
+  std::optional<uint64_t> Progress() const {
+    if (!has_progress || (ahead && !progress_before_ahead)) return std::nullopt;
+    return Reached();
+  }
+};
+
+struct EngineImpl {
+  EngineImpl(uint32_t world, PolicyConfig p, Time now);
+  EngineImpl(const EngineImpl&) = delete;
+  EngineImpl& operator=(const EngineImpl&) = delete;
+
+  // ---- configuration -------------------------------------------------------
+  uint32_t world_size;
+  PolicyConfig policy;
+  uint64_t iterations_per_epoch = 0;
+  bool epoch_length_announced = false;
+
+  // ---- per rank ------------------------------------------------------------
+  std::vector<RankState> ranks;
+  // Ranks a row waits for, before exclusions: announced or reporting, and not
+  // unresponsive.
+  uint32_t counted_ranks = 0;
+  Time created_at;
+
+  // ---- rows ----------------------------------------------------------------
+  RowQueue rows;
+  uint32_t ahead_ranks = 0;     // ranks whose last report was far ahead
+  bool have_highest = false;
+  uint64_t highest_active = 0;  // highest iteration reported through a row
+  // The highest iteration a stream's hello said its ranks reported
+  // (NoteReportedIteration); versions take effect after it too.
+  std::optional<uint64_t> hello_reported;
+
+  // ---- epoch and reference -------------------------------------------------
+  bool have_epoch = false;
+  uint64_t epoch = 0;
+  uint64_t epoch_start_iteration = 0;
+  // Published by the policy's reference (reference.h).
+  bool have_threshold = false;
+  double threshold = 0.0;
+  double baseline = 0.0;
+  double step_seconds = 0.0;  // step_max of the newest judged row
+  std::vector<double> scratch;  // the references' sort buffer
+  std::unique_ptr<Reference> reference;
+
+  // ---- probation -----------------------------------------------------------
+  bool probation_active = false;
+  uint64_t probation_until = 0;
+
+  // ---- membership ----------------------------------------------------------
+  MembershipLog log;
+  bool dirty = false;           // something exclusion depends on changed
+  bool batch_open = false;      // BeginBatch..EndBatch: Evaluate waits for EndBatch
+  bool batch_evaluate = false;  // an Evaluate was put off to EndBatch
+  // A changed excluded set waits for ranks no stream speaks for (Gate).
+  bool withheld = false;
+  uint32_t blocked = 0;         // candidates currently withheld by a guard
+  PlanInput plan_input;         // reused by Evaluate
+
+  // ---- totals and events ---------------------------------------------------
+  uint64_t detections_total = 0;
+  uint64_t recoveries_total = 0;
+  uint64_t reports_total = 0;
+  uint64_t guard_blocks_total = 0;
+  Time last_report_time{0};
+  std::vector<Event> events;
+
+  // ---- small helpers -------------------------------------------------------
+  uint32_t Limit() const { return policy.EffectiveLimit(iterations_per_epoch); }
+  uint32_t Mark() const { return std::min(policy.rejoin_mark, Limit() - 1); }
+  const Membership& Newest() const { return log.Newest(); }
+  uint64_t Highest() const { return have_highest ? highest_active : 0; }
+  Event& Emit(Event e) {
+    events.push_back(std::move(e));
+    return events.back();
+  }
+  Evidence MakeEvidence(const RankState& r, double compute) const;
+  // Rows start (true) or stop (false) waiting for `rank`.
+  void SetCounted(uint32_t rank, bool counted);
+  // The rank can hear new versions again; a change withheld for it may go.
+  void Attach(RankState& r);
+  void ChangeState(uint32_t rank, WorkerState to, uint64_t iteration, double compute, Time now,
+                   std::string message);
+
+  // ---- ingest (engine_ingest.cc) -------------------------------------------
+  IngestResult Validate(const Report& rep) const;
+  IngestResult Ingest(const Report& rep, Time now);
+  bool TooFarAhead(uint32_t rank, uint64_t iteration, Time now);
+  void AddToRow(const Report& rep, Time now);
+  uint32_t Expected(uint64_t iteration) const;
+  void DrainRows(Time now);
+  void CompleteFront(Time now);
+
+  // ---- judging (engine_judge.cc) -------------------------------------------
+  void OnNewEpoch(const Row& row, Time now);
+  void ProcessRow(Row& row, Time now);
+  Verdict VerdictFor(double value) const {
+    if (!have_threshold) return Verdict::kNone;
+    if (value > threshold) return Verdict::kSlow;
+    if (value < threshold) return Verdict::kFast;
+    return Verdict::kNone;
+  }
+  size_t JudgeRow(Row& row, Time now, bool global_shift_guard);
+  void JudgeSingle(uint32_t rank, const Report& rep, Time now);
+  void ApplyVerdict(uint32_t rank, Verdict v, uint64_t iteration, double compute, Time now);
+  bool CooledDown(const RankState& r, uint64_t iteration) const;
+  void ClampCounters();
+  void BeginProbation(Time now);
+  void EndProbation(Time now);
+
+  // ---- exclusion (engine_exclusion.cc) -------------------------------------
+  void Evaluate(Time now);
+  void EvaluateNow(Time now);
+  const PlanInput& Snapshot();
+  void EmitGuardEvents(const ExclusionPlan& plan, Time now);
+
+  // ---- membership (engine_membership.cc) -----------------------------------
+  void GateAndPublish(std::vector<ExcludedRank> next, Time now);
+  Event WithheldEvent(const std::vector<uint32_t>& unreachable,
+                      const std::vector<ExcludedRank>& next, Time now) const;
+  uint64_t Lead() const;
+  std::optional<uint64_t> ReferenceIteration() const;
+  uint64_t PlausibleEffective(uint64_t floor) const;
+  bool Rebase(Time now, const std::string& why);
+  void Publish(std::vector<ExcludedRank> excluded, Time now, std::string why,
+               uint64_t min_effective = 0, uint64_t min_version = 0);
+  std::vector<ExcludedRank> TakeOverExcluded(const std::vector<ExcludedRank>& held, Time now);
+
+  // ---- ranks (engine_ranks.cc) ---------------------------------------------
+  void Tick(Time now);
+  void Announce(uint32_t rank, Time now);
+  void Finish(uint32_t rank, Time now);
+  void Reset(Time now);
+};
+
+}  // namespace straggler::engine::internal
+
+namespace straggler::engine {
+
+// The pimpl of JobEngine is the EngineImpl above (a named type, so the
+// references and the planner can be handed it).
+struct JobEngine::Impl final : internal::EngineImpl {
+  using EngineImpl::EngineImpl;
+};
+
+}  // namespace straggler::engine

@@ -1,0 +1,62 @@
+// The reference a policy judges steps against (docs/detection.md,
+// "Policies"): one implementation per PolicyKind, behind this interface. A
+// new policy is one reference_<name>.cc, one PolicyKind value, one
+// PolicyFields() row for its parameters and one case in MakeReference.
+//
+// A reference owns its own bookkeeping (profiles, windows) and publishes the
+// threshold and baseline it judges with in the engine's `judge` state
+// (EngineImpl::judge), which views, evidence and guard details read. It
+// gives verdicts through EngineImpl::ApplyVerdict. Not thread-safe: called
+// by the engine's thread only.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "rows.h"
+#include "straggler/engine/job_engine.h"
+
+namespace straggler::engine::internal {
+
+struct EngineImpl;
+
+enum class Verdict { kNone, kSlow, kFast };
+
+// The lower median of `values` (reordered); 0 when empty.
+inline double LowerMedian(std::vector<double>& values) {
+  if (values.empty()) return 0.0;
+  auto mid = values.begin() + (values.size() - 1) / 2;
+  std::nth_element(values.begin(), mid, values.end());
+  return *mid;
+}
+
+class Reference {
+ public:
+  explicit Reference(EngineImpl& engine) : e_(engine) {}
+  virtual ~Reference() = default;
+  // A new epoch started with `row` (not the job's first).
+  virtual void OnEpoch(const Row& row, Time now) { (void)row, (void)now; }
+  // Judges a completed row of ranks taking part in the collective.
+  virtual void OnRow(Row& row, Time now) = 0;
+  // The verdict on one report judged alone: an excluded rank in shadow
+  // recovery, or a report whose row was judged without it.
+  virtual Verdict Single(uint32_t rank, double compute_seconds) const = 0;
+  // SetPolicy changed the judging rule: the engine dropped its threshold;
+  // `next_iteration` is where judging resumes.
+  virtual void OnRuleChanged(uint64_t next_iteration, Time now) {
+    (void)next_iteration, (void)now;
+  }
+
+ protected:
+  EngineImpl& e_;
+};
+
+// The reference of engine.policy.kind, reading engine.policy live (a
+// changed parameter applies from the next row).
+std::unique_ptr<Reference> MakeReference(EngineImpl& engine);
+std::unique_ptr<Reference> MakeDynamicReference(EngineImpl& engine);
+std::unique_ptr<Reference> MakeEwmaReference(EngineImpl& engine);
+std::unique_ptr<Reference> MakeStaticReference(EngineImpl& engine);
+
+}  // namespace straggler::engine::internal
