@@ -10,8 +10,15 @@ them as JSON with --json. No asserts on the figures: BENCHMARKS.md
 
     slowloris_bench.py --stragglerd build/daemon/stragglerd
         [--loadgen build/tools/straggler-loadgen/straggler-loadgen --ranks 1000]
-        [--clients 0,8,50] [--probes 50] [--slow-readers /metrics] [--tls] [--json out.json]
-        [--smoke]
+        [--clients 0,8,50] [--probes 50] [--slow-readers /metrics [--read-bytes 1]]
+        [--per-rank-metrics]
+        [--tls [--tls-stall silent|hello]] [--json out.json] [--smoke]
+
+--slow-readers PATH: the slow clients send a whole GET PATH instead and read its response
+--read-bytes per --trickle-ms, reconnecting once the daemon closed it (with
+--per-rank-metrics and --ranks 10000, /metrics is ~9 MB).
+--tls-stall: the slow clients are a TLS handshake flood instead: each opens TCP and sends
+nothing (silent), or sends its ClientHello and never answers the server's (hello).
 
 --smoke (ctest bench:slowloris_smoke): 2 probes per endpoint at 0 and 4
 clients, checks only that every probe was answered 200.
@@ -54,29 +61,40 @@ def start_daemon(binary, workdir, extra):
 
 
 def tls_config(workdir):
-    """A daemon config serving HTTPS only, with a throwaway certificate made by
+    """The config section serving HTTPS only, with a throwaway certificate made by
     the openssl command; the client context (certificate not checked)."""
     cert, key = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", cert],
                    check=True, capture_output=True)
-    config = os.path.join(workdir, "tls.yaml")
-    with open(config, "w") as f:
-        f.write("tls:\n  cert_file: %s\n  key_file: %s\n  grpc: false\n  http: true\n"
-                % (cert, key))
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    return config, ctx
+    return ("tls:\n  cert_file: %s\n  key_file: %s\n  grpc: false\n  http: true\n"
+            % (cert, key)), ctx
+
+
+def client_hello(tls):
+    """The bytes of a TLS ClientHello from context `tls`."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = tls.wrap_bio(incoming, outgoing, server_side=False)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
 
 
 class Slowloris:
     """N threads, each keeping one trickling connection open."""
 
-    def __init__(self, host, port, clients, trickle_s, readers_path=None, tls=None):
+    def __init__(self, host, port, clients, trickle_s, readers_path=None, tls=None,
+                 tls_stall=None, read_bytes=1):
         self.host, self.port, self.trickle_s = host, port, trickle_s
         self.readers_path = readers_path
+        self.read_bytes = read_bytes
         self.tls = tls
+        self.tls_stall = tls_stall
         self.stop = threading.Event()
         self.connections = 0  # opened, reconnects included
         self.closed_by_server = 0
@@ -97,7 +115,21 @@ class Slowloris:
     def run(self):
         while not self.stop.is_set():
             try:
-                s = socket.create_connection((self.host, self.port), timeout=5)
+                if self.readers_path:
+                    # A small receive window, set before connect: the daemon's
+                    # response stops at the socket buffers, and the reader sees
+                    # the daemon's close as soon as it read the little they hold.
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    s.settimeout(5)
+                    s.connect((self.host, self.port))
+                else:
+                    s = socket.create_connection((self.host, self.port), timeout=5)
+                if self.tls_stall:
+                    with self.lock:
+                        self.connections += 1
+                    self.stall_handshake(s)
+                    continue
                 if self.tls:
                     s = self.tls.wrap_socket(s)  # the handshake done, then the trickle
             except OSError:
@@ -127,12 +159,32 @@ class Slowloris:
                 s.close()
 
 
+    def stall_handshake(self, s):
+        """Nothing, or a ClientHello, then no answer until the daemon closes it."""
+        try:
+            if self.tls_stall == "hello":
+                s.sendall(client_hello(self.tls))
+            s.settimeout(self.trickle_s)
+            while not self.stop.is_set():
+                try:
+                    if s.recv(65536) == b"":
+                        break
+                except socket.timeout:
+                    pass
+            else:
+                return
+        except OSError:
+            pass
+        finally:
+            s.close()
+        with self.lock:
+            self.closed_by_server += 1
+
     def read_slowly(self, s):
-        """A whole request, then its response read 1 byte per trickle."""
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        """A whole request, then its response read read_bytes per trickle."""
         s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % self.readers_path).encode())
         while not self.stop.wait(self.trickle_s):
-            if s.recv(1) == b"":
+            if s.recv(self.read_bytes) == b"":
                 raise OSError("closed")
 
 
@@ -188,11 +240,19 @@ def main():
                          "read timeouts, so slow clients are cut off and reconnect meanwhile")
     ap.add_argument("--paths", default="/healthz,/readyz,/metrics")
     ap.add_argument("--slow-readers", metavar="PATH",
-                    help="the slow clients send a whole GET PATH and read its response 1 "
-                         "byte per --trickle-ms (instead of trickling headers)")
+                    help="the slow clients send a whole GET PATH and read its response "
+                         "--read-bytes per --trickle-ms (instead of trickling headers)")
+    ap.add_argument("--read-bytes", type=int, default=1,
+                    help="what a --slow-readers client reads per --trickle-ms (at most)")
     ap.add_argument("--tls", action="store_true",
                     help="HTTPS (tls.http with a throwaway certificate; gRPC stays plaintext): "
                          "probes and slow clients do a TLS handshake first")
+    ap.add_argument("--tls-stall", choices=("silent", "hello"),
+                    help="with --tls: the slow clients open TCP and then send nothing (silent) "
+                         "or only their ClientHello (hello), a handshake flood")
+    ap.add_argument("--per-rank-metrics", action="store_true",
+                    help="metrics.per_rank_max_ranks: 65536, so /metrics of --ranks 10000 "
+                         "carries per-rank series (~9 MB)")
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("daemon_args", nargs="*", help="after --: extra stragglerd flags")
@@ -202,9 +262,18 @@ def main():
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        tls, extra = None, list(args.daemon_args)
+        tls, extra, config_text = None, list(args.daemon_args), ""
+        if args.tls_stall and not args.tls:
+            sys.exit("--tls-stall needs --tls")
         if args.tls:
-            config, tls = tls_config(tmp)
+            section, tls = tls_config(tmp)
+            config_text += section
+        if args.per_rank_metrics:
+            config_text += "metrics:\n  per_rank_max_ranks: 65536\n"
+        if config_text:
+            config = os.path.join(tmp, "bench.yaml")
+            with open(config, "w") as f:
+                f.write(config_text)
             extra += ["--config", config]
         proc, ready, http_address = start_daemon(args.stragglerd, tmp, extra)
         host, port = http_address.rsplit(":", 1)
@@ -221,7 +290,8 @@ def main():
             failed = 0
             for n in [int(x) for x in args.clients.split(",")]:
                 with Slowloris(host, port, n, args.trickle_ms / 1000.0,
-                               args.slow_readers, tls) as attack:
+                               args.slow_readers, tls, args.tls_stall,
+                               args.read_bytes) as attack:
                     time.sleep(args.settle_s)
                     for path in args.paths.split(","):
                         times, statuses, size = [], {}, 0
@@ -261,7 +331,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"trickle_ms": args.trickle_ms, "slow_readers": args.slow_readers,
-                       "results": results}, f, indent=1)
+                       "tls_stall": args.tls_stall, "results": results}, f, indent=1)
     if failed:
         sys.exit("%d probes not answered 200" % failed)
 

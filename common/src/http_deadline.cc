@@ -118,6 +118,13 @@ class TlsTransport final : public Transport {
       SSL_free(ssl_);
       ssl_ = nullptr;
     }
+    // A response's unsent tail moves from the worker's buffer to the
+    // connection's (Connection::out) and is retried from there, a record at
+    // a time: a retried SSL_write may then pass another address holding the
+    // same bytes (and more), and reports each record written.
+    if (ssl_ != nullptr) {
+      SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    }
   }
   ~TlsTransport() override {
     if (ssl_ == nullptr) return;
@@ -172,6 +179,17 @@ constexpr size_t kMaxHeadBytes = 64 * 1024;
 // before it is closed: closing with unread bytes would reset it, and the
 // client could lose the refusal.
 constexpr auto kLinger = std::chrono::seconds(1);
+// The unsent tails of responses the poller holds for readers slower than
+// the socket (see RequestStream::write): at most this much per connection
+// and in all. Beyond either, the worker writes the rest itself and gives the
+// reader kOverBudgetPatience to take it: a reader at network speed takes a
+// 9 MB /metrics well within it, while a slow one is dropped (reset, counted
+// as a late response) instead of holding the worker for the write timeout:
+// 50 slow readers of a 10 000-rank /metrics, 14 of them within the budget,
+// kept the 4 workers waiting and a /metrics probe queued for tens of s.
+constexpr size_t kMaxUnsentPerConnection = 32u << 20;
+constexpr size_t kMaxUnsentTotal = 128u << 20;
+constexpr auto kOverBudgetPatience = std::chrono::milliseconds(250);
 // Deadlines are enforced this late at most (one pass over the connections
 // serves every deadline that fell within it).
 constexpr auto kSweepEvery = std::chrono::milliseconds(20);
@@ -183,15 +201,24 @@ struct Connection {
     kIdle,     // waiting for a request's first byte, until keep_alive_timeout
     kReading,  // a request (or the TLS handshake) arriving, until read_timeout
     kWorking,  // at a worker
+    kWriting,  // the poller sends a response's unsent tail, until its write deadline
     kClosing,  // refused: draining until kLinger
   };
 
   Connection(int s, std::unique_ptr<Transport> t, TlsTransport* tls_transport)
       : sock(s), transport(std::move(t)), tls(tls_transport) {}
   ~Connection() {
-    if (tls != nullptr) tls->set_shutdown(clean);
+    if (tls != nullptr) tls->set_shutdown(clean && !abort);
     transport.reset();
-    ::shutdown(sock, SHUT_RDWR);
+    if (abort) {
+      // A reset: the kernel drops the unsent bytes at once (after a FIN they
+      // would wait, megabytes a connection, for a reader that takes none),
+      // and the client learns the response is not whole.
+      const linger reset{1, 0};
+      ::setsockopt(sock, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    } else {
+      ::shutdown(sock, SHUT_RDWR);
+    }
     ::close(sock);
   }
   Connection(const Connection&) = delete;
@@ -202,6 +229,7 @@ struct Connection {
   TlsTransport* const tls;  // `transport`, over TLS; null: plaintext
   bool handshaken = false;
   bool clean = false;  // TLS: send close_notify when closed
+  bool abort = false;  // a response dropped: reset the connection when closed
   State state = State::kIdle;
   Clock::time_point deadline{};
   uint32_t events = 0;  // epoll interest; 0: not registered
@@ -210,6 +238,34 @@ struct Connection {
   size_t need = 0;      // the next request's head + body length, once known
   bool expects_continue = false;  // the head asked for "100 Continue" before its body
   size_t requests_left = 0;
+  // A response's tail its worker handed over (kWriting): out[out_pos, end)
+  // is unsent; sent once the socket is ready for `out_wait`, before
+  // `write_deadline`; then the connection is kept if `keep_after`.
+  std::string out;
+  size_t out_pos = 0;
+  short out_wait = 0;
+  Clock::time_point write_deadline{};
+  bool keep_after = false;
+
+  size_t unsent() const { return out.size() - out_pos; }
+};
+
+// What the poller holds of all connections' unsent tails (kMaxUnsentTotal).
+struct UnsentBudget {
+  const size_t per_connection;
+  const size_t total;
+  std::atomic<size_t> held{0};
+
+  // Takes `n` more bytes for a connection holding `has`; false if over a cap.
+  bool Take(size_t has, size_t n) {
+    if (has + n > per_connection) return false;
+    if (held.fetch_add(n, std::memory_order_relaxed) + n > total) {
+      held.fetch_sub(n, std::memory_order_relaxed);
+      return false;
+    }
+    return true;
+  }
+  void Give(size_t n) { held.fetch_sub(n, std::memory_order_relaxed); }
 };
 
 // What the buffered bytes of a connection's next request allow.
@@ -309,6 +365,20 @@ Verdict Judge(Connection& c, size_t max_body) {
   return ServeOrWait(in.size() >= c.need);
 }
 
+// GET /healthz and /readyz get a worker of their own: they cost microseconds,
+// while the shared workers may all be rendering large /metrics or REST
+// answers (50 clients asking for a 10 000-rank /metrics keep 4 workers busy
+// for seconds), and a kubelet probe must not queue behind those.
+bool IsProbe(std::string_view in) {
+  for (std::string_view path : {"GET /healthz", "GET /readyz"}) {
+    if (in.size() > path.size() && in.substr(0, path.size()) == path &&
+        (in[path.size()] == ' ' || in[path.size()] == '?')) {
+      return true;
+    }
+  }
+  return false;
+}
+
 const char* Reason(int status) {
   switch (status) {
     case 408: return "Request Timeout";
@@ -344,26 +414,37 @@ void BlockSigpipe() {
 
 // A worker's view of a connection for one request: what the poller buffered
 // first, then (a chunked body) the socket itself, until the request's read
-// deadline; writes until the response's write deadline.
+// deadline. Writes go to the socket without waiting; what the socket does
+// not take at once is handed over (Connection::out) for the poller to send
+// by the response's write deadline, so a reader slower than the socket
+// buffer holds no worker (issue 15: 8 slow readers of a 9 MB /metrics held
+// all 4 workers for the 5 s write timeout, and /healthz waited behind them).
+// A tail over the UnsentBudget is written by the worker itself, within
+// kOverBudgetPatience.
 class RequestStream final : public httplib::Stream {
  public:
-  RequestStream(Connection& c, std::chrono::microseconds write_timeout)
-      : c_(c), write_timeout_(write_timeout) {}
+  RequestStream(Connection& c, std::chrono::microseconds write_timeout, UnsentBudget& budget)
+      : c_(c), write_timeout_(write_timeout), budget_(budget) {}
 
   bool read_timed_out() const { return read_timed_out_; }
   bool write_timed_out() const { return write_timed_out_; }
   // Drops the bytes this request consumed; the rest (a pipelined request)
-  // stays for the next.
+  // stays for the next. Notes the write deadline for the poller.
   void Consume() {
     c_.in.erase(0, pos_);
     pos_ = 0;
+    c_.write_deadline = WriteDeadline();
   }
 
   bool is_readable() const override {
     return pos_ < c_.in.size() || c_.transport->Pending() ||
            WaitUntil(c_.sock, POLLIN, c_.deadline);
   }
-  bool is_writable() const override { return WaitUntil(c_.sock, POLLOUT, WriteDeadline()); }
+  // Writes never wait (see write): writable unless the connection failed.
+  bool is_writable() const override {
+    pollfd p{c_.sock, POLLOUT, 0};
+    return ::poll(&p, 1, 0) >= 0 && (p.revents & (POLLERR | POLLNVAL)) == 0;
+  }
 
   ssize_t read(char* ptr, size_t size) override {
     if (pos_ == c_.in.size()) {
@@ -381,13 +462,37 @@ class RequestStream final : public httplib::Stream {
     return static_cast<ssize_t>(n);
   }
 
+  // All of `size` is written or handed over (httplib does not retry a short
+  // write), or -1.
   ssize_t write(const char* ptr, size_t size) override {
     if (!writing_) {  // the response's first write starts its deadline
       writing_ = true;
       write_deadline_ = Clock::now() + write_timeout_;
     }
-    return Retry([&](short& wait) { return c_.transport->Write(ptr, size, wait); },
-                 write_deadline_, write_timed_out_);
+    if (size == 0) return 0;
+    if (c_.unsent() > 0) {  // a tail is already handed over: the rest follows it
+      if (Hold(ptr, size)) return static_cast<ssize_t>(size);
+      if (!FlushHeld()) return -1;
+    }
+    size_t done = 0;
+    while (done < size) {
+      short wait = 0;
+      const ssize_t n = c_.transport->Write(ptr + done, size - done, wait);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
+      if (n == 0 || wait == 0) return -1;  // the connection failed
+      // Over TLS the retry must pass these same bytes: Hold keeps them
+      // first in Connection::out (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER).
+      c_.out_wait = wait;
+      if (Hold(ptr + done, size - done)) return static_cast<ssize_t>(size);
+      if (!WaitUntil(c_.sock, wait, OverBudgetDeadline())) {
+        write_timed_out_ = true;
+        return -1;
+      }
+    }
+    return static_cast<ssize_t>(size);
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
@@ -414,13 +519,49 @@ class RequestStream final : public httplib::Stream {
   Clock::time_point WriteDeadline() const {
     return writing_ ? write_deadline_ : Clock::now() + write_timeout_;
   }
+  // The worker's own wait for a reader, once the rest did not fit the budget.
+  Clock::time_point OverBudgetDeadline() {
+    if (!over_budget_) {
+      over_budget_ = true;
+      over_budget_deadline_ = std::min(write_deadline_, Clock::now() + kOverBudgetPatience);
+    }
+    return over_budget_deadline_;
+  }
+
+  // Appends to the handed-over tail if the budget allows.
+  bool Hold(const char* ptr, size_t size) {
+    if (!budget_.Take(c_.unsent(), size)) return false;
+    c_.out.append(ptr, size);
+    return true;
+  }
+
+  // Sends the handed-over tail itself (more would not fit the budget),
+  // within the write deadline.
+  bool FlushHeld() {
+    while (c_.unsent() > 0) {
+      const ssize_t n = Retry(
+          [&](short& wait) {
+            return c_.transport->Write(c_.out.data() + c_.out_pos, c_.unsent(), wait);
+          },
+          OverBudgetDeadline(), write_timed_out_);
+      if (n <= 0) return false;
+      c_.out_pos += static_cast<size_t>(n);
+      budget_.Give(static_cast<size_t>(n));
+    }
+    std::string().swap(c_.out);
+    c_.out_pos = 0;
+    return true;
+  }
 
   Connection& c_;
   const std::chrono::microseconds write_timeout_;
+  UnsentBudget& budget_;
   Clock::time_point write_deadline_{};
   bool writing_ = false;
   bool read_timed_out_ = false;
   bool write_timed_out_ = false;
+  bool over_budget_ = false;
+  Clock::time_point over_budget_deadline_{};
   size_t pos_ = 0;
 };
 
@@ -462,6 +603,7 @@ class Listener final : public httplib::TaskQueue {
   void Open(int sock, Clock::time_point now);
   void Resume(Connection* c, bool keep, Clock::time_point now);
   void Progress(Connection* c);
+  void Flush(Connection* c);
   void Drain(Connection* c);
   void Dispatch(Connection* c);
   void Answer(Connection* c, int status, const std::string& message);
@@ -475,7 +617,9 @@ class Listener final : public httplib::TaskQueue {
   const Settings settings_;
   const int epoll_;
   const int wake_;  // eventfd
+  UnsentBudget budget_{kMaxUnsentPerConnection, kMaxUnsentTotal};
   httplib::ThreadPool pool_;
+  httplib::ThreadPool probes_{1};  // IsProbe requests: never queued behind others
   std::thread poller_;
   std::atomic<bool> stopping_{false};
 
@@ -527,9 +671,9 @@ class DeadlineServer final : public httplib::Server {
 
   // On a worker: serves the request buffered in `c`; true to keep the
   // connection for another.
-  bool Serve(Connection& c, std::chrono::microseconds write_timeout) {
+  bool Serve(Connection& c, std::chrono::microseconds write_timeout, UnsentBudget& budget) {
     BlockSigpipe();
-    RequestStream stream(c, write_timeout);
+    RequestStream stream(c, write_timeout, budget);
     bool connection_closed = false;
     const bool ret = this->process_request(stream, /*close_connection=*/c.requests_left <= 1,
                                            connection_closed, nullptr);
@@ -543,6 +687,7 @@ class DeadlineServer final : public httplib::Server {
       CountSlow(0);
     } else if (stream.write_timed_out()) {
       CountSlow(1);
+      c.abort = true;
     }
     c.clean = ret;
     return ret && !connection_closed && c.requests_left > 0;
@@ -601,6 +746,7 @@ void Listener::shutdown() {
   Wake();
   if (poller_.joinable()) poller_.join();
   pool_.shutdown();  // requests at a worker finish; their connections close in ~Listener
+  probes_.shutdown();
 }
 
 void Listener::Add(int sock) {
@@ -640,6 +786,10 @@ void Listener::Run() {
       }
       if (c->state == Connection::State::kClosing) {
         Drain(c);
+        continue;
+      }
+      if (c->state == Connection::State::kWriting) {
+        Flush(c);
         continue;
       }
       if (c->state == Connection::State::kIdle) {
@@ -687,13 +837,17 @@ void Listener::Open(int sock, Clock::time_point now) {
   Watch(c, EPOLLIN);
 }
 
-// A connection back from a worker: closed, or waiting for its next request
-// (already buffered or pending in TLS: read on now).
+// A connection back from a worker (or done sending a response's tail):
+// sending the tail its worker handed over, closed, or waiting for its next
+// request (already buffered or pending in TLS: read on now).
 void Listener::Resume(Connection* c, bool keep, Clock::time_point now) {
-  if (!keep || stopping_.load()) {
-    Close(c);
-    return;
+  if (stopping_.load()) return Close(c);
+  if (c->unsent() > 0) {
+    c->keep_after = keep;
+    SetDeadline(c, Connection::State::kWriting, c->write_deadline);
+    return Flush(c);
   }
+  if (!keep) return Close(c);
   if (!c->in.empty() || c->transport->Pending()) {
     SetDeadline(c, Connection::State::kReading, now + settings_.read_timeout);
     Progress(c);
@@ -744,12 +898,34 @@ void Listener::Progress(Connection* c) {
   }
 }
 
+// Sends what it can of a handed-over response tail; when all is sent, the
+// connection goes on as its worker decided (Resume).
+void Listener::Flush(Connection* c) {
+  while (c->unsent() > 0) {
+    short wait = 0;
+    const ssize_t n = c->transport->Write(c->out.data() + c->out_pos, c->unsent(), wait);
+    if (n > 0) {
+      c->out_pos += static_cast<size_t>(n);
+      budget_.Give(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && wait != 0) {
+      c->out_wait = wait;
+      return Watch(c, wait == POLLOUT ? EPOLLOUT : EPOLLIN);
+    }
+    return Close(c);  // the reader went away
+  }
+  std::string().swap(c->out);
+  c->out_pos = 0;
+  Resume(c, c->keep_after, Clock::now());
+}
+
 void Listener::Dispatch(Connection* c) {
   Unwatch(c);
   c->state = Connection::State::kWorking;
   const auto write_timeout = settings_.write_timeout;
-  pool_.enqueue([this, c, write_timeout] {
-    const bool keep = server_.Serve(*c, write_timeout);
+  (IsProbe(c->in) ? probes_ : pool_).enqueue([this, c, write_timeout] {
+    const bool keep = server_.Serve(*c, write_timeout, budget_);
     {
       std::lock_guard<std::mutex> lock(mu_);
       returned_.emplace_back(c, keep);
@@ -788,7 +964,8 @@ void Listener::Drain(Connection* c) {
 
 // Deadlines: an idle connection is closed; a request not whole in time is
 // answered 408 and counted (a TLS handshake not done in time: closed and
-// counted); a refused connection's drain ends.
+// counted); a response tail not taken in time is dropped (reset, counted);
+// a refused connection's drain ends.
 void Listener::Sweep(Clock::time_point now) {
   last_sweep_ = now;
   std::vector<Connection*> expired;
@@ -812,6 +989,11 @@ void Listener::Sweep(Clock::time_point now) {
         } else {
           Close(c);
         }
+        break;
+      case Connection::State::kWriting:  // a response not taken in time
+        server_.CountSlow(1);
+        c->abort = true;
+        Close(c);
         break;
       case Connection::State::kIdle:
       case Connection::State::kClosing:
@@ -848,6 +1030,7 @@ void Listener::Unwatch(Connection* c) {
 
 void Listener::Close(Connection* c) {
   Unwatch(c);
+  budget_.Give(c->unsent());
   connections_.erase(c);
 }
 

@@ -8,6 +8,12 @@
 //  * a body shorter than its Content-Length: 408 at the read timeout;
 //  * a 100 KB header: 431; a 100 MB Content-Length: 413 before any body is
 //    read, long before the read timeout.
+//  * 8 slow readers of a /metrics larger than the socket buffers (4 000
+//    ranks, ~4 MB) while /healthz is timed, over HTTP and HTTPS: each probe
+//    within 1 s. When workers wrote responses themselves, the slow readers
+//    held all 4 for the write timeout and the probes waited behind them;
+//    the unsent tails now go to the poller, which drops them, counted, at
+//    the write timeout. A reader at full speed gets the whole response.
 // The 1 s bound is loose on purpose (the goal figures, 100 ms p99, are in
 // BENCHMARKS.md "HTTP probes under slow clients", measured by
 // bench/http/slowloris_bench.py); other timeouts only bound a failing run.
@@ -21,16 +27,22 @@
 
 #include <httplib.h>
 
+#include <openssl/ssl.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "config/config.h"
 #include "daemon_test_util.h"
 #include "server/server.h"
 #include "slow_client.h"
+#include "test_certificate.h"
 
 namespace sd = straggler::daemon;
+namespace v1 = straggler::v1;
 using namespace straggler::daemon::testutil;
 
 namespace {
@@ -38,10 +50,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Daemon : LoopbackDaemon {
-  explicit Daemon(const sd::DaemonConfig& config) : LoopbackDaemon(config, spdlog::level::err) {}
+  explicit Daemon(const sd::DaemonConfig& config)
+      : LoopbackDaemon(config, spdlog::level::err), https(config.tls.enabled() && config.tls.http) {}
 
+  // HTTPS with tls.http (the throwaway certificate not checked).
   std::unique_ptr<httplib::Client> Http() {
-    auto http = std::make_unique<httplib::Client>("127.0.0.1", server.http_port());
+    auto http = std::make_unique<httplib::Client>(
+        (https ? "https://127.0.0.1:" : "http://127.0.0.1:") +
+        std::to_string(server.http_port()));
+    http->enable_server_certificate_verification(false);
     http->set_connection_timeout(30);
     http->set_read_timeout(30);  // bounds a failing run only
     return http;
@@ -52,6 +69,8 @@ struct Daemon : LoopbackDaemon {
     REQUIRE(res->status == 200);
     return straggler::testing::MetricSample(res->body, sample);
   }
+
+  const bool https;
 };
 
 // Sends `request` on a fresh connection and returns what the daemon answers
@@ -188,4 +207,116 @@ TEST_CASE("keep-alive and pipelined requests are served after the poller hand-of
   size_t oks = 0;
   for (size_t at = 0; (at = answer.find("HTTP/1.1 200 ", at)) != std::string::npos; ++at) ++oks;
   CHECK(oks == 2);
+}
+
+namespace {
+
+// A client that asks for `path` with a 4 KiB receive buffer (set before
+// connect, so the window stays small) and then reads nothing: the daemon's
+// response stops at the socket buffers. Over TLS with a `tls` context.
+class SlowReader {
+ public:
+  SlowReader(int port, SSL_CTX* tls, const std::string& path) {
+    sock_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int small = 4096;
+    ::setsockopt(sock_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(sock_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+    const std::string request = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    if (tls == nullptr) {
+      sent_ = ::send(sock_, request.data(), request.size(), MSG_NOSIGNAL) ==
+              static_cast<ssize_t>(request.size());
+      return;
+    }
+    ssl_ = SSL_new(tls);
+    sent_ = ssl_ != nullptr && SSL_set_fd(ssl_, sock_) == 1 && SSL_connect(ssl_) == 1 &&
+            SSL_write(ssl_, request.data(), static_cast<int>(request.size())) ==
+                static_cast<int>(request.size());
+  }
+  ~SlowReader() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    ::close(sock_);
+  }
+  SlowReader(const SlowReader&) = delete;
+  SlowReader& operator=(const SlowReader&) = delete;
+
+  bool sent() const { return sent_; }
+
+ private:
+  int sock_ = -1;
+  SSL* ssl_ = nullptr;
+  bool sent_ = false;
+};
+
+// A job of `world` ranks with one report each, so /metrics carries a
+// straggler_rank_* series set per rank (~1 KB each).
+void FeedJob(Daemon& d, uint32_t world) {
+  std::vector<uint32_t> ranks(world);
+  for (uint32_t r = 0; r < world; ++r) ranks[r] = r;
+  v1::ReportBatch batch = Hello("big", world, ranks);
+  for (uint32_t r = 0; r < world; ++r) AddReport(batch, r, 1, 0.1);
+  SendAlone(*d.ingest, batch);
+}
+
+// 8 slow readers of a large /metrics while /healthz is probed 10 times.
+void CheckSlowReadersHoldNoWorker(sd::DaemonConfig config) {
+  config.http.write_timeout_seconds = 2;
+  Daemon d(config);
+  FeedJob(d, 4000);
+  // A reader at full speed gets all of it (the tail the worker could not
+  // write at once is sent by the poller).
+  auto full = d.Http()->Get("/metrics");
+  REQUIRE(full);
+  REQUIRE(full->status == 200);
+  const size_t size = full->body.size();
+  INFO("/metrics is " << size << " bytes");
+  REQUIRE(size > 2'000'000);  // well above what the socket buffers take
+  CHECK(full->get_header_value("Content-Length") == std::to_string(size));
+  CHECK(full->body.back() == '\n');
+
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> tls(nullptr, SSL_CTX_free);
+  if (d.https) tls.reset(SSL_CTX_new(TLS_client_method()));
+  std::vector<std::unique_ptr<SlowReader>> readers;
+  for (int i = 0; i < 8; ++i) {
+    readers.push_back(std::make_unique<SlowReader>(d.server.http_port(), tls.get(), "/metrics"));
+    REQUIRE(readers.back()->sent());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rendered, stuck in the socket
+  double slowest = 0;
+  for (int i = 0; i < 10; ++i) {
+    const auto start = Clock::now();
+    auto res = d.Http()->Get("/healthz");  // a fresh connection, as a kubelet's
+    slowest = std::max(slowest, std::chrono::duration<double>(Clock::now() - start).count());
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  INFO("slowest /healthz " << slowest << " s under 8 slow readers of " << size << " bytes");
+  CHECK(slowest < 1.0);
+  // The readers' responses are dropped at the write timeout, and counted.
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  double dropped = 0;
+  while ((dropped = d.Metric("straggler_http_slow_clients_total{phase=\"response\"}")) < 8 &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(dropped == 8);
+}
+
+}  // namespace
+
+TEST_CASE("probes answer within 1 s while 8 slow readers hold large /metrics responses") {
+  CheckSlowReadersHoldNoWorker(sd::DaemonConfig());
+}
+
+TEST_CASE("probes answer within 1 s while 8 slow HTTPS readers hold large /metrics responses") {
+  straggler::testing::TestCertificate cert;
+  sd::DaemonConfig config;
+  config.tls.cert_file = cert.cert;
+  config.tls.key_file = cert.key;
+  config.tls.grpc = false;  // the Daemon's gRPC stubs are plaintext
+  CheckSlowReadersHoldNoWorker(config);
 }

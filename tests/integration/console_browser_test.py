@@ -100,6 +100,21 @@ def live_job(args, workdir, b):
             healthy = rank_row(b, 0)
             check(healthy and healthy["state"] == "healthy", "rank 0 shows %r" % healthy)
             check(b.js("!!document.querySelector('#heatmap')"), "no heatmap canvas on the page")
+            # The timeline shows what the exclusion did to the step time once
+            # enough iterations past the switch are in: the job got faster.
+            def step_change():
+                rows = b.js("""[...document.querySelectorAll('#timeline tbody tr')].map(
+                    tr => ({change: tr.querySelector('.change').textContent,
+                            step: tr.children[4].textContent, cls: tr.children[4].className}))""")
+                for r in rows or []:
+                    if "excluded rank %d" % SLOW_RANK in r["change"] and "\u2192" in r["step"]:
+                        return r
+                return None
+            step = wait_for("the exclusion's step-time change on the timeline", step_change,
+                            timeout=30)
+            check(step["cls"] == "gain",
+                  "excluding rank %d shows %r, expected a faster job" % (SLOW_RANK, step["step"]))
+            print("timeline: excluding rank %d: %s" % (SLOW_RANK, step["step"]))
             b.pump(0.5)
             b.screenshot(os.path.join(args.out, "console.png"))
             print("screenshot: %s" % os.path.join(args.out, "console.png"))

@@ -9,11 +9,19 @@
 // made /healthz take 12 s). Here one poller thread (epoll) receives every
 // connection's bytes and holds its deadlines; a worker gets a connection
 // only once its next request has arrived whole (request line, headers and
-// a Content-Length body, buffered), so workers only ever run handlers and
-// write responses. A request must arrive whole within read_timeout of its
-// first byte, else it is answered 408 and the connection closed and counted
-// (SlowClientCounters[0]); a response must be written within write_timeout
-// of its first write, else the connection is closed and counted ([1]).
+// a Content-Length body, buffered), so workers only ever run handlers. A
+// worker writes the response without waiting: what the socket does not take
+// at once goes back to the poller, which sends it as the reader takes it, so
+// a slow reader of a large response (/metrics of 10 000 ranks) holds no
+// worker either. The poller holds at most 32 MiB of one response and
+// 128 MiB of all; a tail beyond that is written by its worker, which gives
+// the reader 250 ms to take it and then drops it (reset, counted [1]).
+// GET /healthz and /readyz are served by one worker of their own, so that a
+// probe never waits behind the workers' queue (renders of a large /metrics).
+// A request must arrive whole within read_timeout of its first byte, else
+// it is answered 408 and the connection closed and counted
+// (SlowClientCounters[0]); a response must be taken within write_timeout of
+// its first write, else the connection is reset and counted ([1]).
 // Refused at once, without a worker and without reading a body: a
 // Content-Length above set_payload_max_length (413), a request line over
 // 8 KiB (414), a header line over 8 KiB or a head over 64 KiB (431). Idle

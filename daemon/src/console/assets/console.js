@@ -12,6 +12,10 @@
   const HEATMAP_ITERATIONS = 60;  // columns of the rank heatmap
   const EVENTS_SHOWN = 100;
   const THROUGHPUT_WINDOW = 20;   // iterations each side of an exclusion
+  // Iterations after a switch before its step-time change is shown: the first
+  // ones after it can still carry the old set's wait (a rank that learned the
+  // version late puts the switch off), so one or two would mislead.
+  const THROUGHPUT_MIN_AFTER = 5;
 
   let token = null;
   let pollTimer = null;
@@ -161,7 +165,7 @@
     const reports = data.reports || [], scores = data.scores || [];
     const before = meanStep(reports, scores, effective - THROUGHPUT_WINDOW, effective);
     const after = meanStep(reports, scores, effective, effective + THROUGHPUT_WINDOW);
-    const result = { before: before.mean, after: after.mean,
+    const result = { before: before.mean, after: after.n >= THROUGHPUT_MIN_AFTER ? after.mean : 0,
       final: before.n + after.n >= Math.min(effective, THROUGHPUT_WINDOW) + THROUGHPUT_WINDOW };
     cache.steps.set(version, result);
     return result;
@@ -251,7 +255,7 @@
       previous = now;
       const version = num(e.membershipVersion), effective = num(e.iteration);
       const step = await stepChange(id, cache, version, effective, num(job.worldSize));
-      let throughput = "–";
+      let throughput = step.before > 0 ? "measuring…" : "–";
       let cls = "";
       if (step.before > 0 && step.after > 0) {
         const change = (step.after / step.before - 1) * 100;
