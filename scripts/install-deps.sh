@@ -19,6 +19,8 @@ PACKAGES=(
   # libraries
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
   nlohmann-json3-dev libsqlite3-dev
+  # /metrics: prometheus-cpp core's data model (prometheus-cpp::core only)
+  prometheus-cpp-dev
   # the libFuzzer targets (fuzz/, scripts/fuzz.sh, ctest fuzz:smoke): clang
   # and its runtime libraries (libFuzzer, ASan, UBSan)
   clang-14 libclang-rt-14-dev

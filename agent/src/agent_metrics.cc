@@ -11,10 +11,16 @@
 
 namespace straggler::agent {
 
-std::string RenderAgentMetrics(const std::vector<std::shared_ptr<UpstreamJob>>& jobs,
-                               const AgentStats& stats, const nvml::NvmlSampler* sampler,
-                               uint64_t telemetry_sent) {
-  common::Exposition out;
+// The agent's families (docs/metrics.md), built at scrape time from the job
+// table's snapshots and the relaxed counters of AgentStats.
+std::vector<prometheus::MetricFamily> CollectAgentMetrics(
+    const std::vector<std::shared_ptr<UpstreamJob>>& jobs, const AgentStats& stats,
+    const nvml::NvmlSampler* sampler, uint64_t telemetry_sent) {
+
+  using T = prometheus::MetricType;
+  using common::AddFamily;
+  using common::AddSample;
+  std::vector<prometheus::MetricFamily> out;
   // Per job id: the fan-ins of its runs (briefly two, while a new run
   // waits for the old one's stream to end) add up.
   std::map<std::string, UpstreamJob::Snapshot> snaps;
@@ -22,89 +28,115 @@ std::string RenderAgentMetrics(const std::vector<std::shared_ptr<UpstreamJob>>& 
     auto [it, fresh] = snaps.try_emplace(j->id(), j->Snap());
     if (!fresh) it->second.Add(j->Snap());
   }
-  auto per_job = [&](const char* name, common::MetricType type, const char* help, auto value) {
-    out.Family(name, type, help);
-    for (const auto& [id, s] : snaps) out.Sample({{"job", id}}, value(s));
+  using Snap = UpstreamJob::Snapshot;
+  struct JobFamily {
+    const char* name;
+    T type;
+    const char* help;
+    double (*value)(const Snap&);
   };
-  using T = common::MetricType;
-  per_job("straggler_agent_buffered_reports", T::kGauge,
-          "Reports held for the daemon (not yet acknowledged by it).",
-          [](const auto& s) { return static_cast<double>(s.buffered); });
-  per_job("straggler_agent_dropped_reports_total", T::kCounter,
-          "Reports dropped from a full buffer (oldest first) before the daemon acknowledged them.",
-          [](const auto& s) { return static_cast<double>(s.dropped); });
-  per_job("straggler_agent_upstream_connected", T::kGauge,
-          "1 while the job's upstream stream to the daemon is up.",
-          [](const auto& s) { return s.connected ? 1.0 : 0.0; });
-  per_job("straggler_agent_upstream_connects_total", T::kCounter,
-          "Upstream stream attempts (the first one included).",
-          [](const auto& s) { return static_cast<double>(s.connects); });
-  per_job("straggler_agent_job_downstream_streams", T::kGauge,
-          "Open trainer streams of the job.",
-          [](const auto& s) { return static_cast<double>(s.downstreams); });
-  out.Family("straggler_agent_rank_acked_iteration", T::kGauge,
-             "Highest iteration of the rank the daemon acknowledged through this agent.");
-  for (const auto& [id, s] : snaps) {
-    for (const auto& [rank, it] : s.acked) {
-      const std::string r = std::to_string(rank);
-      out.Sample({{"job", id}, {"rank", r}}, static_cast<double>(it));
-    }
+  static const JobFamily kJobFamilies[] = {
+      {"straggler_agent_buffered_reports", T::Gauge,
+       "Reports held for the daemon (not yet acknowledged by it).",
+       [](const Snap& s) { return static_cast<double>(s.buffered); }},
+      {"straggler_agent_dropped_reports_total", T::Counter,
+       "Reports dropped from a full buffer (oldest first) before the daemon acknowledged them.",
+       [](const Snap& s) { return static_cast<double>(s.dropped); }},
+      {"straggler_agent_upstream_connected", T::Gauge,
+       "1 while the job's upstream stream to the daemon is up.",
+       [](const Snap& s) { return s.connected ? 1.0 : 0.0; }},
+      {"straggler_agent_upstream_connects_total", T::Counter,
+       "Upstream stream attempts (the first one included).",
+       [](const Snap& s) { return static_cast<double>(s.connects); }},
+      {"straggler_agent_job_downstream_streams", T::Gauge, "Open trainer streams of the job.",
+       [](const Snap& s) { return static_cast<double>(s.downstreams); }},
+  };
+  for (const JobFamily& f : kJobFamilies) {
+    auto& family = AddFamily(out, f.name, f.type, f.help);
+    for (const auto& [id, s] : snaps) AddSample(family, {{"job", id}}, f.value(s));
   }
-  auto per_rank = [&](const char* name, common::MetricType type, const char* help, auto member) {
-    out.Family(name, type, help);
+  // Per rank: a node runs a handful of ranks, so the cardinality is small.
+  struct RankFamily {
+    const char* name;
+    T type;
+    const char* help;
+    std::map<uint32_t, uint64_t> Snap::*member;
+  };
+  static const RankFamily kRankFamilies[] = {
+      {"straggler_agent_rank_acked_iteration", T::Gauge,
+       "Highest iteration of the rank the daemon acknowledged through this agent.",
+       &Snap::acked},
+      {"straggler_agent_rank_received_reports_total", T::Counter,
+       "Reports of the rank taken from its trainer stream.", &Snap::received},
+      {"straggler_agent_rank_acked_reports_total", T::Counter,
+       "Reports of the rank the daemon acknowledged (all daemon runs together).",
+       &Snap::acked_count},
+  };
+  for (const RankFamily& f : kRankFamilies) {
+    auto& family = AddFamily(out, f.name, f.type, f.help);
     for (const auto& [id, s] : snaps) {
-      for (const auto& [rank, v] : s.*member) {
-        const std::string r = std::to_string(rank);
-        out.Sample({{"job", id}, {"rank", r}}, static_cast<double>(v));
+      for (const auto& [rank, v] : s.*f.member) {
+        AddSample(family, {{"job", id}, {"rank", std::to_string(rank)}},
+                  static_cast<double>(v));
       }
     }
+  }
+  const bool telemetry_on = sampler && sampler->enabled();
+  struct AgentFamily {
+    const char* name;
+    T type;
+    const char* help;
+    double value;
   };
-  // Per rank: a node runs a handful of ranks, so the cardinality is small.
-  per_rank("straggler_agent_rank_received_reports_total", T::kCounter,
-           "Reports of the rank taken from its trainer stream.",
-           &UpstreamJob::Snapshot::received);
-  per_rank("straggler_agent_rank_acked_reports_total", T::kCounter,
-           "Reports of the rank the daemon acknowledged (all daemon runs together).",
-           &UpstreamJob::Snapshot::acked_count);
-  out.Family("straggler_agent_downstream_streams", T::kGauge, "Open trainer streams.");
-  out.Sample({}, static_cast<double>(stats.downstream_streams.load()));
-  out.Family("straggler_agent_reports_received_total", T::kCounter,
-             "Reports taken from trainer streams into the buffer.");
-  out.Sample({}, static_cast<double>(stats.reports_received.load()));
-  out.Family("straggler_agent_reports_forwarded_total", T::kCounter,
-             "Reports the daemon acknowledged.");
-  out.Sample({}, static_cast<double>(stats.reports_forwarded.load()));
-  out.Family("straggler_agent_reports_rejected_total", T::kCounter,
-             "Reports refused by the agent itself (rank not in the stream's hello).");
-  out.Sample({}, static_cast<double>(stats.reports_rejected_local.load()));
-  out.Family("straggler_agent_directives_relayed_total", T::kCounter,
-             "Directives relayed from the daemon to trainer streams.");
-  out.Sample({}, static_cast<double>(stats.directives_relayed.load()));
-  out.Family("straggler_agent_jobs", T::kGauge,
-             "Jobs (per run) the agent holds, with an upstream stream, retrying, or waiting "
-             "for a trainer stream.");
-  out.Sample({}, static_cast<double>(jobs.size()));
-  out.Family("straggler_agent_jobs_removed_total", T::kCounter,
-             "Jobs removed after jobs.idle_timeout_ms without trainer streams or buffer.");
-  out.Sample({}, static_cast<double>(stats.jobs_removed.load()));
-  const bool telemetry_on = sampler != nullptr && sampler->enabled();
-  out.Family("straggler_agent_telemetry_enabled", T::kGauge,
-             "1 while GPU telemetry (NVML) is on; 0 when disabled or NVML is absent.");
-  out.Sample({}, telemetry_on ? 1.0 : 0.0);
-  out.Family("straggler_agent_gpus", T::kGauge, "GPUs NVML lists on this node.");
-  out.Sample({}, telemetry_on ? static_cast<double>(sampler->Gpus().size()) : 0.0);
-  out.Family("straggler_agent_telemetry_samples_sent_total", T::kCounter,
-             "Per-rank GPU samples attached to upstream batches.");
-  out.Sample({}, static_cast<double>(telemetry_sent));
-  out.Family("straggler_agent_http_slow_clients_total", T::kCounter,
-             "HTTP connections closed for a request or response slower than the "
-             "http.*_timeout_seconds.");
-  out.Sample({{"phase", "request"}}, static_cast<double>(stats.http_slow_clients[0].load()));
-  out.Sample({{"phase", "response"}}, static_cast<double>(stats.http_slow_clients[1].load()));
-  out.Family("straggler_agent_build_info", T::kGauge, "Always 1.");
-  out.Sample({{"version", STRAGGLERD_VERSION}}, 1);
-  common::WriteProcessMetrics(common::ReadProcessStats(), out);
-  return out.Take();
+  const AgentFamily agent_families[] = {
+      {"straggler_agent_downstream_streams", T::Gauge, "Open trainer streams.",
+       static_cast<double>(stats.downstream_streams.load())},
+      {"straggler_agent_reports_received_total", T::Counter,
+       "Reports taken from trainer streams into the buffer.",
+       static_cast<double>(stats.reports_received.load())},
+      {"straggler_agent_reports_forwarded_total", T::Counter,
+       "Reports the daemon acknowledged.", static_cast<double>(stats.reports_forwarded.load())},
+      {"straggler_agent_reports_rejected_total", T::Counter,
+       "Reports refused by the agent itself (rank not in the stream's hello).",
+       static_cast<double>(stats.reports_rejected_local.load())},
+      {"straggler_agent_directives_relayed_total", T::Counter,
+       "Directives relayed from the daemon to trainer streams.",
+       static_cast<double>(stats.directives_relayed.load())},
+      {"straggler_agent_jobs", T::Gauge,
+       "Jobs (per run) the agent holds, with an upstream stream, retrying, or waiting "
+       "for a trainer stream.",
+       static_cast<double>(jobs.size())},
+      {"straggler_agent_jobs_removed_total", T::Counter,
+       "Jobs removed after jobs.idle_timeout_ms without trainer streams or buffer.",
+       static_cast<double>(stats.jobs_removed.load())},
+      {"straggler_agent_telemetry_enabled", T::Gauge,
+       "1 while GPU telemetry (NVML) is on; 0 when disabled or NVML is absent.",
+       telemetry_on ? 1.0 : 0.0},
+      {"straggler_agent_gpus", T::Gauge, "GPUs NVML lists on this node.",
+       telemetry_on ? static_cast<double>(sampler->Gpus().size()) : 0.0},
+      {"straggler_agent_telemetry_samples_sent_total", T::Counter,
+       "Per-rank GPU samples attached to upstream batches.",
+       static_cast<double>(telemetry_sent.load())},
+  };
+  for (const AgentFamily& f : agent_families) {
+    AddSample(AddFamily(out, f.name, f.type, f.help), {}, f.value);
+  }
+  auto& slow = AddFamily(out, "straggler_agent_http_slow_clients_total", T::Counter,
+                         "HTTP connections closed for a request or response slower than the "
+                         "http.*_timeout_seconds.");
+  AddSample(slow, {{"phase", "request"}}, static_cast<double>(stats.http_slow_clients[0].load()));
+  AddSample(slow, {{"phase", "response"}}, static_cast<double>(stats.http_slow_clients[1].load()));
+  AddSample(AddFamily(out, "straggler_agent_build_info", T::Gauge, "Always 1."),
+            {{"version", STRAGGLERD_VERSION}}, 1);
+  common::AddProcessMetrics(common::ReadProcessStats(), out);
+  return out;
+}
+
+std::string RenderAgentMetrics(const std::vector<std::shared_ptr<UpstreamJob>>& jobs,
+                               const AgentStats& stats, const nvml::NvmlSampler* sampler,
+                               uint64_t telemetry_sent) {
+  return common::TextSerializer().Serialize(
+      CollectAgentMetrics(jobs, stats, sampler, telemetry_sent));
 }
 
 }  // namespace straggler::agent

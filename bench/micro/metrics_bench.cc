@@ -3,6 +3,9 @@
 // per-rank series (per_rank_max_ranks raised to 10 000) and with the default
 // (per-rank series only up to 4 096 ranks, so only job-level families here).
 // The job is real: a JobRegistry job fed 10 complete iteration rows.
+// BM_Collect and BM_Serialize split the per-rank scrape into building
+// prometheus-cpp's data model (DaemonCollector) and writing it, with
+// common::TextSerializer and, for comparison, prometheus-cpp 1.0.1's own.
 //
 //   metrics_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -17,6 +20,7 @@
 #include "registry/job_registry.h"
 #include "metrics/daemon_metrics.h"
 #include "metrics/stats.h"
+#include "prometheus/text_serializer.h"
 
 namespace {
 
@@ -31,10 +35,9 @@ class NullSubscriber final : public d::JobSubscriber {
 
 constexpr uint32_t kRanks = 10000;
 
-void BM_RenderDaemonMetrics(benchmark::State& state) {
-  const bool per_rank = state.range(0) != 0;
-  d::DaemonStats stats;
-  d::JobRegistry registry(std::make_shared<const d::DaemonConfig>(), stats);
+// A JobRegistry of one job of kRanks ranks fed 10 rows; false (and the
+// benchmark skipped) when the job cannot be made.
+bool Fill(d::JobRegistry& registry, benchmark::State& state) {
   straggler::common::StreamHello hello;
   hello.job_id = "bench";
   hello.node = "bench";
@@ -45,7 +48,7 @@ void BM_RenderDaemonMetrics(benchmark::State& state) {
   auto job = registry.Attach(hello, std::make_shared<NullSubscriber>(), now);
   if (!job.ok()) {
     state.SkipWithError(std::string(job.status().message()).c_str());
-    return;
+    return false;
   }
   {
     std::lock_guard lock((*job)->mu);
@@ -61,6 +64,14 @@ void BM_RenderDaemonMetrics(benchmark::State& state) {
     }
     (*job)->engine.TakeEvents();
   }
+  return true;
+}
+
+void BM_RenderDaemonMetrics(benchmark::State& state) {
+  const bool per_rank = state.range(0) != 0;
+  d::DaemonStats stats;
+  d::JobRegistry registry(std::make_shared<const d::DaemonConfig>(), stats);
+  if (!Fill(registry, state)) return;
   d::MetricsOptions options;
   options.version = "bench";
   if (per_rank) options.per_rank_max_ranks = kRanks;
@@ -74,6 +85,49 @@ void BM_RenderDaemonMetrics(benchmark::State& state) {
   state.counters["bytes_per_scrape"] = static_cast<double>(bytes);
 }
 BENCHMARK(BM_RenderDaemonMetrics)->ArgName("per_rank")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+
+d::MetricsOptions PerRank() {
+  d::MetricsOptions options;
+  options.version = "bench";
+  options.per_rank_max_ranks = kRanks;
+  return options;
+}
+
+void BM_Collect(benchmark::State& state) {
+  d::DaemonStats stats;
+  d::JobRegistry registry(std::make_shared<const d::DaemonConfig>(), stats);
+  if (!Fill(registry, state)) return;
+  const d::DaemonCollector collector(registry, stats, PerRank());
+  size_t series = 0;
+  for (auto _ : state) {
+    auto families = collector.Collect();
+    series = 0;
+    for (const auto& f : families) series += f.metric.size();
+    benchmark::DoNotOptimize(families.data());
+  }
+  state.counters["series"] = static_cast<double>(series);
+}
+BENCHMARK(BM_Collect)->Unit(benchmark::kMillisecond);
+
+// Arg 0: common::TextSerializer; 1: prometheus::TextSerializer (1.0.1).
+void BM_Serialize(benchmark::State& state) {
+  d::DaemonStats stats;
+  d::JobRegistry registry(std::make_shared<const d::DaemonConfig>(), stats);
+  if (!Fill(registry, state)) return;
+  const auto families = d::DaemonCollector(registry, stats, PerRank()).Collect();
+  const straggler::common::TextSerializer ours;
+  const prometheus::TextSerializer library;
+  const prometheus::Serializer& serializer =
+      state.range(0) == 0 ? static_cast<const prometheus::Serializer&>(ours) : library;
+  size_t bytes = 0;
+  for (auto _ : state) {
+    std::string text = serializer.Serialize(families);
+    bytes = text.size();
+    benchmark::DoNotOptimize(text.data());
+  }
+  state.counters["bytes_per_scrape"] = static_cast<double>(bytes);
+}
+BENCHMARK(BM_Serialize)->ArgName("library")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

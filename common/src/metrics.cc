@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -15,16 +16,6 @@
 
 namespace straggler::common {
 
-std::string_view MetricTypeName(MetricType t) {
-  switch (t) {
-    case MetricType::kCounter: return "counter";
-    case MetricType::kGauge: return "gauge";
-    case MetricType::kHistogram: return "histogram";
-    case MetricType::kUntyped: return "untyped";
-  }
-  return "untyped";
-}
-
 namespace {
 
 // Debian's abseil has its own string_view: convert explicitly for StrCat.
@@ -32,6 +23,149 @@ absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.
 
 bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+const char* TypeName(prometheus::MetricType t) {
+  switch (t) {
+    case prometheus::MetricType::Counter: return "counter";
+    case prometheus::MetricType::Gauge: return "gauge";
+    case prometheus::MetricType::Histogram: return "histogram";
+    case prometheus::MetricType::Summary: return "summary";
+    case prometheus::MetricType::Untyped: return "untyped";
+  }
+  return "untyped";
+}
+
+// Writes `v` by the rule of metrics.h into `buf` (64 bytes); returns the end.
+char* FormatValueTo(double v, char* buf) {
+  auto put = [&](std::string_view s) { return std::copy(s.begin(), s.end(), buf); };
+  if (std::isnan(v)) return put("NaN");
+  if (std::isinf(v)) return put(v > 0 ? "+Inf" : "-Inf");
+  // Exact integers (every double of magnitude >= 2^52 is one) print as such.
+  if (v == std::trunc(v) && std::fabs(v) < 9223372036854775808.0) {
+    return std::to_chars(buf, buf + 64, static_cast<int64_t>(v)).ptr;
+  }
+  // Shortest round-trip digits, laid out as a plain decimal from 1e-4 up to
+  // 1e21 and with an exponent outside.
+  char sci[64];
+  auto r = std::to_chars(sci, sci + sizeof sci, v, std::chars_format::scientific);
+  std::string_view s(sci, static_cast<size_t>(r.ptr - sci));  // "-d.ddde+XX"
+  const size_t e = s.find('e');
+  std::string_view mantissa = s.substr(0, e);
+  std::string_view exp_text = s.substr(e + 1);
+  const bool exp_negative = exp_text.front() == '-';
+  exp_text.remove_prefix(1);  // to_chars always writes the sign
+  int exp = 0;
+  std::from_chars(exp_text.data(), exp_text.data() + exp_text.size(), exp);
+  if (exp_negative) exp = -exp;
+  char* out = buf;
+  if (mantissa.front() == '-') {
+    *out++ = '-';
+    mantissa.remove_prefix(1);
+  }
+  char digits[32];
+  size_t n = 0;
+  for (char c : mantissa) {
+    if (c != '.') digits[n++] = c;
+  }
+  if (exp < -4 || exp >= 21) {
+    *out++ = digits[0];
+    if (n > 1) {
+      *out++ = '.';
+      out = std::copy(digits + 1, digits + n, out);
+    }
+    *out++ = 'e';
+    *out++ = exp < 0 ? '-' : '+';
+    const int a = std::abs(exp);
+    if (a < 10) *out++ = '0';
+    return std::to_chars(out, buf + 64, a).ptr;
+  }
+  if (exp < 0) {
+    *out++ = '0';
+    *out++ = '.';
+    out = std::fill_n(out, -exp - 1, '0');
+    return std::copy(digits, digits + n, out);
+  }
+  const size_t int_digits = static_cast<size_t>(exp) + 1;
+  if (n <= int_digits) {
+    out = std::copy(digits, digits + n, out);
+    return std::fill_n(out, int_digits - n, '0');
+  }
+  out = std::copy(digits, digits + int_digits, out);
+  *out++ = '.';
+  return std::copy(digits + int_digits, digits + n, out);
+}
+
+void AppendValue(std::string& out, double v) {
+  char buf[64];
+  out.append(buf, static_cast<size_t>(FormatValueTo(v, buf) - buf));
+}
+
+void AppendCount(std::string& out, uint64_t v) {
+  char buf[24];
+  out.append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf));
+}
+
+void AppendEscaped(std::string& out, std::string_view s, bool quote) {
+  // Most label values need no escape: append them whole.
+  if (s.find_first_of(quote ? "\\\"\n" : "\\\n") == std::string_view::npos) {
+    out.append(s);
+    return;
+  }
+  for (char c : s) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quote) {
+      out += "\\\"";
+    } else {
+      out += c;
+    }
+  }
+}
+
+// One line: name+suffix{labels[,extra]} value.
+struct LineWriter {
+  std::string& out;
+  const std::string& name;
+  const Labels& labels;
+
+  void Start(std::string_view suffix, std::string_view le) {
+    out += name;
+    out.append(suffix);
+    if (labels.empty() && le.empty()) {
+      out += ' ';
+      return;
+    }
+    out += '{';
+    bool first = true;
+    for (const auto& l : labels) {
+      if (!first) out += ',';
+      first = false;
+      out += l.name;
+      out += "=\"";
+      AppendEscaped(out, l.value, true);
+      out += '"';
+    }
+    if (!le.empty()) {
+      if (!first) out += ',';
+      out += "le=\"";
+      out.append(le);
+      out += '"';
+    }
+    out += "} ";
+  }
+  void Value(std::string_view suffix, double v, std::string_view le = {}) {
+    Start(suffix, le);
+    AppendValue(out, v);
+    out += '\n';
+  }
+  void Count(std::string_view suffix, uint64_t v, std::string_view le = {}) {
+    Start(suffix, le);
+    AppendCount(out, v);
+    out += '\n';
+  }
+};
 
 }  // namespace
 
@@ -54,212 +188,145 @@ bool IsValidLabelName(std::string_view name) {
 }
 
 std::string FormatValue(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   char buf[64];
-  // Exact integers (every double of magnitude >= 2^52 is one) print as such.
-  if (v == std::trunc(v) && std::fabs(v) < 9223372036854775808.0) {
-    auto r = std::to_chars(buf, buf + sizeof buf, static_cast<int64_t>(v));
-    return std::string(buf, r.ptr);
-  }
-  // Shortest round-trip digits, laid out as a plain decimal from 1e-4 up to
-  // 1e21 and with an exponent outside (see metrics.h).
-  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
-  std::string_view s(buf, static_cast<size_t>(r.ptr - buf));  // "-d.ddde+XX"
-  const size_t e = s.find('e');
-  std::string_view mantissa = s.substr(0, e);
-  std::string_view exp_text = s.substr(e + 1);
-  const bool exp_negative = exp_text.front() == '-';
-  exp_text.remove_prefix(1);  // to_chars always writes the sign
-  int exp = 0;
-  std::from_chars(exp_text.data(), exp_text.data() + exp_text.size(), exp);
-  if (exp_negative) exp = -exp;
-  std::string out;
-  if (mantissa.front() == '-') {
-    out = "-";
-    mantissa.remove_prefix(1);
-  }
-  std::string digits;
-  for (char c : mantissa) {
-    if (c != '.') digits += c;
-  }
-  if (exp < -4 || exp >= 21) {
-    out += digits[0];
-    if (digits.size() > 1) absl::StrAppend(&out, ".", digits.substr(1));
-    out += exp < 0 ? "e-" : "e+";
-    const int a = std::abs(exp);
-    if (a < 10) out += '0';
-    absl::StrAppend(&out, a);
-  } else if (exp < 0) {
-    absl::StrAppend(&out, "0.", std::string(static_cast<size_t>(-exp - 1), '0'), digits);
-  } else {
-    const size_t int_digits = static_cast<size_t>(exp) + 1;
-    if (digits.size() <= int_digits) {
-      absl::StrAppend(&out, digits, std::string(int_digits - digits.size(), '0'));
-    } else {
-      absl::StrAppend(&out, digits.substr(0, int_digits), ".", digits.substr(int_digits));
-    }
-  }
-  return out;
+  return std::string(buf, FormatValueTo(v, buf));
 }
 
 std::string EscapeHelp(std::string_view help) {
   std::string out;
-  out.reserve(help.size());
-  for (char c : help) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
+  AppendEscaped(out, help, false);
   return out;
 }
 
 std::string EscapeLabelValue(std::string_view value) {
   std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
+  AppendEscaped(out, value, true);
+  return out;
+}
+
+// ------------------------------------------------------------- serializer
+
+std::string TextSerializer::Write(const std::vector<prometheus::MetricFamily>& families,
+                                  absl::Status* status) const {
+  auto error = [&](std::string message) {
+    if (status != nullptr && status->ok()) *status = absl::InvalidArgumentError(message);
+  };
+  if (status != nullptr) *status = absl::OkStatus();
+  size_t series = 0;
+  for (const auto& f : families) series += f.metric.size();
+  std::string out;
+  out.reserve(series * 80 + families.size() * 160);
+  std::vector<std::string_view> seen;
+  seen.reserve(families.size());
+  for (const auto& f : families) {
+    if (!IsValidMetricName(f.name)) {
+      error(absl::StrCat("invalid metric name '", f.name, "'"));
+      continue;
+    }
+    if (std::find(seen.begin(), seen.end(), f.name) != seen.end()) {
+      error(absl::StrCat("metric family '", f.name, "' written twice"));
+      continue;
+    }
+    seen.emplace_back(f.name);
+    absl::StrAppend(&out, "# HELP ", f.name, " ");
+    AppendEscaped(out, f.help, false);
+    absl::StrAppend(&out, "\n# TYPE ", f.name, " ", TypeName(f.type), "\n");
+    const bool histogram = f.type == prometheus::MetricType::Histogram;
+    for (const auto& m : f.metric) {
+      bool valid = true;
+      for (size_t i = 0; i < m.label.size() && valid; ++i) {
+        const std::string& name = m.label[i].name;
+        // `le` belongs to the histogram's buckets.
+        if (!IsValidLabelName(name) || (histogram && name == "le")) {
+          error(absl::StrCat("invalid label name '", name, "' in family '", f.name, "'"));
+          valid = false;
+        }
+        for (size_t k = 0; k < i && valid; ++k) {
+          if (m.label[k].name == name) {
+            error(absl::StrCat("label '", name, "' repeated in family '", f.name, "'"));
+            valid = false;
+          }
+        }
+      }
+      if (!valid) continue;
+      LineWriter line{out, f.name, m.label};
+      switch (f.type) {
+        case prometheus::MetricType::Counter: line.Value("", m.counter.value); break;
+        case prometheus::MetricType::Gauge: line.Value("", m.gauge.value); break;
+        case prometheus::MetricType::Untyped: line.Value("", m.untyped.value); break;
+        case prometheus::MetricType::Summary: {
+          for (const auto& q : m.summary.quantile) {
+            // quantile is a label of its own: written like an `le` bound.
+            char buf[64];
+            const std::string_view text(buf, static_cast<size_t>(FormatValueTo(q.quantile, buf) - buf));
+            out += f.name;
+            out += '{';
+            for (const auto& l : m.label) {
+              absl::StrAppend(&out, l.name, "=\"", EscapeLabelValue(l.value), "\",");
+            }
+            absl::StrAppend(&out, "quantile=\"", Sv(text), "\"} ");
+            AppendValue(out, q.value);
+            out += '\n';
+          }
+          line.Value("_sum", m.summary.sample_sum);
+          line.Count("_count", m.summary.sample_count);
+          break;
+        }
+        case prometheus::MetricType::Histogram: {
+          bool has_inf = false;
+          for (const auto& b : m.histogram.bucket) {
+            char buf[64];
+            const std::string_view le(buf, static_cast<size_t>(FormatValueTo(b.upper_bound, buf) - buf));
+            has_inf = has_inf || std::isinf(b.upper_bound);
+            line.Count("_bucket", b.cumulative_count, le);
+          }
+          // The format requires a +Inf bucket; its count is the total.
+          if (!has_inf) line.Count("_bucket", m.histogram.sample_count, "+Inf");
+          line.Value("_sum", m.histogram.sample_sum);
+          line.Count("_count", m.histogram.sample_count);
+          break;
+        }
+      }
     }
   }
   return out;
 }
 
-// ------------------------------------------------------------------ Histogram
+// ------------------------------------------------------------- data model
 
-uint64_t HistogramSnapshot::count() const {
-  uint64_t n = 0;
-  for (uint64_t c : counts) n += c;
-  return n;
+prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>& out, std::string name,
+                                    prometheus::MetricType type, std::string help) {
+  prometheus::MetricFamily& f = out.emplace_back();
+  f.name = std::move(name);
+  f.type = type;
+  f.help = std::move(help);
+  return f;
 }
 
-Histogram::Histogram(std::vector<double> upper_bounds)
-    : bounds_(std::move(upper_bounds)),
-      counts_(std::make_unique<std::atomic<uint64_t>[]>(bounds_.size() + 1)) {}
-
-void Histogram::Observe(double v) {
-  if (std::isnan(v)) return;
-  const size_t i =
-      static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(v, std::memory_order_relaxed);
-}
-
-HistogramSnapshot Histogram::Snapshot() const {
-  HistogramSnapshot s;
-  s.upper_bounds = bounds_;
-  s.counts.resize(bounds_.size() + 1);
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    s.counts[i] = counts_[i].load(std::memory_order_relaxed);
+void AddSample(prometheus::MetricFamily& family, Labels labels, double value) {
+  prometheus::ClientMetric& m = family.metric.emplace_back();
+  m.label = std::move(labels);
+  switch (family.type) {
+    case prometheus::MetricType::Counter: m.counter.value = value; break;
+    case prometheus::MetricType::Gauge: m.gauge.value = value; break;
+    default: m.untyped.value = value; break;
   }
-  s.sum = sum_.load(std::memory_order_relaxed);
-  return s;
 }
 
-// ----------------------------------------------------------------- Exposition
-
-void Exposition::Error(absl::Status s) {
-  if (status_.ok()) status_ = std::move(s);
+void AddHistogram(prometheus::MetricFamily& family, Labels labels, const prometheus::Histogram& h) {
+  prometheus::ClientMetric m = h.Collect();
+  m.label = std::move(labels);
+  family.metric.push_back(std::move(m));
 }
 
-void Exposition::Family(std::string_view name, MetricType type, std::string_view help) {
-  family_.clear();
-  if (!IsValidMetricName(name)) {
-    Error(absl::InvalidArgumentError(absl::StrCat("invalid metric name '", Sv(name), "'")));
-    return;
+std::string Scrape(const std::vector<const prometheus::Collectable*>& collectables) {
+  std::vector<prometheus::MetricFamily> families;
+  for (const prometheus::Collectable* c : collectables) {
+    std::vector<prometheus::MetricFamily> more = c->Collect();
+    families.insert(families.end(), std::make_move_iterator(more.begin()),
+                    std::make_move_iterator(more.end()));
   }
-  if (std::find(seen_.begin(), seen_.end(), name) != seen_.end()) {
-    Error(absl::InvalidArgumentError(absl::StrCat("metric family '", Sv(name), "' written twice")));
-    return;
-  }
-  seen_.emplace_back(name);
-  family_ = std::string(name);
-  type_ = type;
-  absl::StrAppend(&out_, "# HELP ", Sv(name), " ", EscapeHelp(help), "\n", "# TYPE ", Sv(name),
-                  " ", Sv(MetricTypeName(type)), "\n");
-}
-
-bool Exposition::Open(MetricType want) {
-  if (family_.empty()) {
-    Error(absl::FailedPreconditionError("sample written outside a (valid) metric family"));
-    return false;
-  }
-  if ((want == MetricType::kHistogram) != (type_ == MetricType::kHistogram)) {
-    Error(absl::FailedPreconditionError(
-        absl::StrCat("family '", family_, "' is a ", Sv(MetricTypeName(type_)),
-                     want == MetricType::kHistogram ? ": not a histogram" : ": needs Histogram()")));
-    return false;
-  }
-  return true;
-}
-
-bool Exposition::ValidLabels(const Labels& labels) {
-  for (size_t i = 0; i < labels.size(); ++i) {
-    const std::string_view name = labels[i].first;
-    // `le` belongs to the histogram's buckets.
-    if (!IsValidLabelName(name) || (name == "le" && type_ == MetricType::kHistogram)) {
-      Error(absl::InvalidArgumentError(
-          absl::StrCat("invalid label name '", Sv(name), "' in family '", family_, "'")));
-      return false;
-    }
-    for (size_t k = 0; k < i; ++k) {
-      if (labels[k].first == name) {
-        Error(absl::InvalidArgumentError(
-            absl::StrCat("label '", Sv(name), "' repeated in family '", family_, "'")));
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-void Exposition::Line(std::string_view suffix, const Labels& labels, const Label* extra,
-                      const std::string& value) {
-  absl::StrAppend(&out_, family_, Sv(suffix));
-  if (!labels.empty() || extra != nullptr) {
-    out_ += '{';
-    bool first = true;
-    auto put = [&](const Label& l) {
-      if (!first) out_ += ',';
-      first = false;
-      absl::StrAppend(&out_, Sv(l.first), "=\"", EscapeLabelValue(l.second), "\"");
-    };
-    for (const auto& l : labels) put(l);
-    if (extra != nullptr) put(*extra);
-    out_ += '}';
-  }
-  absl::StrAppend(&out_, " ", value, "\n");
-}
-
-void Exposition::Sample(const Labels& labels, double value) {
-  if (!Open(MetricType::kGauge) || !ValidLabels(labels)) return;
-  Line("", labels, nullptr, FormatValue(value));
-}
-
-void Exposition::Histogram(const Labels& labels, const HistogramSnapshot& h) {
-  if (!Open(MetricType::kHistogram) || !ValidLabels(labels)) return;
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < h.upper_bounds.size(); ++i) {
-    cumulative += i < h.counts.size() ? h.counts[i] : 0;
-    const std::string le = FormatValue(h.upper_bounds[i]);
-    const Label extra{"le", le};
-    Line("_bucket", labels, &extra, absl::StrCat(cumulative));
-  }
-  if (h.counts.size() > h.upper_bounds.size()) cumulative += h.counts[h.upper_bounds.size()];
-  const Label inf{"le", "+Inf"};
-  Line("_bucket", labels, &inf, absl::StrCat(cumulative));
-  Line("_sum", labels, nullptr, FormatValue(h.sum));
-  Line("_count", labels, nullptr, absl::StrCat(cumulative));
+  return TextSerializer().Serialize(families);
 }
 
 // -------------------------------------------------------------------- process
@@ -343,24 +410,27 @@ ProcessStats ReadProcessStats() {
   return p;
 }
 
-void WriteProcessMetrics(const ProcessStats& p, Exposition& out) {
-  auto one = [&](const char* name, MetricType type, const char* help,
-                 const std::optional<double>& v) {
-    if (!v) return;
-    out.Family(name, type, help);
-    out.Sample({}, *v);
+void AddProcessMetrics(const ProcessStats& p, std::vector<prometheus::MetricFamily>& out) {
+  using T = prometheus::MetricType;
+  auto one = [&](const char* name, T type, const char* help, const std::optional<double>& v) {
+    if (v) AddSample(AddFamily(out, name, type, help), {}, *v);
   };
-  one("process_cpu_seconds_total", MetricType::kCounter,
+  one("process_cpu_seconds_total", T::Counter,
       "Total user and system CPU time spent in seconds.", p.cpu_seconds);
-  one("process_resident_memory_bytes", MetricType::kGauge, "Resident memory size in bytes.",
+  one("process_resident_memory_bytes", T::Gauge, "Resident memory size in bytes.",
       p.resident_memory_bytes);
-  one("process_virtual_memory_bytes", MetricType::kGauge, "Virtual memory size in bytes.",
+  one("process_virtual_memory_bytes", T::Gauge, "Virtual memory size in bytes.",
       p.virtual_memory_bytes);
-  one("process_open_fds", MetricType::kGauge, "Number of open file descriptors.", p.open_fds);
-  one("process_max_fds", MetricType::kGauge, "Maximum number of open file descriptors.",
-      p.max_fds);
-  one("process_start_time_seconds", MetricType::kGauge,
+  one("process_open_fds", T::Gauge, "Number of open file descriptors.", p.open_fds);
+  one("process_max_fds", T::Gauge, "Maximum number of open file descriptors.", p.max_fds);
+  one("process_start_time_seconds", T::Gauge,
       "Start time of the process since unix epoch in seconds.", p.start_time_seconds);
+}
+
+std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
+  std::vector<prometheus::MetricFamily> out;
+  AddProcessMetrics(ReadProcessStats(), out);
+  return out;
 }
 
 }  // namespace straggler::common

@@ -1,4 +1,4 @@
-// The Prometheus text exposition (metrics.h): value formatting, escaping,
+// The Prometheus text exposition (straggler/common/metrics.h, on prometheus-cpp): value formatting, escaping,
 // name validation, histograms (cumulative buckets, +Inf, _sum, _count), a
 // full small exposition byte for byte, and the daemon collector's per-rank
 // cut-off and one-hot rank state, and the job step-time gauge.
@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "api/api.h"
@@ -80,66 +81,72 @@ TEST_CASE("metric and label names are validated") {
   CHECK_FALSE(straggler::common::IsValidLabelName("__name__"));
   CHECK_FALSE(straggler::common::IsValidLabelName("a:b"));
   CHECK_FALSE(straggler::common::IsValidLabelName("2a"));
-
-  straggler::common::Exposition out;
-  out.Family("bad-name", straggler::common::MetricType::kGauge, "x");
-  out.Sample({}, 1);  // dropped with its family
-  CHECK(out.text().empty());
-  CHECK_FALSE(out.status().ok());
-
-  straggler::common::Exposition labels;
-  labels.Family("ok_gauge", straggler::common::MetricType::kGauge, "x");
-  labels.Sample({{"bad label", "v"}}, 1);
-  labels.Sample({{"job", "a"}, {"job", "b"}}, 1);
-  CHECK(labels.text() == "# HELP ok_gauge x\n# TYPE ok_gauge gauge\n");
-  CHECK_THAT(std::string(labels.status().message()), Catch::Contains("bad label"));
 }
 
-TEST_CASE("a family is written once; samples belong to an open family of the right type") {
-  straggler::common::Exposition out;
-  out.Sample({}, 1);
-  CHECK_FALSE(out.status().ok());
+namespace {
 
-  straggler::common::Exposition twice;
-  twice.Family("x_total", straggler::common::MetricType::kCounter, "x");
-  twice.Sample({}, 1);
-  twice.Family("x_total", straggler::common::MetricType::kCounter, "x");
-  twice.Sample({}, 2);
-  CHECK(twice.text() == "# HELP x_total x\n# TYPE x_total counter\nx_total 1\n");
-  CHECK_THAT(std::string(twice.status().message()), Catch::Contains("written twice"));
+namespace sc = straggler::common;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
 
-  straggler::common::Exposition kinds;
-  kinds.Family("h", straggler::common::MetricType::kHistogram, "x");
-  kinds.Sample({}, 1);
-  CHECK_FALSE(kinds.status().ok());
-  straggler::common::Exposition le;
-  le.Family("h", straggler::common::MetricType::kHistogram, "x");
-  straggler::common::Histogram h{1.0};
-  le.Histogram({{"le", "1"}}, h.Snapshot());
-  CHECK_FALSE(le.status().ok());
+std::string Write(const std::vector<MetricFamily>& families, absl::Status* status = nullptr) {
+  return sc::TextSerializer().Write(families, status);
+}
+
+}  // namespace
+
+TEST_CASE("the serializer drops invalid names and repeated families, and says why") {
+  std::vector<MetricFamily> bad;
+  sc::AddSample(sc::AddFamily(bad, "bad-name", MetricType::Gauge, "x"), {}, 1);
+  absl::Status status;
+  CHECK(Write(bad, &status).empty());  // dropped with its samples
+  CHECK_THAT(std::string(status.message()), Catch::Contains("bad-name"));
+
+  std::vector<MetricFamily> labels;
+  auto& ok = sc::AddFamily(labels, "ok_gauge", MetricType::Gauge, "x");
+  sc::AddSample(ok, {{"bad label", "v"}}, 1);
+  sc::AddSample(ok, {{"job", "a"}, {"job", "b"}}, 1);
+  CHECK(Write(labels, &status) == "# HELP ok_gauge x\n# TYPE ok_gauge gauge\n");
+  CHECK_THAT(std::string(status.message()), Catch::Contains("bad label"));
+
+  std::vector<MetricFamily> twice;
+  sc::AddSample(sc::AddFamily(twice, "x_total", MetricType::Counter, "x"), {}, 1);
+  sc::AddSample(sc::AddFamily(twice, "x_total", MetricType::Counter, "x"), {}, 2);
+  CHECK(Write(twice, &status) == "# HELP x_total x\n# TYPE x_total counter\nx_total 1\n");
+  CHECK_THAT(std::string(status.message()), Catch::Contains("written twice"));
+
+  std::vector<MetricFamily> le;
+  prometheus::Histogram h{{1.0}};
+  sc::AddHistogram(sc::AddFamily(le, "h", MetricType::Histogram, "x"), {{"le", "1"}}, h);
+  CHECK(Write(le, &status) == "# HELP h x\n# TYPE h histogram\n");
+  CHECK_FALSE(status.ok());
+
+  std::vector<MetricFamily> fine;
+  sc::AddSample(sc::AddFamily(fine, "u", MetricType::Untyped, "x"), {}, 2);
+  CHECK(Write(fine, &status) == "# HELP u x\n# TYPE u untyped\nu 2\n");
+  CHECK(status.ok());
 }
 
 TEST_CASE("histogram buckets are inclusive, cumulative and end in +Inf") {
-  straggler::common::Histogram h{1, 2.5, 10};
+  prometheus::Histogram h{{1, 2.5, 10}};
   for (double v : {0.5, 1.0, 1.0001, 2.5, 3.0, 10.0, 11.0, 1e300}) h.Observe(v);
-  h.Observe(std::nan(""));  // ignored
-  const straggler::common::HistogramSnapshot s = h.Snapshot();
-  REQUIRE(s.counts.size() == 4);
-  CHECK(s.counts[0] == 2);  // 0.5, 1.0 (le is inclusive)
-  CHECK(s.counts[1] == 2);  // 1.0001, 2.5
-  CHECK(s.counts[2] == 2);  // 3, 10
-  CHECK(s.counts[3] == 2);  // 11, 1e300
-  CHECK(s.count() == 8);
+  const prometheus::ClientMetric m = h.Collect();
+  REQUIRE(m.histogram.bucket.size() == 4);
+  CHECK(m.histogram.bucket[0].cumulative_count == 2);  // 0.5, 1.0 (le is inclusive)
+  CHECK(m.histogram.bucket[1].cumulative_count == 4);  // 1.0001, 2.5
+  CHECK(m.histogram.bucket[2].cumulative_count == 6);  // 3, 10
+  CHECK(m.histogram.bucket[3].cumulative_count == 8);  // 11, 1e300
+  CHECK(m.histogram.sample_count == 8);
 
-  straggler::common::Exposition out;
-  out.Family("lat_seconds", straggler::common::MetricType::kHistogram, "Latency.");
-  straggler::common::Histogram small{0.25, 1};
+  std::vector<MetricFamily> out;
+  prometheus::Histogram small{{0.25, 1}};
   small.Observe(0.25);
   small.Observe(0.5);
   small.Observe(4);
-  out.Histogram({{"job", "a"}}, small.Snapshot());
-  CHECK(out.status().ok());
-  CHECK(out.text() ==
+  sc::AddHistogram(sc::AddFamily(out, "lat_seconds", MetricType::Histogram, "Latency."),
+                   {{"job", "a"}}, small);
+  absl::Status status;
+  CHECK(Write(out, &status) ==
         "# HELP lat_seconds Latency.\n"
         "# TYPE lat_seconds histogram\n"
         "lat_seconds_bucket{job=\"a\",le=\"0.25\"} 1\n"
@@ -147,31 +154,45 @@ TEST_CASE("histogram buckets are inclusive, cumulative and end in +Inf") {
         "lat_seconds_bucket{job=\"a\",le=\"+Inf\"} 3\n"
         "lat_seconds_sum{job=\"a\"} 4.75\n"
         "lat_seconds_count{job=\"a\"} 3\n");
+  CHECK(status.ok());
+
+  // A histogram of the data model without a +Inf bucket still gets one.
+  std::vector<MetricFamily> bare;
+  auto& f = sc::AddFamily(bare, "b", MetricType::Histogram, "x");
+  prometheus::ClientMetric& m2 = f.metric.emplace_back();
+  m2.histogram.bucket = {{1, 0.5}};
+  m2.histogram.sample_count = 2;
+  m2.histogram.sample_sum = 1.25;
+  CHECK(Write(bare) ==
+        "# HELP b x\n# TYPE b histogram\nb_bucket{le=\"0.5\"} 1\nb_bucket{le=\"+Inf\"} 2\n"
+        "b_sum 1.25\nb_count 2\n");
 }
 
 TEST_CASE("a small exposition, byte for byte") {
-  straggler::common::Exposition out;
-  out.Family("straggler_build_info", straggler::common::MetricType::kGauge, "Always 1.");
-  out.Sample({{"version", "0.1.0"}}, 1);
-  out.Family("straggler_reports_rejected_total", straggler::common::MetricType::kCounter,
-             "Reports refused,\nby reason \\ kind.");
-  out.Sample({{"reason", "stale"}}, 3);
-  out.Sample({{"reason", "invalid_value"}}, 0);
-  out.Family("straggler_rank_compute_seconds", straggler::common::MetricType::kGauge,
-             "Last compute time.");
-  out.Sample({{"job", "we\"ird\\job\nx"}, {"rank", "0"}, {"node", ""}}, 0.125);
-  out.Sample({{"job", "b"}, {"rank", "1"}, {"node", "n1"}},
-             std::numeric_limits<double>::quiet_NaN());
-  out.Family("straggler_ingest_batch_duration_seconds", straggler::common::MetricType::kHistogram,
-             "Batch time.");
-  straggler::common::Histogram h{1e-5, 1e-4};
+  std::vector<MetricFamily> out;
+  sc::AddSample(sc::AddFamily(out, "straggler_build_info", MetricType::Gauge, "Always 1."),
+                {{"version", "0.1.0"}}, 1);
+  auto& rejected = sc::AddFamily(out, "straggler_reports_rejected_total", MetricType::Counter,
+                                 "Reports refused,\nby reason \\ kind.");
+  sc::AddSample(rejected, {{"reason", "stale"}}, 3);
+  sc::AddSample(rejected, {{"reason", "invalid_value"}}, 0);
+  auto& compute =
+      sc::AddFamily(out, "straggler_rank_compute_seconds", MetricType::Gauge, "Last compute time.");
+  sc::AddSample(compute, {{"job", "we\"ird\\job\nx"}, {"rank", "0"}, {"node", ""}}, 0.125);
+  sc::AddSample(compute, {{"job", "b"}, {"rank", "1"}, {"node", "n1"}},
+                std::numeric_limits<double>::quiet_NaN());
+  prometheus::Histogram h{{1e-5, 1e-4}};
   h.Observe(5e-6);
   h.Observe(5e-5);
-  out.Histogram({}, h.Snapshot());
-  out.Family("process_start_time_seconds", straggler::common::MetricType::kGauge, "Start.");
-  out.Sample({}, 1700000000.5);
-  REQUIRE(out.status().ok());
-  CHECK(out.Take() ==
+  sc::AddHistogram(sc::AddFamily(out, "straggler_ingest_batch_duration_seconds",
+                                 MetricType::Histogram, "Batch time."),
+                   {}, h);
+  sc::AddSample(sc::AddFamily(out, "process_start_time_seconds", MetricType::Gauge, "Start."), {},
+                1700000000.5);
+  absl::Status status;
+  const std::string text = Write(out, &status);
+  REQUIRE(status.ok());
+  CHECK(text ==
         "# HELP straggler_build_info Always 1.\n"
         "# TYPE straggler_build_info gauge\n"
         "straggler_build_info{version=\"0.1.0\"} 1\n"
@@ -193,10 +214,14 @@ TEST_CASE("a small exposition, byte for byte") {
         "# HELP process_start_time_seconds Start.\n"
         "# TYPE process_start_time_seconds gauge\n"
         "process_start_time_seconds 1700000000.5\n");
+  // The ostream overload of prometheus::Serializer writes the same text.
+  std::ostringstream stream;
+  static_cast<const prometheus::Serializer&>(sc::TextSerializer()).Serialize(stream, out);
+  CHECK(stream.str() == text);
 }
 
 TEST_CASE("process metrics are read from /proc") {
-  const straggler::common::ProcessStats p = straggler::common::ReadProcessStats();
+  const sc::ProcessStats p = sc::ReadProcessStats();
   REQUIRE(p.cpu_seconds);
   REQUIRE(p.resident_memory_bytes);
   REQUIRE(p.virtual_memory_bytes);
@@ -206,11 +231,11 @@ TEST_CASE("process metrics are read from /proc") {
   CHECK(*p.virtual_memory_bytes >= *p.resident_memory_bytes);
   CHECK(*p.open_fds >= 3);
   CHECK(*p.start_time_seconds > 1.6e9);  // after 2020
-  straggler::common::Exposition out;
-  straggler::common::WriteProcessMetrics(p, out);
-  CHECK(out.status().ok());
-  CHECK_THAT(out.text(), Catch::Contains("# TYPE process_cpu_seconds_total counter\n"));
-  CHECK_THAT(out.text(), Catch::Contains("# TYPE process_open_fds gauge\n"));
+  absl::Status status;
+  const std::string text = Write(sc::ProcessCollector().Collect(), &status);
+  CHECK(status.ok());
+  CHECK_THAT(text, Catch::Contains("# TYPE process_cpu_seconds_total counter\n"));
+  CHECK_THAT(text, Catch::Contains("# TYPE process_open_fds gauge\n"));
 }
 
 namespace {

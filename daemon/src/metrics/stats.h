@@ -1,10 +1,11 @@
 // Daemon-wide counters, kept as relaxed atomics so the ingest hot path pays
-// one uncontended increment per report. metrics.cc (RenderDaemonMetrics)
+// one uncontended increment per report. daemon_metrics.cc (DaemonCollector)
 // exposes them as straggler_* Prometheus series; nothing here formats them.
 //
 //   stats.reports_accepted.fetch_add(n, std::memory_order_relaxed);
 //
-// Thread-safe: every member is an atomic (or the atomic Histogram); readers see a value that was true
+// Thread-safe: every member is an atomic (or a prometheus::Histogram, which
+// locks its own mutex); readers see a value that was true
 // at some recent moment (no cross-counter consistency is promised).
 #pragma once
 
@@ -103,7 +104,7 @@ struct DaemonStats {
   // Unary gRPC calls ended with an error, [service * kGrpcCodes + code].
   std::array<std::atomic<uint64_t>, kGrpcServices * kGrpcCodes> grpc_refused{};
   // Wall time of IngestService's processing of one ReportBatch.
-  common::Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
+  prometheus::Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
 
   void CountRejected(engine::RejectReason r) {
     reports_rejected[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);

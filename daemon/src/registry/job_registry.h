@@ -200,7 +200,7 @@ struct Job {
   // Iterations from an episode's first slow step to its detection, one
   // observation per healthy -> straggler event journaled (CommitLocked).
   // Kept across Reset, like every cumulative metric.
-  common::Histogram detection_latency{DetectionLatencyBuckets()};
+  prometheus::Histogram detection_latency{DetectionLatencyBuckets()};  // its own lock
   // Creation, last report, last stream detach: what the idle sweep measures.
   engine::Time last_activity;
   // Set (under mu) by the idle sweep just before the job leaves the map;

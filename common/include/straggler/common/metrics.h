@@ -1,58 +1,54 @@
-// Prometheus text exposition (format 0.0.4), kept small and exact: no
-// prometheus-cpp on Debian 12. Three pieces:
+// Prometheus exposition on prometheus-cpp core (Debian prometheus-cpp-dev
+// 1.0.1): the library's data model (prometheus::MetricFamily, ClientMetric),
+// its Collectable interface and its Histogram; this header adds what 1.0.1
+// lacks or does too slowly. docs/metrics.md says how to add a metric.
 //
-//  * Exposition: writes families. Each family is opened once (# HELP with
-//    `\` and newline escaped, # TYPE) and its samples follow it, so a family's
-//    samples are always contiguous. Label values escape `\`, `"` and newline;
-//    metric and label names are validated (a bad one is dropped and reported
-//    by status(), never written).
+//  * TextSerializer: a prometheus::Serializer writing text format 0.0.4.
+//    Unlike 1.0.1's prometheus::TextSerializer it writes NaN as "NaN",
+//    escapes newlines in HELP, drops (and reports) invalid or repeated
+//    names, and writes a 120 000-series scrape about 3x faster (appending to
+//    one string, no iostream). Values: "+Inf", "-Inf", "NaN"; integers
+//    without exponent where the double is an exact integer below 2^63 in
+//    magnitude; otherwise the shortest digits that read back as the same
+//    double, as a plain decimal for 1e-4 <= |v| < 1e21 ("0.00025") and as
+//    d.ddde±XX outside ("1e-05", "1e+22"). `le` bounds use the same rule.
 //
-//      Exposition out;
-//      out.Family("straggler_jobs", MetricType::kGauge, "Jobs tracked.");
-//      out.Sample({}, 3);
-//      out.Family("straggler_job_ranks", MetricType::kGauge, "World size.");
-//      out.Sample({{"job", "bert"}}, 8);
-//      std::string text = out.Take();
+//  * AddFamily / AddSample / AddHistogram: fill the data model. A sample's
+//    value goes to the member of the family's type (counter, gauge or
+//    untyped); a histogram sample is prometheus::Histogram::Collect() with
+//    labels added.
 //
-//  * Histogram: fixed buckets, lock-free Observe() (relaxed atomics), a
-//    Snapshot() that Exposition::Histogram writes as cumulative
-//    `_bucket{le="..."}` lines ending in le="+Inf", then `_sum` and `_count`
-//    (`_count` always equals the +Inf bucket).
+//      std::vector<prometheus::MetricFamily> out;
+//      auto& f = AddFamily(out, "straggler_job_ranks", prometheus::MetricType::Gauge,
+//                          "World size.");
+//      AddSample(f, {{"job", "bert"}}, 8);
+//      std::string text = TextSerializer().Serialize(out);
 //
-//  * FormatValue: "+Inf", "-Inf", "NaN"; integers without exponent where the
-//    double is an exact integer below 2^63 in magnitude; otherwise the
-//    shortest digits that read back as the same double, as a plain decimal
-//    for 1e-4 <= |v| < 1e21 ("0.00025", "18446744073709552000") and as
-//    d.ddde±XX outside ("1e-05", "2.5e-07", "1e+22"). `le` bounds use the
-//    same rule.
+//  * ProcessCollector: the process_* metrics of the Prometheus client
+//    conventions, read from /proc at each Collect().
 //
-// Also: the process_* metrics of the Prometheus client conventions read from
-// /proc. Shared by stragglerd (daemon/src/metrics/daemon_metrics.h) and
-// straggler-agent.
-//
-// Thread safety: Exposition is a plain value (one thread); Histogram is
-// thread-safe; ReadProcessStats may run on any thread.
+// Shared by stragglerd (daemon/src/metrics/daemon_metrics.h) and
+// straggler-agent. Thread safety: TextSerializer and ProcessCollector are
+// stateless (any thread); the Add* helpers work on the caller's vector.
 #pragma once
 
-#include <atomic>
-#include <cstdint>
-#include <initializer_list>
-#include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/collectable.h"
+#include "prometheus/histogram.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/metric_type.h"
+#include "prometheus/serializer.h"
 
 namespace straggler::common {
 
-enum class MetricType { kCounter, kGauge, kHistogram, kUntyped };
-std::string_view MetricTypeName(MetricType t);
-
-using Label = std::pair<std::string_view, std::string_view>;
-using Labels = std::vector<Label>;
+using Labels = std::vector<prometheus::ClientMetric::Label>;
 
 // [a-zA-Z_:][a-zA-Z0-9_:]*
 bool IsValidMetricName(std::string_view name);
@@ -63,66 +59,31 @@ std::string FormatValue(double v);
 std::string EscapeHelp(std::string_view help);         // `\` -> `\\`, newline -> `\n`
 std::string EscapeLabelValue(std::string_view value);  // also `"` -> `\"`
 
-// A point-in-time copy of a Histogram: per-bucket (not cumulative) counts,
-// the last one for +Inf.
-struct HistogramSnapshot {
-  std::vector<double> upper_bounds;  // ascending, finite
-  std::vector<uint64_t> counts;      // upper_bounds.size() + 1
-  double sum = 0.0;
-  uint64_t count() const;
-};
-
-class Histogram {
+class TextSerializer final : public prometheus::Serializer {
  public:
-  // Ascending, finite, distinct bounds; +Inf is implicit.
-  explicit Histogram(std::vector<double> upper_bounds);
-  Histogram(std::initializer_list<double> upper_bounds)
-      : Histogram(std::vector<double>(upper_bounds)) {}
-  Histogram(const Histogram&) = delete;
-  Histogram& operator=(const Histogram&) = delete;
+  // The text of `families`. A family with an invalid or already written
+  // name is dropped with its samples; a sample with an invalid or repeated
+  // label name (or `le` on a histogram) is dropped; `status` (optional)
+  // gets the first such error, OK when everything was written.
+  std::string Write(const std::vector<prometheus::MetricFamily>& families,
+                    absl::Status* status) const;
 
-  // Counts `v` in the first bucket with v <= bound. NaN is ignored.
-  void Observe(double v);
-  HistogramSnapshot Snapshot() const;
-  const std::vector<double>& upper_bounds() const { return bounds_; }
-
- private:
-  const std::vector<double> bounds_;
-  const std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1
-  std::atomic<double> sum_{0.0};
+  std::string Serialize(const std::vector<prometheus::MetricFamily>& families) const override {
+    return Write(families, nullptr);
+  }
+  void Serialize(std::ostream& out,
+                 const std::vector<prometheus::MetricFamily>& families) const override {
+    out << Write(families, nullptr);
+  }
 };
 
-class Exposition {
- public:
-  // Opens a family: writes # HELP and # TYPE. A name seen before, or an
-  // invalid one, is an error: the family and its samples are dropped.
-  void Family(std::string_view name, MetricType type, std::string_view help);
-  // A sample of the open family (a counter, gauge or untyped family), named
-  // as the family.
-  void Sample(const Labels& labels, double value);
-  // A histogram of the open family (which must be kHistogram): `labels` must
-  // not contain `le`.
-  void Histogram(const Labels& labels, const HistogramSnapshot& h);
-
-  // The first error (invalid name, duplicate family, sample outside a
-  // family); OK when everything was written.
-  const absl::Status& status() const { return status_; }
-  const std::string& text() const { return out_; }
-  std::string Take() { return std::move(out_); }
-
- private:
-  bool Open(MetricType want);
-  void Error(absl::Status s);
-  bool ValidLabels(const Labels& labels);
-  void Line(std::string_view suffix, const Labels& labels, const Label* extra,
-            const std::string& value);
-
-  std::string out_;
-  std::vector<std::string> seen_;  // family names written so far
-  std::string family_;             // open family; "" = none (or dropped)
-  MetricType type_ = MetricType::kUntyped;
-  absl::Status status_;
-};
+// Appends a family to `out` and returns it (valid until `out` grows).
+prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>& out, std::string name,
+                                    prometheus::MetricType type, std::string help);
+// A counter, gauge or untyped sample of `family`.
+void AddSample(prometheus::MetricFamily& family, Labels labels, double value);
+// A histogram sample of `family` (a Histogram family): `h`'s buckets.
+void AddHistogram(prometheus::MetricFamily& family, Labels labels, const prometheus::Histogram& h);
 
 // The standard process_* values, from /proc; a value that cannot be read is
 // nullopt and its family is left out.
@@ -135,6 +96,14 @@ struct ProcessStats {
   std::optional<double> start_time_seconds;
 };
 ProcessStats ReadProcessStats();
-void WriteProcessMetrics(const ProcessStats& p, Exposition& out);
+void AddProcessMetrics(const ProcessStats& p, std::vector<prometheus::MetricFamily>& out);
+
+class ProcessCollector final : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override;
+};
+
+// Collects every collectable (in order) and serializes the families.
+std::string Scrape(const std::vector<const prometheus::Collectable*>& collectables);
 
 }  // namespace straggler::common
