@@ -116,7 +116,7 @@ std::vector<prometheus::MetricFamily> CollectAgentMetrics(
        telemetry_on ? static_cast<double>(sampler->Gpus().size()) : 0.0},
       {"straggler_agent_telemetry_samples_sent_total", T::Counter,
        "Per-rank GPU samples attached to upstream batches.",
-       static_cast<double>(telemetry_sent.load())},
+       static_cast<double>(telemetry_sent)},
   };
   for (const AgentFamily& f : agent_families) {
     AddSample(AddFamily(out, f.name, f.type, f.help), {}, f.value);
