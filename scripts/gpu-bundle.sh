@@ -137,7 +137,7 @@ fi
 out=$HERE/python/straggler/_straggler$suffix
 say "building $out (${defs[*]:-Gloo only}) with $("$CXX" --version | head -n 1)"
 "$CXX" -O2 -std=c++20 -shared -fPIC -fvisibility=hidden "${defs[@]}" -I"$inc" -I"$pyb" -I"$HERE/include" \
-  "$HERE/python/src/straggler_module.cc" "$HERE/python/src/reducers.cc" -o "$out" "${libs[@]}" \
+  "$HERE"/python/src/*.cc -o "$out" "${libs[@]}" \
   -Wl,-rpath,'$ORIGIN/../../lib' || { say "the build failed"; exit 1; }
 say "built"
 EOF
