@@ -140,31 +140,36 @@
     return out;
   }
 
-  // Mean job step time over [from, to) from a report window, by iteration.
-  function meanStep(reports, scores, from, to) {
+  // Mean job step time over [from, to): per iteration, the slowest compute
+  // time among the ranks in the collective then (not in `excluded`), which is
+  // what a synchronous step waited for. Taken from the reports of each
+  // iteration, not from the job's step time when they were accepted: ranks
+  // run ahead of a straggler, so that value lags behind their iterations.
+  function meanStep(reports, from, to, excluded) {
     const perIteration = new Map();
-    reports.forEach((r, i) => {
-      const it = num(r.iteration);
-      const s = scores[i] ? num(scores[i].jobStepSeconds) : 0;
-      if (it >= from && it < to && s > 0) perIteration.set(it, s);
-    });
+    for (const r of reports) {
+      const it = num(r.iteration), rank = num(r.rank), c = num(r.computeSeconds);
+      if (it < from || it >= to || excluded.has(rank) || !(c > 0)) continue;
+      perIteration.set(it, Math.max(perIteration.get(it) || 0, c));
+    }
     if (perIteration.size === 0) return { mean: 0, n: 0 };
     let sum = 0;
     for (const v of perIteration.values()) sum += v;
     return { mean: sum / perIteration.size, n: perIteration.size };
   }
 
-  // Step time before and after the version taking effect at `effective`;
-  // kept once both sides are full, so a finished answer is not asked again.
-  async function stepChange(id, cache, version, effective, worldSize) {
+  // Step time before and after the version taking effect at `effective`
+  // (excluding `before` ranks, then `after` ranks); kept once both sides are
+  // full, so a finished answer is not asked again.
+  async function stepChange(id, cache, version, effective, worldSize, beforeSet, afterSet) {
     const known = cache.steps.get(version);
     if (known && known.final) return known;
     const from = Math.max(0, effective - THROUGHPUT_WINDOW);
     const data = await api(jobPath(id) + "/reports?since_iteration=" + from + "&limit=" +
       (2 * THROUGHPUT_WINDOW * Math.max(1, worldSize)));
-    const reports = data.reports || [], scores = data.scores || [];
-    const before = meanStep(reports, scores, effective - THROUGHPUT_WINDOW, effective);
-    const after = meanStep(reports, scores, effective, effective + THROUGHPUT_WINDOW);
+    const reports = data.reports || [];
+    const before = meanStep(reports, effective - THROUGHPUT_WINDOW, effective, beforeSet);
+    const after = meanStep(reports, effective, effective + THROUGHPUT_WINDOW, afterSet);
     const result = { before: before.mean, after: after.n >= THROUGHPUT_MIN_AFTER ? after.mean : 0,
       final: before.n + after.n >= Math.min(effective, THROUGHPUT_WINDOW) + THROUGHPUT_WINDOW };
     cache.steps.set(version, result);
@@ -263,9 +268,10 @@
       const changes = [];
       for (const [rank, why] of now) if (!previous.has(rank)) changes.push("excluded rank " + rank + " (" + why + ")");
       for (const rank of previous.keys()) if (!now.has(rank)) changes.push("readmitted rank " + rank);
+      const was = previous;
       previous = now;
       const version = num(e.membershipVersion), effective = num(e.iteration);
-      const step = await stepChange(id, cache, version, effective, num(job.worldSize));
+      const step = await stepChange(id, cache, version, effective, num(job.worldSize), was, now);
       let throughput = step.before > 0 ? "measuring…" : "–";
       let cls = "";
       if (step.before > 0 && step.after > 0) {
