@@ -186,68 +186,65 @@ void RequireDevice(PyPartialAllReduce& r, const CudaTensor& t, const std::string
   }
 }
 
-straggler::GlooOptions GlooOptionsFrom(PyClient& client, const py::kwargs& kw) {
-  // Defaults from the client: the same daemon, job, rank and world size. A
-  // client that reports through the node's agent (unix://) must name the
-  // daemon for the rendezvous, which only stragglerd serves
-  // (RendezvousEndpointFor: STRAGGLER_RENDEZVOUS_ENDPOINT, else refused).
-  const straggler::ClientOptions& c = client.Options();
-  straggler::GlooOptions o;
+// The CollectiveOptions part both backends share: defaults from the client
+// (the same daemon, job, run, rank and world size; a client that reports
+// through the node's agent (unix://) must name the daemon for the rendezvous,
+// which only stragglerd serves: RendezvousEndpointFor) ...
+void FillCommonOptions(const straggler::ClientOptions& c, straggler::CollectiveOptions& o) {
   o.rendezvous_endpoint = straggler::RendezvousEndpointFor(c);
   o.job_id = c.job_id;
   o.run_id = c.run_id;  // each launch its own rendezvous keys (docs/runs.md)
   if (!c.ranks.empty()) o.rank = c.ranks.front();
   o.world_size = c.world_size;
+}
+
+// ... and its keyword arguments: false for a key that is not one of them.
+bool SetCommonOption(straggler::CollectiveOptions& o, const std::string& key, py::handle v) {
+  if (key == "rendezvous_endpoint") o.rendezvous_endpoint = v.cast<std::string>();
+  else if (key == "job_id") o.job_id = v.cast<std::string>();
+  else if (key == "rank") o.rank = v.cast<uint32_t>();
+  else if (key == "world_size") o.world_size = v.cast<uint32_t>();
+  else if (key == "collective_timeout") o.collective_timeout = Millis(v.cast<double>(), "collective_timeout");
+  else if (key == "membership_timeout") o.membership_timeout = Millis(v.cast<double>(), "membership_timeout");
+  else if (key == "agreement_interval") o.agreement_interval = v.cast<uint32_t>();
+  else if (key == "run_id") o.run_id = v.cast<std::string>();
+  else if (key == "key_ttl") o.key_ttl = Millis(v.cast<double>(), "key_ttl");
+  else return false;
+  return true;
+}
+
+// A torch.distributed.Store keyword (store=) as the backend's rendezvous store.
+std::shared_ptr<PyStore> StoreOption(py::handle v) {
+  if (v.is_none()) return nullptr;
+  return std::make_shared<PyStore>(py::reinterpret_borrow<py::object>(v));
+}
+
+straggler::GlooOptions GlooOptionsFrom(PyClient& client, const py::kwargs& kw) {
+  straggler::GlooOptions o;
+  FillCommonOptions(client.Options(), o);
   for (auto item : kw) {
     const std::string key = py::str(item.first);
     py::handle v = item.second;
-    if (key == "rendezvous_endpoint") o.rendezvous_endpoint = v.cast<std::string>();
-    else if (key == "job_id") o.job_id = v.cast<std::string>();
-    else if (key == "rank") o.rank = v.cast<uint32_t>();
-    else if (key == "world_size") o.world_size = v.cast<uint32_t>();
-    else if (key == "hostname") o.hostname = v.cast<std::string>();
-    else if (key == "collective_timeout") o.collective_timeout = Millis(v.cast<double>(), "collective_timeout");
-    else if (key == "membership_timeout") o.membership_timeout = Millis(v.cast<double>(), "membership_timeout");
+    if (SetCommonOption(o, key, v)) continue;
+    if (key == "hostname") o.hostname = v.cast<std::string>();
     else if (key == "max_cached_contexts") o.max_cached_contexts = v.cast<size_t>();
-    else if (key == "agreement_interval") o.agreement_interval = v.cast<uint32_t>();
-    else if (key == "run_id") o.run_id = v.cast<std::string>();
-    else if (key == "key_ttl") o.key_ttl = Millis(v.cast<double>(), "key_ttl");
-    else if (key == "store") {
-      if (!v.is_none()) o.rendezvous_store = std::make_shared<PyStore>(py::reinterpret_borrow<py::object>(v));
-    }
+    else if (key == "store") { if (auto st = StoreOption(v)) o.rendezvous_store = st; }
     else throw py::type_error("straggler.PartialAllReduce: unknown option '" + key + "'");
   }
   return o;
 }
 
-
 #ifdef STRAGGLER_WITH_NCCL
 straggler::NcclOptions NcclOptionsFrom(PyClient& client, const py::kwargs& kw) {
-  // The same defaults from the client as GlooOptionsFrom.
-  const straggler::ClientOptions& c = client.Options();
   straggler::NcclOptions o;
-  o.rendezvous_endpoint = straggler::RendezvousEndpointFor(c);
-  o.job_id = c.job_id;
-  o.run_id = c.run_id;
-  if (!c.ranks.empty()) o.rank = c.ranks.front();
-  o.world_size = c.world_size;
+  FillCommonOptions(client.Options(), o);
   for (auto item : kw) {
     const std::string key = py::str(item.first);
     py::handle v = item.second;
-    if (key == "rendezvous_endpoint") o.rendezvous_endpoint = v.cast<std::string>();
-    else if (key == "job_id") o.job_id = v.cast<std::string>();
-    else if (key == "rank") o.rank = v.cast<uint32_t>();
-    else if (key == "world_size") o.world_size = v.cast<uint32_t>();
-    else if (key == "device") o.device = v.cast<int>();
-    else if (key == "collective_timeout") o.collective_timeout = Millis(v.cast<double>(), "collective_timeout");
-    else if (key == "membership_timeout") o.membership_timeout = Millis(v.cast<double>(), "membership_timeout");
+    if (SetCommonOption(o, key, v)) continue;
+    if (key == "device") o.device = v.cast<int>();
     else if (key == "max_cached_communicators") o.max_cached_communicators = v.cast<size_t>();
-    else if (key == "agreement_interval") o.agreement_interval = v.cast<uint32_t>();
-    else if (key == "run_id") o.run_id = v.cast<std::string>();
-    else if (key == "key_ttl") o.key_ttl = Millis(v.cast<double>(), "key_ttl");
-    else if (key == "store") {
-      if (!v.is_none()) o.rendezvous_store = std::make_shared<PyStore>(py::reinterpret_borrow<py::object>(v));
-    }
+    else if (key == "store") { if (auto st = StoreOption(v)) o.rendezvous_store = st; }
     else if (key == "hostname" || key == "max_cached_contexts")
       throw py::type_error("straggler.PartialAllReduce: option '" + key + "' is for backend='gloo'");
     else throw py::type_error("straggler.PartialAllReduce: unknown option '" + key + "'");
