@@ -37,7 +37,10 @@ const PlanInput& EngineImpl::Snapshot() {
   in.ranks.resize(world_size);
   for (uint32_t i = 0; i < world_size; ++i) {
     const RankState& r = ranks[i];
-    in.ranks[i] = {r.state, r.override, r.on_probation, r.probation_failed, r.ewma, r.counter};
+    // The declared replica makes the exclusion unit (docs/topology.md).
+    const RankTopology& t = topology[i];
+    in.ranks[i] = {r.state,     r.override, r.on_probation, r.probation_failed,
+                   r.ewma,      r.counter,  t.replica,      t.peer_group};
   }
   in.current = Newest().excluded;
   in.iteration = highest_active;
