@@ -201,6 +201,16 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job& job, const JobSubscri
     spdlog::warn("job={} node='{}' topology refused ({}): {}", job.id, hello.node,
                  TopologyRefuseReasonName(r.reason), r.message);
   }
+  // The engine plans exclusion by replica (docs/topology.md); SetTopology
+  // ignores a topology it already holds.
+  for (uint32_t r : hello.ranks) {
+    if (r >= job.world_size) continue;
+    const DeclaredTopology& t = job.topology.Of(r);
+    engine::RankTopology declared;
+    declared.peer_group = t.peer_group;
+    declared.replica = t.replica;
+    job.engine.SetTopology(r, declared);
+  }
   // Before the floor below: its version must take effect after the
   // iterations the ranks have already reached, or ranks could apply it at
   // different iterations (one certain of it, one that timed out meanwhile).
