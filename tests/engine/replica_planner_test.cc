@@ -164,7 +164,7 @@ TEST_CASE("planner replica: an unresponsive rank takes its replica out, before s
   CHECK(plan.blocked_why == "max_excluded_fraction allows 1 of 4 replicas");
 }
 
-TEST_CASE("planner replica: a forced rank takes its replica out; a forced-in one keeps it in",
+TEST_CASE("planner replica: a forced rank takes its replica out, a forced-in one keeps it in",
           "[engine][planner][replica]") {
   PolicyConfig p;
   std::vector<RankSnapshot> ranks = Job(4, 2);
