@@ -6,7 +6,8 @@ stragglerd, rank 18 (replica 1, stage 2) 3x slower at iterations [100, 400):
 
   * replica 1 -- all 8 of its ranks -- is excluded within 10 iterations of
     the onset, with rank 18 named as the culprit (REST membership, the
-    membership event, /metrics) and its group stage2;
+    membership event, /metrics, stragglerctl membership and job) and its
+    group stage2;
   * every rank switches at one iteration, for every version;
   * replica 1 is readmitted within 10 iterations of the end of the slowdown;
   * the 1F1B pipeline model (8 microbatches): throughput while replica 1 is
@@ -17,7 +18,7 @@ stragglerd, rank 18 (replica 1, stage 2) 3x slower at iterations [100, 400):
 An explicit policy (dynamic, the paper's k = 2) so that a change of the
 daemon's default does not move the test.
 
-    replica_sim_test.py --stragglerd PATH --sim PATH
+    replica_sim_test.py --stragglerd PATH --sim PATH --ctl PATH
 """
 
 import argparse
@@ -30,7 +31,7 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Daemon, check, check_memberships_agreed, daemon_get, daemon_metric,  # noqa: E402
-                     in_workdir, main)
+                     in_workdir, main, run)
 
 JOB = "replica-sim"
 POLICY = """policy:
@@ -70,9 +71,10 @@ def test(args, workdir):
         proc = subprocess.Popen(sim_cmd(args, d, report_path), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         # While replica 1 is out: REST and /metrics name the culprit.
-        seen_rest = seen_metric = None
+        seen_rest = seen_metric = seen_ctl = None
         deadline = time.monotonic() + 240
-        while proc.poll() is None and time.monotonic() < deadline and not (seen_rest and seen_metric):
+        while (proc.poll() is None and time.monotonic() < deadline
+               and not (seen_rest and seen_metric and seen_ctl)):
             try:
                 m = daemon_get(d, "/v1/jobs/%s/membership" % JOB)
             except Exception:  # the job is not there yet
@@ -80,6 +82,11 @@ def test(args, workdir):
             out = m.get("excluded", [])
             if out and not seen_rest:
                 seen_rest = out
+            if seen_rest and not seen_ctl:
+                table = run([args.ctl, "--daemon", d.address, "membership", JOB], 30).stdout
+                line = run([args.ctl, "--daemon", d.address, "job", JOB], 30).stdout
+                if "CULPRIT" in table:
+                    seen_ctl = (table, line)
             if seen_rest and not seen_metric:
                 seen_metric = daemon_metric(d, "straggler_replica_excluded",
                                             {"job": JOB, "replica": "1",
@@ -99,6 +106,15 @@ def test(args, workdir):
             want = "EXCLUSION_REASON_STRAGGLER" if e["rank"] == CULPRIT else \
                 "EXCLUSION_REASON_REPLICA"
             check(e.get("reason") == want, "REST entry %s: reason %s" % (e, e.get("reason")))
+        check(seen_ctl, "stragglerctl membership never showed a CULPRIT column")
+        table, line = seen_ctl
+        rows = [l.split() for l in table.splitlines() if l.split() and l.split()[0].isdigit()]
+        check(sorted(int(r[0]) for r in rows) == REPLICA1 and
+              all(r[2] == "1" and r[3] == str(CULPRIT) and r[4] == "(stage2)" for r in rows),
+              "stragglerctl membership:\n%s" % table)
+        named = "replica 1 [%s] for rank %d (group stage2, straggler)" % (
+            ", ".join(str(r) for r in REPLICA1), CULPRIT)
+        check(named in line, "stragglerctl job does not name %r:\n%s" % (named, line))
         check(seen_metric == 8, "straggler_replica_excluded{replica=1} = %s, expected 8"
               % seen_metric)
 
@@ -125,8 +141,6 @@ def test(args, workdir):
             its = set(m["applied_at"].values())
             check(len(its) <= 1, "v%d applied at iterations %s" % (m["version"], sorted(its)))
         events = daemon_get(d, "/v1/jobs/%s/events" % JOB, kind="membership")["events"]
-        named = "replica 1 [%s] for rank %d (group stage2, straggler)" % (
-            ", ".join(str(r) for r in REPLICA1), CULPRIT)
         check(any(named in e.get("message", "") for e in events),
               "no membership event names %r: %s" % (named, [e.get("message") for e in events]))
 
@@ -160,6 +174,7 @@ def run_all():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stragglerd", required=True)
     ap.add_argument("--sim", required=True)
+    ap.add_argument("--ctl", required=True)
     ap.add_argument("--keep")
     args = ap.parse_args()
     in_workdir("replica-sim-", lambda w: test(args, w), args.keep)
