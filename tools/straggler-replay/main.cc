@@ -1,5 +1,6 @@
 // straggler-replay — runs a scenario (scenarios/*.yaml) or a recorded trace
-// (CSV: iteration,rank,compute_seconds[,epoch][,peer_group][,replica]) through the detection engine
+// (CSV: iteration,rank,compute_seconds[,epoch][,peer_group][,replica]
+// [,gpu_model]) through the detection engine
 // offline and deterministically, and through two reference rules, and
 // scores each against the scenario's ground truth.
 //
@@ -305,7 +306,9 @@ int Run(int argc, char** argv) {
   CLI::App app{
       "straggler-replay: run a scenario (YAML) or a recorded trace (CSV) through the detection "
       "engine and reference rules, offline, and score the result"};
-  app.add_option("input", input, "scenario .yaml or trace .csv (iteration,rank,compute_seconds[,epoch][,peer_group][,replica])")
+  app.add_option("input", input,
+                 "scenario .yaml or trace .csv "
+                 "(iteration,rank,compute_seconds[,epoch][,peer_group][,replica][,gpu_model])")
       ->required();
   app.add_option("--policy", policy_name,
                  "dynamic|ewma|static|nvrx|greyhound|all (default: the daemon's default policy, " +
