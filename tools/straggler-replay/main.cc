@@ -432,13 +432,19 @@ int Run(int argc, char** argv) {
                        {"detected_at", res.run.detected_at[r]},
                        {"recovered_at", res.run.recovered_at[r]},
                        {"unresponsive_at", res.run.unresponsive_at[r]}});
-      // The topology the trace declares for the rank (docs/topology.md).
-      if (!trace.peer_group.empty()) {
-        ranks.back()["peer_group"] = trace.peer_group[r];
-        ranks.back()["replica"] = trace.replica[r] ? nlohmann::json(*trace.replica[r])
-                                                   : nlohmann::json(nullptr);
+      // The topology the trace declares for the rank (docs/topology.md): for
+      // an engine policy, what the engine holds after the replay
+      // (JobEngine::Topology), so the report shows what it judged by.
+      const bool engine = !res.run.topology.empty();
+      if (!trace.peer_group.empty()) {  // trace.replica is then per rank too
+        const std::optional<uint32_t>& replica =
+            engine ? res.run.topology[r].replica : trace.replica[r];
+        ranks.back()["peer_group"] = engine ? res.run.topology[r].peer_group : trace.peer_group[r];
+        ranks.back()["replica"] = nullptr;
+        if (replica.has_value()) ranks.back()["replica"] = replica.value();
       }
-      if (!trace.gpu_model.empty()) ranks.back()["gpu_model"] = trace.gpu_model[r];
+      if (!trace.gpu_model.empty())
+        ranks.back()["gpu_model"] = engine ? res.run.topology[r].gpu_model : trace.gpu_model[r];
     }
     nlohmann::json p = {{"policy", res.run.policy}, {"ranks", ranks}};
     if (res.score) p["scores"] = ScoreJson(*res.score);
