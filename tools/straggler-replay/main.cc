@@ -466,6 +466,7 @@ int Run(int argc, char** argv) {
   if (trace.has_truth) {
     doc["truth"] = truth;
     doc["truth_min_factor"] = scenario->truth_min_factor;
+    if (!scenario->topology_text.empty()) doc["topology"] = scenario->topology_text;
   }
   doc["policies"] = policies_json;
   if (!report_path.empty()) {
@@ -511,6 +512,8 @@ int Run(int argc, char** argv) {
 
   std::cout << trace.name << ": " << trace.ranks << " ranks x " << trace.iterations
             << " iterations";
+  if (scenario && !scenario->topology_text.empty())
+    std::cout << " (topology: " << scenario->topology_text << ")";
   if (trace.has_truth)
     std::cout << ", " << truth_cells << " straggler rank-iterations in " << truth.size()
               << " episode(s) (truth_min_factor " << scenario->truth_min_factor << ")";
