@@ -258,12 +258,12 @@ nlohmann::json CriteriaJson(const Criteria& c) {
           {"failures", c.failures}};
 }
 
-// The engine policies `--policy all` runs: every kind, the daemon's default
-// (PolicyConfig{}, = deploy/stragglerd.yaml) first.
+// The engine policies `--policy all` runs: every kind this engine knows, the
+// daemon's default (PolicyConfig{}, = deploy/stragglerd.yaml) first.
 std::vector<std::string> EnginePolicies() {
   std::vector<std::string> out = {std::string(PolicyKindName(PolicyConfig{}.kind))};
-  for (const char* name : {"dynamic", "ewma", "static"})
-    if (out[0] != name) out.push_back(name);
+  for (const char* name : {"peer", "dynamic", "ewma", "static"})
+    if (out[0] != name && straggler::engine::ParsePolicyKind(name).ok()) out.push_back(name);
   return out;
 }
 
