@@ -50,6 +50,7 @@ void ToProto(const engine::WorkerView& w, const Job& job, v1::Worker* out) {
     const DeclaredTopology& t = job.topology.Of(w.rank);
     out->set_peer_group(t.peer_group);
     if (t.replica) out->set_replica(*t.replica);
+    out->set_gpu_model(t.gpu_model);
   }
 }
 
