@@ -21,6 +21,7 @@ constexpr std::pair<pb::ExclusionReason, std::string_view> kReasonNames[] = {
     {pb::EXCLUSION_REASON_UNRESPONSIVE, "unresponsive"},
     {pb::EXCLUSION_REASON_FORCED, "forced"},
     {pb::EXCLUSION_REASON_PROBATION_END, "probation_end"},
+    {pb::EXCLUSION_REASON_REPLICA, "replica"},
 };
 
 std::string ReasonName(pb::ExclusionReason r) {

@@ -38,6 +38,7 @@ v1::ExclusionReason ToProto(engine::ExclusionReason r) {
     case engine::ExclusionReason::kUnresponsive: return v1::EXCLUSION_REASON_UNRESPONSIVE;
     case engine::ExclusionReason::kForced: return v1::EXCLUSION_REASON_FORCED;
     case engine::ExclusionReason::kProbationEnd: return v1::EXCLUSION_REASON_PROBATION_END;
+    case engine::ExclusionReason::kReplica: return v1::EXCLUSION_REASON_REPLICA;
   }
   return v1::EXCLUSION_REASON_UNSPECIFIED;
 }

@@ -36,6 +36,7 @@ void ToProto(const engine::PolicyConfig& p, v1::PolicyConfig* out) {
   out->set_static_threshold_seconds(p.static_threshold_seconds);
   out->set_max_excluded_fraction(p.max_excluded_fraction);
   out->set_min_active_ranks(p.min_active_ranks);
+  out->set_min_active_replicas(p.min_active_replicas);
   out->set_cooldown_iterations(p.cooldown_iterations);
   out->set_min_throughput_gain(p.min_throughput_gain);
   out->set_lead_iterations(p.lead_iterations);
@@ -77,6 +78,7 @@ absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& u,
   STRAGGLER_MERGE(static_threshold_seconds);
   STRAGGLER_MERGE(max_excluded_fraction);
   STRAGGLER_MERGE(min_active_ranks);
+  STRAGGLER_MERGE(min_active_replicas);
   STRAGGLER_MERGE(cooldown_iterations);
   STRAGGLER_MERGE(min_throughput_gain);
   STRAGGLER_MERGE(lead_iterations);
