@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "clamp_timeout.h"
-#include "stream_session.h"
+#include "straggler/stream/stream_session.h"
 
 namespace straggler::detail {
 
