@@ -65,10 +65,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
     delete this;
   }
 
-  // Reached through ReactorLink with job.mu held.
-  void PushLocked(const Job& job) {
+  // Reached through ReactorLink under the job's lock.
+  void PushLocked(const Job::Locked& job) {
     v1::Membership m;
-    ToProto(job.engine.membership(), job, &m);
+    ToProto(job->engine.membership(), job, &m);
     std::lock_guard lock(mu_);
     bool skipped = false;
     Act(slot_.Offer(std::move(m), &KeepNewest, &skipped));
