@@ -16,6 +16,9 @@ readmitted, and then the daemon is killed with SIGKILL. Checks:
   * the excluded replica keeps running its pipeline and steps no optimizer;
   * after the kill no step hangs: every rank finishes every iteration on the
     last applied membership (certain = false).
+--no-daemon: nothing listens at the daemon's address (the rendezvous goes
+through torch.distributed's store): every group trains on its full group at
+every iteration, with identical checksums on every replica.
 Skipped (77) without torch.
 """
 
@@ -25,6 +28,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agent_test import free_port  # noqa: E402
 from harness import Daemon, RankProcesses, check, ctl, main  # noqa: E402
 
 REPLICAS, STAGES = 4, 2
@@ -35,12 +39,54 @@ DEADLINE_S = 200
 REPLICA_RANKS = [1, 5]
 
 
+RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hybrid_torch_rank.py")
+
+
+def check_groups(rows, it):
+    """Per stage: the active set is who took part, and their checksums agree."""
+    for s in range(STAGES):
+        members = [m + REPLICAS * s for m in range(REPLICAS)]
+        part = [m for m in members if rows[m][it]["participating"]]
+        check(part and rows[part[0]][it]["active"] == part,
+              "iteration %d stage %d: active %s, took part %s"
+              % (it, s, part and rows[part[0]][it]["active"], part))
+        sums = {rows[m][it]["checksum"] for m in part}
+        check(len(sums) == 1, "iteration %d stage %d: active replicas %s differ: %s"
+              % (it, s, part, {m: rows[m][it]["checksum"] for m in part}))
+
+
+def test_no_daemon(args):
+    iterations = 30
+    with tempfile.TemporaryDirectory(prefix="hybrid-torch-") as workdir:
+        env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1")
+        address = "127.0.0.1:%d" % free_port()  # nothing listens there
+        cmds = [[args.python, RANK_SCRIPT, "--daemon", address, "--job", JOB, "--rank", str(r),
+                 "--store", os.path.join(workdir, "torch.store"), "--iterations", str(iterations)]
+                for r in range(WORLD)]
+        ranks = RankProcesses(cmds, workdir, DEADLINE_S, env=env, err_tail=3000)
+        try:
+            ranks.finish()
+        finally:
+            ranks.kill()
+    rows = ranks.lines
+    for it in range(iterations):
+        check_groups(rows, it)
+        for r in range(WORLD):
+            check(rows[r][it]["participating"] and rows[r][it]["version"] == 0,
+                  "rank %d at iteration %d without a daemon: %s" % (r, it, rows[r][it]))
+    print("no daemon: %d iterations, both stages' groups full on every rank, checksums identical"
+          % iterations)
+
+
 def test(args):
     res = os.system("%s -c 'import torch' 2>/dev/null" % args.python)
     if res != 0:
         print("SKIPPED: %s cannot import torch: install Debian's python3-torch" % args.python)
         sys.exit(77)
-    rank_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hybrid_torch_rank.py")
+    if args.no_daemon:
+        test_no_daemon(args)
+        return
+    rank_script = RANK_SCRIPT
     with tempfile.TemporaryDirectory(prefix="hybrid-torch-") as workdir:
         config = os.path.join(workdir, "stragglerd.yaml")
         with open(config, "w") as f:
@@ -71,15 +117,7 @@ def test(args):
             check(len(rows[r]) == ITERATIONS, "rank %d printed %d iterations" % (r, len(rows[r])))
         changes, prev = [], True
         for it in range(ITERATIONS):
-            for s in range(STAGES):
-                members = [m + REPLICAS * s for m in range(REPLICAS)]
-                part = [m for m in members if rows[m][it]["participating"]]
-                check(part and rows[part[0]][it]["active"] == part,
-                      "iteration %d stage %d: active %s, took part %s"
-                      % (it, s, part and rows[part[0]][it]["active"], part))
-                sums = {rows[m][it]["checksum"] for m in part}
-                check(len(sums) == 1, "iteration %d stage %d: active replicas %s differ: %s"
-                      % (it, s, part, {m: rows[m][it]["checksum"] for m in part}))
+            check_groups(rows, it)
             versions = {rows[r][it]["version"] for r in range(WORLD) if rows[r][it]["participating"]}
             check(len(versions) == 1, "iteration %d: the groups applied versions %s" % (it, versions))
             states = {r: r in rows[r][it]["active"] for r in REPLICA_RANKS}
@@ -115,5 +153,6 @@ if __name__ == "__main__":
     parser.add_argument("--ctl", required=True)
     parser.add_argument("--python", required=True)
     parser.add_argument("--pythonpath", required=True)
+    parser.add_argument("--no-daemon", action="store_true")
     args = parser.parse_args()
     main(lambda: test(args))
