@@ -26,7 +26,11 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
       std::chrono::duration<double>(t.base_seconds > 0 ? t.base_seconds : 1.0));
   JobEngine job(t.ranks, policy, t0);
   if (t.iterations_per_epoch > 0) job.SetIterationsPerEpoch(t.iterations_per_epoch);
-  for (uint32_t r = 0; r < t.ranks; ++r) job.Announce(r, t0);
+  // A rank is announced when its hello would come: at the start, or just
+  // before its first report when it joins late (scenario `join` effects).
+  auto joins_at = [&](uint32_t r) { return t.join_row.empty() ? 0 : t.join_row[r]; };
+  for (uint32_t r = 0; r < t.ranks; ++r)
+    if (joins_at(r) == 0) job.Announce(r, t0);
 
   // Per rank: (row, flagged from that row on), in emission order.
   std::vector<std::vector<std::pair<uint64_t, bool>>> changes(t.ranks);
@@ -49,6 +53,7 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
   for (uint64_t row = 0; row < t.iterations; ++row) {
     const Time now = t0 + step * static_cast<int64_t>(row + 1);
     for (uint32_t r = 0; r < t.ranks; ++r) {
+      if (row > 0 && joins_at(r) == row) job.Announce(r, now);
       if (!t.Reported(row, r)) continue;
       rep.rank = r;
       rep.epoch = t.epoch[row];

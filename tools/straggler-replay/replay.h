@@ -5,7 +5,8 @@
 //
 // Time is synthetic: row r of the trace is fed at T0 + (r + 1) x
 // base_seconds, every reporting rank in ascending rank order, then Tick().
-// All ranks are announced at T0 (as the client's hello does), and the epoch
+// All ranks are announced at T0 (as the client's hello does), a rank that
+// joins late (Trace::join_row) just before its first report, and the epoch
 // length is announced when the trace knows it.
 #pragma once
 

@@ -63,6 +63,16 @@ std::string_view EventKindName(EventKind k);
 // anything. The other kinds are about the whole job and leave them default.
 bool EventNamesRank(EventKind k);
 
+// A rank's place in the job, from its hello (docs/topology.md): who it is
+// judged against (docs/detection.md, "Peer groups"). Ranks are peers when
+// they name the same peer_group and the same gpu_model.
+struct RankTopology {
+  std::string peer_group;           // "" = the default group
+  std::optional<uint32_t> replica;  // unset = a replica of its own
+  std::string gpu_model;            // "" = unknown; different models are never peers
+  bool operator==(const RankTopology&) const = default;
+};
+
 struct Report {
   uint32_t rank = 0;
   uint64_t epoch = 0;
@@ -327,6 +337,14 @@ class JobEngine {
 
   // The epoch length, when the trainer announces it.
   void SetIterationsPerEpoch(uint64_t iterations);
+
+  // The rank's place in the job, from its hello (docs/topology.md). Changes
+  // only with a new incarnation; the engine re-files the rank under its new
+  // group (its own-baseline profile starts over). Every rank starts in the
+  // default group, a replica of its own, model unknown. Reset and StartOver
+  // keep it (it is the job's shape, not state). `rank` < world_size.
+  void SetTopology(uint32_t rank, const RankTopology& topology);
+  const RankTopology& Topology(uint32_t rank) const;
 
   // Newest membership, and the kept history (ascending by version; the last
   // element is membership()).
