@@ -224,6 +224,7 @@ StreamHello FromProto(const v1::StreamHello& h) {
     c.incarnation = d.incarnation();
     c.topology.peer_group = d.peer_group();
     if (d.has_replica()) c.topology.replica = d.replica();
+    c.topology.gpu_model = d.gpu_model();
   }
   return out;
 }

@@ -213,6 +213,7 @@ void PrintWorker(const v1::Worker& w, std::ostream& out) {
   t.AddRow({"node", w.node().empty() ? "-" : w.node()});
   t.AddRow({"peer group", w.peer_group().empty() ? "- (default)" : w.peer_group()});
   t.AddRow({"replica", w.has_replica() ? std::to_string(w.replica()) : "- (its own)"});
+  t.AddRow({"gpu model", w.gpu_model().empty() ? "- (unknown)" : w.gpu_model()});
   t.AddRow({"state", StateName(w.state())});
   t.AddRow({"excluded", w.excluded() ? "yes (" + ReasonName(w.exclusion_reason()) + ")" : "no"});
   t.AddRow({"override", OverrideName(w.override())});

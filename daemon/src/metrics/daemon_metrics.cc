@@ -58,19 +58,20 @@ struct JobRow {
 };
 
 // Copies one job's numbers; the only place the collector holds a job's mutex.
-std::optional<JobRow> Copy(const Job& job, uint32_t per_rank_max_ranks) {
+std::optional<JobRow> Copy(Job& job, uint32_t per_rank_max_ranks) {
   const engine::Time now = WallNow();
   JobRow row;
   row.id = job.id;
   const bool per_rank = job.world_size <= per_rank_max_ranks;
   if (per_rank) row.ranks.resize(job.world_size);
-  std::lock_guard lock(job.mu);
-  if (job.removed.load()) return std::nullopt;
-  row.view = job.engine.View();
-  row.membership_version = job.engine.membership().version;
-  row.streams = job.streams;
-  row.latency = job.detection_latency.Collect();
-  for (const engine::ExcludedRank& e : job.engine.membership().excluded) {
+  const Job::Locked locked(job);
+  if (job.removed()) return std::nullopt;
+  const JobState& st = *locked;
+  row.view = st.engine.View();
+  row.membership_version = st.engine.membership().version;
+  row.streams = st.streams;
+  row.latency = st.detection_latency.Collect();
+  for (const engine::ExcludedRank& e : st.engine.membership().excluded) {
     if (!e.replica || !e.culprit) {
       row.excluded_units++;
       continue;
@@ -87,12 +88,12 @@ std::optional<JobRow> Copy(const Job& job, uint32_t per_rank_max_ranks) {
   }
   if (per_rank) {
     for (uint32_t r = 0; r < job.world_size; ++r) {
-      row.ranks[r].w = job.engine.Worker(r);
-      row.ranks[r].node = job.nodes[r];
-      row.ranks[r].topology = job.topology.Of(r);
+      row.ranks[r].w = st.engine.Worker(r);
+      row.ranks[r].node = st.nodes[r];
+      row.ranks[r].topology = st.topology.Of(r);
       // Stale telemetry is left out: a GPU whose agent went silent must not
       // keep an alert firing on its last reading.
-      if (const v1::GpuTelemetry* t = job.FreshTelemetryLocked(r, now)) row.ranks[r].gpu = *t;
+      if (const v1::GpuTelemetry* t = st.FreshTelemetry(r, now)) row.ranks[r].gpu = *t;
     }
   }
   return row;
