@@ -31,6 +31,14 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
   auto joins_at = [&](uint32_t r) { return t.join_row.empty() ? 0 : t.join_row[r]; };
   for (uint32_t r = 0; r < t.ranks; ++r)
     if (joins_at(r) == 0) job.Announce(r, t0);
+  // The declared topology, as the ranks' hellos give it to the daemon.
+  for (uint32_t r = 0; r < t.ranks; ++r) {
+    engine::RankTopology topo;
+    if (r < t.peer_group.size()) topo.peer_group = t.peer_group[r];
+    if (r < t.replica.size()) topo.replica = t.replica[r];
+    if (r < t.gpu_model.size()) topo.gpu_model = t.gpu_model[r];
+    job.SetTopology(r, topo);
+  }
 
   // Per rank: (row, flagged from that row on), in emission order.
   std::vector<std::vector<std::pair<uint64_t, bool>>> changes(t.ranks);
