@@ -1,32 +1,42 @@
 #include "peer_groups.h"
 
-#include <map>
-
 #include "absl/strings/str_cat.h"
 
 namespace straggler::engine::internal {
 
 bool PeerGroups::Sync(const std::vector<RankTopology>& topology, uint64_t version) {
   if (synced_ && version == version_ && of_.size() == topology.size()) return false;
+  const bool first = !synced_ || of_.size() != topology.size();
   synced_ = true;
   version_ = version;
-  of_.assign(topology.size(), 0);
-  groups_.clear();
-  // Ordered by (group, model), so indices do not depend on rank order.
-  std::map<std::pair<std::string, std::string>, uint32_t> index;
-  for (const RankTopology& t : topology) index.emplace(std::pair{t.peer_group, t.gpu_model}, 0);
-  for (auto& [key, i] : index) {
-    i = static_cast<uint32_t>(groups_.size());
-    Group& g = groups_.emplace_back();
-    g.label = key.first.empty() ? "the default group" : absl::StrCat("group ", key.first);
-    if (!key.second.empty()) absl::StrAppend(&g.label, " on ", key.second);
+  if (first) {
+    index_.clear();
+    groups_.clear();
+    base_.assign(topology.size(), 0);
+    of_.assign(topology.size(), 0);
   }
+  moved_.assign(topology.size(), 0);
+  bool any = first;
   for (size_t r = 0; r < topology.size(); ++r) {
-    of_[r] = index.at({topology[r].peer_group, topology[r].gpu_model});
-    groups_[of_[r]].members++;
+    auto [it, added] =
+        index_.emplace(std::pair{topology[r].peer_group, topology[r].gpu_model}, 0);
+    if (added) {
+      it->second = static_cast<uint32_t>(groups_.size());
+      Group& g = groups_.emplace_back();
+      g.label = it->first.first.empty() ? "the default group"
+                                        : absl::StrCat("group ", it->first.first);
+      if (!it->first.second.empty()) absl::StrAppend(&g.label, " on ", it->first.second);
+    }
+    if (first || base_[r] != it->second) {
+      base_[r] = of_[r] = it->second;
+      moved_[r] = 1;
+      any = true;
+    }
   }
+  for (Group& g : groups_) g.members = 0;
+  for (uint32_t g : of_) groups_[g].members++;
   buckets_.resize(groups_.size());
-  return true;
+  return any;
 }
 
 uint32_t PeerGroups::SplitOff(uint32_t group, const std::vector<uint32_t>& ranks) {

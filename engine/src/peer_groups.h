@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,8 +21,13 @@ class PeerGroups {
  public:
   // Files every rank under its group again when the topology changed since
   // the last call (`version`: EngineImpl::topology_version); returns whether
-  // it did (splits are then gone and group indices may have moved).
+  // any rank moved (Moved() says which). A group keeps its index for good
+  // (new groups are appended), and a rank whose topology did not change keeps
+  // its group, a split-off one included: a late joiner's hello moves nobody
+  // else.
   bool Sync(const std::vector<RankTopology>& topology, uint64_t version);
+  // Whether the last Sync that returned true moved `rank`.
+  bool Moved(uint32_t rank) const { return moved_[rank] != 0; }
 
   uint32_t Of(uint32_t rank) const { return of_[rank]; }
   size_t size() const { return groups_.size(); }
@@ -51,6 +57,9 @@ class PeerGroups {
   };
   bool synced_ = false;
   uint64_t version_ = 0;
+  std::map<std::pair<std::string, std::string>, uint32_t> index_;  // (group, model) -> group
+  std::vector<uint32_t> base_;   // per rank: the group its topology names
+  std::vector<uint8_t> moved_;   // per rank, by the last Sync
   std::vector<uint32_t> of_;
   std::vector<Group> groups_;
   std::vector<std::vector<std::pair<uint32_t, double>>> buckets_;

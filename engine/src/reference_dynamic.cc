@@ -206,10 +206,10 @@ class DynamicReference final : public Reference {
     double baseline = 0.0;
   };
 
-  // Files ranks under their groups; a new grouping profiles every group anew.
+  // Files ranks under their groups; a new group profiles from scratch.
   void Sync() {
     if (!groups_.Sync(e_.topology, e_.topology_version)) return;
-    groups_state_.assign(groups_.size(), GroupDyn{});
+    groups_state_.resize(groups_.size());
   }
 
   // Runs `f` with group g's reference swapped into the engine.

@@ -15,7 +15,7 @@ class EwmaReference final : public Reference {
 
   void OnRow(Row& row, Time now) override {
     const PolicyConfig& p = e_.policy;
-    if (groups_.Sync(e_.topology, e_.topology_version)) thresholds_.assign(groups_.size(), 0.0);
+    if (groups_.Sync(e_.topology, e_.topology_version)) thresholds_.resize(groups_.size(), 0.0);
     groups_.Bucketize(row);
     std::vector<double>& s = e_.scratch;
     size_t shown = 0;

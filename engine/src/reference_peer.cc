@@ -207,11 +207,13 @@ class PeerReference final : public Reference {
   void Sync() {
     if (ranks_.size() != e_.world_size) ranks_.resize(e_.world_size);
     if (!groups_.Sync(e_.topology, e_.topology_version)) return;
-    // New groups: every group profiles again, every rank's window restarts.
-    states_.assign(groups_.size(), GroupState{});
-    for (PeerRank& pr : ranks_) {
-      pr.Restart(Source::kNone, 0);
-      pr.gen_profile.clear();
+    // A new group profiles from scratch; a rank that moved starts its window
+    // over in its new group; everyone else goes on.
+    states_.resize(groups_.size());
+    for (uint32_t r = 0; r < ranks_.size(); ++r) {
+      if (!groups_.Moved(r)) continue;
+      ranks_[r].Restart(Source::kNone, 0);
+      ranks_[r].gen_profile.clear();
     }
   }
 

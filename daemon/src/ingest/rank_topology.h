@@ -8,7 +8,7 @@
 //     ...tell the client r.message, count r.reason...
 //   table.Of(rank).peer_group;
 //
-// Not thread-safe: a Job's table is guarded by the job's mu.
+// Not thread-safe: a Job's table is JobState, behind the job's lock (registry/job.h).
 #pragma once
 
 #include <array>
