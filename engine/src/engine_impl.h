@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "exclusion_planner.h"
 #include "membership_log.h"
 #include "reference.h"
@@ -186,6 +187,14 @@ struct EngineImpl {
   size_t JudgeRow(Row& row, Time now, bool global_shift_guard);
   void JudgeSingle(uint32_t rank, const Report& rep, Time now);
   void ApplyVerdict(uint32_t rank, Verdict v, uint64_t iteration, double compute, Time now);
+  // For a reference with its own evidence (peer): sets the rank's counter
+  // (at most the limit) and applies the state rule of the counter, as
+  // ApplyVerdict does. `why(to_straggler)` is the message of a state change.
+  // Returns whether the state changed (the event is events.back()).
+  bool SetCounter(uint32_t rank, uint32_t counter, uint64_t iteration, double compute, Time now,
+                  absl::FunctionRef<std::string(bool)> why);
+  bool Transition(uint32_t rank, uint64_t iteration, double compute, Time now,
+                  absl::FunctionRef<std::string(bool)> why);
   bool CooledDown(const RankState& r, uint64_t iteration) const;
   void ClampCounters();
   void BeginProbation(Time now);

@@ -16,6 +16,7 @@ std::unique_ptr<Reference> MakeReference(EngineImpl& engine) {
     case PolicyKind::kDynamic: return MakeDynamicReference(engine);
     case PolicyKind::kEwma: return MakeEwmaReference(engine);
     case PolicyKind::kStatic: return MakeStaticReference(engine);
+    case PolicyKind::kPeer: return MakePeerReference(engine);
   }
   return MakeDynamicReference(engine);
 }
@@ -83,6 +84,7 @@ size_t EngineImpl::JudgeRow(Row& row, Time now, bool global_shift_guard) {
 // A report judged on its own: excluded ranks (shadow recovery) and reports
 // that arrived after their row was judged.
 void EngineImpl::JudgeSingle(uint32_t rank, const Report& rep, Time now) {
+  if (reference->JudgeAlone(rank, rep, now)) return;
   ApplyVerdict(rank, reference->Single(rank, rep.compute_seconds), rep.iteration,
                rep.compute_seconds, now);
 }
@@ -102,25 +104,45 @@ void EngineImpl::ApplyVerdict(uint32_t rank, Verdict v, uint64_t iteration, doub
   } else if (v == Verdict::kFast) {
     if (r.counter > 0) r.counter--;
   }
-  if (r.state == WorkerState::kHealthy && r.counter >= lim && CooledDown(r, iteration)) {
+  Transition(rank, iteration, compute, now, [&](bool to_straggler) {
+    return to_straggler
+               ? absl::StrFormat("compute %.6gs above threshold %.6gs; counter %u/%u", compute,
+                                 threshold, r.counter, lim)
+               : absl::StrFormat("compute %.6gs below threshold %.6gs; counter %u, rejoin mark %u",
+                                 compute, threshold, r.counter, Mark());
+  });
+}
+
+bool EngineImpl::SetCounter(uint32_t rank, uint32_t counter, uint64_t iteration, double compute,
+                            Time now, absl::FunctionRef<std::string(bool)> why) {
+  RankState& r = ranks[rank];
+  counter = std::min(counter, Limit());
+  if (r.counter == 0 && counter > 0) r.episode_start = iteration;
+  r.counter = counter;
+  return Transition(rank, iteration, compute, now, why);
+}
+
+bool EngineImpl::Transition(uint32_t rank, uint64_t iteration, double compute, Time now,
+                            absl::FunctionRef<std::string(bool)> why) {
+  RankState& r = ranks[rank];
+  if (r.state == WorkerState::kHealthy && r.counter >= Limit() && CooledDown(r, iteration)) {
     r.flipped = true;
     r.last_flip_iteration = iteration;
     detections_total++;
-    ChangeState(rank, WorkerState::kStraggler, iteration, compute, now,
-                absl::StrFormat("compute %.6gs above threshold %.6gs; counter %u/%u", compute,
-                                threshold, r.counter, lim));
+    ChangeState(rank, WorkerState::kStraggler, iteration, compute, now, why(true));
     events.back().evidence.latency_iterations =
         iteration >= r.episode_start ? iteration - r.episode_start + 1 : 0;
-  } else if (r.state == WorkerState::kStraggler && r.counter <= Mark() &&
-             CooledDown(r, iteration)) {
+    return true;
+  }
+  if (r.state == WorkerState::kStraggler && r.counter <= Mark() && CooledDown(r, iteration)) {
     r.flipped = true;
     r.last_flip_iteration = iteration;
     recoveries_total++;
     r.probation_failed = false;
-    ChangeState(rank, WorkerState::kHealthy, iteration, compute, now,
-                absl::StrFormat("compute %.6gs below threshold %.6gs; counter %u, rejoin mark %u",
-                                compute, threshold, r.counter, Mark()));
+    ChangeState(rank, WorkerState::kHealthy, iteration, compute, now, why(false));
+    return true;
   }
+  return false;
 }
 
 void EngineImpl::ClampCounters() {

@@ -14,6 +14,7 @@ std::string_view PolicyKindName(PolicyKind kind) {
     case PolicyKind::kDynamic: return "dynamic";
     case PolicyKind::kEwma: return "ewma";
     case PolicyKind::kStatic: return "static";
+    case PolicyKind::kPeer: return "peer";
   }
   return "unknown";
 }
@@ -22,8 +23,9 @@ absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name) {
   if (name == "dynamic") return PolicyKind::kDynamic;
   if (name == "ewma") return PolicyKind::kEwma;
   if (name == "static") return PolicyKind::kStatic;
-  return absl::InvalidArgumentError(
-      absl::StrCat("policy kind '", std::string(name), "' is not one of dynamic, ewma, static"));
+  if (name == "peer") return PolicyKind::kPeer;
+  return absl::InvalidArgumentError(absl::StrCat("policy kind '", std::string(name),
+                                                 "' is not one of peer, dynamic, ewma, static"));
 }
 
 std::string_view RecoveryModeName(RecoveryMode mode) {
@@ -148,6 +150,17 @@ const PolicyField kPolicyFields[] = {
     {"ewma_min_samples", &PolicyConfig::ewma_min_samples, 1, 100000},
     // Also > 0 for the static policy (Validate).
     {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds, 0, kMaxPolicySeconds},
+    {"peer_enter_ratio", &PolicyConfig::peer_enter_ratio, 1, kMaxFactor, true},
+    {"peer_noise_z", &PolicyConfig::peer_noise_z, 0, 100},
+    // At least 3: one step of the window is trimmed, two must remain.
+    {"peer_window", &PolicyConfig::peer_window, 3, 1000},
+    {"peer_enter_rows", &PolicyConfig::peer_enter_rows, 1, 1000},
+    {"peer_severe_ratio", &PolicyConfig::peer_severe_ratio, 1, kMaxFactor, true},
+    {"peer_spike_ratio", &PolicyConfig::peer_spike_ratio, 1, kMaxFactor, true},
+    {"peer_exit_rows", &PolicyConfig::peer_exit_rows, 1, 1000},
+    // A median needs 3 ranks to outvote one slow rank.
+    {"peer_min_group", &PolicyConfig::peer_min_group, 3, kMaxRanks},
+    {"peer_profile_iterations", &PolicyConfig::peer_profile_iterations, 1, 100000},
     {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction, 0, 1},
     {"min_active_ranks", &PolicyConfig::min_active_ranks, 1, kMaxRanks},
     {"min_active_replicas", &PolicyConfig::min_active_replicas, 1, kMaxRanks},

@@ -42,6 +42,12 @@ class Reference {
   // The verdict on one report judged alone: an excluded rank in shadow
   // recovery, or a report whose row was judged without it.
   virtual Verdict Single(uint32_t rank, double compute_seconds) const = 0;
+  // A reference that judges such a report with its own evidence (peer: the
+  // rank's window) does so here and returns true; Single is then not asked.
+  virtual bool JudgeAlone(uint32_t rank, const Report& report, Time now) {
+    (void)rank, (void)report, (void)now;
+    return false;
+  }
   // SetPolicy changed the judging rule: the engine dropped its threshold;
   // `next_iteration` is where judging resumes.
   virtual void OnRuleChanged(uint64_t next_iteration, Time now) {
@@ -58,5 +64,6 @@ std::unique_ptr<Reference> MakeReference(EngineImpl& engine);
 std::unique_ptr<Reference> MakeDynamicReference(EngineImpl& engine);
 std::unique_ptr<Reference> MakeEwmaReference(EngineImpl& engine);
 std::unique_ptr<Reference> MakeStaticReference(EngineImpl& engine);
+std::unique_ptr<Reference> MakePeerReference(EngineImpl& engine);
 
 }  // namespace straggler::engine::internal

@@ -32,9 +32,14 @@ using IngestStream = grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>;
 // `log_level`: warn keeps test output to failures; tests whose refusals log
 // warnings by design pass err.
 struct LoopbackDaemon {
+  // `kind`: these tests were written for the paper's rule, so the policy's
+  // kind is pinned to dynamic unless a test asks for another (the daemon's
+  // default is peer since issue 17).
   explicit LoopbackDaemon(DaemonConfig config = {},
-                          spdlog::level::level_enum log_level = spdlog::level::warn) {
+                          spdlog::level::level_enum log_level = spdlog::level::warn,
+                          engine::PolicyKind kind = engine::PolicyKind::kDynamic) {
     spdlog::set_level(log_level);
+    config.policy.kind = kind;
     config.grpc_address = "127.0.0.1:0";
     config.http_address = "127.0.0.1:0";
     REQUIRE(server.Start(config).ok());

@@ -43,7 +43,7 @@ TEST_CASE("claims: a hello's version, effective and reported iterations are boun
 
 TEST_CASE("claims: a version floor out of reach is rebased at the next decision and by Reset",
           "[engine][claims]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.cooldown_iterations = 0;
   Harness h(8, p);
   JobEngine& e = h.engine();

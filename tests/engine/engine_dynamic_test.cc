@@ -55,7 +55,7 @@ TEST_CASE("dynamic: threshold = k x mean of the per-iteration fastest rank over 
 }
 
 TEST_CASE("dynamic: threshold_factor and profile_iterations are honoured", "[engine][dynamic]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.profile_iterations = 3;
   p.threshold_factor = 3.0;
   Harness h(3, p);
@@ -212,7 +212,7 @@ TEST_CASE("counter: a healthy rank with rare 3x spikes (1 in 10) is never flagge
 
 TEST_CASE("limit_fraction: limit = ceil(fraction x iterations per epoch), never below 2",
           "[engine][dynamic][counter]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.limit = 10;
   p.limit_fraction = 0.025;
   CHECK(p.EffectiveLimit(200) == 5);
@@ -221,7 +221,7 @@ TEST_CASE("limit_fraction: limit = ceil(fraction x iterations per epoch), never 
   CHECK(p.EffectiveLimit(1) == 2);   // ceil(0.025) = 1 -> 2
   CHECK(p.EffectiveLimit(1000) == 25);
   CHECK(p.EffectiveLimit(210) == 6);  // ceil(5.25)
-  PolicyConfig plain;
+  PolicyConfig plain = DynamicPolicy();
   plain.limit = 7;
   CHECK(plain.EffectiveLimit(200) == 7);  // fraction 0: the count
 
@@ -284,7 +284,7 @@ TEST_CASE("speed-up: a job that became much faster re-profiles and still finds s
   // Everyone 3.3x faster: row minimum 0.3 < baseline / kSpeedupRatio for
   // kSpeedupRows rows and more; enough rows for a full new profile.
   const uint64_t fast_rows =
-      JobEngine::kSpeedupRows + PolicyConfig{}.profile_iterations + 4;
+      JobEngine::kSpeedupRows + DynamicPolicy().profile_iterations + 4;
   h.Rows(5, fast_rows, 0, Uniform(4, 0.3));
   CHECK(h.Count(EventKind::kReprofile) >= 1);
   CHECK(h.engine().View().baseline_seconds == Approx(0.3));
@@ -358,7 +358,7 @@ TEST_CASE("shadow recovery: an excluded straggler is judged on its own reports a
 
 TEST_CASE("probation recovery: excluded stragglers rejoin for the first n rows of an epoch",
           "[engine][dynamic][recovery]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.recovery = RecoveryMode::kProbation;
   Harness h(4, p);
   h.Rows(0, 10, 0, Uniform(4, 1.0));

@@ -140,7 +140,7 @@ TEST_CASE("static: slow when compute > static_threshold_seconds, same counter",
 }
 
 TEST_CASE("static: Validate rejects a zero threshold", "[engine][static][input]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.kind = PolicyKind::kStatic;
   p.static_threshold_seconds = 0.0;
   const absl::Status s = p.Validate();

@@ -66,7 +66,7 @@ TEST_CASE("guards: excluding only some of several equal stragglers is withheld",
 }
 
 TEST_CASE("guards: min_active_ranks bounds the excluded set", "[engine][guards]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.max_excluded_fraction = 0.5;
   p.min_active_ranks = 7;
   Harness h(8, p);
@@ -124,7 +124,7 @@ TEST_CASE("guards: two stragglers at once are excluded together by the throughpu
 TEST_CASE("guards: the throughput guard withholds an exclusion that gains too little",
           "[engine][guards][throughput]") {
   // static 1.02 s, rank 3 at 1.04 s: a straggler, but (3/1.0)/(4/1.04) - 1 < 0.
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.kind = PolicyKind::kStatic;
   p.static_threshold_seconds = 1.02;
   p.cooldown_iterations = 0;
@@ -143,7 +143,7 @@ TEST_CASE("guards: the throughput guard withholds an exclusion that gains too li
 
 TEST_CASE("guards: half the job 1.3x slower (ewma, ratio 1.2) is classified, nobody excluded",
           "[engine][guards][throughput]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.kind = PolicyKind::kEwma;
   p.ewma_ratio = 1.2;
   p.cooldown_iterations = 0;
@@ -161,7 +161,7 @@ TEST_CASE("guards: half the job 1.3x slower (ewma, ratio 1.2) is classified, nob
 }
 
 TEST_CASE("guards: exclusion_enabled=false classifies but never excludes", "[engine][guards]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.exclusion_enabled = false;
   Harness h(4, p);
   h.Rows(0, 10, 0, Uniform(4, 1.0));

@@ -51,7 +51,7 @@ TEST_CASE("input: bad compute times are rejected with the value in the message",
 }
 
 TEST_CASE("input: max_compute_seconds bounds the accepted values", "[engine][input]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.max_compute_seconds = 10.0;
   Harness h(2, p);
   CHECK(h.Send(0, 0, 0, 10.0).accepted);  // not above the bound
@@ -142,42 +142,42 @@ TEST_CASE("input: an older iteration is stale", "[engine][input]") {
 }
 
 TEST_CASE("policy: Validate names the bad field and value", "[engine][input][policy]") {
-  CHECK(PolicyConfig{}.Validate().ok());
+  CHECK(DynamicPolicy().Validate().ok());
 
   struct Case {
     const char* name;
-    PolicyConfig p;
+    PolicyConfig p = DynamicPolicy();
     std::vector<std::string> needles;
   };
   std::vector<Case> cases;
   {
-    PolicyConfig p;
+    PolicyConfig p = DynamicPolicy();
     p.threshold_factor = 0.5;
     cases.push_back({"threshold_factor", p, {"threshold_factor", "0.5"}});
   }
   {
-    PolicyConfig p;
+    PolicyConfig p = DynamicPolicy();
     p.limit = 0;
     cases.push_back({"limit", p, {"limit", "0"}});
   }
   {
-    PolicyConfig p;
+    PolicyConfig p = DynamicPolicy();
     p.max_excluded_fraction = 1.5;
     cases.push_back({"max_excluded_fraction", p, {"max_excluded_fraction", "1.5"}});
   }
   {
-    PolicyConfig p;
+    PolicyConfig p = DynamicPolicy();
     p.kind = PolicyKind::kEwma;
     p.ewma_alpha = 0.0;
     cases.push_back({"ewma_alpha", p, {"ewma_alpha", "0"}});
   }
   {
-    PolicyConfig p;
+    PolicyConfig p = DynamicPolicy();
     p.rejoin_mark = 5;  // == limit
     cases.push_back({"rejoin_mark == limit", p, {"rejoin_mark", "5"}});
   }
   {
-    PolicyConfig p;
+    PolicyConfig p = DynamicPolicy();
     p.rejoin_mark = 9;
     cases.push_back({"rejoin_mark > limit", p, {"rejoin_mark", "9"}});
   }
@@ -189,7 +189,7 @@ TEST_CASE("policy: Validate names the bad field and value", "[engine][input][pol
     for (const auto& n : c.needles) CHECK_THAT(std::string(s.message()), Catch::Contains(n));
   }
 
-  PolicyConfig paper;
+  PolicyConfig paper = DynamicPolicy();
   paper.rejoin_mark = 4;  // limit - 1: the paper's rule, valid
   CHECK(paper.Validate().ok());
 }
@@ -223,7 +223,7 @@ TEST_CASE("policy: SetPolicy rejects an invalid policy and keeps the old one",
   CHECK(absl::IsInvalidArgument(s));
   CHECK(h.engine().policy().threshold_factor == 2.0);
 
-  PolicyConfig good;
+  PolicyConfig good = DynamicPolicy();
   good.limit = 7;
   CHECK(h.engine().SetPolicy(good, h.now()).ok());
   CHECK(h.engine().policy().limit == 7);
@@ -256,7 +256,7 @@ TEST_CASE("policy: a policy change names each changed field with its old and new
   PolicyConfig a, b;
   b.kind = PolicyKind::kStatic;
   b.static_threshold_seconds = 0.25;
-  CHECK(PolicyChanges(a, b) == "kind dynamic -> static, static_threshold_seconds 0 -> 0.25");
+  CHECK(PolicyChanges(a, b) == "kind peer -> static, static_threshold_seconds 0 -> 0.25");
   CHECK(PolicyChanges(a, a).empty());
 }
 

@@ -23,7 +23,7 @@ std::vector<uint64_t> Versions(const std::vector<Membership>& ms) {
 }
 
 TEST_CASE("membership: version 0 with nobody excluded at start", "[engine][membership]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.lead_iterations = 3;
   Harness h(8, p);
   const Membership& m = h.engine().membership();
@@ -44,7 +44,7 @@ TEST_CASE("membership: version 0 with nobody excluded at start", "[engine][membe
 
 TEST_CASE("membership: effective_iteration = highest active iteration + lead, strictly growing",
           "[engine][membership]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.lead_iterations = 2;  // the numbers below (the default is 3)
   Harness h(4, p);
   h.Rows(0, 11, 0, Uniform(4, 1.0));
@@ -189,7 +189,7 @@ TEST_CASE("events: the straggler transition carries its evidence", "[engine][mem
 
 TEST_CASE("unresponsive: a silent rank is marked by Tick, excluded, and rejoins when it reports",
           "[engine][membership][unresponsive]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.unresponsive_after_seconds = 5.0;
   Harness h(4, p);
   h.Rows(0, 10, 0, Uniform(4, 1.0));
@@ -241,7 +241,7 @@ TEST_CASE("unresponsive: a silent rank is marked by Tick, excluded, and rejoins 
 
 TEST_CASE("gate: after a restart a readmission waits until every rank is back",
           "[engine][membership][gate]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.cooldown_iterations = 0;
   Harness h(4, p);
   // A daemon restarting from its state database: rank 3 was out.
@@ -281,7 +281,7 @@ TEST_CASE("gate: after a restart a readmission waits until every rank is back",
 
 TEST_CASE("gate: a rank whose stream ended holds changes until it is back or unresponsive",
           "[engine][membership][gate]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.cooldown_iterations = 0;
   p.unresponsive_after_seconds = 5.0;
   p.max_excluded_fraction = 0.5;
@@ -332,7 +332,7 @@ TEST_CASE("gate: a rank whose stream ended holds changes until it is back or unr
 
 TEST_CASE("gate: a rank that never connected holds changes, offline replay is not affected",
           "[engine][membership][gate]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.cooldown_iterations = 0;
   Harness h(4, p);
   SECTION("reports attach their ranks (replay, tests): nothing waits") {
@@ -400,7 +400,7 @@ TEST_CASE("rows: a rank that misses an iteration does not stall the job beyond t
 TEST_CASE("rows: announced ranks are waited for; unannounced ones are not",
           "[engine][membership][rows]") {
   using namespace straggler::engine;
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.profile_iterations = 1;  // the first complete row sets the threshold
   const Time t0{std::chrono::seconds(1)};
 
@@ -432,7 +432,7 @@ namespace {
 // twice for states that are already over (issue 14: v3, v4, v5 in 1 ms).
 TEST_CASE("membership: one batch publishes one decision, for the state it ends in",
           "[engine][membership]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.cooldown_iterations = 0;
   const bool batched = GENERATE(false, true);
   testutil::Harness h(8, p);

@@ -72,7 +72,7 @@ TEST_CASE("far ahead: the whole job jumping (resume from a checkpoint) restarts 
 
 TEST_CASE("lead: a lowered lead counts only from the version that announces it",
           "[engine][membership]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.lead_iterations = 5;
   p.cooldown_iterations = 0;
   Harness h(4, p);
@@ -203,7 +203,7 @@ TEST_CASE("daemon restart: a forced exclusion restored with its override stays f
 
 TEST_CASE("re-inclusion: a rank that ran ahead while excluded is not expected in its past",
           "[engine][membership]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.cooldown_iterations = 0;
   Harness h(4, p);
   h.Rows(0, 10, 0, Uniform(4, 1.0));
@@ -230,7 +230,7 @@ TEST_CASE("re-inclusion: a rank that ran ahead while excluded is not expected in
 
 TEST_CASE("rows: forcing out a rank that never reported does not shorten rows",
           "[engine][rows]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.profile_iterations = 1;
   Harness h(4, p);
   for (uint32_t r = 0; r < 3; ++r) h.engine().Announce(r, h.now());

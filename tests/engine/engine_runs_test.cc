@@ -32,7 +32,7 @@ TEST_CASE("runs: a restarted rank may report lower iterations, without Restart t
 
 TEST_CASE("runs: a finished rank never turns unresponsive, all finished is a finished job",
           "[engine][runs]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.unresponsive_after_seconds = 1.0;
   Harness h(4, p);
   h.Rows(0, 20, 0, Uniform(4, 1.0));
@@ -55,7 +55,7 @@ TEST_CASE("runs: a finished rank never turns unresponsive, all finished is a fin
 
 TEST_CASE("runs: a finished straggler keeps its exclusion, a job that ends publishes nothing",
           "[engine][runs]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.cooldown_iterations = 0;
   Harness h(8, p);
   std::vector<double> slow = Uniform(8, 1.0);
@@ -72,7 +72,7 @@ TEST_CASE("runs: a finished straggler keeps its exclusion, a job that ends publi
 
 TEST_CASE("runs: StartOver keeps policy and forced ranks, restarts versions above the old ones",
           "[engine][runs]") {
-  PolicyConfig p;
+  PolicyConfig p = DynamicPolicy();
   p.cooldown_iterations = 0;
   Harness h(8, p);
   JobEngine& e = h.engine();

@@ -23,6 +23,18 @@
 #include "straggler/engine/job_engine.h"
 #include "straggler/engine/policy.h"
 
+namespace straggler::engine {
+
+// The defaults with kind pinned to dynamic: the tests written for the
+// paper's rule (the daemon's default is peer since issue 17).
+inline PolicyConfig DynamicPolicy() {
+  PolicyConfig p;
+  p.kind = PolicyKind::kDynamic;
+  return p;
+}
+
+}  // namespace straggler::engine
+
 namespace straggler::engine::testutil {
 
 using namespace std::chrono_literals;
@@ -52,7 +64,7 @@ inline Report MakeReport(uint32_t rank, uint64_t epoch, uint64_t iteration, doub
 
 // A policy whose counters are not disturbed by exclusion or cool-down, for
 // tests that pin the counter rule itself.
-inline PolicyConfig CounterOnlyPolicy(PolicyConfig p = {}) {
+inline PolicyConfig CounterOnlyPolicy(PolicyConfig p = DynamicPolicy()) {
   p.exclusion_enabled = false;
   p.cooldown_iterations = 0;
   return p;
@@ -63,7 +75,7 @@ class Harness {
   static constexpr Time kStart = std::chrono::seconds(1'700'000'000);
   static constexpr Time kRowStep = 100ms;
 
-  explicit Harness(uint32_t world, PolicyConfig policy = {})
+  explicit Harness(uint32_t world, PolicyConfig policy = DynamicPolicy())
       : policy_(policy), now_(kStart), engine_(world, policy, now_) {
     INFO("policy must be valid: " << policy.Validate().ToString());
     REQUIRE(policy.Validate().ok());

@@ -52,8 +52,8 @@ def write_state(path, text):
 
 def run_sim(args, work, endpoint, query, job):
     report = os.path.join(work, job + ".json")
-    # Rank 2 computes 4x slower from iteration 20 on; the default (dynamic)
-    # policy flags it within a few iterations.
+    # Rank 2 computes 4x slower from iteration 20 on; the default policy
+    # (peer) flags it within a few iterations.
     r = run([args.sim, "--daemon", endpoint, "--query-daemon", query, "--job", job, "--ranks",
              str(GPUS), "--iterations", "120", "--iteration-ms", "10", "--noise", "0.02",
              "--seed", "3", "--slow", "2:4:20:120", "--membership-timeout-ms", "2000", "--quiet",

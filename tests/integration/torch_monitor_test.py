@@ -7,7 +7,7 @@ real stragglerd on loopback, exclusion off (policy exclusion_enabled: false).
 Two cases, one after the other (8 processes at once would be too many for a
 small machine):
   * straggler: rank 3 sleeps 60-100 ms more inside its backward from
-    iteration SLOW_FROM on. The daemon (default `dynamic` policy) flags rank 3
+    iteration SLOW_FROM on. The daemon (`dynamic` policy, pinned in its config) flags rank 3
     a straggler within 10 iterations of SLOW_FROM, flags no other rank, and
     excludes nobody (membership version 0, no membership event). What the
     monitor reported leaves out DDP's all-reduce wait: on ranks 0-2, whose
@@ -54,7 +54,8 @@ def run_case(args, name, slow_from):
     with tempfile.TemporaryDirectory(prefix="torch-monitor-") as workdir:
         config = os.path.join(workdir, "stragglerd.yaml")
         with open(config, "w") as f:
-            f.write("policy:\n  exclusion_enabled: false\n")  # monitoring only
+            # Monitoring only; the epochs above are laid out for dynamic's profile.
+            f.write("policy:\n  kind: dynamic\n  exclusion_enabled: false\n")
         with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
             # The client's options come from the environment, as in the recipe.
             env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1",

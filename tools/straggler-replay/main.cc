@@ -407,8 +407,11 @@ int Run(int argc, char** argv) {
     if (trace.has_truth) {
       res.score = ScoreFlags(trace.truth, res.run.flagged, scored);
       // Onsets count from the end of the job's first profile (the engine's
-      // profile_iterations; the same rows for the reference rules).
-      res.criteria = CheckCriteria(trace, res.run.flagged, settings.policy.profile_iterations);
+      // profile_iterations, peer's peer_profile_iterations; profile_iterations
+      // for the reference rules).
+      const uint32_t first_profile = name == "peer" ? settings.policy.peer_profile_iterations
+                                                    : settings.policy.profile_iterations;
+      res.criteria = CheckCriteria(trace, res.run.flagged, first_profile);
     }
     results.push_back(std::move(res));
   }

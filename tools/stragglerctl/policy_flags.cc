@@ -25,10 +25,11 @@ CLI::Option* Flag(CLI::App* app, bool* any, const std::string& name, const std::
 void AddPolicyFlags(CLI::App* p, v1::PolicyConfig* given, bool* any) {
   v1::PolicyConfig* g = given;
   Flag<std::string>(p, any, "--kind", "detection rule", [g](const std::string& v) {
-    g->set_kind(v == "dynamic" ? v1::POLICY_KIND_DYNAMIC
-                : v == "ewma"  ? v1::POLICY_KIND_EWMA
-                               : v1::POLICY_KIND_STATIC);
-  })->check(CLI::IsMember({"dynamic", "ewma", "static"}));
+    g->set_kind(v == "peer"      ? v1::POLICY_KIND_PEER
+                : v == "dynamic" ? v1::POLICY_KIND_DYNAMIC
+                : v == "ewma"    ? v1::POLICY_KIND_EWMA
+                                 : v1::POLICY_KIND_STATIC);
+  })->check(CLI::IsMember({"peer", "dynamic", "ewma", "static"}));
   Flag<uint32_t>(p, any, "--limit", "counter bound; a rank at the limit is a straggler",
                  [g](uint32_t v) { g->set_limit(v); });
   Flag<double>(p, any, "--limit-fraction", "limit as a fraction of an epoch's iterations",

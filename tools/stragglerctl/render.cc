@@ -374,6 +374,16 @@ void PrintPolicy(const v1::PolicyConfig& p, std::ostream& out) {
   t.AddRow({"static_threshold", p.has_static_threshold_seconds()
                                     ? Millis(p.static_threshold_seconds())
                                     : std::string("-")});
+  t.AddRow({"peer_enter_ratio", opt_d(p.has_peer_enter_ratio(), p.peer_enter_ratio())});
+  t.AddRow({"peer_noise_z", opt_d(p.has_peer_noise_z(), p.peer_noise_z())});
+  t.AddRow({"peer_window", opt_u(p.has_peer_window(), p.peer_window())});
+  t.AddRow({"peer_enter_rows", opt_u(p.has_peer_enter_rows(), p.peer_enter_rows())});
+  t.AddRow({"peer_severe_ratio", opt_d(p.has_peer_severe_ratio(), p.peer_severe_ratio())});
+  t.AddRow({"peer_spike_ratio", opt_d(p.has_peer_spike_ratio(), p.peer_spike_ratio())});
+  t.AddRow({"peer_exit_rows", opt_u(p.has_peer_exit_rows(), p.peer_exit_rows())});
+  t.AddRow({"peer_min_group", opt_u(p.has_peer_min_group(), p.peer_min_group())});
+  t.AddRow({"peer_profile_iterations",
+            opt_u(p.has_peer_profile_iterations(), p.peer_profile_iterations())});
   t.AddRow({"max_excluded_fraction", opt_d(p.has_max_excluded_fraction(), p.max_excluded_fraction())});
   t.AddRow({"min_active_ranks", opt_u(p.has_min_active_ranks(), p.min_active_ranks())});
   t.AddRow({"min_active_replicas", opt_u(p.has_min_active_replicas(), p.min_active_replicas())});

@@ -9,6 +9,7 @@ v1::PolicyKind ToProto(engine::PolicyKind k) {
     case engine::PolicyKind::kDynamic: return v1::POLICY_KIND_DYNAMIC;
     case engine::PolicyKind::kEwma: return v1::POLICY_KIND_EWMA;
     case engine::PolicyKind::kStatic: return v1::POLICY_KIND_STATIC;
+    case engine::PolicyKind::kPeer: return v1::POLICY_KIND_PEER;
   }
   return v1::POLICY_KIND_UNSPECIFIED;
 }
@@ -44,6 +45,15 @@ void ToProto(const engine::PolicyConfig& p, v1::PolicyConfig* out) {
   out->set_exclusion_enabled(p.exclusion_enabled);
   out->set_global_shift_fraction(p.global_shift_fraction);
   out->set_max_compute_seconds(p.max_compute_seconds);
+  out->set_peer_enter_ratio(p.peer_enter_ratio);
+  out->set_peer_noise_z(p.peer_noise_z);
+  out->set_peer_window(p.peer_window);
+  out->set_peer_enter_rows(p.peer_enter_rows);
+  out->set_peer_severe_ratio(p.peer_severe_ratio);
+  out->set_peer_spike_ratio(p.peer_spike_ratio);
+  out->set_peer_exit_rows(p.peer_exit_rows);
+  out->set_peer_min_group(p.peer_min_group);
+  out->set_peer_profile_iterations(p.peer_profile_iterations);
 }
 
 absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& u,
@@ -53,6 +63,7 @@ absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& u,
     case v1::POLICY_KIND_DYNAMIC: p.kind = engine::PolicyKind::kDynamic; break;
     case v1::POLICY_KIND_EWMA: p.kind = engine::PolicyKind::kEwma; break;
     case v1::POLICY_KIND_STATIC: p.kind = engine::PolicyKind::kStatic; break;
+    case v1::POLICY_KIND_PEER: p.kind = engine::PolicyKind::kPeer; break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("kind=", u.kind(), " is not a PolicyKind"));
   }
@@ -86,6 +97,15 @@ absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& u,
   STRAGGLER_MERGE(exclusion_enabled);
   STRAGGLER_MERGE(global_shift_fraction);
   STRAGGLER_MERGE(max_compute_seconds);
+  STRAGGLER_MERGE(peer_enter_ratio);
+  STRAGGLER_MERGE(peer_noise_z);
+  STRAGGLER_MERGE(peer_window);
+  STRAGGLER_MERGE(peer_enter_rows);
+  STRAGGLER_MERGE(peer_severe_ratio);
+  STRAGGLER_MERGE(peer_spike_ratio);
+  STRAGGLER_MERGE(peer_exit_rows);
+  STRAGGLER_MERGE(peer_min_group);
+  STRAGGLER_MERGE(peer_profile_iterations);
 #undef STRAGGLER_MERGE
   if (absl::Status s = p.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(s.message());

@@ -30,7 +30,7 @@
 
 namespace straggler::engine {
 
-enum class PolicyKind { kDynamic, kEwma, kStatic };
+enum class PolicyKind { kDynamic, kEwma, kStatic, kPeer };
 enum class RecoveryMode { kShadow, kProbation };
 
 std::string_view PolicyKindName(PolicyKind kind);
@@ -39,7 +39,9 @@ std::string_view RecoveryModeName(RecoveryMode mode);
 absl::StatusOr<RecoveryMode> ParseRecoveryMode(std::string_view name);
 
 struct PolicyConfig {
-  PolicyKind kind = PolicyKind::kDynamic;
+  // The daemon's default is peer (issue 17: peer groups, mild stragglers at
+  // zero false positives); dynamic keeps the paper's parameters.
+  PolicyKind kind = PolicyKind::kPeer;
 
   // Counter shared by every policy: +1 on a slow step, -1 on a fast one,
   // bounded to [0, limit]; a rank whose counter reaches `limit` is a straggler
@@ -70,6 +72,24 @@ struct PolicyConfig {
 
   // static: a step is slow when compute_seconds > static_threshold_seconds.
   double static_threshold_seconds = 0.0;
+
+  // peer (docs/detection.md, "peer"): each step's ratio to the median of the
+  // rank's peer group in the same row (its own baseline in groups below
+  // peer_min_group), spikes left out, over a window of peer_window steps.
+  // Straggler when the window's trimmed mean ratio is >= the group's
+  // threshold for peer_enter_rows rows (the threshold: peer_enter_ratio, or
+  // peer_noise_z x the group's noise when that is higher), or when 5 of its
+  // last 6 steps (8 of its last 10) are >= peer_severe_ratio; healthy again
+  // after peer_exit_rows rows below half the threshold and below 1.04x.
+  double peer_enter_ratio = 1.12;
+  double peer_noise_z = 1.25;
+  uint32_t peer_window = 10;
+  uint32_t peer_enter_rows = 2;
+  double peer_severe_ratio = 1.35;
+  double peer_spike_ratio = 2.5;
+  uint32_t peer_exit_rows = 10;
+  uint32_t peer_min_group = 3;
+  uint32_t peer_profile_iterations = 10;
 
   // Guards, applied to every policy.
   double max_excluded_fraction = 0.25;

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The default policy over seeds no scenario file holds (Python 3 standard library only).
+
+  seed_sweep.py --replay build/tools/straggler-replay/straggler-replay [--seeds 20]
+
+Writes families of 16-rank, 1500-iteration scenarios (issue 17's cases: noise, spikes of one
+step in 20, global slowdowns and checkpoints, warm-up, an undeclared generation, ±30%
+variation, 1.3x and 2x stragglers, a ramp, 2.5x on 4 steps of 5), `--seeds` seeds each, into
+a temporary directory, replays each with the daemon's defaults (no --policy) and prints, per
+family, how many seeds meet issue 17's criteria and the failures. BENCHMARKS.md quotes it.
+"""
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+
+CHECKPOINTS = "".join("  - {type: global, factor: 5.0, from: %d, to: %d}\n" % (i, i + 1)
+                      for i in range(99, 1500, 100))
+WARMUP = "".join("  - {type: global, factor: %.2f, from: %d, to: %d}\n" % (4 - 0.4 * i, i, i + 1)
+                 for i in range(8))
+TWO = "  - {type: slow, ranks: [3], factor: %s, from: 200, to: 400}\n" \
+      "  - {type: slow, ranks: [9], factor: %s, from: 700, to: 1000}\n"
+FAMILIES = {
+    "noise 10%": "noise: 0.10\neffects: []\n",
+    "noise 15%": "noise: 0.15\neffects: []\n",
+    "spikes 6x p=0.05": "noise: 0.05\neffects:\n"
+                        "  - {type: spike, ranks: all, factor: 6.0, probability: 0.05}\n",
+    "spikes 5x p=0.05, noise 10%": "noise: 0.10\neffects:\n"
+                                   "  - {type: spike, ranks: all, factor: 5.0, probability: 0.05}\n",
+    "global 2x, 0.6x, checkpoints": "noise: 0.10\neffects:\n"
+                                    "  - {type: global, factor: 2.0, from: 300, to: 500}\n"
+                                    "  - {type: global, factor: 0.6, from: 900}\n" + CHECKPOINTS,
+    "warm-up 4x": "noise: 0.10\neffects:\n" + WARMUP,
+    "undeclared generation 6/16 at 1.5x": "noise: 0.05\neffects:\n"
+                                          "  - {type: generation, ranks: [\"10-15\"], factor: 1.5}\n",
+    "variation 30%": "noise: 0\nvariation: 0.3\neffects: []\n",
+    "1.3x, noise 10%": "noise: 0.10\ntruth_min_factor: 1.3\neffects:\n" + TWO % (1.3, 1.3),
+    "1.3x, variation 30%": "noise: 0\nvariation: 0.3\ntruth_min_factor: 1.3\neffects:\n"
+                           + TWO % (1.3, 1.3),
+    "2x, noise 10%": "noise: 0.10\neffects:\n" + TWO % (2.0, 2.0),
+    "2x, variation 30%": "noise: 0\nvariation: 0.3\ntruth_min_factor: 1.3\neffects:\n"
+                         + TWO % (2.0, 2.0),
+    "ramp to 2x": "noise: 0.10\neffects:\n"
+                  "  - {type: ramp, ranks: [5], from: 200, to: 300, end_factor: 2.0, hold_until: 500}\n",
+    "2.5x on 4 of 5": "noise: 0.05\neffects:\n"
+                      "  - {type: slow, ranks: [6], factor: 2.5, from: 300, to: 800, pattern: 4/5}\n",
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--replay", required=True)
+    ap.add_argument("--seeds", type=int, default=20)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="seed-sweep-") as d:
+        print("| family | seeds meeting the criteria | failures |")
+        print("|---|---|---|")
+        for k, (family, body) in enumerate(FAMILIES.items()):
+            ok, fails = 0, []
+            for seed in range(a.seeds):
+                path = os.path.join(d, "f%d-%d.yaml" % (k, seed))
+                with open(path, "w") as f:
+                    f.write("name: f%d-%d\nranks: 16\niterations: 1500\nbase_seconds: 0.25\n"
+                            "seed: %d\n%s" % (k, seed, 1000 + seed * 7919, body))
+                p = subprocess.run([a.replay, path, "--format", "json"], capture_output=True,
+                                   text=True, timeout=120, check=True)
+                c = json.loads(p.stdout)["criteria"]
+                if c["pass"]:
+                    ok += 1
+                else:
+                    fails += ["seed %d: %s" % (seed, x) for x in c["failures"][:2]]
+            print("| %s | %d/%d | %s |" % (family, ok, a.seeds, "; ".join(fails[:3]) +
+                                            (" (+%d)" % (len(fails) - 3) if len(fails) > 3 else "")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+// Peer groups (docs/detection.md, "Peer groups"): ranks that declared the
+// same peer_group and the same gpu_model (JobEngine::SetTopology) do the same
+// work on the same hardware, so they are judged against each other. A
+// PeerGroups maps every rank to its group and splits a row into one bucket
+// per group. A reference may split a group further (the peer policy's
+// inferred GPU generations). Plain data, one thread at a time (the engine's).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rows.h"
+#include "straggler/engine/job_engine.h"
+
+namespace straggler::engine::internal {
+
+class PeerGroups {
+ public:
+  // Files every rank under its group again when the topology changed since
+  // the last call (`version`: EngineImpl::topology_version); returns whether
+  // any rank moved (Moved() says which). A group keeps its index for good
+  // (new groups are appended), and a rank whose topology did not change keeps
+  // its group, a split-off one included: a late joiner's hello moves nobody
+  // else.
+  bool Sync(const std::vector<RankTopology>& topology, uint64_t version);
+  // Whether the last Sync that returned true moved `rank`.
+  bool Moved(uint32_t rank) const { return moved_[rank] != 0; }
+
+  uint32_t Of(uint32_t rank) const { return of_[rank]; }
+  size_t size() const { return groups_.size(); }
+  // Ranks filed under the group (reporting or not).
+  uint32_t Members(uint32_t group) const { return groups_[group].members; }
+  // For messages: "group stage2", "the default group", "group stage2 on
+  // NVIDIA A100", "... (a slower generation)".
+  const std::string& Label(uint32_t group) const { return groups_[group].label; }
+  bool Split(uint32_t group) const { return groups_[group].split; }
+
+  // Moves `ranks` (all of `group`) into a new group, labelled as a slower
+  // generation of it; both are marked split. Returns the new group's index.
+  uint32_t SplitOff(uint32_t group, const std::vector<uint32_t>& ranks);
+
+  // The row's (rank, compute) pairs per group, in row order. The buckets are
+  // reused from row to row; valid until the next Bucketize.
+  void Bucketize(const Row& row);
+  const std::vector<std::pair<uint32_t, double>>& Bucket(uint32_t group) const {
+    return buckets_[group];
+  }
+
+ private:
+  struct Group {
+    std::string label;
+    uint32_t members = 0;
+    bool split = false;
+  };
+  bool synced_ = false;
+  uint64_t version_ = 0;
+  std::map<std::pair<std::string, std::string>, uint32_t> index_;  // (group, model) -> group
+  std::vector<uint32_t> base_;   // per rank: the group its topology names
+  std::vector<uint8_t> moved_;   // per rank, by the last Sync
+  std::vector<uint32_t> of_;
+  std::vector<Group> groups_;
+  std::vector<std::vector<std::pair<uint32_t, double>>> buckets_;
+};
+
+}  // namespace straggler::engine::internal

@@ -1,0 +1,473 @@
+// The peer reference (docs/detection.md, "peer"): each step's log ratio to
+// the median of the rank's peer group in the same row - or, in a group too
+// small to compare within, to the rank's own baseline, normalised by the
+// median change of every rank's own ratio - judged over a window with spikes
+// left out, a noise-scaled threshold, persistence and hysteresis.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "engine_impl.h"
+#include "peer_groups.h"
+#include "reference.h"
+
+namespace straggler::engine::internal {
+namespace {
+
+// Exponential forgetting of a group's noise estimate: about the last 50 rows.
+constexpr double kNoiseAlpha = 0.02;
+// A step beyond this many noise sigmas counts as this many in the estimate.
+constexpr double kNoiseWinsor = 2.5;
+// Severe tier: kSevereRun of the last kSevereSpan steps, or kSevereOf of
+// the last kRaw, at least peer_severe_ratio (5 of 6: a rank slow on 4 steps
+// of 5 within 5 of its onset; random spikes of one step in 20 meet it about
+// once in 500 000 steps).
+constexpr size_t kRaw = 10;
+constexpr size_t kSevereRun = 5;
+constexpr size_t kSevereSpan = 6;
+constexpr size_t kSevereOf = 8;
+// A straggler is healthy again when its trimmed mean is below this share of
+// the threshold (in log ratio), and below kExitRatio, for peer_exit_rows
+// rows: hysteresis wide enough that a rank slow near the threshold (a ramp
+// passing it, a 1.3x rank in noisy steps) stays flagged.
+constexpr double kExitShare = 0.5;
+constexpr double kExitRatio = 1.04;
+
+// The median of `v` (reordered): the mean of the two middle values for an
+// even count, so that two halves of a group pull it alike.
+double Median(std::vector<double>& v) {
+  const size_t n = v.size();
+  auto mid = v.begin() + n / 2;
+  std::nth_element(v.begin(), mid, v.end());
+  if (n % 2 == 1) return *mid;
+  return 0.5 * (*mid + *std::max_element(v.begin(), mid));
+}
+
+// Where a rank's ratios come from; its window starts over when this changes.
+enum class Source : uint8_t { kNone, kGroup, kOwn };
+
+struct PeerRank {
+  Source source = Source::kNone;
+  uint32_t group = 0;
+  std::vector<double> window;  // ring of the last peer_window non-spike log ratios
+  size_t window_next = 0;
+  std::array<double, kRaw> raw{};  // ring of the last kRaw log ratios, spikes included
+  size_t raw_count = 0;
+  size_t raw_next = 0;
+  uint32_t above_rows = 0;  // consecutive rows with the trimmed mean at the threshold or above
+  uint32_t below_rows = 0;  // consecutive healthy rows while a straggler
+  bool was_straggler = false;  // its state when this reference last judged it
+  // Own baseline: log(compute) minus the row's job level, over the rank's
+  // first peer_profile_iterations rows; base = their median.
+  std::vector<double> profile;
+  bool have_base = false;
+  double base = 0.0;
+  // The group's generation check: the rank's log ratios in the group's profile.
+  std::vector<double> gen_profile;
+
+  void Restart(Source s, uint32_t g) {
+    source = s;
+    group = g;
+    window.clear();
+    window_next = 0;
+    raw_count = raw_next = 0;
+    above_rows = below_rows = 0;
+    was_straggler = false;
+  }
+};
+
+struct GroupState {
+  bool have_noise = false;
+  double noise2 = 0.0;      // variance of a step's log ratio
+  uint64_t noise_rows = 0;
+  uint64_t rows = 0;        // rows of the group with enough ranks
+  bool profiled = false;    // past its first peer_profile_iterations rows
+  double median = 0.0;     // seconds, its newest row
+  double threshold = 0.0;  // log ratio in force
+};
+
+class PeerReference final : public Reference {
+ public:
+  using Reference::Reference;
+
+  void OnRow(Row& row, Time now) override {
+    Sync();
+    const PolicyConfig& p = e_.policy;
+    groups_.Bucketize(row);
+    // The job's level in this row: own baselines are taken against it.
+    logs_.clear();
+    for (auto& [rank, t] : row.values) logs_.push_back(SafeLog(t));
+    const double level = Median(logs_);
+    for (auto& [rank, t] : row.values) {
+      PeerRank& pr = ranks_[rank];
+      if (pr.have_base) continue;
+      pr.profile.push_back(SafeLog(t) - level);
+      if (pr.profile.size() >= p.peer_profile_iterations) {
+        pr.base = Median(pr.profile);
+        pr.have_base = true;
+        pr.profile.clear();
+        pr.profile.shrink_to_fit();
+      }
+    }
+    own_.clear();
+    size_t shown = kNone;
+    for (uint32_t g = 0; g < groups_.size(); ++g) {
+      const auto& bucket = groups_.Bucket(g);
+      if (bucket.empty()) continue;
+      if (groups_.Members(g) < p.peer_min_group) {
+        own_.insert(own_.end(), bucket.begin(), bucket.end());
+        continue;
+      }
+      if (JudgeGroup(g, bucket, row.iteration, now) &&
+          (shown == kNone || groups_.Members(g) > groups_.Members(static_cast<uint32_t>(shown))))
+        shown = g;
+    }
+    if (!own_.empty()) JudgeOwn(row, level, now);
+    // Views show one reference: the largest judged group's.
+    if (shown != kNone) {
+      const GroupState& gs = states_[shown];
+      e_.baseline = gs.median;
+      e_.threshold = gs.median * std::exp(gs.threshold);
+      e_.have_threshold = true;
+    } else if (own_state_.profiled) {
+      e_.baseline = own_state_.median;
+      e_.threshold = own_state_.median * std::exp(own_state_.threshold);
+      e_.have_threshold = true;
+    }
+  }
+
+  // A report judged alone (shadow recovery, a late report): against the
+  // reference its rank had in the newest row, one step at a time.
+  Verdict Single(uint32_t rank, double compute_seconds) const override {
+    if (rank >= ranks_.size()) return Verdict::kNone;
+    const PeerRank& pr = ranks_[rank];
+    double ref = 0.0, thr = 0.0;
+    if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
+      ref = states_[pr.group].median;
+      thr = states_[pr.group].threshold;
+    } else if (pr.source == Source::kOwn && pr.have_base && own_state_.profiled) {
+      ref = std::exp(own_level_ + pr.base);
+      thr = own_state_.threshold;
+    } else {
+      return Verdict::kNone;
+    }
+    const double x = SafeLog(compute_seconds) - SafeLog(ref);
+    if (x >= thr) return Verdict::kSlow;
+    if (x < kExitShare * thr) return Verdict::kFast;
+    return Verdict::kNone;
+  }
+
+  // An excluded rank's report (shadow recovery) or a late one: into its
+  // window against its group's newest median (its own baseline at the job's
+  // newest speed), judged by the same rule as in a row, so that one step
+  // does not decide.
+  bool JudgeAlone(uint32_t rank, const Report& rep, Time now) override {
+    if (rank >= ranks_.size()) return false;
+    PeerRank& pr = ranks_[rank];
+    const double x = SafeLog(rep.compute_seconds);
+    if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
+      const GroupState& gs = states_[pr.group];
+      Push(pr, x - SafeLog(gs.median));
+      const uint32_t g = pr.group;
+      Judge(rank, rep.compute_seconds, rep.iteration, now, gs.threshold,
+            [&](bool to_straggler, double ratio) {
+              return absl::StrFormat("rank %u (%s) %s %.3g× its group's newest median %.3gs, "
+                                     "judged alone",
+                                     rank, groups_.Label(g), to_straggler ? "at" : "back to",
+                                     ratio, gs.median);
+            });
+      return true;
+    }
+    if (pr.source == Source::kOwn && pr.have_base && own_state_.profiled) {
+      const double ref = own_level_ + pr.base;
+      Push(pr, x - ref);
+      Judge(rank, rep.compute_seconds, rep.iteration, now, own_state_.threshold,
+            [&](bool to_straggler, double ratio) {
+              return absl::StrFormat("rank %u (%s) %s %.3g× its own baseline %.3gs, judged alone",
+                                     rank, groups_.Label(groups_.Of(rank)),
+                                     to_straggler ? "at" : "back to", ratio, std::exp(ref));
+            });
+      return true;
+    }
+    return false;
+  }
+
+  void OnRuleChanged(uint64_t, Time) override {
+    // Another policy judged meanwhile: start every window over.
+    for (PeerRank& pr : ranks_) pr.Restart(Source::kNone, 0);
+  }
+
+ private:
+  static constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+  static double SafeLog(double t) { return std::log(std::max(t, 1e-9)); }
+
+  void Sync() {
+    if (ranks_.size() != e_.world_size) ranks_.resize(e_.world_size);
+    if (!groups_.Sync(e_.topology, e_.topology_version)) return;
+    // A new group profiles from scratch; a rank that moved starts its window
+    // over in its new group; everyone else goes on.
+    states_.resize(groups_.size());
+    for (uint32_t r = 0; r < ranks_.size(); ++r) {
+      if (!groups_.Moved(r)) continue;
+      ranks_[r].Restart(Source::kNone, 0);
+      ranks_[r].gen_profile.clear();
+    }
+  }
+
+  // The threshold (log ratio) for a source of noise variance `noise2`.
+  double Threshold(double noise2) const {
+    const PolicyConfig& p = e_.policy;
+    return std::max(std::log(p.peer_enter_ratio), p.peer_noise_z * std::sqrt(noise2));
+  }
+
+  // Folds one row's log ratios `x` (of `n` >= 2 ranks) into `gs`'s noise.
+  void UpdateNoise(GroupState& gs, const std::vector<double>& x) {
+    const size_t n = x.size();
+    if (n < 2) return;
+    const double cut = std::log(e_.policy.peer_spike_ratio);
+    const double cap = gs.have_noise ? kNoiseWinsor * kNoiseWinsor * gs.noise2
+                                     : std::numeric_limits<double>::infinity();
+    double sum = 0.0;
+    for (double v : x) {
+      const double c = std::clamp(v, -cut, cut);
+      sum += std::min(c * c, cap);
+    }
+    // Ratios to the row's own median spread less than the steps do.
+    const double v = sum / static_cast<double>(n) * static_cast<double>(n) /
+                     static_cast<double>(n - 1);
+    const double a = std::max(kNoiseAlpha, 1.0 / static_cast<double>(++gs.noise_rows));
+    gs.noise2 = gs.have_noise ? (1 - a) * gs.noise2 + a * v : v;
+    gs.have_noise = true;
+  }
+
+  // Returns whether the group was judged in this row.
+  bool JudgeGroup(uint32_t g, const std::vector<std::pair<uint32_t, double>>& bucket,
+                  uint64_t iteration, Time now) {
+    const PolicyConfig& p = e_.policy;
+    if (bucket.size() < p.peer_min_group) return false;  // too few of them reported
+    GroupState& gs = states_[g];
+    logs_.clear();
+    for (auto& [rank, t] : bucket) logs_.push_back(SafeLog(t));
+    const double m = Median(logs_);
+    xs_.clear();
+    for (auto& [rank, t] : bucket) xs_.push_back(SafeLog(t) - m);
+    UpdateNoise(gs, xs_);
+    gs.median = std::exp(m);
+    gs.rows++;
+    gs.threshold = Threshold(gs.noise2);
+    for (size_t i = 0; i < bucket.size(); ++i) {
+      PeerRank& pr = ranks_[bucket[i].first];
+      if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
+      Push(pr, xs_[i]);
+      if (!gs.profiled) pr.gen_profile.push_back(xs_[i]);
+    }
+    if (!gs.profiled) {
+      if (gs.rows < p.peer_profile_iterations) return false;
+      gs.profiled = true;
+      if (CheckGenerations(g, bucket)) return false;
+    }
+    for (size_t i = 0; i < bucket.size(); ++i) {
+      const auto [rank, t] = bucket[i];
+      Judge(rank, t, iteration, now, gs.threshold, [&](bool to_straggler, double ratio) {
+        return to_straggler
+                   ? absl::StrFormat("rank %u (%s) %.3g× its group's median %.3gs over its "
+                                     "last steps (threshold %.3g×)",
+                                     rank, groups_.Label(g), ratio, gs.median,
+                                     std::exp(gs.threshold))
+                   : absl::StrFormat("rank %u (%s) back to %.3g× its group's median %.3gs",
+                                     rank, groups_.Label(g), ratio, gs.median);
+      });
+    }
+    return true;
+  }
+
+  // The two-generation rule (docs/detection.md, "peer"): at the end of a
+  // group's profile, when more than max_excluded_fraction of its ranks were
+  // above the threshold throughout, they are another GPU generation, not
+  // stragglers: they become a group of their own. Returns whether it split.
+  bool CheckGenerations(uint32_t g, const std::vector<std::pair<uint32_t, double>>& bucket) {
+    if (groups_.Split(g)) return false;
+    meds_.clear();
+    for (auto& [rank, t] : bucket) {
+      PeerRank& pr = ranks_[rank];
+      if (pr.gen_profile.empty()) continue;
+      meds_.emplace_back(Median(pr.gen_profile), rank);
+    }
+    for (auto& [rank, t] : bucket) {
+      ranks_[rank].gen_profile.clear();
+      ranks_[rank].gen_profile.shrink_to_fit();
+    }
+    // Slower than peers by the policy's smallest ratio (not the noise-scaled
+    // threshold: two generations in one group inflate the measured noise).
+    const double thr = std::log(e_.policy.peer_enter_ratio);
+    size_t slow = 0;
+    for (auto& [med, rank] : meds_) slow += med >= thr;
+    if (slow < 2 || static_cast<double>(slow) <=
+                        e_.policy.max_excluded_fraction * static_cast<double>(meds_.size()))
+      return false;
+    // Split at the widest gap between neighbouring profile medians.
+    std::sort(meds_.begin(), meds_.end());
+    size_t cut = 1;
+    for (size_t i = 1; i < meds_.size(); ++i)
+      if (meds_[i].first - meds_[i - 1].first > meds_[cut].first - meds_[cut - 1].first) cut = i;
+    std::vector<uint32_t> slower;
+    for (size_t i = cut; i < meds_.size(); ++i) slower.push_back(meds_[i].second);
+    // Both parts profile again (`bucket` dies with SplitOff: restart first).
+    for (auto& [rank, t] : bucket) ranks_[rank].Restart(Source::kNone, 0);
+    const uint32_t added = groups_.SplitOff(g, slower);
+    states_.resize(groups_.size());
+    states_[g] = GroupState{};
+    states_[added] = GroupState{};
+    return true;
+  }
+
+  // Ranks in groups too small to compare within: each against its own
+  // baseline, normalised by the median change of every rank's own ratio in
+  // the row (so a job-wide slowdown moves nobody).
+  void JudgeOwn(const Row& row, double level, Time now) {
+    logs_.clear();
+    for (auto& [rank, t] : row.values)
+      if (ranks_[rank].have_base) logs_.push_back(SafeLog(t) - level - ranks_[rank].base);
+    if (logs_.size() < 2) return;
+    xs_ = logs_;
+    const double norm = Median(logs_);
+    own_level_ = level + norm;
+    for (double& v : xs_) v -= norm;
+    UpdateNoise(own_state_, xs_);
+    own_state_.threshold = Threshold(own_state_.noise2);
+    own_state_.profiled = true;
+    own_state_.rows++;
+    for (auto& [rank, t] : own_) {
+      PeerRank& pr = ranks_[rank];
+      if (!pr.have_base) continue;
+      if (pr.source != Source::kOwn) pr.Restart(Source::kOwn, 0);
+      own_state_.median = std::exp(own_level_ + pr.base);
+      const double base_seconds = own_state_.median;
+      Push(pr, SafeLog(t) - level - pr.base - norm);
+      Judge(rank, t, row.iteration, now, own_state_.threshold,
+            [&](bool to_straggler, double ratio) {
+              return to_straggler
+                         ? absl::StrFormat(
+                               "rank %u (%s, too small to compare within) %.3g× its own "
+                               "baseline %.3gs at the job's current speed (threshold %.3g×)",
+                               rank, groups_.Label(groups_.Of(rank)), ratio, base_seconds,
+                               std::exp(own_state_.threshold))
+                         : absl::StrFormat("rank %u (%s) back to %.3g× its own baseline %.3gs",
+                                           rank, groups_.Label(groups_.Of(rank)), ratio,
+                                           base_seconds);
+            });
+    }
+  }
+
+  void Push(PeerRank& pr, double x) {
+    const PolicyConfig& p = e_.policy;
+    pr.raw[pr.raw_next] = x;
+    pr.raw_next = (pr.raw_next + 1) % kRaw;
+    pr.raw_count = std::min(pr.raw_count + 1, kRaw);
+    const double cut = std::log(p.peer_spike_ratio);
+    if (x >= cut) return;  // a spike: not evidence of a lasting slowdown
+    if (pr.window.size() < p.peer_window) {
+      pr.window.push_back(std::max(x, -cut));
+      return;
+    }
+    if (pr.window.size() > p.peer_window) {  // the window was made shorter
+      pr.window.resize(p.peer_window);
+      pr.window_next = 0;
+    }
+    pr.window[pr.window_next] = std::max(x, -cut);
+    pr.window_next = (pr.window_next + 1) % pr.window.size();
+  }
+
+  // The mean of the window without its largest value.
+  double Trimmed(const PeerRank& pr) const {
+    double sum = 0.0, top = -std::numeric_limits<double>::infinity();
+    for (double v : pr.window) {
+      sum += v;
+      top = std::max(top, v);
+    }
+    return (sum - top) / static_cast<double>(pr.window.size() - 1);
+  }
+
+  // Severe: kSevereRun of the last kSevereSpan steps at peer_severe_ratio or
+  // above, or kSevereOf of the last kRaw. `recent`: how many of the last
+  // kSevereRun are.
+  bool Severe(const PeerRank& pr, size_t* recent) const {
+    const double s = std::log(e_.policy.peer_severe_ratio);
+    size_t all = 0, span = 0, last = 0;
+    for (size_t i = 0; i < pr.raw_count; ++i) {
+      const bool slow = pr.raw[(pr.raw_next + kRaw - 1 - i) % kRaw] >= s;
+      all += slow;
+      if (i < kSevereSpan) span += slow;
+      if (i < kSevereRun) last += slow;
+    }
+    *recent = last;
+    return span >= kSevereRun || all >= kSevereOf;
+  }
+
+  template <typename Why>
+  void Judge(uint32_t rank, double compute, uint64_t iteration, Time now, double thr, Why why) {
+    const PolicyConfig& p = e_.policy;
+    PeerRank& pr = ranks_[rank];
+    const bool straggler = e_.ranks[rank].state == WorkerState::kStraggler;
+    if (pr.was_straggler && !straggler) {
+      // It stopped being a straggler without this rule (it fell silent,
+      // an operator reset the job): its window still holds its slow steps
+      // from before; start it over with this step.
+      const double newest = pr.raw[(pr.raw_next + kRaw - 1) % kRaw];
+      pr.Restart(pr.source, pr.group);
+      Push(pr, newest);
+    }
+    pr.was_straggler = straggler;
+    // A window of too few non-spike steps gives no mild verdict (a rank 3x
+    // slow from its start has none at all); the severe rule still applies.
+    const bool have_window = pr.window.size() >= std::max<size_t>(3, p.peer_window / 2);
+    const double tm = have_window ? Trimmed(pr) : -std::numeric_limits<double>::infinity();
+    size_t recent = 0;
+    const bool severe = Severe(pr, &recent);
+    pr.above_rows = tm >= thr ? pr.above_rows + 1 : 0;
+    const uint32_t lim = e_.Limit();
+    uint32_t counter;
+    if (e_.ranks[rank].state == WorkerState::kStraggler) {
+      const bool healthy =
+          tm < std::min(kExitShare * thr, std::log(kExitRatio)) && recent <= 1;
+      pr.below_rows = healthy ? pr.below_rows + 1 : 0;
+      counter = pr.below_rows >= p.peer_exit_rows ? 0 : lim;
+    } else {
+      pr.below_rows = 0;
+      counter = pr.above_rows >= p.peer_enter_rows || severe
+                    ? lim
+                    : std::min(lim - 1, pr.above_rows);
+    }
+    // What a message shows: the median ratio of its last kSevereRun steps.
+    auto ratio_of_recent = [&] {
+      double v[kSevereRun];
+      const size_t n = std::min(pr.raw_count, kSevereRun);
+      for (size_t i = 0; i < n; ++i) v[i] = pr.raw[(pr.raw_next + kRaw - 1 - i) % kRaw];
+      std::sort(v, v + n);
+      return std::exp(n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+    };
+    e_.SetCounter(rank, counter, iteration, compute, now,
+                  [&](bool to_straggler) { return why(to_straggler, ratio_of_recent()); });
+    pr.was_straggler = e_.ranks[rank].state == WorkerState::kStraggler;
+  }
+
+  PeerGroups groups_;
+  std::vector<GroupState> states_;
+  GroupState own_state_;
+  double own_level_ = 0.0;  // log seconds: the job's level + the own-ratio median, newest row
+  std::vector<PeerRank> ranks_;
+  std::vector<std::pair<uint32_t, double>> own_;
+  std::vector<double> logs_, xs_;
+  std::vector<std::pair<double, uint32_t>> meds_;
+};
+
+}  // namespace
+
+std::unique_ptr<Reference> MakePeerReference(EngineImpl& e) {
+  return std::make_unique<PeerReference>(e);
+}
+
+}  // namespace straggler::engine::internal
