@@ -18,6 +18,12 @@ gradients go between a replica's two stages by Gloo point-to-point messages.
       every iteration the parameter checksum of each chunk is identical on
       every active replica; the excluded replica keeps stepping its pipeline
       (shadow steps) and steps no optimizer.
+  slow_rank  no override: the daemon's own detection (default policy) sees rank 1
+      slow (3x for iterations 30-90) and excludes it; replica 1 leaves both
+      stages' groups at one iteration and comes back to both, resynced, once
+      rank 1's shadow reports show recovery. On an engine that excludes single
+      ranks rank 5 stays in the job's agreement meanwhile (docs/hybrid.md,
+      "Interim states"); one that excludes replicas takes both out at once.
   daemon_killed  the daemon is killed (SIGKILL) while replica 1 is out: no
       step hangs, every rank finishes every iteration on the last applied
       membership (certain = false), checksums still identical.
@@ -161,6 +167,32 @@ def test_replica_exclusion_rejoin(args, workdir, config):
           % (versions, out_at, back_at, iterations))
 
 
+def test_slow_rank(args, workdir, config):
+    iterations = 160
+    with open(config, "w") as f:
+        f.write("{}\n")  # the daemon's defaults: detection on
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+        ranks = Ranks(args.driver, d.address, workdir, iterations, slow=(60, 30, 90))
+        try:
+            ranks.finish()
+        finally:
+            ranks.kill()
+        check(d.stop() == 0, "stragglerd did not exit cleanly")
+    check_iterations(ranks, iterations)
+    changes = replica_switches(ranks, iterations)
+    check(len(changes) == 2 and not changes[0][1] and changes[1][1],
+          "expected replica 1 out once and back once; saw %s" % changes)
+    (out_at, _), (back_at, _) = changes
+    check(30 < out_at < 90 and back_at > 90,
+          "replica 1 out at %d and back at %d; slow for iterations 30-90" % (out_at, back_at))
+    for r in range(WORLD):
+        for c in range(CHUNKS):
+            check(ranks.lines[r][back_at]["chunks"][c]["synced"],
+                  "rank %d chunk %d did not synchronise at the rejoin %d" % (r, c, back_at))
+    print("detection: replica 1 (rank 1 slow for iterations 30-90) out of both stages' groups at "
+          "iteration %d, back at %d resynced" % (out_at, back_at))
+
+
 def test_daemon_killed(args, workdir, config):
     iterations = 90
     with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
@@ -194,12 +226,12 @@ def test(args):
         with open(config, "w") as f:
             f.write("policy:\n  exclusion_enabled: false\n")
         {"replica_exclusion_rejoin": test_replica_exclusion_rejoin,
-         "daemon_killed": test_daemon_killed}[args.case](args, workdir, config)
+         "slow_rank": test_slow_rank, "daemon_killed": test_daemon_killed}[args.case](args, workdir, config)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=["replica_exclusion_rejoin", "daemon_killed"])
+    parser.add_argument("case", choices=["replica_exclusion_rejoin", "slow_rank", "daemon_killed"])
     parser.add_argument("--stragglerd", required=True)
     parser.add_argument("--driver", required=True)
     parser.add_argument("--ctl", required=True)
