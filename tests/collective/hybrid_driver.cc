@@ -242,7 +242,8 @@ int main(int argc, char** argv) {
       std::ostringstream line;
       line << "{\"it\":" << it << ",\"t\":"
            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << ",\"rank\":" << rank << ",\"replica\":" << replica << ",\"stage\":" << stage
-           << ",\"steps_taken\":" << steps_taken << ",\"chunks\":[";
+           << ",\"steps_taken\":" << steps_taken << ",\"job_active\":" << Json(sw->job().Plan().active_ranks)
+           << ",\"chunks\":[";
       for (uint32_t c = 0; c < chunks; ++c) {
         const straggler::StepPlan& p = plans[c];
         line << (c ? "," : "") << "{\"version\":" << p.version << ",\"effective_iteration\":" << p.effective_iteration

@@ -7,10 +7,10 @@ membership through a JobSwitch. The pipeline is real: activations and their
 gradients go between a replica's two stages by Gloo point-to-point messages.
 
   replica_exclusion_rejoin  rank 1 (replica 1, stage 0) is slow for a while.
-      Replica 1 is excluded by forcing BOTH of its ranks (1 and 5) out with
+      Replica 1 is excluded by forcing its ranks (1 and 5) out with
       `stragglerctl override` through the real daemon's admin API (the engine
-      on this branch excludes single ranks; the switch excludes the whole
-      replica from every group as soon as one of its ranks is out), then
+      takes a forced rank's whole replica out; the group switch would also
+      leave out the whole replica were only one of its ranks excluded), then
       readmitted. Checks: every rank applies every version at one iteration;
       replica 1 leaves the groups of both stages at the same iteration and
       comes back to both at the same iteration, where every member of every
@@ -19,11 +19,10 @@ gradients go between a replica's two stages by Gloo point-to-point messages.
       every active replica; the excluded replica keeps stepping its pipeline
       (shadow steps) and steps no optimizer.
   slow_rank  no override: the daemon's own detection (default policy) sees rank 1
-      slow (3x for iterations 30-90) and excludes it; replica 1 leaves both
-      stages' groups at one iteration and comes back to both, resynced, once
-      rank 1's shadow reports show recovery. On an engine that excludes single
-      ranks rank 5 stays in the job's agreement meanwhile (docs/hybrid.md,
-      "Interim states"); one that excludes replicas takes both out at once.
+      slow (3x for iterations 30-90) and excludes its whole replica (ranks 1
+      and 5) in one version; replica 1 leaves both stages' groups at that
+      iteration and comes back to both, resynced, once rank 1's shadow
+      reports show recovery.
   daemon_killed  the daemon is killed (SIGKILL) while replica 1 is out: no
       step hangs, every rank finishes every iteration on the last applied
       membership (certain = false), checksums still identical.
@@ -163,9 +162,10 @@ def test_replica_exclusion_rejoin(args, workdir, config):
           % (rows[1][back_at]["steps_taken"], rows[0][back_at]["steps_taken"]))
     versions = sorted({row["chunks"][0]["version"] for row in rows[0]})
     t = [row["t"] for row in rows[0]]
-    # Where the second override (ranks 1 and 5 both out of the job) applied;
+    # Where ranks 1 and 5 were both out of the job (one version with an engine
+    # that excludes replicas, two with one that excludes ranks); step times
     # printed, not asserted (a busy machine).
-    both_out = next(it for it in range(iterations) if rows[0][it]["chunks"][0]["version"] >= versions[2])
+    both_out = next(it for it in range(iterations) if not {1, 5} & set(rows[0][it]["job_active"]))
     print("versions %s; replica 1 out of both stages' groups at iteration %d, back at %d with "
           "both stages resynced; checksums identical on the active replicas at all %d iterations; "
           "rank 0's step %.1f ms healthy (5-20), %.1f ms with both ranks of the slow replica out "
@@ -191,6 +191,11 @@ def test_slow_rank(args, workdir, config):
     (out_at, _), (back_at, _) = changes
     check(30 < out_at < 90 and back_at > 90,
           "replica 1 out at %d and back at %d; slow for iterations 30-90" % (out_at, back_at))
+    # The engine excludes the culprit's whole replica in one version: both of
+    # its ranks leave the job's agreement where the groups drop the replica.
+    check(not {1, 5} & set(ranks.lines[0][out_at]["job_active"]),
+          "at iteration %d the job's active set is %s: the engine did not exclude replica 1's "
+          "ranks 1 and 5 together" % (out_at, ranks.lines[0][out_at]["job_active"]))
     for r in range(WORLD):
         for c in range(CHUNKS):
             check(ranks.lines[r][back_at]["chunks"][c]["synced"],
