@@ -187,6 +187,7 @@ int main(int argc, char** argv) {
   uint64_t steps_taken = 0;
   const float lr = 0.05f;
 
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     for (uint64_t it = 0; it < iterations; ++it) {
       std::vector<straggler::StepPlan> plans;
@@ -239,8 +240,10 @@ int main(int argc, char** argv) {
       }
       if (stepped) ++steps_taken;
       std::ostringstream line;
-      line << "{\"it\":" << it << ",\"rank\":" << rank << ",\"replica\":" << replica << ",\"stage\":" << stage
-           << ",\"steps_taken\":" << steps_taken << ",\"chunks\":[";
+      line << "{\"it\":" << it << ",\"t\":"
+           << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << ",\"rank\":" << rank << ",\"replica\":" << replica << ",\"stage\":" << stage
+           << ",\"steps_taken\":" << steps_taken << ",\"job_active\":" << Json(sw->job().Plan().active_ranks)
+           << ",\"chunks\":[";
       for (uint32_t c = 0; c < chunks; ++c) {
         const straggler::StepPlan& p = plans[c];
         line << (c ? "," : "") << "{\"version\":" << p.version << ",\"effective_iteration\":" << p.effective_iteration
