@@ -72,7 +72,7 @@ void DownstreamReactor::Act(common::WriteAction action) {  // mu_ held
 }
 
 void DownLink::Offer(v1::Directive d) {
-  std::lock_guard lock(mu);
+  absl::MutexLock lock(&mu);
   if (reactor != nullptr) reactor->Offer(std::move(d));
 }
 

@@ -1,10 +1,10 @@
-// UpstreamJob: see upstream_job.h. The upstream thread (Run) and the
-// directive relay (HandleDirective) are the second half of agent.h's
-// semantics: replay in order, version history, progress to the owning link.
+// UpstreamJob: see upstream_job.h. The first half (Attach, Take) fills the
+// buffer from trainer streams; the second (the Source methods) is what the
+// job's StreamSession sends upstream and how the daemon's directives are
+// relayed down: replay in order, version history, progress to the owning link.
 #include "upstream_job.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -24,8 +24,35 @@ constexpr size_t kMembershipHistory = 32;  // as the daemon keeps
 // sees the run's stream go (its ranks detach: a killed one turns
 // unresponsive, a new run of the job id is admitted; docs/runs.md).
 constexpr auto kUpstreamIdleGrace = std::chrono::seconds(2);
+// After the half-close of an idle or drained stream, how long the daemon
+// gets to end the call before it is cancelled.
+constexpr auto kUpstreamCloseGrace = std::chrono::seconds(1);
+
+stream::Backoff BackoffOf(const LiveConfig& live) {
+  return {live.reconnect_initial, live.reconnect_max, stream::Backoff::Jitter::kNarrow};
+}
 
 }  // namespace
+
+stream::StreamSession::Options UpstreamJob::SessionOptions(const std::string& id,
+                                                           const std::string& run_id,
+                                                           const LiveConfig& live) {
+  stream::StreamSession::Options o;
+  o.endpoint = "stragglerd";  // the agent's channel names its upstream in its own log lines
+  o.name = absl::StrCat("job=", id, " run='", run_id, "' upstream");
+  o.backoff = BackoffOf(live);
+  o.max_send_delay = std::chrono::milliseconds(0);  // ReadyAt names every batching deadline
+  o.idle_close = kUpstreamIdleGrace;
+  o.close_grace = kUpstreamCloseGrace;
+  o.log = [](stream::LogLevel level, const std::string& line) {
+    switch (level) {
+      case stream::LogLevel::kDebug: spdlog::debug("{}", line); break;
+      case stream::LogLevel::kInfo: spdlog::info("{}", line); break;
+      case stream::LogLevel::kWarning: spdlog::warn("{}", line); break;
+    }
+  };
+  return o;
+}
 
 UpstreamJob::UpstreamJob(std::string job_id, std::string run_id, uint32_t world_size,
                          uint64_t iterations_per_epoch, std::shared_ptr<grpc::Channel> channel,
@@ -34,14 +61,13 @@ UpstreamJob::UpstreamJob(std::string job_id, std::string run_id, uint32_t world_
     : id_(std::move(job_id)),
       run_id_(std::move(run_id)),
       world_size_(world_size),
-      iterations_per_epoch_(iterations_per_epoch),
-      stub_(v1::IngestService::NewStub(channel)),
       node_(std::move(node)),
-      live_(live),
       stats_(stats),
       decorator_(decorator),
+      iterations_per_epoch_(iterations_per_epoch),
+      live_(live),
       buffer_(live.buffer_max_reports),
-      rng_(std::random_device{}()) {}
+      session_(std::move(channel), SessionOptions(id_, run_id_, live), *this) {}
 
 void UpstreamJob::Snapshot::Add(const Snapshot& o) {
   buffered += o.buffered;
@@ -56,7 +82,7 @@ void UpstreamJob::Snapshot::Add(const Snapshot& o) {
 
 absl::Status UpstreamJob::Attach(const v1::StreamHello& hello,
                                  const std::shared_ptr<DownLink>& link) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (hello.world_size() != world_size_) {
     return absl::InvalidArgumentError(absl::StrCat("world_size=", hello.world_size(),
                                                    " differs from job '", id_,
@@ -106,17 +132,20 @@ absl::Status UpstreamJob::Attach(const v1::StreamHello& hello,
   first.set_upstream_unavailable(!connected_);
   link->Offer(std::move(first));
   idle_since_.reset();
-  if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
-  cv_.notify_all();
+  if (!started_) {
+    started_ = true;
+    session_.Start();
+  }
+  session_.Wake();
   return absl::OkStatus();
 }
 
 void UpstreamJob::Detach(const DownLink* link) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   links_.erase(std::remove_if(links_.begin(), links_.end(),
                               [&](const auto& l) { return l.get() == link; }),
                links_.end());
-  cv_.notify_all();  // the last one gone starts the upstream stream's grace
+  session_.Wake();  // the last one gone starts the upstream stream's idle grace
 }
 
 v1::Directive UpstreamJob::Take(const std::shared_ptr<DownLink>& link,
@@ -125,7 +154,7 @@ v1::Directive UpstreamJob::Take(const std::shared_ptr<DownLink>& link,
   ack.set_acked_sequence(batch.sequence());
   uint32_t accepted = 0, rejected = 0;
   const auto now = Clock::now();
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const v1::IterationReport& r : batch.reports()) {
     if (!link->Owns(r.rank())) {
       // Checked here so that the daemon's answers about a rank always have
@@ -160,12 +189,12 @@ v1::Directive UpstreamJob::Take(const std::shared_ptr<DownLink>& link,
   link->last_acked_sequence = std::max(link->last_acked_sequence, batch.sequence());
   ack.set_accepted(accepted);
   ack.set_rejected(rejected);
-  if (accepted > 0 || finished) cv_.notify_all();
+  if (accepted > 0 || finished) session_.Wake();
   return ack;
 }
 
 bool UpstreamJob::RetireIfIdle(Clock::time_point now, std::chrono::milliseconds timeout) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (stopping_) return false;
   if (!links_.empty() || buffer_.size() > 0) {
     idle_since_.reset();
@@ -174,27 +203,37 @@ bool UpstreamJob::RetireIfIdle(Clock::time_point now, std::chrono::milliseconds 
   if (!idle_since_) idle_since_ = now;
   if (now - *idle_since_ < timeout) return false;
   stopping_ = true;
-  deadline_ = now;
-  cv_.notify_all();
+  session_.Stop(now);  // nothing to flush: the stream closes at once
   return true;
 }
 
 void UpstreamJob::SetLive(LiveConfig live) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   live_ = live;
   dropped_ += buffer_.SetCapacity(live.buffer_max_reports);
-  cv_.notify_all();
+  session_.SetBackoff(BackoffOf(live));
+  session_.Wake();
 }
 
 void UpstreamJob::Stop(Clock::time_point deadline) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   stopping_ = true;
-  deadline_ = deadline;
-  cv_.notify_all();
+  session_.Stop(deadline);
+}
+
+void UpstreamJob::Join() {
+  session_.Join();
+  if (joined_) return;
+  joined_ = true;
+  absl::MutexLock lock(&mu_);
+  if (buffer_.size() > 0) {
+    spdlog::warn("job={} run='{}' stopping with {} reports not acknowledged by the daemon", id_,
+                 run_id_, buffer_.reports());
+  }
 }
 
 UpstreamJob::Snapshot UpstreamJob::Snap() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return {buffer_.reports(), dropped_,  connected_, connects_,
           links_.size(),  acked_,       acked_count_, received_};
 }
@@ -247,23 +286,104 @@ void UpstreamJob::FillHelloLocked(v1::ReportBatch& b) {
   hello_pending_ = false;
 }
 
-void UpstreamJob::HandleDirective(const v1::Directive& d) {
-  std::lock_guard lock(mu_);
-  const bool became_connected = !connected_;
-  if (!connected_) {
-    connected_ = true;
-    refused_logged_ = false;
-    backoff_ = live_.reconnect_initial;
-    spdlog::info("job={} run='{}' upstream connected ({} reports buffered)", id_, run_id_,
-                 buffer_.reports());
+
+// StreamSession::Source: what goes up.
+
+bool UpstreamJob::WantsStream() {
+  // No trainer and nothing to deliver: no stream (an open one idles out).
+  absl::MutexLock lock(&mu_);
+  return !links_.empty() || buffer_.size() > 0;
+}
+
+void UpstreamJob::Opening(std::vector<v1::ReportBatch>* out) {
+  {
+    absl::MutexLock lock(&mu_);
+    buffer_.Rewind();  // whatever was not acknowledged goes again
+    hello_pending_ = true;
+    ++connects_;
   }
+  stats_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
+  marks_.clear();  // a new stream (maybe a new daemon) has seen nothing
+  TakeBatch(&out->emplace_back());
+}
+
+Clock::time_point UpstreamJob::ReadyAtLocked() const {
+  const size_t unsent = buffer_.unsent();
+  if (unsent == 0) return Clock::time_point::max();
+  // A full batch, a stop (flush without delay), a hello or finished marker.
+  if (unsent >= live_.batch_max_reports || stopping_ || flush_) return Clock::time_point::min();
+  return *buffer_.oldest_unsent_time() + live_.batch_max_delay;
+}
+
+stream::Clock::time_point UpstreamJob::ReadyAt() const {
+  absl::MutexLock lock(&mu_);
+  return ReadyAtLocked();
+}
+
+bool UpstreamJob::NextBatch(v1::ReportBatch* batch) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (ReadyAtLocked() > Clock::now()) return false;
+  }
+  TakeBatch(batch);  // the sender alone takes from the buffer: still due
+  return true;
+}
+
+void UpstreamJob::TakeBatch(v1::ReportBatch* batch) {
+  batch->Clear();
+  {
+    absl::MutexLock lock(&mu_);
+    batch->set_sequence(++next_sequence_);
+    buffer_.TakeUnsent(live_.batch_max_reports, batch->sequence(), batch);
+    if (buffer_.unsent() == 0) flush_ = false;
+    // A new stream's hello: the one in force where the replay starts.
+    if (hello_pending_ && !batch->has_hello()) *batch->mutable_hello() = buffer_.base_hello();
+    if (batch->has_hello()) FillHelloLocked(*batch);
+    if (run_devices_version_ != devices_version_) {
+      run_devices_ = devices_;
+      run_devices_version_ = devices_version_;
+    }
+  }
+  if (decorator_ != nullptr && *decorator_) {
+    (*decorator_)(BatchContext{id_, run_devices_, marks_}, *batch);
+  }
+}
+
+bool UpstreamJob::Drained() {
+  absl::MutexLock lock(&mu_);
+  return buffer_.size() == 0;
+}
+
+std::string UpstreamJob::Describe() const {
+  absl::MutexLock lock(&mu_);
+  return absl::StrCat(buffer_.reports(), " reports buffered");
+}
+
+// StreamSession::Source: what comes down.
+
+void UpstreamJob::OnConnected() {
+  absl::MutexLock lock(&mu_);
+  connected_ = true;
+  OfferUpstreamStateLocked(false);
+}
+
+void UpstreamJob::OnDisconnected(const stream::StreamSession::Disconnect&) {
+  absl::MutexLock lock(&mu_);
+  if (connected_) OfferUpstreamStateLocked(true);
+  connected_ = false;
+}
+
+void UpstreamJob::OnDirective(const v1::Directive& d) {
+  absl::MutexLock lock(&mu_);
   for (const v1::Membership& m : d.memberships()) history_[m.version()] = m;
   while (history_.size() > kMembershipHistory) history_.erase(history_.begin());
   for (const v1::RankProgress& p : d.progress()) {
     uint64_t& it = progress_[p.rank()];
     it = std::max(it, p.iteration());
   }
-  const size_t acked = buffer_.Ack(d.acked_sequence(), [&](const v1::IterationReport& r) {
+  // Runs inside Ack, under mu_ (the analysis does not follow the call).
+  const size_t acked = buffer_.Ack(d.acked_sequence(), [&](const v1::IterationReport& r)
+                                                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto [it, fresh] = acked_.emplace(r.rank(), r.iteration());
     if (!fresh) it->second = std::max(it->second, r.iteration());
     ++acked_count_[r.rank()];
@@ -285,17 +405,12 @@ void UpstreamJob::HandleDirective(const v1::Directive& d) {
         ++rejected;
       }
     }
-    if (out.memberships_size() == 0 && out.progress_size() == 0 && rejected == 0 &&
-        !became_connected) {
-      continue;
-    }
-    if (became_connected) out.set_upstream_unavailable(false);
+    if (out.memberships_size() == 0 && out.progress_size() == 0 && rejected == 0) continue;
     out.set_rejected(rejected);
     out.set_acked_sequence(link->last_acked_sequence);
     stats_.directives_relayed.fetch_add(1, std::memory_order_relaxed);
     link->Offer(std::move(out));
   }
-  cv_.notify_all();  // a stopping writer waits for the buffer to drain
 }
 
 void UpstreamJob::OfferUpstreamStateLocked(bool unavailable) {
@@ -307,147 +422,4 @@ void UpstreamJob::OfferUpstreamStateLocked(bool unavailable) {
   }
 }
 
-bool UpstreamJob::FlushDone() const {
-  return stopping_ && (buffer_.size() == 0 || Clock::now() >= deadline_);
-}
-
-void UpstreamJob::Run() {
-  backoff_ = live_.reconnect_initial;
-  for (;;) {
-    grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>> stream;
-    std::atomic<bool> broken{false};
-    {
-      std::unique_lock lock(mu_);
-      if (FlushDone()) break;
-      // No trainer and nothing to deliver: no stream until one attaches.
-      cv_.wait(lock, [&] { return stopping_ || !links_.empty() || buffer_.size() > 0; });
-      if (FlushDone()) break;
-      buffer_.Rewind();  // whatever was not acknowledged goes again
-      hello_pending_ = true;
-      ++connects_;
-    }
-    marks_.clear();  // a new stream (maybe a new daemon) has seen nothing
-    stream = stub_->Stream(&ctx);
-    stats_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
-    std::thread reader([&] {
-      v1::Directive d;
-      while (stream->Read(&d)) HandleDirective(d);
-      {
-        std::lock_guard lock(mu_);
-        broken.store(true);
-      }
-      cv_.notify_all();
-    });
-
-    bool ok = true;
-    bool half_closed = false;
-    bool idle = false;  // ended after kUpstreamIdleGrace without trainers
-    Clock::time_point quiet_since{};  // no trainer, nothing buffered since; {} = not quiet
-    for (;;) {
-      v1::ReportBatch batch;
-      {
-        std::unique_lock lock(mu_);
-        for (;;) {
-          if (broken.load() || FlushDone()) break;
-          if (hello_pending_) break;
-          const size_t unsent = buffer_.unsent();
-          if (unsent >= live_.batch_max_reports || (stopping_ && unsent > 0)) break;
-          if (flush_ && unsent > 0) break;  // a hello or finished marker waits
-          if (!stopping_ && links_.empty() && buffer_.size() == 0) {
-            const auto now = Clock::now();
-            if (quiet_since == Clock::time_point{}) quiet_since = now;
-            if (now - quiet_since >= kUpstreamIdleGrace) {
-              idle = true;
-              break;
-            }
-            cv_.wait_until(lock, quiet_since + kUpstreamIdleGrace);
-            continue;
-          }
-          quiet_since = {};
-          if (auto oldest = buffer_.oldest_unsent_time()) {
-            const auto due = *oldest + live_.batch_max_delay;
-            if (Clock::now() >= due) break;
-            cv_.wait_until(lock, std::min(due, stopping_ ? deadline_ : due));
-          } else if (stopping_) {
-            cv_.wait_until(lock, deadline_);
-          } else {
-            cv_.wait(lock);
-          }
-        }
-        if (broken.load()) break;
-        if (FlushDone() || idle) {
-          half_closed = buffer_.size() == 0;
-          break;
-        }
-        batch.set_sequence(++next_sequence_);
-        buffer_.TakeUnsent(live_.batch_max_reports, batch.sequence(), &batch);
-        if (buffer_.unsent() == 0) flush_ = false;
-        // A new stream's hello: the one in force where the replay starts.
-        if (hello_pending_ && !batch.has_hello()) *batch.mutable_hello() = buffer_.base_hello();
-        if (batch.has_hello()) FillHelloLocked(batch);
-        if (run_devices_version_ != devices_version_) {
-          run_devices_ = devices_;
-          run_devices_version_ = devices_version_;
-        }
-      }
-      if (decorator_ != nullptr && *decorator_) {
-        (*decorator_)(BatchContext{id_, run_devices_, marks_}, batch);
-      }
-      if (!stream->Write(batch)) {
-        ok = false;
-        break;
-      }
-    }
-    if (ok && half_closed) {
-      stream->WritesDone();
-    } else {
-      ctx.TryCancel();
-    }
-    reader.join();
-    const grpc::Status status = stream->Finish();
-    std::chrono::milliseconds delay;
-    {
-      std::unique_lock lock(mu_);
-      const bool was_connected = connected_;
-      connected_ = false;
-      if (was_connected) OfferUpstreamStateLocked(true);
-      if (FlushDone()) break;
-      if (idle && half_closed) {
-        spdlog::info("job={} run='{}' upstream stream closed: no trainer stream for {} s",
-                     id_, run_id_, kUpstreamIdleGrace.count());
-        backoff_ = live_.reconnect_initial;
-        continue;  // parks until a trainer attaches
-      }
-      if (was_connected) {
-        spdlog::warn("job={} run='{}' upstream stream ended ({}: {}); {} reports buffered, "
-                     "reconnecting",
-                     id_, run_id_, static_cast<int>(status.error_code()),
-                     status.error_message(), buffer_.reports());
-      } else if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        // Another run of the job id is live on the daemon: retried with
-        // backoff until it ends; the buffer is kept (bounded).
-        if (!refused_logged_) {
-          refused_logged_ = true;
-          spdlog::info("job={} run='{}' refused by the daemon ({}); retrying, {} reports "
-                       "buffered", id_, run_id_, status.error_message(), buffer_.reports());
-        }
-      } else {
-        spdlog::debug("job={} upstream unreachable ({})", id_, status.error_message());
-      }
-      // +-20% jitter so that the agents of a cluster do not reconnect in step.
-      std::uniform_real_distribution<double> jitter(0.8, 1.2);
-      delay = std::chrono::milliseconds(
-          static_cast<int64_t>(static_cast<double>(backoff_.count()) * jitter(rng_)));
-      backoff_ = std::min(backoff_ * 2, live_.reconnect_max);
-      cv_.wait_for(lock, delay, [&] { return stopping_ && Clock::now() >= deadline_; });
-      if (stopping_ && Clock::now() >= deadline_) break;
-    }
-  }
-  std::lock_guard lock(mu_);
-  if (buffer_.size() > 0) {
-    spdlog::warn("job={} run='{}' stopping with {} reports not acknowledged by the daemon", id_,
-                 run_id_, buffer_.reports());
-  }
-}
 }  // namespace straggler::agent

@@ -1,8 +1,12 @@
 // One job's fan-in on the agent, per (job id, StreamHello.run_id): the
-// buffer of reports not yet acknowledged by the daemon, the ONE upstream
-// stream to stragglerd (its own thread), the membership history and the
-// daemon's per-rank progress, and the downstream links to relay them to.
-// The semantics a trainer relies on are agent.h's and docs/agent.md's.
+// buffer of reports not yet acknowledged by the daemon, the membership
+// history and the daemon's per-rank progress, and the downstream links to
+// relay them to. Its ONE upstream stream to stragglerd is a
+// stream::StreamSession (the client library's, straggler/stream/
+// stream_session.h) with this job as its Source: the buffer gives the
+// batches and the hello, the job wants a stream while it has trainers or
+// reports, and its directives are relayed down. The semantics a trainer
+// relies on are agent.h's and docs/agent.md's.
 //
 // Promises:
 //  * Take never waits for the daemon: a batch is acknowledged once buffered.
@@ -11,30 +15,29 @@
 //  * Every daemon answer about a rank goes to the one link that owns it.
 //
 // Thread safety: every public member may be called from any thread; one
-// mutex (mu_) guards the state. The upstream thread and its reader thread
-// are the job's own. Lock order: JobTable's lock, then the job's, then a
-// DownLink's (DownLink::Offer is called with the job's held).
+// mutex (mu_) guards the state. The session's threads call the Source
+// methods, which take mu_. Lock order: JobTable's lock, then the job's, then
+// a DownLink's (DownLink::Offer is called with the job's held).
 #pragma once
 
 #include <algorithm>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "agent.h"  // BatchContext, BatchDecorator
 #include "agent_stats.h"
 #include "report_buffer.h"
 #include "straggler/nvml/telemetry.h"
+#include "straggler/stream/stream_session.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler::agent {
@@ -42,27 +45,28 @@ namespace straggler::agent {
 class DownstreamReactor;
 
 // A downstream stream as its job sees it. Relay state (ranks, versions sent)
-// is guarded by the job's mutex; the reactor pointer by mu (null once the
-// reactor is done, as with the daemon's ReactorLink).
+// is guarded by the job's mutex (UpstreamJob::mu_, which the analysis cannot
+// name from here); the reactor pointer by mu (null once the reactor is done,
+// as with the daemon's ReactorLink).
 struct DownLink {
   explicit DownLink(DownstreamReactor* r) : reactor(r) {}
   // Hands `d` to the reactor's write slot (merged with a pending one); a
   // no-op once detached. Defined in downstream.cc.
   void Offer(v1::Directive d);
   void Detach() {
-    std::lock_guard lock(mu);
+    absl::MutexLock lock(&mu);
     reactor = nullptr;
   }
 
-  std::mutex mu;
-  DownstreamReactor* reactor;            // guarded by mu
+  absl::Mutex mu;
+  DownstreamReactor* reactor ABSL_GUARDED_BY(mu);
   std::vector<uint32_t> ranks;           // ascending; job mutex
   std::set<uint64_t> sent_versions;      // job mutex
   uint64_t last_acked_sequence = 0;      // job mutex
   bool Owns(uint32_t rank) const { return std::binary_search(ranks.begin(), ranks.end(), rank); }
 };
 
-class UpstreamJob {
+class UpstreamJob final : private stream::StreamSession::Source {
  public:
   UpstreamJob(std::string job_id, std::string run_id, uint32_t world_size,
               uint64_t iterations_per_epoch, std::shared_ptr<grpc::Channel> channel,
@@ -79,7 +83,7 @@ class UpstreamJob {
   // does not speak for or a new client incarnation of a rank (a restarted
   // trainer), queues a later hello behind the buffered reports (the old
   // incarnation's reach the daemon first). The first attach starts the
-  // upstream thread.
+  // upstream session.
   absl::Status Attach(const v1::StreamHello& hello, const std::shared_ptr<DownLink>& link);
   // The link's stream ended; the last one gone starts the upstream
   // stream's idle grace.
@@ -98,12 +102,12 @@ class UpstreamJob {
   // SIGHUP's live keys; a smaller buffer bound drops the oldest reports.
   void SetLive(LiveConfig live);
 
-  // Begins the bounded flush: the upstream thread exits once the buffer is
-  // acknowledged or at the deadline.
+  // Begins the bounded flush: the upstream session ends once the buffer is
+  // acknowledged or at the deadline (then its call is cancelled).
   void Stop(Clock::time_point deadline);
-  void Join() {
-    if (thread_.joinable()) thread_.join();
-  }
+  // Waits for the upstream session (at most until the Stop deadline, see
+  // StreamSession::Join); stops it now when Stop was not called.
+  void Join();
 
   // What /metrics shows of the job (agent_metrics.h).
   struct Snapshot {
@@ -127,68 +131,85 @@ class UpstreamJob {
     std::vector<v1::ExcludedRank> excluded;
   };
 
+  // StreamSession::Source (the session's threads; each takes mu_).
+  bool WantsStream() override;
+  void Opening(std::vector<v1::ReportBatch>* out) override;
+  bool NextBatch(v1::ReportBatch* batch) override;
+  stream::Clock::time_point ReadyAt() const override;
+  bool Drained() override;
+  void OnConnected() override;
+  void OnDirective(const v1::Directive& d) override;
+  void OnDisconnected(const stream::StreamSession::Disconnect& how) override;
+  std::string Describe() const override;
+
+  // When the next upstream batch is due (see ReadyAt).
+  Clock::time_point ReadyAtLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next batch out of the buffer (the hello first on a new stream),
+  // then the decorator, outside the lock.
+  void TakeBatch(v1::ReportBatch* batch) ABSL_LOCKS_EXCLUDED(mu_);
   // How far the job's ranks on this node are, for the upstream hello
   // (StreamHello.reported_iteration): the maximum over its trainers' hellos
   // and every report they sent here.
-  void NoteReportedLocked(uint64_t iteration);
+  void NoteReportedLocked(uint64_t iteration) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Versions kept that `link` has not been sent, ascending, into `d`.
-  void AddUnsentVersionsLocked(DownLink& link, v1::Directive& d);
+  void AddUnsentVersionsLocked(DownLink& link, v1::Directive& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The ranks and devices (client incarnations) an upstream hello names now.
-  v1::StreamHello HelloPartLocked() const;
+  v1::StreamHello HelloPartLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes b.hello (its ranks and devices come from the buffer: the hello
   // in force where the batch starts).
-  void FillHelloLocked(v1::ReportBatch& b);
-  // Reader thread: an upstream directive.
-  void HandleDirective(const v1::Directive& d);
-  // With mu_ held: tells every downstream stream whether the daemon is
-  // reachable through this job's upstream stream.
-  void OfferUpstreamStateLocked(bool unavailable);
-  bool FlushDone() const;
-  // The upstream thread: connect, (re)send the hello, replay the buffer,
-  // then batch by size and time; on failure back off with jitter and retry.
-  void Run();
+  void FillHelloLocked(v1::ReportBatch& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells every downstream stream whether the daemon is reachable through
+  // this job's upstream stream.
+  void OfferUpstreamStateLocked(bool unavailable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static stream::StreamSession::Options SessionOptions(const std::string& id,
+                                                       const std::string& run_id,
+                                                       const LiveConfig& live);
 
   const std::string id_;
   const std::string run_id_;  // StreamHello.run_id of every trainer of this fan-in
   const uint32_t world_size_;
-  uint64_t iterations_per_epoch_;
-  std::unique_ptr<v1::IngestService::Stub> stub_;
   const std::string node_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  LiveConfig live_;
   AgentStats& stats_;
   const BatchDecorator* decorator_;
-  ReportBuffer buffer_;
-  std::set<uint32_t> ranks_;                 // every rank a downstream hello named
-  bool hello_pending_ = true;                // a new upstream stream: its first hello
-  bool flush_ = false;                       // a marker is buffered: send without delay
-  bool refused_logged_ = false;              // FAILED_PRECONDITION logged since connected
-  Known known_;
-  std::optional<uint64_t> reported_;  // see NoteReportedLocked
-  std::map<uint64_t, v1::Membership> history_;  // newest kMembershipHistory versions
-  std::map<uint32_t, uint64_t> progress_;       // the daemon's, per rank
-  std::map<uint32_t, uint64_t> acked_;          // highest iteration acknowledged upstream
-  std::map<uint32_t, uint64_t> acked_count_;    // reports acknowledged upstream, per rank
-  std::map<uint32_t, uint64_t> received_;       // reports taken from downstream, per rank
-  std::vector<std::shared_ptr<DownLink>> links_;
-  std::map<uint32_t, nvml::RankDevice> devices_;  // from downstream hellos, by rank
-  uint64_t devices_version_ = 0;                  // grows on every change of devices_
-  std::optional<Clock::time_point> idle_since_;   // no links, empty buffer since
-  // Upstream thread only: its copy of devices_, and the decorator's marks.
+
+  mutable absl::Mutex mu_;
+  uint64_t iterations_per_epoch_ ABSL_GUARDED_BY(mu_);
+  LiveConfig live_ ABSL_GUARDED_BY(mu_);
+  ReportBuffer buffer_ ABSL_GUARDED_BY(mu_);
+  std::set<uint32_t> ranks_ ABSL_GUARDED_BY(mu_);  // every rank a downstream hello named
+  bool hello_pending_ ABSL_GUARDED_BY(mu_) = true;  // a new upstream stream: its first hello
+  bool flush_ ABSL_GUARDED_BY(mu_) = false;  // a marker is buffered: send without delay
+  Known known_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint64_t> reported_ ABSL_GUARDED_BY(mu_);  // see NoteReportedLocked
+  // Newest kMembershipHistory versions.
+  std::map<uint64_t, v1::Membership> history_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, uint64_t> progress_ ABSL_GUARDED_BY(mu_);  // the daemon's, per rank
+  // Highest iteration acknowledged upstream, reports acknowledged upstream,
+  // reports taken from downstream: per rank.
+  std::map<uint32_t, uint64_t> acked_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, uint64_t> acked_count_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, uint64_t> received_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<DownLink>> links_ ABSL_GUARDED_BY(mu_);
+  // From downstream hellos, by rank; devices_version_ grows on every change.
+  std::map<uint32_t, nvml::RankDevice> devices_ ABSL_GUARDED_BY(mu_);
+  uint64_t devices_version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<Clock::time_point> idle_since_ ABSL_GUARDED_BY(mu_);  // no links, empty buffer
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t connects_ ABSL_GUARDED_BY(mu_) = 0;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool joined_ = false;  // Join's caller only
+  // The session's sender thread only: its copy of devices_, and the
+  // decorator's marks (cleared per stream: a new daemon has seen nothing).
   std::map<uint32_t, nvml::RankDevice> run_devices_;
   uint64_t run_devices_version_ = ~uint64_t{0};
   std::map<uint32_t, uint64_t> marks_;
-  uint64_t dropped_ = 0;
-  uint64_t next_sequence_ = 0;
-  uint64_t connects_ = 0;
-  bool connected_ = false;
-  bool stopping_ = false;
-  Clock::time_point deadline_{};
-  std::chrono::milliseconds backoff_{100};
-  std::mt19937_64 rng_;
-  std::thread thread_;
+
+  // Last: its threads use everything above.
+  stream::StreamSession session_;
 };
 
 }  // namespace straggler::agent

@@ -2,9 +2,9 @@
 //
 // The pieces (each with its own header):
 //   * client_options.cc: ClientOptions::FromEnv and Validate.
-//   * StreamSession (stream_session.h): the connection's life - the sender
-//     thread (connect, write, reconnect with backoff) and a reader thread per
-//     connection.
+//   * stream::StreamSession (straggler/stream/stream_session.h, shared with
+//     the agent): the connection's life - the sender thread (connect, write,
+//     reconnect with backoff) and a reader thread per connection.
 //   * UnackedBatches (unacked_batches.h): batches written and not yet
 //     acknowledged, resent on a new connection.
 //   * MembershipTracker (membership_tracker.h): the versions received, the
@@ -32,8 +32,8 @@
 #include "queued_report.h"
 #include "report_queue.h"
 #include "straggler/client.h"
+#include "straggler/stream/stream_session.h"
 #include "straggler/v1/straggler.grpc.pb.h"
-#include "stream_session.h"
 #include "unacked_batches.h"
 
 namespace straggler {
@@ -45,8 +45,15 @@ using detail::QueuedReport;
 
 constexpr const char* kClientVersion = "0.1.0";
 
-detail::StreamSession::Options SessionOptions(const ClientOptions& o) {
-  return {o.endpoint, o.job_id, o.backoff_initial, o.backoff_max, o.max_send_delay};
+using stream::StreamSession;
+
+StreamSession::Options SessionOptions(const ClientOptions& o) {
+  StreamSession::Options s;
+  s.endpoint = o.endpoint;
+  s.name = "straggler client (job '" + o.job_id + "')";
+  s.backoff = {o.backoff_initial, o.backoff_max, stream::Backoff::Jitter::kSpread};
+  s.max_send_delay = o.max_send_delay;
+  return s;  // log: warnings to stderr; idle_close unused (a client always wants its stream)
 }
 
 // Random per Client, never 0: a restarted trainer is a new incarnation and
@@ -58,7 +65,7 @@ uint64_t NewIncarnation() {
   return v;
 }
 
-class ClientImpl final : public Client, private detail::StreamSession::Source {
+class ClientImpl final : public Client, private StreamSession::Source {
  public:
   ClientImpl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
       : options_(std::move(options)),
@@ -68,8 +75,7 @@ class ClientImpl final : public Client, private detail::StreamSession::Source {
         unacked_(queue_.capacity(), options_.max_batch),
         tracker_(options_.world_size, options_.ranks),
         incarnation_(NewIncarnation()),
-        session_(detail::StreamSession::MakeChannel(SessionOptions(options_),
-                                                    std::move(credentials)),
+        session_(StreamSession::MakeChannel(SessionOptions(options_), std::move(credentials)),
                  SessionOptions(options_), *this) {
     // A power of two no larger than a batch or a quarter of the queue: a
     // burst wakes the sender while there is still room.
@@ -212,8 +218,13 @@ class ClientImpl final : public Client, private detail::StreamSession::Source {
 
   // StreamSession::Source, on the sender thread: the queue into batches.
 
-  bool Queued() const override { return queue_.SizeApprox() > 0; }
-  bool HasRoom() const override { return unacked_.HasRoom(); }
+  // A batch is due whenever reports are queued and there is room for it;
+  // otherwise Report() (sometimes), Flush, MembershipFor or an
+  // acknowledgement wakes the sender, or its poll timer does.
+  stream::Clock::time_point ReadyAt() const override {
+    return queue_.SizeApprox() > 0 && unacked_.HasRoom() ? stream::Clock::time_point::min()
+                                                          : stream::Clock::time_point::max();
+  }
 
   // Moves up to max_batch reports from the queue into a new unacknowledged batch.
   bool NextBatch(pb::ReportBatch* batch) override {
@@ -274,6 +285,7 @@ class ClientImpl final : public Client, private detail::StreamSession::Source {
       d->set_incarnation(incarnation_);
       d->set_peer_group(options_.peer_group);
       if (options_.replica) d->set_replica(*options_.replica);
+      d->set_gpu_model(options_.gpu_model);
     }
     // The newest version we hold, so that a restarted daemon (which starts
     // again from version 0) publishes a version above it, effective after it,
@@ -345,7 +357,7 @@ class ClientImpl final : public Client, private detail::StreamSession::Source {
   const uint64_t incarnation_;
 
   // Last: its threads use everything above, and Stop() joins them in ~ClientImpl.
-  detail::StreamSession session_;
+  StreamSession session_;
 };
 
 }  // namespace

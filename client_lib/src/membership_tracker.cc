@@ -8,7 +8,7 @@
 
 #include "absl/time/time.h"
 #include "clamp_timeout.h"
-#include "stream_session.h"
+#include "straggler/stream/stream_session.h"
 
 namespace straggler::detail {
 
@@ -22,6 +22,7 @@ constexpr std::pair<pb::ExclusionReason, std::string_view> kReasonNames[] = {
     {pb::EXCLUSION_REASON_UNRESPONSIVE, "unresponsive"},
     {pb::EXCLUSION_REASON_FORCED, "forced"},
     {pb::EXCLUSION_REASON_PROBATION_END, "probation_end"},
+    {pb::EXCLUSION_REASON_REPLICA, "replica"},
 };
 
 std::string ReasonName(pb::ExclusionReason r) {

@@ -27,9 +27,13 @@
 #include "straggler/client.h"
 #include "straggler/v1/straggler.pb.h"
 
+namespace straggler::stream {
+class StreamSession;
+}  // namespace straggler::stream
+
 namespace straggler::detail {
 
-class StreamSession;
+using stream::StreamSession;
 
 class MembershipTracker {
  public:

@@ -96,6 +96,10 @@ struct EngineImpl {
 
   // ---- per rank ------------------------------------------------------------
   std::vector<RankState> ranks;
+  // Each rank's declared place (SetTopology); the references group ranks by
+  // it and rebuild their groups when topology_version moves.
+  std::vector<RankTopology> topology;
+  uint64_t topology_version = 0;
   // Ranks a row waits for, before exclusions: announced or reporting, and not
   // unresponsive.
   uint32_t counted_ranks = 0;

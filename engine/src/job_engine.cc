@@ -17,6 +17,7 @@ EngineImpl::EngineImpl(uint32_t world, PolicyConfig p, Time now)
     : world_size(world),
       policy(std::move(p)),
       ranks(world),
+      topology(world),
       created_at(now),
       reference(MakeReference(*this)),
       log(world, policy.lead_iterations, now) {}
@@ -71,6 +72,8 @@ void JobEngine::StartOver(uint64_t first_version, Time now) {
   auto fresh = std::make_unique<Impl>(old.world_size, old.policy, now);
   fresh->iterations_per_epoch = old.iterations_per_epoch;
   fresh->epoch_length_announced = old.epoch_length_announced;
+  fresh->topology = old.topology;  // the job's shape, not state
+  fresh->topology_version = old.topology_version + 1;
   Membership m = fresh->Newest();
   m.version = first_version;
   m.lead_iterations = static_cast<uint32_t>(old.Lead());
@@ -147,6 +150,18 @@ void JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
   impl_->iterations_per_epoch = iterations;
   impl_->epoch_length_announced = iterations > 0;
   impl_->ClampCounters();
+}
+
+void JobEngine::SetTopology(uint32_t rank, const RankTopology& topology) {
+  assert(rank < impl_->world_size);
+  if (impl_->topology[rank] == topology) return;
+  impl_->topology[rank] = topology;
+  impl_->topology_version++;
+}
+
+const RankTopology& JobEngine::Topology(uint32_t rank) const {
+  assert(rank < impl_->world_size);
+  return impl_->topology[rank];
 }
 
 std::optional<uint64_t> JobEngine::Progress(uint32_t rank) const {

@@ -4,6 +4,15 @@
   replay_suite.py smoke --replay BIN --scenarios DIR
       every scenarios/*.yaml with --policy all: exit 0, a JSON report with
       per-rank detections and scores for all five policies.
+  replay_suite.py criteria --replay BIN --scenarios DIR
+      the default policy (no --policy: the daemon's default settings) over
+      every scenario: issue 17's criteria (bench/quality criteria.h) - no
+      false alarm, no flap, every episode flagged by its deadline. Prints
+      every scenario's result and each failure.
+  replay_suite.py defaults --replay BIN --scenarios DIR --daemon-config FILE
+      straggler-replay without --policy runs exactly the policy settings of
+      deploy/stragglerd.yaml (every key of its `policy:` section), and gives
+      the same detections as naming that policy.
   replay_suite.py gate --replay BIN --scenario FILE --expect no_fp|detect
       the default `dynamic` policy: no false positive at all (no_fp), or
       every straggler episode detected within 10 iterations with recall
@@ -32,7 +41,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "bench", "quality"))
 import sweep  # noqa: E402  (the sweep's one row generator)
 
-POLICIES = ["dynamic", "ewma", "static", "nvrx", "greyhound"]
+REFERENCE_RULES = ["nvrx", "greyhound"]
+
+
+def policies(replay, scenario):
+    """What --policy all runs: the engine's kinds, the default first, then the
+    reference rules."""
+    p = run([replay, scenario, "--policy", "all", "--format", "json"])
+    if p.returncode != 0:
+        fail(f"{scenario}: exit {p.returncode}: {p.stderr}")
+    return [x["policy"] for x in json.loads(p.stdout)["policies"]]
 
 
 def run(cmd, **kw):
@@ -46,23 +64,99 @@ def fail(msg):
 
 def smoke(a):
     files = sorted(glob.glob(os.path.join(a.scenarios, "*.yaml")))
-    if len(files) < 15:
+    if len(files) < 50:
         fail(f"expected the whole suite in {a.scenarios}, found {len(files)} scenarios")
+    expected = policies(a.replay, files[0])
+    if not {"dynamic", "ewma", "static"} <= set(expected) or expected[-2:] != REFERENCE_RULES:
+        fail(f"--policy all runs {expected}")
     for f in files:
         p = run([a.replay, f, "--policy", "all", "--format", "json"])
         if p.returncode != 0:
             fail(f"{f}: exit {p.returncode}: {p.stderr}")
         doc = json.loads(p.stdout)
         got = [x["policy"] for x in doc["policies"]]
-        if got != POLICIES:
+        if got != expected:
             fail(f"{f}: policies {got}")
         for x in doc["policies"]:
-            if len(x["ranks"]) != doc["ranks_count"] or "scores" not in x:
-                fail(f"{f}: {x['policy']}: ranks or scores missing")
+            if len(x["ranks"]) != doc["ranks_count"] or "scores" not in x or "criteria" not in x:
+                fail(f"{f}: {x['policy']}: ranks, scores or criteria missing")
         s = doc["scores"]
         print(f"{os.path.basename(f)}: dynamic precision={s['precision']} recall={s['recall']} "
               f"FP/1k={s['false_positives_per_1000']:.2f} detected={s['detected']}/{s['episodes']}")
-    print(f"ok: {len(files)} scenarios x {len(POLICIES)} policies")
+    print(f"ok: {len(files)} scenarios x {len(expected)} policies")
+
+
+def criteria(a):
+    files = sorted(glob.glob(os.path.join(a.scenarios, "*.yaml")))
+    failed = []
+    for f in files:
+        p = run([a.replay, f, "--format", "json"])
+        if p.returncode != 0:
+            fail(f"{f}: exit {p.returncode}: {p.stderr}")
+        doc = json.loads(p.stdout)
+        c = doc["criteria"]
+        print(f"{doc['name']} ({doc['policy']}): {c['summary']} "
+              f"(episodes in time {c['in_time']}/{c['episodes']})")
+        for line in c["failures"][:10]:
+            print(f"    {line}")
+        if not c["pass"]:
+            failed.append(doc["name"])
+    if failed:
+        fail(f"the default policy misses issue 17's criteria on {len(failed)} of {len(files)} "
+             f"scenarios: {', '.join(failed)}")
+    print(f"ok: the default policy meets the criteria on all {len(files)} scenarios")
+
+
+def policy_section(path):
+    """{key: value text} of the `policy:` section of deploy/stragglerd.yaml
+    (two-space indented `key: value  # comment` lines; standard library only)."""
+    out, inside = {}, False
+    for line in open(path):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not line.startswith(" "):
+            inside = line.startswith("policy:")
+            continue
+        if inside:
+            key, _, value = line.strip().partition(":")
+            out[key] = value.split("#", 1)[0].strip().strip('"')
+    return out
+
+
+def same(text, value):
+    if isinstance(value, bool):
+        return text.lower() == str(value).lower()
+    if isinstance(value, (int, float)):
+        return float(text) == float(value)
+    return text == value
+
+
+def defaults(a):
+    shipped = policy_section(a.daemon_config)
+    if len(shipped) < 15 or "kind" not in shipped:
+        fail(f"{a.daemon_config}: read only {sorted(shipped)} from its policy section")
+    scenario = os.path.join(a.scenarios, "slowdown-3x.yaml")
+    p = run([a.replay, scenario, "--format", "json"])
+    if p.returncode != 0:
+        fail(f"exit {p.returncode}: {p.stderr}")
+    doc = json.loads(p.stdout)
+    settings = doc["settings"]
+    if doc["policy"] != shipped["kind"]:
+        fail(f"without --policy the replay runs {doc['policy']}, the daemon ships "
+             f"kind: {shipped['kind']}")
+    if set(settings) != set(shipped):
+        fail(f"keys differ: replay only {sorted(set(settings) - set(shipped))}, "
+             f"{a.daemon_config} only {sorted(set(shipped) - set(settings))}")
+    differ = [f"{k}: replay {settings[k]!r}, shipped {shipped[k]!r}" for k in sorted(shipped)
+              if not same(shipped[k], settings[k])]
+    if differ:
+        fail("the replay's default settings differ from the daemon's: " + "; ".join(differ))
+    named = json.loads(run([a.replay, scenario, "--policy", doc["policy"], "--format",
+                            "json"]).stdout)
+    if named["ranks"] != doc["ranks"]:
+        fail(f"--policy {doc['policy']} detects otherwise than no --policy")
+    print(f"ok: no --policy runs {doc['policy']} with all {len(settings)} settings of "
+          f"{a.daemon_config}")
 
 
 def gate(a):
@@ -127,8 +221,8 @@ def cli(a):
     if json.load(open(report2)) != json.loads(p2.stdout):
         fail("two runs of the same trace differ")
     # --set takes effect: a limit of 20 delays detection.
-    p = run([a.replay, csv, "--set", "limit=20", "--set", "cooldown_iterations=0",
-             "--format", "json"])
+    p = run([a.replay, csv, "--policy", "dynamic", "--set", "limit=20", "--set",
+             "cooldown_iterations=0", "--format", "json"])
     d = json.loads(p.stdout)
     at = [r for r in d["ranks"] if r["rank"] == 2][0]["detected_at"]
     if not at or at[0] < 20 + 19:
@@ -184,6 +278,19 @@ def cli(a):
         fail(f"too large input: expected exit 2 and 'out of memory': {p.returncode} "
              f"{p.stderr!r}")
 
+    # A scenario's declared topology reaches the engine (JobEngine::SetTopology):
+    # the report shows each rank's topology as the engine holds it after the run.
+    for name, rank, want in (("pipeline-4x2x2-stage1.6", 9, ("stage1", 0, "")),
+                             ("pipeline-2x2x4-first1.5", 6, ("stage1", 0, "")),
+                             ("generations-declared", 12, ("", None, "A100"))):
+        p = run([a.replay, os.path.join(a.scenarios, name + ".yaml"), "--policy", "all",
+                 "--format", "json"])
+        for x in json.loads(p.stdout)["policies"]:
+            r = x["ranks"][rank]
+            got = (r.get("peer_group"), r.get("replica"), r.get("gpu_model"))
+            if got != want:
+                fail(f"{name} ({x['policy']}): rank {rank} topology {got}, expected {want}")
+
     # Without ground truth the markdown row lists the detections themselves.
     p = run([a.replay, csv, "--policy", "dynamic", "--format", "markdown"])
     rows = [l for l in p.stdout.splitlines() if l.startswith("| ") and "dynamic" in l]
@@ -202,6 +309,7 @@ def cli(a):
 
 def tables(a):
     files = sorted(glob.glob(os.path.join(a.scenarios, "*.yaml")))
+    expected = policies(a.replay, files[0])
     fresh = []
     for f in files:
         p = run([a.replay, f, "--policy", "all", "--format", "markdown"])
@@ -209,8 +317,8 @@ def tables(a):
             fail(f"{f}: exit {p.returncode}: {p.stderr}")
         fresh += [l for l in p.stdout.splitlines()
                   if l.startswith("| ") and not l.startswith("| scenario |")]
-    if len(fresh) != len(files) * len(POLICIES):
-        fail(f"expected {len(files) * len(POLICIES)} rows from {len(files)} scenarios, "
+    if len(fresh) != len(files) * len(expected):
+        fail(f"expected {len(files) * len(expected)} rows from {len(files)} scenarios, "
              f"got {len(fresh)}")
     with open(a.benchmarks) as fh:
         doc = fh.read()
@@ -248,18 +356,33 @@ def tables(a):
              f"a fresh sweep ({len(fresh)} rows); regenerate it with the command above it")
     print(f"ok: all {len(fresh)} rows of the default-settings sweep match a fresh run")
 
+    # "Criteria by policy": one row per policy, as sweep.py --criteria prints them.
+    section = doc.split("### Criteria by policy", 1)[-1].split("\n#", 1)[0]
+    published = [l for l in section.splitlines()
+                 if l.startswith("| ") and not l.startswith("| policy |")]
+    fresh = sweep.criteria_rows(a.replay, a.scenarios)
+    if published != fresh:
+        for now, old in zip(fresh, published + [None] * len(fresh)):
+            if now != old:
+                print(f"now:       {now}\npublished: {old}")
+        fail("BENCHMARKS.md's \"Criteria by policy\" table differs from a fresh run; "
+             "regenerate it with the command above it")
+    print(f"ok: all {len(fresh)} rows of the criteria table match a fresh run")
+
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["smoke", "gate", "cli", "tables"])
+    ap.add_argument("mode", choices=["smoke", "gate", "cli", "tables", "criteria", "defaults"])
     ap.add_argument("--replay", required=True)
     ap.add_argument("--scenarios")
     ap.add_argument("--scenario")
     ap.add_argument("--expect", choices=["no_fp", "detect"])
     ap.add_argument("--workdir")
     ap.add_argument("--benchmarks")
+    ap.add_argument("--daemon-config")
     a = ap.parse_args()
-    {"smoke": smoke, "gate": gate, "cli": cli, "tables": tables}[a.mode](a)
+    {"smoke": smoke, "gate": gate, "cli": cli, "tables": tables, "criteria": criteria,
+     "defaults": defaults}[a.mode](a)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 // straggler-replay — runs a scenario (scenarios/*.yaml) or a recorded trace
-// (CSV: iteration,rank,compute_seconds[,epoch][,peer_group][,replica]) through the detection engine
+// (CSV: iteration,rank,compute_seconds[,epoch][,peer_group][,replica]
+// [,gpu_model]) through the detection engine
 // offline and deterministically, and through two reference rules, and
 // scores each against the scenario's ground truth.
 //
@@ -22,6 +23,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -35,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "replay.h"
 #include "straggler/engine/policy.h"
+#include "straggler/quality/criteria.h"
 #include "straggler/quality/csv_trace.h"
 #include "straggler/quality/reference_rules.h"
 #include "straggler/quality/scenario.h"
@@ -202,6 +205,7 @@ nlohmann::json ScoreJson(const Score& s) {
           {"scored_rank_iterations", s.scored},
           {"false_positives_per_1000", s.fp_per_1000},
           {"false_alarms", s.false_alarms},
+          {"flaps", s.flaps},
           {"episodes", s.episodes},
           {"detected", s.detected},
           {"missed", s.missed},
@@ -224,7 +228,44 @@ std::string Fmt(const std::optional<double>& v, int digits) {
 struct Result {
   PolicyRun run;
   std::optional<Score> score;
+  std::optional<Criteria> criteria;  // issue 17's criteria (criteria.h), with truth
+  nlohmann::json settings;           // engine policies: every PolicyConfig field it ran with
 };
+
+// {field: value} by the YAML names of deploy/stragglerd.yaml's `policy:`.
+nlohmann::json SettingsJson(const PolicyConfig& p) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& f : straggler::engine::PolicyFields())
+    std::visit(
+        [&](auto m) {
+          using T = std::remove_cvref_t<decltype(p.*m)>;
+          if constexpr (std::is_same_v<T, PolicyKind>)
+            out[f.name] = std::string(straggler::engine::PolicyKindName(p.*m));
+          else if constexpr (std::is_same_v<T, RecoveryMode>)
+            out[f.name] = std::string(straggler::engine::RecoveryModeName(p.*m));
+          else
+            out[f.name] = p.*m;
+        },
+        f.member);
+  return out;
+}
+
+nlohmann::json CriteriaJson(const Criteria& c) {
+  return {{"pass", c.pass()},         {"summary", c.Summary()},
+          {"episodes", c.episodes},   {"in_time", c.in_time},
+          {"late", c.late},           {"missed", c.missed},
+          {"false_alarms", c.false_alarms}, {"flaps", c.flaps},
+          {"failures", c.failures}};
+}
+
+// The engine policies `--policy all` runs: every kind this engine knows, the
+// daemon's default (PolicyConfig{}, = deploy/stragglerd.yaml) first.
+std::vector<std::string> EnginePolicies() {
+  std::vector<std::string> out = {std::string(PolicyKindName(PolicyConfig{}.kind))};
+  for (const char* name : {"peer", "dynamic", "ewma", "static"})
+    if (out[0] != name && straggler::engine::ParsePolicyKind(name).ok()) out.push_back(name);
+  return out;
+}
 
 // A trace without ground truth has no scores to tabulate: its markdown row
 // lists where each rank was flagged and unflagged instead, as
@@ -243,16 +284,36 @@ std::string RankAtList(const std::vector<std::vector<uint64_t>>& per_rank) {
   return text;
 }
 
+// The criteria cell: "pass", or the counts that failed ("late 1, alarms 2").
+std::string MarkdownCriteria(const Criteria& c) {
+  if (c.pass()) return "pass";
+  std::string out = "**fail**:";
+  auto add = [&](uint64_t n, const char* what) {
+    if (n) out += absl::StrFormat(" %s %d", what, n);
+  };
+  add(c.late, "late");
+  add(c.missed, "missed");
+  add(c.false_alarms, "alarms");
+  add(c.flaps, "flaps");
+  return out;
+}
+
 int Run(int argc, char** argv) {
-  std::string input, policy_name = "dynamic", report_path, format = "table";
+  // No --policy: exactly the daemon's default settings, PolicyConfig{} (the
+  // one table of defaults deploy/stragglerd.yaml shows; tested to agree).
+  std::string input, policy_name, report_path, format = "table";
   std::vector<std::string> sets;
   CLI::App app{
       "straggler-replay: run a scenario (YAML) or a recorded trace (CSV) through the detection "
       "engine and reference rules, offline, and score the result"};
-  app.add_option("input", input, "scenario .yaml or trace .csv (iteration,rank,compute_seconds[,epoch][,peer_group][,replica])")
+  app.add_option("input", input,
+                 "scenario .yaml or trace .csv "
+                 "(iteration,rank,compute_seconds[,epoch][,peer_group][,replica][,gpu_model])")
       ->required();
-  app.add_option("--policy", policy_name, "dynamic|ewma|static|nvrx|greyhound|all")
-      ->capture_default_str();
+  app.add_option("--policy", policy_name,
+                 "dynamic|ewma|static|nvrx|greyhound|all (default: the daemon's default policy, " +
+                     std::string(straggler::engine::PolicyKindName(PolicyConfig{}.kind)) +
+                     ", with the daemon's default settings)");
   app.add_option("--set", sets,
                  "KEY=VALUE: a PolicyConfig field by its YAML name (limit, threshold_factor, "
                  "ewma_ratio, ...) or nvrx_*/greyhound_* rule options; repeatable");
@@ -272,13 +333,18 @@ int Run(int argc, char** argv) {
   if (format != "table" && format != "json" && format != "markdown")
     return fail("--format " + format + " is not table, json or markdown");
   std::vector<std::string> policies;
+  const std::vector<std::string> engine_policies = EnginePolicies();
+  std::string known;
+  for (const auto& p : engine_policies) known += p + ", ";
+  if (policy_name.empty()) policy_name = engine_policies[0];
   if (policy_name == "all") {
-    policies = {"dynamic", "ewma", "static", "nvrx", "greyhound"};
-  } else if (policy_name == "dynamic" || policy_name == "ewma" || policy_name == "static" ||
+    policies = engine_policies;
+    policies.insert(policies.end(), {"nvrx", "greyhound"});
+  } else if (std::count(engine_policies.begin(), engine_policies.end(), policy_name) ||
              policy_name == "nvrx" || policy_name == "greyhound") {
     policies = {policy_name};
   } else {
-    return fail("--policy " + policy_name + " is not dynamic, ewma, static, nvrx, greyhound or all");
+    return fail("--policy " + policy_name + " is not " + known + "nvrx, greyhound or all");
   }
 
   Settings settings;
@@ -303,10 +369,6 @@ int Run(int argc, char** argv) {
     return fail(input + ": not a .yaml scenario or a .csv trace");
   }
 
-  // static needs a threshold: unless --set, threshold_factor x base_seconds
-  // (for a CSV trace: x the median compute time).
-  if (!settings.static_threshold_set)
-    settings.policy.static_threshold_seconds = settings.policy.threshold_factor * trace.base_seconds;
 
   const RankMatrix scored = trace.ReportedMatrix();
   int rc = kExitOk;
@@ -319,9 +381,13 @@ int Run(int argc, char** argv) {
       res.run = straggler::replay::FromFlags(trace, RunGreyhound(trace, settings.greyhound), name);
     } else {
       PolicyConfig p = settings.policy;
-      p.kind = name == "dynamic" ? PolicyKind::kDynamic
-               : name == "ewma"  ? PolicyKind::kEwma
-                                 : PolicyKind::kStatic;
+      p.kind = *straggler::engine::ParsePolicyKind(name);
+      // static needs a threshold: unless --set, threshold_factor x base_seconds
+      // (for a CSV trace: x the median compute time). The other kinds run
+      // with exactly the settings given (the daemon's defaults without --set).
+      if (p.kind == PolicyKind::kStatic && !settings.static_threshold_set)
+        p.static_threshold_seconds = p.threshold_factor * trace.base_seconds;
+      res.settings = SettingsJson(p);
       if (auto st = p.Validate(); !st.ok())
         return fail("policy " + name + ": " + std::string(st.message()));
       res.run = straggler::replay::ReplayEngine(trace, p, name);
@@ -338,7 +404,12 @@ int Run(int argc, char** argv) {
                   << res.run.first_rejection << '\n';
       }
     }
-    if (trace.has_truth) res.score = ScoreFlags(trace.truth, res.run.flagged, scored);
+    if (trace.has_truth) {
+      res.score = ScoreFlags(trace.truth, res.run.flagged, scored);
+      // Onsets count from the end of the job's first profile (the engine's
+      // profile_iterations; the same rows for the reference rules).
+      res.criteria = CheckCriteria(trace, res.run.flagged, settings.policy.profile_iterations);
+    }
     results.push_back(std::move(res));
   }
 
@@ -361,15 +432,24 @@ int Run(int argc, char** argv) {
                        {"detected_at", res.run.detected_at[r]},
                        {"recovered_at", res.run.recovered_at[r]},
                        {"unresponsive_at", res.run.unresponsive_at[r]}});
-      // The topology the trace declares for the rank (docs/topology.md).
-      if (!trace.peer_group.empty()) {
-        ranks.back()["peer_group"] = trace.peer_group[r];
-        ranks.back()["replica"] = trace.replica[r] ? nlohmann::json(*trace.replica[r])
-                                                   : nlohmann::json(nullptr);
+      // The topology the trace declares for the rank (docs/topology.md): for
+      // an engine policy, what the engine holds after the replay
+      // (JobEngine::Topology), so the report shows what it judged by.
+      const bool engine = !res.run.topology.empty();
+      if (!trace.peer_group.empty()) {  // trace.replica is then per rank too
+        const std::optional<uint32_t>& replica =
+            engine ? res.run.topology[r].replica : trace.replica[r];
+        ranks.back()["peer_group"] = engine ? res.run.topology[r].peer_group : trace.peer_group[r];
+        ranks.back()["replica"] = nullptr;
+        if (replica.has_value()) ranks.back()["replica"] = replica.value();
       }
+      if (!trace.gpu_model.empty())
+        ranks.back()["gpu_model"] = engine ? res.run.topology[r].gpu_model : trace.gpu_model[r];
     }
     nlohmann::json p = {{"policy", res.run.policy}, {"ranks", ranks}};
     if (res.score) p["scores"] = ScoreJson(*res.score);
+    if (res.criteria) p["criteria"] = CriteriaJson(*res.criteria);
+    if (!res.settings.is_null()) p["settings"] = res.settings;
     policies_json.push_back(std::move(p));
   }
   nlohmann::json doc = {{"input", input},
@@ -381,9 +461,12 @@ int Run(int argc, char** argv) {
                         {"policy", policies_json[0]["policy"]},
                         {"ranks", policies_json[0]["ranks"]}};
   if (policies_json[0].contains("scores")) doc["scores"] = policies_json[0]["scores"];
+  if (policies_json[0].contains("criteria")) doc["criteria"] = policies_json[0]["criteria"];
+  if (policies_json[0].contains("settings")) doc["settings"] = policies_json[0]["settings"];
   if (trace.has_truth) {
     doc["truth"] = truth;
     doc["truth_min_factor"] = scenario->truth_min_factor;
+    if (!scenario->topology_text.empty()) doc["topology"] = scenario->topology_text;
   }
   doc["policies"] = policies_json;
   if (!report_path.empty()) {
@@ -407,12 +490,12 @@ int Run(int argc, char** argv) {
   }
   if (format == "markdown") {
     std::cout << "| scenario | policy | precision | recall | F1 | det. latency mean / max | "
-                 "rec. latency mean | FP/1k | detected | false alarms |\n"
-              << "|---|---|---|---|---|---|---|---|---|---|\n";
+                 "rec. latency mean | FP/1k | detected | false alarms | flaps | criteria |\n"
+              << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& res : results) {
       std::cout << "| " << trace.name << " | " << res.run.policy << " | ";
       if (!res.score) {
-        std::cout << "- | - | - | - | - | - | - | - |\n";
+        std::cout << "- | - | - | - | - | - | - | - | - | - |\n";
         continue;
       }
       const Score& s = *res.score;
@@ -421,13 +504,16 @@ int Run(int argc, char** argv) {
       std::cout << Fmt(s.precision, 3) << " | " << Fmt(s.recall, 3) << " | " << Fmt(s.f1, 3)
                 << " | " << Fmt(s.detection_latency_mean, 1) << " / " << Fmt(dmax, 0) << " | "
                 << Fmt(s.recovery_latency_mean, 1) << " | " << absl::StrFormat("%.2f", s.fp_per_1000)
-                << " | " << s.detected << "/" << s.episodes << " | " << s.false_alarms << " |\n";
+                << " | " << s.detected << "/" << s.episodes << " | " << s.false_alarms << " | "
+                << s.flaps << " | " << MarkdownCriteria(*res.criteria) << " |\n";
     }
     return rc;
   }
 
   std::cout << trace.name << ": " << trace.ranks << " ranks x " << trace.iterations
             << " iterations";
+  if (scenario && !scenario->topology_text.empty())
+    std::cout << " (topology: " << scenario->topology_text << ")";
   if (trace.has_truth)
     std::cout << ", " << truth_cells << " straggler rank-iterations in " << truth.size()
               << " episode(s) (truth_min_factor " << scenario->truth_min_factor << ")";
@@ -435,9 +521,9 @@ int Run(int argc, char** argv) {
     std::cout << ", no ground truth (CSV): detections only";
   std::cout << '\n';
   if (trace.has_truth)
-    std::cout << absl::StrFormat("%-10s %9s %7s %6s %9s %8s %9s %8s %9s %7s\n", "policy",
+    std::cout << absl::StrFormat("%-10s %9s %7s %6s %9s %8s %9s %8s %9s %7s %5s  %s\n", "policy",
                                "precision", "recall", "F1", "det.mean", "det.max", "rec.mean",
-                               "FP/1k", "detected", "alarms");
+                               "FP/1k", "detected", "alarms", "flaps", "criteria");
   for (const auto& res : results) {
     if (!res.score) {
       uint64_t d = 0, rcv = 0;
@@ -454,11 +540,15 @@ int Run(int argc, char** argv) {
     std::optional<double> dmax;
     if (s.detection_latency_max) dmax = static_cast<double>(*s.detection_latency_max);
     std::cout << absl::StrFormat(
-        "%-10s %9s %7s %6s %9s %8s %9s %8.2f %9s %7llu\n", res.run.policy, Fmt(s.precision, 3),
-        Fmt(s.recall, 3), Fmt(s.f1, 3), Fmt(s.detection_latency_mean, 1), Fmt(dmax, 0),
-        Fmt(s.recovery_latency_mean, 1), s.fp_per_1000,
+        "%-10s %9s %7s %6s %9s %8s %9s %8.2f %9s %7llu %5llu  %s\n", res.run.policy,
+        Fmt(s.precision, 3), Fmt(s.recall, 3), Fmt(s.f1, 3), Fmt(s.detection_latency_mean, 1),
+        Fmt(dmax, 0), Fmt(s.recovery_latency_mean, 1), s.fp_per_1000,
         std::to_string(s.detected) + "/" + std::to_string(s.episodes),
-        static_cast<unsigned long long>(s.false_alarms));
+        static_cast<unsigned long long>(s.false_alarms), static_cast<unsigned long long>(s.flaps),
+        res.criteria->Summary());
+    const auto& failures = res.criteria->failures;
+    for (size_t k = 0; k < failures.size() && k < 5; ++k) std::cout << "    " << failures[k] << '\n';
+    if (failures.size() > 5) std::cout << "    ... (" << failures.size() - 5 << " more)\n";
   }
   return rc;
 }

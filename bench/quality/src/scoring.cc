@@ -50,6 +50,8 @@ Score ScoreFlags(const RankMatrix& truth, const RankMatrix& flagged, const RankM
     }
     ++s.detected;
     s.detection_latencies.push_back(*first - e.from);
+    for (uint64_t i = *first + 1; i < e.to; ++i)
+      s.flaps += flagged.at(e.rank, i) && !flagged.at(e.rank, i - 1);
     if (e.to >= n) continue;  // truth lasts to the end of the trace
     const uint64_t next = (k + 1 < episodes.size() && episodes[k + 1].rank == e.rank)
                               ? episodes[k + 1].from

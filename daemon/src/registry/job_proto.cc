@@ -19,6 +19,9 @@ void ToProto(const engine::Membership& m, const Job& job, v1::Membership* out) {
     x->set_reason(ToProto(e.reason));
     x->set_detail(e.detail);
     x->set_since_iteration(e.since_iteration);
+    if (e.culprit) x->set_culprit_rank(*e.culprit);
+    x->set_culprit_peer_group(e.culprit_group);
+    if (e.replica) x->set_replica(*e.replica);
   }
   out->set_world_size(m.world_size);
   out->set_lead_iterations(m.lead_iterations);
@@ -50,6 +53,7 @@ void ToProto(const engine::WorkerView& w, const Job::Locked& job, v1::Worker* ou
     const DeclaredTopology& t = job->topology.Of(w.rank);
     out->set_peer_group(t.peer_group);
     if (t.replica) out->set_replica(*t.replica);
+    out->set_gpu_model(t.gpu_model);
   }
 }
 

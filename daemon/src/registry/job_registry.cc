@@ -151,6 +151,13 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
     spdlog::warn("job={} node='{}' topology refused ({}): {}", job.id, hello.node,
                  TopologyRefuseReasonName(r.reason), r.message);
   }
+  // Detection judges each rank against its peers (docs/detection.md, "Peer
+  // groups"): the engine learns what the table now holds for these ranks.
+  for (uint32_t r : hello.ranks) {
+    if (r >= job.world_size) continue;
+    const DeclaredTopology& t = job.topology.Of(r);
+    job.engine.SetTopology(r, engine::RankTopology{t.peer_group, t.replica, t.gpu_model});
+  }
   // Before the floor below: its version must take effect after the
   // iterations the ranks have already reached, or ranks could apply it at
   // different iterations (one certain of it, one that timed out meanwhile).

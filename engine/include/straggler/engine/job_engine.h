@@ -42,7 +42,9 @@ namespace straggler::engine {
 using Time = std::chrono::nanoseconds;
 
 enum class WorkerState { kPending, kHealthy, kStraggler, kUnresponsive, kFinished };
-enum class ExclusionReason { kNone, kStraggler, kUnresponsive, kForced, kProbationEnd };
+// kReplica: out with its data-parallel replica, whose culprit is another rank
+// (ExcludedRank::culprit; docs/topology.md, "Exclusion by replica").
+enum class ExclusionReason { kNone, kStraggler, kUnresponsive, kForced, kProbationEnd, kReplica };
 enum class RankOverride { kNone, kForceInclude, kForceExclude };
 enum class EventKind {
   kStateChange,
@@ -62,6 +64,16 @@ std::string_view EventKindName(EventKind k);
 // override, membership_withheld): only then do Event::rank, from and to mean
 // anything. The other kinds are about the whole job and leave them default.
 bool EventNamesRank(EventKind k);
+
+// A rank's place in the job, from its hello (docs/topology.md): who it is
+// judged against (docs/detection.md, "Peer groups"). Ranks are peers when
+// they name the same peer_group and the same gpu_model.
+struct RankTopology {
+  std::string peer_group;           // "" = the default group
+  std::optional<uint32_t> replica;  // unset = a replica of its own
+  std::string gpu_model;            // "" = unknown; different models are never peers
+  bool operator==(const RankTopology&) const = default;
+};
 
 struct Report {
   uint32_t rank = 0;
@@ -96,6 +108,13 @@ struct ExcludedRank {
   ExclusionReason reason = ExclusionReason::kNone;
   std::string detail;
   uint64_t since_iteration = 0;
+  // For a rank that declared a replica (docs/topology.md): the rank whose
+  // state took the replica out (this rank itself unless reason is kReplica),
+  // that rank's peer group, and the replica. Unset in a pure data-parallel
+  // job, where every rank is excluded for itself.
+  std::optional<uint32_t> culprit = std::nullopt;
+  std::string culprit_group = {};
+  std::optional<uint32_t> replica = std::nullopt;
 };
 
 // A version of the job's membership. Versions only grow; effective_iteration
@@ -327,6 +346,14 @@ class JobEngine {
 
   // The epoch length, when the trainer announces it.
   void SetIterationsPerEpoch(uint64_t iterations);
+
+  // The rank's place in the job, from its hello (docs/topology.md). Changes
+  // only with a new incarnation; the engine re-files the rank under its new
+  // group (its own-baseline profile starts over). Every rank starts in the
+  // default group, a replica of its own, model unknown. Reset and StartOver
+  // keep it (it is the job's shape, not state). `rank` < world_size.
+  void SetTopology(uint32_t rank, const RankTopology& topology);
+  const RankTopology& Topology(uint32_t rank) const;
 
   // Newest membership, and the kept history (ascending by version; the last
   // element is membership()).

@@ -1,7 +1,10 @@
 // Scenarios of the detection-quality suite (scenarios/*.yaml, documented in
 // scenarios/README.md): a job's size and healthy speed, relative gaussian
-// noise, a seed, and effects (slow, spike, ramp, global, generation, silent).
-// Generate() turns one into a Trace with ground truth, deterministically:
+// noise and uniform data-dependent variation, a seed, each rank's declared
+// topology (peer group, replica, GPU model; a Megatron-style layout or
+// explicit entries) with by-design cost factors, and effects (slow, spike,
+// ramp, global, generation, silent, join, warmup). Generate() turns one into
+// a Trace with ground truth relative to each rank's peers, deterministically:
 // the same file gives the same times on every platform (own RNG and normal
 // sampler, no std:: distributions).
 //
@@ -13,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +25,7 @@
 
 namespace straggler::quality {
 
-enum class EffectType { kSlow, kSpike, kRamp, kGlobal, kGeneration, kSilent };
+enum class EffectType { kSlow, kSpike, kRamp, kGlobal, kGeneration, kSilent, kJoin, kWarmup };
 
 // Patterns with a period at most this long count as one sustained slowdown
 // of their mean factor in the ground truth (truth: average); longer ones mark
@@ -32,16 +36,35 @@ struct Effect {
   EffectType type = EffectType::kSlow;
   std::vector<uint32_t> ranks;   // slow, spike, ramp, generation, silent
   double factor = 1.0;           // slow, spike, global, generation
-  uint64_t from = 0;             // slow, ramp, global, silent
-  uint64_t to = 0;               // slow, global: end (exclusive); ramp: end of the ramp
+  uint64_t from = 0;             // slow, ramp, global, silent; join: first iteration reported
+  uint64_t to = 0;               // slow, global, warmup: end (exclusive); ramp: end of the ramp
   uint64_t hold_until = 0;       // ramp: end_factor holds until here (exclusive)
   uint32_t pattern_slow = 1;     // slow: slow on `pattern_slow` of every `pattern_every`
   uint32_t pattern_every = 1;
   bool truth_average = true;     // slow with a pattern: truth from the mean factor
-  double probability = 0.0;      // spike
+  double probability = 0.0;      // spike (random)
+  uint64_t every = 0;            // spike: periodic, on iterations i with (i - offset) mod every == 0
+  uint64_t offset = 0;           // spike
+  double max_factor = 0.0;       // spike: factor uniform in [factor, max_factor]; 0 = fixed
+  bool linear = false;           // warmup: factor decays linearly to 1 at `to` (else constant)
   double start_factor = 1.0;     // ramp
   double end_factor = 1.0;       // ramp
 };
+
+// A rank's declared place in the job (docs/topology.md) and its by-design
+// cost factor. Peers, for the ground truth, are the ranks with the same
+// peer_group and gpu_model.
+struct RankPlace {
+  std::string peer_group;           // "" = the default group
+  std::optional<uint32_t> replica;  // unset = a replica of its own
+  std::string gpu_model;            // "" = not declared
+  double cost = 1.0;                // x every step (a stage slower by design): never truth
+};
+
+// Peer groups smaller than this are judged against the rank's own earlier
+// steps in the ground truth (its own slow/ramp factor), not against a peer
+// median (issue 17: groups of 1 and 2).
+inline constexpr uint32_t kMinPeersForMedian = 3;
 
 struct Scenario {
   std::string name;
@@ -51,22 +74,36 @@ struct Scenario {
   uint64_t iterations = 0;
   uint64_t iterations_per_epoch = 0;  // 0 = one epoch
   double base_seconds = 0.0;
-  double noise = 0.0;  // relative sigma of every step's time
+  double noise = 0.0;      // relative sigma of every step's time
+  double variation = 0.0;  // every step x uniform(1 - variation, 1 + variation)
   uint64_t seed = 0;
   double truth_min_factor = 1.5;
   std::vector<Effect> effects;
+  // Per rank when the file has a `topology`; empty = none declared (one
+  // group, every rank a replica of its own, cost 1).
+  std::vector<RankPlace> topology;
+  std::string topology_text;  // "4 replicas x 2 stages x 2 tensor" or "per-rank entries"
 };
 
 absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::string& source);
 absl::StatusOr<Scenario> LoadScenario(const std::string& path);
 
-// The factor that the ground truth judges for `rank` at `iteration`: the
-// product of its slow (pattern-averaged where truth_average) and ramp
-// effects. Global, generation, spike and noise are not in it.
-double TruthFactor(const Scenario& s, uint32_t rank, uint64_t iteration);
-// Whether the rank reports `iteration` (silent effects).
+// The rank's own slowdown at `iteration`: the product of its slow
+// (pattern-averaged where truth_average) and ramp effects. Global,
+// generation, warmup, spike, cost, variation and noise are not in it.
+double OwnFactor(const Scenario& s, uint32_t rank, uint64_t iteration);
+// Whether a ramp of the rank is still rising at `iteration` (a gradual
+// slowdown: its criterion is "flagged by the time it is 1.5x").
+bool Ramping(const Scenario& s, uint32_t rank, uint64_t iteration);
+// Whether the rank reports `iteration` (join and silent effects).
 bool Reports(const Scenario& s, uint32_t rank, uint64_t iteration);
+// The rank's first reported iteration (join effects; 0 without one).
+uint64_t JoinIteration(const Scenario& s, uint32_t rank);
 
+// The trace: times, reports, topology and the ground truth. A rank is a
+// true straggler at i when it reports i and its truth factor, OwnFactor
+// divided by the median OwnFactor of its reporting peers (its own factor in
+// a peer group smaller than kMinPeersForMedian), is >= truth_min_factor.
 Trace Generate(const Scenario& s);
 
 // splitmix64: the seed mixer, and a uniform double in [0, 1) from 53 bits.

@@ -14,6 +14,8 @@
 //    while it still reports, that is not flagged; none such: not recovered.
 //  * false positives per 1000 scored rank-iterations = 1000 x FP / scored.
 //  * false alarms: flag runs that overlap no truth at all.
+//  * flaps: within one episode, each time the rank is flagged again after
+//    its flag was dropped (flagged, unflagged, flagged: 1 flap).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,7 @@ struct Score {
   std::optional<double> recovery_latency_mean;
   std::optional<uint64_t> recovery_latency_max;
   uint64_t false_alarms = 0;
+  uint64_t flaps = 0;
 };
 
 Score ScoreFlags(const RankMatrix& truth, const RankMatrix& flagged, const RankMatrix& scored);

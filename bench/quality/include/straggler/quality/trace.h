@@ -74,17 +74,30 @@ struct Trace {
   std::vector<uint64_t> epoch;   // per row
   bool has_truth = false;
   RankMatrix truth;              // straggler per (rank, row), when has_truth
+  // With truth: each cell's truth factor (how much slower than its peers,
+  // [row * ranks + rank]) and whether the rank was ramping up there (a
+  // gradual slowdown); what the issue-17 criteria's deadlines are read from
+  // (criteria.h). Empty for a CSV trace.
+  std::vector<float> truth_factor;
+  RankMatrix ramping;
   // Each rank's declared topology (docs/topology.md), when the trace names
   // it (a CSV's peer_group / replica columns); empty = none declared: the
   // default group, every rank a replica of its own.
   std::vector<std::string> peer_group;           // per rank, "" = default
   std::vector<std::optional<uint32_t>> replica;  // per rank, nullopt = its own
+  std::vector<std::string> gpu_model;            // per rank when declared, "" = unknown
+  // Per rank: the row of its first report (a rank that joins late is
+  // announced there, not at the start); empty = every rank from row 0.
+  std::vector<uint64_t> join_row;
 
   uint64_t Iteration(uint64_t row) const { return first_iteration + row; }
   double At(uint64_t row, uint32_t rank) const {
     return compute[static_cast<size_t>(row) * ranks + rank];
   }
   bool Reported(uint64_t row, uint32_t rank) const { return !std::isnan(At(row, rank)); }
+  float TruthFactorAt(uint64_t row, uint32_t rank) const {
+    return truth_factor.empty() ? 1.0f : truth_factor[static_cast<size_t>(row) * ranks + rank];
+  }
   // Cells that carry a report: what scoring counts.
   RankMatrix ReportedMatrix() const;
 };

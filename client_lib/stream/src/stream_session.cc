@@ -1,0 +1,375 @@
+// StreamSession: see straggler/stream/stream_session.h.
+#include "straggler/stream/stream_session.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace straggler::stream {
+
+namespace {
+
+namespace pb = ::straggler::v1;
+
+// Keepalive on the long-lived stream so a daemon that vanished without a FIN
+// (host down, network partition) is noticed in well under a minute instead of
+// after TCP's retransmission timeout. gRPC sends at most two pings while no
+// data flows, which stays under a default server's ping-strike limit.
+constexpr int kKeepaliveTimeMs = 30000;
+constexpr int kKeepaliveTimeoutMs = 10000;
+// A futex wait longer than this is cut short (the caller re-checks).
+constexpr auto kLongestSleep = std::chrono::hours(1);
+
+bool IsSet(std::atomic<bool>* flag) { return flag->load(); }
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> StreamSession::MakeChannel(
+    const Options& options, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  // gRPC's own reconnect backoff otherwise grows to 2 minutes, which would
+  // override ours: a daemon that comes back must be found within backoff.max.
+  const int initial = static_cast<int>(options.backoff.initial.count());
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.max.count()));
+  return grpc::CreateCustomChannel(options.endpoint, std::move(credentials), args);
+}
+
+StreamSession::StreamSession(std::shared_ptr<grpc::Channel> channel, Options options,
+                             Source& source)
+    : options_(std::move(options)),
+      source_(source),
+      channel_(std::move(channel)),
+      stub_(pb::IngestService::NewStub(channel_)),
+      backoff_(options_.backoff),
+      rng_(std::random_device{}()) {}
+
+StreamSession::~StreamSession() { Join(); }
+
+void StreamSession::Start() { sender_ = std::thread([this] { SenderLoop(); }); }
+
+void StreamSession::Stop(Clock::time_point deadline) {
+  {
+    absl::MutexLock lock(&stop_mu_);
+    const Clock::time_point now = Clock::now();
+    if (!stop_.load()) cancel_at_ = now + kStopGrace;
+    deadline_ = std::min(deadline_, deadline);
+    cancel_at_ = std::max(deadline_, cancel_at_);
+    stop_.store(true, std::memory_order_seq_cst);
+  }
+  Wake();
+}
+
+void StreamSession::Join() {
+  if (!sender_.joinable()) return;
+  if (!stop_.load()) Stop(Clock::now());
+  bool exited;
+  {
+    absl::MutexLock lock(&stop_mu_);
+    const auto left = std::max<Clock::duration>(cancel_at_ - Clock::now(), Clock::duration::zero());
+    exited = stop_mu_.AwaitWithTimeout(absl::Condition(&sender_exited_), absl::FromChrono(left));
+  }
+  if (!exited) {
+    absl::MutexLock lock(&ctx_mu_);
+    cancelled_ = true;
+    if (ctx_ != nullptr) ctx_->TryCancel();
+  }
+  sender_.join();
+}
+
+void StreamSession::SetBackoff(Backoff backoff) {
+  absl::MutexLock lock(&backoff_mu_);
+  backoff_ = backoff;
+}
+
+void StreamSession::FutexWake() {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr,
+          0);
+}
+
+void StreamSession::SleepUntil(uint32_t seen, Clock::time_point until) {
+  const Clock::time_point now = Clock::now();
+  if (until <= now) return;
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::min<Clock::duration>(until - now, kLongestSleep));
+  timespec ts{static_cast<time_t>(left.count() / 1000000),
+              static_cast<long>(left.count() % 1000000) * 1000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_), FUTEX_WAIT_PRIVATE, seen, &ts, nullptr,
+          0);
+}
+
+Clock::time_point StreamSession::StopDeadline() const {
+  absl::MutexLock lock(&stop_mu_);
+  return deadline_;
+}
+
+bool StreamSession::StopDue() {
+  if (!stop_.load()) return false;
+  return Clock::now() >= StopDeadline() || source_.Drained();
+}
+
+// Sleeps until woken (the source has work: a report for a trainer that
+// waits in MembershipFor, a Flush, an acknowledgement that frees room; a
+// stream failure; a stop), until the Source's ready time, until `wake_at`,
+// or until the poll timer fires. The timer starts at 1 ms after the sender
+// found work and doubles on every empty poll up to max_send_delay: a report
+// waits at most that long for a sender nobody woke, and an idle client costs
+// a few wake-ups per step rather than one per report.
+void StreamSession::WaitForWork(Clock::time_point wake_at) {
+  const uint32_t seen = wake_.load(std::memory_order_acquire);
+  const bool stopping = stop_.load();
+  sender_idle_.store(true, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const Clock::time_point ready = source_.ReadyAt();
+  const Clock::time_point now = Clock::now();
+  if (broken_.load() || stopping != stop_.load() || ready <= now) {
+    sender_idle_.store(false, std::memory_order_relaxed);
+    poll_ = kMinPoll;
+    return;
+  }
+  Clock::time_point until = std::min(ready, wake_at);
+  if (options_.max_send_delay.count() > 0) {
+    until = std::min<Clock::time_point>(
+        until, now + std::min<std::chrono::microseconds>(poll_, options_.max_send_delay));
+  }
+  SleepUntil(seen, until);
+  sender_idle_.store(false, std::memory_order_relaxed);
+  if (source_.ReadyAt() <= Clock::now()) {
+    poll_ = kMinPoll;
+  } else {
+    poll_ = std::min<std::chrono::microseconds>(poll_ * 2, options_.max_send_delay);
+  }
+}
+
+void StreamSession::WaitForReader(std::chrono::milliseconds timeout) {
+  absl::MutexLock lock(&reader_mu_);
+  reader_mu_.AwaitWithTimeout(absl::Condition(&IsSet, &broken_), absl::FromChrono(timeout));
+}
+
+// The first messages of a connection come from Source::Opening. The daemon
+// deduplicates by (rank, iteration), so a batch it processed before a
+// failure whose acknowledgement was lost is harmless to send again.
+StreamSession::Ending StreamSession::Converse(Stream* stream) {
+  std::vector<pb::ReportBatch> opening;
+  source_.Opening(&opening);
+  for (const pb::ReportBatch& m : opening)
+    if (!stream->Write(m)) return Ending::kWriteFailed;
+
+  pb::ReportBatch batch;
+  bool closing_written = false;
+  Clock::time_point quiet_since{};  // the source wants no stream since; {}: it does
+  for (;;) {
+    if (broken_.load()) return Ending::kBroken;
+    if (source_.NextBatch(&batch)) {
+      sent_.fetch_add(batch.reports_size(), std::memory_order_relaxed);
+      if (!stream->Write(batch)) return Ending::kWriteFailed;
+      continue;
+    }
+    Clock::time_point wake_at = Clock::time_point::max();
+    if (stop_.load()) {
+      // Stopping on a healthy stream: after what was due, the closing message
+      // (a clean close: the daemon must not take the silence that follows for
+      // unresponsive ranks), then what is outstanding is acknowledged.
+      if (!closing_written) {
+        closing_written = true;
+        pb::ReportBatch closing;
+        if (source_.Closing(&closing) && !stream->Write(closing)) return Ending::kWriteFailed;
+        continue;
+      }
+      if (source_.Drained()) return Ending::kStopped;
+      wake_at = StopDeadline();
+      if (Clock::now() >= wake_at) return Ending::kDeadline;
+    } else if (!source_.WantsStream()) {
+      const Clock::time_point now = Clock::now();
+      if (quiet_since == Clock::time_point{}) quiet_since = now;
+      wake_at = quiet_since + options_.idle_close;
+      if (now >= wake_at) return Ending::kIdle;
+    } else {
+      quiet_since = {};
+    }
+    WaitForWork(wake_at);
+  }
+}
+
+void StreamSession::SenderLoop() {
+  uint32_t attempt = 0;
+  for (;;) {
+    if (StopDue()) break;
+    if (!stop_.load() && !source_.WantsStream()) {
+      // No stream until the source wants one (it then calls Wake) or a stop.
+      const uint32_t seen = wake_.load(std::memory_order_acquire);
+      if (!stop_.load() && !source_.WantsStream()) SleepUntil(seen, Clock::time_point::max());
+      continue;
+    }
+    grpc::ClientContext ctx;
+    {
+      absl::MutexLock lock(&ctx_mu_);
+      if (cancelled_) break;
+      ctx_ = &ctx;
+    }
+    broken_.store(false);
+    got_directive_.store(false);
+    attempts_.fetch_add(1, std::memory_order_relaxed);
+    std::unique_ptr<Stream> stream = stub_->Stream(&ctx);
+    std::thread reader([this, s = stream.get()] { ReaderLoop(s); });
+
+    const Ending end = Converse(stream.get());
+    if (end == Ending::kStopped || end == Ending::kIdle) {
+      // Half-close and give the peer a moment to acknowledge what is
+      // outstanding and end the call itself.
+      stream->WritesDone();
+      WaitForReader(options_.close_grace);
+    } else if (end == Ending::kWriteFailed) {
+      // A failed Write means the call is over; the reader's Read ends with
+      // it. Wait briefly so Finish() reports the daemon's status, not ours.
+      WaitForReader(options_.close_grace);
+    }
+    if (!broken_.load()) ctx.TryCancel();
+    reader.join();
+    const grpc::Status status = stream->Finish();
+    {
+      absl::MutexLock lock(&ctx_mu_);
+      ctx_ = nullptr;
+    }
+    const bool was_connected = got_directive_.load();
+    connected_.store(false);
+    upstream_unavailable_.store(false);  // known again from the next stream
+    source_.OnDisconnected({status, was_connected, end == Ending::kIdle});
+    if (end == Ending::kIdle) {
+      attempt = 0;
+      outage_logged_ = false;
+      Log(LogLevel::kInfo, absl::StrCat("stream closed: no stream wanted for ",
+                                        options_.idle_close.count(), " ms"));
+      continue;
+    }
+    if (StopDue()) break;
+
+    if (was_connected) {
+      attempt = 0;
+      outage_logged_ = false;
+    }
+    const Clock::time_point retry_at = Clock::now() + RetryDelay(status, was_connected, attempt);
+    bool stopped = false;
+    for (;;) {
+      const uint32_t seen = wake_.load(std::memory_order_acquire);
+      if ((stopped = StopDue())) break;
+      if (Clock::now() >= retry_at) break;
+      SleepUntil(seen, stop_.load() ? std::min(retry_at, StopDeadline()) : retry_at);
+    }
+    if (stopped) break;
+    reconnects_.fetch_add(1, std::memory_order_relaxed);
+  }
+  absl::MutexLock lock(&stop_mu_);
+  sender_exited_ = true;
+}
+
+std::chrono::milliseconds StreamSession::RetryDelay(const grpc::Status& status,
+                                                    bool was_connected, uint32_t& attempt) {
+  const std::string why =
+      absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                   ": ", status.error_message());
+  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    // The daemon refused the hello: retrying fast cannot fix options.
+    std::chrono::milliseconds max;
+    {
+      absl::MutexLock lock(&backoff_mu_);
+      max = backoff_.max;
+    }
+    if (status.error_message() != last_refusal_) {
+      last_refusal_ = status.error_message();
+      Log(LogLevel::kWarning, absl::StrCat(options_.endpoint, " rejected the stream (", why,
+                                           "); retrying every ", max.count(), " ms"));
+    }
+    return max;
+  }
+  // FAILED_PRECONDITION: another run of the job id is live on the daemon
+  // (docs/runs.md); retried like an outage until it ends.
+  const char* what = was_connected ? "lost the stream to "
+                     : status.error_code() == grpc::StatusCode::FAILED_PRECONDITION
+                         ? "refused by "
+                         : "cannot reach ";
+  std::string line = absl::StrCat(what, options_.endpoint, " (", why, ")");
+  if (std::string state = source_.Describe(); !state.empty()) absl::StrAppend(&line, ", ", state);
+  if (!outage_logged_) {
+    outage_logged_ = true;
+    Log(LogLevel::kWarning,
+        absl::StrCat(line, "; retrying in the background, training is not affected"));
+  } else {
+    Log(LogLevel::kDebug, absl::StrCat(line, "; retrying"));
+  }
+  return BackoffDelay(attempt++);
+}
+
+std::chrono::milliseconds StreamSession::BackoffDelay(uint32_t attempt) {
+  Backoff b;
+  {
+    absl::MutexLock lock(&backoff_mu_);
+    b = backoff_;
+  }
+  const int64_t initial = std::max<int64_t>(1, b.initial.count());
+  const int64_t max = std::max<int64_t>(initial, b.max.count());
+  int64_t cap = initial;
+  for (uint32_t i = 0; i < attempt && cap < max; ++i) cap *= 2;
+  cap = std::min(cap, max);
+  if (b.jitter == Backoff::Jitter::kNarrow) {
+    std::uniform_real_distribution<double> jitter(0.8, 1.2);
+    return std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(cap) * jitter(rng_)));
+  }
+  std::uniform_int_distribution<int64_t> dist(initial, cap);
+  return std::chrono::milliseconds(dist(rng_));
+}
+
+void StreamSession::ReaderLoop(Stream* stream) {
+  pb::Directive d;
+  while (stream->Read(&d)) {
+    if (!got_directive_.exchange(true)) {
+      // A daemon never sets the field; an agent sets it in its first
+      // directive, so a new stream starts from what this one says.
+      upstream_unavailable_.store(d.has_upstream_unavailable() && d.upstream_unavailable());
+      connections_.fetch_add(1);
+      connected_.store(true);
+      std::string line = absl::StrCat("connected to ", options_.endpoint);
+      if (std::string state = source_.Describe(); !state.empty())
+        absl::StrAppend(&line, " (", state, ")");
+      Log(LogLevel::kInfo, line);
+      source_.OnConnected();
+    } else if (d.has_upstream_unavailable()) {
+      const bool down = d.upstream_unavailable();
+      // The agent's stream reached the daemon again: like a new connection
+      // for MembershipFor's once-per-outage rule.
+      if (upstream_unavailable_.exchange(down) && !down) connections_.fetch_add(1);
+    }
+    source_.OnDirective(d);
+    // A stopping sender waits for Drained, which an acknowledgement may
+    // have made true.
+    if (stop_.load(std::memory_order_relaxed)) Wake();
+  }
+  {
+    absl::MutexLock lock(&reader_mu_);
+    broken_.store(true);
+  }
+  Wake();
+}
+
+void StreamSession::Log(LogLevel level, const std::string& message) const {
+  const std::string line = options_.name.empty() ? message : options_.name + ": " + message;
+  if (options_.log) {
+    options_.log(level, line);
+  } else if (level == LogLevel::kWarning) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+}  // namespace straggler::stream

@@ -1,0 +1,327 @@
+// stream::StreamSession, the background stream the client library and the
+// agent share, driven through its Source hooks against a real stragglerd
+// (in process, loopback, port 0) or against a port nobody listens on:
+//  * WantsStream: no stream while the source wants none; an open one is
+//    half-closed after idle_close (OnDisconnected says idle) and opened
+//    again when the source wants one.
+//  * Stop(deadline) + Drained: the sender delivers what is outstanding
+//    before it closes; with no daemon Join returns by the deadline.
+//  * Log sink: one warning per outage, not per retry; a refused hello once.
+//  * SetBackoff: the next reconnect uses the new delay.
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "absl/synchronization/mutex.h"
+#include "daemon_test_util.h"
+#include "straggler/stream/stream_session.h"
+
+namespace v1 = straggler::v1;
+namespace ss = straggler::stream;
+namespace tu = straggler::daemon::testutil;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Polls `done` every 5 ms for up to `timeout`.
+template <typename F>
+bool Eventually(F done, std::chrono::milliseconds timeout = 10s) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// A loopback address nothing listens on (a port the kernel handed out and
+// took back).
+std::string DeadEndpoint() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  close(fd);
+  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+}
+
+// A Source as small as the client's: queued reports of one rank go out in
+// one batch, kept until acknowledged and resent (with the hello) on a new
+// connection.
+class TestSource : public ss::StreamSession::Source {
+ public:
+  explicit TestSource(uint32_t world_size = 2) : world_size_(world_size) {}
+
+  void Queue(uint64_t first, uint64_t last) {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t it = first; it <= last; ++it) queued_.push_back(it);
+  }
+  void SetWants(bool wants) {
+    absl::MutexLock lock(&mu_);
+    wants_ = wants;
+  }
+  // Never drained (Stop must still end by its deadline).
+  void NeverDrained() {
+    absl::MutexLock lock(&mu_);
+    never_drained_ = true;
+  }
+
+  int openings() const { absl::MutexLock l(&mu_); return openings_; }
+  int connected() const { absl::MutexLock l(&mu_); return connected_; }
+  uint64_t accepted() const { absl::MutexLock l(&mu_); return accepted_; }
+  uint64_t duplicates() const { absl::MutexLock l(&mu_); return duplicates_; }
+  size_t unacked() const { absl::MutexLock l(&mu_); return unacked_.size(); }
+  std::vector<ss::StreamSession::Disconnect> disconnects() const {
+    absl::MutexLock l(&mu_);
+    return disconnects_;
+  }
+
+  bool WantsStream() override {
+    absl::MutexLock lock(&mu_);
+    return wants_;
+  }
+  void Opening(std::vector<v1::ReportBatch>* out) override {
+    absl::MutexLock lock(&mu_);
+    ++openings_;
+    for (const auto& [seq, its] : unacked_) out->push_back(BatchLocked(seq, its));
+    if (out->empty()) out->emplace_back().set_sequence(next_sequence_++);
+    *out->front().mutable_hello() = tu::Hello("stream-test", world_size_, {0}).hello();
+  }
+  bool NextBatch(v1::ReportBatch* batch) override {
+    absl::MutexLock lock(&mu_);
+    if (queued_.empty()) return false;
+    const uint64_t seq = next_sequence_++;
+    std::vector<uint64_t>& its = unacked_[seq];
+    its.assign(queued_.begin(), queued_.end());
+    queued_.clear();
+    *batch = BatchLocked(seq, its);
+    return true;
+  }
+  ss::Clock::time_point ReadyAt() const override {
+    absl::MutexLock lock(&mu_);
+    return queued_.empty() ? ss::Clock::time_point::max() : ss::Clock::time_point::min();
+  }
+  bool Drained() override {
+    absl::MutexLock lock(&mu_);
+    return !never_drained_ && queued_.empty() && unacked_.empty();
+  }
+  void OnConnected() override {
+    absl::MutexLock lock(&mu_);
+    ++connected_;
+  }
+  void OnDirective(const v1::Directive& d) override {
+    absl::MutexLock lock(&mu_);
+    accepted_ += d.accepted();
+    duplicates_ += d.duplicates();
+    unacked_.erase(unacked_.begin(), unacked_.upper_bound(d.acked_sequence()));
+  }
+  void OnDisconnected(const ss::StreamSession::Disconnect& how) override {
+    absl::MutexLock lock(&mu_);
+    disconnects_.push_back(how);
+  }
+
+ private:
+  v1::ReportBatch BatchLocked(uint64_t seq, const std::vector<uint64_t>& its) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    v1::ReportBatch b;
+    b.set_sequence(seq);
+    for (uint64_t it : its) tu::AddReport(b, 0, it, 0.1);
+    return b;
+  }
+
+  const uint32_t world_size_;
+  mutable absl::Mutex mu_;
+  bool wants_ ABSL_GUARDED_BY(mu_) = true;
+  bool never_drained_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<uint64_t> queued_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::vector<uint64_t>> unacked_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  int openings_ ABSL_GUARDED_BY(mu_) = 0;
+  int connected_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<ss::StreamSession::Disconnect> disconnects_ ABSL_GUARDED_BY(mu_);
+};
+
+// Every log line the session writes, by level.
+struct Lines {
+  absl::Mutex mu;
+  std::vector<std::pair<ss::LogLevel, std::string>> lines ABSL_GUARDED_BY(mu);
+  ss::LogSink Sink() {
+    return [this](ss::LogLevel level, const std::string& line) {
+      absl::MutexLock lock(&mu);
+      lines.emplace_back(level, line);
+    };
+  }
+  std::vector<std::string> At(ss::LogLevel level) {
+    absl::MutexLock lock(&mu);
+    std::vector<std::string> out;
+    for (const auto& [l, text] : lines)
+      if (l == level) out.push_back(text);
+    return out;
+  }
+};
+
+ss::StreamSession::Options OptionsFor(const std::string& endpoint, Lines& lines) {
+  ss::StreamSession::Options o;
+  o.endpoint = endpoint;
+  o.name = "session-test";
+  o.backoff = {10ms, 50ms, ss::Backoff::Jitter::kNarrow};
+  o.max_send_delay = 0ms;  // the test source names every due time
+  o.idle_close = 100ms;
+  o.log = lines.Sink();
+  return o;
+}
+
+std::shared_ptr<grpc::Channel> ChannelTo(const std::string& endpoint) {
+  return grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+}
+
+}  // namespace
+
+TEST_CASE("a stream is open only while the source wants one, and idles out", "[stream]") {
+  tu::LoopbackDaemon daemon;
+  Lines lines;
+  TestSource source;
+  source.SetWants(false);
+  const std::string endpoint = daemon.server.grpc_dial_address();
+  ss::StreamSession session(ChannelTo(endpoint), OptionsFor(endpoint, lines), source);
+  session.Start();
+
+  std::this_thread::sleep_for(200ms);
+  CHECK(session.Attempts() == 0);
+  CHECK(source.openings() == 0);
+
+  source.SetWants(true);
+  source.Queue(1, 20);
+  session.Wake();
+  REQUIRE(Eventually([&] { return source.accepted() == 20; }));
+  CHECK(source.openings() == 1);
+  CHECK(source.connected() == 1);
+  CHECK(session.Connected());
+
+  // Nothing more to send and no stream wanted: half-closed after idle_close,
+  // a clean end of the call, not a failure.
+  source.SetWants(false);
+  session.Wake();
+  REQUIRE(Eventually([&] { return !source.disconnects().empty(); }));
+  const auto first_end = source.disconnects().front();
+  CHECK(first_end.idle);
+  CHECK(first_end.was_connected);
+  CHECK(first_end.status.ok());
+  CHECK_FALSE(session.Connected());
+  CHECK(lines.At(ss::LogLevel::kWarning).empty());
+
+  // Wanted again: a new stream, the hello again, more reports.
+  source.SetWants(true);
+  source.Queue(21, 30);
+  session.Wake();
+  REQUIRE(Eventually([&] { return source.accepted() == 30; }));
+  CHECK(source.openings() == 2);
+  CHECK(session.Attempts() == 2);
+  CHECK(session.Connections() == 2);
+  session.Stop(ss::Clock::now() + 5s);
+  session.Join();
+  CHECK(source.duplicates() == 0);
+}
+
+TEST_CASE("Stop delivers what is outstanding before the stream closes", "[stream]") {
+  tu::LoopbackDaemon daemon;
+  Lines lines;
+  TestSource source;
+  const std::string endpoint = daemon.server.grpc_dial_address();
+  ss::StreamSession session(ChannelTo(endpoint), OptionsFor(endpoint, lines), source);
+  session.Start();
+  for (uint64_t it = 1; it <= 2000; it += 100) {
+    source.Queue(it, it + 99);
+    session.Wake();
+  }
+  session.Stop(ss::Clock::now() + 10s);
+  session.Join();
+  // Drained() held when the sender closed: every report acknowledged.
+  CHECK(source.unacked() == 0);
+  CHECK(source.accepted() == 2000);
+  REQUIRE_FALSE(source.disconnects().empty());
+  CHECK(source.disconnects().back().status.ok());
+}
+
+TEST_CASE("without a daemon the session retries quietly and Stop ends by its deadline",
+          "[stream][no_daemon]") {
+  Lines lines;
+  TestSource source;
+  source.NeverDrained();
+  source.Queue(1, 5);
+  const std::string endpoint = DeadEndpoint();
+  ss::StreamSession session(ChannelTo(endpoint), OptionsFor(endpoint, lines), source);
+  session.Start();
+  REQUIRE(Eventually([&] { return session.Reconnects() >= 4; }));
+  CHECK(source.connected() == 0);
+  CHECK_FALSE(session.Connected());
+  // One warning for the outage, the later retries at debug level.
+  const auto warnings = lines.At(ss::LogLevel::kWarning);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("session-test: cannot reach " + endpoint));
+  CHECK(lines.At(ss::LogLevel::kDebug).size() >= 3);
+
+  // Never drained, no daemon: Join returns once the deadline has passed
+  // (the no-daemon rule: a shutdown is bounded).
+  const auto t0 = ss::Clock::now();
+  session.Stop(t0 + 300ms);
+  session.Join();
+  const auto took = ss::Clock::now() - t0;
+  CHECK(took >= 300ms);
+  CHECK(took < 5s);
+}
+
+TEST_CASE("a refused hello is logged once and retried at the backoff maximum", "[stream]") {
+  tu::LoopbackDaemon daemon({}, spdlog::level::err);
+  Lines lines;
+  TestSource source(/*world_size=*/0);  // the daemon refuses world_size=0
+  const std::string endpoint = daemon.server.grpc_dial_address();
+  ss::StreamSession session(ChannelTo(endpoint), OptionsFor(endpoint, lines), source);
+  session.Start();
+  REQUIRE(Eventually([&] { return source.disconnects().size() >= 3; }));
+  session.Stop();
+  for (const auto& d : source.disconnects()) {
+    CHECK(d.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_FALSE(d.was_connected);
+  }
+  const auto warnings = lines.At(ss::LogLevel::kWarning);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("rejected the stream") &&
+                              Catch::Contains("world_size") && Catch::Contains("50 ms"));
+  CHECK(source.connected() == 0);
+}
+
+TEST_CASE("SetBackoff applies to the next reconnect", "[stream][no_daemon]") {
+  Lines lines;
+  TestSource source;
+  const std::string endpoint = DeadEndpoint();
+  auto options = OptionsFor(endpoint, lines);
+  options.backoff = {5ms, 5ms, ss::Backoff::Jitter::kNarrow};
+  ss::StreamSession session(ChannelTo(endpoint), options, source);
+  session.Start();
+  REQUIRE(Eventually([&] { return session.Reconnects() >= 5; }));
+  session.SetBackoff({10s, 10s, ss::Backoff::Jitter::kNarrow});
+  // At most the reconnect already waiting on the old delay happens.
+  std::this_thread::sleep_for(100ms);
+  const uint64_t after = session.Reconnects();
+  std::this_thread::sleep_for(500ms);
+  CHECK(session.Reconnects() == after);
+  // Stop cuts the 10 s wait short.
+  const auto t0 = ss::Clock::now();
+  session.Stop();
+  CHECK(ss::Clock::now() - t0 < 5s);
+}
