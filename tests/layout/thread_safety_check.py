@@ -93,7 +93,7 @@ def main():
     ap.add_argument("--must-fail", action="append", default=[])
     ap.add_argument("--flags-of", help="a listed source whose build flags the "
                     "--must-fail files use")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
     args = ap.parse_args()
     root = os.path.realpath(args.source_dir)
 
