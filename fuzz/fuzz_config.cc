@@ -3,16 +3,13 @@
 // text, the loader answers with a config or an error naming the source; an
 // accepted config is usable (policy lookup, validation) and every policy
 // field of it lies within the bounds of PolicyFields().
-#include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
-#include <variant>
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "config/config.h"
+#include "policy_bounds.h"
 #include "require.h"
 
 namespace sd = straggler::daemon;
@@ -21,26 +18,8 @@ namespace {
 
 void Require(bool ok, const char* what) { straggler::fuzz::Require(ok, "fuzz_config", what); }
 
-// The invariant the PolicyFields() bounds exist for (issue 15): every
-// numeric field of an accepted policy is finite and inside its range, and
-// the durations convert to nanoseconds without saturating.
 void RequireWithinBounds(const straggler::engine::PolicyConfig& p) {
-  using straggler::engine::PolicyConfig;
-  for (const auto& f : straggler::engine::PolicyFields()) {
-    std::visit(
-        [&](auto member) {
-          using T = std::remove_cvref_t<decltype(p.*member)>;
-          if constexpr (std::is_same_v<T, uint32_t> || std::is_same_v<T, double>) {
-            const double v = static_cast<double>(p.*member);
-            Require(std::isfinite(v) && v <= f.max && (f.min_exclusive ? v > f.min : v >= f.min),
-                    "an accepted policy field outside its PolicyFields() range");
-          }
-        },
-        f.member);
-  }
-  Require(straggler::engine::SaturatingNanoseconds(p.unresponsive_after_seconds) <
-              std::chrono::nanoseconds::max(),
-          "unresponsive_after_seconds overflows int64 nanoseconds");
+  straggler::fuzz::RequireWithinBounds(p, "fuzz_config");
 }
 
 }  // namespace

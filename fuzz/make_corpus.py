@@ -6,12 +6,13 @@ kept in the repository and scripts/fuzz.sh starts every run from them.
 Protobuf messages are encoded by hand (no python3-protobuf needed): field
 numbers follow proto/straggler/v1/straggler.proto.
 
-    python3 fuzz/make_corpus.py
+    python3 fuzz/make_corpus.py [TARGET...]
 """
 import hashlib
 import pathlib
 import shutil
 import struct
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent
 CORPUS = ROOT / "corpus"
@@ -204,6 +205,49 @@ def rest_seeds():
     yield b"POST /v1/jobs/train-1/reset\n{\"a\": 1}"
 
 
+def policy_seeds():
+    """fuzz_policy: a mode byte (bit 0: 0 = REST JSON body, 1 = gRPC
+    SetPolicyRequest; (byte >> 1) % 3: the job's policy before), then the body."""
+    nan, inf = float("nan"), float("inf")
+    for base in (0, 2, 4):
+        for body in [
+            '{"kind": "POLICY_KIND_EWMA", "ewmaRatio": 1.8}',
+            '{"thresholdFactor": 2.5, "limit": 7, "rejoinMark": 2}',
+            '{"unresponsiveAfterSeconds": 1e10}',
+            '{"unresponsiveAfterSeconds": 604800}',
+            '{"maxComputeSeconds": "Infinity"}',
+            '{"thresholdFactor": "NaN"}',
+            '{"limit": 4294967295}',
+            '{"limit": 3}',
+            '{"kind": "POLICY_KIND_STATIC"}',
+            '{"kind": "POLICY_KIND_STATIC", "staticThresholdSeconds": 0.25}',
+            '{"recovery": "RECOVERY_MODE_PROBATION", "windowIterations": 10000001}',
+            '{"minThroughputGain": -1.5, "leadIterations": 0}',
+            '{"kind": 7}',
+            '{"nope": 1}',
+            '{}',
+            '',
+        ]:
+            yield bytes([base]) + body.encode()
+    for base in (1, 3, 5):
+        policies = [
+            field_varint(1, 2) + field_double(10, 1.8),
+            field_varint(2, 7) + field_double(6, 2.5) + field_varint(4, 2),
+            field_double(18, 1e10),
+            field_double(21, inf),
+            field_double(6, nan),
+            field_varint(2, (1 << 32) - 1),
+            field_varint(1, 3) + field_double(12, 0.25),
+            field_varint(1, 9),
+            field_varint(8, 5),
+            field_varint(17, 0) + field_double(16, -1.5),
+            field_varint(19, 0) + field_double(13, 1.0) + field_varint(14, 10_000_001),
+            b"",
+        ]
+        for pol in policies:
+            yield bytes([base]) + field_bytes(1, "train-1") + field_bytes(2, pol)
+
+
 def write(target, seeds):
     out = CORPUS / target
     shutil.rmtree(out, ignore_errors=True)
@@ -214,6 +258,9 @@ def write(target, seeds):
     print(f"{out.relative_to(ROOT.parent)}: {len(list(out.iterdir()))} seeds")
 
 
-write("fuzz_ingest", ingest_seeds())
-write("fuzz_config", config_seeds())
-write("fuzz_rest", rest_seeds())
+SEEDS = {"fuzz_ingest": ingest_seeds, "fuzz_config": config_seeds, "fuzz_rest": rest_seeds,
+         "fuzz_policy": policy_seeds}
+# Named targets only (python3 fuzz/make_corpus.py fuzz_policy): rewriting a
+# corpus drops what FUZZ_MERGE=1 runs added to it.
+for name in sys.argv[1:] or SEEDS:
+    write(name, SEEDS[name]())

@@ -5,7 +5,7 @@
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]
 #
 # SECONDS per target (default 10; ctest's fuzz:smoke runs 10); TARGETs
-# default to all: fuzz_ingest fuzz_config fuzz_rest. Inputs the run finds
+# default to all: fuzz_ingest fuzz_config fuzz_rest fuzz_policy. Inputs the run finds
 # go to a scratch corpus in the build directory, not into the repository,
 # unless FUZZ_MERGE=1: then those that add coverage are merged into
 # fuzz/corpus/<target>/ (commit them). A crash, leak, sanitizer finding or
@@ -22,7 +22,7 @@ cd "$ROOT"
 SECONDS_PER_TARGET=${1:-10}
 shift || true
 TARGETS=("$@")
-[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(fuzz_ingest fuzz_config fuzz_rest)
+[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(fuzz_ingest fuzz_config fuzz_rest fuzz_policy)
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 export CCACHE_DIR=${CCACHE_DIR:-$ROOT/.cache/ccache}

@@ -22,7 +22,8 @@ PACKAGES=(
   # /metrics: prometheus-cpp core's data model (prometheus-cpp::core only)
   prometheus-cpp-dev
   # the libFuzzer targets (fuzz/, scripts/fuzz.sh, ctest fuzz:smoke): clang
-  # and its runtime libraries (libFuzzer, ASan, UBSan)
+  # and its runtime libraries (libFuzzer, ASan, UBSan); clang++ also runs the
+  # -Wthread-safety pass (ctest layout:thread_safety, docs/development.md)
   clang-14 libclang-rt-14-dev
   # tests and benchmarks; prometheus ships /usr/bin/prometheus and promtool for
   # the observability tests, which start their own server (never the service)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/time/time.h"
 #include "spdlog/spdlog.h"
 #include "straggler/common/validate.h"
 
@@ -21,7 +22,7 @@ JobTable::JobTable(std::shared_ptr<grpc::Channel> channel, std::string node, Age
 
 absl::StatusOr<std::shared_ptr<UpstreamJob>> JobTable::Attach(
     const v1::StreamHello& hello, const std::shared_ptr<DownLink>& link) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto job = Find(hello);
   if (!job.ok()) return job.status();
   if (absl::Status s = (*job)->Attach(hello, link); !s.ok()) return s;
@@ -51,14 +52,14 @@ absl::StatusOr<std::shared_ptr<UpstreamJob>> JobTable::Find(const v1::StreamHell
 }
 
 void JobTable::SetLive(LiveConfig live) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   live_ = live;
   for (auto& [id, job] : jobs_) job->SetLive(live);
-  sweep_cv_.notify_all();
+  sweep_cv_.SignalAll();
 }
 
 std::vector<std::shared_ptr<UpstreamJob>> JobTable::Jobs() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<UpstreamJob>> out;
   for (const auto& [id, job] : jobs_) out.push_back(job);
   return out;
@@ -66,7 +67,7 @@ std::vector<std::shared_ptr<UpstreamJob>> JobTable::Jobs() const {
 
 std::vector<std::shared_ptr<UpstreamJob>> JobTable::Close() {
   StopSweeper();
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   closed_ = true;
   std::vector<std::shared_ptr<UpstreamJob>> out;
   for (const auto& [id, job] : jobs_) out.push_back(job);
@@ -75,20 +76,20 @@ std::vector<std::shared_ptr<UpstreamJob>> JobTable::Close() {
 
 void JobTable::StopSweeper() {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     sweeper_stop_ = true;
+    sweep_cv_.SignalAll();
   }
-  sweep_cv_.notify_all();
   if (sweeper_.joinable()) sweeper_.join();
 }
 
 void JobTable::Sweep() {
-  std::unique_lock lock(mu_);
+  mu_.Lock();
   while (!sweeper_stop_) {
     const auto timeout = live_.idle_job_timeout;
     const auto period = std::clamp<std::chrono::milliseconds>(
         timeout / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
-    sweep_cv_.wait_for(lock, period);
+    sweep_cv_.WaitWithTimeout(&mu_, absl::FromChrono(period));
     if (sweeper_stop_) break;
     std::vector<std::shared_ptr<UpstreamJob>> retired;
     const auto now = Clock::now();
@@ -103,15 +104,16 @@ void JobTable::Sweep() {
     if (retired.empty()) continue;
     // Joined without the table's lock: a stopping job may still wait for
     // its upstream stream to close.
-    lock.unlock();
+    mu_.Unlock();
     for (const auto& job : retired) {
       job->Join();
       stats_.jobs_removed.fetch_add(1, std::memory_order_relaxed);
       spdlog::info("job={} run='{}' removed: no trainer stream and nothing buffered for {} ms",
                    job->id(), job->run_id(), timeout.count());
     }
-    lock.lock();
+    mu_.Lock();
   }
+  mu_.Unlock();
 }
 
 }  // namespace straggler::agent

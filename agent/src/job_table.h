@@ -3,14 +3,14 @@
 // jobs.idle_timeout_ms (no trainer stream, nothing buffered) from a sweeper
 // thread, so an idle job's next trainer stream starts it afresh.
 //
-// Thread safety: thread-safe; one mutex guards the table. Lock order: the
-// table's, then a job's (Attach and the sweeper hold both).
+// Thread safety: thread-safe; one absl::Mutex guards the table (its fields
+// are annotated: clang's -Wthread-safety checks them, ctest
+// layout:thread_safety). Lock order: the table's, then a job's (Attach and
+// the sweeper hold both).
 #pragma once
 
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,7 +18,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "agent_stats.h"
 #include "upstream_job.h"
 
@@ -37,37 +39,40 @@ class JobTable {
   // is joining. Refuses an invalid hello (common::ValidateHello), a world
   // size other than the job's, and every hello after Close (UNAVAILABLE).
   absl::StatusOr<std::shared_ptr<UpstreamJob>> Attach(const v1::StreamHello& hello,
-                                                      const std::shared_ptr<DownLink>& link);
+                                                      const std::shared_ptr<DownLink>& link)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // SIGHUP: the live keys, for every job and the sweeper.
-  void SetLive(LiveConfig live);
+  void SetLive(LiveConfig live) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every job (of every run) now.
-  std::vector<std::shared_ptr<UpstreamJob>> Jobs() const;
+  std::vector<std::shared_ptr<UpstreamJob>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Refuses new jobs from now on; stops the sweeper; returns the existing
   // ones (the caller stops and joins them).
-  std::vector<std::shared_ptr<UpstreamJob>> Close();
+  std::vector<std::shared_ptr<UpstreamJob>> Close() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // With mu_ held (through Attach).
-  absl::StatusOr<std::shared_ptr<UpstreamJob>> Find(const v1::StreamHello& hello);
-  void StopSweeper();
+  // Through Attach.
+  absl::StatusOr<std::shared_ptr<UpstreamJob>> Find(const v1::StreamHello& hello)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopSweeper() ABSL_LOCKS_EXCLUDED(mu_);
   // Removes jobs idle for live_.idle_job_timeout: checked every quarter of
   // it (at most once a second), so a job goes within 1.25x the timeout.
-  void Sweep();
+  void Sweep() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::shared_ptr<grpc::Channel> channel_;
   const std::string node_;
   AgentStats& stats_;
   const BatchDecorator* decorator_;
-  mutable std::mutex mu_;
-  LiveConfig live_;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  LiveConfig live_ ABSL_GUARDED_BY(mu_);
   // By (job id, run id).
-  std::map<std::pair<std::string, std::string>, std::shared_ptr<UpstreamJob>> jobs_;
-  bool closed_ = false;
-  bool sweeper_stop_ = false;  // guarded by mu_
-  std::condition_variable sweep_cv_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<UpstreamJob>> jobs_
+      ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool sweeper_stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar sweep_cv_;  // with mu_: sweeper_stop_ or live_ changed
   std::thread sweeper_;
 };
 

@@ -16,10 +16,6 @@
 #include "straggler/common/service_main.h"
 #include "spdlog/spdlog.h"
 
-#ifndef STRAGGLERD_VERSION
-#define STRAGGLERD_VERSION "unknown"
-#endif
-
 namespace {
 
 using straggler::agent::AgentConfig;
@@ -63,9 +59,13 @@ int main(int argc, char** argv) {
   // Flags bind straight into the config sources: unset stays "not given".
   AgentSources sources;
   std::string ready_file;
-  app.add_option("--config", sources.config_file,
-                 "YAML config file (every key: deploy/straggler-agent.yaml); "
-                 "default: $STRAGGLER_AGENT_CONFIG, else built-in defaults");
+  straggler::common::AddServiceFlags(
+      app,
+      {"deploy/straggler-agent.yaml", "STRAGGLER_AGENT_CONFIG",
+       "{\"listen\":\"unix:...\",\"listen_tcp\":\"HOST:PORT\",\"http_address\":"
+       "\"HOST:PORT\",\"pid\":N}",
+       "dialable addresses; \"\" for a listener that is off"},
+      sources.config_file, sources.log_level, ready_file);
   app.add_option("--listen", sources.listen,
                  "unix socket to serve trainers on, unix:///PATH (default "
                  "unix:///run/straggler/agent.sock; the directory is created)");
@@ -78,12 +78,7 @@ int main(int argc, char** argv) {
   app.add_option("--http-address", sources.http_address,
                  "HTTP HOST:PORT for /metrics, /healthz and /readyz, port 0 picks a "
                  "free port (default 0.0.0.0:7072)");
-  app.add_option("--log-level", sources.log_level, "trace|debug|info|warn|error (default info)");
   app.add_option("--node", sources.node, "node name sent to the daemon (default: the host name)");
-  app.add_option("--ready-file", ready_file,
-                 "once serving, atomically write {\"listen\":\"unix:...\",\"listen_tcp\":"
-                 "\"HOST:PORT\",\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable "
-                 "addresses; \"\" for a listener that is off)");
   if (std::optional<int> rc =
           straggler::common::ParseCommandLine(app, argc, argv, STRAGGLERD_VERSION)) {
     return *rc;

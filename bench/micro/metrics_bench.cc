@@ -29,7 +29,7 @@ namespace engine = straggler::engine;
 
 class NullSubscriber final : public d::JobSubscriber {
  public:
-  void OnMembershipChangedLocked(const d::Job&) override {}
+  void OnMembershipChangedLocked(const d::Job::Locked&) override {}
   void CloseLocked(const absl::Status&) override {}
 };
 
@@ -51,18 +51,18 @@ bool Fill(d::JobRegistry& registry, benchmark::State& state) {
     return false;
   }
   {
-    std::lock_guard lock((*job)->mu);
+    d::Job::Locked locked(**job);
     for (uint64_t it = 0; it < 10; ++it) {
       for (uint32_t r = 0; r < kRanks; ++r) {
         engine::Report rep;
         rep.rank = r;
         rep.iteration = it;
         rep.compute_seconds = 0.1 + 1e-6 * (r % 97);
-        (*job)->engine.Ingest(rep, now);
+        locked->engine.Ingest(rep, now);
       }
       now += std::chrono::milliseconds(100);
     }
-    (*job)->engine.TakeEvents();
+    locked->engine.TakeEvents();
   }
   return true;
 }

@@ -106,6 +106,7 @@ straggler_client_t* straggler_client_create(const straggler_options_t* options, 
     // Topology: the struct's, else the launcher's environment (a C trainer
     // run under a Megatron-style launcher need not pass it through).
     o.peer_group = options->peer_group != nullptr ? std::string(options->peer_group) : env.peer_group;
+    o.gpu_model = options->gpu_model != nullptr ? std::string(options->gpu_model) : env.gpu_model;
     if (options->has_replica != 0) {
       o.replica = options->replica;
     } else {

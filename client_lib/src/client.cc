@@ -285,6 +285,7 @@ class ClientImpl final : public Client, private StreamSession::Source {
       d->set_incarnation(incarnation_);
       d->set_peer_group(options_.peer_group);
       if (options_.replica) d->set_replica(*options_.replica);
+      d->set_gpu_model(options_.gpu_model);
     }
     // The newest version we hold, so that a restarted daemon (which starts
     // again from version 0) publishes a version above it, effective after it,

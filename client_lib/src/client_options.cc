@@ -95,6 +95,7 @@ ClientOptions ClientOptions::FromEnv() {
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o.cuda_visible_devices = v;
   if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o.gpu_uuid = v;
   if (const char* v = std::getenv("STRAGGLER_PEER_GROUP"); v != nullptr) o.peer_group = v;
+  if (const char* v = std::getenv("STRAGGLER_GPU_MODEL"); v != nullptr) o.gpu_model = v;
   o.replica = detail::ReplicaFromEnv(&error);
   o.run_id = RunIdFromEnv();
   const ChannelSecurity tls = ChannelSecurityFromEnv();
@@ -135,6 +136,14 @@ std::string ClientOptions::Validate() const {
   if (std::string problem = detail::SecurityOf(*this).Validate(); !problem.empty()) return problem;
   if (world_size == 0) return "world_size=0: must be > 0 (set WORLD_SIZE)";
   if (std::string problem = detail::ValidatePeerGroup(peer_group); !problem.empty()) return problem;
+  if (gpu_model.size() > pb::rules::kMaxGpuModelBytes)
+    return "gpu_model '" + absl::CHexEscape(gpu_model.substr(0, 32)) + "...' is " +
+           std::to_string(gpu_model.size()) + " bytes; at most " +
+           std::to_string(pb::rules::kMaxGpuModelBytes) + " (STRAGGLER_GPU_MODEL)";
+  if (const size_t i = pb::rules::FirstBadGpuModelByte(gpu_model); i != std::string_view::npos)
+    return "gpu_model '" + absl::CHexEscape(gpu_model) + "' has '" +
+           absl::CHexEscape(gpu_model.substr(i, 1)) + "' at byte " + std::to_string(i) +
+           "; allowed: printable ASCII (STRAGGLER_GPU_MODEL)";
   if (replica && *replica >= world_size)
     return "replica=" + std::to_string(*replica) + " >= world_size=" + std::to_string(world_size) +
            ": a replica is a data-parallel index (STRAGGLER_REPLICA)";

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/time/time.h"
 #include "clamp_timeout.h"
 #include "straggler/stream/stream_session.h"
 
@@ -21,6 +22,7 @@ constexpr std::pair<pb::ExclusionReason, std::string_view> kReasonNames[] = {
     {pb::EXCLUSION_REASON_UNRESPONSIVE, "unresponsive"},
     {pb::EXCLUSION_REASON_FORCED, "forced"},
     {pb::EXCLUSION_REASON_PROBATION_END, "probation_end"},
+    {pb::EXCLUSION_REASON_REPLICA, "replica"},
 };
 
 std::string ReasonName(pb::ExclusionReason r) {
@@ -78,9 +80,11 @@ MembershipTracker::MembershipTracker(uint32_t world_size, std::vector<uint32_t> 
 MembershipView MembershipTracker::For(uint64_t iteration, std::chrono::milliseconds timeout,
                                       uint32_t rank, StreamSession& session) {
   const int slot = SlotOf(rank);
-  std::unique_lock<std::mutex> lock(state_mu_);
+  absl::MutexLock lock(&state_mu_);
   // Only called with slot >= 0.
-  auto certain = [&] { return history_.Certain(iteration, rank, progress_[slot]); };
+  auto certain = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_) {
+    return history_.Certain(iteration, rank, progress_[slot]);
+  };
   bool ok = slot >= 0 && certain();
   if (!ok && slot >= 0) {
     // The report that makes us certain is usually still in the queue
@@ -97,8 +101,16 @@ MembershipView MembershipTracker::For(uint64_t iteration, std::chrono::milliseco
     const bool known_unreachable =
         session.Unreachable() && gave_up_on_connection_ == session.Connections();
     if (!known_unreachable) {
-      ok = state_cv_.wait_for(lock, ClampTimeout(timeout),
-                              [&] { return certain() || session.Stopping(); });
+      // As std::condition_variable::wait_for with a predicate: spurious
+      // wake-ups wait again for what is left of the timeout.
+      const auto deadline = std::chrono::steady_clock::now() + ClampTimeout(timeout);
+      ok = certain() || session.Stopping();
+      while (!ok) {
+        const auto left = deadline - std::chrono::steady_clock::now();
+        if (left <= std::chrono::steady_clock::duration::zero()) break;
+        state_cv_.WaitWithTimeout(&state_mu_, absl::FromChrono(left));
+        ok = certain() || session.Stopping();
+      }
       if (ok && session.Stopping()) ok = certain();
       if (!ok && session.Unreachable()) gave_up_on_connection_ = session.Connections();
     }
@@ -110,13 +122,13 @@ MembershipView MembershipTracker::For(uint64_t iteration, std::chrono::milliseco
 
 std::optional<MembershipView> MembershipTracker::ReadmissionAfter(uint64_t iteration,
                                                                   uint32_t rank) {
-  std::lock_guard<std::mutex> lock(state_mu_);
+  absl::MutexLock lock(&state_mu_);
   return history_.ReadmissionAfter(iteration, rank);
 }
 
 void MembershipTracker::OnChange(Client::MembershipCallback callback) {
   if (!callback) return;
-  std::lock_guard<std::mutex> lock(callbacks_mu_);
+  absl::MutexLock lock(&callbacks_mu_);
   callbacks_.push_back(std::make_shared<Client::MembershipCallback>(std::move(callback)));
 }
 
@@ -125,7 +137,7 @@ std::vector<const MembershipView*> MembershipTracker::Apply(const pb::Directive&
   // already see every version this directive carries.
   std::vector<const MembershipView*> announced;
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    absl::MutexLock lock(&state_mu_);
     for (const pb::Membership& m : d.memberships())
       if (const MembershipView* v = history_.Add(ToView(m, world_size_))) announced.push_back(v);
     current_.store(history_.Newest(), std::memory_order_release);
@@ -136,7 +148,7 @@ std::vector<const MembershipView*> MembershipTracker::Apply(const pb::Directive&
       if (!mine || *mine < p.iteration()) mine = p.iteration();
     }
   }
-  state_cv_.notify_all();
+  state_cv_.SignalAll();
   return announced;
 }
 
@@ -144,7 +156,7 @@ void MembershipTracker::RunCallbacks(const std::vector<const MembershipView*>& a
   if (announced.empty()) return;
   std::vector<std::shared_ptr<Client::MembershipCallback>> callbacks;
   {
-    std::lock_guard<std::mutex> lock(callbacks_mu_);
+    absl::MutexLock lock(&callbacks_mu_);
     callbacks = callbacks_;
   }
   for (const MembershipView* v : announced) {

@@ -116,7 +116,7 @@ absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job)
       return absl::InvalidArgumentError(absl::StrCat(
           "hello.known_excluded rank ", e.rank, " reason=", value, name,
           " is not an exclusion reason; allowed: EXCLUSION_REASON_STRAGGLER, _UNRESPONSIVE, "
-          "_FORCED, _PROBATION_END"));
+          "_FORCED, _PROBATION_END, _REPLICA"));
     }
     if (absl::Status s = CheckNoControl(absl::StrCat("hello.known_excluded rank ", e.rank,
                                                      " detail"),
@@ -194,6 +194,7 @@ engine::ExclusionReason FromProto(v1::ExclusionReason r) {
     case v1::EXCLUSION_REASON_UNRESPONSIVE: return engine::ExclusionReason::kUnresponsive;
     case v1::EXCLUSION_REASON_FORCED: return engine::ExclusionReason::kForced;
     case v1::EXCLUSION_REASON_PROBATION_END: return engine::ExclusionReason::kProbationEnd;
+    case v1::EXCLUSION_REASON_REPLICA: return engine::ExclusionReason::kReplica;
     default: return engine::ExclusionReason::kNone;
   }
 }
@@ -223,6 +224,7 @@ StreamHello FromProto(const v1::StreamHello& h) {
     c.incarnation = d.incarnation();
     c.topology.peer_group = d.peer_group();
     if (d.has_replica()) c.topology.replica = d.replica();
+    c.topology.gpu_model = d.gpu_model();
   }
   return out;
 }

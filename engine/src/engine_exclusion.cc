@@ -37,7 +37,10 @@ const PlanInput& EngineImpl::Snapshot() {
   in.ranks.resize(world_size);
   for (uint32_t i = 0; i < world_size; ++i) {
     const RankState& r = ranks[i];
-    in.ranks[i] = {r.state, r.override, r.on_probation, r.probation_failed, r.ewma, r.counter};
+    // The declared replica makes the exclusion unit (docs/topology.md).
+    const RankTopology& t = topology[i];
+    in.ranks[i] = {r.state,     r.override, r.on_probation, r.probation_failed,
+                   r.ewma,      r.counter,  t.replica,      t.peer_group};
   }
   in.current = Newest().excluded;
   in.iteration = highest_active;
@@ -62,9 +65,16 @@ void EngineImpl::EmitGuardEvents(const ExclusionPlan& plan, Time now) {
     if (r.guard_blocked) continue;
     r.guard_blocked = true;
     guard_blocks_total++;
+    // In a hybrid job the culprit's whole replica is what was withheld.
+    const RankSnapshot& snap = plan_input.ranks[i];
+    std::string what = absl::StrCat("rank ", i);
+    if (snap.replica) {
+      what = absl::StrCat("replica ", *snap.replica, " for rank ", i,
+                          snap.peer_group.empty() ? "" : " (group " + snap.peer_group + ")");
+    }
     Emit(RankEvent(EventKind::kGuardBlocked, now, i, r.state, r.state, r.last_iteration,
                    Newest().version,
-                   absl::StrCat("exclusion of rank ", i, " withheld: ", plan.blocked_why)))
+                   absl::StrCat("exclusion of ", what, " withheld: ", plan.blocked_why)))
         .evidence = MakeEvidence(r, r.last_compute);
   }
 }

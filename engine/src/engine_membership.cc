@@ -145,6 +145,40 @@ bool EngineImpl::Rebase(Time now, const std::string& why) {
   return true;
 }
 
+namespace {
+
+// "3 (straggler), 9 (forced)"; a replica excluded whole (docs/topology.md)
+// as "replica 1 [4, 5, 6, 7] for rank 6 (group stage2, straggler)".
+std::string ExcludedList(const std::vector<ExcludedRank>& excluded) {
+  std::string list;
+  std::vector<bool> done(excluded.size(), false);
+  for (size_t k = 0; k < excluded.size(); ++k) {
+    if (done[k]) continue;
+    const ExcludedRank& x = excluded[k];
+    if (!list.empty()) list += ", ";
+    if (!x.replica || !x.culprit) {
+      absl::StrAppend(&list, x.rank, " (", std::string(ExclusionReasonName(x.reason)), ")");
+      continue;
+    }
+    std::string ranks;
+    std::string reason(ExclusionReasonName(x.reason));
+    for (size_t j = k; j < excluded.size(); ++j) {
+      const ExcludedRank& y = excluded[j];
+      if (y.replica != x.replica) continue;
+      done[j] = true;
+      absl::StrAppend(&ranks, ranks.empty() ? "" : ", ", y.rank);
+      if (y.culprit == y.rank && y.rank == *x.culprit)
+        reason = std::string(ExclusionReasonName(y.reason));
+    }
+    absl::StrAppend(&list, "replica ", *x.replica, " [", ranks, "] for rank ", *x.culprit, " (",
+                    x.culprit_group.empty() ? "" : absl::StrCat("group ", x.culprit_group, ", "),
+                    reason, ")");
+  }
+  return list;
+}
+
+}  // namespace
+
 // `min_effective`: the new version may not take effect before this
 // iteration (a re-included rank that ran ahead; a floor from a client).
 // `min_version`: nor be numbered below it.
@@ -167,10 +201,7 @@ void EngineImpl::Publish(std::vector<ExcludedRank> excluded, Time now, std::stri
   v.m.created_at = now;
   for (const auto& e : v.m.excluded)
     if (ranks[e.rank].counted) v.excluded_counted++;
-  std::string list;
-  for (const auto& x : v.m.excluded)
-    absl::StrAppend(&list, list.empty() ? "" : ", ", x.rank, " (",
-                    std::string(ExclusionReasonName(x.reason)), ")");
+  const std::string list = ExcludedList(v.m.excluded);
   const uint64_t version = v.m.version, effective = v.m.effective_iteration;
   log.Push(std::move(v));
   Emit(JobEvent(EventKind::kMembership, now, effective, version,

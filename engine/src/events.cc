@@ -24,6 +24,7 @@ std::string_view ExclusionReasonName(ExclusionReason r) {
     case ExclusionReason::kUnresponsive: return "unresponsive";
     case ExclusionReason::kForced: return "forced";
     case ExclusionReason::kProbationEnd: return "probation_end";
+    case ExclusionReason::kReplica: return "replica";
   }
   return "unknown";
 }

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
+#include <cstdint>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,20 +11,35 @@
 namespace straggler::engine::internal {
 
 Capacity::Capacity(const PolicyConfig& policy, uint32_t world)
-    : world_size(world),
-      max_excluded(static_cast<uint32_t>(
-          std::floor(policy.max_excluded_fraction * static_cast<double>(world) + 1e-9))),
-      min_active(policy.min_active_ranks) {}
+    : Capacity(policy, world, world, false) {}
 
-bool Capacity::Room(uint32_t excluded) const {
-  return excluded + 1 <= max_excluded && world_size - excluded - 1 >= min_active;
+Capacity::Capacity(const PolicyConfig& policy, uint32_t world, uint32_t replica_count,
+                   bool is_hybrid)
+    : world_size(world),
+      replicas(replica_count),
+      max_excluded(static_cast<uint32_t>(
+          std::floor(policy.max_excluded_fraction * static_cast<double>(replica_count) + 1e-9))),
+      min_active(policy.min_active_ranks),
+      min_active_replicas(policy.min_active_replicas),
+      hybrid(is_hybrid) {}
+
+bool Capacity::Room(uint32_t excluded, uint32_t excluded_ranks, uint32_t size) const {
+  return excluded + 1 <= max_excluded && world_size - excluded_ranks >= size &&
+         world_size - excluded_ranks - size >= min_active &&
+         replicas - excluded - 1 >= min_active_replicas;
 }
 
-std::string Capacity::Why(uint32_t excluded) const {
-  if (excluded + 1 > max_excluded)
+std::string Capacity::Why(uint32_t excluded, uint32_t excluded_ranks, uint32_t size) const {
+  if (excluded + 1 > max_excluded) {
+    if (hybrid)
+      return absl::StrCat("max_excluded_fraction allows ", max_excluded, " of ", replicas,
+                          " replicas");
     return absl::StrCat("max_excluded_fraction allows ", max_excluded);
-  if (world_size - excluded - 1 < min_active)
+  }
+  if (world_size - excluded_ranks < size || world_size - excluded_ranks - size < min_active)
     return absl::StrCat("min_active_ranks is ", min_active);
+  if (replicas - excluded - 1 < min_active_replicas)
+    return absl::StrCat("min_active_replicas is ", min_active_replicas);
   return "";
 }
 
@@ -41,29 +57,122 @@ std::string StragglerDetail(const RankSnapshot& r, const PlanInput& in) {
   return absl::StrFormat("ewma %.6gs; counter %u/%u", r.ewma, r.counter, in.limit);
 }
 
-// Throughput guard: how many of the `fit` slowest candidates to exclude, the
-// largest number for which the job is predicted to go faster without them:
-// ((A-k)/T_without) / (A/T_with) - 1 >= min_throughput_gain, A the active
-// ranks, T the largest ewma among them with and without the k.
+// One data-parallel replica: the ranks that leave the collective together.
+struct Unit {
+  std::span<const uint32_t> ranks;  // ascending; a view into Units::members
+  std::vector<uint32_t> forced;     // forced out
+  std::vector<uint32_t> culprits;   // unresponsive, then stragglers slowest first
+  uint32_t unresponsive = 0;        // culprits[0, unresponsive) are unresponsive
+  bool forced_in = false;
+  bool finished = false;            // a rank of it finished: the job is ending
+  bool out_now = false;             // some rank of it is in the current set
+  bool released = false;            // its current forced entry lost its override
+  double slowest = 0;               // largest ewma among its straggler culprits
+};
+
+struct Units {
+  std::vector<uint32_t> members;  // every rank, grouped by unit
+  std::vector<Unit> units;        // in order of their lowest rank
+};
+
+// Groups the ranks into replicas. No map and one allocation per job, not
+// per rank: the engine plans at every batch, for up to millions of ranks.
+void Group(const PolicyConfig& policy, const PlanInput& in,
+           const std::vector<const ExcludedRank*>& current, Units& out) {
+  const uint32_t world = static_cast<uint32_t>(in.ranks.size());
+  constexpr uint32_t kNone = UINT32_MAX;
+  std::vector<uint32_t> unit_of(world), by_replica, size;
+  for (uint32_t i = 0; i < world; ++i) {
+    const std::optional<uint32_t>& replica = in.ranks[i].replica;
+    if (replica) {
+      // Declared replicas are below the world size (checked at the hello);
+      // a larger one still groups correctly, only less cheaply.
+      if (*replica >= by_replica.size()) by_replica.resize(std::max(*replica + 1, world), kNone);
+      if (by_replica[*replica] == kNone) {
+        by_replica[*replica] = static_cast<uint32_t>(size.size());
+        size.push_back(0);
+      }
+      unit_of[i] = by_replica[*replica];
+    } else {
+      unit_of[i] = static_cast<uint32_t>(size.size());
+      size.push_back(0);
+    }
+    size[unit_of[i]]++;
+  }
+  std::vector<uint32_t> begin(size.size());
+  for (size_t u = 1; u < size.size(); ++u) begin[u] = begin[u - 1] + size[u - 1];
+  out.members.resize(world);
+  out.units.resize(size.size());
+  std::vector<uint32_t> fill = begin;
+  for (uint32_t i = 0; i < world; ++i) out.members[fill[unit_of[i]]++] = i;
+  for (size_t u = 0; u < size.size(); ++u)
+    out.units[u].ranks = std::span<const uint32_t>(out.members.data() + begin[u], size[u]);
+
+  for (Unit& unit : out.units) {
+    for (uint32_t i : unit.ranks) {
+      const RankSnapshot& r = in.ranks[i];
+      const ExcludedRank* ce = current[i];
+      if (ce) unit.out_now = true;
+      if (r.override == RankOverride::kForceExclude) {
+        unit.forced.push_back(i);
+        continue;
+      }
+      if (r.override == RankOverride::kForceInclude) {
+        unit.forced_in = true;
+        continue;
+      }
+      if (ce && ce->reason == ExclusionReason::kForced) unit.released = true;
+      if (r.state == WorkerState::kFinished) unit.finished = true;
+      if (!policy.exclusion_enabled) continue;
+      if (r.state == WorkerState::kUnresponsive) {
+        unit.culprits.insert(unit.culprits.begin() + unit.unresponsive++, i);
+      } else if (r.state == WorkerState::kStraggler && !r.on_probation) {
+        unit.culprits.push_back(i);
+        unit.slowest = std::max(unit.slowest, r.ewma);
+      }
+    }
+    std::stable_sort(unit.culprits.begin() + unit.unresponsive, unit.culprits.end(),
+                     [&](uint32_t a, uint32_t b) { return in.ranks[a].ewma > in.ranks[b].ewma; });
+  }
+}
+
+// Throughput guard: how many of the `fit` slowest candidate replicas to
+// exclude, the largest number for which the job is predicted to go faster
+// without them: ((A-k)/T_without) / (A/T_with) - 1 >= min_throughput_gain,
+// A the active replicas, T the largest ewma of a live rank among them with
+// and without the k. A replica steps at its slowest rank's pace (a pipeline
+// waits for its slowest stage), and the data-parallel all-reduce at the
+// slowest replica's, so the job's step follows the slowest live rank.
 size_t ThroughputTake(const PolicyConfig& policy, const PlanInput& in,
-                      const std::vector<std::optional<ExcludedRank>>& want,
-                      const std::vector<uint32_t>& candidates, size_t fit) {
+                      const std::vector<Unit>& units, const std::vector<bool>& out,
+                      const std::vector<size_t>& candidates, size_t fit) {
   if (fit == 0) return 0;
-  std::vector<bool> is_candidate(in.ranks.size(), false);
+  std::vector<bool> is_candidate(units.size(), false);
   for (size_t k = 0; k < fit; ++k) is_candidate[candidates[k]] = true;
   double t_with = 0, t_rest = 0;
   uint32_t active = 0;
-  for (uint32_t i = 0; i < in.ranks.size(); ++i) {
-    if (want[i] || !Live(in.ranks[i])) continue;
-    active++;
-    t_with = std::max(t_with, in.ranks[i].ewma);
-    if (!is_candidate[i]) t_rest = std::max(t_rest, in.ranks[i].ewma);
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (out[u]) continue;
+    bool live = false;
+    for (uint32_t i : units[u].ranks) {
+      if (!Live(in.ranks[i])) continue;
+      live = true;
+      t_with = std::max(t_with, in.ranks[i].ewma);
+      if (!is_candidate[u]) t_rest = std::max(t_rest, in.ranks[i].ewma);
+    }
+    if (live) active++;
   }
+  auto slowest_live = [&](size_t u) {
+    double t = 0;
+    for (uint32_t i : units[u].ranks)
+      if (Live(in.ranks[i])) t = std::max(t, in.ranks[i].ewma);
+    return t;
+  };
   for (size_t k = fit; k > 0; --k) {
-    // Without the k slowest candidates the slowest remaining is either the
-    // (k+1)-th candidate or the slowest non-candidate.
+    // Without the k slowest candidates the slowest remaining is either in
+    // the (k+1)-th candidate or the slowest non-candidate.
     double t_without = t_rest;
-    if (k < fit) t_without = std::max(t_without, in.ranks[candidates[k]].ewma);
+    if (k < fit) t_without = std::max(t_without, slowest_live(candidates[k]));
     if (active <= k || t_without <= 0 || t_with <= 0) continue;
     const double gain = ((active - k) / t_without) / (active / t_with) - 1.0;
     if (gain >= policy.min_throughput_gain) return k;
@@ -78,72 +187,143 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
   std::vector<const ExcludedRank*> current(world, nullptr);
   for (const auto& e : in.current)
     if (e.rank < world) current[e.rank] = &e;
+  Units grouped;
+  Group(policy, in, current, grouped);
+  const std::vector<Unit>& units = grouped.units;
+  bool hybrid = false;
+  for (const Unit& u : units) hybrid = hybrid || u.ranks.size() > 1;
 
   std::vector<std::optional<ExcludedRank>> want(world);
-  std::vector<uint32_t> unresponsive, stragglers;
-  uint32_t excluded = 0;
-  auto exclude = [&](uint32_t rank, ExclusionReason reason, std::string detail, uint64_t since) {
-    want[rank] = ExcludedRank{rank, reason, std::move(detail), since};
+  std::vector<bool> out(units.size(), false);
+  uint32_t excluded = 0, excluded_ranks = 0;
+  // Takes unit `u` out: each rank with the entry own_entry(i) gives (its
+  // own reason: a culprit, a forced rank), the rest as mates of `culprit`.
+  // `keep`: reuse the current entries first (a replica that stays out keeps
+  // its since_iteration and detail).
+  auto take_out = [&](size_t u, uint32_t culprit, bool keep, auto&& own_entry) {
+    const Unit& unit = units[u];
+    const RankSnapshot& c = in.ranks[culprit];
+    for (uint32_t i : unit.ranks) {
+      ExcludedRank e;
+      if (keep && current[i]) {
+        e = *current[i];
+      } else if (auto own = own_entry(i)) {
+        e = std::move(*own);
+      } else {
+        e = ExcludedRank{i, ExclusionReason::kReplica,
+                         absl::StrCat("replica ", c.replica ? absl::StrCat(*c.replica) : "-",
+                                      " with rank ", culprit,
+                                      c.peer_group.empty() ? "" : " (group " + c.peer_group + ")"),
+                         in.iteration};
+      }
+      if (in.ranks[i].replica) {
+        const bool mate = e.reason == ExclusionReason::kReplica;
+        e.culprit = mate ? culprit : i;
+        e.culprit_group = mate ? c.peer_group : in.ranks[i].peer_group;
+        e.replica = in.ranks[i].replica;
+      }
+      want[i] = std::move(e);
+    }
+    out[u] = true;
     excluded++;
+    excluded_ranks += static_cast<uint32_t>(unit.ranks.size());
   };
-  auto keep = [&](uint32_t rank) { want[rank] = *current[rank], excluded++; };
+  const auto none = [](uint32_t) -> std::optional<ExcludedRank> { return std::nullopt; };
+  auto contains = [](std::span<const uint32_t> v, uint32_t i) {
+    return std::find(v.begin(), v.end(), i) != v.end();
+  };
 
-  for (uint32_t i = 0; i < world; ++i) {
-    const RankSnapshot& r = in.ranks[i];
-    const ExcludedRank* ce = current[i];
-    if (r.override == RankOverride::kForceExclude) {
-      if (ce && ce->reason == ExclusionReason::kForced) keep(i);
-      else exclude(i, ExclusionReason::kForced, "forced out by an operator", in.iteration);
+  std::vector<size_t> unresponsive, stragglers;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const Unit& unit = units[u];
+    if (!unit.forced.empty()) {
+      take_out(u, unit.forced.front(), false, [&](uint32_t i) -> std::optional<ExcludedRank> {
+        if (contains(unit.forced, i)) {
+          if (current[i] && current[i]->reason == ExclusionReason::kForced) return *current[i];
+          return ExcludedRank{i, ExclusionReason::kForced, "forced out by an operator",
+                              in.iteration};
+        }
+        // A mate still out for a reason of its own keeps it.
+        if (current[i] && current[i]->reason != ExclusionReason::kForced &&
+            current[i]->reason != ExclusionReason::kReplica)
+          return *current[i];
+        return std::nullopt;
+      });
       continue;
     }
-    if (r.override == RankOverride::kForceInclude || !policy.exclusion_enabled) continue;
-    if (ce && ce->reason == ExclusionReason::kForced) continue;  // override was cleared
-    if (r.state == WorkerState::kFinished) {
+    if (unit.forced_in || !policy.exclusion_enabled || unit.released) continue;
+    if (unit.finished) {
       // A job that is ending changes no membership: its ranks are leaving.
-      if (ce) keep(i);
+      if (unit.out_now) take_out(u, unit.ranks.front(), true, none);
       continue;
     }
-    if (r.state == WorkerState::kUnresponsive) {
-      if (ce) keep(i);
-      else unresponsive.push_back(i);
-    } else if (r.state == WorkerState::kStraggler && !r.on_probation) {
-      if (ce && ce->reason != ExclusionReason::kUnresponsive) keep(i);
-      else stragglers.push_back(i);
+    if (unit.culprits.empty()) continue;  // no culprit (any more): in
+    if (unit.out_now) {
+      // Stays out while it has a culprit. An unresponsive-only exclusion
+      // whose culprit now reports slow is a new candidate, as for one rank.
+      bool only_unresponsive = true;
+      for (uint32_t i : unit.ranks)
+        if (current[i] && current[i]->reason != ExclusionReason::kUnresponsive)
+          only_unresponsive = false;
+      if (unit.unresponsive > 0 || !only_unresponsive) {
+        take_out(u, unit.culprits.front(), true, none);
+        continue;
+      }
     }
+    (unit.unresponsive > 0 ? unresponsive : stragglers).push_back(u);
   }
 
-  const Capacity cap(policy, world);
+  const Capacity cap(policy, world, static_cast<uint32_t>(units.size()), hybrid);
+  const auto size_of = [&](size_t u) { return static_cast<uint32_t>(units[u].ranks.size()); };
   ExclusionPlan plan;
-  for (uint32_t i : unresponsive) {
-    if (cap.Room(excluded)) {
-      exclude(i, ExclusionReason::kUnresponsive,
-              absl::StrFormat("no report for %.3gs", policy.unresponsive_after_seconds),
-              in.iteration);
+  uint32_t blocked_size = 1;
+  auto culprit_entry = [&](size_t u) {
+    return [&, u](uint32_t i) -> std::optional<ExcludedRank> {
+      const Unit& unit = units[u];
+      const auto at = std::find(unit.culprits.begin(), unit.culprits.end(), i);
+      if (at == unit.culprits.end()) return std::nullopt;
+      if (at - unit.culprits.begin() < unit.unresponsive)
+        return ExcludedRank{
+            i, ExclusionReason::kUnresponsive,
+            absl::StrFormat("no report for %.3gs", policy.unresponsive_after_seconds),
+            in.iteration};
+      return ExcludedRank{i, in.ranks[i].probation_failed ? ExclusionReason::kProbationEnd
+                                                          : ExclusionReason::kStraggler,
+                          StragglerDetail(in.ranks[i], in), in.iteration};
+    };
+  };
+  for (size_t u : unresponsive) {
+    if (cap.Room(excluded, excluded_ranks, size_of(u))) {
+      take_out(u, units[u].culprits.front(), false, culprit_entry(u));
     } else {
-      plan.blocked.push_back(i);
+      plan.blocked.insert(plan.blocked.end(), units[u].culprits.begin(), units[u].culprits.end());
+      blocked_size = size_of(u);
     }
   }
 
   // Slowest first: when only some fit, leave out the ones that hurt most.
-  std::sort(stragglers.begin(), stragglers.end(),
-            [&](uint32_t a, uint32_t b) { return in.ranks[a].ewma > in.ranks[b].ewma; });
+  std::stable_sort(stragglers.begin(), stragglers.end(),
+                   [&](size_t a, size_t b) { return units[a].slowest > units[b].slowest; });
   size_t fit = 0;
-  while (fit < stragglers.size() && cap.Room(excluded + static_cast<uint32_t>(fit))) fit++;
-  const size_t take = ThroughputTake(policy, in, want, stragglers, fit);
+  uint32_t fit_ranks = 0;
+  while (fit < stragglers.size() &&
+         cap.Room(excluded + static_cast<uint32_t>(fit), excluded_ranks + fit_ranks,
+                  size_of(stragglers[fit])))
+    fit_ranks += size_of(stragglers[fit++]);
+  const size_t take = ThroughputTake(policy, in, units, out, stragglers, fit);
   for (size_t k = 0; k < stragglers.size(); ++k) {
-    const uint32_t i = stragglers[k];
+    const size_t u = stragglers[k];
     if (k < take) {
-      exclude(i, in.ranks[i].probation_failed ? ExclusionReason::kProbationEnd
-                                              : ExclusionReason::kStraggler,
-              StragglerDetail(in.ranks[i], in), in.iteration);
+      take_out(u, units[u].culprits.front(), false, culprit_entry(u));
     } else {
-      plan.blocked.push_back(i);
+      plan.blocked.insert(plan.blocked.end(), units[u].culprits.begin(), units[u].culprits.end());
+      if (k == take) blocked_size = size_of(u);
     }
   }
 
   std::sort(plan.blocked.begin(), plan.blocked.end());
   if (!plan.blocked.empty()) {
-    plan.blocked_why = cap.Why(excluded);
+    plan.blocked_why = cap.Why(excluded, excluded_ranks, blocked_size);
     if (plan.blocked_why.empty())
       plan.blocked_why =
           absl::StrFormat("predicted throughput gain below %g", policy.min_throughput_gain);

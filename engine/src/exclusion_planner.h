@@ -1,13 +1,20 @@
 // Exclusion planning: which ranks the job should leave out, given a snapshot
 // of its ranks and the policy - the guards of docs/detection.md
 // ("Exclusion"): overrides, capacity (max_excluded_fraction,
-// min_active_ranks) and the predicted throughput gain. A pure function: no
-// engine, no events, no clock; the engine turns the plan into guard events
-// and, through the membership gate, into a version (engine_exclusion.cc).
+// min_active_ranks, min_active_replicas) and the predicted throughput gain.
+// The unit of exclusion is the data-parallel replica (docs/topology.md): a
+// partial all-reduce can only leave out whole replicas, so when any rank of
+// a replica is a candidate (the culprit) the plan takes out every rank of it,
+// and the guards count replicas. A rank that declared no replica is a
+// replica of its own, so a pure data-parallel job plans exactly per rank.
+// A pure function: no engine, no events, no clock; the engine turns the plan
+// into guard events and, through the membership gate, into a version
+// (engine_exclusion.cc).
 // Thread safety: stateless; safe to call from any thread.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +32,8 @@ struct RankSnapshot {
   bool probation_failed = false;  // still slow when its probation ended
   double ewma = 0.0;
   uint32_t counter = 0;
+  std::optional<uint32_t> replica = std::nullopt;  // declared; unset = a replica of its own
+  std::string peer_group = {};  // declared, for naming a culprit
 };
 
 struct PlanInput {
@@ -37,34 +46,48 @@ struct PlanInput {
   uint32_t limit = 0;                 // the counter limit in force
 };
 
-// How many ranks may be out at once (docs/detection.md, "Exclusion").
+// How many replicas (and ranks) may be out at once (docs/detection.md,
+// "Exclusion"). In a pure data-parallel job replicas are ranks.
 struct Capacity {
   uint32_t world_size = 0;
-  uint32_t max_excluded = 0;  // floor(max_excluded_fraction x world_size)
-  uint32_t min_active = 0;
+  uint32_t replicas = 0;
+  uint32_t max_excluded = 0;  // floor(max_excluded_fraction x replicas)
+  uint32_t min_active = 0;    // ranks
+  uint32_t min_active_replicas = 0;
+  bool hybrid = false;        // some replica has several ranks: messages say "replicas"
 
+  // Every rank its own replica.
   Capacity(const PolicyConfig& policy, uint32_t world_size);
-  // Whether one more rank may be excluded when `excluded` already are.
-  bool Room(uint32_t excluded) const;
+  Capacity(const PolicyConfig& policy, uint32_t world_size, uint32_t replicas, bool hybrid);
+  // Whether one more replica of `size` ranks may be excluded when
+  // `excluded` replicas of `excluded_ranks` ranks in all already are.
+  bool Room(uint32_t excluded, uint32_t excluded_ranks, uint32_t size) const;
+  bool Room(uint32_t excluded) const { return Room(excluded, excluded, 1); }
   // Why not, for a guard event ("" when there is room).
-  std::string Why(uint32_t excluded) const;
+  std::string Why(uint32_t excluded, uint32_t excluded_ranks, uint32_t size) const;
+  std::string Why(uint32_t excluded) const { return Why(excluded, excluded, 1); }
 };
 
 struct ExclusionPlan {
   std::vector<ExcludedRank> excluded;  // the wanted set, ascending by rank
-  // Candidates a guard keeps in, ascending by rank, and why (one reason for
-  // the whole plan: the capacity left once every admitted rank is out, else
-  // the throughput guard).
+  // Culprits a guard keeps in (with their replicas), ascending by rank, and
+  // why (one reason for the whole plan: the capacity left once every
+  // admitted replica is out, else the throughput guard).
   std::vector<uint32_t> blocked;
   std::string blocked_why;
 };
 
-// Forced-out ranks are always out, forced-in ones never; with exclusion
-// disabled only forced ones are. Otherwise unresponsive and straggler ranks
-// are candidates; an excluded candidate stays out (keeping its entry). New
-// unresponsive candidates go first while capacity allows, then the largest
-// slowest-first set of straggler candidates that fits and is predicted to
-// raise throughput by min_throughput_gain.
+// Per replica: one with a forced-out rank is always out (a forced-in mate
+// cannot keep it in: the collective cannot split it), one with a forced-in
+// rank otherwise never; with exclusion disabled only forced ones are.
+// Otherwise unresponsive and straggler ranks are culprits, and their
+// replicas candidates; an excluded replica with a culprit stays out (keeping
+// its entries) and one without is readmitted. New unresponsive candidates go
+// first while capacity allows, then the largest slowest-first set of
+// straggler candidates that fits and is predicted to raise throughput by
+// min_throughput_gain. A culprit gets its own reason; its mates
+// kReplica naming it. Entries of ranks that declared a replica carry
+// culprit, culprit_group and replica.
 ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in);
 
 }  // namespace straggler::engine::internal

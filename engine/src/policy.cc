@@ -150,6 +150,7 @@ const PolicyField kPolicyFields[] = {
     {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds, 0, kMaxPolicySeconds},
     {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction, 0, 1},
     {"min_active_ranks", &PolicyConfig::min_active_ranks, 1, kMaxRanks},
+    {"min_active_replicas", &PolicyConfig::min_active_replicas, 1, kMaxRanks},
     {"cooldown_iterations", &PolicyConfig::cooldown_iterations, 0, kMaxIterations},
     {"min_throughput_gain", &PolicyConfig::min_throughput_gain, -1, 10},
     {"lead_iterations", &PolicyConfig::lead_iterations, 1, 1000},

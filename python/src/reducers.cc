@@ -60,6 +60,10 @@ class PyPartialAllReduce {
     return *slot_->reducer;
   }
   bool IsNccl() const { return nccl_ != nullptr; }
+  // A data-parallel group's reducer: the job's switch it follows, which other
+  // groups of the process share (switch_from=). Weak: the group reducers in
+  // the client's slots own it, so closing the client releases it with them.
+  std::weak_ptr<straggler::JobSwitch> job_switch;
   int device() const { return device_; }
   // The stream of the next collectives (NCCL only; nullptr: the backend's own).
   void SetStream(void* stream) {
@@ -253,8 +257,68 @@ straggler::NcclOptions NcclOptionsFrom(PyClient& client, const py::kwargs& kw) {
 }
 #endif
 
+// The keywords of a data-parallel group of a hybrid job (docs/hybrid.md).
+struct GroupKeywords {
+  std::optional<straggler::DataParallelGroup> group;
+  std::vector<uint32_t> replica_of;
+  PyPartialAllReduce* switch_from = nullptr;
+};
+
+// Takes the group keywords out of `kw` (the rest are the backend's options).
+GroupKeywords TakeGroupKeywords(py::kwargs& kw) {
+  GroupKeywords g;
+  auto take = [&](const char* key) -> py::object {
+    if (!kw.contains(key)) return py::none();
+    py::object v = kw[key];
+    PyDict_DelItemString(kw.ptr(), key);
+    return v;
+  };
+  py::object ranks = take("group_ranks"), replicas = take("group_replicas"), name = take("group_name");
+  py::object replica_of = take("replica_of"), from = take("switch_from");
+  if (ranks.is_none()) {
+    if (!replicas.is_none() || !name.is_none() || !replica_of.is_none() || !from.is_none()) {
+      throw py::type_error("straggler.PartialAllReduce: group_replicas, group_name, replica_of and "
+                           "switch_from are for a data-parallel group: pass group_ranks too");
+    }
+    return g;
+  }
+  straggler::DataParallelGroup group;
+  group.ranks = ranks.cast<std::vector<uint32_t>>();
+  group.replicas = replicas.is_none() ? group.ranks : replicas.cast<std::vector<uint32_t>>();
+  group.name = name.is_none() ? "dp" : name.cast<std::string>();
+  g.group = std::move(group);
+  if (!replica_of.is_none()) g.replica_of = replica_of.cast<std::vector<uint32_t>>();
+  if (!from.is_none()) {
+    g.switch_from = from.cast<PyPartialAllReduce*>();
+    if (!replica_of.is_none()) {
+      throw py::type_error("straggler.PartialAllReduce: replica_of is the shared switch's (switch_from=); "
+                           "pass it to the first group only");
+    }
+  }
+  return g;
+}
+
+// A group's switch: switch_from's, or a new one over a job-wide reducer of
+// the same backend and options (`make_job`).
+template <class MakeJob>
+std::shared_ptr<straggler::JobSwitch> SwitchFor(const GroupKeywords& g, uint32_t world_size, MakeJob make_job) {
+  if (g.switch_from != nullptr) {
+    auto sw = g.switch_from->job_switch.lock();
+    if (!sw) {
+      throw py::value_error("straggler.PartialAllReduce: switch_from= is not a data-parallel group's reducer "
+                            "(or its client was closed)");
+    }
+    return sw;
+  }
+  std::string error;
+  auto sw = straggler::JobSwitch::Create(make_job(), g.replica_of, world_size, &error);
+  if (!sw) throw py::value_error("straggler.PartialAllReduce: " + error);
+  return sw;
+}
+
 std::unique_ptr<PyPartialAllReduce> MakeReducer(std::shared_ptr<PyClient> client, const std::string& backend,
-                                                const py::kwargs& kw) {
+                                                py::kwargs kw) {
+  const GroupKeywords g = TakeGroupKeywords(kw);
   if (backend == "gloo") {
     for (const char* nccl_only : {"device", "max_cached_communicators"}) {
       if (kw.contains(nccl_only)) {
@@ -264,6 +328,19 @@ std::unique_ptr<PyPartialAllReduce> MakeReducer(std::shared_ptr<PyClient> client
     }
     straggler::GlooOptions o = GlooOptionsFrom(*client, kw);
     std::string error;
+    if (g.group) {
+      // (Gloo builds nothing at creation: no wait, the GIL may stay held.)
+      std::shared_ptr<straggler::JobSwitch> sw = SwitchFor(g, o.world_size, [&] {
+        auto job = straggler::CreateGlooPartialAllReduce(client->Get(), o, &error);
+        if (!job) throw py::value_error("straggler.PartialAllReduce: " + error);
+        return job;
+      });
+      auto r = straggler::CreateGlooGroupPartialAllReduce(client->Get(), sw, *g.group, o, &error);
+      if (!r) throw py::value_error("straggler.PartialAllReduce: " + error);
+      auto py = std::make_unique<PyPartialAllReduce>(std::move(client), std::move(r), nullptr, -1);
+      py->job_switch = sw;
+      return py;
+    }
     auto r = straggler::CreateGlooPartialAllReduce(client->Get(), o, &error);
     if (!r) throw py::value_error("straggler.PartialAllReduce: " + error);
     return std::make_unique<PyPartialAllReduce>(std::move(client), std::move(r), nullptr, -1);
@@ -287,15 +364,29 @@ std::unique_ptr<PyPartialAllReduce> MakeReducer(std::shared_ptr<PyClient> client
                              "for CPU tensors");
   }
   std::unique_ptr<straggler::NcclPartialAllReduce> r;
+  std::shared_ptr<straggler::JobSwitch> sw;
   std::string error;
   {
     py::gil_scoped_release release;  // builds the full communicator: waits for every rank
-    r = straggler::CreateNcclPartialAllReduce(client->Get(), o, &error);
+    if (g.group) {
+      // The job's switch on NCCL too (its own world communicator), the group
+      // on a communicator of the group's ranks.
+      sw = SwitchFor(g, o.world_size, [&]() -> std::unique_ptr<straggler::PartialAllReduce> {
+        auto job = straggler::CreateNcclPartialAllReduce(client->Get(), o, &error);
+        if (!job) throw straggler::CollectiveError("straggler.PartialAllReduce(backend='nccl'): " + error);
+        return job;
+      });
+      r = straggler::CreateNcclGroupPartialAllReduce(client->Get(), sw, *g.group, o, &error);
+    } else {
+      r = straggler::CreateNcclPartialAllReduce(client->Get(), o, &error);
+    }
   }
   if (!r) throw straggler::CollectiveError("straggler.PartialAllReduce(backend='nccl'): " + error);
   const int device = r->Device();  // -1 resolved to the device current at creation
   straggler::NcclPartialAllReduce* raw = r.get();
-  return std::make_unique<PyPartialAllReduce>(std::move(client), std::move(r), raw, device);
+  auto py = std::make_unique<PyPartialAllReduce>(std::move(client), std::move(r), raw, device);
+  py->job_switch = sw;
+  return py;
 #endif
 }
 
@@ -334,8 +425,8 @@ void BindReducers(py::module_& m) {
       });
 
   py::class_<PyPartialAllReduce>(m, "PartialAllReduce")
-      .def(py::init([](std::shared_ptr<PyClient> client, const std::string& backend, const py::kwargs& kw) {
-             return MakeReducer(std::move(client), backend, kw);
+      .def(py::init([](std::shared_ptr<PyClient> client, const std::string& backend, py::kwargs kw) {
+             return MakeReducer(std::move(client), backend, std::move(kw));
            }),
            py::arg("client"), py::arg("backend") = "gloo",
            "PartialAllReduce(client, backend='gloo', rendezvous_endpoint=..., job_id=..., rank=..., "
@@ -343,7 +434,10 @@ void BindReducers(py::module_& m) {
            "agreement_interval=1, run_id='', store=None (a torch.distributed Store: rendezvous "
            "through it, no daemon needed), key_ttl=600.0 [s]; Gloo: hostname='127.0.0.1', "
            "max_cached_contexts=4; NCCL: device=-1 (the current CUDA device; pass LOCAL_RANK), "
-           "max_cached_communicators=3)")
+           "max_cached_communicators=3. A data-parallel group of a hybrid job (docs/hybrid.md): "
+           "group_ranks=[global ranks], group_replicas=[their replicas], group_name='stage0', and "
+           "either replica_of=[replica of every rank] (the first group of the process: builds the "
+           "job's switch) or switch_from=<that group's reducer> (the process's other groups))")
       .def(
           "begin_iteration",
           [](PyPartialAllReduce& r, uint64_t iteration) {

@@ -53,6 +53,7 @@ straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
     else if (key == "cuda_visible_devices") o.cuda_visible_devices = v.cast<std::string>();
     else if (key == "peer_group") o.peer_group = v.cast<std::string>();
     else if (key == "replica") o.replica = v.cast<std::optional<uint32_t>>();
+    else if (key == "gpu_model") o.gpu_model = v.cast<std::string>();
     else if (key == "iterations_per_epoch") o.iterations_per_epoch = v.cast<uint64_t>();
     else if (key == "queue_capacity") o.queue_capacity = v.cast<size_t>();
     else if (key == "max_batch") o.max_batch = v.cast<size_t>();
@@ -136,6 +137,8 @@ PYBIND11_MODULE(_straggler, m) {
            "STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, ...), overridden by keyword arguments "
            "(endpoint, job_id, run_id, rank or ranks, world_size, local_rank, node, "
            "peer_group, replica (docs/topology.md; straggler.topology computes both), "
+           "gpu_model (STRAGGLER_GPU_MODEL; default: torch.cuda.get_device_name() when torch "
+           "is imported and CUDA is available), "
            "iterations_per_epoch, queue_capacity, max_batch, max_send_delay [s], "
            "tls_ca_file, tls_cert_file, tls_key_file, ...)")
       .def(
@@ -185,6 +188,7 @@ PYBIND11_MODULE(_straggler, m) {
       .def_property_readonly("run_id", [](PyClient& c) { return c.Options().run_id; })
       .def_property_readonly("peer_group", [](PyClient& c) { return c.Options().peer_group; })
       .def_property_readonly("replica", [](PyClient& c) { return c.Options().replica; })
+      .def_property_readonly("gpu_model", [](PyClient& c) { return c.Options().gpu_model; })
       .def("on_membership_change", &PyClient::OnMembershipChange, py::arg("callback"),
            "callback(Membership) on the client's background thread, for each new version.")
       .def("close", &PyClient::Close, "Flush (at most 1 s) and stop; later calls raise.")

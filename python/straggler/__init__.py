@@ -31,6 +31,8 @@ naming the reason (`backends()` lists what was built). For PyTorch DDP see
 """
 
 import atexit
+import os
+import sys
 import weakref
 
 from ._straggler import (  # noqa: F401
@@ -55,8 +57,33 @@ class Client(_Client):
     __doc__ = _Client.__init__.__doc__
 
     def __init__(self, **options):
+        if "gpu_model" not in options and not os.environ.get("STRAGGLER_GPU_MODEL"):
+            model = _torch_gpu_model()
+            if model:
+                options["gpu_model"] = model
         super().__init__(**options)
         _live_clients.add(self)
+
+
+def _torch_gpu_model():
+    """The name torch gives this process's GPU ("NVIDIA H100 80GB HBM3"), or None.
+
+    Detection never compares ranks of different GPU models (docs/topology.md). Only a
+    torch the trainer already imported is asked: importing it here would cost seconds
+    in a process that does not use it.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_available():
+            return None
+        name = torch.cuda.get_device_name(torch.cuda.current_device())
+    except Exception:  # noqa: BLE001 - a broken CUDA setup must not stop training
+        return None
+    # The daemon's rule: printable ASCII, at most 96 bytes.
+    name = "".join(c for c in name if " " <= c <= "~")[:96]
+    return name or None
 
 
 @atexit.register

@@ -25,6 +25,22 @@ straggler.PartialAllReduce(backend="nccl", device=torch.cuda.current_device())
 torch's current stream, with the project's own NCCL communicators (torchrun
 example and NCCL version rules: docs/gpu.md). Gloo stays the CPU backend.
 
+Hybrid jobs (pipeline/tensor x data parallelism, docs/hybrid.md): one state
+per model chunk, each over that chunk's data-parallel group, the DDP module
+built over the same group (process_group=):
+
+    s0 = PartialAllReduceState(client, group_ranks=dp_ranks, group_replicas=reps,
+                               group_name="stage1.chunk0", replica_of=replica_of)
+    s1 = PartialAllReduceState(client, group_ranks=..., group_name="stage1.chunk1",
+                               group_replicas=..., switch_from=s0.reducer)
+
+The hook then averages over the group's active replicas, and begin_step(it,
+model=chunk) broadcasts that chunk's parameters and optimizer state from the
+lowest active replica when a replica rejoins. Every group follows one job-wide
+switch (built by the first state, shared by switch_from=), so a replica leaves
+and rejoins every group at the same iteration. Call begin_step on the chunks in
+the same order on every rank.
+
 Why a hook on the project's own Gloo contexts and not torch.distributed
 subgroups: in torch 1.13 `new_group` must be entered by every rank of the
 default group, the straggler too, so building a subgroup waits on the very rank

@@ -182,6 +182,7 @@ TEST_CASE("topology: the hello carries the rank's peer group and replica", "[str
   straggler::ClientOptions options = Options(s.Endpoint());
   options.peer_group = "stage1";
   options.replica = 0;  // a declared 0 is not "unset"
+  options.gpu_model = "NVIDIA A100-SXM4-40GB";
   auto client = straggler::Client::Create(options);
   REQUIRE(client);
   REQUIRE(client->Report(0, 0, 0.1));
@@ -193,6 +194,7 @@ TEST_CASE("topology: the hello carries the rank's peer group and replica", "[str
   CHECK(h.devices(0).peer_group() == "stage1");
   REQUIRE(h.devices(0).has_replica());
   CHECK(h.devices(0).replica() == 0);
+  CHECK(h.devices(0).gpu_model() == "NVIDIA A100-SXM4-40GB");
 }
 
 // Report() never wakes the sender; a trainer that only reports (no
@@ -364,6 +366,8 @@ TEST_CASE("the C ABI passes the GPU identity and topology into the hello", "[str
   o.peer_group = "stage0";
   o.has_replica = 1;
   o.replica = 3;
+  CHECK(o.gpu_model == nullptr);
+  o.gpu_model = "NVIDIA H100 80GB HBM3";
   char err[256] = {};
   straggler_client_t* c = straggler_client_create(&o, err, sizeof err);
   REQUIRE(c != nullptr);
@@ -380,6 +384,7 @@ TEST_CASE("the C ABI passes the GPU identity and topology into the hello", "[str
   CHECK(h.devices(0).gpu_uuid() == "GPU-abcd-full");
   CHECK(h.devices(0).peer_group() == "stage0");
   CHECK(h.devices(0).replica() == 3);
+  CHECK(h.devices(0).gpu_model() == "NVIDIA H100 80GB HBM3");
 }
 
 TEST_CASE("MembershipFor waits its timeout once per outage, then answers at once until reconnected",

@@ -100,7 +100,8 @@ void CheckAgainstMegatron(const ParallelLayout& layout) {
   }
 }
 
-const char* const kTopologyVars[] = {"STRAGGLER_PEER_GROUP", "STRAGGLER_REPLICA", "RANK",
+const char* const kTopologyVars[] = {"STRAGGLER_PEER_GROUP", "STRAGGLER_REPLICA",
+                                     "STRAGGLER_GPU_MODEL", "RANK",
                                      "WORLD_SIZE", "STRAGGLER_JOB_ID"};
 
 struct CleanEnv {
@@ -248,6 +249,27 @@ TEST_CASE("topology: FromEnv reads STRAGGLER_PEER_GROUP and STRAGGLER_REPLICA", 
   setenv("STRAGGLER_REPLICA", "8", 1);
   CHECK(straggler::ClientOptions::FromEnv().Validate() ==
         "replica=8 >= world_size=8: a replica is a data-parallel index (STRAGGLER_REPLICA)");
+}
+
+TEST_CASE("topology: FromEnv reads STRAGGLER_GPU_MODEL; Validate refuses what the daemon refuses",
+          "[topology]") {
+  CleanEnv env;
+  setenv("STRAGGLER_JOB_ID", "j", 1);
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  CHECK(straggler::ClientOptions::FromEnv().gpu_model.empty());
+  setenv("STRAGGLER_GPU_MODEL", "NVIDIA H100 80GB HBM3", 1);
+  straggler::ClientOptions o = straggler::ClientOptions::FromEnv();
+  CHECK(o.gpu_model == "NVIDIA H100 80GB HBM3");
+  CHECK(o.Validate().empty());
+  o.gpu_model = "H100\tSXM";
+  CHECK(o.Validate() ==
+        "gpu_model 'H100\\tSXM' has '\\t' at byte 4; allowed: printable ASCII (STRAGGLER_GPU_MODEL)");
+  o.gpu_model = std::string(96, 'm');
+  CHECK(o.Validate().empty());
+  o.gpu_model = std::string(97, 'm');
+  CHECK(o.Validate() == "gpu_model '" + std::string(32, 'm') +
+                            "...' is 97 bytes; at most 96 (STRAGGLER_GPU_MODEL)");
 }
 
 TEST_CASE("topology: Validate refuses the peer groups the daemon refuses", "[topology]") {

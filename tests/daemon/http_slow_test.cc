@@ -37,6 +37,7 @@
 
 #include "config/config.h"
 #include "daemon_test_util.h"
+#include "http_daemon.h"
 #include "server/server.h"
 #include "slow_client.h"
 #include "test_certificate.h"
@@ -49,29 +50,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Daemon : LoopbackDaemon {
-  explicit Daemon(const sd::DaemonConfig& config)
-      : LoopbackDaemon(config, spdlog::level::err), https(config.tls.enabled() && config.tls.http) {}
-
-  // HTTPS with tls.http (the throwaway certificate not checked).
-  std::unique_ptr<httplib::Client> Http() {
-    auto http = std::make_unique<httplib::Client>(
-        (https ? "https://127.0.0.1:" : "http://127.0.0.1:") +
-        std::to_string(server.http_port()));
-    http->enable_server_certificate_verification(false);
-    http->set_connection_timeout(30);
-    http->set_read_timeout(30);  // bounds a failing run only
-    return http;
-  }
-  double Metric(const std::string& sample) {
-    auto res = Http()->Get("/metrics");
-    REQUIRE(res);
-    REQUIRE(res->status == 200);
-    return straggler::testing::MetricSample(res->body, sample);
-  }
-
-  const bool https;
-};
+using Daemon = HttpDaemon;  // http_daemon.h
 
 // Sends `request` on a fresh connection and returns what the daemon answers
 // until it closes the connection (or `wait` passes).

@@ -23,10 +23,10 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 
-// The reactor's place: what the registry pushes lands here (with job.mu held).
+// The reactor's place: what the registry pushes lands here (under the job's lock).
 class RecordingLink final : public sd::JobSubscriber {
  public:
-  void OnMembershipChangedLocked(const sd::Job& job) override {
+  void OnMembershipChangedLocked(const sd::Job::Locked& job) override {
     if (session != nullptr) pushed.push_back(session->PushLocked(job));
   }
   void CloseLocked(const absl::Status& status) override { closed = status; }

@@ -100,7 +100,7 @@ TEST_CASE("hello known_excluded: a reason the daemon publishes, a bounded clean 
   x->set_reason(static_cast<v1::ExclusionReason>(99));
   CHECK(Message(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks)) ==
         "hello.known_excluded rank 2 reason=99 is not an exclusion reason; allowed: "
-        "EXCLUSION_REASON_STRAGGLER, _UNRESPONSIVE, _FORCED, _PROBATION_END");
+        "EXCLUSION_REASON_STRAGGLER, _UNRESPONSIVE, _FORCED, _PROBATION_END, _REPLICA");
   x->set_reason(v1::EXCLUSION_REASON_UNSPECIFIED);
   CHECK_THAT(Message(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks)),
              Catch::StartsWith("hello.known_excluded rank 2 reason=0 "

@@ -242,7 +242,7 @@ namespace {
 
 class NullSubscriber final : public sd::JobSubscriber {
  public:
-  void OnMembershipChangedLocked(const sd::Job&) override {}
+  void OnMembershipChangedLocked(const sd::Job::Locked&) override {}
   void CloseLocked(const absl::Status&) override {}
 };
 
@@ -260,12 +260,12 @@ TEST_CASE("the daemon collector: per-rank series up to per_rank_max_ranks, one-h
   auto small = registry.Attach(hello, std::make_shared<NullSubscriber>(), now);
   REQUIRE(small.ok());
   {
-    std::lock_guard lock((*small)->mu);
+    sd::Job::Locked locked(**small);
     straggler::engine::Report r;
     r.rank = 1;
     r.iteration = 1;
     r.compute_seconds = 0.5;
-    REQUIRE((*small)->engine.Ingest(r, now).accepted);
+    REQUIRE(locked->engine.Ingest(r, now).accepted);
   }
   hello.job_id = "big";
   hello.world_size = 3;
@@ -313,13 +313,13 @@ TEST_CASE("the daemon collector: the job's step time is its slowest active rank'
   auto job = registry.Attach(hello, std::make_shared<NullSubscriber>(), now);
   REQUIRE(job.ok());
   auto ingest = [&](uint32_t rank, uint64_t iteration, double compute, std::optional<double> step) {
-    std::lock_guard lock((*job)->mu);
+    sd::Job::Locked locked(**job);
     straggler::engine::Report r;
     r.rank = rank;
     r.iteration = iteration;
     r.compute_seconds = compute;
     r.step_seconds = step;
-    REQUIRE((*job)->engine.Ingest(r, now).accepted);
+    REQUIRE(locked->engine.Ingest(r, now).accepted);
   };
   sd::MetricsOptions options;
   // Nothing judged yet.

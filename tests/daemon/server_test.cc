@@ -565,7 +565,7 @@ namespace {
 
 class RecordingSubscriber final : public sd::JobSubscriber {
  public:
-  void OnMembershipChangedLocked(const sd::Job&) override {}
+  void OnMembershipChangedLocked(const sd::Job::Locked&) override {}
   void CloseLocked(const absl::Status&) override { closed.store(true); }
   std::atomic<bool> closed{false};
 };
@@ -615,7 +615,7 @@ TEST_CASE("a job with no stream and no watcher is removed after the idle TTL") {
   registry.TickAll(sd::WallNow() + seconds(61));
   CHECK(registry.Find("idle") == nullptr);
   CHECK(registry.Jobs().empty());
-  CHECK(registry.Read("idle", [](const sd::Job&) {}).code() == absl::StatusCode::kNotFound);
+  CHECK(registry.Read("idle", [](const sd::Job::Locked&) {}).code() == absl::StatusCode::kNotFound);
   // A watcher that found it just before is told it is gone.
   CHECK(registry.Watch(*job, watcher).code() == absl::StatusCode::kNotFound);
   // Its events stay in the journal.

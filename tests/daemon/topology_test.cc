@@ -66,7 +66,7 @@ std::vector<std::string> Rejections(const v1::Directive& ack, const std::string&
 TEST_CASE("topology: RankTopologies checks claims and keeps one per incarnation", "[topology]") {
   RankTopologies t(8);
   auto claim = [](uint32_t rank, uint64_t inc, std::string g, std::optional<uint32_t> rep) {
-    return TopologyClaim{rank, inc, DeclaredTopology{std::move(g), rep}};
+    return TopologyClaim{rank, inc, DeclaredTopology{std::move(g), rep, ""}};
   };
   auto refused = t.Apply({claim(0, 1, "stage0", 0), claim(1, 2, "stage1", 0),
                           claim(2, 3, "stage 1", 1), claim(3, 4, "stage1", 8),
@@ -80,7 +80,7 @@ TEST_CASE("topology: RankTopologies checks claims and keeps one per incarnation"
   CHECK(refused[1].reason == TopologyRefuseReason::kReplicaOutOfRange);
   CHECK(refused[1].message == "rank 3: replica=8 >= world_size=8");
   CHECK(refused[2].message.find("is 65 bytes; at most 64") != std::string::npos);
-  CHECK(t.Of(0) == DeclaredTopology{"stage0", 0});
+  CHECK(t.Of(0) == DeclaredTopology{"stage0", 0, ""});
   CHECK(t.Of(2) == DeclaredTopology{});  // refused: still the default
   CHECK(t.Of(6) == DeclaredTopology{});
 
@@ -96,7 +96,32 @@ TEST_CASE("topology: RankTopologies checks claims and keeps one per incarnation"
   CHECK(t.Apply({claim(0, 1, "stage0", std::nullopt)}, {0}).size() == 1);
   // A new client process for the rank may say something else.
   CHECK(t.Apply({claim(0, 9, "stage1", std::nullopt)}, {0}).empty());
-  CHECK(t.Of(0) == DeclaredTopology{"stage1", std::nullopt});
+  CHECK(t.Of(0) == DeclaredTopology{"stage1", std::nullopt, ""});
+
+  // The GPU model: printable ASCII up to 96 bytes, part of what one
+  // incarnation cannot change.
+  TopologyClaim h100{5, 20, DeclaredTopology{"stage0", 1, "NVIDIA H100 80GB HBM3"}};
+  CHECK(t.Apply({h100}, {5}).empty());
+  CHECK(t.Of(5).gpu_model == "NVIDIA H100 80GB HBM3");
+  TopologyClaim a100 = h100;
+  a100.topology.gpu_model = "NVIDIA A100-SXM4-80GB";
+  refused = t.Apply({a100}, {5});
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].reason == TopologyRefuseReason::kChanged);
+  CHECK(refused[0].message.find("gpu_model 'NVIDIA A100-SXM4-80GB' differs") !=
+        std::string::npos);
+  TopologyClaim bad{7, 21, DeclaredTopology{"", std::nullopt, "H100\x01"}};
+  refused = t.Apply({bad}, {7});
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].reason == TopologyRefuseReason::kInvalidGpuModel);
+  CHECK(refused[0].message.find("rank 7: gpu_model 'H100") == 0);
+  CHECK(refused[0].message.find("' has byte 0x01 at 4; allowed: printable ASCII") !=
+        std::string::npos);
+  bad.topology.gpu_model = std::string(97, 'm');
+  refused = t.Apply({bad}, {7});
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].message.find("is 97 bytes; at most 96") != std::string::npos);
+  CHECK(t.Of(7) == DeclaredTopology{});
 }
 
 TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad claims are "
@@ -108,6 +133,7 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
   // replica) in the first stream.
   v1::ReportBatch b = Hello(job, 4, {0, 1, 2});
   Declare(b, 0, 11, "stage0", 0);
+  b.mutable_hello()->mutable_devices(0)->set_gpu_model("NVIDIA H100 80GB HBM3");
   Declare(b, 1, 12, "stage1", 0);
   Declare(b, 2, 13, "stage 0", 1);  // refused: a space
   for (uint32_t r : {0u, 1u, 2u}) AddReport(b, r, 1, 0.1);
@@ -126,6 +152,10 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
   CHECK(w0.peer_group() == "stage0");
   REQUIRE(w0.has_replica());
   CHECK(w0.replica() == 0);
+  CHECK(w0.gpu_model() == "NVIDIA H100 80GB HBM3");
+  CHECK(GetWorker(d, job, 1).gpu_model().empty());
+  CHECK(HttpGet(d, "/v1/jobs/" + job + "/workers/0").find(
+            "\"gpuModel\":\"NVIDIA H100 80GB HBM3\"") != std::string::npos);
   CHECK(GetWorker(d, job, 1).peer_group() == "stage1");
   v1::Worker w2 = GetWorker(d, job, 2);
   CHECK(w2.peer_group().empty());

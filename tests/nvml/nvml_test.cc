@@ -345,6 +345,7 @@ TEST_CASE("nvml: the agent relays a rank's declared topology in its hellos", "[n
   d->set_incarnation(7);
   d->set_peer_group("stage1");
   d->set_replica(0);
+  d->set_gpu_model("NVIDIA H100 80GB HBM3");
   d = hello.add_devices();
   d->set_rank(6);  // declares nothing: the default group, a replica of its own
   const std::vector<nv::RankDevice> devices = nv::DevicesOf(hello);
@@ -355,6 +356,7 @@ TEST_CASE("nvml: the agent relays a rank's declared topology in its hellos", "[n
   REQUIRE(out.has_replica());
   CHECK(out.replica() == 0);
   CHECK(out.incarnation() == 7);
+  CHECK(out.gpu_model() == "NVIDIA H100 80GB HBM3");
   out.Clear();
   nv::ToProto(devices[1], &out);
   CHECK(out.peer_group().empty());

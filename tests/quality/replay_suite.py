@@ -278,6 +278,19 @@ def cli(a):
         fail(f"too large input: expected exit 2 and 'out of memory': {p.returncode} "
              f"{p.stderr!r}")
 
+    # A scenario's declared topology reaches the engine (JobEngine::SetTopology):
+    # the report shows each rank's topology as the engine holds it after the run.
+    for name, rank, want in (("pipeline-4x2x2-stage1.6", 9, ("stage1", 0, "")),
+                             ("pipeline-2x2x4-first1.5", 6, ("stage1", 0, "")),
+                             ("generations-declared", 12, ("", None, "A100"))):
+        p = run([a.replay, os.path.join(a.scenarios, name + ".yaml"), "--policy", "all",
+                 "--format", "json"])
+        for x in json.loads(p.stdout)["policies"]:
+            r = x["ranks"][rank]
+            got = (r.get("peer_group"), r.get("replica"), r.get("gpu_model"))
+            if got != want:
+                fail(f"{name} ({x['policy']}): rank {rank} topology {got}, expected {want}")
+
     # Without ground truth the markdown row lists the detections themselves.
     p = run([a.replay, csv, "--policy", "dynamic", "--format", "markdown"])
     rows = [l for l in p.stdout.splitlines() if l.startswith("| ") and "dynamic" in l]

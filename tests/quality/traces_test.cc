@@ -266,3 +266,19 @@ TEST_CASE("csv: topology: optional peer_group and replica columns, one topology 
   REQUIRE_FALSE(word.ok());
   CHECK(Has(word.status(), "replica 'one' is not a non-negative integer"));
 }
+
+TEST_CASE("csv: topology: an optional gpu_model column, one model per rank") {
+  auto t = Csv(
+      "iteration,rank,compute_seconds,gpu_model\n"
+      "0,0,0.10,H100\n"
+      "0,1,0.18,A100\n"
+      "1,0,0.10,H100\n");
+  REQUIRE(t.ok());
+  CHECK(t->gpu_model == std::vector<std::string>{"H100", "A100"});
+  CHECK(t->peer_group == std::vector<std::string>{"", ""});
+  CHECK(Csv("iteration,rank,compute_seconds,peer_group\n0,0,1,a\n")->gpu_model.empty());
+  auto changed = Csv("iteration,rank,compute_seconds,gpu_model\n0,0,1,H100\n1,0,1,A100\n");
+  REQUIRE_FALSE(changed.ok());
+  CHECK(Has(changed.status(), "t.csv:3: rank 0 changes its topology"));
+  CHECK(Has(changed.status(), "gpu_model 'A100'"));
+}

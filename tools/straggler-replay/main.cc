@@ -1,5 +1,6 @@
 // straggler-replay — runs a scenario (scenarios/*.yaml) or a recorded trace
-// (CSV: iteration,rank,compute_seconds[,epoch][,peer_group][,replica]) through the detection engine
+// (CSV: iteration,rank,compute_seconds[,epoch][,peer_group][,replica]
+// [,gpu_model]) through the detection engine
 // offline and deterministically, and through two reference rules, and
 // scores each against the scenario's ground truth.
 //
@@ -257,12 +258,12 @@ nlohmann::json CriteriaJson(const Criteria& c) {
           {"failures", c.failures}};
 }
 
-// The engine policies `--policy all` runs: every kind, the daemon's default
-// (PolicyConfig{}, = deploy/stragglerd.yaml) first.
+// The engine policies `--policy all` runs: every kind this engine knows, the
+// daemon's default (PolicyConfig{}, = deploy/stragglerd.yaml) first.
 std::vector<std::string> EnginePolicies() {
   std::vector<std::string> out = {std::string(PolicyKindName(PolicyConfig{}.kind))};
-  for (const char* name : {"dynamic", "ewma", "static"})
-    if (out[0] != name) out.push_back(name);
+  for (const char* name : {"peer", "dynamic", "ewma", "static"})
+    if (out[0] != name && straggler::engine::ParsePolicyKind(name).ok()) out.push_back(name);
   return out;
 }
 
@@ -305,7 +306,9 @@ int Run(int argc, char** argv) {
   CLI::App app{
       "straggler-replay: run a scenario (YAML) or a recorded trace (CSV) through the detection "
       "engine and reference rules, offline, and score the result"};
-  app.add_option("input", input, "scenario .yaml or trace .csv (iteration,rank,compute_seconds[,epoch][,peer_group][,replica])")
+  app.add_option("input", input,
+                 "scenario .yaml or trace .csv "
+                 "(iteration,rank,compute_seconds[,epoch][,peer_group][,replica][,gpu_model])")
       ->required();
   app.add_option("--policy", policy_name,
                  "dynamic|ewma|static|nvrx|greyhound|all (default: the daemon's default policy, " +
@@ -429,13 +432,19 @@ int Run(int argc, char** argv) {
                        {"detected_at", res.run.detected_at[r]},
                        {"recovered_at", res.run.recovered_at[r]},
                        {"unresponsive_at", res.run.unresponsive_at[r]}});
-      // The topology the trace declares for the rank (docs/topology.md).
-      if (!trace.peer_group.empty()) {
-        ranks.back()["peer_group"] = trace.peer_group[r];
-        ranks.back()["replica"] = trace.replica[r] ? nlohmann::json(*trace.replica[r])
-                                                   : nlohmann::json(nullptr);
+      // The topology the trace declares for the rank (docs/topology.md): for
+      // an engine policy, what the engine holds after the replay
+      // (JobEngine::Topology), so the report shows what it judged by.
+      const bool engine = !res.run.topology.empty();
+      if (!trace.peer_group.empty()) {  // trace.replica is then per rank too
+        const std::optional<uint32_t>& replica =
+            engine ? res.run.topology[r].replica : trace.replica[r];
+        ranks.back()["peer_group"] = engine ? res.run.topology[r].peer_group : trace.peer_group[r];
+        ranks.back()["replica"] = nullptr;
+        if (replica.has_value()) ranks.back()["replica"] = replica.value();
       }
-      if (!trace.gpu_model.empty()) ranks.back()["gpu_model"] = trace.gpu_model[r];
+      if (!trace.gpu_model.empty())
+        ranks.back()["gpu_model"] = engine ? res.run.topology[r].gpu_model : trace.gpu_model[r];
     }
     nlohmann::json p = {{"policy", res.run.policy}, {"ranks", ranks}};
     if (res.score) p["scores"] = ScoreJson(*res.score);
@@ -457,6 +466,7 @@ int Run(int argc, char** argv) {
   if (trace.has_truth) {
     doc["truth"] = truth;
     doc["truth_min_factor"] = scenario->truth_min_factor;
+    if (!scenario->topology_text.empty()) doc["topology"] = scenario->topology_text;
   }
   doc["policies"] = policies_json;
   if (!report_path.empty()) {
@@ -502,6 +512,8 @@ int Run(int argc, char** argv) {
 
   std::cout << trace.name << ": " << trace.ranks << " ranks x " << trace.iterations
             << " iterations";
+  if (scenario && !scenario->topology_text.empty())
+    std::cout << " (topology: " << scenario->topology_text << ")";
   if (trace.has_truth)
     std::cout << ", " << truth_cells << " straggler rank-iterations in " << truth.size()
               << " episode(s) (truth_min_factor " << scenario->truth_min_factor << ")";

@@ -26,11 +26,24 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
       std::chrono::duration<double>(t.base_seconds > 0 ? t.base_seconds : 1.0));
   JobEngine job(t.ranks, policy, t0);
   if (t.iterations_per_epoch > 0) job.SetIterationsPerEpoch(t.iterations_per_epoch);
-  // A rank is announced when its hello would come: at the start, or just
-  // before its first report when it joins late (scenario `join` effects).
+  // A rank's hello: its declared topology (as IngestSession hands it to the
+  // engine; a trace that declares none leaves every rank in the default
+  // group), then the announcement. It comes at the start, or just before the
+  // rank's first report when it joins late (scenario `join` effects).
+  const bool declared = !t.peer_group.empty() || !t.gpu_model.empty();
+  auto hello = [&](uint32_t r, Time now) {
+    if (declared) {
+      engine::RankTopology topology;
+      if (!t.peer_group.empty()) topology.peer_group = t.peer_group[r];
+      if (!t.replica.empty()) topology.replica = t.replica[r];
+      if (!t.gpu_model.empty()) topology.gpu_model = t.gpu_model[r];
+      job.SetTopology(r, topology);
+    }
+    job.Announce(r, now);
+  };
   auto joins_at = [&](uint32_t r) { return t.join_row.empty() ? 0 : t.join_row[r]; };
   for (uint32_t r = 0; r < t.ranks; ++r)
-    if (joins_at(r) == 0) job.Announce(r, t0);
+    if (joins_at(r) == 0) hello(r, t0);
 
   // Per rank: (row, flagged from that row on), in emission order.
   std::vector<std::vector<std::pair<uint64_t, bool>>> changes(t.ranks);
@@ -53,7 +66,7 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
   for (uint64_t row = 0; row < t.iterations; ++row) {
     const Time now = t0 + step * static_cast<int64_t>(row + 1);
     for (uint32_t r = 0; r < t.ranks; ++r) {
-      if (row > 0 && joins_at(r) == row) job.Announce(r, now);
+      if (row > 0 && joins_at(r) == row) hello(r, now);
       if (!t.Reported(row, r)) continue;
       rep.rank = r;
       rep.epoch = t.epoch[row];
@@ -70,6 +83,7 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
     collect();
   }
 
+  for (uint32_t r = 0; r < t.ranks; ++r) run.topology.push_back(job.Topology(r));
   for (uint32_t r = 0; r < t.ranks; ++r) {
     auto& c = changes[r];
     std::stable_sort(c.begin(), c.end(),

@@ -6,14 +6,16 @@
 // Time is synthetic: row r of the trace is fed at T0 + (r + 1) x
 // base_seconds, every reporting rank in ascending rank order, then Tick().
 // All ranks are announced at T0 (as the client's hello does), a rank that
-// joins late (Trace::join_row) just before its first report, and the epoch
-// length is announced when the trace knows it.
+// joins late (Trace::join_row) just before its first report, each with the
+// topology the trace declares (JobEngine::SetTopology), and the epoch length
+// is announced when the trace knows it.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "straggler/engine/job_engine.h"
 #include "straggler/engine/policy.h"
 #include "straggler/quality/scoring.h"
 #include "straggler/quality/trace.h"
@@ -28,6 +30,9 @@ struct PolicyRun {
   uint64_t reports = 0;
   uint64_t rejected = 0;
   std::string first_rejection;  // message of the first rejected report
+  // Engine runs: each rank's topology as the engine holds it at the end
+  // (JobEngine::Topology); empty for a reference rule.
+  std::vector<engine::RankTopology> topology;
 };
 
 PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& policy,

@@ -65,6 +65,7 @@ Collective::Outcome Collective::Arrive(uint64_t iteration, uint32_t rank, uint64
     if (completed_.load() < iteration + 1) {
       // Counted once per step, even if a disagreeing rank "completes" it again.
       critical_path_seconds_ += step.slowest_planned;
+      if (on_completed_) on_completed_(iteration, step.members);
       completed_.store(iteration + 1, std::memory_order_release);
     }
     if (completed_.load() >= iterations_) finished_at_ = std::chrono::steady_clock::now();

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -37,6 +38,11 @@ class Collective {
   // arrived, the run is aborted, or the step times out (which aborts).
   Outcome Arrive(uint64_t iteration, uint32_t rank, uint64_t version,
                  const std::vector<uint32_t>& members, double planned_seconds);
+
+  // Called once per completed step with its iteration and members, under
+  // the collective's lock (keep it short); set before any Arrive.
+  using CompletedHook = std::function<void(uint64_t, const std::vector<uint32_t>&)>;
+  void OnCompleted(CompletedHook hook) { on_completed_ = std::move(hook); }
 
   // Blocks until at least `steps` steps have completed; false on abort.
   bool WaitCompleted(uint64_t steps);
@@ -93,6 +99,7 @@ class Collective {
   std::atomic<uint64_t> timeouts_{0};
   std::chrono::steady_clock::time_point finished_at_;  // guarded by mu_
   double critical_path_seconds_ = 0;  // guarded by mu_
+  CompletedHook on_completed_;
 };
 
 }  // namespace straggler_sim

@@ -140,6 +140,8 @@ std::string Validate(const SimOptions& o) {
            std::to_string(o.topology.World()) + " ranks, but the job has " +
            std::to_string(o.World()) + " (--world-size, else --ranks)";
   }
+  if (o.microbatches == 0 || o.microbatches > 1'000'000)
+    return "--microbatches " + std::to_string(o.microbatches) + " must be in [1, 1000000]";
   if (!o.stage_cost.empty() && o.topology.replicas == 0)
     return "--stage-cost needs --topology (the stages it prices)";
   if (!o.stage_cost.empty() && o.stage_cost.size() != o.topology.stages) {

@@ -51,6 +51,9 @@ struct SimOptions {
   // --stage-cost c0,c1,...: stage s computes c<s> times --iteration-ms (a
   // pipeline unbalanced by design); empty = every stage 1. Needs --topology.
   std::vector<double> stage_cost;
+  // --microbatches M: the pipeline model's microbatches per step (1F1B,
+  // pipeline_model.h); with --topology.
+  uint32_t microbatches = 8;
   bool no_exclusion = false;
   std::string report;
   uint64_t seed = 0;

@@ -63,6 +63,8 @@ void AddPolicyFlags(CLI::App* p, v1::PolicyConfig* given, bool* any) {
                [g](double v) { g->set_max_excluded_fraction(v); });
   Flag<uint32_t>(p, any, "--min-active-ranks", "guard: fewest active",
                  [g](uint32_t v) { g->set_min_active_ranks(v); });
+  Flag<uint32_t>(p, any, "--min-active-replicas", "guard: fewest active data-parallel replicas",
+                 [g](uint32_t v) { g->set_min_active_replicas(v); });
   Flag<uint32_t>(p, any, "--cooldown-iterations", "guard: iterations between flips",
                  [g](uint32_t v) { g->set_cooldown_iterations(v); });
   Flag<double>(p, any, "--min-throughput-gain",

@@ -102,12 +102,32 @@ std::string TimeText(const google::protobuf::Timestamp& t) {
   return buf;
 }
 
+// "3 (straggler)"; a replica out whole (docs/topology.md) as
+// "replica 1 [2, 3, 10, 11] for rank 10 (group stage1, straggler)".
 std::string ExcludedList(const v1::Membership& m) {
   if (m.excluded_size() == 0) return "none";
   std::string s;
-  for (const auto& e : m.excluded()) {
+  std::vector<bool> done(m.excluded_size(), false);
+  for (int k = 0; k < m.excluded_size(); ++k) {
+    if (done[k]) continue;
+    const v1::ExcludedRank& e = m.excluded(k);
     if (!s.empty()) s += ", ";
-    s += std::to_string(e.rank()) + " (" + ReasonName(e.reason()) + ")";
+    if (!e.has_replica() || !e.has_culprit_rank()) {
+      s += std::to_string(e.rank()) + " (" + ReasonName(e.reason()) + ")";
+      continue;
+    }
+    std::string ranks, reason = ReasonName(e.reason());
+    for (int j = k; j < m.excluded_size(); ++j) {
+      const v1::ExcludedRank& y = m.excluded(j);
+      if (!y.has_replica() || y.replica() != e.replica()) continue;
+      done[j] = true;
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(y.rank());
+      if (y.rank() == e.culprit_rank()) reason = ReasonName(y.reason());
+    }
+    s += "replica " + std::to_string(e.replica()) + " [" + ranks + "] for rank " +
+         std::to_string(e.culprit_rank()) + " (" +
+         (e.culprit_peer_group().empty() ? "" : "group " + e.culprit_peer_group() + ", ") +
+         reason + ")";
   }
   return s;
 }
@@ -193,6 +213,7 @@ void PrintWorker(const v1::Worker& w, std::ostream& out) {
   t.AddRow({"node", w.node().empty() ? "-" : w.node()});
   t.AddRow({"peer group", w.peer_group().empty() ? "- (default)" : w.peer_group()});
   t.AddRow({"replica", w.has_replica() ? std::to_string(w.replica()) : "- (its own)"});
+  t.AddRow({"gpu model", w.gpu_model().empty() ? "- (unknown)" : w.gpu_model()});
   t.AddRow({"state", StateName(w.state())});
   t.AddRow({"excluded", w.excluded() ? "yes (" + ReasonName(w.exclusion_reason()) + ")" : "no"});
   t.AddRow({"override", OverrideName(w.override())});
@@ -253,11 +274,29 @@ void PrintMembership(const v1::Membership& m, std::ostream& out) {
     out << "excluded: none\n";
     return;
   }
-  Table t({"RANK", "REASON", "SINCE ITERATION", "DETAIL"},
-          {Align::kRight, Align::kLeft, Align::kRight, Align::kLeft});
-  for (const auto& e : m.excluded())
-    t.AddRow({std::to_string(e.rank()), ReasonName(e.reason()), std::to_string(e.since_iteration()),
-              e.detail().empty() ? "-" : e.detail()});
+  bool hybrid = false;  // replica and culprit columns only where a rank declared a replica
+  for (const auto& e : m.excluded()) hybrid = hybrid || e.has_replica();
+  if (!hybrid) {
+    Table t({"RANK", "REASON", "SINCE ITERATION", "DETAIL"},
+            {Align::kRight, Align::kLeft, Align::kRight, Align::kLeft});
+    for (const auto& e : m.excluded())
+      t.AddRow({std::to_string(e.rank()), ReasonName(e.reason()),
+                std::to_string(e.since_iteration()), e.detail().empty() ? "-" : e.detail()});
+    t.Print(out);
+    return;
+  }
+  Table t({"RANK", "REASON", "REPLICA", "CULPRIT", "SINCE ITERATION", "DETAIL"},
+          {Align::kRight, Align::kLeft, Align::kRight, Align::kLeft, Align::kRight, Align::kLeft});
+  for (const auto& e : m.excluded()) {
+    std::string culprit = "-";
+    if (e.has_culprit_rank()) {
+      culprit = std::to_string(e.culprit_rank());
+      if (!e.culprit_peer_group().empty()) culprit += " (" + e.culprit_peer_group() + ")";
+    }
+    t.AddRow({std::to_string(e.rank()), ReasonName(e.reason()),
+              e.has_replica() ? std::to_string(e.replica()) : "-", culprit,
+              std::to_string(e.since_iteration()), e.detail().empty() ? "-" : e.detail()});
+  }
   t.Print(out);
 }
 
@@ -337,6 +376,7 @@ void PrintPolicy(const v1::PolicyConfig& p, std::ostream& out) {
                                     : std::string("-")});
   t.AddRow({"max_excluded_fraction", opt_d(p.has_max_excluded_fraction(), p.max_excluded_fraction())});
   t.AddRow({"min_active_ranks", opt_u(p.has_min_active_ranks(), p.min_active_ranks())});
+  t.AddRow({"min_active_replicas", opt_u(p.has_min_active_replicas(), p.min_active_replicas())});
   t.AddRow({"cooldown_iterations", opt_u(p.has_cooldown_iterations(), p.cooldown_iterations())});
   t.AddRow({"min_throughput_gain", opt_d(p.has_min_throughput_gain(), p.min_throughput_gain())});
   t.AddRow({"lead_iterations", opt_u(p.has_lead_iterations(), p.lead_iterations())});

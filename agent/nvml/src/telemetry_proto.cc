@@ -37,6 +37,7 @@ RankDevice FromProto(const v1::RankDevice& d) {
   out.incarnation = d.incarnation();
   out.peer_group = d.peer_group();
   if (d.has_replica()) out.replica = d.replica();
+  out.gpu_model = d.gpu_model();
   return out;
 }
 
@@ -48,6 +49,7 @@ void ToProto(const RankDevice& d, v1::RankDevice* out) {
   out->set_incarnation(d.incarnation);
   out->set_peer_group(d.peer_group);
   if (d.replica) out->set_replica(*d.replica);
+  out->set_gpu_model(d.gpu_model);
 }
 
 std::vector<RankDevice> DevicesOf(const v1::StreamHello& hello) {

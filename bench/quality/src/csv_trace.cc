@@ -29,6 +29,7 @@ struct Cell {
   std::optional<uint64_t> epoch;
   std::string peer_group;
   std::optional<uint32_t> replica;
+  std::string gpu_model;
   size_t line;
 };
 
@@ -50,7 +51,7 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
   std::string text;
   size_t line_no = 0;
   int col_iteration = -1, col_rank = -1, col_compute = -1, col_epoch = -1;
-  int col_group = -1, col_replica = -1;
+  int col_group = -1, col_replica = -1, col_gpu = -1;
   size_t columns = 0;
   bool have_header = false;
   std::vector<Cell> cells;
@@ -72,6 +73,7 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
                     : name == "epoch"           ? &col_epoch
                     : name == "peer_group"      ? &col_group
                     : name == "replica"         ? &col_replica
+                    : name == "gpu_model"       ? &col_gpu
                                                 : nullptr;
         if (slot == nullptr) continue;  // other columns are ignored
         if (*slot >= 0) return error(line_no, absl::StrCat("column '", name, "' appears twice"));
@@ -128,6 +130,7 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
                                            "' is not a non-negative integer"));
       c.replica = replica;
     }
+    if (col_gpu >= 0) c.gpu_model = fields[col_gpu];
     cells.push_back(c);
   }
   if (!have_header) return absl::InvalidArgumentError(absl::StrCat(source, ": empty trace"));
@@ -169,21 +172,25 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
       epoch_line[row] = c.line;
     }
   }
-  if (col_group >= 0 || col_replica >= 0) {
+  if (col_group >= 0 || col_replica >= 0 || col_gpu >= 0) {
     // One topology per rank, as a client process declares one.
     t.peer_group.assign(t.ranks, "");
     t.replica.assign(t.ranks, std::nullopt);
+    if (col_gpu >= 0) t.gpu_model.assign(t.ranks, "");
     std::vector<size_t> first(t.ranks, 0);
     for (const auto& c : cells) {
       if (first[c.rank] == 0) {
         first[c.rank] = c.line;
         t.peer_group[c.rank] = c.peer_group;
         t.replica[c.rank] = c.replica;
-      } else if (t.peer_group[c.rank] != c.peer_group || t.replica[c.rank] != c.replica) {
+        if (col_gpu >= 0) t.gpu_model[c.rank] = c.gpu_model;
+      } else if (t.peer_group[c.rank] != c.peer_group || t.replica[c.rank] != c.replica ||
+                 (col_gpu >= 0 && t.gpu_model[c.rank] != c.gpu_model)) {
         return error(c.line, absl::StrCat("rank ", c.rank, " changes its topology (peer_group '",
                                           c.peer_group, "', replica ",
                                           c.replica ? absl::StrCat(*c.replica) : "-",
-                                          ") from line ", first[c.rank]));
+                                          ", gpu_model '", c.gpu_model, "') from line ",
+                                          first[c.rank]));
       }
       if (c.replica && *c.replica >= t.ranks)
         return error(c.line, absl::StrCat("replica ", *c.replica, " of rank ", c.rank,

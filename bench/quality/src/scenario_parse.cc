@@ -320,7 +320,7 @@ class Parser {
   }
 
   absl::Status ParseTopologyEntries(const YAML::Node& list, Scenario& s) const {
-    s.topology_text = "explicit";
+    s.topology_text = "per-rank entries";
     const std::set<std::string> allowed = {"ranks", "rank", "peer_group", "replica",
                                            "gpu_model", "cost"};
     size_t index = 0;

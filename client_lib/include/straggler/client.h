@@ -67,6 +67,11 @@ struct ClientOptions {
   // parallelism). Every rank this client serves gets the same values.
   std::string peer_group;           // STRAGGLER_PEER_GROUP
   std::optional<uint32_t> replica;  // STRAGGLER_REPLICA
+  // The model of the GPU this process computes on ("NVIDIA H100 80GB HBM3",
+  // as torch.cuda.get_device_name() says; the Python client fills it from
+  // there when CUDA is available): ranks of different models are never
+  // peers in detection. "" = unknown; at most 96 bytes of printable ASCII.
+  std::string gpu_model;            // STRAGGLER_GPU_MODEL
   std::string node;                   // default: host name
   uint64_t iterations_per_epoch = 0;  // 0 = unknown
   size_t queue_capacity = 4096;       // rounded up to a power of two

@@ -213,6 +213,79 @@ struct GlooOptions : CollectiveOptions {
 // environment: call it before starting threads that change it.
 std::string RendezvousEndpointFor(const ClientOptions& client);
 
+// ---------------------------------------------------------------------------
+// Hybrid parallel jobs (docs/hybrid.md): one PartialAllReduce per
+// data-parallel group, all following the one job membership.
+//
+//   auto job = straggler::CreateGlooPartialAllReduce(client, world_options);   // the whole job
+//   auto sw = straggler::JobSwitch::Create(std::move(job), replica_of_rank, &error);
+//   auto dp = straggler::CreateGlooGroupPartialAllReduce(client, sw, group, group_options);
+//   ... per step: dp->BeginIteration(it) (runs the job's agreement once per
+//   iteration for all groups of this process), then dp->SyncParameters /
+//   dp->AllReduceAverage as with a flat reducer.
+// ---------------------------------------------------------------------------
+
+// One data-parallel group: the global ranks that hold the same slice of the
+// model (one pipeline stage / model chunk, one tensor-parallel position), one
+// per replica. Plain data.
+struct DataParallelGroup {
+  // Names the group in rendezvous keys and errors ("stage0", "chunk1.tp0"):
+  // 1 to 64 bytes of A-Z a-z 0-9 . _ -, unique among the job's groups.
+  std::string name;
+  std::vector<uint32_t> ranks;     // global ranks, any order, distinct
+  std::vector<uint32_t> replicas;  // replicas[k] is ranks[k]'s replica; distinct
+  // Empty when `rank` may hold this group in a job of `world_size` ranks,
+  // else what is wrong, naming the value.
+  std::string Validate(uint32_t rank, uint32_t world_size) const;
+};
+
+// The job-wide half of a hybrid job's collective layer: the switch rule and
+// in-band agreement run ONCE per iteration over the whole job (on `job`, a
+// PartialAllReduce of every rank), and every data-parallel group of the
+// process derives its active set from that one decision. So every group of
+// the job applies a version at the same iteration, and a switch one rank is
+// uncertain of is put off in every group (docs/hybrid.md has the argument).
+//
+// A group leaves out whole replicas: a group member is active when no rank
+// of its replica is excluded at the applied version (with an engine that
+// excludes whole replicas this is exactly "not excluded"; with one that
+// excludes single ranks, e.g. an operator's override of one rank, it keeps
+// the replica's other stages out of their groups too, which would otherwise
+// average gradients computed on a stale slice of the model).
+//
+// Thread safety: used by the one training thread of the process, like the
+// PartialAllReduce objects that share it.
+class JobSwitch {
+ public:
+  // `job`: a PartialAllReduce over the whole job (this rank's world).
+  // `replica_of`: the replica of every global rank (size world_size), or
+  // empty: every rank its own replica (pure data parallelism). nullptr and
+  // *error (naming the value) when `job` is null or the sizes disagree.
+  static std::shared_ptr<JobSwitch> Create(std::unique_ptr<PartialAllReduce> job,
+                                           std::vector<uint32_t> replica_of, uint32_t world_size,
+                                           std::string* error = nullptr);
+
+  // The job's plan of `iteration`: the first call for an iteration runs
+  // job->BeginIteration(iteration) (the agreement); later calls for the same
+  // iteration return the same plan, or rethrow its CollectiveError without
+  // waiting again. Throws CollectiveError for an iteration below the last.
+  const StepPlan& Begin(uint64_t iteration);
+
+  // The replica of global rank `rank` (the rank itself without a map).
+  uint32_t ReplicaOf(uint32_t rank) const;
+  uint32_t world_size() const { return world_size_; }
+  // The job-wide reducer (its collectives span every active rank).
+  PartialAllReduce& job() { return *job_; }
+
+ private:
+  JobSwitch(std::unique_ptr<PartialAllReduce> job, std::vector<uint32_t> replica_of, uint32_t world_size);
+  std::unique_ptr<PartialAllReduce> job_;
+  std::vector<uint32_t> replica_of_;
+  uint32_t world_size_;
+  std::optional<uint64_t> last_;  // the last iteration Begin was called for
+  std::string failure_;           // its CollectiveError, "" when it succeeded
+};
+
 // The Gloo (CPU, TCP) backend. `client` reports for options.rank and must
 // outlive the result. Fails (nullptr + *error) only on invalid options or
 // when the transport cannot bind options.hostname; an unreachable daemon is
@@ -220,5 +293,17 @@ std::string RendezvousEndpointFor(const ClientOptions& client);
 std::unique_ptr<PartialAllReduce> CreateGlooPartialAllReduce(Client& client,
                                                              const GlooOptions& options,
                                                              std::string* error = nullptr);
+
+// The Gloo backend of one data-parallel group of a hybrid job: its collectives
+// span the group's active members only; BeginIteration takes the plan from
+// `job_switch` (StepPlan.active_ranks, root and sync_parameters are the
+// group's; root is the member of the lowest active replica). `options` as for
+// the flat backend (rank, world_size: the job's). nullptr + *error on
+// invalid options or group.
+std::unique_ptr<PartialAllReduce> CreateGlooGroupPartialAllReduce(Client& client,
+                                                                  std::shared_ptr<JobSwitch> job_switch,
+                                                                  const DataParallelGroup& group,
+                                                                  const GlooOptions& options,
+                                                                  std::string* error = nullptr);
 
 }  // namespace straggler

@@ -109,6 +109,19 @@ std::unique_ptr<NcclPartialAllReduce> CreateNcclPartialAllReduce(Client& client,
                                                                  const NcclOptions& options,
                                                                  std::string* error = nullptr);
 
+// One data-parallel group of a hybrid job on NCCL (docs/hybrid.md): the same
+// plan as the flat backend over the group's ranks - a full communicator of the
+// group built here (every member must call this within collective_timeout),
+// ncclCommShrink by the group's survivors when a replica leaves, a fresh (or
+// grown) communicator when it comes back - with the plan taken from
+// `job_switch` (CreateGlooGroupPartialAllReduce in straggler/collective.h has
+// the contract). nullptr + *error as above, or on an invalid group.
+std::unique_ptr<NcclPartialAllReduce> CreateNcclGroupPartialAllReduce(Client& client,
+                                                                      std::shared_ptr<JobSwitch> job_switch,
+                                                                      const DataParallelGroup& group,
+                                                                      const NcclOptions& options,
+                                                                      std::string* error = nullptr);
+
 // "NCCL 2.28.9 (built against 2.28.9): ncclCommRevoke yes, ncclCommGrow no
 // (...)": the loaded libnccl and which membership calls it allows.
 std::string NcclRuntimeDescription();

@@ -71,6 +71,9 @@ typedef struct straggler_options {
   const char* peer_group;
   int has_replica;
   uint32_t replica;
+  /* The GPU's model (ClientOptions::gpu_model): NULL = STRAGGLER_GPU_MODEL,
+   * else unknown. Ranks of different models are never peers in detection. */
+  const char* gpu_model;
 } straggler_options_t;
 
 /* A rank's topology from a Megatron-style layout (straggler/topology.h). */

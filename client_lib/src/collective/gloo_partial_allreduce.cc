@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "agreement.h"
+#include "group_plan.h"
 #include "nccl_plan.h"  // SetText
 #include "straggler/collective.h"
 #include "store_transport.h"
@@ -36,11 +37,17 @@ struct CachedContext {
 
 class GlooPartialAllReduce final : public PartialAllReduce {
  public:
+  // `job_switch` and `group`: a data-parallel group of a hybrid job (the
+  // plan comes from the job's switch); null: the flat backend (own agreement).
   GlooPartialAllReduce(Client& client, GlooOptions options,
-                       std::shared_ptr<gloo::transport::Device> device)
+                       std::shared_ptr<gloo::transport::Device> device,
+                       std::shared_ptr<JobSwitch> job_switch = nullptr,
+                       std::optional<DataParallelGroup> group = std::nullopt)
       : client_(client),
         options_(std::move(options)),
         device_(std::move(device)),
+        switch_(std::move(job_switch)),
+        group_(std::move(group)),
         store_(options_.rendezvous_store
                    ? options_.rendezvous_store
                    : std::make_shared<DaemonStore>(options_.rendezvous_endpoint, options_.job_id,
@@ -52,10 +59,11 @@ class GlooPartialAllReduce final : public PartialAllReduce {
     // Until this iteration has its context, no collective may use the last
     // one (RequireContext), whatever throws below.
     current_ = nullptr;
-    StepPlan plan = agreement_.Decide(
-        iteration, client_,
-        {options_.membership_timeout, options_.collective_timeout, options_.agreement_interval},
-        transport_);
+    StepPlan plan = switch_ ? detail::GroupPlanFor(iteration, agreement_, *switch_, *group_, options_.rank)
+                            : agreement_.Decide(iteration, client_,
+                                                {options_.membership_timeout, options_.collective_timeout,
+                                                 options_.agreement_interval},
+                                                transport_);
     // The context: kept only when this rank used the same active set at its
     // previous iteration - then every member has it (they were all in step
     // with this rank). Otherwise a fresh one for this version, so a member
@@ -68,7 +76,7 @@ class GlooPartialAllReduce final : public PartialAllReduce {
       if (same && cached != nullptr) {
         current_ = cached;
       } else {
-        current_ = Build(iteration, agreement_.membership(), plan.active_ranks);
+        current_ = Build(iteration, plan.version, plan.active_ranks);
       }
       Touch(current_);
     }
@@ -203,14 +211,13 @@ class GlooPartialAllReduce final : public PartialAllReduce {
     }
   }
 
-  CachedContext* Build(uint64_t iteration, const MembershipView& m,
-                       const std::vector<uint32_t>& active) {
+  CachedContext* Build(uint64_t iteration, uint64_t version, const std::vector<uint32_t>& active) {
     // Replace any older context for this set: it may hold addresses the
     // other members no longer listen on.
     Drop(active);
     CachedContext c;
     c.ranks = active;
-    c.built_for_version = m.version;
+    c.built_for_version = version;
     if (active.size() > 1) {
       const int index = static_cast<int>(
           std::find(active.begin(), active.end(), options_.rank) - active.begin());
@@ -222,7 +229,10 @@ class GlooPartialAllReduce final : public PartialAllReduce {
       // The iteration too: every member builds at the same (agreed)
       // iteration, and a build retried after a failure uses fresh keys
       // instead of the failed attempt's.
-      const std::string prefix = "gloo/" + options_.run_id + "/v" + std::to_string(m.version) +
+      // A group's contexts are named by the group too (its sets are disjoint
+      // from other groups' anyway; the name makes the keys readable).
+      const std::string prefix = "gloo/" + options_.run_id + (group_ ? "/g" + group_->name : "") + "/v" +
+                                 std::to_string(version) +
                                  "/i" + std::to_string(iteration) + "/" + SetText(active);
       try {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(index, static_cast<int>(active.size()));
@@ -233,7 +243,8 @@ class GlooPartialAllReduce final : public PartialAllReduce {
       } catch (const std::exception& e) {
         throw CollectiveError("iteration " + std::to_string(iteration) +
                               ": building the Gloo context of ranks " + SetText(active) +
-                              " (membership version " + std::to_string(m.version) +
+                              (group_ ? " of data-parallel group '" + group_->name + "'" : "") +
+                              " (membership version " + std::to_string(version) +
                               ") failed within " +
                               std::to_string(options_.collective_timeout.count()) + " ms: " + e.what());
       }
@@ -246,6 +257,8 @@ class GlooPartialAllReduce final : public PartialAllReduce {
   Client& client_;
   const GlooOptions options_;
   std::shared_ptr<gloo::transport::Device> device_;
+  const std::shared_ptr<JobSwitch> switch_;           // null: the flat backend
+  const std::optional<DataParallelGroup> group_;
   // The trainer's own store (GlooOptions::rendezvous_store) or stragglerd's.
   std::shared_ptr<gloo::rendezvous::Store> store_;
   // After store_ (it holds a reference to it).
@@ -274,14 +287,33 @@ std::string GlooOptions::Validate() const {
   return "";
 }
 
-std::unique_ptr<PartialAllReduce> CreateGlooPartialAllReduce(Client& client,
-                                                             const GlooOptions& options,
-                                                             std::string* error) {
+namespace {
+
+std::unique_ptr<PartialAllReduce> CreateGloo(Client& client, const GlooOptions& options,
+                                             std::shared_ptr<JobSwitch> job_switch,
+                                             std::optional<DataParallelGroup> group, std::string* error) {
   auto fail = [&](const std::string& why) -> std::unique_ptr<PartialAllReduce> {
     if (error) *error = why;
     return nullptr;
   };
   if (std::string why = options.Validate(); !why.empty()) return fail(why);
+  if (group) {
+    if (!job_switch) return fail("data-parallel group '" + group->name + "': no JobSwitch given");
+    if (job_switch->world_size() != options.world_size) {
+      return fail("data-parallel group '" + group->name + "': options.world_size=" +
+                  std::to_string(options.world_size) + " but the JobSwitch's job has " +
+                  std::to_string(job_switch->world_size()) + " ranks");
+    }
+    if (std::string why = group->Validate(options.rank, options.world_size); !why.empty()) return fail(why);
+    for (size_t k = 0; k < group->ranks.size(); ++k) {
+      if (job_switch->ReplicaOf(group->ranks[k]) != group->replicas[k] &&
+          job_switch->ReplicaOf(group->ranks[k]) != group->ranks[k]) {
+        return fail("data-parallel group '" + group->name + "': rank " + std::to_string(group->ranks[k]) +
+                    " is replica " + std::to_string(group->replicas[k]) + " here but replica " +
+                    std::to_string(job_switch->ReplicaOf(group->ranks[k])) + " in the JobSwitch's map");
+      }
+    }
+  }
   std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;
@@ -290,7 +322,24 @@ std::unique_ptr<PartialAllReduce> CreateGlooPartialAllReduce(Client& client,
   } catch (const std::exception& e) {
     return fail("cannot create the Gloo TCP device on hostname='" + options.hostname + "': " + e.what());
   }
-  return std::make_unique<GlooPartialAllReduce>(client, options, std::move(device));
+  return std::make_unique<GlooPartialAllReduce>(client, options, std::move(device), std::move(job_switch),
+                                                std::move(group));
+}
+
+}  // namespace
+
+std::unique_ptr<PartialAllReduce> CreateGlooPartialAllReduce(Client& client,
+                                                             const GlooOptions& options,
+                                                             std::string* error) {
+  return CreateGloo(client, options, nullptr, std::nullopt, error);
+}
+
+std::unique_ptr<PartialAllReduce> CreateGlooGroupPartialAllReduce(Client& client,
+                                                                  std::shared_ptr<JobSwitch> job_switch,
+                                                                  const DataParallelGroup& group,
+                                                                  const GlooOptions& options,
+                                                                  std::string* error) {
+  return CreateGloo(client, options, std::move(job_switch), group, error);
 }
 
 }  // namespace straggler

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agreement.h"
+#include "group_plan.h"
 #include "nccl_calls.h"
 #include "nccl_comm.h"
 #include "nccl_plan.h"
@@ -35,7 +36,14 @@ using detail::CommPlan;
 using detail::CommPtr;
 using detail::SetText;
 
-std::vector<uint32_t> AllRanks(uint32_t world_size) {
+// Every rank of the communicator built at creation: the job's, or a data-
+// parallel group's (ascending).
+std::vector<uint32_t> AllRanks(uint32_t world_size, const std::optional<DataParallelGroup>& group) {
+  if (group) {
+    std::vector<uint32_t> ranks = group->ranks;
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
+  }
   std::vector<uint32_t> all(world_size);
   for (uint32_t r = 0; r < world_size; ++r) all[r] = r;
   return all;
@@ -43,9 +51,19 @@ std::vector<uint32_t> AllRanks(uint32_t world_size) {
 
 class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
  public:
-  NcclPartialAllReduceImpl(Client& client, NcclOptions options, int device, cudaStream_t stream, bool own_stream)
+  // `job_switch` and `group`: one data-parallel group of a hybrid job
+  // (docs/hybrid.md): its full communicator is the group's, and its plan
+  // comes from the job's switch; null: the flat backend.
+  NcclPartialAllReduceImpl(Client& client, NcclOptions options, int device, cudaStream_t stream, bool own_stream,
+                           std::shared_ptr<JobSwitch> job_switch = nullptr,
+                           std::optional<DataParallelGroup> group = std::nullopt)
       : client_(client),
         options_(std::move(options)),
+        switch_(std::move(job_switch)),
+        group_(std::move(group)),
+        // A group's keys name the group: its full communicator's id key
+        // names only the size, which several groups share.
+        key_run_(group_ ? options_.run_id + "/g" + group_->name : options_.run_id),
         device_(device),
         initial_stream_(stream),
         own_stream_(own_stream ? stream : nullptr),
@@ -57,9 +75,9 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
         cache_(std::make_unique<detail::CommCache<CommPtr>>(
             std::max<size_t>(1, options_.max_cached_communicators),
             [this](CommPtr& c, bool healthy) { ops_.Release(c, healthy); })),
-        agreement_(options_.rank, options_.run_id, AllRanks(options_.world_size),
+        agreement_(options_.rank, options_.run_id, AllRanks(options_.world_size, group_),
                    /*previously_participating=*/true) {
-    world_ = AllRanks(options_.world_size);
+    world_ = AllRanks(options_.world_size, group_);
     ops_.set_stream(stream);
   }
 
@@ -85,7 +103,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     c->ranks = world_;
     // A world of one gets a communicator too (NCCL's one-rank path, built
     // without the store): a one-GPU job runs the same code as a large one.
-    ops_.StartInit(*c, detail::FullCommIdKey(options_.run_id, options_.world_size),
+    ops_.StartInit(*c, detail::FullCommIdKey(key_run_, static_cast<uint32_t>(world_.size())),
                    Clock::now() + options_.collective_timeout, /*blocking_get=*/true);
     ops_.Finish(*c, 0, Clock::now() + options_.collective_timeout, "building the full communicator");
     c->order = world_;
@@ -103,11 +121,12 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     // Until this iteration has its communicator, no collective may use the
     // last one (RequireCommunicator), whatever throws below.
     current_ = nullptr;
-    StepPlan plan = agreement_.Decide(
-        iteration, client_,
-        {options_.membership_timeout, options_.collective_timeout, options_.agreement_interval},
-        transport_);
-    const MembershipView& m = agreement_.membership();
+    StepPlan plan = switch_ ? detail::GroupPlanFor(iteration, agreement_, *switch_, *group_, options_.rank)
+                            : agreement_.Decide(iteration, client_,
+                                                {options_.membership_timeout, options_.collective_timeout,
+                                                 options_.agreement_interval},
+                                                transport_);
+    const struct { uint64_t version, effective_iteration; } m{plan.version, plan.effective_iteration};
     const std::vector<uint32_t>& active = plan.active_ranks;
     const bool participating = plan.participating;
     const std::vector<uint32_t>& prev_active = agreement_.previous_active();
@@ -341,7 +360,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
       Comm& c = *e->handle;
       cache_->SetPending(nullptr);
       try {
-        if (!c.started) ops_.StartInit(c, detail::CommIdKey(options_.run_id, version, active), deadline, true);
+        if (!c.started) ops_.StartInit(c, detail::CommIdKey(key_run_, version, active), deadline, true);
         if (!c.ready && c.comm != nullptr) ops_.Finish(c, iteration, deadline, "ncclCommInitRankConfig");
       } catch (...) {
         cache_->Erase(active, false);
@@ -351,7 +370,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
       return &c;
     }
     return BuildAndCache(version, active, [&](Comm& c) {
-      ops_.StartInit(c, detail::CommIdKey(options_.run_id, version, active, retry), deadline, true);
+      ops_.StartInit(c, detail::CommIdKey(key_run_, version, active, retry), deadline, true);
       ops_.Finish(c, iteration, deadline, "ncclCommInitRankConfig");
     });
   }
@@ -368,7 +387,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     Comm& from = *cache_->Find(agreement_.previous_active())->handle;
     try {
       return BuildAndCache(version, active, [&](Comm& c) {
-        ops_.StartGrow(c, from, detail::CommIdKey(options_.run_id, version, active, retry));
+        ops_.StartGrow(c, from, detail::CommIdKey(key_run_, version, active, retry));
         ops_.Finish(c, iteration, deadline, "ncclCommGrow");
       });
     } catch (...) {
@@ -393,8 +412,17 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     }
     const MembershipView next = client_.CurrentMembership();
     if (next.version > agreement_.plan().version && next.effective_iteration > iteration) {
-      const std::vector<uint32_t> set = next.ActiveRanks();
-      const bool in = !next.IsExcluded(options_.rank);
+      std::vector<uint32_t> set = next.ActiveRanks();
+      bool in = !next.IsExcluded(options_.rank);
+      if (switch_) {
+        // A group: the members of that version's complete replicas.
+        StepPlan job;
+        job.active_ranks = set;
+        job.participating = in;
+        const StepPlan g = detail::GroupStepPlan(job, *group_, *switch_, options_.rank, {});
+        set = g.active_ranks;
+        in = g.participating;
+      }
       const auto* cur = cache_->Find(agreement_.plan().active_ranks);
       const bool usable = cur != nullptr && cur->handle && cur->handle->comm != nullptr && !cur->handle->revoked;
       const CommPlan how = detail::PlanCommunicator(agreement_.plan().participating,
@@ -416,7 +444,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     if (auto* e = cache_->Pending();
         e != nullptr && e->handle && !e->handle->started) {
       try {
-        ops_.StartInit(*e->handle, detail::CommIdKey(options_.run_id, e->version, e->ranks),
+        ops_.StartInit(*e->handle, detail::CommIdKey(key_run_, e->version, e->ranks),
                   Clock::now() + options_.collective_timeout, /*blocking_get=*/false);
       } catch (const std::exception&) {
         cache_->Erase(e->ranks, false);
@@ -458,6 +486,9 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
 
   Client& client_;
   const NcclOptions options_;
+  const std::shared_ptr<JobSwitch> switch_;  // null: the flat backend
+  const std::optional<DataParallelGroup> group_;
+  const std::string key_run_;  // run_id, and the group's name for a group
   const int device_;
   const cudaStream_t initial_stream_;  // NcclOptions::stream, or own_stream_
   const cudaStream_t own_stream_;      // nullptr: the stream is the caller's
@@ -501,13 +532,20 @@ int NcclVisibleDevices(std::string* error) {
 
 std::string NcclRuntimeDescription() { return detail::NcclCalls::Get().features().Describe(); }
 
-std::unique_ptr<NcclPartialAllReduce> CreateNcclPartialAllReduce(Client& client, const NcclOptions& options,
-                                                                 std::string* error) {
+namespace {
+
+std::unique_ptr<NcclPartialAllReduce> CreateNccl(Client& client, const NcclOptions& options,
+                                                 std::shared_ptr<JobSwitch> job_switch,
+                                                 std::optional<DataParallelGroup> group, std::string* error) {
   auto fail = [&](const std::string& why) -> std::unique_ptr<NcclPartialAllReduce> {
     if (error) *error = why;
     return nullptr;
   };
   if (std::string why = options.Validate(); !why.empty()) return fail(why);
+  if (group) {
+    if (!job_switch) return fail("data-parallel group '" + group->name + "': no JobSwitch given");
+    if (std::string why = group->Validate(options.rank, options.world_size); !why.empty()) return fail(why);
+  }
   std::string why;
   const int devices = NcclVisibleDevices(&why);
   if (devices == 0) return fail("rank " + std::to_string(options.rank) + ": " + why);
@@ -527,13 +565,29 @@ std::unique_ptr<NcclPartialAllReduce> CreateNcclPartialAllReduce(Client& client,
       return fail(std::string("cudaStreamCreateWithFlags: ") + cudaGetErrorString(e));
     }
   }
-  auto r = std::make_unique<NcclPartialAllReduceImpl>(client, options, device, stream, own);
+  auto r = std::make_unique<NcclPartialAllReduceImpl>(client, options, device, stream, own, std::move(job_switch),
+                                                      std::move(group));
   try {
     r->BuildFull();
   } catch (const std::exception& e) {
     return fail("rank " + std::to_string(options.rank) + ": " + e.what());
   }
   return r;
+}
+
+}  // namespace
+
+std::unique_ptr<NcclPartialAllReduce> CreateNcclPartialAllReduce(Client& client, const NcclOptions& options,
+                                                                 std::string* error) {
+  return CreateNccl(client, options, nullptr, std::nullopt, error);
+}
+
+std::unique_ptr<NcclPartialAllReduce> CreateNcclGroupPartialAllReduce(Client& client,
+                                                                      std::shared_ptr<JobSwitch> job_switch,
+                                                                      const DataParallelGroup& group,
+                                                                      const NcclOptions& options,
+                                                                      std::string* error) {
+  return CreateNccl(client, options, std::move(job_switch), group, error);
 }
 
 }  // namespace straggler

@@ -8,28 +8,22 @@ namespace straggler::daemon {
 grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContext* ctx,
                                                       const v1::SetPolicyRequest* request,
                                                       v1::Job* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kAdmin,
-      [&] { return api::SetPolicy(registry_, *request, ctx->peer()); }, response,
-      call_);
+  return Authorized(ctx, Access::kAdmin, response,
+                    [&] { return api::SetPolicy(registry_, *request, ctx->peer()); });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
     grpc::CallbackServerContext* ctx, const v1::SetRankOverrideRequest* request,
     v1::Membership* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kAdmin,
-      [&] { return api::SetRankOverride(registry_, *request, ctx->peer()); }, response,
-      call_);
+  return Authorized(ctx, Access::kAdmin, response,
+                    [&] { return api::SetRankOverride(registry_, *request, ctx->peer()); });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext* ctx,
                                                      const v1::ResetJobRequest* request,
                                                      v1::Job* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kAdmin,
-      [&] { return api::ResetJob(registry_, *request, ctx->peer()); }, response,
-      call_);
+  return Authorized(ctx, Access::kAdmin, response,
+                    [&] { return api::ResetJob(registry_, *request, ctx->peer()); });
 }
 
 }  // namespace straggler::daemon

@@ -10,17 +10,16 @@
 // Thread-safe; the registry and authorizer must outlive the server.
 #pragma once
 
-#include "auth/auth.h"
-#include "registry/job_registry.h"
-#include "metrics/stats.h"
+#include "api/api_service.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler::daemon {
 
-class AdminServiceImpl final : public straggler::v1::AdminService::CallbackService {
+class AdminServiceImpl final : public straggler::v1::AdminService::CallbackService,
+                               ApiService {
  public:
   AdminServiceImpl(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
-      : registry_(registry), stats_(stats), auth_(auth) {}
+      : ApiService(registry, stats, auth, GrpcService::kAdmin) {}
 
   grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
                                       const straggler::v1::SetPolicyRequest* request,
@@ -31,12 +30,6 @@ class AdminServiceImpl final : public straggler::v1::AdminService::CallbackServi
   grpc::ServerUnaryReactor* ResetJob(grpc::CallbackServerContext* ctx,
                                      const straggler::v1::ResetJobRequest* request,
                                      straggler::v1::Job* response) override;
-
- private:
-  JobRegistry& registry_;
-  DaemonStats& stats_;  // refusals: straggler_grpc_refused_total
-  const CallOf call_{stats_, GrpcService::kAdmin};  // every refusal is counted under it
-  const Authorizer& auth_;
 };
 
 }  // namespace straggler::daemon

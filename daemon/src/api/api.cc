@@ -13,8 +13,7 @@
 namespace straggler::daemon::api {
 namespace {
 
-// With job.mu held.
-absl::Status CheckRank(const Job& job, uint32_t rank) {
+absl::Status CheckRank(const Job::Locked& job, uint32_t rank) {
   if (rank < job.world_size) return absl::OkStatus();
   return absl::NotFoundError(absl::StrCat("rank ", rank, " not found: job '", job.id,
                                           "' has world_size ", job.world_size));
@@ -37,9 +36,9 @@ absl::StatusOr<v1::ListJobsResponse> ListJobs(const JobRegistry& registry,
                                               const v1::ListJobsRequest&) {
   v1::ListJobsResponse response;
   for (const auto& job : registry.Jobs()) {
-    std::lock_guard lock(job->mu);
-    if (job->removed.load()) continue;  // swept as idle since the listing
-    ToProto(*job, response.add_jobs());
+    const Job::Locked locked(*job);
+    if (job->removed()) continue;  // swept as idle since the listing
+    ToProto(locked, response.add_jobs());
   }
   return response;
 }
@@ -47,7 +46,7 @@ absl::StatusOr<v1::ListJobsResponse> ListJobs(const JobRegistry& registry,
 absl::StatusOr<v1::Job> GetJob(const JobRegistry& registry, const v1::GetJobRequest& request) {
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Job response;
-  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
+  absl::Status s = registry.Read(request.job_id(), [&](const Job::Locked& job) {
     if (request.run_id().empty() || request.run_id() == job.run_id) ToProto(job, &response);
   });
   // An earlier run: its last state, kept when the next run began.
@@ -69,11 +68,11 @@ absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const JobRegistry& registry,
                                                     const v1::ListWorkersRequest& request) {
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::ListWorkersResponse response;
-  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
+  absl::Status s = registry.Read(request.job_id(), [&](const Job::Locked& job) {
     // O(world_size) here: one engine::Worker lookup and an O(1) copy per rank.
     response.mutable_workers()->Reserve(static_cast<int>(job.world_size));
     for (uint32_t rank = 0; rank < job.world_size; ++rank) {
-      ToProto(job.engine.Worker(rank), job, response.add_workers());
+      ToProto(job->engine.Worker(rank), job, response.add_workers());
     }
   });
   if (!s.ok()) return s;
@@ -85,9 +84,9 @@ absl::StatusOr<v1::Worker> GetWorker(const JobRegistry& registry,
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Worker response;
   absl::Status in_range;
-  absl::Status found = registry.Read(request.job_id(), [&](const Job& job) {
+  absl::Status found = registry.Read(request.job_id(), [&](const Job::Locked& job) {
     in_range = CheckRank(job, request.rank());
-    if (in_range.ok()) ToProto(job.engine.Worker(request.rank()), job, &response);
+    if (in_range.ok()) ToProto(job->engine.Worker(request.rank()), job, &response);
   });
   if (absl::Status s = Either(found, in_range); !s.ok()) return s;
   return response;
@@ -97,8 +96,8 @@ absl::StatusOr<v1::Membership> GetMembership(const JobRegistry& registry,
                                              const v1::GetMembershipRequest& request) {
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Membership response;
-  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
-    ToProto(job.engine.membership(), job, &response);
+  absl::Status s = registry.Read(request.job_id(), [&](const Job::Locked& job) {
+    ToProto(job->engine.membership(), job, &response);
   });
   if (!s.ok()) return s;
   return response;
@@ -134,14 +133,14 @@ absl::StatusOr<v1::ExportReportsResponse> ExportReports(
   const uint64_t since = request.since_iteration();
   std::vector<RecentReport> kept;
   uint64_t dropped = 0;
-  // Copy under the job's mu; sort and render after releasing it.
-  absl::Status s = registry.Read(request.job_id(), [&](const Job& job) {
-    kept.reserve(job.recent.size());
-    job.recent.ForEach([&](const RecentReport& r) {
+  // Copy under the job's lock; sort and render after releasing it.
+  absl::Status s = registry.Read(request.job_id(), [&](const Job::Locked& job) {
+    kept.reserve(job->recent.size());
+    job->recent.ForEach([&](const RecentReport& r) {
       if (r.iteration >= since) kept.push_back(r);
     });
-    if (job.recent.dropped() > 0 && job.recent.dropped_max_iteration() >= since) {
-      dropped = job.recent.dropped();
+    if (job->recent.dropped() > 0 && job->recent.dropped_max_iteration() >= since) {
+      dropped = job->recent.dropped();
     }
   });
   if (!s.ok()) return s;
@@ -179,14 +178,14 @@ absl::StatusOr<v1::Job> SetPolicy(JobRegistry& registry, const v1::SetPolicyRequ
                                   std::string_view caller) {
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Job response;
-  absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
-    auto merged = MergePolicy(request.policy(), job.engine.policy());
+  absl::Status s = registry.Mutate(request.job_id(), [&](Job::Locked& job, engine::Time now) {
+    auto merged = MergePolicy(request.policy(), job->engine.policy());
     if (!merged.ok()) return merged.status();
-    if (absl::Status s = job.engine.SetPolicy(*merged, now); !s.ok()) {
+    if (absl::Status s = job->engine.SetPolicy(*merged, now); !s.ok()) {
       return absl::InvalidArgumentError(s.message());
     }
     // From now on a SIGHUP reload leaves this job's policy alone.
-    job.policy_overridden = true;
+    job->policy_overridden = true;
     spdlog::info("job={} policy set by admin call from {}", job.id, caller);
     ToProto(job, &response);
     return absl::OkStatus();
@@ -201,24 +200,24 @@ absl::StatusOr<v1::Membership> SetRankOverride(JobRegistry& registry,
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Membership response;
   if (absl::Status s = common::ValidateReason(request.reason()); !s.ok()) return s;
-  absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
+  absl::Status s = registry.Mutate(request.job_id(), [&](Job::Locked& job, engine::Time now) {
     if (absl::Status s = CheckRank(job, request.rank()); !s.ok()) return s;
     auto override = FromProto(request.override());
     if (!override.ok()) return override.status();
-    if (absl::Status s = job.engine.SetOverride(request.rank(), *override, request.reason(), now);
+    if (absl::Status s = job->engine.SetOverride(request.rank(), *override, request.reason(), now);
         !s.ok()) {
       return absl::InvalidArgumentError(s.message());
     }
     // Kept for the state database, which restores the reason with the override.
     if (*override == engine::RankOverride::kNone) {
-      job.override_reasons.erase(request.rank());
+      job->override_reasons.erase(request.rank());
     } else {
-      job.override_reasons[request.rank()] = request.reason();
+      job->override_reasons[request.rank()] = request.reason();
     }
     spdlog::info("job={} rank={} override {} by admin call from {}{}{}", job.id, request.rank(),
                  v1::RankOverride_Name(request.override()), caller,
                  request.reason().empty() ? "" : ": ", request.reason());
-    ToProto(job.engine.membership(), job, &response);
+    ToProto(job->engine.membership(), job, &response);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
@@ -229,8 +228,8 @@ absl::StatusOr<v1::Job> ResetJob(JobRegistry& registry, const v1::ResetJobReques
                                  std::string_view caller) {
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   v1::Job response;
-  absl::Status s = registry.Mutate(request.job_id(), [&](Job& job, engine::Time now) {
-    job.engine.Reset(now);
+  absl::Status s = registry.Mutate(request.job_id(), [&](Job::Locked& job, engine::Time now) {
+    job->engine.Reset(now);
     spdlog::info("job={} reset by admin call from {}", job.id, caller);
     ToProto(job, &response);
     return absl::OkStatus();

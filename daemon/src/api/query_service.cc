@@ -65,10 +65,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
     delete this;
   }
 
-  // Reached through ReactorLink with job.mu held.
-  void PushLocked(const Job& job) {
+  // Reached through ReactorLink under the job's lock.
+  void PushLocked(const Job::Locked& job) {
     v1::Membership m;
-    ToProto(job.engine.membership(), job, &m);
+    ToProto(job->engine.membership(), job, &m);
     std::lock_guard lock(mu_);
     bool skipped = false;
     Act(slot_.Offer(std::move(m), &KeepNewest, &skipped));
@@ -96,41 +96,36 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
 grpc::ServerUnaryReactor* QueryServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                      const v1::ListJobsRequest* request,
                                                      v1::ListJobsResponse* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::ListJobs(registry_, *request); }, response,
-      call_);
+  return Authorized(ctx, Access::kRead, response,
+                    [&] { return api::ListJobs(registry_, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                    const v1::GetJobRequest* request,
                                                    v1::Job* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::GetJob(registry_, *request); }, response,
-      call_);
+  return Authorized(ctx, Access::kRead, response,
+                    [&] { return api::GetJob(registry_, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                         const v1::ListWorkersRequest* request,
                                                         v1::ListWorkersResponse* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::ListWorkers(registry_, *request); }, response,
-      call_);
+  return Authorized(ctx, Access::kRead, response,
+                    [&] { return api::ListWorkers(registry_, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetWorker(grpc::CallbackServerContext* ctx,
                                                       const v1::GetWorkerRequest* request,
                                                       v1::Worker* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::GetWorker(registry_, *request); }, response,
-      call_);
+  return Authorized(ctx, Access::kRead, response,
+                    [&] { return api::GetWorker(registry_, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
     grpc::CallbackServerContext* ctx, const v1::GetMembershipRequest* request,
     v1::Membership* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::GetMembership(registry_, *request); }, response,
-      call_);
+  return Authorized(ctx, Access::kRead, response,
+                    [&] { return api::GetMembership(registry_, *request); });
 }
 
 grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
@@ -147,17 +142,15 @@ grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
 grpc::ServerUnaryReactor* QueryServiceImpl::ListEvents(grpc::CallbackServerContext* ctx,
                                                        const v1::ListEventsRequest* request,
                                                        v1::ListEventsResponse* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::ListEvents(registry_, *request); }, response,
-      call_);
+  return Authorized(ctx, Access::kRead, response,
+                    [&] { return api::ListEvents(registry_, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ExportReports(
     grpc::CallbackServerContext* ctx, const v1::ExportReportsRequest* request,
     v1::ExportReportsResponse* response) {
-  return FinishAuthorized(
-      ctx, auth_, Access::kRead, [&] { return api::ExportReports(registry_, *request); }, response,
-      call_);
+  return Authorized(ctx, Access::kRead, response,
+                    [&] { return api::ExportReports(registry_, *request); });
 }
 
 }  // namespace straggler::daemon

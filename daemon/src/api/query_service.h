@@ -16,17 +16,16 @@
 // Thread-safe; the registry, stats and authorizer must outlive the server.
 #pragma once
 
-#include "auth/auth.h"
-#include "registry/job_registry.h"
-#include "metrics/stats.h"
+#include "api/api_service.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler::daemon {
 
-class QueryServiceImpl final : public straggler::v1::QueryService::CallbackService {
+class QueryServiceImpl final : public straggler::v1::QueryService::CallbackService,
+                               ApiService {
  public:
   QueryServiceImpl(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
-      : registry_(registry), stats_(stats), auth_(auth) {}
+      : ApiService(registry, stats, auth, GrpcService::kQuery) {}
 
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const straggler::v1::ListJobsRequest* request,
@@ -52,12 +51,6 @@ class QueryServiceImpl final : public straggler::v1::QueryService::CallbackServi
   grpc::ServerUnaryReactor* ExportReports(grpc::CallbackServerContext* ctx,
                                           const straggler::v1::ExportReportsRequest* request,
                                           straggler::v1::ExportReportsResponse* response) override;
-
- private:
-  JobRegistry& registry_;
-  DaemonStats& stats_;
-  const CallOf call_{stats_, GrpcService::kQuery};  // every refusal is counted under it
-  const Authorizer& auth_;
 };
 
 }  // namespace straggler::daemon

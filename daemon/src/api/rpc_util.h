@@ -67,13 +67,13 @@ grpc::ServerUnaryReactor* FinishAuthorized(grpc::CallbackServerContext* ctx,
 // The registry's handle on a reactor. gRPC deletes a reactor after OnDone;
 // the registry may still hold the link then, so OnDone calls Detach() first
 // and every later call is a no-op. Reactor must offer
-// PushLocked(const Job&) and Close(const absl::Status&).
+// PushLocked(const Job::Locked&) and Close(const absl::Status&).
 template <class Reactor>
 class ReactorLink final : public JobSubscriber {
  public:
   explicit ReactorLink(Reactor* reactor) : reactor_(reactor) {}
 
-  void OnMembershipChangedLocked(const Job& job) override {
+  void OnMembershipChangedLocked(const Job::Locked& job) override {
     std::lock_guard lock(mu_);
     if (reactor_ != nullptr) reactor_->PushLocked(job);
   }

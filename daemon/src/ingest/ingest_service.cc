@@ -96,8 +96,8 @@ class IngestReactor final
     delete this;
   }
 
-  // Reached through ReactorLink with job.mu held.
-  void PushLocked(const Job& job) { Offer(session_.PushLocked(job)); }
+  // Reached through ReactorLink under the job's lock.
+  void PushLocked(const Job::Locked& job) { Offer(session_.PushLocked(job)); }
   void Close(const absl::Status& status) { Finish(common::ToGrpcStatus(status), /*flush=*/true); }
 
  private:

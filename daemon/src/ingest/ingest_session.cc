@@ -35,8 +35,8 @@ absl::Status IngestSession::Open(const v1::ReportBatch& first, engine::Time now)
   if (!job.ok()) return job.status();
   job_ = *std::move(job);
   {
-    std::lock_guard lock(job_->mu);
-    MarkReplaysLocked();
+    const Job::Locked locked(*job_);
+    MarkReplaysLocked(locked);
   }
   claimed_reported_ = hello.reported_iteration;
   // Rate-limited: 10 000 streams opening must not write 10 000 lines.
@@ -47,12 +47,13 @@ absl::Status IngestSession::Open(const v1::ReportBatch& first, engine::Time now)
   return absl::OkStatus();
 }
 
-// With job.mu held: the hello's reported_iteration against the stream's
+// Under the job's lock: the hello's reported_iteration against the stream's
 // first accepted reports. A claim more than kMaxIterationJump above them
 // was false (a hostile or broken client): the engine forgets the floors
 // hellos set and rebases a version put out of reach (docs/runs.md, "What a
 // hello may claim"). Checked once, on the first batch with a report taken.
-void IngestSession::RecheckClaimLocked(std::optional<uint64_t> max_accepted, engine::Time now) {
+void IngestSession::RecheckClaimLocked(Job::Locked& job, std::optional<uint64_t> max_accepted,
+                                       engine::Time now) {
   if (!claimed_reported_ || !max_accepted) return;
   const uint64_t claim = *claimed_reported_;
   claimed_reported_.reset();
@@ -60,22 +61,22 @@ void IngestSession::RecheckClaimLocked(std::optional<uint64_t> max_accepted, eng
     return;
   }
   stats_.hello_claims_dropped.fetch_add(1, std::memory_order_relaxed);
-  job_->engine.DropClaims(now);
+  job->engine.DropClaims(now);
   spdlog::warn("job={} stream from {}: its hello claimed reported_iteration={} but its reports "
                "are at iteration {}: the claim is dropped",
                job_->id, peer_, claim, *max_accepted);
 }
 
-// With job.mu held: what the daemon had processed of each rank of the
+// Under the job's lock: what the daemon had processed of each rank of the
 // stream when the stream said hello. A report at or below it is a replay
 // (a resend after a reconnect, an agent's backlog): counted as a
 // duplicate, not an error. One below the rank's newest iteration but above
 // the mark came from a live client going backwards (docs/runs.md, "The
 // iteration rule"): stale, logged and counted for alerting.
-void IngestSession::MarkReplaysLocked() {
+void IngestSession::MarkReplaysLocked(const Job::Locked& job) {
   replay_mark_.assign(ranks_.size(), 0);
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (auto p = job_->engine.Progress(ranks_[i])) replay_mark_[i] = *p + 1;
+    if (auto p = job->engine.Progress(ranks_[i])) replay_mark_[i] = *p + 1;
   }
 }
 
@@ -116,14 +117,15 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
     batch_stamp_ = 1;
   }
 
-  std::lock_guard job_lock(job_->mu);
+  Job::Locked job(*job_);
   // A hello after the first adds ranks to the stream (a node agent whose
-  // ranks connect at different times). Taken under job.mu, as pushes read
-  // ranks_ there. The next directive carries a full set again (every rank's
-  // progress, every version a rank of the stream may need), since a new
-  // rank may need versions older than those the stream carried so far.
+  // ranks connect at different times). Taken under the job's lock, as
+  // pushes read ranks_ there. The next directive carries a full set again
+  // (every rank's progress, every version a rank of the stream may need),
+  // since a new rank may need versions older than those the stream carried
+  // so far.
   if (batch.has_hello() && !first_batch_) {
-    if (absl::Status s = AddRanksLocked(batch, now); !s.ok()) {
+    if (absl::Status s = AddRanksLocked(job, batch, now); !s.ok()) {
       reject(0, 0, "invalid_hello", std::string(s.message()));
     }
   }
@@ -150,7 +152,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
       continue;
     }
     stats_.telemetry_accepted.fetch_add(1, std::memory_order_relaxed);
-    job_->StoreTelemetryLocked(t.rank(), std::move(*t.mutable_gpu()), now);
+    job->StoreTelemetry(t.rank(), std::move(*t.mutable_gpu()), now);
   }
   const int n = batch.reports_size();
   // Reports past limits.max_batch_reports, then those the stream's rate
@@ -166,12 +168,12 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
     rejected += excess - 1;
   };
   std::optional<uint64_t> max_accepted;
-  job_->engine.BeginBatch();
+  job->engine.BeginBatch();
   // The baseline and step time the ring records with each report. View()
   // walks every rank: read at most every kScoreRefresh per stream, not per
   // batch (an agent's batch may hold a few ranks of thousands).
-  if (job_->recent.capacity() > 0 && now - scored_at_ >= kScoreRefresh) {
-    const engine::JobView view = job_->engine.View();
+  if (job->recent.capacity() > 0 && now - scored_at_ >= kScoreRefresh) {
+    const engine::JobView view = job->engine.View();
     scored_reference_ = static_cast<float>(view.baseline_seconds);
     scored_step_ = static_cast<float>(view.step_seconds);
     scored_at_ = now;
@@ -192,12 +194,12 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
       touched_stamp_[index] = batch_stamp_;
       touched_.push_back(static_cast<uint32_t>(index));
     }
-    engine::IngestResult result = job_->engine.Ingest(FromProto(report), now);
+    engine::IngestResult result = job->engine.Ingest(FromProto(report), now);
     if (result.accepted) {
       ++accepted;
       max_accepted = std::max(max_accepted, std::optional<uint64_t>(report.iteration()));
-      job_->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
-                        report.rank(), scored_reference_, scored_step_});
+      job->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
+                       report.rank(), scored_reference_, scored_step_});
     } else if (result.reason == engine::RejectReason::kDuplicate ||
                (result.reason == engine::RejectReason::kStale &&
                 report.iteration() < replay_mark_[index])) {
@@ -206,12 +208,12 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
       ++duplicates;
     } else if (result.reason == engine::RejectReason::kStale) {
       stats_.CountRejected(result.reason);
-      ++job_->stale_reports;
-      if (now - job_->stale_logged >= std::chrono::seconds(10)) {
-        job_->stale_logged = now;
+      ++job->stale_reports;
+      if (now - job->stale_logged >= std::chrono::seconds(10)) {
+        job->stale_logged = now;
         spdlog::warn("job={} run='{}' stream from {}: {} ({} stale reports so far; a restarted "
                      "trainer must be a new client: docs/runs.md)",
-                     job_->id, job_->run_id, peer_, result.message, job_->stale_reports);
+                     job_->id, job_->run_id, peer_, result.message, job->stale_reports);
       }
       reject(report.rank(), report.iteration(), std::string(engine::RejectReasonName(result.reason)),
              std::move(result.message));
@@ -221,11 +223,11 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
              std::move(result.message));
     }
   }
-  job_->engine.EndBatch(now);
-  RecheckClaimLocked(max_accepted, now);
+  job->engine.EndBatch(now);
+  RecheckClaimLocked(job, max_accepted, now);
   if (batch.finished_ranks_size() > 0) {
     registry_.FinishRanksLocked(
-        *job_, link_.get(),
+        job, link_.get(),
         std::vector<uint32_t>(batch.finished_ranks().begin(), batch.finished_ranks().end()),
         now);
   }
@@ -242,30 +244,31 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
                       " in batch ", batch.sequence(), " were dropped"));
   }
   stats_.reports_accepted.fetch_add(accepted, std::memory_order_relaxed);
-  if (n > 0) job_->last_activity = std::max(job_->last_activity, now);
+  if (n > 0) job->last_activity = std::max(job->last_activity, now);
   last_acked_sequence_ = batch.sequence();
   // Other subscribers learn of a new version by push; this stream learns it
   // from the acknowledgement built below, under the same lock.
-  registry_.CommitLocked(*job_, link_.get());
+  registry_.CommitLocked(job, link_.get());
 
   std::sort(touched_.begin(), touched_.end());  // progress ascending by rank
-  v1::Directive ack = DirectiveLocked(*job_, &touched_);
+  v1::Directive ack = DirectiveLocked(job, &touched_);
   ack.set_accepted(accepted);
   ack.set_rejected(rejected);
   ack.set_duplicates(duplicates);
   for (auto& r : rejections) *ack.add_rejections() = std::move(r);
-  // Delivered while job.mu is still held so that directives enter the slot
+  // Delivered while the job's lock is still held so that directives enter the slot
   // in the order their memberships were snapshotted.
   deliver(std::move(ack));
 }
 
-// With job.mu held: merges the ranks of a later hello into ranks_. A bad
+// Under the job's lock: merges the ranks of a later hello into ranks_. A bad
 // hello is refused (named in the ack's rejections, reason invalid_hello)
 // and the stream goes on with its ranks; reports of the refused ranks then
 // fail rank_not_in_stream.
-absl::Status IngestSession::AddRanksLocked(const v1::ReportBatch& batch, engine::Time now) {
+absl::Status IngestSession::AddRanksLocked(Job::Locked& job, const v1::ReportBatch& batch,
+                                           engine::Time now) {
   common::StreamHello hello = FromProto(batch.hello());
-  absl::Status s = registry_.AddRanksLocked(*job_, link_.get(), hello, now, &topology_refused_);
+  absl::Status s = registry_.AddRanksLocked(job, link_.get(), hello, now, &topology_refused_);
   if (!s.ok()) {
     spdlog::warn("job={} stream from {}: later hello refused: {}", job_->id, peer_,
                  std::string(s.message()));
@@ -278,7 +281,7 @@ absl::Status IngestSession::AddRanksLocked(const v1::ReportBatch& batch, engine:
   if (ranks_.size() == before) return absl::OkStatus();
   // Indices into ranks_ moved: the stamps restart with the new layout.
   touched_stamp_.assign(ranks_.size(), 0);
-  MarkReplaysLocked();
+  MarkReplaysLocked(job);
   batch_stamp_ = 1;
   offered_version_.reset();
   spdlog::info("job={} stream from {} node='{}' now speaks for {} ranks", job_->id, peer_,
@@ -286,7 +289,7 @@ absl::Status IngestSession::AddRanksLocked(const v1::ReportBatch& batch, engine:
   return absl::OkStatus();
 }
 
-// With job.mu held: rank progress and the memberships the stream has not
+// Under the job's lock: rank progress and the memberships the stream has not
 // carried yet. Progress: the stream's first directive carries every rank of
 // the stream (that has any); later ones only the ranks in `touched`
 // (indices into ranks_ of the ranks the acknowledged batch had reports for;
@@ -294,14 +297,14 @@ absl::Status IngestSession::AddRanksLocked(const v1::ReportBatch& batch, engine:
 // The client merges progress per rank. The first directive carries
 // what the stream's slowest rank may still need; later ones only the
 // versions above offered_version_. Directives enter the write slot in the
-// order they are built here (under job.mu), the slot merges rather than
+// order they are built here (under the job's lock), the slot merges rather than
 // drops, and the stream delivers in order, so the client holds every
 // version offered before it reads a later directive; a stream that dies
 // takes the client to a new stream, which starts with a full set again.
 // So an acknowledgement still reflects, together with the directives before
 // it, every version that existed when it was built, at O(new versions) per
 // directive instead of O(kept versions x excluded ranks).
-v1::Directive IngestSession::DirectiveLocked(const Job& job,
+v1::Directive IngestSession::DirectiveLocked(const Job::Locked& job,
                                              const std::vector<uint32_t>* touched) {
   v1::Directive d;
   auto add_progress = [&](uint32_t rank, uint64_t iteration) {
@@ -312,28 +315,28 @@ v1::Directive IngestSession::DirectiveLocked(const Job& job,
   if (!offered_version_) {
     uint64_t from = std::numeric_limits<uint64_t>::max();
     for (uint32_t rank : ranks_) {
-      std::optional<uint64_t> p = job.engine.Progress(rank);
+      std::optional<uint64_t> p = job->engine.Progress(rank);
       if (p) add_progress(rank, *p);
       // A rank that never reported may start anywhere: give it everything.
       from = std::min<uint64_t>(from, p.value_or(0));
     }
-    for (const engine::Membership& m : job.engine.MembershipsFrom(from)) {
+    for (const engine::Membership& m : job->engine.MembershipsFrom(from)) {
       ToProto(m, job, d.add_memberships());
     }
   } else {
     if (touched != nullptr) {
       for (uint32_t index : *touched) {
         const uint32_t rank = ranks_[index];
-        if (std::optional<uint64_t> p = job.engine.Progress(rank)) add_progress(rank, *p);
+        if (std::optional<uint64_t> p = job->engine.Progress(rank)) add_progress(rank, *p);
       }
     }
-    const auto& history = job.engine.membership_history();  // ascending
+    const auto& history = job->engine.membership_history();  // ascending
     auto it = std::upper_bound(
         history.begin(), history.end(), *offered_version_,
         [](uint64_t v, const engine::Membership& m) { return v < m.version; });
     for (; it != history.end(); ++it) ToProto(*it, job, d.add_memberships());
   }
-  offered_version_ = job.engine.membership().version;
+  offered_version_ = job->engine.membership().version;
   d.set_acked_sequence(last_acked_sequence_);
   return d;
 }

@@ -63,20 +63,23 @@ class IngestSession {
   void Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime steady_now,
              absl::FunctionRef<void(v1::Directive&&)> deliver);
 
-  // With job.mu held: the directive a membership change pushes to the
+  // Under the job's lock: the directive a membership change pushes to the
   // stream (the memberships it has not carried yet, no progress).
-  v1::Directive PushLocked(const Job& job) { return DirectiveLocked(job, nullptr); }
+  v1::Directive PushLocked(const Job::Locked& job) { return DirectiveLocked(job, nullptr); }
 
   // Null before a successful Open.
   const std::shared_ptr<Job>& job() const { return job_; }
-  // Ascending, unique; fixed by Open, grown by later hellos (under job.mu).
+  // Ascending, unique; fixed by Open, grown by later hellos (under the
+  // job's lock).
   const std::vector<uint32_t>& ranks() const { return ranks_; }
 
  private:
-  void RecheckClaimLocked(std::optional<uint64_t> max_accepted, engine::Time now);
-  void MarkReplaysLocked();
-  absl::Status AddRanksLocked(const v1::ReportBatch& batch, engine::Time now);
-  v1::Directive DirectiveLocked(const Job& job, const std::vector<uint32_t>* touched);
+  // The *Locked methods run under the job's lock: the handle proves it.
+  void RecheckClaimLocked(Job::Locked& job, std::optional<uint64_t> max_accepted,
+                          engine::Time now);
+  void MarkReplaysLocked(const Job::Locked& job);
+  absl::Status AddRanksLocked(Job::Locked& job, const v1::ReportBatch& batch, engine::Time now);
+  v1::Directive DirectiveLocked(const Job::Locked& job, const std::vector<uint32_t>* touched);
 
   JobRegistry& registry_;
   DaemonStats& stats_;
@@ -86,7 +89,7 @@ class IngestSession {
   common::TokenBucket bucket_;  // Apply's only
 
   // Written by Open and Apply (the read chain); ranks_ is fixed before Open
-  // subscribes the link, later changes happen under job.mu.
+  // subscribes the link, later changes happen under the job's lock.
   std::shared_ptr<Job> job_;
   std::vector<uint32_t> ranks_;  // ascending, unique
   // The last hello's refused topology claims, until its batch is acknowledged.
@@ -105,9 +108,10 @@ class IngestSession {
   std::vector<uint32_t> touched_stamp_;
   uint32_t batch_stamp_ = 0;
   bool first_batch_ = true;           // the batch that carried the opening hello
-  uint64_t last_acked_sequence_ = 0;  // guarded by job_->mu
+  // Written and read only by the *Locked methods, i.e. under the job's lock.
+  uint64_t last_acked_sequence_ = 0;
   // Newest membership version already offered; nullopt before the first
-  // directive. Guarded by the job's mu (pushes arrive with it held, possibly
+  // directive. Under the job's lock (pushes arrive with it held, possibly
   // from Attach before job_ is set).
   std::optional<uint64_t> offered_version_;
 };

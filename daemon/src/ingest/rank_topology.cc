@@ -17,6 +17,7 @@ const char* TopologyRefuseReasonName(TopologyRefuseReason r) {
     case TopologyRefuseReason::kInvalidPeerGroup: return "invalid_peer_group";
     case TopologyRefuseReason::kReplicaOutOfRange: return "replica_out_of_range";
     case TopologyRefuseReason::kChanged: return "changed_without_new_incarnation";
+    case TopologyRefuseReason::kInvalidGpuModel: return "invalid_gpu_model";
   }
   return "unknown";
 }
@@ -44,6 +45,20 @@ std::optional<TopologyRefusal> Check(uint32_t rank, const DeclaredTopology& t,
                            absl::StrCat("rank ", rank, ": replica=", *t.replica,
                                         " >= world_size=", world_size)};
   }
+  const std::string& m = t.gpu_model;
+  if (m.size() > rules::kMaxGpuModelBytes) {
+    return TopologyRefusal{rank, TopologyRefuseReason::kInvalidGpuModel,
+                           absl::StrCat("rank ", rank, ": gpu_model ", Quoted(m), " is ",
+                                        m.size(), " bytes; at most ", rules::kMaxGpuModelBytes)};
+  }
+  if (const size_t i = rules::FirstBadGpuModelByte(std::string_view(m));
+      i != std::string_view::npos) {
+    return TopologyRefusal{rank, TopologyRefuseReason::kInvalidGpuModel,
+                           absl::StrCat("rank ", rank, ": gpu_model ", Quoted(m), " has byte 0x",
+                                        absl::Hex(static_cast<unsigned char>(m[i]),
+                                                  absl::kZeroPad2),
+                                        " at ", i, "; allowed: printable ASCII")};
+  }
   return std::nullopt;
 }
 
@@ -58,7 +73,8 @@ namespace {
 
 std::string Describe(const DeclaredTopology& t) {
   return absl::StrCat("peer_group ", Quoted(t.peer_group), " replica ",
-                      t.replica ? absl::StrCat(*t.replica) : std::string("(own)"));
+                      t.replica ? absl::StrCat(*t.replica) : std::string("(own)"),
+                      t.gpu_model.empty() ? std::string() : absl::StrCat(" gpu_model ", Quoted(t.gpu_model)));
 }
 
 }  // namespace

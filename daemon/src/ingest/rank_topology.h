@@ -1,5 +1,5 @@
 // Each rank's declared place in a hybrid-parallel job (docs/topology.md):
-// its peer group and data-parallel replica, from RankDevice in the stream's
+// its peer group, data-parallel replica and GPU model, from RankDevice in the stream's
 // hello. Checked (charset, length, replica < world size) and kept per rank;
 // one client incarnation cannot change it, a new one may.
 //
@@ -8,7 +8,7 @@
 //     ...tell the client r.message, count r.reason...
 //   table.Of(rank).peer_group;
 //
-// Not thread-safe: a Job's table is guarded by the job's mu.
+// Not thread-safe: a Job's table is JobState, behind the job's lock (registry/job.h).
 #pragma once
 
 #include <array>
@@ -26,9 +26,15 @@ namespace straggler::daemon {
 using common::DeclaredTopology;
 using common::TopologyClaim;
 
-enum class TopologyRefuseReason { kInvalidPeerGroup, kReplicaOutOfRange, kChanged };
-inline constexpr size_t kTopologyRefuseReasons = 3;
-// "invalid_peer_group", "replica_out_of_range", "changed_without_new_incarnation".
+enum class TopologyRefuseReason {
+  kInvalidPeerGroup,
+  kReplicaOutOfRange,
+  kChanged,
+  kInvalidGpuModel
+};
+inline constexpr size_t kTopologyRefuseReasons = 4;
+// "invalid_peer_group", "replica_out_of_range", "changed_without_new_incarnation",
+// "invalid_gpu_model".
 const char* TopologyRefuseReasonName(TopologyRefuseReason r);
 
 struct TopologyRefusal {

@@ -1,5 +1,7 @@
 #include "metrics/daemon_metrics.h"
 
+#include <algorithm>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,29 +45,55 @@ struct JobRow {
   uint32_t streams = 0;
   prometheus::ClientMetric latency;  // detection_latency.Collect()
   std::vector<RankRow> ranks;        // empty above per_rank_max_ranks
+  // The newest membership's replicas left out whole (docs/topology.md):
+  // replica, culprit rank, culprit's peer group, ranks out with it.
+  struct ExcludedReplica {
+    uint32_t replica = 0;
+    uint32_t culprit = 0;
+    std::string group;
+    uint32_t ranks = 0;
+  };
+  std::vector<ExcludedReplica> excluded_replicas;
+  uint32_t excluded_units = 0;  // replicas out; a rank without a replica counts as one
 };
 
 // Copies one job's numbers; the only place the collector holds a job's mutex.
-std::optional<JobRow> Copy(const Job& job, uint32_t per_rank_max_ranks) {
+std::optional<JobRow> Copy(Job& job, uint32_t per_rank_max_ranks) {
   const engine::Time now = WallNow();
   JobRow row;
   row.id = job.id;
   const bool per_rank = job.world_size <= per_rank_max_ranks;
   if (per_rank) row.ranks.resize(job.world_size);
-  std::lock_guard lock(job.mu);
-  if (job.removed.load()) return std::nullopt;
-  row.view = job.engine.View();
-  row.membership_version = job.engine.membership().version;
-  row.streams = job.streams;
-  row.latency = job.detection_latency.Collect();
+  const Job::Locked locked(job);
+  if (job.removed()) return std::nullopt;
+  const JobState& st = *locked;
+  row.view = st.engine.View();
+  row.membership_version = st.engine.membership().version;
+  row.streams = st.streams;
+  row.latency = st.detection_latency.Collect();
+  for (const engine::ExcludedRank& e : st.engine.membership().excluded) {
+    if (!e.replica || !e.culprit) {
+      row.excluded_units++;
+      continue;
+    }
+    auto it = std::find_if(
+        row.excluded_replicas.begin(), row.excluded_replicas.end(),
+        [&](const JobRow::ExcludedReplica& x) { return x.replica == *e.replica; });
+    if (it == row.excluded_replicas.end()) {
+      row.excluded_units++;
+      row.excluded_replicas.push_back({*e.replica, *e.culprit, e.culprit_group, 0});
+      it = std::prev(row.excluded_replicas.end());
+    }
+    it->ranks++;
+  }
   if (per_rank) {
     for (uint32_t r = 0; r < job.world_size; ++r) {
-      row.ranks[r].w = job.engine.Worker(r);
-      row.ranks[r].node = job.nodes[r];
-      row.ranks[r].topology = job.topology.Of(r);
+      row.ranks[r].w = st.engine.Worker(r);
+      row.ranks[r].node = st.nodes[r];
+      row.ranks[r].topology = st.topology.Of(r);
       // Stale telemetry is left out: a GPU whose agent went silent must not
       // keep an alert firing on its last reading.
-      if (const v1::GpuTelemetry* t = job.FreshTelemetryLocked(r, now)) row.ranks[r].gpu = *t;
+      if (const v1::GpuTelemetry* t = st.FreshTelemetry(r, now)) row.ranks[r].gpu = *t;
     }
   }
   return row;
@@ -137,6 +165,10 @@ const JobFamily kJobFamilies[] = {
      [](const JobRow& j) { return double(j.view.active_ranks); }},
     {"straggler_job_excluded_ranks", MetricType::Gauge, "Ranks left out (newest membership).",
      [](const JobRow& j) { return double(j.view.excluded_ranks); }},
+    {"straggler_job_excluded_replicas", MetricType::Gauge,
+     "Data-parallel replicas left out (newest membership); a rank that declared no replica is "
+     "one of its own.",
+     [](const JobRow& j) { return double(j.excluded_units); }},
     {"straggler_job_straggler_ranks", MetricType::Gauge,
      "Ranks classified straggler (excluded or withheld by a guard).",
      [](const JobRow& j) { return double(j.view.straggler_ranks); }},
@@ -411,6 +443,18 @@ std::vector<MetricFamily> DaemonCollector::Collect() const {
   for (JobRow& j : jobs) {
     j.latency.label = {{"job", j.id}};
     latency.metric.push_back(std::move(j.latency));
+  }
+  auto& replicas = AddFamily(out, "straggler_replica_excluded", MetricType::Gauge,
+                             "Ranks of a data-parallel replica left out with it (newest "
+                             "membership), labelled with the replica and the culprit rank and "
+                             "peer group that took it out; no sample while none is out.");
+  for (const JobRow& j : jobs) {
+    for (const auto& x : j.excluded_replicas) {
+      AddSample(replicas,
+                {{"job", j.id}, {"replica", absl::StrCat(x.replica)},
+                 {"culprit_rank", absl::StrCat(x.culprit)}, {"culprit_peer_group", x.group}},
+                x.ranks);
+    }
   }
   PerRankFamilies(jobs, out);
   return out;

@@ -19,16 +19,19 @@ void ToProto(const engine::Membership& m, const Job& job, v1::Membership* out) {
     x->set_reason(ToProto(e.reason));
     x->set_detail(e.detail);
     x->set_since_iteration(e.since_iteration);
+    if (e.culprit) x->set_culprit_rank(*e.culprit);
+    x->set_culprit_peer_group(e.culprit_group);
+    if (e.replica) x->set_replica(*e.replica);
   }
   out->set_world_size(m.world_size);
   out->set_lead_iterations(m.lead_iterations);
   if (m.created_at.count() > 0) ToProto(m.created_at, out->mutable_created_at());
 }
 
-void ToProto(const engine::WorkerView& w, const Job& job, v1::Worker* out) {
+void ToProto(const engine::WorkerView& w, const Job::Locked& job, v1::Worker* out) {
   out->set_job_id(job.id);
   out->set_rank(w.rank);
-  if (w.rank < job.nodes.size()) out->set_node(job.nodes[w.rank]);
+  if (w.rank < job->nodes.size()) out->set_node(job->nodes[w.rank]);
   out->set_state(ToProto(w.state));
   out->set_excluded(w.excluded);
   out->set_exclusion_reason(ToProto(w.exclusion_reason));
@@ -42,33 +45,34 @@ void ToProto(const engine::WorkerView& w, const Job& job, v1::Worker* out) {
   out->set_reports_total(w.reports_total);
   if (w.last_report_time.count() > 0) ToProto(w.last_report_time, out->mutable_last_report_time());
   out->set_override(ToProto(w.override));
-  if (w.rank < job.gpu.size() && job.gpu[w.rank]) {
-    *out->mutable_gpu() = job.gpu[w.rank]->telemetry;
-    out->set_gpu_stale(!job.gpu[w.rank]->Fresh(WallNow()));
+  if (w.rank < job->gpu.size() && job->gpu[w.rank]) {
+    *out->mutable_gpu() = job->gpu[w.rank]->telemetry;
+    out->set_gpu_stale(!job->gpu[w.rank]->Fresh(WallNow()));
   }
   if (w.rank < job.world_size) {
-    const DeclaredTopology& t = job.topology.Of(w.rank);
+    const DeclaredTopology& t = job->topology.Of(w.rank);
     out->set_peer_group(t.peer_group);
     if (t.replica) out->set_replica(*t.replica);
+    out->set_gpu_model(t.gpu_model);
   }
 }
 
-void ToProto(const Job& job, v1::Job* out) {
-  const engine::JobView v = job.engine.View();
+void ToProto(const Job::Locked& job, v1::Job* out) {
+  const engine::JobView v = job->engine.View();
   out->set_job_id(job.id);
   out->set_world_size(job.world_size);
-  ToProto(job.engine.policy(), out->mutable_policy());
+  ToProto(job->engine.policy(), out->mutable_policy());
   out->set_epoch(v.epoch);
   out->set_highest_iteration(v.highest_iteration);
   out->set_threshold_seconds(v.threshold_seconds);
   out->set_baseline_seconds(v.baseline_seconds);
   out->set_step_seconds(v.step_seconds);
-  ToProto(job.engine.membership(), job, out->mutable_membership());
+  ToProto(job->engine.membership(), job, out->mutable_membership());
   out->set_active_ranks(v.active_ranks);
   out->set_excluded_ranks(v.excluded_ranks);
   out->set_straggler_ranks(v.straggler_ranks);
   out->set_unresponsive_ranks(v.unresponsive_ranks);
-  out->set_streams(job.streams);
+  out->set_streams(job->streams);
   out->set_detections_total(v.detections_total);
   out->set_recoveries_total(v.recoveries_total);
   out->set_reports_total(v.reports_total);

@@ -4,9 +4,10 @@
 // value conversions without a cycle (convert.h knows no Job).
 //
 //   v1::Membership m;
-//   ToProto(job.engine.membership(), job, &m);
+//   ToProto(job->engine.membership(), job, &m);   // job: a Job::Locked
 //
-// Pure functions; no shared state (the callers hold job.mu where noted).
+// Pure functions; no shared state (those that read a job's guarded state
+// take its Job::Locked).
 #pragma once
 
 #include "registry/job_registry.h"
@@ -18,8 +19,11 @@ namespace v1 = ::straggler::v1;
 
 // `job` supplies the id and the daemon incarnation stamped on the version.
 void ToProto(const engine::Membership& m, const Job& job, v1::Membership* out);
-void ToProto(const engine::WorkerView& w, const Job& job, v1::Worker* out);  // job.mu held
-void ToProto(const Job& job, v1::Job* out);                                  // job.mu held
+inline void ToProto(const engine::Membership& m, const Job::Locked& job, v1::Membership* out) {
+  ToProto(m, job.job(), out);
+}
+void ToProto(const engine::WorkerView& w, const Job::Locked& job, v1::Worker* out);
+void ToProto(const Job::Locked& job, v1::Job* out);
 void ToProto(const JournalEntry& e, v1::Event* out);
 
 }  // namespace straggler::daemon

@@ -11,7 +11,7 @@
 
 namespace straggler::daemon {
 
-void JobRegistry::NoteIncarnationsLocked(Job& job, const common::StreamHello& hello,
+void JobRegistry::NoteIncarnationsLocked(Job::Locked& job, const common::StreamHello& hello,
                                          engine::Time now) {
   std::vector<uint32_t> taken_over;
   for (const auto& [rank, incarnation] : hello.rank_incarnations) {
@@ -19,7 +19,7 @@ void JobRegistry::NoteIncarnationsLocked(Job& job, const common::StreamHello& he
         !std::binary_search(hello.ranks.begin(), hello.ranks.end(), rank)) {
       continue;
     }
-    uint64_t& known = job.lineage_incarnation[rank];
+    uint64_t& known = job->lineage_incarnation[rank];
     if (known == incarnation) continue;
     const bool first = known == 0;
     known = incarnation;
@@ -29,39 +29,39 @@ void JobRegistry::NoteIncarnationsLocked(Job& job, const common::StreamHello& he
   for (uint32_t rank : taken_over) {
     // A new trainer process for the rank: its iterations start over (a
     // restart from a checkpoint may be below what it reported before).
-    job.engine.Restart(rank);
-    if (!job.restarted[rank]) {
-      job.restarted[rank] = true;
-      ++job.restarted_count;
+    job->engine.Restart(rank);
+    if (!job->restarted[rank]) {
+      job->restarted[rank] = true;
+      ++job->restarted_count;
     }
   }
   bool others_live = false;
   for (uint32_t r = 0; r < job.world_size && !others_live; ++r) {
-    if (job.restarted[r] || job.rank_streams[r] == 0) continue;
-    const engine::WorkerState st = job.engine.Worker(r).state;
+    if (job->restarted[r] || job->rank_streams[r] == 0) continue;
+    const engine::WorkerState st = job->engine.Worker(r).state;
     others_live = st == engine::WorkerState::kHealthy || st == engine::WorkerState::kStraggler;
   }
-  if (others_live && job.restarted_count < job.world_size) return;
+  if (others_live && job->restarted_count < job.world_size) return;
   // The job restarted: its iterations may be far below those the versions
   // published so far take effect at, so the engine starts over, with a
   // version above every one a client may still hold.
-  const uint64_t next = job.engine.membership().version + 1;
+  const uint64_t next = job->engine.membership().version + 1;
   spdlog::info("job={} run='{}': restarted (new trainer processes for {} ranks, no other rank "
                "live): detection starts over at membership v{}",
                job.id, job.run_id, taken_over.size(), next);
-  job.engine.StartOver(next, now);
+  job->engine.StartOver(next, now);
   // The new lineage knows only the incarnations that started it.
   std::vector<uint64_t> kept(job.world_size, 0);
-  for (uint32_t rank : taken_over) kept[rank] = job.lineage_incarnation[rank];
-  job.lineage_incarnation = std::move(kept);
-  std::fill(job.restarted.begin(), job.restarted.end(), false);
-  job.restarted_count = 0;
+  for (uint32_t rank : taken_over) kept[rank] = job->lineage_incarnation[rank];
+  job->lineage_incarnation = std::move(kept);
+  std::fill(job->restarted.begin(), job->restarted.end(), false);
+  job->restarted_count = 0;
 }
 
-bool JobRegistry::RunLiveLocked(const Job& job) {
+bool JobRegistry::RunLiveLocked(const Job::Locked& job) {
   for (uint32_t r = 0; r < job.world_size; ++r) {
-    if (job.rank_streams[r] == 0) continue;
-    const engine::WorkerState st = job.engine.Worker(r).state;
+    if (job->rank_streams[r] == 0) continue;
+    const engine::WorkerState st = job->engine.Worker(r).state;
     if (st != engine::WorkerState::kFinished && st != engine::WorkerState::kUnresponsive) {
       return true;
     }
@@ -69,11 +69,11 @@ bool JobRegistry::RunLiveLocked(const Job& job) {
   return false;
 }
 
-void JobRegistry::RetireRunLocked(Job& job, const std::string& next_run) {
+void JobRegistry::RetireRunLocked(Job::Locked& job, const std::string& next_run) {
   v1::Job last;
   ToProto(job, &last);
   {
-    std::lock_guard lock(earlier_mu_);
+    absl::MutexLock lock(&earlier_mu_);
     auto& runs = earlier_[job.id];
     // A run id seen again (a stray hello of an old launch) keeps one entry.
     runs.erase(std::remove_if(runs.begin(), runs.end(),
@@ -83,20 +83,20 @@ void JobRegistry::RetireRunLocked(Job& job, const std::string& next_run) {
     if (runs.size() > kMaxEarlierRuns) runs.pop_back();
   }
   spdlog::info("job={} run='{}' ended (run '{}' begins): {} reports, {} detections", job.id,
-               job.run_id, next_run, job.engine.View().reports_total,
-               job.engine.View().detections_total);
-  job.removed.store(true);
+               job.run_id, next_run, job->engine.View().reports_total,
+               job->engine.View().detections_total);
+  job.MarkRemoved();
   const absl::Status closing =
       absl::UnavailableError(absl::StrCat("run ", common::Quoted(job.run_id), " of job '", job.id,
                                           "' ended: run ", common::Quoted(next_run), " began"));
-  for (auto& sub : job.subscribers) sub->CloseLocked(closing);
-  job.subscribers.clear();
+  for (auto& sub : job->subscribers) sub->CloseLocked(closing);
+  job->subscribers.clear();
   // The lookup that follows replaces the removed job in the map (Attach).
 }
 
 std::optional<v1::Job> JobRegistry::EarlierRun(absl::string_view job_id,
                                                absl::string_view run_id) const {
-  std::lock_guard lock(earlier_mu_);
+  absl::MutexLock lock(&earlier_mu_);
   auto it = earlier_.find(job_id);
   if (it == earlier_.end()) return std::nullopt;
   for (const v1::Job& j : it->second)
@@ -105,22 +105,22 @@ std::optional<v1::Job> JobRegistry::EarlierRun(absl::string_view job_id,
 }
 
 void JobRegistry::FillEarlierRuns(absl::string_view job_id, v1::Job* out) const {
-  std::lock_guard lock(earlier_mu_);
+  absl::MutexLock lock(&earlier_mu_);
   out->clear_earlier_runs();
   auto it = earlier_.find(job_id);
   if (it == earlier_.end()) return;
   for (const v1::Job& j : it->second) out->add_earlier_runs(j.run_id());
 }
 
-void JobRegistry::FinishRanksLocked(Job& job, const JobSubscriber* stream,
+void JobRegistry::FinishRanksLocked(Job::Locked& job, const JobSubscriber* stream,
                                     const std::vector<uint32_t>& ranks, engine::Time now) {
-  auto mine = job.stream_ranks.find(stream);
-  if (mine == job.stream_ranks.end()) return;
+  auto mine = job->stream_ranks.find(stream);
+  if (mine == job->stream_ranks.end()) return;
   for (uint32_t r : ranks) {
     // Only a stream that speaks for the rank may say it finished.
-    if (std::binary_search(mine->second.begin(), mine->second.end(), r)) job.engine.Finish(r, now);
+    if (std::binary_search(mine->second.begin(), mine->second.end(), r)) job->engine.Finish(r, now);
   }
-  if (job.engine.Finished()) {
+  if (job->engine.Finished()) {
     spdlog::info("job={} run='{}' finished: every rank closed cleanly", job.id, job.run_id);
   }
 }

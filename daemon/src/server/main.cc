@@ -19,10 +19,6 @@
 #include "straggler/common/service_main.h"
 #include "spdlog/spdlog.h"
 
-#ifndef STRAGGLERD_VERSION
-#define STRAGGLERD_VERSION "unknown"
-#endif
-
 namespace {
 
 using straggler::daemon::ConfigSources;
@@ -49,33 +45,33 @@ int main(int argc, char** argv) {
       "stragglerd - finds slow ranks of synchronous data-parallel training jobs and\n"
       "publishes, per job, the versioned membership that leaves them out.\n\n"
       "Precedence: flags > environment (STRAGGLERD_GRPC_ADDRESS, STRAGGLERD_HTTP_ADDRESS,\n"
-      "STRAGGLERD_LOG_LEVEL, STRAGGLERD_CONFIG) > config file > built-in defaults.\n"
+      "STRAGGLERD_LOG_LEVEL, STRAGGLERD_STATE_DB, STRAGGLERD_CONFIG) > config file >\n"
+      "built-in defaults.\n"
       "Signals: SIGHUP reloads the config file, SIGTERM/SIGINT drain (7 s at most) and exit 0.\n"
       "TLS, mutual TLS and the admin bearer token: tls.* and auth.* in the config file\n"
-      "(README \"Security\"); without auth.token_file admin calls are open (warned at start).",
+      "(docs/security.md); without auth.token_file admin calls are open (warned at start).",
       "stragglerd"};
   // Flags bind straight into the config sources: unset stays "not given".
   ConfigSources sources;
   std::string ready_file;
-  app.add_option("--config", sources.config_file,
-                 "YAML config file (every key: deploy/stragglerd.yaml); "
-                 "default: $STRAGGLERD_CONFIG, else built-in defaults");
+  straggler::common::AddServiceFlags(
+      app,
+      {"deploy/stragglerd.yaml", "STRAGGLERD_CONFIG",
+       "{\"grpc_address\":\"HOST:PORT\",\"http_address\":\"HOST:PORT\",\"pid\":N}",
+       "dialable addresses, useful with port 0"},
+      sources.config_file, sources.log_level, ready_file);
   app.add_option("--grpc-address", sources.grpc_address,
-                 "gRPC listen address HOST:PORT, port 0 picks a free port "
-                 "(default 0.0.0.0:7070)");
+                 absl::StrCat("gRPC listen address HOST:PORT, port 0 picks a free port "
+                              "(default: $STRAGGLERD_GRPC_ADDRESS, else grpc_address, else ",
+                              straggler::daemon::kDefaultGrpcAddress, ")"));
   app.add_option("--http-address", sources.http_address,
-                 "HTTP listen address HOST:PORT for /metrics, /healthz, "
-                 "/readyz and REST under /v1/, port 0 picks a free port "
-                 "(default 0.0.0.0:7071)");
-  app.add_option("--log-level", sources.log_level, "trace|debug|info|warn|error (default info)");
-  app.add_option(
-      "--state-db", sources.state_db,
-      "SQLite state database (persistence.path; default $STRAGGLERD_STATE_DB, else none: "
-      "nothing survives a restart)");
-  app.add_option("--ready-file", ready_file,
-                 "once serving, atomically write {\"grpc_address\":\"HOST:PORT\","
-                 "\"http_address\":\"HOST:PORT\",\"pid\":N} here (dialable addresses, "
-                 "useful with port 0)");
+                 absl::StrCat("HTTP listen address HOST:PORT for /metrics, /healthz, /readyz, "
+                              "REST under /v1/ and the web console at /, port 0 picks a free "
+                              "port (default: $STRAGGLERD_HTTP_ADDRESS, else http_address, else ",
+                              straggler::daemon::kDefaultHttpAddress, ")"));
+  app.add_option("--state-db", sources.state_db,
+                 "SQLite state database (default: $STRAGGLERD_STATE_DB, else persistence.path, "
+                 "else none: nothing survives a restart)");
   if (std::optional<int> rc =
           straggler::common::ParseCommandLine(app, argc, argv, STRAGGLERD_VERSION)) {
     return *rc;

@@ -104,7 +104,7 @@ absl::Status Server::Start(const DaemonConfig& config) {
   auth_ = std::make_unique<Authorizer>(config.auth, stats_);
   if (!auth_->token_configured()) {
     spdlog::warn("no auth.token_file: AdminService and mutating REST calls are open to anyone "
-                 "who can connect (README \"Security\")");
+                 "who can connect (docs/security.md)");
   }
   registry_ = std::make_unique<JobRegistry>(std::make_shared<const DaemonConfig>(config), stats_,
                                             store_.get());

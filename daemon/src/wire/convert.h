@@ -17,6 +17,7 @@
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
 #include "straggler/common/validate.h"
+#include "wire/policy_convert.h"
 
 namespace straggler::daemon {
 
@@ -28,8 +29,6 @@ v1::WorkerState ToProto(engine::WorkerState s);
 v1::ExclusionReason ToProto(engine::ExclusionReason r);
 v1::RankOverride ToProto(engine::RankOverride o);
 v1::EventKind ToProto(engine::EventKind k);
-v1::PolicyKind ToProto(engine::PolicyKind k);
-v1::RecoveryMode ToProto(engine::RecoveryMode m);
 v1::LikelyCause ToProto(LikelyCause c);
 // RANK_OVERRIDE_UNSPECIFIED is not an instruction: INVALID_ARGUMENT.
 absl::StatusOr<engine::RankOverride> FromProto(v1::RankOverride o);
@@ -42,12 +41,8 @@ using common::FromProto;
 
 // A job, its workers, its memberships and its events: registry/job_proto.h.
 
-// Every field set.
-void ToProto(const engine::PolicyConfig& p, v1::PolicyConfig* out);
-// `base` with the fields set in `update` replaced, validated. INVALID_ARGUMENT
-// names the value ("threshold_factor=0.5 must be > 1").
-absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& update,
-                                                 engine::PolicyConfig base);
+// PolicyKind, RecoveryMode and PolicyConfig to proto, and MergePolicy:
+// wire/policy_convert.h (in the input library, which the fuzz targets link).
 
 // kMaxDirectiveRejections and MergeDirective: straggler/common/directive.h.
 

@@ -36,4 +36,19 @@ constexpr std::size_t FirstBadJobIdByte(std::string_view id) {
 // finds a bad one); "" is the default group every rank is in unless it says.
 inline constexpr std::size_t kMaxPeerGroupBytes = 64;
 
+// GPU models (RankDevice.gpu_model, docs/topology.md): 0 to
+// kMaxGpuModelBytes bytes of printable ASCII, space included ("NVIDIA H100
+// 80GB HBM3", as torch.cuda.get_device_name() says); "" = unknown. Ranks
+// naming different models are never peers.
+inline constexpr std::size_t kMaxGpuModelBytes = 96;
+
+// The index of the first byte of `model` outside printable ASCII;
+// std::string_view::npos when there is none (length is checked apart).
+constexpr std::size_t FirstBadGpuModelByte(std::string_view model) {
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    if (model[i] < 0x20 || model[i] > 0x7e) return i;
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace straggler::v1::rules

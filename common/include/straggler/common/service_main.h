@@ -4,7 +4,9 @@
 // which SIGHUP reloads the config and SIGTERM/SIGINT stop.
 //
 //   CLI::App app{"...", "stragglerd"};
-//   ... add options ...
+//   AddServiceFlags(app, {"deploy/stragglerd.yaml", "STRAGGLERD_CONFIG", ready_json, note},
+//                   sources.config_file, sources.log_level, ready_file);
+//   ... add the service's own options ...
 //   if (std::optional<int> rc = ParseCommandLine(app, argc, argv, VERSION)) return *rc;
 //   const sigset_t signals = BlockControlSignals();
 //   if (std::optional<int> rc = StartService({"stragglerd", VERSION, ready_file},
@@ -31,6 +33,12 @@
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
+// The build's version, for --version and the "starting" line: CMake sets it
+// on the daemon's and the agent's targets.
+#ifndef STRAGGLERD_VERSION
+#define STRAGGLERD_VERSION "unknown"
+#endif
+
 namespace straggler::common {
 
 // Exit status of a bad command line or a rejected config; the deploy
@@ -41,6 +49,31 @@ inline constexpr int kExitBadConfig = 2;
 // applies it.
 inline void ApplyLogLevel(const std::string& level) {
   spdlog::set_level(spdlog::level::from_str(level));
+}
+
+// What the flags both services take say of the service in --help.
+struct ServiceFlags {
+  const char* sample_config;  // the file that lists every key: "deploy/stragglerd.yaml"
+  const char* config_env;     // the environment variable --config overrides
+  const char* ready_json;     // the ready file's contents, e.g. {"pid":N}
+  const char* ready_note;     // what its addresses are, e.g. "dialable addresses"
+};
+
+// Adds --config, --log-level and --ready-file, bound straight into the
+// service's config sources (unset stays "not given", so the environment and
+// the file still apply).
+inline void AddServiceFlags(CLI::App& app, const ServiceFlags& flags,
+                            std::optional<std::string>& config_file,
+                            std::optional<std::string>& log_level, std::string& ready_file) {
+  app.add_option("--config", config_file,
+                 absl::StrCat("YAML config file (every key: ", flags.sample_config,
+                              "); default: $", flags.config_env,
+                              ", else built-in defaults; a directory or a file that cannot be "
+                              "read is refused"));
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error (default info)");
+  app.add_option("--ready-file", ready_file,
+                 absl::StrCat("once serving, atomically write ", flags.ready_json, " here (",
+                              flags.ready_note, ")"));
 }
 
 // Adds --version as the last option (so --help lists it last), then parses.

@@ -46,6 +46,7 @@ inline constexpr size_t kMaxGpuUuidBytes = 96;
 struct DeclaredTopology {
   std::string peer_group;           // "" = the default group
   std::optional<uint32_t> replica;  // nullopt = a replica of its own
+  std::string gpu_model;            // "" = unknown
   bool operator==(const DeclaredTopology&) const = default;
 };
 

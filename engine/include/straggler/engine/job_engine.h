@@ -42,7 +42,9 @@ namespace straggler::engine {
 using Time = std::chrono::nanoseconds;
 
 enum class WorkerState { kPending, kHealthy, kStraggler, kUnresponsive, kFinished };
-enum class ExclusionReason { kNone, kStraggler, kUnresponsive, kForced, kProbationEnd };
+// kReplica: out with its data-parallel replica, whose culprit is another rank
+// (ExcludedRank::culprit; docs/topology.md, "Exclusion by replica").
+enum class ExclusionReason { kNone, kStraggler, kUnresponsive, kForced, kProbationEnd, kReplica };
 enum class RankOverride { kNone, kForceInclude, kForceExclude };
 enum class EventKind {
   kStateChange,
@@ -106,6 +108,13 @@ struct ExcludedRank {
   ExclusionReason reason = ExclusionReason::kNone;
   std::string detail;
   uint64_t since_iteration = 0;
+  // For a rank that declared a replica (docs/topology.md): the rank whose
+  // state took the replica out (this rank itself unless reason is kReplica),
+  // that rank's peer group, and the replica. Unset in a pure data-parallel
+  // job, where every rank is excluded for itself.
+  std::optional<uint32_t> culprit = std::nullopt;
+  std::string culprit_group = {};
+  std::optional<uint32_t> replica = std::nullopt;
 };
 
 // A version of the job's membership. Versions only grow; effective_iteration

@@ -74,6 +74,9 @@ struct PolicyConfig {
   // Guards, applied to every policy.
   double max_excluded_fraction = 0.25;
   uint32_t min_active_ranks = 1;
+  // Never fewer data-parallel replicas active than this (docs/topology.md);
+  // in a pure data-parallel job a replica is a rank.
+  uint32_t min_active_replicas = 1;
   uint32_t cooldown_iterations = 5;
   double min_throughput_gain = 0.05;
 

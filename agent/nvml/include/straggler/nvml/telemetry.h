@@ -66,6 +66,7 @@ struct RankDevice {
   // Relayed to the daemon as the trainer declared them (docs/topology.md).
   std::string peer_group{};          // "" = the default group
   std::optional<uint32_t> replica{}; // nullopt = a replica of its own
+  std::string gpu_model{};           // "" = unknown
 };
 
 // What the mapper knows about a node's GPU.

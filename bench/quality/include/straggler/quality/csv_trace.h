@@ -1,8 +1,8 @@
 // Recorded traces as CSV (what `stragglerctl export JOB --format csv` writes):
 // a header naming the columns `iteration`, `rank`, `compute_seconds` and
-// optionally `epoch`, `peer_group` and `replica` (a rank's declared topology,
-// docs/topology.md: the same on every row of a rank; an empty cell = not
-// declared), in any order (other columns are ignored), then one row per
+// optionally `epoch`, `peer_group`, `replica` and `gpu_model` (a rank's
+// declared topology, docs/topology.md: the same on every row of a rank; an
+// empty cell = not declared), in any order (other columns are ignored), then one row per
 // report. Blank lines and lines starting with '#' are skipped.
 //
 //   std::ifstream in("job.csv");

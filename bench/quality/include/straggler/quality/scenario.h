@@ -82,7 +82,7 @@ struct Scenario {
   // Per rank when the file has a `topology`; empty = none declared (one
   // group, every rank a replica of its own, cost 1).
   std::vector<RankPlace> topology;
-  std::string topology_text;  // e.g. "4 replicas x 2 stages x 2 tensor", for reports
+  std::string topology_text;  // "4 replicas x 2 stages x 2 tensor" or "per-rank entries"
 };
 
 absl::StatusOr<Scenario> ParseScenario(const std::string& yaml_text, const std::string& source);

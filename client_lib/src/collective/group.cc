@@ -1,0 +1,167 @@
+// Hybrid parallel jobs: DataParallelGroup's checks, the JobSwitch that runs
+// the job's agreement once per iteration for every group of a process, and
+// the derivation of a group's plan from it (group_plan.h; docs/hybrid.md).
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <set>
+
+#include "group_plan.h"
+#include "nccl_plan.h"  // SetText
+
+namespace straggler {
+
+std::string DataParallelGroup::Validate(uint32_t rank, uint32_t world_size) const {
+  const std::string what = "data-parallel group '" + name + "'";
+  if (name.empty() || name.size() > 64) {
+    return what + ": the name must be 1 to 64 bytes, it has " + std::to_string(name.size());
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
+      return what + " has '" + std::string(1, c) + "' at byte " + std::to_string(i) +
+             "; allowed: A-Z a-z 0-9 . _ -";
+    }
+  }
+  if (ranks.empty()) return what + " has no ranks";
+  if (replicas.size() != ranks.size()) {
+    return what + " has " + std::to_string(ranks.size()) + " ranks but " + std::to_string(replicas.size()) +
+           " replicas (one per rank)";
+  }
+  std::set<uint32_t> seen_ranks, seen_replicas;
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    if (ranks[k] >= world_size) {
+      return what + ": rank " + std::to_string(ranks[k]) + " >= world_size=" + std::to_string(world_size);
+    }
+    if (!seen_ranks.insert(ranks[k]).second) return what + ": rank " + std::to_string(ranks[k]) + " appears twice";
+    if (!seen_replicas.insert(replicas[k]).second) {
+      return what + ": replica " + std::to_string(replicas[k]) +
+             " appears twice (a data-parallel group has one rank per replica)";
+    }
+  }
+  if (!seen_ranks.count(rank)) {
+    return what + " " + detail::SetText(std::vector<uint32_t>(seen_ranks.begin(), seen_ranks.end())) +
+           " does not contain this process's rank " + std::to_string(rank);
+  }
+  return "";
+}
+
+JobSwitch::JobSwitch(std::unique_ptr<PartialAllReduce> job, std::vector<uint32_t> replica_of,
+                     uint32_t world_size)
+    : job_(std::move(job)), replica_of_(std::move(replica_of)), world_size_(world_size) {}
+
+std::shared_ptr<JobSwitch> JobSwitch::Create(std::unique_ptr<PartialAllReduce> job,
+                                             std::vector<uint32_t> replica_of, uint32_t world_size,
+                                             std::string* error) {
+  auto fail = [&](const std::string& why) -> std::shared_ptr<JobSwitch> {
+    if (error) *error = why;
+    return nullptr;
+  };
+  if (!job) return fail("JobSwitch: no job-wide PartialAllReduce given");
+  if (world_size == 0) return fail("JobSwitch: world_size=0 must be > 0");
+  if (!replica_of.empty() && replica_of.size() != world_size) {
+    return fail("JobSwitch: replica_of has " + std::to_string(replica_of.size()) +
+                " entries, world_size=" + std::to_string(world_size) + " (one per rank, or none)");
+  }
+  return std::shared_ptr<JobSwitch>(new JobSwitch(std::move(job), std::move(replica_of), world_size));
+}
+
+const StepPlan& JobSwitch::Begin(uint64_t iteration) {
+  if (last_ && iteration == *last_) {
+    // Another group of this process already ran this iteration's agreement.
+    if (!failure_.empty()) throw CollectiveError(failure_);
+    return job_->Plan();
+  }
+  if (last_ && iteration < *last_) {
+    throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") of a data-parallel group after the job " +
+                          "moved on to iteration " + std::to_string(*last_) + ": iterations must not go back");
+  }
+  last_ = iteration;
+  failure_.clear();
+  try {
+    job_->BeginIteration(iteration);
+    return job_->Plan();
+  } catch (const CollectiveError& e) {
+    // The other groups of this iteration fail at once with the same error
+    // instead of waiting out the timeout again; the next iteration retries.
+    failure_ = e.what();
+    throw;
+  }
+}
+
+uint32_t JobSwitch::ReplicaOf(uint32_t rank) const {
+  return replica_of_.empty() || rank >= replica_of_.size() ? rank : replica_of_[rank];
+}
+
+namespace detail {
+
+namespace {
+
+template <class ReplicaOf>
+std::vector<uint32_t> GroupActive(const std::vector<uint32_t>& job_active, uint32_t world_size,
+                                  const DataParallelGroup& group, ReplicaOf replica_of) {
+  // A replica is out when any of its ranks is (the data-parallel all-reduce
+  // can only leave out whole model copies).
+  std::set<uint32_t> out;
+  for (uint32_t r = 0; r < world_size; ++r) {
+    if (!std::binary_search(job_active.begin(), job_active.end(), r)) out.insert(replica_of(r));
+  }
+  std::vector<uint32_t> active;
+  for (uint32_t r : group.ranks) {
+    if (!out.count(replica_of(r))) active.push_back(r);
+  }
+  std::sort(active.begin(), active.end());
+  return active;
+}
+
+}  // namespace
+
+StepPlan GroupStepPlan(const StepPlan& job, const DataParallelGroup& group, const JobSwitch& sw, uint32_t rank,
+                       const GroupHistory& history) {
+  StepPlan plan;
+  plan.iteration = job.iteration;
+  plan.version = job.version;
+  plan.effective_iteration = job.effective_iteration;
+  plan.certain = job.certain;
+  plan.deferred_version = job.deferred_version;
+  plan.active_ranks = GroupActive(job.active_ranks, sw.world_size(), group,
+                                  [&](uint32_t r) { return sw.ReplicaOf(r); });
+  plan.participating =
+      job.participating && std::binary_search(plan.active_ranks.begin(), plan.active_ranks.end(), rank);
+  // The root: the active member of the lowest replica (the group's own
+  // replica numbers; the same position in the model on every group).
+  uint32_t lowest = UINT32_MAX;
+  for (size_t k = 0; k < group.ranks.size(); ++k) {
+    if (group.replicas[k] < lowest &&
+        std::binary_search(plan.active_ranks.begin(), plan.active_ranks.end(), group.ranks[k])) {
+      lowest = group.replicas[k];
+      plan.root = group.ranks[k];
+    }
+  }
+  if (plan.participating) {
+    for (uint32_t r : plan.active_ranks) {
+      if (!history.begun || !history.previously_participating ||
+          !std::binary_search(history.previous_active.begin(), history.previous_active.end(), r)) {
+        plan.sync_parameters = true;
+        break;
+      }
+    }
+  } else {
+    plan.rejoin_iteration = job.rejoin_iteration;
+  }
+  return plan;
+}
+
+StepPlan GroupPlanFor(uint64_t iteration, const Agreement& history, JobSwitch& sw, const DataParallelGroup& group,
+                      uint32_t rank) {
+  if (history.begun() && iteration <= history.plan().iteration) {
+    throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") of data-parallel group '" + group.name +
+                          "' after iteration " + std::to_string(history.plan().iteration) +
+                          ": iterations must increase");
+  }
+  return GroupStepPlan(sw.Begin(iteration), group, sw, rank,
+                       {history.begun(), history.previously_participating(), history.previous_active()});
+}
+
+}  // namespace detail
+}  // namespace straggler

@@ -1,0 +1,148 @@
+// JobRegistry and the state database (persist/store.h, docs/persistence.md):
+// a job made from what the database knows of it, the restore at start-up,
+// the admin overrides saved, and retention.
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+#include "registry/job_registry.h"
+#include "spdlog/spdlog.h"
+#include "wire/convert.h"
+
+namespace straggler::daemon {
+
+void JobRegistry::SaveOverridesLocked(const Job::Locked& job) {
+  std::string policy_json;
+  if (job->policy_overridden) {
+    v1::PolicyConfig p;
+    ToProto(job->engine.policy(), &p);
+    (void)google::protobuf::util::MessageToJsonString(p, &policy_json);
+  }
+  std::vector<StoredOverride> overrides;
+  for (uint32_t r = 0; r < job.world_size; ++r) {
+    const engine::RankOverride o = job->engine.Worker(r).override;
+    if (o == engine::RankOverride::kNone) continue;
+    auto it = job->override_reasons.find(r);
+    overrides.push_back({r, o, it == job->override_reasons.end() ? "" : it->second});
+  }
+  if (absl::Status s = store_->SaveOverrides(job.id, job.world_size, job.incarnation,
+                                             policy_json, overrides);
+      !s.ok()) {
+    stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("job={} policy/overrides not persisted: {}", job.id, std::string(s.message()));
+  }
+}
+
+std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t world_size,
+                                          const std::string& run_id, const DaemonConfig& config,
+                                          engine::Time now) {
+  auto job = std::make_shared<Job>(job_id, world_size, config.PolicyFor(job_id), now,
+                                   incarnation_, config.limits.recent_reports_per_job, run_id);
+  if (store_ == nullptr) return job;
+  // Not in the map yet, so nobody else can hold its lock (the caller may
+  // hold jobs_mu_): restoring it cannot wait on anyone.
+  Job::Locked locked(*job);
+  auto loaded = store_->LoadJob(job_id);
+  if (!loaded.ok()) {
+    stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("job={} not restored: {}", job_id, std::string(loaded.status().message()));
+    return job;
+  }
+  if (loaded->has_value() && (*loaded)->run_id == run_id) {
+    // The same run after a daemon restart: restored below.
+  } else {
+    // A run the database has not seen: nothing of an earlier run carries over.
+    if (absl::Status s = store_->StartRun(job_id, world_size, incarnation_, run_id); !s.ok()) {
+      stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+      spdlog::error("job={} run='{}' not recorded: {}", job_id, run_id, std::string(s.message()));
+    }
+    return job;
+  }
+  const StoredJob& stored = **loaded;
+  if (!stored.policy_json.empty()) {
+    // Merged over the config's policy, so a field a newer build added keeps
+    // its configured value; the engine validates it.
+    v1::PolicyConfig p;
+    absl::Status s = google::protobuf::util::JsonStringToMessage(stored.policy_json, &p).ok()
+                         ? absl::OkStatus()
+                         : absl::InvalidArgumentError("not a PolicyConfig in JSON");
+    absl::StatusOr<engine::PolicyConfig> merged = MergePolicy(p, locked->engine.policy());
+    if (s.ok() && merged.ok()) s = locked->engine.SetPolicy(*merged, now);
+    if (!s.ok() || !merged.ok()) {
+      spdlog::error("job={} stored policy {} not restored: {}", job_id, stored.policy_json,
+                    std::string((s.ok() ? merged.status() : s).message()));
+    } else {
+      locked->policy_overridden = true;
+    }
+  }
+  if (!stored.membership) return job;
+  const engine::Membership& m = *stored.membership;
+  if (stored.world_size != world_size) {
+    // Another run of the job at another scale: the excluded ranks mean
+    // nothing to it, but versions must still grow.
+    spdlog::warn("job={} world_size={} differs from the stored world_size={}: exclusions not "
+                 "restored, versions continue above v{}",
+                 job_id, world_size, stored.world_size, m.version);
+    engine::Membership floor = m;
+    floor.excluded.clear();
+    locked->engine.AdoptVersionFloor(floor, now);
+    return job;
+  }
+  std::vector<std::pair<uint32_t, engine::RankOverride>> overrides;
+  for (const StoredOverride& o : stored.overrides) {
+    overrides.emplace_back(o.rank, o.override);
+    locked->override_reasons[o.rank] = o.reason;
+  }
+  locked->engine.RestoreMembership(m, overrides, now);
+  spdlog::info("job={} restored from {}: membership v{} -> v{}, {} excluded, {} overrides{}",
+               job_id, store_->path(), m.version, locked->engine.membership().version,
+               m.excluded.size(), overrides.size(),
+               locked->policy_overridden ? ", admin policy" : "");
+  return job;
+}
+
+absl::Status JobRegistry::Restore(engine::Time now) {
+  if (store_ == nullptr) return absl::OkStatus();
+  const auto config = this->config();
+  auto max_sequence = store_->MaxSequence();
+  if (!max_sequence.ok()) return max_sequence.status();
+  auto events = store_->LoadEvents(config->limits.events_retained);
+  if (!events.ok()) return events.status();
+  {
+    absl::MutexLock lock(&events_mu_);
+    events_.assign(std::make_move_iterator(events->begin()), std::make_move_iterator(events->end()));
+    next_sequence_ = *max_sequence + 1;
+    reserved_sequence_ = *max_sequence;  // the first event reserves a block
+  }
+  auto jobs = store_->LoadJobs(now - std::chrono::seconds(config->limits.job_idle_ttl_seconds));
+  if (!jobs.ok()) return jobs.status();
+  for (const StoredJob& stored : *jobs) {
+    if (stored.world_size == 0 || stored.world_size > config->limits.max_ranks_per_job) continue;
+    std::shared_ptr<Job> job;
+    {
+      absl::MutexLock lock(&jobs_mu_);
+      if (jobs_.size() >= config->limits.max_jobs) break;
+      job = MakeJob(stored.job_id, stored.world_size, stored.run_id, *config, now);
+      jobs_.emplace(stored.job_id, job);
+    }
+    Job::Locked locked(*job);
+    CommitLocked(locked);  // journals and persists the restored version
+  }
+  spdlog::info("state database {}: {} events (next sequence {}), {} jobs restored",
+               store_->path(), events->size(), *max_sequence + 1, jobs->size());
+  return absl::OkStatus();
+}
+
+void JobRegistry::ApplyRetention(engine::Time now) {
+  const PersistenceConfig p = config()->persistence;
+  if (now - last_retention_ < std::chrono::seconds(p.retention_interval_seconds)) return;
+  last_retention_ = now;
+  auto deleted = store_->ApplyRetention(now, std::chrono::seconds(p.events_max_age_seconds),
+                                        p.events_max_rows, p.membership_versions_kept);
+  if (!deleted.ok()) {
+    stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("state database retention failed: {}", std::string(deleted.status().message()));
+  } else if (*deleted > 0) {
+    spdlog::info("state database retention deleted {} rows", *deleted);
+  }
+}
+
+}  // namespace straggler::daemon

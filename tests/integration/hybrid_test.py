@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Hybrid parallelism end to end (docs/hybrid.md): 4 replicas x 2 pipeline
+stages = 8 real processes (straggler-hybrid-driver), each holding 2 model
+chunks of its stage, each chunk a data-parallel group (4 groups, one rank per
+replica) reduced by a Gloo group PartialAllReduce that follows the one job
+membership through a JobSwitch. The pipeline is real: activations and their
+gradients go between a replica's two stages by Gloo point-to-point messages.
+
+  replica_exclusion_rejoin  rank 1 (replica 1, stage 0) is slow for a while.
+      Replica 1 is excluded by forcing BOTH of its ranks (1 and 5) out with
+      `stragglerctl override` through the real daemon's admin API (the engine
+      on this branch excludes single ranks; the switch excludes the whole
+      replica from every group as soon as one of its ranks is out), then
+      readmitted. Checks: every rank applies every version at one iteration;
+      replica 1 leaves the groups of both stages at the same iteration and
+      comes back to both at the same iteration, where every member of every
+      group synchronises (parameters from the lowest active replica); at
+      every iteration the parameter checksum of each chunk is identical on
+      every active replica; the excluded replica keeps stepping its pipeline
+      (shadow steps) and steps no optimizer.
+  daemon_killed  the daemon is killed (SIGKILL) while replica 1 is out: no
+      step hangs, every rank finishes every iteration on the last applied
+      membership (certain = false), checksums still identical.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Daemon, RankProcesses, check, ctl, main  # noqa: E402
+
+REPLICAS = 4
+STAGES = 2
+CHUNKS = 2
+WORLD = REPLICAS * STAGES
+JOB = "hybrid"
+DEADLINE_S = 150
+SLOW_RANK = 1  # replica 1, stage 0
+REPLICA_RANKS = [1, 5]  # replica 1's ranks: replica + REPLICAS * stage
+
+
+def group_of(rank):
+    return [r + REPLICAS * (rank // REPLICAS) for r in range(REPLICAS)]
+
+
+class Ranks(RankProcesses):
+    def __init__(self, driver, daemon_address, workdir, iterations, membership_timeout_ms=10000,
+                 slow=(0, 0, 0)):
+        go_file = os.path.join(workdir, "go")
+        cmds = []
+        for r in range(WORLD):
+            cmd = [driver, "--daemon", daemon_address, "--job", JOB, "--rank", str(r),
+                   "--replicas", str(REPLICAS), "--chunks", str(CHUNKS),
+                   "--iterations", str(iterations), "--step-ms", "20",
+                   "--membership-timeout-ms", str(membership_timeout_ms),
+                   "--collective-timeout-ms", "20000", "--go-file", go_file,
+                   "--run-id", "run-%d" % os.getpid()]
+            if r == SLOW_RANK and slow[0]:
+                cmd += ["--slow-ms", str(slow[0]), "--slow-from", str(slow[1]), "--slow-to", str(slow[2])]
+            cmds.append(cmd)
+        super().__init__(cmds, workdir, DEADLINE_S)
+        with open(go_file, "w") as f:
+            f.write("go\n")
+
+
+def check_iterations(ranks, iterations):
+    """Every rank ran every iteration; per iteration, one version in all 4
+    groups (the job's switch); per group, the active set is the ranks that
+    took part and their checksums are identical."""
+    for r in range(WORLD):
+        check(len(ranks.lines[r]) == iterations,
+              "rank %d printed %d iterations, expected %d" % (r, len(ranks.lines[r]), iterations))
+    for it in range(iterations):
+        rows = {r: ranks.lines[r][it] for r in range(WORLD)}
+        # One version in every group: the job's switch (a rank out of every
+        # group may have run ahead in shadow, so only participants count).
+        versions = {rows[r]["chunks"][c]["version"] for r in rows for c in range(CHUNKS)
+                    if rows[r]["chunks"][c]["participating"]}
+        check(len(versions) == 1, "iteration %d: the groups applied versions %s" % (it, versions))
+        for stage in range(STAGES):
+            members = group_of(stage * REPLICAS)
+            for c in range(CHUNKS):
+                plans = {r: rows[r]["chunks"][c] for r in members}
+                participants = [r for r in members if plans[r]["participating"]]
+                check(participants, "iteration %d stage %d chunk %d: nobody took part" % (it, stage, c))
+                active = plans[participants[0]]["active"]
+                check(active == participants,
+                      "iteration %d stage %d chunk %d: active %s but ranks %s took part"
+                      % (it, stage, c, active, participants))
+                sums = {plans[r]["checksum"] for r in participants}
+                check(len(sums) == 1, "iteration %d stage %d chunk %d: active replicas %s hold different "
+                      "parameters (checksums %s)" % (it, stage, c, participants,
+                                                    {r: plans[r]["checksum"] for r in participants}))
+
+
+def replica_switches(ranks, iterations):
+    """[(iteration, in_or_out)] where replica 1's membership in the groups
+    changed, checked to be the same iteration for both stages and chunks."""
+    changes = []
+    prev = True
+    for it in range(iterations):
+        states = {(r, c): r in ranks.lines[r][it]["chunks"][c]["active"]
+                  for r in REPLICA_RANKS for c in range(CHUNKS)}
+        check(len(set(states.values())) == 1,
+              "iteration %d: replica 1 is in some groups and out of others: %s" % (it, states))
+        now = next(iter(states.values()))
+        if now != prev:
+            changes.append((it, now))
+            prev = now
+    return changes
+
+
+def test_replica_exclusion_rejoin(args, workdir, config):
+    iterations = 130
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+        ranks = Ranks(args.driver, d.address, workdir, iterations, slow=(60, 20, 55))
+        try:
+            ranks.wait_all_past(25)
+            for r in REPLICA_RANKS:
+                ctl(args.ctl, d.address, "override", JOB, str(r), "exclude", "--reason", "test")
+            ranks.wait_all_past(75, ranks=[0, 2, 3, 4, 6, 7])
+            for r in REPLICA_RANKS:
+                ctl(args.ctl, d.address, "override", JOB, str(r), "none", "--reason", "test")
+            ranks.finish()
+        finally:
+            ranks.kill()
+        check(d.stop() == 0, "stragglerd did not exit cleanly")
+    check_iterations(ranks, iterations)
+    changes = replica_switches(ranks, iterations)
+    check(len(changes) == 2 and not changes[0][1] and changes[1][1],
+          "expected replica 1 out once and back once; saw %s" % changes)
+    (out_at, _), (back_at, _) = changes
+    rows = {r: ranks.lines[r] for r in range(WORLD)}
+    # Left out of both stages' groups at one iteration, which is where all 8
+    # ranks applied the version (checked per iteration above).
+    for r in REPLICA_RANKS:
+        for it in range(out_at, back_at):
+            check(not any(c["participating"] for c in rows[r][it]["chunks"]),
+                  "rank %d took part at iteration %d while replica 1 was out" % (r, it))
+    # Shadow steps: its pipeline ran every iteration (it printed them all,
+    # checked above), and it stepped no optimizer while out.
+    for r in REPLICA_RANKS:
+        check(rows[r][back_at - 1]["steps_taken"] == rows[r][out_at - 1]["steps_taken"],
+              "rank %d stepped its optimizer while excluded" % r)
+    # Back in both stages at one iteration, with every member of every group
+    # synchronised from the lowest active replica (replica 0).
+    for r in range(WORLD):
+        for c in range(CHUNKS):
+            plan = rows[r][back_at]["chunks"][c]
+            check(plan["synced"] and plan["root"] == group_of(r)[0],
+                  "rank %d chunk %d at the rejoin %d: %s" % (r, c, back_at, plan))
+            check(not rows[r][out_at]["chunks"][c]["synced"], "rank %d synchronised on the exclusion" % r)
+    check(rows[1][back_at]["steps_taken"] == rows[0][back_at]["steps_taken"],
+          "replica 1's step counter %d was not taken from replica 0 (%d)"
+          % (rows[1][back_at]["steps_taken"], rows[0][back_at]["steps_taken"]))
+    versions = sorted({row["chunks"][0]["version"] for row in rows[0]})
+    print("versions %s; replica 1 out of both stages' groups at iteration %d, back at %d with "
+          "both stages resynced; checksums identical on the active replicas at all %d iterations"
+          % (versions, out_at, back_at, iterations))
+
+
+def test_daemon_killed(args, workdir, config):
+    iterations = 90
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+        ranks = Ranks(args.driver, d.address, workdir, iterations, membership_timeout_ms=1500)
+        try:
+            ranks.wait_all_past(15)
+            for r in REPLICA_RANKS:
+                ctl(args.ctl, d.address, "override", JOB, str(r), "exclude", "--reason", "test")
+            ranks.wait_all_past(40)
+            d.proc.kill()  # no drain: the daemon is simply gone
+            d.proc.wait()
+            ranks.finish()
+        finally:
+            ranks.kill()
+    check_iterations(ranks, iterations)
+    changes = replica_switches(ranks, iterations)
+    check(len(changes) == 1 and not changes[0][1], "expected replica 1 out once; saw %s" % changes)
+    uncertain = [row["it"] for row in ranks.lines[0] if not row["chunks"][0]["certain"]]
+    check(uncertain, "rank 0 never noticed the daemon was gone")
+    for r in range(WORLD):
+        tail = ranks.lines[r][-1]["chunks"][0]
+        check(not tail["certain"] and (r in REPLICA_RANKS) != tail["participating"],
+              "rank %d did not keep the last applied membership after the kill: %s" % (r, tail))
+    print("daemon killed; replica 1 out since iteration %d; iterations %d..%d ran on the last "
+          "applied membership on all 8 ranks" % (changes[0][0], uncertain[0], iterations - 1))
+
+
+def test(args):
+    with tempfile.TemporaryDirectory(prefix="hybrid-") as workdir:
+        config = os.path.join(workdir, "stragglerd.yaml")
+        with open(config, "w") as f:
+            f.write("policy:\n  exclusion_enabled: false\n")
+        {"replica_exclusion_rejoin": test_replica_exclusion_rejoin,
+         "daemon_killed": test_daemon_killed}[args.case](args, workdir, config)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case", choices=["replica_exclusion_rejoin", "daemon_killed"])
+    parser.add_argument("--stragglerd", required=True)
+    parser.add_argument("--driver", required=True)
+    parser.add_argument("--ctl", required=True)
+    args = parser.parse_args()
+    main(lambda: test(args))
