@@ -84,30 +84,33 @@ class UpstreamJob final : private stream::StreamSession::Source {
   // trainer), queues a later hello behind the buffered reports (the old
   // incarnation's reach the daemon first). The first attach starts the
   // upstream session.
-  absl::Status Attach(const v1::StreamHello& hello, const std::shared_ptr<DownLink>& link);
+  absl::Status Attach(const v1::StreamHello& hello, const std::shared_ptr<DownLink>& link)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The link's stream ended; the last one gone starts the upstream
   // stream's idle grace.
-  void Detach(const DownLink* link);
+  void Detach(const DownLink* link) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Takes a downstream batch's reports into the buffer; never waits for the
   // daemon. Returns the acknowledgement to send back.
-  v1::Directive Take(const std::shared_ptr<DownLink>& link, const v1::ReportBatch& batch);
+  v1::Directive Take(const std::shared_ptr<DownLink>& link, const v1::ReportBatch& batch)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Called by the table's sweeper: true when the job has had no downstream
   // stream and an empty buffer for `timeout`; it then stops (nothing to
   // flush) and must be forgotten. The table calls this holding its lock, so
   // no new stream can attach to a job that returned true.
-  bool RetireIfIdle(Clock::time_point now, std::chrono::milliseconds timeout);
+  bool RetireIfIdle(Clock::time_point now, std::chrono::milliseconds timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // SIGHUP's live keys; a smaller buffer bound drops the oldest reports.
-  void SetLive(LiveConfig live);
+  void SetLive(LiveConfig live) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Begins the bounded flush: the upstream session ends once the buffer is
   // acknowledged or at the deadline (then its call is cancelled).
-  void Stop(Clock::time_point deadline);
+  void Stop(Clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits for the upstream session (at most until the Stop deadline, see
   // StreamSession::Join); stops it now when Stop was not called.
-  void Join();
+  void Join() ABSL_LOCKS_EXCLUDED(mu_);
 
   // What /metrics shows of the job (agent_metrics.h).
   struct Snapshot {
@@ -123,7 +126,7 @@ class UpstreamJob final : private stream::StreamSession::Source {
     // Another run's fan-in of the same job id (metrics are per job id).
     void Add(const Snapshot& o);
   };
-  Snapshot Snap() const;
+  Snapshot Snap() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Known {
