@@ -181,8 +181,11 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
   ack = ReadAck(*stream, 2);
   const auto changed = Rejections(ack, "invalid_topology");
   REQUIRE(changed.size() == 1);
+  // Rank 0 declared its GPU model in the first hello: the refusal names all
+  // it declared then.
   CHECK(changed[0].find("rank 0: peer_group 'stage1' replica 0 differs from the peer_group "
-                        "'stage0' replica 0 its client process declared before") == 0);
+                        "'stage0' replica 0 gpu_model 'NVIDIA H100 80GB HBM3' its client "
+                        "process declared before") == 0);
   CHECK(GetWorker(d, job, 0).peer_group() == "stage0");
   v1::Worker w1 = GetWorker(d, job, 1);
   CHECK(w1.peer_group() == "stage0");
