@@ -270,7 +270,9 @@ class PeerReference final : public Reference {
       if (CheckGenerations(g, bucket)) return false;
     }
     for (size_t i = 0; i < bucket.size(); ++i) {
-      const auto [rank, t] = bucket[i];
+      // Not a structured binding: clang-14 (the fuzz build) cannot capture one.
+      const uint32_t rank = bucket[i].first;
+      const double t = bucket[i].second;
       Judge(rank, t, iteration, now, gs.threshold, [&](bool to_straggler, double ratio) {
         return to_straggler
                    ? absl::StrFormat("rank %u (%s) %.3g× its group's median %.3gs over its "
@@ -340,7 +342,11 @@ class PeerReference final : public Reference {
     own_state_.threshold = Threshold(own_state_.noise2);
     own_state_.profiled = true;
     own_state_.rows++;
-    for (auto& [rank, t] : own_) {
+    for (auto& entry : own_) {
+      // Not a structured binding: clang before 16 cannot capture one in the
+      // lambda below (the fuzz build uses clang-14).
+      const auto rank = entry.first;
+      auto& t = entry.second;
       PeerRank& pr = ranks_[rank];
       if (!pr.have_base) continue;
       if (pr.source != Source::kOwn) pr.Restart(Source::kOwn, 0);

@@ -89,7 +89,15 @@ def test(args):
     workdir = args.keep or tempfile.mkdtemp(prefix="straggler-it-")
     os.makedirs(workdir, exist_ok=True)
     print("work directory: %s" % workdir)
-    with Daemon(args.stragglerd, workdir) as daemon:
+    # The paper's rule (dynamic, k = 2), pinned: this test is of the exclusion
+    # mechanics (detection, one switch iteration, readmission, the speed-up).
+    # The default `peer` policy leaves a rank flagged until peer_exit_rows (10)
+    # rows are healthy, so it readmits ~13 iterations after the end of the
+    # slowness, outside WITHIN (docs/detection.md, "peer").
+    config = os.path.join(workdir, "stragglerd.yaml")
+    with open(config, "w") as f:
+        f.write("policy:\n  kind: dynamic\n")
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as daemon:
         print("stragglerd at %s" % daemon.address)
 
         excl = run_sim(args, daemon, workdir, "it-exclusion-%d" % os.getpid(), [])
