@@ -318,11 +318,14 @@ class ClientImpl final : public Client, private StreamSession::Source {
       std::lock_guard<std::mutex> lock(rejection_mu_);
       last_rejection_ = d.rejections(d.rejections_size() - 1).message();
     }
-    const std::vector<const MembershipView*> announced = tracker_.Apply(d);
-    const detail::UnackedBatches::AckResult ack = unacked_.Ack(d.acked_sequence(), [&] {
+    // The acknowledgement's counts too: Apply below wakes MembershipFor, and
+    // a caller that saw the progress must see Stats().acked include it.
+    if (unacked_.IsNewer(d.acked_sequence())) {
       acked_.fetch_add(d.accepted(), std::memory_order_relaxed);
       duplicates_.fetch_add(d.duplicates(), std::memory_order_relaxed);
-    });
+    }
+    const std::vector<const MembershipView*> announced = tracker_.Apply(d);
+    const detail::UnackedBatches::AckResult ack = unacked_.Ack(d.acked_sequence(), [] {});
     // The sender may be waiting for room among the unacknowledged batches.
     if (ack.freed) session_.Wake();
     tracker_.RunCallbacks(announced);

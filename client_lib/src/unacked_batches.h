@@ -63,6 +63,10 @@ class UnackedBatches {
     for (const Batch& b : batches_) fn(b);
   }
 
+  // Reader thread: whether an acknowledgement of `sequence` is above every
+  // earlier one (what Ack would count as newer).
+  bool IsNewer(uint64_t sequence) const { return sequence > last_acked_; }
+
   // Reader thread: the peer acknowledged every message up to `sequence`.
   // When that is above every earlier acknowledgement, on_newer() runs first
   // (before a WaitCompleted waiter can wake), then the batches it covers
