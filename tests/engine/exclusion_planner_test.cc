@@ -7,48 +7,14 @@
 #include <vector>
 
 #include "exclusion_planner.h"
+#include "planner_fixtures.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/engine/policy.h"
 
 namespace straggler::engine::internal {
 namespace {
 
-RankSnapshot Healthy(double ewma = 1.0) {
-  RankSnapshot r;
-  r.state = WorkerState::kHealthy;
-  r.ewma = ewma;
-  return r;
-}
-
-RankSnapshot Straggler(double ewma, uint32_t counter = 5) {
-  RankSnapshot r = Healthy(ewma);
-  r.state = WorkerState::kStraggler;
-  r.counter = counter;
-  return r;
-}
-
-RankSnapshot Unresponsive() {
-  RankSnapshot r = Healthy();
-  r.state = WorkerState::kUnresponsive;
-  return r;
-}
-
-// `current` is viewed, not copied: pass a vector that outlives the plan.
-PlanInput Input(std::vector<RankSnapshot> ranks, const std::vector<ExcludedRank>& current = {}) {
-  PlanInput in;
-  in.ranks = std::move(ranks);
-  in.current = current;
-  in.iteration = 100;
-  in.baseline = 1.0;
-  in.limit = 5;
-  return in;
-}
-
-std::vector<uint32_t> Ranks(const std::vector<ExcludedRank>& v) {
-  std::vector<uint32_t> out;
-  for (const auto& e : v) out.push_back(e.rank);
-  return out;
-}
+using namespace testing;  // NOLINT: the shared snapshots and Input()
 
 TEST_CASE("planner: capacity admits at most floor(max_excluded_fraction x world), slowest first",
           "[engine][planner]") {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "exclusion_planner.h"
+#include "planner_fixtures.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/engine/policy.h"
 
@@ -32,21 +33,8 @@ void Slow(RankSnapshot& r, double ewma) {
   r.counter = 5;
 }
 
-PlanInput Input(std::vector<RankSnapshot> ranks, const std::vector<ExcludedRank>& current = {}) {
-  PlanInput in;
-  in.ranks = std::move(ranks);
-  in.current = current;
-  in.iteration = 100;
-  in.baseline = 1.0;
-  in.limit = 5;
-  return in;
-}
-
-std::vector<uint32_t> Ranks(const std::vector<ExcludedRank>& v) {
-  std::vector<uint32_t> out;
-  for (const auto& e : v) out.push_back(e.rank);
-  return out;
-}
+using testing::Input;
+using testing::Ranks;
 
 TEST_CASE("planner replica: a straggler takes its whole replica out, the culprit named",
           "[engine][planner][replica]") {

@@ -102,7 +102,9 @@ def check_iterations(ranks, iterations):
 
 def replica_switches(ranks, iterations):
     """[(iteration, in_or_out)] where replica 1's membership in the groups
-    changed, checked to be the same iteration for both stages and chunks."""
+    changed, checked to be the same iteration for both stages and chunks
+    (after check_iterations)."""
+    check_iterations(ranks, iterations)
     changes = []
     prev = True
     for it in range(iterations):
@@ -115,6 +117,14 @@ def replica_switches(ranks, iterations):
             changes.append((it, now))
             prev = now
     return changes
+
+
+def out_and_back(ranks, iterations):
+    """(out_at, back_at): replica 1 left the groups once and came back once."""
+    changes = replica_switches(ranks, iterations)
+    check(len(changes) == 2 and not changes[0][1] and changes[1][1],
+          "expected replica 1 out once and back once; saw %s" % changes)
+    return changes[0][0], changes[1][0]
 
 
 def test_replica_exclusion_rejoin(args, workdir, config):
@@ -132,11 +142,7 @@ def test_replica_exclusion_rejoin(args, workdir, config):
         finally:
             ranks.kill()
         check(d.stop() == 0, "stragglerd did not exit cleanly")
-    check_iterations(ranks, iterations)
-    changes = replica_switches(ranks, iterations)
-    check(len(changes) == 2 and not changes[0][1] and changes[1][1],
-          "expected replica 1 out once and back once; saw %s" % changes)
-    (out_at, _), (back_at, _) = changes
+    out_at, back_at = out_and_back(ranks, iterations)
     rows = {r: ranks.lines[r] for r in range(WORLD)}
     # Left out of both stages' groups at one iteration, which is where all 8
     # ranks applied the version (checked per iteration above).
@@ -184,11 +190,7 @@ def test_slow_rank(args, workdir, config):
         finally:
             ranks.kill()
         check(d.stop() == 0, "stragglerd did not exit cleanly")
-    check_iterations(ranks, iterations)
-    changes = replica_switches(ranks, iterations)
-    check(len(changes) == 2 and not changes[0][1] and changes[1][1],
-          "expected replica 1 out once and back once; saw %s" % changes)
-    (out_at, _), (back_at, _) = changes
+    out_at, back_at = out_and_back(ranks, iterations)
     check(30 < out_at < 90 and back_at > 90,
           "replica 1 out at %d and back at %d; slow for iterations 30-90" % (out_at, back_at))
     # The engine excludes the culprit's whole replica in one version: both of
@@ -226,7 +228,6 @@ def test_daemon_killed(args, workdir, config):
             ranks.finish()
         finally:
             ranks.kill()
-    check_iterations(ranks, iterations)
     changes = replica_switches(ranks, iterations)
     check(len(changes) == 1 and not changes[0][1], "expected replica 1 out once; saw %s" % changes)
     uncertain = [row["it"] for row in ranks.lines[0] if not row["chunks"][0]["certain"]]
