@@ -29,6 +29,14 @@
 namespace straggler {
 namespace {
 
+// The group's ranks, sorted, as SetText writes them: the same text on every
+// member whatever order each was given them in.
+std::string GroupMembersText(const DataParallelGroup& group) {
+  std::vector<uint32_t> ranks = group.ranks;
+  std::sort(ranks.begin(), ranks.end());
+  return detail::SetText(ranks);
+}
+
 using detail::Clock;
 using detail::Comm;
 using detail::CommOps;
@@ -61,9 +69,11 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
         options_(std::move(options)),
         switch_(std::move(job_switch)),
         group_(std::move(group)),
-        // A group's keys name the group: its full communicator's id key
-        // names only the size, which several groups share.
-        key_run_(group_ ? options_.run_id + "/g" + group_->name : options_.run_id),
+        // A group's keys name the group and its members: its full
+        // communicator's id key names only the size, which several groups
+        // share, and groups may share a name (Python's default "dp").
+        key_run_(group_ ? options_.run_id + "/g" + group_->name + "/" + GroupMembersText(*group_)
+                        : options_.run_id),
         device_(device),
         initial_stream_(stream),
         own_stream_(own_stream ? stream : nullptr),
