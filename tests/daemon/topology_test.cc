@@ -143,6 +143,7 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
   REQUIRE(stream->Write(b));
   v1::Directive ack = ReadAck(*stream, 1);
   CHECK(ack.accepted() == 3);  // nothing else of the hello is lost
+  CHECK(ack.rejected() == 0);  // a refused claim is not a rejected report
   const auto refused = Rejections(ack, "invalid_topology");
   REQUIRE(refused.size() == 1);
   CHECK(refused[0] ==

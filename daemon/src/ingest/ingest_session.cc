@@ -97,8 +97,10 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   uint32_t accepted = 0, rejected = 0, duplicates = 0;
   std::vector<v1::ReportRejection> rejections;
   auto reject = [&](uint32_t rank, uint64_t iteration, absl::string_view reason,
-                    std::string message) {
-    ++rejected;
+                    std::string message, bool counts_a_report = true) {
+    // `rejected` counts reports (Directive.rejected); a refused hello claim
+    // keeps its rank's reports, so only its rejection entry is sent.
+    if (counts_a_report) ++rejected;
     if (rejections.size() < common::kMaxDirectiveRejections) {
       v1::ReportRejection r;
       r.set_rank(rank);
@@ -132,10 +134,12 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   first_batch_ = false;
   // A hello's refused topology claims (docs/topology.md): the rank and its
   // reports stay, the client learns why in this batch's acknowledgement.
-  for (TopologyRefusal& r : topology_refused_) {
-    reject(r.rank, 0, "invalid_topology", std::move(r.message));
+  if (batch.has_hello()) {  // only a hello refuses claims
+    for (TopologyRefusal& r : topology_refused_) {
+      reject(r.rank, 0, "invalid_topology", std::move(r.message), /*counts_a_report=*/false);
+    }
+    topology_refused_.clear();
   }
-  topology_refused_.clear();
   // Telemetry before reports: a detection made by this batch's reports is
   // attributed with the telemetry that rode along with them.
   for (v1::RankTelemetry& t : *batch.mutable_telemetry()) {
