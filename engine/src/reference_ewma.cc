@@ -54,7 +54,9 @@ class EwmaReference final : public Reference {
     const RankState& r = e_.ranks[rank];
     if (r.samples < e_.policy.ewma_min_samples || rank >= e_.topology.size()) return Verdict::kNone;
     const uint32_t g = groups_.size() > 0 ? groups_.Of(rank) : 0;
-    if (g >= thresholds_.size() || thresholds_[g] <= 0) return e_.VerdictFor(r.ewma);
+    // No reference for its group yet: no verdict (the engine's published
+    // threshold is another group's, e.g. another GPU model's).
+    if (g >= thresholds_.size() || thresholds_[g] <= 0) return Verdict::kNone;
     return r.ewma > thresholds_[g] ? Verdict::kSlow
            : r.ewma < thresholds_[g] ? Verdict::kFast
                                      : Verdict::kNone;
