@@ -68,16 +68,14 @@ class UnackedBatches {
   bool IsNewer(uint64_t sequence) const { return sequence > last_acked_; }
 
   // Reader thread: the peer acknowledged every message up to `sequence`.
-  // When that is above every earlier acknowledgement, on_newer() runs first
-  // (before a WaitCompleted waiter can wake), then the batches it covers
+  // When that is above every earlier acknowledgement (IsNewer; the caller
+  // counts the acknowledgement before calling this), the batches it covers
   // complete. Wakes WaitCompleted when batches completed.
-  template <typename OnNewer>
-  AckResult Ack(uint64_t sequence, OnNewer&& on_newer) {
+  AckResult Ack(uint64_t sequence) {
     AckResult r;
     if (sequence <= last_acked_) return r;
     last_acked_ = sequence;
     r.newer = true;
-    on_newer();
     {
       std::lock_guard<std::mutex> lock(mu_);
       while (!batches_.empty() && batches_.front().sequence <= sequence) {
