@@ -39,7 +39,7 @@ FAMILIES = {
     "1.3x, variation 30%": "noise: 0\nvariation: 0.3\ntruth_min_factor: 1.3\neffects:\n"
                            + TWO % (1.3, 1.3),
     "2x, noise 10%": "noise: 0.10\neffects:\n" + TWO % (2.0, 2.0),
-    "2x, variation 30%": "noise: 0\nvariation: 0.3\ntruth_min_factor: 1.3\neffects:\n"
+    "2x, variation 30%": "noise: 0\nvariation: 0.3\neffects:\n"
                          + TWO % (2.0, 2.0),
     "ramp to 2x": "noise: 0.10\neffects:\n"
                   "  - {type: ramp, ranks: [5], from: 200, to: 300, end_factor: 2.0, hold_until: 500}\n",

@@ -168,6 +168,12 @@ def test(args, workdir):
                                                     base["with_exclusion"], ratio))
         check(ratio >= 2.0, "slow stretch: %.2fx the --no-exclusion run's throughput, expected "
               ">= 2" % ratio)
+        # The real --no-exclusion run is what the counterfactual above claims
+        # to price: the model has no noise, so the two must agree.
+        check(abs(base["with_exclusion"] - slow["without_exclusion"])
+              <= 1e-6 * slow["without_exclusion"],
+              "the counterfactual (%.4f) is not what a --no-exclusion run measures (%.4f)"
+              % (slow["without_exclusion"], base["with_exclusion"]))
 
 
 def run_all():

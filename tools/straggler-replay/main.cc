@@ -34,6 +34,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "replay.h"
 #include "straggler/engine/policy.h"
@@ -263,7 +264,7 @@ nlohmann::json CriteriaJson(const Criteria& c) {
 std::vector<std::string> EnginePolicies() {
   std::vector<std::string> out = {std::string(PolicyKindName(PolicyConfig{}.kind))};
   for (const char* name : {"peer", "dynamic", "ewma", "static"})
-    if (out[0] != name && straggler::engine::ParsePolicyKind(name).ok()) out.push_back(name);
+    if (out[0] != name) out.push_back(name);
   return out;
 }
 
@@ -311,7 +312,8 @@ int Run(int argc, char** argv) {
                  "(iteration,rank,compute_seconds[,epoch][,peer_group][,replica][,gpu_model])")
       ->required();
   app.add_option("--policy", policy_name,
-                 "dynamic|ewma|static|nvrx|greyhound|all (default: the daemon's default policy, " +
+                 absl::StrJoin(EnginePolicies(), "|") +
+                     "|nvrx|greyhound|all (default: the daemon's default policy, " +
                      std::string(straggler::engine::PolicyKindName(PolicyConfig{}.kind)) +
                      ", with the daemon's default settings)");
   app.add_option("--set", sets,
