@@ -83,7 +83,11 @@ void Group(const PolicyConfig& policy, const PlanInput& in,
   constexpr uint32_t kNone = UINT32_MAX;
   std::vector<uint32_t> unit_of(world), by_replica, size;
   for (uint32_t i = 0; i < world; ++i) {
-    const std::optional<uint32_t>& replica = in.ranks[i].replica;
+    // A rank that has not declared its replica (yet: a restarted daemon
+    // before its hello) belongs to the one its current entry names, so a
+    // restored culprit and its mates stay one unit until the hellos are in.
+    std::optional<uint32_t> replica = in.ranks[i].replica;
+    if (!replica && current[i]) replica = current[i]->replica;
     if (replica) {
       // Declared replicas are below the world size (checked at the hello);
       // a larger one still groups correctly, only less cheaply.
