@@ -29,6 +29,8 @@ class PeerGroups {
   // Whether the last Sync that returned true moved `rank`.
   bool Moved(uint32_t rank) const { return moved_[rank] != 0; }
 
+  // Whether Sync has filed the ranks at least once (Of() is valid).
+  bool synced() const { return synced_; }
   uint32_t Of(uint32_t rank) const { return of_[rank]; }
   size_t size() const { return groups_.size(); }
   // Ranks filed under the group (reporting or not).
