@@ -2,12 +2,12 @@
 // the job's agreement once per iteration for every group of a process, and
 // the derivation of a group's plan from it (group_plan.h; docs/hybrid.md).
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <set>  // Validate
 
 #include "group_plan.h"
 #include "nccl_plan.h"  // SetText
+#include "straggler/v1/wire_rules.h"
 
 namespace straggler {
 
@@ -16,12 +16,10 @@ std::string DataParallelGroup::Validate(uint32_t rank, uint32_t world_size) cons
   if (name.empty() || name.size() > 64) {
     return what + ": the name must be 1 to 64 bytes, it has " + std::to_string(name.size());
   }
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
-      return what + " has '" + std::string(1, c) + "' at byte " + std::to_string(i) +
-             "; allowed: A-Z a-z 0-9 . _ -";
-    }
+  // The job-id characters (straggler/v1/wire_rules.h): safe in keys and logs.
+  if (const size_t i = v1::rules::FirstBadJobIdByte(name); i != std::string_view::npos) {
+    return what + " has '" + std::string(1, name[i]) + "' at byte " + std::to_string(i) +
+           "; allowed: " + std::string(v1::rules::kJobIdAllowed);
   }
   if (ranks.empty()) return what + " has no ranks";
   if (replicas.size() != ranks.size()) {
