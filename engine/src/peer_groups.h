@@ -50,6 +50,15 @@ class PeerGroups {
   const std::vector<std::pair<uint32_t, double>>& Bucket(uint32_t group) const {
     return buckets_[group];
   }
+  // Group g's pairs of `row` without copying the row when every rank is in
+  // one group (a job without peer groups): the row's own values then, else
+  // Bucket(g) - call BucketizeIfSplit(row) first.
+  void BucketizeIfSplit(const Row& row) {
+    if (groups_.size() > 1) Bucketize(row);
+  }
+  const std::vector<std::pair<uint32_t, double>>& Part(const Row& row, uint32_t group) const {
+    return groups_.size() == 1 ? row.values : buckets_[group];
+  }
 
  private:
   struct Group {
