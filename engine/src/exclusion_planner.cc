@@ -69,12 +69,28 @@ struct Unit {
 
 }  // namespace
 
-ReplicaLayout LayoutReplicas(std::span<const RankSnapshot> ranks) {
+namespace {
+
+// A rank's replica: the declared one, or, for a rank that has not declared
+// its replica (yet: a restarted daemon before its hello), the one its
+// current entry names, so a restored culprit and its mates stay one unit
+// until the hellos are in.
+std::optional<uint32_t> ReplicaOf(std::span<const RankSnapshot> ranks,
+                                  const std::vector<const ExcludedRank*>* current, uint32_t i) {
+  if (ranks[i].replica || current == nullptr || (*current)[i] == nullptr) return ranks[i].replica;
+  return (*current)[i]->replica;
+}
+
+}  // namespace
+
+ReplicaLayout LayoutReplicas(std::span<const RankSnapshot> ranks,
+                             const std::vector<const ExcludedRank*>* current) {
   const uint32_t world = static_cast<uint32_t>(ranks.size());
   ReplicaLayout out;
   out.begin.resize(world + 1);
   out.members.resize(world);
-  const bool any = std::any_of(ranks.begin(), ranks.end(), [](const RankSnapshot& r) { return r.replica; });
+  bool any = false;
+  for (uint32_t i = 0; i < world && !any; ++i) any = ReplicaOf(ranks, current, i).has_value();
   if (!any) {
     // Pure data parallelism: every rank a replica of its own.
     for (uint32_t i = 0; i <= world; ++i) out.begin[i] = i;
@@ -84,7 +100,7 @@ ReplicaLayout LayoutReplicas(std::span<const RankSnapshot> ranks) {
   constexpr uint32_t kNone = UINT32_MAX;
   std::vector<uint32_t> unit_of(world), by_replica, size;
   for (uint32_t i = 0; i < world; ++i) {
-    const std::optional<uint32_t>& replica = ranks[i].replica;
+    const std::optional<uint32_t> replica = ReplicaOf(ranks, current, i);
     if (replica) {
       // Declared replicas are below the world size (checked at the hello);
       // a larger one still groups correctly, only less cheaply.
@@ -200,9 +216,14 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
   std::vector<const ExcludedRank*> current(world, nullptr);
   for (const auto& e : in.current)
     if (e.rank < world) current[e.rank] = &e;
+  // The caller's layout holds declared replicas only; a restored entry of a
+  // rank not declared yet (a restarted daemon) needs one of its own.
+  bool restored = false;
+  for (const auto& e : in.current)
+    if (e.rank < world && e.replica && !in.ranks[e.rank].replica) restored = true;
   ReplicaLayout own;
-  if (in.layout == nullptr) own = LayoutReplicas(in.ranks);
-  const ReplicaLayout& layout = in.layout != nullptr ? *in.layout : own;
+  if (in.layout == nullptr || restored) own = LayoutReplicas(in.ranks, &current);
+  const ReplicaLayout& layout = in.layout != nullptr && !restored ? *in.layout : own;
   std::vector<Unit> grouped;
   Group(policy, in, layout, current, grouped);
   const std::vector<Unit>& units = grouped;

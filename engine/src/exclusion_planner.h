@@ -6,7 +6,9 @@
 // partial all-reduce can only leave out whole replicas, so when any rank of
 // a replica is a candidate (the culprit) the plan takes out every rank of it,
 // and the guards count replicas. A rank that declared no replica is a
-// replica of its own, so a pure data-parallel job plans exactly per rank.
+// replica of its own, so a pure data-parallel job plans exactly per rank;
+// until it declares one, a rank in the current set belongs to the replica its
+// entry names (a set restored by a restarted daemon, docs/hybrid.md).
 // A pure function: no engine, no events, no clock; the engine turns the plan
 // into guard events and, through the membership gate, into a version
 // (engine_exclusion.cc).
@@ -47,7 +49,11 @@ struct ReplicaLayout {
   bool hybrid = false;  // some replica has several ranks
   size_t size() const { return begin.empty() ? 0 : begin.size() - 1; }
 };
-ReplicaLayout LayoutReplicas(std::span<const RankSnapshot> ranks);
+// `current` (per rank, its entry in the newest excluded set or null): a rank
+// with no declared replica is grouped by its entry's replica (restored after
+// a daemon restart, before its hello).
+ReplicaLayout LayoutReplicas(std::span<const RankSnapshot> ranks,
+                             const std::vector<const ExcludedRank*>* current = nullptr);
 
 struct PlanInput {
   std::vector<RankSnapshot> ranks;    // one per rank, index = rank
