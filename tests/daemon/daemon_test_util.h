@@ -127,6 +127,16 @@ inline v1::Directive SendAlone(v1::IngestService::Stub& ingest, v1::ReportBatch 
   return ack;
 }
 
+// One stream for ranks 0..3 of `job` on node-a, sending AddRank3Slower's 12
+// iterations alone (rank 3 a straggler at iteration 10); every report must
+// be accepted.
+inline void FeedRank3Slower(v1::IngestService::Stub& ingest, const std::string& job,
+                            uint32_t world) {
+  v1::ReportBatch b = Hello(job, world, {0, 1, 2, 3}, "node-a");
+  AddRank3Slower(b, world);
+  CHECK(SendAlone(ingest, b).accepted() == 12 * world);
+}
+
 // An ingest stream of a LoopbackDaemon's; cancelled and finished on
 // destruction unless the test ended it with Close() or Drain() (a test that
 // finishes `stream` itself resets it).

@@ -90,11 +90,7 @@ struct Fixture : LoopbackDaemon {
 
   // One stream speaking for every rank: 12 iterations, rank 3 a straggler at
   // iteration 10, then excluded (AddRank3Slower).
-  void Feed() {
-    v1::ReportBatch b = Hello(kJob, kWorld, {0, 1, 2, 3}, "node-a");
-    AddRank3Slower(b, kWorld);
-    CHECK(SendAlone(*ingest, b).accepted() == 12 * kWorld);
-  }
+  void Feed() { FeedRank3Slower(*ingest, kJob, kWorld); }
 
   // An open stream speaking for every rank (hello only), so the job's
   // membership changes can go out (JobEngine "Membership gate"); closed by
