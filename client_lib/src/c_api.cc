@@ -20,10 +20,7 @@
 
 namespace {
 
-void WriteError(char* err, size_t errlen, const std::string& message) {
-  if (err == nullptr || errlen == 0) return;
-  std::snprintf(err, errlen, "%s", message.c_str());
-}
+using straggler::c_api::WriteError;
 
 std::optional<double> Optional(double v) {
   if (std::isnan(v)) return std::nullopt;
@@ -45,21 +42,9 @@ int FillMembership(const straggler::MembershipView& view, straggler_membership_t
 
 straggler_client_t* CreateFrom(const straggler::ClientOptions& options, char* err,
                                size_t errlen) {
-  try {
-    std::string error;
-    std::unique_ptr<straggler::Client> c = straggler::Client::Create(options, &error);
-    if (!c) {
-      WriteError(err, errlen, error);
-      return nullptr;
-    }
-    WriteError(err, errlen, "");
-    return new straggler_client{std::move(c)};
-  } catch (const std::exception& e) {
-    WriteError(err, errlen, std::string("straggler_client_create: ") + e.what());
-  } catch (...) {
-    WriteError(err, errlen, "straggler_client_create: unknown error");
-  }
-  return nullptr;
+  return straggler::c_api::CreateHandle<straggler_client>(
+      "straggler_client_create", err, errlen,
+      [&](std::string* error) { return straggler::Client::Create(options, error); });
 }
 
 }  // namespace

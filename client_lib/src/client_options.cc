@@ -64,27 +64,27 @@ TopologyEnv TopologyFromEnv(std::string* error) {
   return t;
 }
 
-namespace {
-
-// A topology text field against the daemon's rule (straggler/v1/wire_rules.h):
-// at most `max` bytes, each one `first_bad` accepts (`allowed` says which).
-std::string ValidateTopologyText(const char* field, const std::string& value, size_t max,
-                                 size_t (*first_bad)(std::string_view), std::string_view allowed,
-                                 const char* env) {
-  if (value.size() > max)
-    return std::string(field) + " '" + absl::CHexEscape(value.substr(0, 32)) + "...' is " +
-           std::to_string(value.size()) + " bytes; at most " + std::to_string(max) + " (" + env + ")";
-  if (const size_t i = first_bad(value); i != std::string_view::npos)
-    return std::string(field) + " '" + absl::CHexEscape(value) + "' has '" + absl::CHexEscape(value.substr(i, 1)) +
-           "' at byte " + std::to_string(i) + "; allowed: " + std::string(allowed) + " (" + env + ")";
+// The daemon's rule for a bounded wire string (straggler/v1/wire_rules.h): "" when
+// `value` keeps it, else why, naming `name` and where the value came from.
+static std::string CheckWireString(std::string_view name, const std::string& value,
+                                   size_t max_bytes, size_t bad_byte, std::string_view allowed,
+                                   std::string_view source) {
+  if (value.size() > max_bytes)
+    return std::string(name) + " '" + absl::CHexEscape(value.substr(0, 32)) + "...' is " +
+           std::to_string(value.size()) + " bytes; at most " + std::to_string(max_bytes) +
+           std::string(source);
+  if (bad_byte != std::string_view::npos)
+    return std::string(name) + " '" + absl::CHexEscape(value) + "' has '" +
+           absl::CHexEscape(value.substr(bad_byte, 1)) + "' at byte " + std::to_string(bad_byte) +
+           "; allowed: " + std::string(allowed) + std::string(source);
   return {};
 }
 
-}  // namespace
-
 std::string ValidatePeerGroup(const std::string& group) {
-  return ValidateTopologyText("peer_group", group, pb::rules::kMaxPeerGroupBytes, pb::rules::FirstBadJobIdByte,
-                              pb::rules::kJobIdAllowed, "STRAGGLER_PEER_GROUP");
+  // The daemon's rule (straggler/v1/wire_rules.h), as for job_id.
+  return CheckWireString("peer_group", group, pb::rules::kMaxPeerGroupBytes,
+                         pb::rules::FirstBadJobIdByte(group), pb::rules::kJobIdAllowed,
+                         " (STRAGGLER_PEER_GROUP)");
 }
 
 ChannelSecurity SecurityOf(const ClientOptions& o) {
@@ -131,28 +131,24 @@ std::string ClientOptions::Validate() const {
   if (job_id.empty()) return "job_id is empty (set STRAGGLER_JOB_ID)";
   // The daemon's rule (straggler/v1/wire_rules.h): refused here, once, rather
   // than by the daemon on every reconnect.
-  if (job_id.size() > pb::rules::kMaxJobIdBytes)
-    return "job_id '" + absl::CHexEscape(job_id.substr(0, 32)) + "...' is " +
-           std::to_string(job_id.size()) + " bytes; at most " +
-           std::to_string(pb::rules::kMaxJobIdBytes);
-  if (const size_t i = pb::rules::FirstBadJobIdByte(job_id); i != std::string_view::npos)
-    return "job_id '" + absl::CHexEscape(job_id) + "' has '" +
-           absl::CHexEscape(job_id.substr(i, 1)) + "' at byte " + std::to_string(i) +
-           "; allowed: " + std::string(pb::rules::kJobIdAllowed);
-  if (run_id.size() > pb::rules::kMaxJobIdBytes)
-    return "run_id is " + std::to_string(run_id.size()) + " bytes; at most " +
-           std::to_string(pb::rules::kMaxJobIdBytes);
-  if (const size_t i = pb::rules::FirstBadJobIdByte(run_id);
-      !run_id.empty() && i != std::string_view::npos)
-    return "run_id '" + absl::CHexEscape(run_id) + "' has '" +
-           absl::CHexEscape(run_id.substr(i, 1)) + "' at byte " + std::to_string(i) +
-           "; allowed: " + std::string(pb::rules::kJobIdAllowed);
+  if (std::string problem = detail::CheckWireString("job_id", job_id, pb::rules::kMaxJobIdBytes,
+                                                    pb::rules::FirstBadJobIdByte(job_id),
+                                                    pb::rules::kJobIdAllowed, "");
+      !problem.empty())
+    return problem;
+  // "" is the job's default run (docs/runs.md), not a bad id.
+  if (std::string problem = detail::CheckWireString(
+          "run_id", run_id, pb::rules::kMaxJobIdBytes,
+          run_id.empty() ? std::string_view::npos : pb::rules::FirstBadJobIdByte(run_id),
+          pb::rules::kJobIdAllowed, "");
+      !problem.empty())
+    return problem;
   if (std::string problem = detail::SecurityOf(*this).Validate(); !problem.empty()) return problem;
   if (world_size == 0) return "world_size=0: must be > 0 (set WORLD_SIZE)";
   if (std::string problem = detail::ValidatePeerGroup(peer_group); !problem.empty()) return problem;
-  if (std::string problem = detail::ValidateTopologyText("gpu_model", gpu_model, pb::rules::kMaxGpuModelBytes,
-                                                         pb::rules::FirstBadGpuModelByte, "printable ASCII",
-                                                         "STRAGGLER_GPU_MODEL");
+  if (std::string problem = detail::CheckWireString(
+          "gpu_model", gpu_model, pb::rules::kMaxGpuModelBytes,
+          pb::rules::FirstBadGpuModelByte(gpu_model), "printable ASCII", " (STRAGGLER_GPU_MODEL)");
       !problem.empty())
     return problem;
   if (replica && *replica >= world_size)
