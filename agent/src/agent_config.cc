@@ -1,8 +1,11 @@
 #include "agent_config.h"
 
+#include <vector>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "straggler/common/config_reader.h"
+#include "straggler/common/config_sections.h"
 
 namespace straggler::agent {
 namespace {
@@ -87,11 +90,6 @@ class Parser : public ConfigReader {
   }
 
  private:
-  struct Field {
-    const char* name;
-    uint32_t* value;
-  };
-
   absl::Status Str(const YAML::Node& node, const std::string& key, std::string& out) const {
     if (node.IsNull()) {
       out.clear();
@@ -105,68 +103,51 @@ class Parser : public ConfigReader {
 
   // telemetry: {enabled: BOOL, interval_ms: N, nvml_library: PATH}
   absl::Status Telemetry(const YAML::Node& node, AgentConfig& c) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), "telemetry must be a map");
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      if (key == "enabled") {
-        auto v = Bool(kv.second, "telemetry.enabled");
-        if (!v.ok()) return v.status();
-        c.telemetry_enabled = *v;
-      } else if (key == "interval_ms") {
-        auto v = Uint(kv.second, "telemetry.interval_ms");
-        if (!v.ok()) return v.status();
-        c.telemetry_interval_ms = *v;
-      } else if (key == "nvml_library") {
-        if (absl::Status s = Str(kv.second, "telemetry.nvml_library", c.nvml_library); !s.ok())
-          return s;
-      } else {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in telemetry"));
-      }
-    }
-    return absl::OkStatus();
+    return common::ReadSection(
+        *this, node, "telemetry",
+        [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+          if (key == "enabled") {
+            auto v = Bool(value, "telemetry.enabled");
+            if (!v.ok()) return v.status();
+            c.telemetry_enabled = *v;
+          } else if (key == "interval_ms") {
+            auto v = Uint(value, "telemetry.interval_ms");
+            if (!v.ok()) return v.status();
+            c.telemetry_interval_ms = *v;
+          } else if (key == "nvml_library") {
+            return Str(value, "telemetry.nvml_library", c.nvml_library);
+          } else {
+            return common::UnknownKey();
+          }
+          return absl::OkStatus();
+        });
   }
 
   // upstream_tls: {ca_file, cert_file, key_file}: TLS to stragglerd.
   absl::Status UpstreamTls(const YAML::Node& node, AgentConfig& c) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), "upstream_tls must be a map");
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      std::string* target = key == "ca_file"     ? &c.upstream_tls.ca_file
-                            : key == "cert_file" ? &c.upstream_tls.cert_file
-                            : key == "key_file"  ? &c.upstream_tls.key_file
-                                                 : nullptr;
-      if (target == nullptr) {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in upstream_tls"));
-      }
-      if (absl::Status s = Str(kv.second, absl::StrCat("upstream_tls.", key), *target); !s.ok())
-        return s;
-    }
+    absl::Status read = common::ReadSection(
+        *this, node, "upstream_tls",
+        [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+          std::string* target = key == "ca_file"     ? &c.upstream_tls.ca_file
+                                : key == "cert_file" ? &c.upstream_tls.cert_file
+                                : key == "key_file"  ? &c.upstream_tls.key_file
+                                                     : nullptr;
+          if (target == nullptr) return common::UnknownKey();
+          return Str(value, absl::StrCat("upstream_tls.", key), *target);
+        });
+    if (!read.ok() || node.IsNull()) return read;
     if (std::string problem = c.upstream_tls.Validate(); !problem.empty()) {
       return Error(node.Mark(), absl::StrCat("upstream_tls: ", problem));
     }
     return absl::OkStatus();
   }
 
+  // A section of unsigned numbers. 0 is read here and refused by Parse,
+  // once every key is in ("=0 must be >= 1").
   absl::Status Section(const YAML::Node& node, const std::string& section,
-                       std::initializer_list<Field> fields) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), absl::StrCat(section, " must be a map"));
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      const Field* field = nullptr;
-      for (const Field& f : fields) {
-        if (key == f.name) field = &f;
-      }
-      if (field == nullptr) {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in ", section));
-      }
-      auto v = Uint(kv.second, absl::StrCat(section, ".", key));
-      if (!v.ok()) return v.status();
-      *field->value = *v;
-    }
-    return absl::OkStatus();
+                       std::vector<common::UintKey> fields) const {
+    for (common::UintKey& f : fields) f.zero_allowed = true;
+    return common::ReadUintSection(*this, node, section, fields);
   }
 };
 

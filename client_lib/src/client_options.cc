@@ -52,26 +52,39 @@ std::string RunIdFromEnv() {
 
 namespace detail {
 
-std::optional<uint32_t> ReplicaFromEnv(std::string* error) {
+TopologyEnv TopologyFromEnv(std::string* error) {
+  TopologyEnv t;
+  if (const char* v = std::getenv("STRAGGLER_PEER_GROUP"); v != nullptr) t.peer_group = v;
+  if (const char* v = std::getenv("STRAGGLER_GPU_MODEL"); v != nullptr) t.gpu_model = v;
   // Set but empty = unset, as a launcher template may leave it.
-  const char* v = std::getenv("STRAGGLER_REPLICA");
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  uint32_t replica = 0;
-  if (!ReadEnvUnsigned("STRAGGLER_REPLICA", &replica, error)) return std::nullopt;
-  return replica;
+  if (const char* v = std::getenv("STRAGGLER_REPLICA"); v != nullptr && *v != '\0') {
+    uint32_t replica = 0;
+    if (ReadEnvUnsigned("STRAGGLER_REPLICA", &replica, error)) t.replica = replica;
+  }
+  return t;
+}
+
+// The daemon's rule for a bounded wire string (straggler/v1/wire_rules.h): "" when
+// `value` keeps it, else why, naming `name` and where the value came from.
+static std::string CheckWireString(std::string_view name, const std::string& value,
+                                   size_t max_bytes, size_t bad_byte, std::string_view allowed,
+                                   std::string_view source) {
+  if (value.size() > max_bytes)
+    return std::string(name) + " '" + absl::CHexEscape(value.substr(0, 32)) + "...' is " +
+           std::to_string(value.size()) + " bytes; at most " + std::to_string(max_bytes) +
+           std::string(source);
+  if (bad_byte != std::string_view::npos)
+    return std::string(name) + " '" + absl::CHexEscape(value) + "' has '" +
+           absl::CHexEscape(value.substr(bad_byte, 1)) + "' at byte " + std::to_string(bad_byte) +
+           "; allowed: " + std::string(allowed) + std::string(source);
+  return {};
 }
 
 std::string ValidatePeerGroup(const std::string& group) {
   // The daemon's rule (straggler/v1/wire_rules.h), as for job_id.
-  if (group.size() > pb::rules::kMaxPeerGroupBytes)
-    return "peer_group '" + absl::CHexEscape(group.substr(0, 32)) + "...' is " +
-           std::to_string(group.size()) + " bytes; at most " +
-           std::to_string(pb::rules::kMaxPeerGroupBytes) + " (STRAGGLER_PEER_GROUP)";
-  if (const size_t i = pb::rules::FirstBadJobIdByte(group); i != std::string_view::npos)
-    return "peer_group '" + absl::CHexEscape(group) + "' has '" +
-           absl::CHexEscape(group.substr(i, 1)) + "' at byte " + std::to_string(i) +
-           "; allowed: " + std::string(pb::rules::kJobIdAllowed) + " (STRAGGLER_PEER_GROUP)";
-  return {};
+  return CheckWireString("peer_group", group, pb::rules::kMaxPeerGroupBytes,
+                         pb::rules::FirstBadJobIdByte(group), pb::rules::kJobIdAllowed,
+                         " (STRAGGLER_PEER_GROUP)");
 }
 
 ChannelSecurity SecurityOf(const ClientOptions& o) {
@@ -94,9 +107,10 @@ ClientOptions ClientOptions::FromEnv() {
   if (const char* v = std::getenv("STRAGGLER_NODE"); v != nullptr) o.node = v;
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o.cuda_visible_devices = v;
   if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o.gpu_uuid = v;
-  if (const char* v = std::getenv("STRAGGLER_PEER_GROUP"); v != nullptr) o.peer_group = v;
-  if (const char* v = std::getenv("STRAGGLER_GPU_MODEL"); v != nullptr) o.gpu_model = v;
-  o.replica = detail::ReplicaFromEnv(&error);
+  detail::TopologyEnv topology = detail::TopologyFromEnv(&error);
+  o.peer_group = std::move(topology.peer_group);
+  o.gpu_model = std::move(topology.gpu_model);
+  o.replica = topology.replica;
   o.run_id = RunIdFromEnv();
   const ChannelSecurity tls = ChannelSecurityFromEnv();
   o.tls_ca_file = tls.ca_file;
@@ -117,33 +131,26 @@ std::string ClientOptions::Validate() const {
   if (job_id.empty()) return "job_id is empty (set STRAGGLER_JOB_ID)";
   // The daemon's rule (straggler/v1/wire_rules.h): refused here, once, rather
   // than by the daemon on every reconnect.
-  if (job_id.size() > pb::rules::kMaxJobIdBytes)
-    return "job_id '" + absl::CHexEscape(job_id.substr(0, 32)) + "...' is " +
-           std::to_string(job_id.size()) + " bytes; at most " +
-           std::to_string(pb::rules::kMaxJobIdBytes);
-  if (const size_t i = pb::rules::FirstBadJobIdByte(job_id); i != std::string_view::npos)
-    return "job_id '" + absl::CHexEscape(job_id) + "' has '" +
-           absl::CHexEscape(job_id.substr(i, 1)) + "' at byte " + std::to_string(i) +
-           "; allowed: " + std::string(pb::rules::kJobIdAllowed);
-  if (run_id.size() > pb::rules::kMaxJobIdBytes)
-    return "run_id is " + std::to_string(run_id.size()) + " bytes; at most " +
-           std::to_string(pb::rules::kMaxJobIdBytes);
-  if (const size_t i = pb::rules::FirstBadJobIdByte(run_id);
-      !run_id.empty() && i != std::string_view::npos)
-    return "run_id '" + absl::CHexEscape(run_id) + "' has '" +
-           absl::CHexEscape(run_id.substr(i, 1)) + "' at byte " + std::to_string(i) +
-           "; allowed: " + std::string(pb::rules::kJobIdAllowed);
+  if (std::string problem = detail::CheckWireString("job_id", job_id, pb::rules::kMaxJobIdBytes,
+                                                    pb::rules::FirstBadJobIdByte(job_id),
+                                                    pb::rules::kJobIdAllowed, "");
+      !problem.empty())
+    return problem;
+  // "" is the job's default run (docs/runs.md), not a bad id.
+  if (std::string problem = detail::CheckWireString(
+          "run_id", run_id, pb::rules::kMaxJobIdBytes,
+          run_id.empty() ? std::string_view::npos : pb::rules::FirstBadJobIdByte(run_id),
+          pb::rules::kJobIdAllowed, "");
+      !problem.empty())
+    return problem;
   if (std::string problem = detail::SecurityOf(*this).Validate(); !problem.empty()) return problem;
   if (world_size == 0) return "world_size=0: must be > 0 (set WORLD_SIZE)";
   if (std::string problem = detail::ValidatePeerGroup(peer_group); !problem.empty()) return problem;
-  if (gpu_model.size() > pb::rules::kMaxGpuModelBytes)
-    return "gpu_model '" + absl::CHexEscape(gpu_model.substr(0, 32)) + "...' is " +
-           std::to_string(gpu_model.size()) + " bytes; at most " +
-           std::to_string(pb::rules::kMaxGpuModelBytes) + " (STRAGGLER_GPU_MODEL)";
-  if (const size_t i = pb::rules::FirstBadGpuModelByte(gpu_model); i != std::string_view::npos)
-    return "gpu_model '" + absl::CHexEscape(gpu_model) + "' has '" +
-           absl::CHexEscape(gpu_model.substr(i, 1)) + "' at byte " + std::to_string(i) +
-           "; allowed: printable ASCII (STRAGGLER_GPU_MODEL)";
+  if (std::string problem = detail::CheckWireString(
+          "gpu_model", gpu_model, pb::rules::kMaxGpuModelBytes,
+          pb::rules::FirstBadGpuModelByte(gpu_model), "printable ASCII", " (STRAGGLER_GPU_MODEL)");
+      !problem.empty())
+    return problem;
   if (replica && *replica >= world_size)
     return "replica=" + std::to_string(*replica) + " >= world_size=" + std::to_string(world_size) +
            ": a replica is a data-parallel index (STRAGGLER_REPLICA)";

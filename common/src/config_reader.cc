@@ -8,62 +8,6 @@
 
 namespace straggler::common {
 
-absl::Status ParseTlsSection(const ConfigReader& reader, const YAML::Node& node,
-                             absl::string_view section, bool listener_switches, TlsConfig& tls) {
-  if (node.IsNull()) return absl::OkStatus();
-  if (!node.IsMap()) return reader.Error(node.Mark(), absl::StrCat(section, " must be a map"));
-  for (const auto& kv : node) {
-    const std::string key = kv.first.Scalar();
-    const std::string qualified = absl::StrCat(section, ".", key);
-    std::string* path = nullptr;
-    bool* flag = nullptr;
-    uint32_t* number = nullptr;
-    if (key == "cert_file") path = &tls.cert_file;
-    if (key == "key_file") path = &tls.key_file;
-    if (key == "client_ca_file") path = &tls.client_ca_file;
-    if (listener_switches && key == "grpc") flag = &tls.grpc;
-    if (listener_switches && key == "http") flag = &tls.http;
-    if (key == "reload_seconds") number = &tls.reload_seconds;
-    if (path != nullptr) {
-      auto v = reader.String(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      *path = *v;
-    } else if (flag != nullptr) {
-      auto v = reader.Bool(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      *flag = *v;
-    } else if (number != nullptr) {
-      auto v = reader.Uint(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      *number = *v;
-    } else {
-      return reader.Error(kv.first.Mark(),
-                          absl::StrCat("unknown key '", key, "' in ", section));
-    }
-  }
-  // Half a TLS setup would serve plaintext while the operator believes
-  // otherwise: refuse it.
-  if (tls.cert_file.empty() != tls.key_file.empty()) {
-    return reader.Error(node.Mark(),
-                        tls.cert_file.empty()
-                            ? absl::StrCat(section, ".key_file is set but ", section,
-                                           ".cert_file is not")
-                            : absl::StrCat(section, ".cert_file is set but ", section,
-                                           ".key_file is not"));
-  }
-  if (!tls.client_ca_file.empty() && tls.cert_file.empty()) {
-    return reader.Error(node.Mark(), absl::StrCat(section, ".client_ca_file (mutual TLS) needs ",
-                                                  section, ".cert_file and ", section,
-                                                  ".key_file"));
-  }
-  if (listener_switches && tls.enabled() && !tls.grpc && !tls.http) {
-    return reader.Error(node.Mark(), absl::StrCat(section, ".grpc and ", section,
-                                                  ".http are both false: the certificate would "
-                                                  "serve nothing"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);

@@ -90,6 +90,14 @@ TEST_CASE("Validate refuses the job ids the daemon refuses, naming the byte", "[
   CHECK(o.Validate().empty());
   o.job_id = std::string(129, 'j');
   CHECK(o.Validate() == "job_id '" + std::string(32, 'j') + "...' is 129 bytes; at most 128");
+  // run_id: the same rule, and "" (the job's default run) is fine.
+  o.job_id = "j";
+  o.run_id = "";
+  CHECK(o.Validate().empty());
+  o.run_id = "run 2";
+  CHECK(o.Validate() == "run_id 'run 2' has ' ' at byte 3; allowed: A-Z a-z 0-9 . _ -");
+  o.run_id = std::string(129, 'r');
+  CHECK(o.Validate() == "run_id '" + std::string(32, 'r') + "...' is 129 bytes; at most 128");
 }
 
 TEST_CASE("FromEnv: a bad integer is reported by Validate with variable and value",

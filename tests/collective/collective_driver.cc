@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "driver_json.h"
 #include "straggler/client.h"
 #include "straggler/collective.h"
 #ifdef STRAGGLER_WITH_NCCL
@@ -37,23 +38,7 @@
 
 namespace {
 
-std::string Json(const std::vector<uint32_t>& v) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
-  out << "]";
-  return out.str();
-}
-
-template <class T>
-std::string Json(const std::vector<T>& v) {
-  std::ostringstream out;
-  out.precision(17);
-  out << "[";
-  for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
-  out << "]";
-  return out.str();
-}
+using straggler::testing::Json;
 
 }  // namespace
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import TestFailure, check  # noqa: E402
+from harness import check, main as harness_main  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 CHECKS = 7
@@ -159,12 +159,7 @@ def main():
     p.add_argument("--build-dir", required=True)
     p.add_argument("--python", default=sys.executable, help="the interpreter the package is built for")
     args = p.parse_args()
-    try:
-        (test_check if args.mode == "check" else test_bundle)(args)
-    except TestFailure as e:
-        print("FAILED: %s" % e, file=sys.stderr)
-        sys.exit(1)
-    print("PASSED")
+    harness_main(lambda: (test_check if args.mode == "check" else test_bundle)(args))
 
 
 if __name__ == "__main__":

@@ -38,19 +38,14 @@
 #include <thread>
 #include <vector>
 
+#include "driver_json.h"
 #include "straggler/client.h"
 #include "straggler/collective.h"
 #include "straggler/gloo_store.h"
 
 namespace {
 
-std::string Json(const std::vector<uint32_t>& v) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
-  out << "]";
-  return out.str();
-}
+using straggler::testing::Json;
 
 std::string Checksum(const std::vector<float>& v) {
   uint64_t h = 14695981039346656037ull;

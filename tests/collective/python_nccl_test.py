@@ -33,7 +33,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import TestFailure, check  # noqa: E402
+from harness import TestFailure, check, main as harness_main  # noqa: E402
 
 UNREACHABLE = "127.0.0.1:9"  # discard port: nothing answers gRPC there
 
@@ -240,12 +240,7 @@ def main():
     p.add_argument("--gpu", choices=["reducer", "ddp"],
                    help="one of the GPU checks (skipped, exit 77, without a GPU)")
     args = p.parse_args()
-    try:
-        run(args)
-    except TestFailure as e:
-        print("FAILED: %s" % e, file=sys.stderr)
-        sys.exit(1)
-    print("PASSED")
+    harness_main(lambda: run(args))
 
 
 if __name__ == "__main__":

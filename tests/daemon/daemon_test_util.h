@@ -127,4 +127,128 @@ inline v1::Directive SendAlone(v1::IngestService::Stub& ingest, v1::ReportBatch 
   return ack;
 }
 
+// One stream for ranks 0..3 of `job` on node-a, sending AddRank3Slower's 12
+// iterations alone (rank 3 a straggler at iteration 10); every report must
+// be accepted.
+inline void FeedRank3Slower(v1::IngestService::Stub& ingest, const std::string& job,
+                            uint32_t world) {
+  v1::ReportBatch b = Hello(job, world, {0, 1, 2, 3}, "node-a");
+  AddRank3Slower(b, world);
+  CHECK(SendAlone(ingest, b).accepted() == 12 * world);
+}
+
+// An ingest stream of a LoopbackDaemon's; cancelled and finished on
+// destruction unless the test ended it with Close() or Drain() (a test that
+// finishes `stream` itself resets it).
+//
+//   OpenStream s(*d.ingest);
+//   v1::Directive ack = s.Send(Hello("job", 2, {0, 1}), 1);
+//   CHECK(s.Close().ok());
+struct OpenStream {
+  explicit OpenStream(v1::IngestService::Stub& ingest) : stream(ingest.Stream(&ctx)) {}
+  ~OpenStream() {
+    if (!stream) return;
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  // Writes `batch` as `sequence` and returns its ack (pushes before it are
+  // skipped).
+  v1::Directive Send(v1::ReportBatch batch, uint64_t sequence) {
+    batch.set_sequence(sequence);
+    REQUIRE(stream->Write(batch));
+    return ReadAck(*stream, sequence);
+  }
+  // Half-closes the stream, reads it to its end and returns how it ended.
+  grpc::Status Close() {
+    stream->WritesDone();
+    return Drain();
+  }
+  // Reads the stream to its end (the daemon ends it) and returns how it ended.
+  grpc::Status Drain() {
+    v1::Directive rest;
+    while (stream->Read(&rest)) {
+    }
+    const grpc::Status s = stream->Finish();
+    stream.reset();
+    return s;
+  }
+
+  grpc::ClientContext ctx;
+  std::unique_ptr<IngestStream> stream;
+};
+
+// The query and admin calls the tests make, each with a fresh context: the
+// status, and the answer in `out`.
+inline grpc::Status GetJob(v1::QueryService::Stub& query, const std::string& job, v1::Job* out) {
+  grpc::ClientContext ctx;
+  v1::GetJobRequest req;
+  req.set_job_id(job);
+  return query.GetJob(&ctx, req, out);
+}
+
+inline grpc::Status GetWorker(v1::QueryService::Stub& query, const std::string& job,
+                              uint32_t rank, v1::Worker* out) {
+  grpc::ClientContext ctx;
+  v1::GetWorkerRequest req;
+  req.set_job_id(job);
+  req.set_rank(rank);
+  return query.GetWorker(&ctx, req, out);
+}
+
+inline grpc::Status GetMembership(v1::QueryService::Stub& query, const std::string& job,
+                                  v1::Membership* out) {
+  grpc::ClientContext ctx;
+  v1::GetMembershipRequest req;
+  req.set_job_id(job);
+  return query.GetMembership(&ctx, req, out);
+}
+
+inline grpc::Status SetOverride(v1::AdminService::Stub& admin, const std::string& job,
+                                uint32_t rank, v1::RankOverride override_kind,
+                                const std::string& reason, v1::Membership* out) {
+  grpc::ClientContext ctx;
+  v1::SetRankOverrideRequest req;
+  req.set_job_id(job);
+  req.set_rank(rank);
+  req.set_override(override_kind);
+  req.set_reason(reason);
+  return admin.SetRankOverride(&ctx, req, out);
+}
+
+inline grpc::Status SetPolicy(v1::AdminService::Stub& admin, const std::string& job,
+                              const v1::PolicyConfig& policy, v1::Job* out) {
+  grpc::ClientContext ctx;
+  v1::SetPolicyRequest req;
+  req.set_job_id(job);
+  *req.mutable_policy() = policy;
+  return admin.SetPolicy(&ctx, req, out);
+}
+
+// The same calls where the test needs them to succeed.
+inline v1::Job JobOf(v1::QueryService::Stub& query, const std::string& job) {
+  v1::Job out;
+  REQUIRE(GetJob(query, job, &out).ok());
+  return out;
+}
+
+inline v1::Worker WorkerOf(v1::QueryService::Stub& query, const std::string& job, uint32_t rank) {
+  v1::Worker out;
+  REQUIRE(GetWorker(query, job, rank, &out).ok());
+  return out;
+}
+
+inline v1::Membership MembershipOf(v1::QueryService::Stub& query, const std::string& job) {
+  v1::Membership out;
+  REQUIRE(GetMembership(query, job, &out).ok());
+  return out;
+}
+
+// Forces `rank` of `job` out and returns the version that did it.
+inline v1::Membership ForceExclude(v1::AdminService::Stub& admin, const std::string& job,
+                                   uint32_t rank, const std::string& reason = "test") {
+  v1::Membership out;
+  REQUIRE(SetOverride(admin, job, rank, v1::RANK_OVERRIDE_FORCE_EXCLUDE, reason, &out).ok());
+  return out;
+}
+
 }  // namespace straggler::daemon::testutil

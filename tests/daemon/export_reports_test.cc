@@ -58,12 +58,6 @@ void Add(v1::ReportBatch& b, uint32_t rank, uint64_t iteration, double seconds,
   r->set_step_seconds(seconds * 2);  // not exported
 }
 
-v1::Directive Send(IngestStream& stream, v1::ReportBatch& b, uint64_t sequence) {
-  b.set_sequence(sequence);
-  REQUIRE(stream.Write(b));
-  return ReadAck(stream, sequence);
-}
-
 std::vector<std::pair<uint64_t, uint32_t>> Keys(const v1::ExportReportsResponse& r) {
   std::vector<std::pair<uint64_t, uint32_t>> keys;
   for (const auto& rep : r.reports()) keys.emplace_back(rep.iteration(), rep.rank());
@@ -95,8 +89,7 @@ TEST_CASE("the recent-reports ring keeps the newest, oldest first, and counts th
 
 TEST_CASE("ExportReports returns accepted reports by (iteration, rank), with since and limit") {
   Fixture f(1000);
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
+  OpenStream stream(*f.ingest);
   v1::ReportBatch b = Hello("exp", 3, {0, 1, 2});
   // Out of order across ranks, as agents send them.
   for (uint64_t it = 1; it <= 4; ++it) {
@@ -104,7 +97,7 @@ TEST_CASE("ExportReports returns accepted reports by (iteration, rank), with sin
   }
   Add(b, 1, 2, 0.5);   // duplicate: not kept
   Add(b, 0, 5, -1.0);  // invalid: not kept
-  v1::Directive ack = Send(*stream, b, 1);
+  v1::Directive ack = stream.Send(b, 1);
   CHECK(ack.accepted() == 12);
 
   v1::ExportReportsResponse all = f.Export("exp");
@@ -129,18 +122,17 @@ TEST_CASE("ExportReports returns accepted reports by (iteration, rank), with sin
   CHECK(f.Export("exp", 0, 100).reports_size() == 12);
 
   f.Export("no-such-job", 0, 0, grpc::StatusCode::NOT_FOUND);
-  CHECK(Close(*stream).ok());
+  CHECK(stream.Close().ok());
 }
 
 TEST_CASE("ExportReports: an overflowing ring keeps the newest, dropped_before counts the rest") {
   Fixture f(10);
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
+  OpenStream stream(*f.ingest);
   v1::ReportBatch b = Hello("ring", 2, {0, 1});
   for (uint64_t it = 1; it <= 8; ++it) {
     for (uint32_t r = 0; r < 2; ++r) Add(b, r, it, 0.1);
   }
-  Send(*stream, b, 1);  // 16 accepted, 10 kept: iterations 4 to 8
+  stream.Send(b, 1);  // 16 accepted, 10 kept: iterations 4 to 8
 
   v1::ExportReportsResponse r = f.Export("ring");
   REQUIRE(r.reports_size() == 10);
@@ -156,35 +148,33 @@ TEST_CASE("ExportReports: an overflowing ring keeps the newest, dropped_before c
 
   v1::ReportBatch more;
   for (uint32_t r = 0; r < 2; ++r) Add(more, r, 9, 0.1);
-  Send(*stream, more, 2);
+  stream.Send(more, 2);
   r = f.Export("ring");
   CHECK(r.dropped_before() == 8);
   CHECK(r.reports(0).iteration() == 5);
   CHECK(r.reports(9).iteration() == 9);
-  CHECK(Close(*stream).ok());
+  CHECK(stream.Close().ok());
 }
 
 TEST_CASE("ExportReports with limits.recent_reports_per_job=0 keeps nothing") {
   Fixture f(0);
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
+  OpenStream stream(*f.ingest);
   v1::ReportBatch b = Hello("off", 2, {0, 1});
   Add(b, 0, 1, 0.1);
   Add(b, 1, 1, 0.1);
-  CHECK(Send(*stream, b, 1).accepted() == 2);
+  CHECK(stream.Send(b, 1).accepted() == 2);
   v1::ExportReportsResponse r = f.Export("off");
   CHECK(r.reports_size() == 0);
   CHECK(r.dropped_before() == 0);
-  CHECK(Close(*stream).ok());
+  CHECK(stream.Close().ok());
 }
 
 TEST_CASE("acks carry progress for the ranks of their batch only; the first for every rank") {
   Fixture f(16);
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
+  OpenStream stream(*f.ingest);
   v1::ReportBatch b = Hello("progress", 8, {0, 1, 2, 3, 4, 5, 6, 7});
   for (uint32_t r = 0; r < 8; ++r) Add(b, r, 1, 0.1);
-  v1::Directive ack = Send(*stream, b, 1);
+  v1::Directive ack = stream.Send(b, 1);
   // The stream's first directive: every rank (it may be a push before the ack,
   // in which case the ack holds the batch's ranks, here all of them too).
   CHECK(ack.progress_size() == 8);
@@ -194,7 +184,7 @@ TEST_CASE("acks carry progress for the ranks of their batch only; the first for 
   Add(partial, 2, 2, 0.1);
   Add(partial, 5, 3, 0.1);
   Add(partial, 2, 1, 0.1);  // duplicate: its rank still gets progress
-  ack = Send(*stream, partial, 2);
+  ack = stream.Send(partial, 2);
   CHECK(ack.accepted() == 3);
   REQUIRE(ack.progress_size() == 2);
   CHECK(ack.progress(0).rank() == 2);
@@ -203,7 +193,7 @@ TEST_CASE("acks carry progress for the ranks of their batch only; the first for 
   CHECK(ack.progress(1).iteration() == 3);
 
   v1::ReportBatch empty;
-  ack = Send(*stream, empty, 3);
+  ack = stream.Send(empty, 3);
   CHECK(ack.progress_size() == 0);
-  CHECK(Close(*stream).ok());
+  CHECK(stream.Close().ok());
 }

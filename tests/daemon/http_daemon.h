@@ -22,6 +22,7 @@
 #include "daemon_test_util.h"
 #include "slow_client.h"
 #include "spdlog/spdlog.h"
+#include "test_certificate.h"
 
 namespace straggler::daemon::testutil {
 
@@ -65,5 +66,15 @@ struct HttpDaemon : LoopbackDaemon {
 
   const bool https;
 };
+
+// A default config serving HTTPS with `cert`; gRPC stays plaintext (the
+// LoopbackDaemon's stubs are).
+inline DaemonConfig HttpsOnlyConfig(const straggler::testing::TestCertificate& cert) {
+  DaemonConfig config;
+  config.tls.cert_file = cert.cert;
+  config.tls.key_file = cert.key;
+  config.tls.grpc = false;
+  return config;
+}
 
 }  // namespace straggler::daemon::testutil

@@ -31,9 +31,7 @@ struct Fixture : LoopbackDaemon {
     http = std::make_unique<httplib::Client>("127.0.0.1", server.http_port());
     http->set_read_timeout(10, 0);
     // Rank 3 turns straggler at iteration 10 (state_change of rank 3).
-    v1::ReportBatch b = Hello(kJob, kWorld, {0, 1, 2, 3}, "node-a");
-    AddRank3Slower(b, kWorld);
-    CHECK(SendAlone(*ingest, b).accepted() == 12 * kWorld);
+    FeedRank3Slower(*ingest, kJob, kWorld);
     // A rule change re-profiles: policy_changed and reprofile, both job-wide.
     Put("/policy", "{\"profileIterations\": 7}");
     // An override of rank 0: a per-rank event whose rank is 0.

@@ -293,9 +293,5 @@ TEST_CASE("probes answer within 1 s while 8 slow readers hold large /metrics res
 
 TEST_CASE("probes answer within 1 s while 8 slow HTTPS readers hold large /metrics responses") {
   straggler::testing::TestCertificate cert;
-  sd::DaemonConfig config;
-  config.tls.cert_file = cert.cert;
-  config.tls.key_file = cert.key;
-  config.tls.grpc = false;  // the Daemon's gRPC stubs are plaintext
-  CheckSlowReadersHoldNoWorker(config);
+  CheckSlowReadersHoldNoWorker(HttpsOnlyConfig(cert));
 }

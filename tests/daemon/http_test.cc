@@ -90,11 +90,7 @@ struct Fixture : LoopbackDaemon {
 
   // One stream speaking for every rank: 12 iterations, rank 3 a straggler at
   // iteration 10, then excluded (AddRank3Slower).
-  void Feed() {
-    v1::ReportBatch b = Hello(kJob, kWorld, {0, 1, 2, 3}, "node-a");
-    AddRank3Slower(b, kWorld);
-    CHECK(SendAlone(*ingest, b).accepted() == 12 * kWorld);
-  }
+  void Feed() { FeedRank3Slower(*ingest, kJob, kWorld); }
 
   // An open stream speaking for every rank (hello only), so the job's
   // membership changes can go out (JobEngine "Membership gate"); closed by
@@ -317,95 +313,54 @@ TEST_CASE("http: GET /v1/jobs/{job}/reports is ExportReports") {
 TEST_CASE("http: errors are JSON with the right status") {
   Fixture f;
   const std::string job = std::string("/v1/jobs/") + kJob;
-
-  auto res = f.http->Get("/v1/jobs/nope");
-  REQUIRE(res);
-  CHECK(res->status == 404);
-  CHECK(ErrorOf(res) == std::make_pair(std::string("NOT_FOUND"), std::string("job 'nope' not found")));
-
-  res = f.http->Get("/v1/jobs/nope/workers");
-  REQUIRE(res);
-  CHECK(res->status == 404);
-
-  res = f.http->Get((job + "/workers/9").c_str());
-  REQUIRE(res);
-  CHECK(res->status == 404);
-  CHECK(ErrorOf(res).second == "rank 9 not found: job 'train.a-1_b' has world_size 4");
-
-  res = f.http->Get((job + "/workers/abc").c_str());
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  CHECK(ErrorOf(res) == std::make_pair(std::string("INVALID_ARGUMENT"),
-                                       std::string("rank 'abc' is not a non-negative integer")));
-  res = f.http->Get((job + "/workers/-1").c_str());
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  res = f.http->Get((job + "/workers/99999999999").c_str());
-  REQUIRE(res);
-  CHECK(res->status == 400);
-
-  res = f.http->Get("/v1/nothing/here");
-  REQUIRE(res);
-  CHECK(res->status == 404);
-  CHECK(ErrorOf(res).first == "NOT_FOUND");
-  res = f.http->Get("/v1/jobs/");
-  REQUIRE(res);
-  CHECK(res->status == 404);
-
-  res = f.http->Delete("/v1/jobs");
-  REQUIRE(res);
-  CHECK(res->status == 405);
-  CHECK(res->get_header_value("Allow") == "GET, HEAD");
-  CHECK(ErrorOf(res).first == "METHOD_NOT_ALLOWED");
-  res = f.http->Get((job + "/policy").c_str());
-  REQUIRE(res);
-  CHECK(res->status == 405);
-  CHECK(res->get_header_value("Allow") == "PUT");
-  res = f.http->Post((job + "/workers/1").c_str(), "{}", "application/json");
-  REQUIRE(res);
-  CHECK(res->status == 405);
-
-  res = f.http->Put((job + "/policy").c_str(), std::string(2 * 1024 * 1024, ' '),
-                   "application/json");
-  REQUIRE(res);
-  CHECK(res->status == 413);
-  CHECK(ErrorOf(res).first == "PAYLOAD_TOO_LARGE");
-
-  res = f.http->Put((job + "/policy").c_str(), "{\"limt\": 3}", "application/json");
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  CHECK_THAT(ErrorOf(res).second, Catch::Contains("'limt'"));
-  res = f.http->Put((job + "/policy").c_str(), "{\"limit\": ", "application/json");
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  res = f.http->Put((job + "/policy").c_str(), "{\"thresholdFactor\": 0.5}", "application/json");
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  CHECK_THAT(ErrorOf(res).second, Catch::Contains("threshold_factor=0.5"));
-
-  res = f.http->Get((job + "/events?since=x").c_str());
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  res = f.http->Get((job + "/events?since_time=yesterday").c_str());
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  CHECK_THAT(ErrorOf(res).second, Catch::Contains("since_time"));
-  res = f.http->Get((job + "/events?limit=10001").c_str());
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  res = f.http->Get((job + "/events?sinse=1").c_str());
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  CHECK_THAT(ErrorOf(res).second, Catch::Contains("'sinse'"));
-
-  res = f.http->Put((job + "/workers/1/override").c_str(), "{\"override\":\"sideways\"}",
-                   "application/json");
-  REQUIRE(res);
-  CHECK(res->status == 400);
-  res = f.http->Put((job + "/workers/4/override").c_str(), "{\"override\":\"force_exclude\"}",
-                   "application/json");
-  REQUIRE(res);
-  CHECK(res->status == 404);
+  const std::string huge(2 * 1024 * 1024, ' ');
+  // One refused request each: method, path, body (PUT/POST), the status, and
+  // when given the error's code, a part of its message, and the Allow header.
+  struct Case {
+    std::string method, path, body;
+    int status;
+    std::string code = "", message = "", allow = "";
+  };
+  const std::vector<Case> cases = {
+      {"GET", "/v1/jobs/nope", "", 404, "NOT_FOUND", "job 'nope' not found"},
+      {"GET", "/v1/jobs/nope/workers", "", 404},
+      {"GET", job + "/workers/9", "", 404, "", "rank 9 not found: job 'train.a-1_b' has world_size 4"},
+      {"GET", job + "/workers/abc", "", 400, "INVALID_ARGUMENT",
+       "rank 'abc' is not a non-negative integer"},
+      {"GET", job + "/workers/-1", "", 400},
+      {"GET", job + "/workers/99999999999", "", 400},
+      {"GET", "/v1/nothing/here", "", 404, "NOT_FOUND"},
+      {"GET", "/v1/jobs/", "", 404},
+      {"DELETE", "/v1/jobs", "", 405, "METHOD_NOT_ALLOWED", "", "GET, HEAD"},
+      {"GET", job + "/policy", "", 405, "", "", "PUT"},
+      {"POST", job + "/workers/1", "{}", 405},
+      {"PUT", job + "/policy", huge, 413, "PAYLOAD_TOO_LARGE"},
+      {"PUT", job + "/policy", "{\"limt\": 3}", 400, "", "'limt'"},
+      {"PUT", job + "/policy", "{\"limit\": ", 400},
+      {"PUT", job + "/policy", "{\"thresholdFactor\": 0.5}", 400, "", "threshold_factor=0.5"},
+      {"GET", job + "/events?since=x", "", 400},
+      {"GET", job + "/events?since_time=yesterday", "", 400, "", "since_time"},
+      {"GET", job + "/events?limit=10001", "", 400},
+      {"GET", job + "/events?sinse=1", "", 400, "", "'sinse'"},
+      {"PUT", job + "/workers/1/override", "{\"override\":\"sideways\"}", 400},
+      {"PUT", job + "/workers/4/override", "{\"override\":\"force_exclude\"}", 404},
+  };
+  for (const Case& c : cases) {
+    INFO(c.method << " " << c.path);
+    httplib::Result res = c.method == "GET"      ? f.http->Get(c.path.c_str())
+                          : c.method == "DELETE" ? f.http->Delete(c.path.c_str())
+                          : c.method == "POST"
+                              ? f.http->Post(c.path.c_str(), c.body, "application/json")
+                              : f.http->Put(c.path.c_str(), c.body, "application/json");
+    REQUIRE(res);
+    CHECK(res->status == c.status);
+    if (!c.code.empty()) CHECK(ErrorOf(res).first == c.code);
+    if (!c.message.empty()) CHECK_THAT(ErrorOf(res).second, Catch::Contains(c.message));
+    if (!c.allow.empty()) CHECK(res->get_header_value("Allow") == c.allow);
+  }
+  // The whole message, where it is known.
+  CHECK(ErrorOf(f.http->Get("/v1/jobs/nope")) ==
+        std::make_pair(std::string("NOT_FOUND"), std::string("job 'nope' not found")));
 }
 
 TEST_CASE("http: admin calls change the job") {

@@ -1,19 +1,22 @@
 // The daemon's checks of untrusted input without a server: job ids, hellos,
 // override reasons (validate.h), REST routing and parameter parsing
-// (rest_route.h) and the per-stream token bucket (rate_limit.h). Messages
-// must name the offending value. The same code runs under the fuzz targets
-// in fuzz/.
+// (rest_route.h), the per-stream token bucket (rate_limit.h) and the policy
+// wire mapping (policy_convert.h). Messages must name the offending value.
+// The same code runs under the fuzz targets in fuzz/.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "straggler/common/rate_limit.h"
 #include "api/rest_route.h"
 #include "straggler/common/validate.h"
+#include "wire/policy_convert.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
@@ -351,4 +354,85 @@ TEST_CASE("log budget: the first N per interval are logged, the rest summed up o
   // A new interval logs again.
   CHECK(budget.Take(t0 + std::chrono::seconds(12)));
   CHECK(budget.TakeSuppressed(t0 + std::chrono::seconds(30)) == 0);  // nothing suppressed
+}
+
+// The wire mapping is made from PolicyFields() by name (policy_convert.cc):
+// a row without its v1.PolicyConfig field, or of another type, would be
+// dropped or crash the reflection; a wire field without a row would never
+// reach the engine.
+TEST_CASE("policy wire mapping: every PolicyFields row is the v1.PolicyConfig field of its name") {
+  namespace pb = google::protobuf;
+  const pb::Descriptor* message = v1::PolicyConfig::descriptor();
+  for (const auto& f : straggler::engine::PolicyFields()) {
+    INFO("policy field " << f.name);
+    const pb::FieldDescriptor* wire = message->FindFieldByName(f.name);
+    REQUIRE(wire != nullptr);
+    const pb::FieldDescriptor::CppType want = std::visit(
+        [](auto member) {
+          using T = std::remove_reference_t<
+              decltype(std::declval<straggler::engine::PolicyConfig&>().*member)>;
+          if constexpr (std::is_same_v<T, uint32_t>) return pb::FieldDescriptor::CPPTYPE_UINT32;
+          if constexpr (std::is_same_v<T, double>) return pb::FieldDescriptor::CPPTYPE_DOUBLE;
+          if constexpr (std::is_same_v<T, bool>) return pb::FieldDescriptor::CPPTYPE_BOOL;
+          return pb::FieldDescriptor::CPPTYPE_ENUM;
+        },
+        f.member);
+    CHECK(wire->cpp_type() == want);
+  }
+  CHECK(static_cast<size_t>(message->field_count()) == straggler::engine::PolicyFields().size());
+}
+
+TEST_CASE("policy wire mapping: each field alone goes out with ToProto and back with MergePolicy") {
+  using straggler::engine::PolicyConfig;
+  size_t checked = 0;
+  for (const auto& f : straggler::engine::PolicyFields()) {
+    INFO("policy field " << f.name);
+    // The defaults with this one field moved to another value within its
+    // bounds; a value the cross-field rules refuse is skipped.
+    PolicyConfig changed;
+    bool numeric = true;
+    std::visit(
+        [&](auto member) {
+          auto& v = changed.*member;
+          using T = std::remove_reference_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, uint32_t>) {
+            v = v + 1 <= f.max ? v + 1 : v - 1;
+          } else if constexpr (std::is_same_v<T, double>) {
+            v = v * 1.01 + 0.001 <= f.max ? v * 1.01 + 0.001 : (v + f.min) / 2;
+          } else if constexpr (std::is_same_v<T, bool>) {
+            v = !v;
+          } else {
+            numeric = false;
+          }
+        },
+        f.member);
+    if (!numeric || !changed.Validate().ok()) continue;
+    v1::PolicyConfig wire;
+    sd::ToProto(changed, &wire);
+    // Sent alone (as SetPolicy sends one changed field) onto the defaults.
+    v1::PolicyConfig alone;
+    const auto* field = v1::PolicyConfig::descriptor()->FindFieldByName(f.name);
+    REQUIRE(field != nullptr);
+    const auto* r = v1::PolicyConfig::GetReflection();
+    switch (field->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT32:
+        r->SetUInt32(&alone, field, r->GetUInt32(wire, field));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE:
+        r->SetDouble(&alone, field, r->GetDouble(wire, field));
+        break;
+      default:
+        r->SetBool(&alone, field, r->GetBool(wire, field));
+    }
+    absl::StatusOr<PolicyConfig> merged = sd::MergePolicy(alone, PolicyConfig{});
+    INFO(merged.status().message());
+    REQUIRE(merged.ok());
+    // Every field equals `changed`: the one sent, and the defaults.
+    for (const auto& g : straggler::engine::PolicyFields()) {
+      INFO("compared field " << g.name);
+      std::visit([&](auto member) { CHECK(((*merged).*member == changed.*member)); }, g.member);
+    }
+    ++checked;
+  }
+  CHECK(checked >= straggler::engine::PolicyFields().size() - 4);
 }

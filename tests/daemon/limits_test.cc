@@ -50,21 +50,9 @@ namespace {
 
 using Daemon = HttpDaemon;  // http_daemon.h
 
-// An open ingest stream whose hello was acknowledged; cancelled and finished
-// on destruction unless the test finished it (and reset `stream`).
-struct OpenStream {
-  ~OpenStream() {
-    if (!stream) return;
-    ctx.TryCancel();
-    stream->Finish();
-  }
-  grpc::ClientContext ctx;
-  std::unique_ptr<IngestStream> stream;
-};
-
+// An open ingest stream (daemon_test_util.h) whose hello was acknowledged.
 std::unique_ptr<OpenStream> Open(Daemon& d, const v1::ReportBatch& hello) {
-  auto s = std::make_unique<OpenStream>();
-  s->stream = d.ingest->Stream(&s->ctx);
+  auto s = std::make_unique<OpenStream>(*d.ingest);
   REQUIRE(s->stream->Write(hello));
   v1::Directive ack;
   REQUIRE(s->stream->Read(&ack));
@@ -113,9 +101,7 @@ TEST_CASE("limits.max_streams refuses one stream more, before reading it") {
   CHECK(d.Metric("straggler_streams_refused_total{reason=\"too_many_streams\"}") == 1);
 
   // A stream that closes makes room (once the server has seen it end).
-  a->stream->WritesDone();
-  CHECK(a->stream->Finish().ok());
-  a->stream.reset();
+  CHECK(a->Close().ok());
   bool opened = false;
   for (int attempt = 0; attempt < 500 && !opened; ++attempt) {
     grpc::ClientContext ctx;
@@ -194,9 +180,7 @@ TEST_CASE("a stream over its reports-per-second budget has the excess rejected a
   CHECK(ack.rejections(0).iteration() == ack.accepted() + 1);  // the first one dropped
   CHECK(d.Metric("straggler_reports_rejected_total{reason=\"rate_limited\"}") == ack.rejected());
   // The stream stays open.
-  s->stream->WritesDone();
-  CHECK(s->stream->Finish().ok());
-  s->stream.reset();
+  CHECK(s->Close().ok());
 }
 
 TEST_CASE("limits.max_message_bytes ends a call with a larger message") {
@@ -240,31 +224,16 @@ TEST_CASE("oversized messages at once, beyond gRPC's memory quota, end RESOURCE_
 TEST_CASE("query and admin calls refuse job ids no job can have, and bad override reasons") {
   Daemon d{sd::DaemonConfig()};
   auto s = Open(d, Hello("ok-job", 2, {0, 1}));
+  v1::Job job;
+  grpc::Status st = GetJob(*d.query, "no such/job", &job);
+  CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(st.error_message(), Catch::StartsWith("job_id 'no such/job' has ' ' at byte 2"));
+  // Well-formed: simply not there.
+  CHECK(GetJob(*d.query, "no-such-job", &job).error_code() == grpc::StatusCode::NOT_FOUND);
   {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_job_id("no such/job");
-    v1::Job job;
-    grpc::Status st = d.query->GetJob(&ctx, req, &job);
-    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(st.error_message(), Catch::StartsWith("job_id 'no such/job' has ' ' at byte 2"));
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_job_id("no-such-job");  // well-formed: simply not there
-    v1::Job job;
-    CHECK(d.query->GetJob(&ctx, req, &job).error_code() == grpc::StatusCode::NOT_FOUND);
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::SetRankOverrideRequest req;
-    req.set_job_id("ok-job");
-    req.set_rank(1);
-    req.set_override(v1::RANK_OVERRIDE_FORCE_EXCLUDE);
-    req.set_reason("line one\nline two");
     v1::Membership m;
-    grpc::Status st = d.admin->SetRankOverride(&ctx, req, &m);
+    st = SetOverride(*d.admin, "ok-job", 1, v1::RANK_OVERRIDE_FORCE_EXCLUDE, "line one\nline two",
+                     &m);
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("control character 0x0a at byte 8"));
   }
@@ -275,7 +244,7 @@ TEST_CASE("query and admin calls refuse job ids no job can have, and bad overrid
     auto reader = d.query->WatchMembership(&ctx, req);
     v1::Membership m;
     CHECK_FALSE(reader->Read(&m));
-    grpc::Status st = reader->Finish();
+    st = reader->Finish();
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("200 bytes; at most 128"));
   }
@@ -310,11 +279,7 @@ TEST_CASE("slow HTTP clients holding every worker do not stop a normal request")
 
 TEST_CASE("slow HTTPS clients holding every worker do not stop a normal request") {
   straggler::testing::TestCertificate cert;
-  sd::DaemonConfig config;
-  config.tls.cert_file = cert.cert;
-  config.tls.key_file = cert.key;
-  config.tls.grpc = false;  // the Daemon's gRPC stubs are plaintext
-  CheckSlowClientsCannotHoldWorkers(config);
+  CheckSlowClientsCannotHoldWorkers(HttpsOnlyConfig(cert));
 }
 
 TEST_CASE("HTTP refusals are counted by status in /metrics") {
@@ -344,20 +309,9 @@ TEST_CASE("gRPC refusals of query, admin and rendezvous calls are counted in /me
   };
   // No series before the first refusal.
   CHECK(refused("query", "NOT_FOUND") == -1);
-  {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_job_id("counted");  // served: not counted
-    v1::Job job;
-    REQUIRE(d.query->GetJob(&ctx, req, &job).ok());
-  }
-  for (const char* id : {"missing", "bad id"}) {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    CHECK_FALSE(d.query->GetJob(&ctx, req, &job).ok());
-  }
+  JobOf(*d.query, "counted");  // served: not counted
+  v1::Job job;
+  for (const char* id : {"missing", "bad id"}) CHECK_FALSE(GetJob(*d.query, id, &job).ok());
   {
     grpc::ClientContext ctx;  // a watch refused at its start counts too
     v1::WatchMembershipRequest req;
@@ -368,15 +322,10 @@ TEST_CASE("gRPC refusals of query, admin and rendezvous calls are counted in /me
     }
     CHECK(reader->Finish().error_code() == grpc::StatusCode::NOT_FOUND);
   }
-  {
-    grpc::ClientContext ctx;
-    v1::SetPolicyRequest req;
-    req.set_job_id("counted");
-    req.mutable_policy()->set_threshold_factor(0.5);
-    v1::Job job;
-    CHECK(d.admin->SetPolicy(&ctx, req, &job).error_code() ==
-          grpc::StatusCode::INVALID_ARGUMENT);
-  }
+  v1::PolicyConfig bad_policy;
+  bad_policy.set_threshold_factor(0.5);
+  CHECK(SetPolicy(*d.admin, "counted", bad_policy, &job).error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
   auto rendezvous = v1::RendezvousService::NewStub(d.channel);
   {
     grpc::ClientContext ctx;

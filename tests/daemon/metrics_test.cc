@@ -19,8 +19,12 @@
 #include "registry/job_registry.h"
 #include "metrics/daemon_metrics.h"
 #include "metrics/stats.h"
+#include "registry_test_util.h"
 
 namespace sd = straggler::daemon;
+using straggler::daemon::testutil::IngestLocked;
+using straggler::daemon::testutil::RecordingSubscriber;
+using straggler::daemon::testutil::RegistryHello;
 
 TEST_CASE("values: exact integers without exponent, specials, shortest round trip") {
   CHECK(straggler::common::FormatValue(0) == "0");
@@ -238,39 +242,17 @@ TEST_CASE("process metrics are read from /proc") {
   CHECK_THAT(text, Catch::Contains("# TYPE process_open_fds gauge\n"));
 }
 
-namespace {
-
-class NullSubscriber final : public sd::JobSubscriber {
- public:
-  void OnMembershipChangedLocked(const sd::Job::Locked&) override {}
-  void CloseLocked(const absl::Status&) override {}
-};
-
-}  // namespace
-
 TEST_CASE("the daemon collector: per-rank series up to per_rank_max_ranks, one-hot state") {
   sd::DaemonStats stats;
   sd::JobRegistry registry(std::make_shared<const sd::DaemonConfig>(), stats);
-  straggler::common::StreamHello hello;
-  hello.job_id = "small";
-  hello.node = "n0";
-  hello.world_size = 2;
-  hello.ranks = {0, 1};
   const auto now = sd::WallNow();
-  auto small = registry.Attach(hello, std::make_shared<NullSubscriber>(), now);
+  auto small = registry.Attach(RegistryHello("small", 2, {0, 1}, "n0"),
+                               std::make_shared<RecordingSubscriber>(), now);
   REQUIRE(small.ok());
-  {
-    sd::Job::Locked locked(**small);
-    straggler::engine::Report r;
-    r.rank = 1;
-    r.iteration = 1;
-    r.compute_seconds = 0.5;
-    REQUIRE(locked->engine.Ingest(r, now).accepted);
-  }
-  hello.job_id = "big";
-  hello.world_size = 3;
-  hello.ranks = {0};
-  REQUIRE(registry.Attach(hello, std::make_shared<NullSubscriber>(), now).ok());
+  IngestLocked(**small, /*rank=*/1, /*iteration=*/1, /*compute_seconds=*/0.5, now);
+  REQUIRE(registry.Attach(RegistryHello("big", 3, {0}, "n0"),
+                          std::make_shared<RecordingSubscriber>(), now)
+              .ok());
 
   sd::MetricsOptions options;
   options.version = "9.9.9";
@@ -304,22 +286,12 @@ TEST_CASE("the daemon collector: per-rank series up to per_rank_max_ranks, one-h
 TEST_CASE("the daemon collector: the job's step time is its slowest active rank's step") {
   sd::DaemonStats stats;
   sd::JobRegistry registry(std::make_shared<const sd::DaemonConfig>(), stats);
-  straggler::common::StreamHello hello;
-  hello.job_id = "steps";
-  hello.node = "n0";
-  hello.world_size = 2;
-  hello.ranks = {0, 1};
   const auto now = sd::WallNow();
-  auto job = registry.Attach(hello, std::make_shared<NullSubscriber>(), now);
+  auto job = registry.Attach(RegistryHello("steps", 2, {0, 1}, "n0"),
+                             std::make_shared<RecordingSubscriber>(), now);
   REQUIRE(job.ok());
   auto ingest = [&](uint32_t rank, uint64_t iteration, double compute, std::optional<double> step) {
-    sd::Job::Locked locked(**job);
-    straggler::engine::Report r;
-    r.rank = rank;
-    r.iteration = iteration;
-    r.compute_seconds = compute;
-    r.step_seconds = step;
-    REQUIRE(locked->engine.Ingest(r, now).accepted);
+    IngestLocked(**job, rank, iteration, compute, now, step);
   };
   sd::MetricsOptions options;
   // Nothing judged yet.

@@ -33,23 +33,62 @@ sd::DaemonConfig WithRendezvous(sd::RendezvousConfig rv) {
   return config;
 }
 
+void SetDuration(google::protobuf::Duration* d, std::chrono::milliseconds ms) {
+  d->set_seconds(ms.count() / 1000);
+  d->set_nanos(static_cast<int32_t>((ms.count() % 1000) * 1000000));
+}
+
+v1::RendezvousSetRequest SetRequest(const std::string& job, const std::string& key,
+                                    const std::string& value) {
+  v1::RendezvousSetRequest req;
+  req.set_job_id(job);
+  req.set_key(key);
+  req.set_value(value);
+  return req;
+}
+
+v1::RendezvousAddRequest AddRequest(const std::string& job, const std::string& key,
+                                    int64_t delta) {
+  v1::RendezvousAddRequest req;
+  req.set_job_id(job);
+  req.set_key(key);
+  req.set_delta(delta);
+  return req;
+}
+
+v1::RendezvousWaitRequest WaitRequest(const std::string& job, const std::vector<std::string>& keys) {
+  v1::RendezvousWaitRequest req;
+  req.set_job_id(job);
+  for (const auto& k : keys) req.add_keys(k);
+  return req;
+}
+
 struct Fixture : LoopbackDaemon {
   explicit Fixture(sd::RendezvousConfig rv = {})
       : LoopbackDaemon(WithRendezvous(rv)), stub(v1::RendezvousService::NewStub(channel)) {}
 
-  grpc::Status Set(const std::string& job, const std::string& key, const std::string& value,
-                   std::chrono::milliseconds ttl = 0ms) {
-    v1::RendezvousSetRequest req;
-    req.set_job_id(job);
-    req.set_key(key);
-    req.set_value(value);
-    if (ttl.count() > 0) {
-      req.mutable_ttl()->set_seconds(ttl.count() / 1000);
-      req.mutable_ttl()->set_nanos(static_cast<int32_t>((ttl.count() % 1000) * 1000000));
-    }
+  // The calls with a fresh context each; the answer is dropped.
+  grpc::Status Call(const v1::RendezvousSetRequest& req) {
     v1::RendezvousSetResponse resp;
     grpc::ClientContext ctx;
     return stub->Set(&ctx, req, &resp);
+  }
+  grpc::Status Call(const v1::RendezvousAddRequest& req) {
+    v1::RendezvousAddResponse resp;
+    grpc::ClientContext ctx;
+    return stub->Add(&ctx, req, &resp);
+  }
+  grpc::Status Call(const v1::RendezvousWaitRequest& req, grpc::ClientContext* ctx = nullptr) {
+    v1::RendezvousWaitResponse resp;
+    grpc::ClientContext own;
+    return stub->Wait(ctx ? ctx : &own, req, &resp);
+  }
+
+  grpc::Status Set(const std::string& job, const std::string& key, const std::string& value,
+                   std::chrono::milliseconds ttl = 0ms) {
+    v1::RendezvousSetRequest req = SetRequest(job, key, value);
+    if (ttl.count() > 0) SetDuration(req.mutable_ttl(), ttl);
+    return Call(req);
   }
 
   grpc::Status Get(const std::string& job, std::vector<std::string> keys,
@@ -63,14 +102,9 @@ struct Fixture : LoopbackDaemon {
 
   grpc::Status Wait(const std::string& job, std::vector<std::string> keys,
                     std::chrono::milliseconds timeout, grpc::ClientContext* ctx = nullptr) {
-    v1::RendezvousWaitRequest req;
-    req.set_job_id(job);
-    for (auto& k : keys) req.add_keys(k);
-    req.mutable_timeout()->set_seconds(timeout.count() / 1000);
-    req.mutable_timeout()->set_nanos(static_cast<int32_t>((timeout.count() % 1000) * 1000000));
-    v1::RendezvousWaitResponse resp;
-    grpc::ClientContext own;
-    return stub->Wait(ctx ? ctx : &own, req, &resp);
+    v1::RendezvousWaitRequest req = WaitRequest(job, keys);
+    SetDuration(req.mutable_timeout(), timeout);
+    return Call(req, ctx);
   }
 
   std::unique_ptr<v1::RendezvousService::Stub> stub;
@@ -217,13 +251,7 @@ TEST_CASE("rendezvous: Add is an atomic counter across concurrent callers") {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < kEach; ++i) {
-        v1::RendezvousAddRequest req;
-        req.set_job_id("j");
-        req.set_key("counter");
-        req.set_delta(2);
-        v1::RendezvousAddResponse resp;
-        grpc::ClientContext ctx;
-        REQUIRE(f.stub->Add(&ctx, req, &resp).ok());
+        REQUIRE(f.Call(AddRequest("j", "counter", 2)).ok());
       }
     });
   }
@@ -232,64 +260,35 @@ TEST_CASE("rendezvous: Add is an atomic counter across concurrent callers") {
   REQUIRE(f.Get("j", {"counter"}, &resp).ok());
   CHECK(resp.entries(0).value() == std::to_string(2 * kThreads * kEach));
   REQUIRE(f.Set("j", "text", "abc").ok());
-  v1::RendezvousAddRequest req;
-  req.set_job_id("j");
-  req.set_key("text");
-  req.set_delta(1);
-  v1::RendezvousAddResponse out;
-  grpc::ClientContext ctx;
-  grpc::Status s = f.stub->Add(&ctx, req, &out);
+  grpc::Status s = f.Call(AddRequest("j", "text", 1));
   CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK_THAT(s.error_message(), Catch::Contains("'text'"));
 }
 
 TEST_CASE("rendezvous: a negative TTL or Wait timeout is refused naming it") {
   Fixture f;
-  {
-    v1::RendezvousSetRequest req;
-    req.set_job_id("j");
-    req.set_key("k");
-    req.set_value("v");
-    req.mutable_ttl()->set_seconds(-5);
-    v1::RendezvousSetResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = f.stub->Set(&ctx, req, &resp);
-    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK(s.error_message() == "ttl=-5s 0ns is negative (omit it for the default)");
-  }
-  {
-    v1::RendezvousAddRequest req;
-    req.set_job_id("j");
-    req.set_key("n");
-    req.set_delta(1);
-    req.mutable_ttl()->set_nanos(-1);
-    v1::RendezvousAddResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = f.stub->Add(&ctx, req, &resp);
-    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(s.error_message(), Catch::StartsWith("ttl=0s -1ns is negative"));
-  }
-  {
-    v1::RendezvousWaitRequest req;
-    req.set_job_id("j");
-    req.add_keys("k");
-    req.mutable_timeout()->set_seconds(-1);
-    v1::RendezvousWaitResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = f.stub->Wait(&ctx, req, &resp);
-    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(s.error_message(), Catch::StartsWith("timeout=-1s 0ns is negative"));
-  }
+  v1::RendezvousSetRequest set = SetRequest("j", "k", "v");
+  set.mutable_ttl()->set_seconds(-5);
+  grpc::Status s = f.Call(set);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message() == "ttl=-5s 0ns is negative (omit it for the default)");
+
+  v1::RendezvousAddRequest add = AddRequest("j", "n", 1);
+  add.mutable_ttl()->set_nanos(-1);
+  s = f.Call(add);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(s.error_message(), Catch::StartsWith("ttl=0s -1ns is negative"));
+
+  v1::RendezvousWaitRequest wait = WaitRequest("j", {"k"});
+  wait.mutable_timeout()->set_seconds(-1);
+  s = f.Call(wait);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(s.error_message(), Catch::StartsWith("timeout=-1s 0ns is negative"));
+
   // Nothing was stored; a huge TTL is capped (no overflow), not refused.
   v1::RendezvousGetResponse got;
   CHECK(f.Get("j", {"k"}, &got).error_code() == grpc::StatusCode::NOT_FOUND);
-  v1::RendezvousSetRequest req;
-  req.set_job_id("j");
-  req.set_key("k");
-  req.set_value("v");
-  req.mutable_ttl()->set_seconds(std::numeric_limits<int64_t>::max());
-  v1::RendezvousSetResponse resp;
-  grpc::ClientContext ctx;
-  CHECK(f.stub->Set(&ctx, req, &resp).ok());
+  set.mutable_ttl()->set_seconds(std::numeric_limits<int64_t>::max());
+  CHECK(f.Call(set).ok());
   CHECK(f.Get("j", {"k"}, &got).ok());
 }

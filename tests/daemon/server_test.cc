@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "daemon_test_util.h"
 #include "registry/job_registry.h"
+#include "registry_test_util.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "straggler/v1/straggler.grpc.pb.h"
@@ -30,6 +31,17 @@ namespace {
 
 // Every test case starts its own daemon.
 using Fixture = LoopbackDaemon;
+
+// The hello of a client that holds `version` (effective from `effective`) of
+// an earlier daemon, or of this one when `incarnation` is its.
+v1::ReportBatch HelloHolding(const std::string& job, const std::vector<uint32_t>& ranks,
+                             uint64_t version, uint64_t effective, uint64_t incarnation = 0) {
+  v1::ReportBatch b = Hello(job, 4, ranks);
+  b.mutable_hello()->set_known_membership_version(version);
+  b.mutable_hello()->set_known_effective_iteration(effective);
+  if (incarnation != 0) b.mutable_hello()->set_known_incarnation(incarnation);
+  return b;
+}
 
 }  // namespace
 
@@ -73,16 +85,13 @@ TEST_CASE("hello errors name the offending value") {
 
 TEST_CASE("batches are acknowledged with counts, rejections and the membership") {
   Fixture f;
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
+  OpenStream stream(*f.ingest);
   v1::ReportBatch b = Hello("acks", 4, {0, 1});
-  b.set_sequence(1);
   AddReport(b, 0, 1, 0.1);
   AddReport(b, 1, 1, 0.1);
   AddReport(b, 2, 1, 0.1);      // not this stream's rank
   AddReport(b, 0, 2, -1.0);     // invalid value
-  REQUIRE(stream->Write(b));
-  v1::Directive ack = ReadAck(*stream, 1);
+  v1::Directive ack = stream.Send(b, 1);
   CHECK(ack.accepted() == 2);
   CHECK(ack.rejected() == 2);
   REQUIRE(ack.rejections_size() == 2);
@@ -97,57 +106,44 @@ TEST_CASE("batches are acknowledged with counts, rejections and the membership")
 
   // Duplicates are acknowledged, counted apart from rejections, change nothing.
   v1::ReportBatch again;
-  again.set_sequence(2);
   AddReport(again, 0, 1, 0.1);
-  REQUIRE(stream->Write(again));
-  ack = ReadAck(*stream, 2);
+  ack = stream.Send(again, 2);
   CHECK(ack.accepted() == 0);
   CHECK(ack.rejected() == 0);
   CHECK(ack.duplicates() == 1);
   CHECK(ack.rejections_size() == 0);
 
-  v1::Job job;
-  grpc::ClientContext qctx;
-  v1::GetJobRequest req;
-  req.set_job_id("acks");
-  REQUIRE(f.query->GetJob(&qctx, req, &job).ok());
+  const v1::Job job = JobOf(*f.query, "acks");
   CHECK(job.world_size() == 4);
   CHECK(job.streams() == 1);
   CHECK(job.reports_total() == 2);
   CHECK(job.policy().threshold_factor() == 2.0);  // effective policy, every field set
 
-  CHECK(Close(*stream).ok());
+  CHECK(stream.Close().ok());
 }
 
 TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the stream goes on") {
   // The node agent's case: ranks of one job connect to it at different times
   // and it speaks for all of them on one upstream stream.
   Fixture f;
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
+  OpenStream stream(*f.ingest);
   v1::ReportBatch b = Hello("later", 4, {0});
-  b.set_sequence(1);
   AddReport(b, 0, 1, 0.1);
-  REQUIRE(stream->Write(b));
-  v1::Directive ack = ReadAck(*stream, 1);
+  v1::Directive ack = stream.Send(b, 1);
   CHECK(ack.accepted() == 1);
 
   // Before the later hello rank 2 is not the stream's.
   v1::ReportBatch before;
-  before.set_sequence(2);
   AddReport(before, 2, 1, 0.1);
-  REQUIRE(stream->Write(before));
-  ack = ReadAck(*stream, 2);
+  ack = stream.Send(before, 2);
   CHECK(ack.accepted() == 0);
   REQUIRE(ack.rejections_size() == 1);
   CHECK(ack.rejections(0).reason() == "rank_not_in_stream");
 
   v1::ReportBatch later = Hello("later", 4, {2, 3});
-  later.set_sequence(3);
   AddReport(later, 2, 1, 0.1);
   AddReport(later, 3, 1, 0.1);
-  REQUIRE(stream->Write(later));
-  ack = ReadAck(*stream, 3);
+  ack = stream.Send(later, 3);
   CHECK(ack.accepted() == 2);
   CHECK(ack.rejected() == 0);
   // A full set again: progress of every rank of the stream, and memberships.
@@ -160,60 +156,40 @@ TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the st
   // Another job's hello, or another world size, is refused by name; the
   // stream keeps its ranks and goes on.
   v1::ReportBatch wrong = Hello("other-job", 4, {1});
-  wrong.set_sequence(4);
   AddReport(wrong, 0, 2, 0.1);
-  REQUIRE(stream->Write(wrong));
-  ack = ReadAck(*stream, 4);
+  ack = stream.Send(wrong, 4);
   CHECK(ack.accepted() == 1);
   REQUIRE(ack.rejections_size() == 1);
   CHECK(ack.rejections(0).reason() == "invalid_hello");
   CHECK(ack.rejections(0).message().find("other-job") != std::string::npos);
 
-  v1::ReportBatch wrong_size = Hello("later", 8, {1});
-  wrong_size.set_sequence(5);
-  REQUIRE(stream->Write(wrong_size));
-  ack = ReadAck(*stream, 5);
+  ack = stream.Send(Hello("later", 8, {1}), 5);
   REQUIRE(ack.rejections_size() == 1);
   CHECK(ack.rejections(0).message().find("world_size=8") != std::string::npos);
 
-  v1::Job job;
-  grpc::ClientContext qctx;
-  v1::GetJobRequest req;
-  req.set_job_id("later");
-  REQUIRE(f.query->GetJob(&qctx, req, &job).ok());
+  const v1::Job job = JobOf(*f.query, "later");
   CHECK(job.streams() == 1);
   CHECK(job.reports_total() == 4);
 
-  CHECK(Close(*stream).ok());
+  CHECK(stream.Close().ok());
 }
 
 TEST_CASE("queries and admin calls report bad input with the right code") {
   Fixture f;
   {
-    grpc::ClientContext ctx;
-    auto stream = f.ingest->Stream(&ctx);
-    v1::ReportBatch b = Hello("q", 4, {0, 1, 2, 3});
-    b.set_sequence(7);
-    REQUIRE(stream->Write(b));
-    ReadAck(*stream, 7);
-    REQUIRE(Close(*stream).ok());
+    OpenStream stream(*f.ingest);
+    stream.Send(Hello("q", 4, {0, 1, 2, 3}), 7);
+    REQUIRE(stream.Close().ok());
   }
   {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_job_id("nope");
     v1::Job job;
-    grpc::Status s = f.query->GetJob(&ctx, req, &job);
+    grpc::Status s = GetJob(*f.query, "nope", &job);
     CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
     CHECK(s.error_message() == "job 'nope' not found");
   }
   {
-    grpc::ClientContext ctx;
-    v1::GetWorkerRequest req;
-    req.set_job_id("q");
-    req.set_rank(4);
     v1::Worker w;
-    grpc::Status s = f.query->GetWorker(&ctx, req, &w);
+    grpc::Status s = GetWorker(*f.query, "q", 4, &w);
     // The same answer as REST's 404 (one query core, api.cc).
     CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
     CHECK(s.error_message() == "rank 4 not found: job 'q' has world_size 4");
@@ -228,43 +204,30 @@ TEST_CASE("queries and admin calls report bad input with the right code") {
     CHECK(resp.workers(3).node() == "test-node");
   }
   {
-    grpc::ClientContext ctx;
-    v1::SetPolicyRequest req;
-    req.set_job_id("q");
-    req.mutable_policy()->set_threshold_factor(0.5);
+    v1::PolicyConfig policy;
+    policy.set_threshold_factor(0.5);
     v1::Job job;
-    grpc::Status s = f.admin->SetPolicy(&ctx, req, &job);
+    grpc::Status s = SetPolicy(*f.admin, "q", policy, &job);
     CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(s.error_message(), Catch::Contains("threshold_factor=0.5"));
   }
   {
-    grpc::ClientContext ctx;
-    v1::SetPolicyRequest req;
-    req.set_job_id("q");
-    req.mutable_policy()->set_limit(9);
+    v1::PolicyConfig policy;
+    policy.set_limit(9);
     v1::Job job;
-    REQUIRE(f.admin->SetPolicy(&ctx, req, &job).ok());
+    REQUIRE(SetPolicy(*f.admin, "q", policy, &job).ok());
     CHECK(job.policy().limit() == 9);
     CHECK(job.policy().threshold_factor() == 2.0);  // untouched fields keep their values
   }
   {
-    grpc::ClientContext ctx;
-    v1::SetRankOverrideRequest req;
-    req.set_job_id("q");
-    req.set_rank(1);
     v1::Membership m;
-    grpc::Status s = f.admin->SetRankOverride(&ctx, req, &m);  // UNSPECIFIED
+    grpc::Status s = SetOverride(*f.admin, "q", 1, v1::RANK_OVERRIDE_UNSPECIFIED, "", &m);
     CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   }
   {
     // A number outside the enum has no name: the message shows the number.
-    grpc::ClientContext ctx;
-    v1::SetRankOverrideRequest req;
-    req.set_job_id("q");
-    req.set_rank(1);
-    req.set_override(static_cast<v1::RankOverride>(42));
     v1::Membership m;
-    grpc::Status s = f.admin->SetRankOverride(&ctx, req, &m);
+    grpc::Status s = SetOverride(*f.admin, "q", 1, static_cast<v1::RankOverride>(42), "", &m);
     CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(s.error_message(), Catch::StartsWith("override=42 is not RANK_OVERRIDE_NONE"));
   }
@@ -282,12 +245,9 @@ TEST_CASE("queries and admin calls report bad input with the right code") {
 
 TEST_CASE("a forced exclusion is pushed to the job's streams and watchers") {
   Fixture f;
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
+  OpenStream stream(*f.ingest);
   v1::ReportBatch b = Hello("push", 4, {0, 1, 2, 3});
-  b.set_sequence(1);
-  REQUIRE(stream->Write(b));
-  v1::Directive ack = ReadAck(*stream, 1);
+  v1::Directive ack = stream.Send(b, 1);
   const uint64_t v0 = ack.memberships(ack.memberships_size() - 1).version();
 
   grpc::ClientContext wctx;
@@ -298,23 +258,14 @@ TEST_CASE("a forced exclusion is pushed to the job's streams and watchers") {
   REQUIRE(watch->Read(&current));
   CHECK(current.version() == v0);
 
-  v1::Membership m;
-  {
-    grpc::ClientContext actx;
-    v1::SetRankOverrideRequest req;
-    req.set_job_id("push");
-    req.set_rank(2);
-    req.set_override(v1::RANK_OVERRIDE_FORCE_EXCLUDE);
-    req.set_reason("test");
-    REQUIRE(f.admin->SetRankOverride(&actx, req, &m).ok());
-  }
+  const v1::Membership m = ForceExclude(*f.admin, "push", 2);
   CHECK(m.version() > v0);
   REQUIRE(m.excluded_size() == 1);
   CHECK(m.excluded(0).rank() == 2);
   CHECK(m.excluded(0).reason() == v1::EXCLUSION_REASON_FORCED);
 
   v1::Directive push;
-  REQUIRE(stream->Read(&push));
+  REQUIRE(stream.stream->Read(&push));
   REQUIRE(push.memberships_size() >= 1);
   CHECK(push.memberships(push.memberships_size() - 1).version() == m.version());
 
@@ -329,24 +280,19 @@ TEST_CASE("a forced exclusion is pushed to the job's streams and watchers") {
 
   // Shutdown tells the open stream to go away and come back later.
   f.server.Shutdown(std::chrono::seconds(2));
-  while (stream->Read(&push)) {
-  }
-  CHECK(stream->Finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(stream.Drain().error_code() == grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_CASE("a hello naming a version from an earlier daemon raises the job above it") {
   Fixture f;
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Hello("restarted", 4, {0, 1});
-  b.mutable_hello()->set_known_membership_version(7);
-  b.mutable_hello()->set_known_effective_iteration(100);
+  OpenStream stream(*f.ingest);
+  v1::ReportBatch b = HelloHolding("restarted", {0, 1}, 7, 100);
   b.set_sequence(1);
-  REQUIRE(stream->Write(b));
+  REQUIRE(stream.stream->Write(b));
   // Pushes may come before the ack: look at every directive up to it.
   uint64_t newest = 0, newest_effective = 0;
   v1::Directive d;
-  while (stream->Read(&d)) {
+  while (stream.stream->Read(&d)) {
     for (const auto& m : d.memberships()) {
       if (m.version() >= newest) {
         newest = m.version();
@@ -359,74 +305,45 @@ TEST_CASE("a hello naming a version from an earlier daemon raises the job above 
   CHECK(newest >= 8);
   CHECK(newest_effective > 100);
 
-  v1::Membership current;
-  {
-    grpc::ClientContext qctx;
-    v1::GetMembershipRequest req;
-    req.set_job_id("restarted");
-    REQUIRE(f.query->GetMembership(&qctx, req, &current).ok());
-  }
+  const v1::Membership current = MembershipOf(*f.query, "restarted");
   CHECK(current.version() == newest);
   CHECK(current.excluded_size() == 0);  // same (empty) excluded set
 
   // Another stream of the job holding the same version changes nothing.
-  grpc::ClientContext ctx2;
-  auto stream2 = f.ingest->Stream(&ctx2);
-  v1::ReportBatch b2 = Hello("restarted", 4, {2, 3});
-  b2.mutable_hello()->set_known_membership_version(7);
-  b2.mutable_hello()->set_known_effective_iteration(100);
-  b2.set_sequence(1);
-  REQUIRE(stream2->Write(b2));
-  v1::Directive ack2 = ReadAck(*stream2, 1);
+  OpenStream stream2(*f.ingest);
+  v1::ReportBatch b2 = HelloHolding("restarted", {2, 3}, 7, 100);
+  v1::Directive ack2 = stream2.Send(b2, 1);
   REQUIRE(ack2.memberships_size() >= 1);
   CHECK(ack2.memberships(ack2.memberships_size() - 1).version() == newest);
 
   // A reconnect holding this daemon run's newest version (same incarnation)
   // is a plain reconnect: no new version.
   REQUIRE(current.incarnation() != 0);
-  grpc::ClientContext ctx3;
-  auto stream3 = f.ingest->Stream(&ctx3);
-  v1::ReportBatch b3 = Hello("restarted", 4, {0, 1});
-  b3.mutable_hello()->set_known_membership_version(current.version());
-  b3.mutable_hello()->set_known_effective_iteration(current.effective_iteration());
-  b3.mutable_hello()->set_known_incarnation(current.incarnation());
-  b3.set_sequence(1);
-  REQUIRE(stream3->Write(b3));
-  v1::Directive ack3 = ReadAck(*stream3, 1);
+  OpenStream stream3(*f.ingest);
+  v1::ReportBatch b3 = HelloHolding("restarted", {0, 1}, current.version(),
+                                    current.effective_iteration(), current.incarnation());
+  v1::Directive ack3 = stream3.Send(b3, 1);
   REQUIRE(ack3.memberships_size() >= 1);
   CHECK(ack3.memberships(ack3.memberships_size() - 1).version() == newest);
 
-  for (auto* s : {stream.get(), stream2.get(), stream3.get()}) {
-    CHECK(Close(*s).ok());
-  }
+  for (OpenStream* s : {&stream, &stream2, &stream3}) CHECK(s->Close().ok());
 }
 
 TEST_CASE("a hello's excluded ranks and progress shape a restarted daemon's first version") {
   Fixture f;
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
+  OpenStream stream(*f.ingest);
   // The client holds v7 (rank 2 out as a straggler, since iteration 100) and
   // its ranks have reached iteration 500: the old daemon is gone, nothing
   // else is known here.
-  v1::ReportBatch b = Hello("restarted-excluded", 4, {0, 1});
-  b.mutable_hello()->set_known_membership_version(7);
-  b.mutable_hello()->set_known_effective_iteration(100);
+  v1::ReportBatch b = HelloHolding("restarted-excluded", {0, 1}, 7, 100);
   v1::ExcludedRank* x = b.mutable_hello()->add_known_excluded();
   x->set_rank(2);
   x->set_reason(v1::EXCLUSION_REASON_STRAGGLER);
   x->set_detail("1.9x the baseline");
   b.mutable_hello()->set_reported_iteration(500);
-  b.set_sequence(1);
-  REQUIRE(stream->Write(b));
-  ReadAck(*stream, 1);
+  stream.Send(b, 1);
 
-  v1::Membership current;
-  {
-    grpc::ClientContext qctx;
-    v1::GetMembershipRequest req;
-    req.set_job_id("restarted-excluded");
-    REQUIRE(f.query->GetMembership(&qctx, req, &current).ok());
-  }
+  const v1::Membership current = MembershipOf(*f.query, "restarted-excluded");
   CHECK(current.version() == 8);
   // Not 101: the ranks are past it. After 500, the one step a rank not heard
   // from may be further, and the lead.
@@ -434,7 +351,7 @@ TEST_CASE("a hello's excluded ranks and progress shape a restarted daemon's firs
   REQUIRE(current.excluded_size() == 1);
   CHECK(current.excluded(0).rank() == 2);
   CHECK(current.excluded(0).reason() == v1::EXCLUSION_REASON_STRAGGLER);
-  CHECK(Close(*stream).ok());
+  CHECK(stream.Close().ok());
 
   // An excluded rank outside the job is refused, naming it.
   v1::ReportBatch b2 = Hello("restarted-bad", 4, {0});
@@ -453,37 +370,17 @@ TEST_CASE("a hello cannot force a rank out: a held forced exclusion gets no over
   // out for agreement's sake, but only as a held straggler that its own
   // reports release, never as an operator's override.
   Fixture f;
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
-  v1::ReportBatch b = Hello("forged", 4, {0, 1, 2, 3});
-  b.mutable_hello()->set_known_membership_version(7);
-  b.mutable_hello()->set_known_effective_iteration(1);
-  b.mutable_hello()->set_known_incarnation(12345);  // not this daemon's
+  OpenStream stream(*f.ingest);
+  // 12345: not this daemon's incarnation.
+  v1::ReportBatch b = HelloHolding("forged", {0, 1, 2, 3}, 7, 1, 12345);
   v1::ExcludedRank* x = b.mutable_hello()->add_known_excluded();
   x->set_rank(2);
   x->set_reason(v1::EXCLUSION_REASON_FORCED);
   x->set_detail("operator");
-  b.set_sequence(1);
-  REQUIRE(stream->Write(b));
-  ReadAck(*stream, 1);
+  stream.Send(b, 1);
 
-  auto membership = [&] {
-    grpc::ClientContext qctx;
-    v1::GetMembershipRequest req;
-    req.set_job_id("forged");
-    v1::Membership m;
-    REQUIRE(f.query->GetMembership(&qctx, req, &m).ok());
-    return m;
-  };
-  auto worker = [&] {
-    grpc::ClientContext qctx;
-    v1::GetWorkerRequest req;
-    req.set_job_id("forged");
-    req.set_rank(2);
-    v1::Worker w;
-    REQUIRE(f.query->GetWorker(&qctx, req, &w).ok());
-    return w;
-  };
+  auto membership = [&] { return MembershipOf(*f.query, "forged"); };
+  auto worker = [&] { return WorkerOf(*f.query, "forged", 2); };
   const v1::Membership held = membership();
   CHECK(held.version() == 8);
   REQUIRE(held.excluded_size() == 1);
@@ -493,30 +390,27 @@ TEST_CASE("a hello cannot force a rank out: a held forced exclusion gets no over
 
   // Every rank fast, rank 2 included (its shadow steps): it is released.
   v1::ReportBatch reports;
-  reports.set_sequence(2);
   for (uint64_t it = 1; it <= 200; ++it) {
     for (uint32_t r = 0; r < 4; ++r) AddReport(reports, r, it, 0.1);
   }
-  REQUIRE(stream->Write(reports));
-  ReadAck(*stream, 2);
+  stream.Send(reports, 2);
   const v1::Membership after = membership();
   CHECK(after.version() > held.version());
   CHECK(after.excluded_size() == 0);
   CHECK(worker().override() != v1::RANK_OVERRIDE_FORCE_EXCLUDE);
-  CHECK(Close(*stream).ok());
+  CHECK(stream.Close().ok());
 }
 
 TEST_CASE("after the first directive a stream is sent only the versions it lacks") {
   Fixture f;
-  grpc::ClientContext ctx;
-  auto stream = f.ingest->Stream(&ctx);
+  OpenStream stream(*f.ingest);
   v1::ReportBatch b = Hello("delta", 4, {0, 1, 2, 3});
   b.set_sequence(1);
-  REQUIRE(stream->Write(b));
+  REQUIRE(stream.stream->Write(b));
   std::vector<uint64_t> carried;  // every version carried on the stream, in order
   auto read_until_ack = [&](uint64_t sequence) {
     v1::Directive d;
-    while (stream->Read(&d)) {
+    while (stream.stream->Read(&d)) {
       for (const auto& m : d.memberships()) carried.push_back(m.version());
       if (d.acked_sequence() == sequence) return d;
     }
@@ -529,7 +423,7 @@ TEST_CASE("after the first directive a stream is sent only the versions it lacks
   v1::ReportBatch r;
   r.set_sequence(2);
   for (uint32_t rank = 0; rank < 4; ++rank) AddReport(r, rank, 1, 0.1);
-  REQUIRE(stream->Write(r));
+  REQUIRE(stream.stream->Write(r));
   ack = read_until_ack(2);
   CHECK(ack.memberships_size() == 0);  // nothing new
   CHECK(ack.accepted() == 4);
@@ -537,49 +431,19 @@ TEST_CASE("after the first directive a stream is sent only the versions it lacks
 
   // Two forced exclusions: each new version is carried exactly once.
   uint64_t last = 0;
-  for (uint32_t rank : {2u, 3u}) {
-    grpc::ClientContext actx;
-    v1::SetRankOverrideRequest req;
-    req.set_job_id("delta");
-    req.set_rank(rank);
-    req.set_override(v1::RANK_OVERRIDE_FORCE_EXCLUDE);
-    req.set_reason("test");
-    v1::Membership m;
-    REQUIRE(f.admin->SetRankOverride(&actx, req, &m).ok());
-    last = m.version();
-  }
+  for (uint32_t rank : {2u, 3u}) last = ForceExclude(*f.admin, "delta", rank).version();
   r.Clear();
   r.set_sequence(3);
   AddReport(r, 0, 2, 0.1);
-  REQUIRE(stream->Write(r));
+  REQUIRE(stream.stream->Write(r));
   read_until_ack(3);
   REQUIRE_FALSE(carried.empty());
   CHECK(carried.back() == last);
   CHECK(std::is_sorted(carried.begin(), carried.end()));
   CHECK(std::adjacent_find(carried.begin(), carried.end()) == carried.end());  // no repeats
 
-  CHECK(Close(*stream).ok());
+  CHECK(stream.Close().ok());
 }
-
-namespace {
-
-class RecordingSubscriber final : public sd::JobSubscriber {
- public:
-  void OnMembershipChangedLocked(const sd::Job::Locked&) override {}
-  void CloseLocked(const absl::Status&) override { closed.store(true); }
-  std::atomic<bool> closed{false};
-};
-
-straggler::common::StreamHello RegistryHello(const std::string& job) {
-  straggler::common::StreamHello h;
-  h.job_id = job;
-  h.node = "n";
-  h.ranks = {0};
-  h.world_size = 2;
-  return h;
-}
-
-}  // namespace
 
 TEST_CASE("a job with no stream and no watcher is removed after the idle TTL") {
   spdlog::set_level(spdlog::level::warn);
@@ -591,7 +455,7 @@ TEST_CASE("a job with no stream and no watcher is removed after the idle TTL") {
   using std::chrono::seconds;
 
   auto stream = std::make_shared<RecordingSubscriber>();
-  auto attached = registry.Attach(RegistryHello("idle"), stream, sd::WallNow());
+  auto attached = registry.Attach(RegistryHello("idle", 2, {0}), stream, sd::WallNow());
   REQUIRE(attached.ok());
   std::shared_ptr<sd::Job> job = *attached;
   // An open stream keeps it (the tick judges it instead: unresponsive events).
@@ -622,7 +486,7 @@ TEST_CASE("a job with no stream and no watcher is removed after the idle TTL") {
   CHECK(registry.Events(query).events.size() == events);
 
   // A new hello starts a fresh job of that id.
-  auto again = registry.Attach(RegistryHello("idle"), stream, sd::WallNow());
+  auto again = registry.Attach(RegistryHello("idle", 2, {0}), stream, sd::WallNow());
   REQUIRE(again.ok());
   CHECK(*again != job);
   CHECK(registry.Find("idle") == *again);
@@ -634,7 +498,7 @@ TEST_CASE("a subscriber attached while the registry closes is refused or closed"
     auto config = std::make_shared<sd::DaemonConfig>();
     sd::DaemonStats stats;
     sd::JobRegistry registry(config, stats);
-    REQUIRE(registry.Attach(RegistryHello("race"), std::make_shared<RecordingSubscriber>(),
+    REQUIRE(registry.Attach(RegistryHello("race", 2, {0}), std::make_shared<RecordingSubscriber>(),
                             sd::WallNow())
                 .ok());
     auto stream = std::make_shared<RecordingSubscriber>();
@@ -642,7 +506,7 @@ TEST_CASE("a subscriber attached while the registry closes is refused or closed"
     std::shared_ptr<sd::Job> job = registry.Find("race");
     absl::Status attach_status, watch_status;
     std::thread attacher([&] {
-      attach_status = registry.Attach(RegistryHello("race"), stream, sd::WallNow()).status();
+      attach_status = registry.Attach(RegistryHello("race", 2, {0}), stream, sd::WallNow()).status();
     });
     std::thread watching([&] { watch_status = registry.Watch(*job, watcher); });
     registry.CloseAll(absl::UnavailableError("bye"));

@@ -113,12 +113,7 @@ std::string PromtoolCheck(const std::string& text) {
 TEST_CASE("telemetry: GetWorker and REST show the rank's latest sample", "[telemetry]") {
   Fixture f;
   f.Feed("tele-worker", Gpu(3, 1.10, 0x40, 91));
-  grpc::ClientContext ctx;
-  v1::GetWorkerRequest req;
-  req.set_job_id("tele-worker");
-  req.set_rank(3);
-  v1::Worker w;
-  REQUIRE(f.query->GetWorker(&ctx, req, &w).ok());
+  v1::Worker w = WorkerOf(*f.query, "tele-worker", 3);
   REQUIRE(w.has_gpu());
   CHECK(w.gpu().uuid() == "GPU-00000003");
   CHECK(w.gpu().sm_clock_hertz() == 1.10e9);
@@ -135,10 +130,7 @@ TEST_CASE("telemetry: GetWorker and REST show the rank's latest sample", "[telem
   CHECK_THAT(res->body, Catch::Contains("\"clockEventReasons\":\"64\""));
 
   // Every rank shows its own GPU.
-  grpc::ClientContext ctx2;
-  req.set_job_id("tele-worker");
-  req.set_rank(0);
-  REQUIRE(f.query->GetWorker(&ctx2, req, &w).ok());
+  w = WorkerOf(*f.query, "tele-worker", 0);
   CHECK(w.gpu().sm_clock_hertz() == 1.77e9);
 }
 
@@ -205,11 +197,5 @@ TEST_CASE("telemetry: samples for foreign ranks or with impossible values are re
   CHECK_THAT(res->body,
              Catch::Contains("straggler_telemetry_rejected_total{reason=\"invalid_value\"} 1\n"));
   CHECK_THAT(res->body, Catch::Contains("straggler_telemetry_samples_total 0\n"));
-  grpc::ClientContext ctx2;
-  v1::GetWorkerRequest req;
-  req.set_job_id("tele-bad");
-  req.set_rank(0);
-  v1::Worker w;
-  REQUIRE(f.query->GetWorker(&ctx2, req, &w).ok());
-  CHECK_FALSE(w.has_gpu());
+  CHECK_FALSE(WorkerOf(*f.query, "tele-bad", 0).has_gpu());
 }

@@ -25,7 +25,8 @@ namespace {
 using testutil::AddReport;
 using testutil::Hello;
 using testutil::LoopbackDaemon;
-using testutil::ReadAck;
+using testutil::OpenStream;
+using testutil::WorkerOf;
 
 void Declare(v1::ReportBatch& b, uint32_t rank, uint64_t incarnation, const std::string& group,
              std::optional<uint32_t> replica) {
@@ -34,16 +35,6 @@ void Declare(v1::ReportBatch& b, uint32_t rank, uint64_t incarnation, const std:
   d->set_incarnation(incarnation);
   d->set_peer_group(group);
   if (replica) d->set_replica(*replica);
-}
-
-v1::Worker GetWorker(LoopbackDaemon& d, const std::string& job, uint32_t rank) {
-  grpc::ClientContext ctx;
-  v1::GetWorkerRequest req;
-  req.set_job_id(job);
-  req.set_rank(rank);
-  v1::Worker w;
-  REQUIRE(d.query->GetWorker(&ctx, req, &w).ok());
-  return w;
 }
 
 std::string HttpGet(LoopbackDaemon& d, const std::string& path) {
@@ -137,11 +128,8 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
   Declare(b, 1, 12, "stage1", 0);
   Declare(b, 2, 13, "stage 0", 1);  // refused: a space
   for (uint32_t r : {0u, 1u, 2u}) AddReport(b, r, 1, 0.1);
-  b.set_sequence(1);
-  grpc::ClientContext ctx;
-  auto stream = d.ingest->Stream(&ctx);
-  REQUIRE(stream->Write(b));
-  v1::Directive ack = ReadAck(*stream, 1);
+  OpenStream stream(*d.ingest);
+  v1::Directive ack = stream.Send(b, 1);
   CHECK(ack.accepted() == 3);  // nothing else of the hello is lost
   CHECK(ack.rejected() == 0);  // a refused claim is not a rejected report
   const auto refused = Rejections(ack, "invalid_topology");
@@ -149,16 +137,16 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
   CHECK(refused[0] ==
         "rank 2: peer_group 'stage 0' has ' ' at byte 5; allowed: A-Z a-z 0-9 . _ -");
 
-  v1::Worker w0 = GetWorker(d, job, 0);
+  v1::Worker w0 = WorkerOf(*d.query, job, 0);
   CHECK(w0.peer_group() == "stage0");
   REQUIRE(w0.has_replica());
   CHECK(w0.replica() == 0);
   CHECK(w0.gpu_model() == "NVIDIA H100 80GB HBM3");
-  CHECK(GetWorker(d, job, 1).gpu_model().empty());
+  CHECK(WorkerOf(*d.query, job, 1).gpu_model().empty());
   CHECK(HttpGet(d, "/v1/jobs/" + job + "/workers/0").find(
             "\"gpuModel\":\"NVIDIA H100 80GB HBM3\"") != std::string::npos);
-  CHECK(GetWorker(d, job, 1).peer_group() == "stage1");
-  v1::Worker w2 = GetWorker(d, job, 2);
+  CHECK(WorkerOf(*d.query, job, 1).peer_group() == "stage1");
+  v1::Worker w2 = WorkerOf(*d.query, job, 2);
   CHECK(w2.peer_group().empty());
   CHECK_FALSE(w2.has_replica());
   CHECK(w2.reports_total() == 1);
@@ -177,9 +165,7 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
   v1::ReportBatch later = Hello(job, 4, {0, 1});
   Declare(later, 0, 11, "stage1", 0);  // same incarnation, another group
   Declare(later, 1, 99, "stage0", 1);  // a new process for rank 1
-  later.set_sequence(2);
-  REQUIRE(stream->Write(later));
-  ack = ReadAck(*stream, 2);
+  ack = stream.Send(later, 2);
   const auto changed = Rejections(ack, "invalid_topology");
   REQUIRE(changed.size() == 1);
   // Rank 0 declared its GPU model in the first hello: the refusal names all
@@ -187,8 +173,8 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
   CHECK(changed[0].find("rank 0: peer_group 'stage1' replica 0 differs from the peer_group "
                         "'stage0' replica 0 gpu_model 'NVIDIA H100 80GB HBM3' its client "
                         "process declared before") == 0);
-  CHECK(GetWorker(d, job, 0).peer_group() == "stage0");
-  v1::Worker w1 = GetWorker(d, job, 1);
+  CHECK(WorkerOf(*d.query, job, 0).peer_group() == "stage0");
+  v1::Worker w1 = WorkerOf(*d.query, job, 1);
   CHECK(w1.peer_group() == "stage0");
   CHECK(w1.replica() == 1);
 
@@ -196,11 +182,8 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
   v1::ReportBatch other = Hello(job, 4, {3});
   Declare(other, 3, 14, "stage1", 4);
   AddReport(other, 3, 1, 0.1);
-  other.set_sequence(1);
-  grpc::ClientContext ctx3;
-  auto stream3 = d.ingest->Stream(&ctx3);
-  REQUIRE(stream3->Write(other));
-  ack = ReadAck(*stream3, 1);
+  OpenStream stream3(*d.ingest);
+  ack = stream3.Send(other, 1);
   CHECK(ack.accepted() == 1);
   REQUIRE(Rejections(ack, "invalid_topology") ==
           std::vector<std::string>{"rank 3: replica=4 >= world_size=4"});
@@ -219,8 +202,8 @@ TEST_CASE("topology: declared topology shows in gRPC, REST and metrics, bad clai
             "straggler_topology_refused_total{reason=\"changed_without_new_incarnation\"} 1") !=
         std::string::npos);
 
-  CHECK(testutil::Close(*stream3).ok());
-  CHECK(testutil::Close(*stream).ok());
+  CHECK(stream3.Close().ok());
+  CHECK(stream.Close().ok());
 }
 
 }  // namespace straggler::daemon

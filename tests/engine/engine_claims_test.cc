@@ -9,10 +9,7 @@ namespace straggler::engine {
 namespace {
 
 using namespace std::chrono_literals;
-using testutil::ExcludedRanks;
-using testutil::Harness;
-using testutil::MakeReport;
-using testutil::Uniform;
+using namespace testutil;  // engine_test_util.h
 
 Membership Held(uint64_t version, uint64_t effective) {
   Membership m;

@@ -8,12 +8,7 @@
 namespace straggler::engine {
 namespace {
 
-using testutil::CounterOnlyPolicy;
-using testutil::Harness;
-using testutil::kSkip;
-using testutil::ReasonOf;
-using testutil::Uniform;
-using testutil::With;
+using namespace testutil;  // engine_test_util.h
 
 TEST_CASE("dynamic: threshold = k x mean of the per-iteration fastest rank over the first n rows",
           "[engine][dynamic]") {

@@ -7,10 +7,7 @@
 namespace straggler::engine {
 namespace {
 
-using testutil::CounterOnlyPolicy;
-using testutil::Harness;
-using testutil::Uniform;
-using testutil::With;
+using namespace testutil;  // engine_test_util.h
 
 PolicyConfig Ewma(PolicyConfig p = CounterOnlyPolicy()) {
   p.kind = PolicyKind::kEwma;

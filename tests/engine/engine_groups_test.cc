@@ -15,8 +15,7 @@
 namespace straggler::engine {
 namespace {
 
-using testutil::Harness;
-using testutil::Uniform;
+using namespace testutil;  // engine_test_util.h
 
 TEST_CASE("groups: SetTopology files a rank; Reset and StartOver keep it", "[groups]") {
   Harness h(4);
@@ -45,8 +44,6 @@ TEST_CASE("groups: SetTopology files a rank; Reset and StartOver keep it", "[gro
 namespace straggler::engine {
 namespace {
 
-using testutil::CounterOnlyPolicy;
-using testutil::Harness;
 
 // Deterministic noise (splitmix64 + Box-Muller): the same rows on every
 // platform, no std:: distributions.

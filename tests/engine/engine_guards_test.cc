@@ -8,12 +8,7 @@
 namespace straggler::engine {
 namespace {
 
-using testutil::CounterOnlyPolicy;
-using testutil::ExcludedRanks;
-using testutil::Harness;
-using testutil::ReasonOf;
-using testutil::Uniform;
-using testutil::With;
+using namespace testutil;  // engine_test_util.h
 
 std::vector<double> Slow(uint32_t world, std::vector<std::pair<uint32_t, double>> slow) {
   auto row = Uniform(world, 1.0);

@@ -10,12 +10,7 @@
 namespace straggler::engine {
 namespace {
 
-using testutil::Contains;
-using testutil::CounterOnlyPolicy;
-using testutil::Harness;
-using testutil::MakeReport;
-using testutil::Uniform;
-using testutil::With;
+using namespace testutil;  // engine_test_util.h
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();

@@ -8,13 +8,7 @@
 namespace straggler::engine {
 namespace {
 
-using testutil::CounterOnlyPolicy;
-using testutil::ExcludedRanks;
-using testutil::Harness;
-using testutil::kSkip;
-using testutil::ReasonOf;
-using testutil::Uniform;
-using testutil::With;
+using namespace testutil;  // engine_test_util.h
 
 std::vector<uint64_t> Versions(const std::vector<Membership>& ms) {
   std::vector<uint64_t> out;

@@ -10,12 +10,7 @@
 namespace straggler::engine {
 namespace {
 
-using testutil::ExcludedRanks;
-using testutil::Harness;
-using testutil::kSkip;
-using testutil::ReasonOf;
-using testutil::Uniform;
-using testutil::With;
+using namespace testutil;  // engine_test_util.h
 
 // `replicas` replicas of 2 ranks each: rank 2r and 2r + 1 are replica r.
 void Declare(Harness& h, uint32_t replicas) {

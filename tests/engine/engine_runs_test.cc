@@ -9,9 +9,7 @@ namespace straggler::engine {
 namespace {
 
 using namespace std::chrono_literals;
-using testutil::ExcludedRanks;
-using testutil::Harness;
-using testutil::Uniform;
+using namespace testutil;  // engine_test_util.h
 
 TEST_CASE("runs: a restarted rank may report lower iterations, without Restart they are stale",
           "[engine][runs]") {

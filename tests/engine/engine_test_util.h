@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -187,30 +189,18 @@ inline bool Contains(const std::string& haystack, const std::string& needle) {
 
 }  // namespace straggler::engine::testutil
 
-// Readable enum values in Catch2 failure messages.
+// Readable enum values in Catch2 failure messages: every engine enum with
+// an EnumName overload prints its name.
+namespace straggler::engine::testutil {
+inline std::string_view EnumName(WorkerState v) { return WorkerStateName(v); }
+inline std::string_view EnumName(ExclusionReason v) { return ExclusionReasonName(v); }
+inline std::string_view EnumName(EventKind v) { return EventKindName(v); }
+inline std::string_view EnumName(RejectReason v) { return RejectReasonName(v); }
+}  // namespace straggler::engine::testutil
+
 namespace Catch {
-template <>
-struct StringMaker<straggler::engine::WorkerState> {
-  static std::string convert(straggler::engine::WorkerState v) {
-    return std::string(straggler::engine::WorkerStateName(v));
-  }
-};
-template <>
-struct StringMaker<straggler::engine::ExclusionReason> {
-  static std::string convert(straggler::engine::ExclusionReason v) {
-    return std::string(straggler::engine::ExclusionReasonName(v));
-  }
-};
-template <>
-struct StringMaker<straggler::engine::EventKind> {
-  static std::string convert(straggler::engine::EventKind v) {
-    return std::string(straggler::engine::EventKindName(v));
-  }
-};
-template <>
-struct StringMaker<straggler::engine::RejectReason> {
-  static std::string convert(straggler::engine::RejectReason v) {
-    return std::string(straggler::engine::RejectReasonName(v));
-  }
+template <class T>
+struct StringMaker<T, std::void_t<decltype(straggler::engine::testutil::EnumName(std::declval<T>()))>> {
+  static std::string convert(T v) { return std::string(straggler::engine::testutil::EnumName(v)); }
 };
 }  // namespace Catch

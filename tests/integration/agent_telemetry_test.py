@@ -18,7 +18,6 @@ agent (each rank's LOCAL_RANK is its rank, so rank r maps to NVML GPU r).
    one with jobs.idle_timeout_ms 200 applies live (the job is removed).
 """
 
-import argparse
 import json
 import os
 import signal
@@ -26,7 +25,7 @@ import tempfile
 import time
 
 from agent_test import Agent, http_get, wait_for
-from harness import Daemon, TestFailure, check, main, print_log_tails, run
+from harness import Daemon, TestFailure, check, print_log_tails, run, run_main
 
 GPUS = 4
 
@@ -201,10 +200,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--stragglerd", required=True)
-    p.add_argument("--agent", required=True)
-    p.add_argument("--sim", required=True)
-    p.add_argument("--fake-nvml", required=True)
-    a = p.parse_args()
-    main(lambda: test(a))
+    run_main(test, "stragglerd", "agent", "sim", "fake-nvml")

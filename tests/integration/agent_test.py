@@ -21,7 +21,6 @@ so MembershipFor waits its full timeout once per outage, not every step; the
 sims still run with --membership-timeout-ms 100 to keep that one wait short.
 """
 
-import argparse
 import json
 import os
 import re
@@ -33,7 +32,7 @@ import tempfile
 import time
 import urllib.request
 
-from harness import Daemon, TestFailure, check, main, print_log_tails, wait_for
+from harness import Daemon, TestFailure, check, file_tail, print_log_tails, run_main, wait_for
 
 JOB = "agent-e2e"
 WORLD = 8
@@ -129,11 +128,7 @@ class Agent:
             self.proc.wait()
 
     def log_tail(self, lines=40):
-        try:
-            with open(self.log_path) as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return "(no agent log)"
+        return file_tail(self.log_path, lines, "(no agent log)")
 
 
 def sim_cmd(args, endpoint, query, job, first, ranks, world, iterations, report, extra=()):
@@ -365,9 +360,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--stragglerd", required=True)
-    p.add_argument("--agent", required=True)
-    p.add_argument("--sim", required=True)
-    a = p.parse_args()
-    main(lambda: test(a))
+    run_main(test, "stragglerd", "agent", "sim")

@@ -25,7 +25,6 @@ Ranks that reconnect later than others may run some steps on the old version
 number with the same active set (version_splits): harmless, and reported.
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -33,7 +32,7 @@ import tempfile
 import time
 
 from agent_test import free_port, http_get, http_put, wait_for
-from harness import Daemon, TestFailure, check, main
+from harness import Daemon, TestFailure, check, run_main
 
 JOB = "restart-no-db"
 RANKS = 4
@@ -134,8 +133,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--stragglerd", required=True)
-    parser.add_argument("--sim", required=True)
-    args = parser.parse_args()
-    main(lambda: test(args))
+    run_main(test, "stragglerd", "sim")

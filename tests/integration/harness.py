@@ -8,6 +8,7 @@ The daemon listens on 127.0.0.1:0 and announces its address in a --ready-file,
 so tests never race for a fixed port. Python standard library only.
 """
 
+import argparse
 import json
 import os
 import re
@@ -114,11 +115,17 @@ class Daemon:
         return rc
 
     def log_tail(self, lines=40):
-        try:
-            with open(self.log_path) as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return "(no daemon log)"
+        return file_tail(self.log_path, lines, "(no daemon log)")
+
+
+def file_tail(path, lines, missing):
+    """The last `lines` lines of the file at `path`; `missing` when it cannot
+    be read."""
+    try:
+        with open(path) as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return missing
 
 
 def wait_for(what, fn, timeout=30.0, interval=0.05):
@@ -337,3 +344,14 @@ def main(test_fn):
         print("FAILED: %s" % e, file=sys.stderr)
         sys.exit(1)
     print("PASSED")
+
+
+def run_main(test, *binaries, description=None):
+    """A test's entry point: a required --NAME PATH for each of `binaries`
+    ("stragglerd", "ctl", ...), then main(lambda: test(args)) with the parsed
+    args (args.fake_nvml for "fake-nvml")."""
+    parser = argparse.ArgumentParser(description=description)
+    for name in binaries:
+        parser.add_argument("--" + name, required=True)
+    args = parser.parse_args()
+    main(lambda: test(args))

@@ -13,7 +13,6 @@
    created, make stragglerd exit 2 with a message naming the path.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -24,7 +23,7 @@ import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, check, main, run, wait_for  # noqa: E402
+from harness import Daemon, check, run, wait_for, run_main  # noqa: E402
 
 RANKS = 4
 FORCED_RANK = 2
@@ -153,9 +152,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--stragglerd", required=True)
-    parser.add_argument("--sim", required=True)
-    parser.add_argument("--ctl", required=True)
-    args = parser.parse_args()
-    main(lambda: test(args))
+    run_main(test, "stragglerd", "sim", "ctl")

@@ -44,7 +44,7 @@ import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, TestFailure, check, main, run, wait_for  # noqa: E402
+from harness import Daemon, TestFailure, check, file_tail, main, run, wait_for  # noqa: E402
 
 RANKS = 8
 SLOW_RANK = 3
@@ -141,11 +141,7 @@ class Prometheus:
         return False
 
     def log_tail(self, lines=30):
-        try:
-            with open(self.log_path) as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return "(no prometheus log)"
+        return file_tail(self.log_path, lines, "(no prometheus log)")
 
     def api(self, path, **params):
         url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")

@@ -26,7 +26,6 @@ No token ever appears in a daemon log.
     security_test.py --stragglerd PATH --ctl PATH --sim PATH --agent PATH
 """
 
-import argparse
 import http.client
 import json
 import os
@@ -41,7 +40,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_test import Agent  # noqa: E402
-from harness import Daemon, TestFailure, check, in_workdir, main, run  # noqa: E402
+from harness import Daemon, TestFailure, check, in_workdir, run, run_main  # noqa: E402
 
 CTL_TIMEOUT_S = 20
 RANKS = 2
@@ -385,10 +384,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--stragglerd", required=True)
-    parser.add_argument("--ctl", required=True)
-    parser.add_argument("--sim", required=True)
-    parser.add_argument("--agent", required=True)
-    args = parser.parse_args()
-    main(lambda: test(args))
+    run_main(test, "stragglerd", "ctl", "sim", "agent")

@@ -7,14 +7,13 @@ on, so connections to it are refused and nothing else can take it meanwhile.
     sim_unreachable_test.py --sim PATH
 """
 
-import argparse
 import os
 import socket
 import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import check, main, run  # noqa: E402
+from harness import check, run, run_main  # noqa: E402
 
 
 def test(args):
@@ -34,7 +33,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sim", required=True)
-    parsed = parser.parse_args()
-    main(lambda: test(parsed))
+    run_main(test, "sim", description=__doc__.splitlines()[0])

@@ -16,7 +16,6 @@ not stragglerd (gRPC's own message for it is empty).
     stragglerctl_test.py --stragglerd PATH --sim PATH --ctl PATH --replay PATH --agent PATH
 """
 
-import argparse
 import json
 import os
 import select
@@ -29,8 +28,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Daemon, TestFailure, check, check_memberships_agreed, main, run,  # noqa: E402
-                     wait_for)
+from harness import (Daemon, TestFailure, check, check_memberships_agreed, run,  # noqa: E402
+                     run_main, wait_for)
 from agent_test import Agent  # noqa: E402
 
 RANKS = 4
@@ -185,11 +184,14 @@ def test(args):
             check("lastSequence" in events, "events: %s" % events)
             ctl("events", job, "--since-sequence", "0", "--limit", "5")
 
-            # policy: set two fields; GetJob shows them, the rest keep defaults.
+            # policy: set three fields (a flag per PolicyConfig field, the peer
+            # policy's too); GetJob shows them, the rest keep defaults.
             before = ctl.json("job", job)["policy"]
-            ctl("policy", job, "--limit", "7", "--threshold-factor", "2.5")
+            ctl("policy", job, "--limit", "7", "--threshold-factor", "2.5",
+                "--peer-exit-rows", "6", "--exclusion-enabled", "true")
             after = ctl.json("job", job)["policy"]
-            check(after["limit"] == 7 and after["thresholdFactor"] == 2.5,
+            check(after["limit"] == 7 and after["thresholdFactor"] == 2.5
+                  and after["peerExitRows"] == 6 and after["exclusionEnabled"] is True,
                   "policy not applied: %s" % after)
             check(after["profileIterations"] == before["profileIterations"]
                   and after["cooldownIterations"] == before["cooldownIterations"],
@@ -340,11 +342,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stragglerd", required=True)
-    parser.add_argument("--sim", required=True)
-    parser.add_argument("--ctl", required=True)
-    parser.add_argument("--replay", required=True)
-    parser.add_argument("--agent", required=True)
-    parsed = parser.parse_args()
-    main(lambda: test(parsed))
+    run_main(test, "stragglerd", "sim", "ctl", "replay", "agent", description=__doc__.splitlines()[0])

@@ -13,8 +13,6 @@ error on stderr when something fails.
 
 import argparse
 import json
-import os
-import sys
 import time
 
 import numpy as np
@@ -24,6 +22,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import straggler
 import straggler.torch as st
+
+import torch_rank
 
 IN, HIDDEN, OUT, BATCH = 16, 32, 4, 8
 
@@ -71,10 +71,7 @@ def main():
     p.add_argument("--iterations", type=int, default=80)
     p.add_argument("--step-ms", type=float, default=10)
     a = p.parse_args()
-    torch.set_num_threads(1)  # four ranks share a small machine
-
-    dist.init_process_group("gloo", store=dist.FileStore(a.store, a.world_size),
-                            rank=a.rank, world_size=a.world_size)
+    torch_rank.init_gloo(a.store, a.rank, a.world_size)
     client = straggler.Client(endpoint=a.daemon, job_id=a.job, rank=a.rank,
                               world_size=a.world_size, node="node%d" % a.rank)
     seen_versions = []
@@ -133,9 +130,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # noqa: BLE001 - the driver reads stderr
-        print("rank %s: %s: %s" % (os.environ.get("RANK", "?"), type(e).__name__, e),
-              file=sys.stderr)
-        raise
+    torch_rank.run(main)

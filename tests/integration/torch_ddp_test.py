@@ -27,13 +27,12 @@ Checks:
     received parameters, momentum and step counter at its rejoin).
 """
 
-import argparse
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, RankProcesses, check, ctl, main  # noqa: E402
+from harness import Daemon, RankProcesses, check, ctl, run_main  # noqa: E402
 
 WORLD = 4
 JOB = "torch-ddp"
@@ -203,10 +202,5 @@ def test(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--stragglerd", required=True)
-    parser.add_argument("--ctl", required=True)
-    parser.add_argument("--python", required=True, help="an interpreter that imports torch")
-    parser.add_argument("--pythonpath", required=True, help="the build's python/ directory")
-    args = parser.parse_args()
-    main(lambda: test(args))
+    # --python: an interpreter that imports torch; --pythonpath: the build's python/.
+    run_main(test, "stragglerd", "ctl", "python", "pythonpath")

@@ -22,9 +22,7 @@ behind); then {"final": ...}.
 
 import argparse
 import json
-import os
 import random
-import sys
 import time
 
 import torch
@@ -33,6 +31,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import straggler
 import straggler.torch as st
+
+import torch_rank
 
 IN, HIDDEN, OUT, BATCH = 64, 512, 8, 16
 
@@ -73,10 +73,7 @@ def main():
     p.add_argument("--slow-from", type=int, default=-1, help="-1: never slow")
     p.add_argument("--timing", choices=["monitor", "naive"], default="monitor")
     a = p.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(1)  # four ranks share a small machine
-    dist.init_process_group("gloo", store=dist.FileStore(a.store, world), rank=rank,
-                            world_size=world)
+    rank, world = torch_rank.init_gloo(a.store)
     torch.manual_seed(0)
     box = {"seconds": 0.0}
     # From the second step on DDP has two buckets: out and second (DDP's
@@ -130,9 +127,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # noqa: BLE001 - the driver reads stderr
-        print("rank %s: %s: %s" % (os.environ.get("RANK", "?"), type(e).__name__, e),
-              file=sys.stderr)
-        raise
+    torch_rank.run(main)

@@ -11,7 +11,6 @@ once. Prints one JSON line per step, then {"final": ...}.
 import argparse
 import json
 import os
-import sys
 import time
 
 import torch
@@ -19,6 +18,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import straggler.torch as st
+
+import torch_rank
 
 
 def stop_at(path):
@@ -41,10 +42,7 @@ def main():
     p.add_argument("--slow-flag", default="")
     p.add_argument("--stop-file", default="")
     a = p.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(a.store, world), rank=rank,
-                            world_size=world)
+    rank, world = torch_rank.init_gloo(a.store)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
     ddp = DDP(model, broadcast_buffers=False, find_unused_parameters=False)
@@ -86,9 +84,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # noqa: BLE001 - the driver reads stderr
-        print("rank %s: %s: %s" % (os.environ.get("RANK", "?"), type(e).__name__, e),
-              file=sys.stderr)
-        raise
+    torch_rank.run(main)

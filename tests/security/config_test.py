@@ -13,14 +13,13 @@
     config_test.py --stragglerd PATH
 """
 
-import argparse
 import os
 import signal
 import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import Daemon, check, in_workdir, main, run, wait_for  # noqa: E402
+from harness import Daemon, check, in_workdir, run, wait_for, run_main  # noqa: E402
 
 
 def write(path, text, mode=0o600):
@@ -94,7 +93,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--stragglerd", required=True)
-    args = parser.parse_args()
-    main(lambda: test(args))
+    run_main(test, "stragglerd")

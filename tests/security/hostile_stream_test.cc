@@ -21,25 +21,6 @@ namespace {
 constexpr uint64_t kFarVersion = 1'000'000'000'000ull;          // 10^12
 constexpr uint64_t kFarIteration = 1'000'000'000'000'000ull;    // 10^15
 
-v1::Membership Membership(LoopbackDaemon& d, const std::string& job) {
-  grpc::ClientContext ctx;
-  v1::GetMembershipRequest req;
-  req.set_job_id(job);
-  v1::Membership m;
-  REQUIRE(d.query->GetMembership(&ctx, req, &m).ok());
-  return m;
-}
-
-v1::Worker Worker(LoopbackDaemon& d, const std::string& job, uint32_t rank) {
-  grpc::ClientContext ctx;
-  v1::GetWorkerRequest req;
-  req.set_job_id(job);
-  req.set_rank(rank);
-  v1::Worker w;
-  REQUIRE(d.query->GetWorker(&ctx, req, &w).ok());
-  return w;
-}
-
 // Iterations [first, last] of ranks 0..3, rank 3 at `slow` seconds.
 void AddRows(v1::ReportBatch& b, uint64_t first, uint64_t last, double slow = 0.1) {
   for (uint64_t it = first; it <= last; ++it)
@@ -51,13 +32,10 @@ void AddRows(v1::ReportBatch& b, uint64_t first, uint64_t last, double slow = 0.
 TEST_CASE("a hello claiming a version or iteration far past a running job is refused, and the "
           "job's next exclusion takes effect where the ranks are") {
   LoopbackDaemon d({}, spdlog::level::err);
-  grpc::ClientContext ctx;
-  auto job = d.ingest->Stream(&ctx);
+  OpenStream job(*d.ingest);
   v1::ReportBatch b = Hello("hostile-hello", 4, {0, 1, 2, 3});
   AddRows(b, 0, 30);
-  b.set_sequence(1);
-  REQUIRE(job->Write(b));
-  ReadAck(*job, 1);
+  job.Send(b, 1);
 
   for (int claim = 0; claim < 3; ++claim) {
     v1::ReportBatch h = Hello("hostile-hello", 4, {0});
@@ -78,58 +56,48 @@ TEST_CASE("a hello claiming a version or iteration far past a running job is ref
     CHECK(s.error_message().find(claim == 2 ? "reported_iteration" : "known_") !=
           std::string::npos);
   }
-  CHECK(Membership(d, "hostile-hello").version() == 0);
+  CHECK(MembershipOf(*d.query, "hostile-hello").version() == 0);
 
   // The real straggler: excluded from an iteration the job reaches.
   v1::ReportBatch slow;
   AddRows(slow, 31, 60, 0.3);
-  slow.set_sequence(2);
-  REQUIRE(job->Write(slow));
-  ReadAck(*job, 2);
-  const v1::Membership m = Membership(d, "hostile-hello");
+  job.Send(slow, 2);
+  const v1::Membership m = MembershipOf(*d.query, "hostile-hello");
   REQUIRE(m.excluded_size() == 1);
   CHECK(m.excluded(0).rank() == 3);
   CHECK(m.effective_iteration() < 70);
-  CHECK(Close(*job).ok());
+  CHECK(job.Close().ok());
 }
 
 TEST_CASE("a false reported_iteration on a new job is dropped by the stream's first reports") {
   LoopbackDaemon d({}, spdlog::level::err);
-  grpc::ClientContext ctx;
-  auto liar = d.ingest->Stream(&ctx);
+  OpenStream liar(*d.ingest);
   // A new job knows no progress: the claim cannot be checked yet, and a
   // version floor above it is published (as for a restarted daemon).
   v1::ReportBatch h = Hello("false-claim", 4, {0, 1, 2, 3});
   h.mutable_hello()->set_known_membership_version(5);
   h.mutable_hello()->set_known_effective_iteration(kFarIteration - 10);
   h.mutable_hello()->set_reported_iteration(kFarIteration);
-  h.set_sequence(1);
-  REQUIRE(liar->Write(h));
-  ReadAck(*liar, 1);
-  CHECK(Membership(d, "false-claim").effective_iteration() > kFarIteration);
+  liar.Send(h, 1);
+  CHECK(MembershipOf(*d.query, "false-claim").effective_iteration() > kFarIteration);
   // Its reports are at iteration 0..: the claim was false.
   v1::ReportBatch b;
   AddRows(b, 0, 40, 0.3);
-  b.set_sequence(2);
-  REQUIRE(liar->Write(b));
-  ReadAck(*liar, 2);
-  const v1::Membership m = Membership(d, "false-claim");
+  liar.Send(b, 2);
+  const v1::Membership m = MembershipOf(*d.query, "false-claim");
   CHECK(m.version() > 6);
   CHECK(m.effective_iteration() < 50);
   REQUIRE(m.excluded_size() == 1);  // rank 3's exclusion, where the job is
   CHECK(m.excluded(0).rank() == 3);
-  CHECK(Close(*liar).ok());
+  CHECK(liar.Close().ok());
 }
 
 TEST_CASE("one forged iteration does not silence a rank") {
   LoopbackDaemon d({}, spdlog::level::err);
-  grpc::ClientContext ctx;
-  auto job = d.ingest->Stream(&ctx);
+  OpenStream job(*d.ingest);
   v1::ReportBatch b = Hello("forged", 4, {0, 1, 2, 3});
   AddRows(b, 0, 20);
-  b.set_sequence(1);
-  REQUIRE(job->Write(b));
-  ReadAck(*job, 1);
+  job.Send(b, 1);
 
   // Another stream may speak for rank 1 (ingest has no token) and forge.
   v1::ReportBatch forged = Hello("forged", 4, {1});
@@ -159,14 +127,12 @@ TEST_CASE("one forged iteration does not silence a rank") {
   // The real rank 1 goes on from 21: nothing refused, the rank keeps up.
   v1::ReportBatch next;
   AddRows(next, 21, 60);
-  next.set_sequence(2);
-  REQUIRE(job->Write(next));
-  const v1::Directive a2 = ReadAck(*job, 2);
+  const v1::Directive a2 = job.Send(next, 2);
   CHECK(a2.accepted() == 160);
   CHECK(a2.rejected() == 0);
   CHECK(a2.duplicates() == 0);
-  const v1::Worker w = Worker(d, "forged", 1);
+  const v1::Worker w = WorkerOf(*d.query, "forged", 1);
   CHECK(w.last_iteration() == 60);
   CHECK(w.state() == v1::WORKER_STATE_HEALTHY);
-  CHECK(Close(*job).ok());
+  CHECK(job.Close().ok());
 }

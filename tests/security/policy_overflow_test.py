@@ -15,7 +15,6 @@ Then the job's healthy ranks are still healthy and its policy unchanged.
     policy_overflow_test.py --stragglerd PATH --ctl PATH --sim PATH
 """
 
-import argparse
 import http.client
 import json
 import os
@@ -24,7 +23,7 @@ import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import Daemon, check, in_workdir, main, run, wait_for  # noqa: E402
+from harness import Daemon, check, in_workdir, run, wait_for, run_main  # noqa: E402
 
 HOSTILE = "1e10"
 REFUSAL = ("unresponsive_after_seconds=1e+10 is above its upper bound: must be <= 604800")
@@ -111,9 +110,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--stragglerd", required=True)
-    parser.add_argument("--ctl", required=True)
-    parser.add_argument("--sim", required=True)
-    args = parser.parse_args()
-    main(lambda: test(args))
+    run_main(test, "stragglerd", "ctl", "sim")

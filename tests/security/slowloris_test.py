@@ -20,18 +20,19 @@ Here, with the default http settings except a 2 s read timeout:
     slowloris_test.py --stragglerd PATH
 """
 
-import argparse
 import http.client
 import os
 import socket
 import sys
 import tempfile
-import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import Daemon, check, main  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "http"))
+from harness import Daemon, check, run_main  # noqa: E402
+from slowloris import Slowloris, probe  # noqa: E402
 
 SLOW_CLIENTS = 50
 READ_TIMEOUT_S = 2
@@ -45,17 +46,8 @@ def split(address):
 def get(address, path, timeout=5):
     """(status, seconds) of a GET on a fresh connection; status None when it
     failed or took over `timeout` s (a probe's fate well past the bound)."""
-    t0 = time.monotonic()
-    conn = http.client.HTTPConnection(*split(address), timeout=timeout)
-    try:
-        conn.request("GET", path)
-        res = conn.getresponse()
-        res.read()
-        return res.status, time.monotonic() - t0
-    except OSError:
-        return None, time.monotonic() - t0
-    finally:
-        conn.close()
+    took, status, _ = probe(*split(address), path, timeout)
+    return (status if isinstance(status, int) else None), took
 
 
 def metric(address, sample):
@@ -93,58 +85,6 @@ def exchange(address, data):
     return answer.decode(errors="replace")
 
 
-class Slowloris:
-    def __init__(self, address, clients):
-        self.address = address
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.connected = 0
-        self.answers = []  # what the daemon said to the connections it cut off
-        self.threads = [threading.Thread(target=self.client, daemon=True)
-                        for _ in range(clients)]
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=10)
-        return False
-
-    def client(self):
-        while not self.stop.is_set():
-            try:
-                s = socket.create_connection(split(self.address), timeout=5)
-            except OSError:
-                time.sleep(0.05)
-                continue
-            with self.lock:
-                self.connected += 1
-            answer = b""
-            try:
-                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-                while not self.stop.wait(0.2):
-                    s.sendall(b"X")
-                    s.setblocking(False)
-                    try:
-                        answer = s.recv(4096)
-                        break  # answered, or closed (b"")
-                    except BlockingIOError:
-                        pass
-                    finally:
-                        s.setblocking(True)
-            except OSError:
-                pass
-            finally:
-                s.close()
-            if answer:
-                with self.lock:
-                    self.answers.append(answer.decode(errors="replace"))
-
-
 def test(args):
     with tempfile.TemporaryDirectory(prefix="slowloris-") as workdir:
         config = os.path.join(workdir, "stragglerd.yaml")
@@ -153,7 +93,7 @@ def test(args):
         with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
             address = d.http_address
             # 1. Probes timed under the attack, spanning a few read timeouts.
-            with Slowloris(address, SLOW_CLIENTS) as attack:
+            with Slowloris(*split(address), SLOW_CLIENTS, trickle_s=0.2) as attack:
                 time.sleep(0.5)
                 slowest = {}
                 for _ in range(10):
@@ -169,8 +109,8 @@ def test(args):
                 for path, took in slowest.items():
                     check(took < 1.0, "%s took %.2f s under %d slowloris connections"
                           % (path, took, SLOW_CLIENTS))
-                check(attack.connected >= SLOW_CLIENTS,
-                      "only %d slow connections opened" % attack.connected)
+                check(attack.connections >= SLOW_CLIENTS,
+                      "only %d slow connections opened" % attack.connections)
                 deadline = time.monotonic() + READ_TIMEOUT_S + 10
                 while not attack.answers and time.monotonic() < deadline:
                     time.sleep(0.1)
@@ -200,7 +140,4 @@ def test(args):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--stragglerd", required=True)
-    args = ap.parse_args()
-    main(lambda: test(args))
+    run_main(test, "stragglerd")

@@ -1,9 +1,12 @@
 #include "policy_flags.h"
 
+#include <algorithm>
+#include <map>
 #include <string>
 
 namespace stragglerctl {
 namespace v1 = straggler::v1;
+namespace pb = google::protobuf;
 
 namespace {
 
@@ -20,6 +23,44 @@ CLI::Option* Flag(CLI::App* app, bool* any, const std::string& name, const std::
       help);
 }
 
+// The help of each flag (docs/detection.md has the full table); a field not
+// listed here (a new one) still gets its flag, with a pointer to the reference.
+const std::map<std::string, std::string>& FieldHelp() {
+  static const auto* help = new std::map<std::string, std::string>{
+      {"limit", "counter bound; a rank at the limit is a straggler"},
+      {"limit_fraction", "limit as a fraction of an epoch's iterations"},
+      {"rejoin_mark", "a straggler rejoins at this counter"},
+      {"profile_iterations", "dynamic: n, iterations profiled"},
+      {"threshold_factor", "dynamic: k, threshold factor"},
+      {"window_iterations", "dynamic: re-profile every W iterations"},
+      {"global_shift_fraction",
+       "dynamic: more than this fraction slow at once is a job-wide slowdown"},
+      {"ewma_alpha", "ewma: smoothing factor"},
+      {"ewma_ratio", "ewma: straggler above ratio x median"},
+      {"ewma_min_samples", "ewma: samples needed"},
+      {"static_threshold_seconds", "static: fixed threshold in seconds"},
+      {"peer_enter_ratio", "peer: the lowest threshold, as a ratio to the group's median"},
+      {"peer_noise_z", "peer: the threshold in units of the group's noise, when higher"},
+      {"peer_window", "peer: steps in a rank's window"},
+      {"peer_enter_rows", "peer: rows at the threshold before a rank is flagged"},
+      {"peer_severe_ratio", "peer: 5 of the last 6 steps at this ratio flag at once"},
+      {"peer_spike_ratio", "peer: a step at this ratio is a spike, left out of the window"},
+      {"peer_exit_rows", "peer: rows below half the threshold before a straggler is healthy"},
+      {"peer_min_group", "peer: smaller groups are judged against each rank's own baseline"},
+      {"peer_profile_iterations", "peer: rows before a group is judged"},
+      {"max_excluded_fraction", "guard: most ranks excluded at once, as a fraction"},
+      {"min_active_ranks", "guard: fewest active"},
+      {"min_active_replicas", "guard: fewest active data-parallel replicas"},
+      {"cooldown_iterations", "guard: iterations between flips"},
+      {"min_throughput_gain", "guard: exclude only when throughput gains this fraction"},
+      {"lead_iterations", "membership switch lead"},
+      {"unresponsive_after_seconds", "silence before a rank is unresponsive"},
+      {"max_compute_seconds", "reports above this compute time are rejected as absurd"},
+      {"exclusion_enabled", "false = classify and alert only"},
+  };
+  return *help;
+}
+
 }  // namespace
 
 void AddPolicyFlags(CLI::App* p, v1::PolicyConfig* given, bool* any) {
@@ -30,57 +71,43 @@ void AddPolicyFlags(CLI::App* p, v1::PolicyConfig* given, bool* any) {
                 : v == "ewma"    ? v1::POLICY_KIND_EWMA
                                  : v1::POLICY_KIND_STATIC);
   })->check(CLI::IsMember({"peer", "dynamic", "ewma", "static"}));
-  Flag<uint32_t>(p, any, "--limit", "counter bound; a rank at the limit is a straggler",
-                 [g](uint32_t v) { g->set_limit(v); });
-  Flag<double>(p, any, "--limit-fraction", "limit as a fraction of an epoch's iterations",
-               [g](double v) { g->set_limit_fraction(v); });
-  Flag<uint32_t>(p, any, "--rejoin-mark", "a straggler rejoins at this counter",
-                 [g](uint32_t v) { g->set_rejoin_mark(v); });
-  Flag<uint32_t>(p, any, "--profile-iterations", "dynamic: n, iterations profiled",
-                 [g](uint32_t v) { g->set_profile_iterations(v); });
-  Flag<double>(p, any, "--threshold-factor", "dynamic: k, threshold factor",
-               [g](double v) { g->set_threshold_factor(v); });
-  Flag<uint32_t>(p, any, "--window-iterations", "dynamic: re-profile every W iterations",
-                 [g](uint32_t v) { g->set_window_iterations(v); });
-  Flag<double>(p, any, "--global-shift-fraction",
-               "dynamic: more than this fraction slow at once is a job-wide slowdown",
-               [g](double v) { g->set_global_shift_fraction(v); });
   Flag<std::string>(p, any, "--recovery", "how excluded ranks are judged",
                     [g](const std::string& v) {
                       g->set_recovery(v == "shadow" ? v1::RECOVERY_MODE_SHADOW
                                                     : v1::RECOVERY_MODE_PROBATION);
                     })
       ->check(CLI::IsMember({"shadow", "probation"}));
-  Flag<double>(p, any, "--ewma-alpha", "ewma: smoothing factor",
-               [g](double v) { g->set_ewma_alpha(v); });
-  Flag<double>(p, any, "--ewma-ratio", "ewma: straggler above ratio x median",
-               [g](double v) { g->set_ewma_ratio(v); });
-  Flag<uint32_t>(p, any, "--ewma-min-samples", "ewma: samples needed",
-                 [g](uint32_t v) { g->set_ewma_min_samples(v); });
-  Flag<double>(p, any, "--static-threshold-seconds", "static: fixed threshold in seconds",
-               [g](double v) { g->set_static_threshold_seconds(v); });
-  Flag<double>(p, any, "--max-excluded-fraction",
-               "guard: most ranks excluded at once, as a fraction",
-               [g](double v) { g->set_max_excluded_fraction(v); });
-  Flag<uint32_t>(p, any, "--min-active-ranks", "guard: fewest active",
-                 [g](uint32_t v) { g->set_min_active_ranks(v); });
-  Flag<uint32_t>(p, any, "--min-active-replicas", "guard: fewest active data-parallel replicas",
-                 [g](uint32_t v) { g->set_min_active_replicas(v); });
-  Flag<uint32_t>(p, any, "--cooldown-iterations", "guard: iterations between flips",
-                 [g](uint32_t v) { g->set_cooldown_iterations(v); });
-  Flag<double>(p, any, "--min-throughput-gain",
-               "guard: exclude only when throughput gains this fraction",
-               [g](double v) { g->set_min_throughput_gain(v); });
-  Flag<uint32_t>(p, any, "--lead-iterations", "membership switch lead",
-                 [g](uint32_t v) { g->set_lead_iterations(v); });
-  Flag<double>(p, any, "--unresponsive-after-seconds", "silence before a rank is unresponsive",
-               [g](double v) { g->set_unresponsive_after_seconds(v); });
-  Flag<double>(p, any, "--max-compute-seconds",
-               "reports above this compute time are rejected as absurd",
-               [g](double v) { g->set_max_compute_seconds(v); });
-  Flag<std::string>(p, any, "--exclusion-enabled", "false = classify and alert only",
-                    [g](const std::string& v) { g->set_exclusion_enabled(v == "true"); })
-      ->check(CLI::IsMember({"true", "false"}));
+  // Every other field, from the message itself: --field-name sets field_name.
+  const pb::Descriptor* message = v1::PolicyConfig::descriptor();
+  const pb::Reflection* reflection = v1::PolicyConfig::GetReflection();
+  for (int i = 0; i < message->field_count(); ++i) {
+    const pb::FieldDescriptor* field = message->field(i);
+    std::string flag = "--" + field->name();
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const auto help = FieldHelp().find(field->name());
+    const std::string text = help != FieldHelp().end()
+                                 ? help->second
+                                 : "policy." + field->name() + " (docs/configuration.md)";
+    switch (field->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_UINT32:
+        Flag<uint32_t>(p, any, flag, text,
+                       [g, field, reflection](uint32_t v) { reflection->SetUInt32(g, field, v); });
+        break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+        Flag<double>(p, any, flag, text,
+                     [g, field, reflection](double v) { reflection->SetDouble(g, field, v); });
+        break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        Flag<std::string>(p, any, flag, text,
+                          [g, field, reflection](const std::string& v) {
+                            reflection->SetBool(g, field, v == "true");
+                          })
+            ->check(CLI::IsMember({"true", "false"}));
+        break;
+      default:  // kind and recovery (enums): above
+        break;
+    }
+  }
 }
 
 }  // namespace stragglerctl

@@ -1,4 +1,5 @@
-// stragglerctl's `policy` flags: one per PolicyConfig field. Only the flags
+// stragglerctl's `policy` flags: one per PolicyConfig field, made from the
+// message's descriptor (--field-name sets field_name). Only the flags
 // given end up in the PolicyConfig that SetPolicy sends, so the daemon keeps
 // every other field as it is.
 //

@@ -186,10 +186,7 @@ struct straggler_cuda_timer {
 };
 
 namespace {
-void WriteCudaError(char* err, size_t errlen, const std::string& message) {
-  if (err == nullptr || errlen == 0) return;
-  std::snprintf(err, errlen, "%s", message.c_str());
-}
+using straggler::c_api::WriteError;
 }  // namespace
 
 extern "C" {
@@ -204,34 +201,23 @@ straggler_cuda_timer_t* straggler_cuda_timer_create(straggler_client_t* client,
                                                     const straggler_cuda_timer_options_t* options,
                                                     char* err, size_t errlen) {
   if (client == nullptr || !client->client) {
-    WriteCudaError(err, errlen, "client is NULL");
+    WriteError(err, errlen, "client is NULL");
     return nullptr;
   }
-  try {
-    straggler::CudaTimerOptions o;
-    if (options != nullptr) {
-      if (options->has_rank) o.rank = options->rank;
-      o.device = options->device;
-      if (options->max_pending != 0) o.max_pending = options->max_pending;
-      if (options->poll_interval_us != 0)
-        o.poll_interval = std::chrono::microseconds(options->poll_interval_us);
-      if (options->drain_timeout_ms != 0)
-        o.drain_timeout = std::chrono::milliseconds(options->drain_timeout_ms);
-    }
-    std::string error;
-    auto timer = straggler::CudaComputeTimer::Create(*client->client, o, &error);
-    if (!timer) {
-      WriteCudaError(err, errlen, error);
-      return nullptr;
-    }
-    WriteCudaError(err, errlen, "");
-    return new straggler_cuda_timer{std::move(timer)};
-  } catch (const std::exception& e) {
-    WriteCudaError(err, errlen, std::string("straggler_cuda_timer_create: ") + e.what());
-  } catch (...) {
-    WriteCudaError(err, errlen, "straggler_cuda_timer_create: unknown error");
-  }
-  return nullptr;
+  return straggler::c_api::CreateHandle<straggler_cuda_timer>(
+      "straggler_cuda_timer_create", err, errlen, [&](std::string* error) {
+        straggler::CudaTimerOptions o;
+        if (options != nullptr) {
+          if (options->has_rank) o.rank = options->rank;
+          o.device = options->device;
+          if (options->max_pending != 0) o.max_pending = options->max_pending;
+          if (options->poll_interval_us != 0)
+            o.poll_interval = std::chrono::microseconds(options->poll_interval_us);
+          if (options->drain_timeout_ms != 0)
+            o.drain_timeout = std::chrono::milliseconds(options->drain_timeout_ms);
+        }
+        return straggler::CudaComputeTimer::Create(*client->client, o, error);
+      });
 }
 
 void straggler_cuda_timer_destroy(straggler_cuda_timer_t* timer) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "straggler/common/channel_security.h"
 #include "straggler/common/config_reader.h"
+#include "straggler/common/config_sections.h"
 #include "yaml-cpp/yaml.h"
 
 namespace straggler::daemon {
@@ -26,7 +27,7 @@ using engine::PolicyKind;
 using engine::RecoveryMode;
 
 // The field table lives with PolicyConfig; it drives parsing, equality and
-// (through convert.cc) the wire mapping.
+// (through wire/policy_convert.cc) the wire mapping.
 using engine::PolicyField;
 using engine::PolicyMember;
 
@@ -38,58 +39,52 @@ class Parser : public common::ConfigReader {
   // names the map in messages ("policy", "jobs[2].policy").
   absl::Status ApplyPolicy(const YAML::Node& node, absl::string_view context,
                            PolicyConfig& policy) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), absl::StrCat(context, " must be a map"));
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      const PolicyField* field = nullptr;
-      for (const auto& f : engine::PolicyFields()) {
-        if (key == f.name) field = &f;
-      }
-      if (field == nullptr) {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in ", context));
-      }
-      const std::string qualified = absl::StrCat(context, ".", key);
-      absl::Status status = std::visit(
-          [&](auto member) -> absl::Status {
-            using T = std::remove_reference_t<decltype(policy.*member)>;
-            if constexpr (std::is_same_v<T, uint32_t>) {
-              auto v = Uint(kv.second, qualified);
-              if (!v.ok()) return v.status();
-              policy.*member = *v;
-            } else if constexpr (std::is_same_v<T, double>) {
-              auto v = Double(kv.second, qualified);
-              if (!v.ok()) return v.status();
-              policy.*member = *v;
-            } else if constexpr (std::is_same_v<T, bool>) {
-              auto v = Bool(kv.second, qualified);
-              if (!v.ok()) return v.status();
-              policy.*member = *v;
-            } else if constexpr (std::is_same_v<T, PolicyKind>) {
-              auto s = String(kv.second, qualified);
-              if (!s.ok()) return s.status();
-              auto v = engine::ParsePolicyKind(*s);
-              if (!v.ok()) {
-                return Error(kv.second.Mark(), absl::StrCat(qualified, "=", *s,
-                                                            " is not dynamic, ewma or static"));
-              }
-              policy.*member = *v;
-            } else {
-              auto s = String(kv.second, qualified);
-              if (!s.ok()) return s.status();
-              auto v = engine::ParseRecoveryMode(*s);
-              if (!v.ok()) {
-                return Error(kv.second.Mark(),
-                             absl::StrCat(qualified, "=", *s, " is not shadow or probation"));
-              }
-              policy.*member = *v;
-            }
-            return absl::OkStatus();
-          },
-          field->member);
-      if (!status.ok()) return status;
-    }
-    return absl::OkStatus();
+    return common::ReadSection(
+        *this, node, context, [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+          const PolicyField* field = nullptr;
+          for (const auto& f : engine::PolicyFields()) {
+            if (key == f.name) field = &f;
+          }
+          if (field == nullptr) return common::UnknownKey();
+          const std::string qualified = absl::StrCat(context, ".", key);
+          return std::visit(
+              [&](auto member) -> absl::Status {
+                using T = std::remove_reference_t<decltype(policy.*member)>;
+                if constexpr (std::is_same_v<T, uint32_t>) {
+                  auto v = Uint(value, qualified);
+                  if (!v.ok()) return v.status();
+                  policy.*member = *v;
+                } else if constexpr (std::is_same_v<T, double>) {
+                  auto v = Double(value, qualified);
+                  if (!v.ok()) return v.status();
+                  policy.*member = *v;
+                } else if constexpr (std::is_same_v<T, bool>) {
+                  auto v = Bool(value, qualified);
+                  if (!v.ok()) return v.status();
+                  policy.*member = *v;
+                } else if constexpr (std::is_same_v<T, PolicyKind>) {
+                  auto s = String(value, qualified);
+                  if (!s.ok()) return s.status();
+                  auto v = engine::ParsePolicyKind(*s);
+                  if (!v.ok()) {
+                    return Error(value.Mark(), absl::StrCat(qualified, "=", *s,
+                                                            " is not peer, dynamic, ewma or static"));
+                  }
+                  policy.*member = *v;
+                } else {
+                  auto s = String(value, qualified);
+                  if (!s.ok()) return s.status();
+                  auto v = engine::ParseRecoveryMode(*s);
+                  if (!v.ok()) {
+                    return Error(value.Mark(),
+                                 absl::StrCat(qualified, "=", *s, " is not shadow or probation"));
+                  }
+                  policy.*member = *v;
+                }
+                return absl::OkStatus();
+              },
+              field->member);
+        });
   }
 
   absl::Status ValidatePolicy(const YAML::Node& node, absl::string_view context,
@@ -100,170 +95,125 @@ class Parser : public common::ConfigReader {
   }
 
   absl::Status ApplyLimits(const YAML::Node& node, Limits& limits) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), "limits must be a map");
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      uint32_t* target = nullptr;
-      if (key == "max_jobs") target = &limits.max_jobs;
-      if (key == "max_ranks_per_job") target = &limits.max_ranks_per_job;
-      if (key == "max_batch_reports") target = &limits.max_batch_reports;
-      if (key == "events_retained") target = &limits.events_retained;
-      if (key == "job_idle_ttl_seconds") target = &limits.job_idle_ttl_seconds;
-      if (key == "recent_reports_per_job") target = &limits.recent_reports_per_job;
-      if (key == "max_streams") target = &limits.max_streams;
-      if (key == "stream_reports_per_second") target = &limits.stream_reports_per_second;
-      if (key == "stream_reports_burst") target = &limits.stream_reports_burst;
-      if (key == "max_message_bytes") target = &limits.max_message_bytes;
-      if (target == nullptr) {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in limits"));
-      }
-      const std::string qualified = absl::StrCat("limits.", key);
-      auto v = Uint(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      // recent_reports_per_job=0: keep no reports (ExportReports returns none);
-      // stream_reports_per_second=0: no rate limit.
-      if (*v == 0 && key != "recent_reports_per_job" && key != "stream_reports_per_second") {
-        return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
-      }
-      // Below this not even a hello with a few ranks fits.
-      constexpr uint32_t kMinMessageBytes = 4096;
-      if (key == "max_message_bytes" && *v < kMinMessageBytes) {
-        return Error(kv.second.Mark(),
-                     absl::StrCat(qualified, "=", *v, " must be >= ", kMinMessageBytes));
-      }
-      *target = *v;
-    }
-    return absl::OkStatus();
+    // Below this not even a hello with a few ranks fits.
+    constexpr uint32_t kMinMessageBytes = 4096;
+    return common::ReadUintSection(
+        *this, node, "limits",
+        {{"max_jobs", &limits.max_jobs},
+         {"max_ranks_per_job", &limits.max_ranks_per_job},
+         {"max_batch_reports", &limits.max_batch_reports},
+         {"events_retained", &limits.events_retained},
+         {"job_idle_ttl_seconds", &limits.job_idle_ttl_seconds},
+         // 0: keep no reports (ExportReports returns none).
+         {"recent_reports_per_job", &limits.recent_reports_per_job, /*zero_allowed=*/true},
+         {"max_streams", &limits.max_streams},
+         // 0: no rate limit.
+         {"stream_reports_per_second", &limits.stream_reports_per_second, /*zero_allowed=*/true},
+         {"stream_reports_burst", &limits.stream_reports_burst},
+         {"max_message_bytes", &limits.max_message_bytes}},
+        [&](absl::string_view key, uint32_t v, const YAML::Node& value) -> absl::Status {
+          if (key == "max_message_bytes" && v < kMinMessageBytes) {
+            return Error(value.Mark(), absl::StrCat("limits.max_message_bytes=", v,
+                                                    " must be >= ", kMinMessageBytes));
+          }
+          return absl::OkStatus();
+        });
   }
 
   absl::Status ApplyRendezvous(const YAML::Node& node, RendezvousConfig& rv) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), "rendezvous must be a map");
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      uint32_t* target = nullptr;
-      if (key == "max_key_bytes") target = &rv.max_key_bytes;
-      if (key == "max_value_bytes") target = &rv.max_value_bytes;
-      if (key == "max_keys_per_job") target = &rv.max_keys_per_job;
-      if (key == "max_jobs") target = &rv.max_jobs;
-      if (key == "default_ttl_seconds") target = &rv.default_ttl_seconds;
-      if (key == "max_ttl_seconds") target = &rv.max_ttl_seconds;
-      if (key == "max_wait_seconds") target = &rv.max_wait_seconds;
-      if (key == "max_waiters") target = &rv.max_waiters;
-      if (target == nullptr) {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in rendezvous"));
-      }
-      const std::string qualified = absl::StrCat("rendezvous.", key);
-      auto v = Uint(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      if (*v == 0) return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
-      *target = *v;
-    }
+    absl::Status read = common::ReadUintSection(*this, node, "rendezvous",
+                                                {{"max_key_bytes", &rv.max_key_bytes},
+                                                 {"max_value_bytes", &rv.max_value_bytes},
+                                                 {"max_keys_per_job", &rv.max_keys_per_job},
+                                                 {"max_jobs", &rv.max_jobs},
+                                                 {"default_ttl_seconds", &rv.default_ttl_seconds},
+                                                 {"max_ttl_seconds", &rv.max_ttl_seconds},
+                                                 {"max_wait_seconds", &rv.max_wait_seconds},
+                                                 {"max_waiters", &rv.max_waiters}});
+    if (!read.ok()) return read;
     if (rv.default_ttl_seconds > rv.max_ttl_seconds) {
-      return Error(node.Mark(), absl::StrCat("rendezvous.default_ttl_seconds=", rv.default_ttl_seconds,
-                                             " must be <= rendezvous.max_ttl_seconds=",
-                                             rv.max_ttl_seconds));
+      return Error(node.Mark(),
+                   absl::StrCat("rendezvous.default_ttl_seconds=", rv.default_ttl_seconds,
+                                " must be <= rendezvous.max_ttl_seconds=", rv.max_ttl_seconds));
     }
     return absl::OkStatus();
   }
 
   absl::Status ApplyMetrics(const YAML::Node& node, MetricsConfig& metrics) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), "metrics must be a map");
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      if (key != "per_rank_max_ranks") {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in metrics"));
-      }
-      auto v = Uint(kv.second, "metrics.per_rank_max_ranks");  // 0 = no per-rank series
-      if (!v.ok()) return v.status();
-      metrics.per_rank_max_ranks = *v;
-    }
-    return absl::OkStatus();
+    // 0 = no per-rank series.
+    return common::ReadUintSection(
+        *this, node, "metrics",
+        {{"per_rank_max_ranks", &metrics.per_rank_max_ranks, /*zero_allowed=*/true}});
   }
 
   absl::Status ApplyHttp(const YAML::Node& node, HttpConfig& http) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), "http must be a map");
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      uint32_t* target = nullptr;
-      if (key == "threads") target = &http.threads;
-      if (key == "read_timeout_seconds") target = &http.read_timeout_seconds;
-      if (key == "write_timeout_seconds") target = &http.write_timeout_seconds;
-      if (key == "max_body_bytes") target = &http.max_body_bytes;
-      if (key == "keep_alive_max_requests") target = &http.keep_alive_max_requests;
-      if (key == "keep_alive_timeout_seconds") target = &http.keep_alive_timeout_seconds;
-      if (target == nullptr) {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in http"));
-      }
-      const std::string qualified = absl::StrCat("http.", key);
-      auto v = Uint(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      if (*v == 0) return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
-      if (key == "threads" && *v > 256) {
-        return Error(kv.second.Mark(), absl::StrCat(qualified, "=", *v, " must be <= 256"));
-      }
-      *target = *v;
-    }
-    return absl::OkStatus();
+    return common::ReadUintSection(
+        *this, node, "http",
+        {{"threads", &http.threads},
+         {"read_timeout_seconds", &http.read_timeout_seconds},
+         {"write_timeout_seconds", &http.write_timeout_seconds},
+         {"max_body_bytes", &http.max_body_bytes},
+         {"keep_alive_max_requests", &http.keep_alive_max_requests},
+         {"keep_alive_timeout_seconds", &http.keep_alive_timeout_seconds}},
+        [&](absl::string_view key, uint32_t v, const YAML::Node& value) -> absl::Status {
+          if (key == "threads" && v > 256) {
+            return Error(value.Mark(), absl::StrCat("http.threads=", v, " must be <= 256"));
+          }
+          return absl::OkStatus();
+        });
   }
 
   absl::Status ApplyPersistence(const YAML::Node& node, PersistenceConfig& p) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), "persistence must be a map");
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      const std::string qualified = absl::StrCat("persistence.", key);
-      if (key == "path" || key == "synchronous") {
-        auto v = String(kv.second, qualified);
-        if (!v.ok()) return v.status();
-        if (key == "synchronous" && *v != "normal" && *v != "full") {
-          return Error(kv.second.Mark(),
-                       absl::StrCat(qualified, "=", *v, " must be 'normal' or 'full'"));
-        }
-        (key == "path" ? p.path : p.synchronous) = *v;
-        continue;
-      }
-      uint32_t* target = nullptr;
-      if (key == "event_queue_capacity") target = &p.event_queue_capacity;
-      if (key == "events_max_age_seconds") target = &p.events_max_age_seconds;
-      if (key == "events_max_rows") target = &p.events_max_rows;
-      if (key == "membership_versions_kept") target = &p.membership_versions_kept;
-      if (key == "retention_interval_seconds") target = &p.retention_interval_seconds;
-      if (target == nullptr) {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in persistence"));
-      }
-      auto v = Uint(kv.second, qualified);
-      if (!v.ok()) return v.status();
-      // 0 means "no limit" only for the two event limits.
-      if (*v == 0 && key != "events_max_age_seconds" && key != "events_max_rows") {
-        return Error(kv.second.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
-      }
-      *target = *v;
-    }
-    return absl::OkStatus();
+    return common::ReadSection(
+        *this, node, "persistence",
+        [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+          const std::string qualified = absl::StrCat("persistence.", key);
+          if (key == "path" || key == "synchronous") {
+            auto v = String(value, qualified);
+            if (!v.ok()) return v.status();
+            if (key == "synchronous" && *v != "normal" && *v != "full") {
+              return Error(value.Mark(),
+                           absl::StrCat(qualified, "=", *v, " must be 'normal' or 'full'"));
+            }
+            (key == "path" ? p.path : p.synchronous) = *v;
+            return absl::OkStatus();
+          }
+          uint32_t* target = nullptr;
+          if (key == "event_queue_capacity") target = &p.event_queue_capacity;
+          if (key == "events_max_age_seconds") target = &p.events_max_age_seconds;
+          if (key == "events_max_rows") target = &p.events_max_rows;
+          if (key == "membership_versions_kept") target = &p.membership_versions_kept;
+          if (key == "retention_interval_seconds") target = &p.retention_interval_seconds;
+          if (target == nullptr) return common::UnknownKey();
+          auto v = Uint(value, qualified);
+          if (!v.ok()) return v.status();
+          // 0 means "no limit" only for the two event limits.
+          if (*v == 0 && key != "events_max_age_seconds" && key != "events_max_rows") {
+            return Error(value.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+          }
+          *target = *v;
+          return absl::OkStatus();
+        });
   }
 
   absl::Status ApplyAuth(const YAML::Node& node, AuthConfig& auth) const {
-    if (node.IsNull()) return absl::OkStatus();
-    if (!node.IsMap()) return Error(node.Mark(), "auth must be a map");
-    for (const auto& kv : node) {
-      const std::string key = kv.first.Scalar();
-      const std::string qualified = absl::StrCat("auth.", key);
-      if (key == "token_file") {
-        auto v = String(kv.second, qualified);
-        if (!v.ok()) return v.status();
-        auth.token_file = *v;
-      } else if (key == "protect_reads") {
-        auto v = Bool(kv.second, qualified);
-        if (!v.ok()) return v.status();
-        auth.protect_reads = *v;
-      } else {
-        return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in auth"));
-      }
-    }
+    absl::Status read = common::ReadSection(
+        *this, node, "auth", [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+          const std::string qualified = absl::StrCat("auth.", key);
+          if (key == "token_file") {
+            auto v = String(value, qualified);
+            if (!v.ok()) return v.status();
+            auth.token_file = *v;
+          } else if (key == "protect_reads") {
+            auto v = Bool(value, qualified);
+            if (!v.ok()) return v.status();
+            auth.protect_reads = *v;
+          } else {
+            return common::UnknownKey();
+          }
+          return absl::OkStatus();
+        });
+    if (!read.ok()) return read;
     if (auth.protect_reads && auth.token_file.empty()) {
       return Error(node.Mark(), "auth.protect_reads=true needs auth.token_file");
     }
@@ -283,20 +233,22 @@ class Parser : public common::ConfigReader {
       rule.policy = config.policy;
       bool has_match = false;
       YAML::Node policy_node;
-      for (const auto& kv : item) {
-        const std::string key = kv.first.Scalar();
-        if (key == "match") {
-          auto m = String(kv.second, context + ".match");
-          if (!m.ok()) return m.status();
-          if (m->empty()) return Error(kv.second.Mark(), context + ".match must not be empty");
-          rule.match = *m;
-          has_match = true;
-        } else if (key == "policy") {
-          policy_node = kv.second;
-        } else {
-          return Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in ", context));
-        }
-      }
+      absl::Status read = common::ReadSection(
+          *this, item, context, [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+            if (key == "match") {
+              auto m = String(value, context + ".match");
+              if (!m.ok()) return m.status();
+              if (m->empty()) return Error(value.Mark(), context + ".match must not be empty");
+              rule.match = *m;
+              has_match = true;
+            } else if (key == "policy") {
+              policy_node = value;
+            } else {
+              return common::UnknownKey();
+            }
+            return absl::OkStatus();
+          });
+      if (!read.ok()) return read;
       if (!has_match) return Error(item.Mark(), context + " needs a 'match' key");
       const std::string policy_context = absl::StrCat(context, " (match '", rule.match, "') policy");
       if (policy_node) {

@@ -94,7 +94,7 @@ struct RendezvousConfig {
 // retention keys apply at the next retention pass after a reload.
 struct PersistenceConfig {
   std::string path;                      // SQLite file, created with its directory
-  std::string synchronous = "normal";    // normal | full (see README)
+  std::string synchronous = "normal";    // normal | full (docs/persistence.md "Durability level")
   uint32_t event_queue_capacity = 65536; // events waiting for the writer; more are dropped
   uint32_t events_max_age_seconds = 604800;  // 7 days; 0 = no age limit
   uint32_t events_max_rows = 1000000;        // 0 = no row limit

@@ -1,5 +1,9 @@
 #include "wire/policy_convert.h"
 
+#include <type_traits>
+#include <utility>
+#include <variant>
+
 #include "absl/strings/str_cat.h"
 
 namespace straggler::daemon {
@@ -22,38 +26,43 @@ v1::RecoveryMode ToProto(engine::RecoveryMode m) {
   return v1::RECOVERY_MODE_UNSPECIFIED;
 }
 
+namespace {
+
+namespace pb = google::protobuf;
+
+// The v1.PolicyConfig field of each numeric and bool PolicyFields() row: the
+// field of the same name (daemon:"every policy field is on the wire" checks
+// that each row has one, of its type). The two enums are mapped by hand.
+template <class Fn>
+void ForEachWireField(Fn&& fn) {
+  const pb::Descriptor* message = v1::PolicyConfig::descriptor();
+  for (const engine::PolicyField& f : engine::PolicyFields()) {
+    const pb::FieldDescriptor* wire = message->FindFieldByName(f.name);
+    if (wire == nullptr) continue;  // the test above fails first
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_reference_t<decltype(std::declval<engine::PolicyConfig&>().*member)>;
+          if constexpr (std::is_same_v<T, uint32_t> || std::is_same_v<T, double> ||
+                        std::is_same_v<T, bool>) {
+            fn(wire, member);
+          }
+        },
+        f.member);
+  }
+}
+
+}  // namespace
+
 void ToProto(const engine::PolicyConfig& p, v1::PolicyConfig* out) {
   out->set_kind(ToProto(p.kind));
-  out->set_limit(p.limit);
-  out->set_limit_fraction(p.limit_fraction);
-  out->set_rejoin_mark(p.rejoin_mark);
-  out->set_profile_iterations(p.profile_iterations);
-  out->set_threshold_factor(p.threshold_factor);
-  out->set_window_iterations(p.window_iterations);
   out->set_recovery(ToProto(p.recovery));
-  out->set_ewma_alpha(p.ewma_alpha);
-  out->set_ewma_ratio(p.ewma_ratio);
-  out->set_ewma_min_samples(p.ewma_min_samples);
-  out->set_static_threshold_seconds(p.static_threshold_seconds);
-  out->set_max_excluded_fraction(p.max_excluded_fraction);
-  out->set_min_active_ranks(p.min_active_ranks);
-  out->set_min_active_replicas(p.min_active_replicas);
-  out->set_cooldown_iterations(p.cooldown_iterations);
-  out->set_min_throughput_gain(p.min_throughput_gain);
-  out->set_lead_iterations(p.lead_iterations);
-  out->set_unresponsive_after_seconds(p.unresponsive_after_seconds);
-  out->set_exclusion_enabled(p.exclusion_enabled);
-  out->set_global_shift_fraction(p.global_shift_fraction);
-  out->set_max_compute_seconds(p.max_compute_seconds);
-  out->set_peer_enter_ratio(p.peer_enter_ratio);
-  out->set_peer_noise_z(p.peer_noise_z);
-  out->set_peer_window(p.peer_window);
-  out->set_peer_enter_rows(p.peer_enter_rows);
-  out->set_peer_severe_ratio(p.peer_severe_ratio);
-  out->set_peer_spike_ratio(p.peer_spike_ratio);
-  out->set_peer_exit_rows(p.peer_exit_rows);
-  out->set_peer_min_group(p.peer_min_group);
-  out->set_peer_profile_iterations(p.peer_profile_iterations);
+  const pb::Reflection* r = out->GetReflection();
+  ForEachWireField([&](const pb::FieldDescriptor* wire, auto member) {
+    using T = std::remove_cvref_t<decltype(p.*member)>;
+    if constexpr (std::is_same_v<T, uint32_t>) r->SetUInt32(out, wire, p.*member);
+    if constexpr (std::is_same_v<T, double>) r->SetDouble(out, wire, p.*member);
+    if constexpr (std::is_same_v<T, bool>) r->SetBool(out, wire, p.*member);
+  });
 }
 
 absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& u,
@@ -75,38 +84,14 @@ absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& u,
       return absl::InvalidArgumentError(
           absl::StrCat("recovery=", u.recovery(), " is not a RecoveryMode"));
   }
-#define STRAGGLER_MERGE(field) \
-  if (u.has_##field()) p.field = u.field()
-  STRAGGLER_MERGE(limit);
-  STRAGGLER_MERGE(limit_fraction);
-  STRAGGLER_MERGE(rejoin_mark);
-  STRAGGLER_MERGE(profile_iterations);
-  STRAGGLER_MERGE(threshold_factor);
-  STRAGGLER_MERGE(window_iterations);
-  STRAGGLER_MERGE(ewma_alpha);
-  STRAGGLER_MERGE(ewma_ratio);
-  STRAGGLER_MERGE(ewma_min_samples);
-  STRAGGLER_MERGE(static_threshold_seconds);
-  STRAGGLER_MERGE(max_excluded_fraction);
-  STRAGGLER_MERGE(min_active_ranks);
-  STRAGGLER_MERGE(min_active_replicas);
-  STRAGGLER_MERGE(cooldown_iterations);
-  STRAGGLER_MERGE(min_throughput_gain);
-  STRAGGLER_MERGE(lead_iterations);
-  STRAGGLER_MERGE(unresponsive_after_seconds);
-  STRAGGLER_MERGE(exclusion_enabled);
-  STRAGGLER_MERGE(global_shift_fraction);
-  STRAGGLER_MERGE(max_compute_seconds);
-  STRAGGLER_MERGE(peer_enter_ratio);
-  STRAGGLER_MERGE(peer_noise_z);
-  STRAGGLER_MERGE(peer_window);
-  STRAGGLER_MERGE(peer_enter_rows);
-  STRAGGLER_MERGE(peer_severe_ratio);
-  STRAGGLER_MERGE(peer_spike_ratio);
-  STRAGGLER_MERGE(peer_exit_rows);
-  STRAGGLER_MERGE(peer_min_group);
-  STRAGGLER_MERGE(peer_profile_iterations);
-#undef STRAGGLER_MERGE
+  const pb::Reflection* r = u.GetReflection();
+  ForEachWireField([&](const pb::FieldDescriptor* wire, auto member) {
+    if (!r->HasField(u, wire)) return;
+    using T = std::remove_cvref_t<decltype(p.*member)>;
+    if constexpr (std::is_same_v<T, uint32_t>) p.*member = r->GetUInt32(u, wire);
+    if constexpr (std::is_same_v<T, double>) p.*member = r->GetDouble(u, wire);
+    if constexpr (std::is_same_v<T, bool>) p.*member = r->GetBool(u, wire);
+  });
   if (absl::Status s = p.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }
