@@ -3,7 +3,7 @@
 "A restarted daemon"): the real stragglerd on a state database, 8 ranks
 (4 replicas x 2 pipeline stages, rank = replica + 4 * stage), each a Python
 straggler.Client with its peer group and replica, reporting compute times
-(values, no sleeps: the detection is the daemon's; dynamic policy, see below).
+(values, no sleeps: the detection is the daemon's, default policy).
 
 1. Rank 1 (replica 1, stage 0) reports 3x its peers: the daemon excludes
    replica 1 (ranks 1 and 5), culprit rank 1 of group stage0. The clients'
@@ -83,14 +83,10 @@ def test(args):
 
     with tempfile.TemporaryDirectory(prefix="replica-restart-") as workdir:
         db = os.path.join(workdir, "state.db")
-        # Pinned to the dynamic policy: the default (peer) never releases a
-        # rank restored as a straggler - it only judges a shadow report
-        # against a group the rank was seen in since the restart, and an
-        # excluded rank is in no row (reference_peer.cc JudgeAlone/Single;
-        # reported, not fixed here).
+        # The default policy; a silent rank is unresponsive after 1 s (step 3).
         config = os.path.join(workdir, "stragglerd.yaml")
         with open(config, "w") as f:
-            f.write("policy:\n  kind: dynamic\n  unresponsive_after_seconds: 1\n")
+            f.write("policy:\n  unresponsive_after_seconds: 1\n")
         # Without a database the daemon comes back on the same port: the
         # clients that stay reconnect and their hellos carry the set.
         grpc = "127.0.0.1:%d" % free_port() if args.no_db else "127.0.0.1:0"
