@@ -11,10 +11,15 @@
 // profile every policy judges every row and nobody is excluded (the steady
 // state of a healthy job).
 //
+// BM_EngineRowPlanned: one whole row per benchmark iteration with a withheld
+// straggler, so the exclusion is planned at every row (issue 18's planner).
+//
 //   engine_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "straggler/engine/job_engine.h"
@@ -90,6 +95,62 @@ void BM_EngineIngest(benchmark::State& state, PolicyKind kind) {
 BENCHMARK_CAPTURE(BM_EngineIngest, dynamic, PolicyKind::kDynamic)->Arg(8)->Arg(1000)->Arg(100000);
 BENCHMARK_CAPTURE(BM_EngineIngest, ewma, PolicyKind::kEwma)->Arg(8)->Arg(1000)->Arg(100000);
 BENCHMARK_CAPTURE(BM_EngineIngest, static, PolicyKind::kStatic)->Arg(8)->Arg(1000)->Arg(100000);
+
+// One complete row per benchmark iteration while a guard withholds a
+// straggler: the engine then plans the exclusion at every row (Evaluate runs
+// while anything is blocked), so this measures the per-row planning cost on
+// top of the row's reports. Rank 3 reports 3x slower from the start; a
+// min_throughput_gain no exclusion can reach keeps it withheld. range(1):
+// 0 = pure data parallelism (no topology), 1 = hybrid: replicas of 8 ranks
+// (rank / 8) in 8 peer groups "stage<rank % 8>".
+void BM_EngineRowPlanned(benchmark::State& state, PolicyKind kind) {
+  const uint32_t ranks = static_cast<uint32_t>(state.range(0));
+  const bool hybrid = state.range(1) != 0;
+  const std::vector<double> noise = NoiseTable();
+  const Time start{1'700'000'000'000'000'000};
+  PolicyConfig policy = Policy(kind);
+  policy.min_throughput_gain = 1e9;
+  JobEngine engine(ranks, policy, start);
+  if (hybrid) {
+    for (uint32_t r = 0; r < ranks; ++r) {
+      straggler::engine::RankTopology t;
+      t.replica = r / 8;
+      t.peer_group = "stage" + std::to_string(r % 8);
+      engine.SetTopology(r, t);
+    }
+  }
+  uint64_t iteration = 0;
+  Time now = start;
+  size_t k = 0;
+  auto row = [&] {
+    for (uint32_t rank = 0; rank < ranks; ++rank) {
+      Report r;
+      r.rank = rank;
+      r.iteration = iteration;
+      r.compute_seconds = noise[k++ & 4095] * (rank == 3 ? 3.0 : 1.0);
+      auto result = engine.Ingest(r, now);
+      benchmark::DoNotOptimize(result.accepted);
+    }
+    ++iteration;
+    now += std::chrono::milliseconds(100);
+    auto events = engine.TakeEvents();
+    benchmark::DoNotOptimize(events.data());
+  };
+  for (int i = 0; i < 40; ++i) row();  // profile, then rank 3 turns straggler
+
+  for (auto _ : state) row();
+
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  const auto view = engine.View();
+  state.counters["excluded"] = static_cast<double>(view.excluded_ranks);
+  state.counters["stragglers"] = static_cast<double>(view.straggler_ranks);
+  if (view.straggler_ranks == 0) state.SkipWithError("no straggler: nothing is withheld, nothing planned");
+}
+
+BENCHMARK_CAPTURE(BM_EngineRowPlanned, dynamic, PolicyKind::kDynamic)
+    ->ArgNames({"ranks", "hybrid"})->ArgsProduct({{1000, 8000}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_EngineRowPlanned, ewma, PolicyKind::kEwma)
+    ->ArgNames({"ranks", "hybrid"})->ArgsProduct({{1000, 8000}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

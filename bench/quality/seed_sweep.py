@@ -6,11 +6,15 @@
 Writes families of 16-rank, 1500-iteration scenarios (issue 17's cases: noise, spikes of one
 step in 20, global slowdowns and checkpoints, warm-up, an undeclared generation, ±30%
 variation, 1.3x and 2x stragglers, a ramp, 2.5x on 4 steps of 5), `--seeds` seeds each, into
-a temporary directory, replays each with the daemon's defaults (no --policy) and prints, per
-family, how many seeds meet issue 17's criteria and the failures. BENCHMARKS.md quotes it.
+a temporary directory (each family its own seeds, so no two share a noise draw), replays each
+with the daemon's defaults (no --policy; --set changes a field) and prints, per
+family, how many seeds meet issue 17's criteria, the spread of the detection latencies of all
+its episodes, how many are within 10 iterations of their onset, the slowest recovery of each
+seed, and the failures. BENCHMARKS.md quotes it.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import tempfile
@@ -52,26 +56,50 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--replay", required=True)
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a policy field over the defaults, passed on to straggler-replay")
+    ap.add_argument("--family", action="append", default=[],
+                    help="only the families whose name contains this (repeatable)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="seed-sweep-") as d:
-        print("| family | seeds meeting the criteria | failures |")
-        print("|---|---|---|")
+        print("| family | seeds meeting the criteria | detection latency: median / 90th pct / max "
+              "| within 10 | recovery latency, slowest per seed: median / max | failures |")
+        print("|---|---|---|---|---|---|")
         for k, (family, body) in enumerate(FAMILIES.items()):
-            ok, fails = 0, []
+            if a.family and not any(f in family for f in a.family):
+                continue
+            ok, fails, lat, rec = 0, [], [], []
             for seed in range(a.seeds):
                 path = os.path.join(d, "f%d-%d.yaml" % (k, seed))
                 with open(path, "w") as f:
                     f.write("name: f%d-%d\nranks: 16\niterations: 1500\nbase_seconds: 0.25\n"
-                            "seed: %d\n%s" % (k, seed, 1000 + seed * 7919, body))
-                p = subprocess.run([a.replay, path, "--format", "json"], capture_output=True,
+                            "seed: %d\n%s" % (k, seed, 1000 + seed * 7919 + k * 104729, body))
+                sets = [x for kv in a.set for x in ("--set", kv)]
+                p = subprocess.run([a.replay, path, "--format", "json"] + sets, capture_output=True,
                                    text=True, timeout=120, check=True)
-                c = json.loads(p.stdout)["criteria"]
+                out = json.loads(p.stdout)
+                c = out["criteria"]
+                lat += out["scores"]["detection_latency"].get("per_episode", [])
+                if out["scores"]["recovery_latency"].get("max") is not None:
+                    rec.append(out["scores"]["recovery_latency"]["max"])
                 if c["pass"]:
                     ok += 1
                 else:
                     fails += ["seed %d: %s" % (seed, x) for x in c["failures"][:2]]
-            print("| %s | %d/%d | %s |" % (family, ok, a.seeds, "; ".join(fails[:3]) +
-                                            (" (+%d)" % (len(fails) - 3) if len(fails) > 3 else "")))
+            print("| %s | %d/%d | %s | %s | %s | %s |" % (
+                family, ok, a.seeds, spread(lat, (0.5, 0.9, 1.0)),
+                "%d/%d" % (sum(x <= 10 for x in lat), len(lat)) if lat else "-",
+                spread(rec, (0.5, 1.0)),
+                "; ".join(fails[:3]) + (" (+%d)" % (len(fails) - 3) if len(fails) > 3 else "")))
+
+
+def spread(values, quantiles):
+    """"a / b / c": the values' nearest-rank quantiles, "-" for none."""
+    if not values:
+        return "-"
+    v = sorted(values)
+    return " / ".join(str(v[min(len(v) - 1, max(0, int(math.ceil(q * len(v))) - 1))])
+                      for q in quantiles)
 
 
 if __name__ == "__main__":

@@ -87,19 +87,23 @@ straggler_client_t* straggler_client_create(const straggler_options_t* options, 
       o.backoff_max = std::chrono::milliseconds(options->backoff_max_ms);
     // TLS always comes from STRAGGLER_TLS_CA/_CERT/_KEY: the struct keeps its
     // layout, and a deployment turns TLS on without rebuilding trainers.
-    const straggler::ClientOptions env = straggler::ClientOptions::FromEnv();
+    const straggler::ChannelSecurity tls = straggler::ChannelSecurityFromEnv();
     // Topology: the struct's, else the launcher's environment (a C trainer
-    // run under a Megatron-style launcher need not pass it through).
-    o.peer_group = options->peer_group != nullptr ? std::string(options->peer_group) : env.peer_group;
-    o.gpu_model = options->gpu_model != nullptr ? std::string(options->gpu_model) : env.gpu_model;
+    // run under a Megatron-style launcher need not pass it through); a bad
+    // STRAGGLER_REPLICA counts only where the struct gives no replica.
+    std::string replica_error;
+    straggler::detail::TopologyEnv env = straggler::detail::TopologyFromEnv(&replica_error);
+    o.peer_group = options->peer_group != nullptr ? std::string(options->peer_group) : std::move(env.peer_group);
+    o.gpu_model = options->gpu_model != nullptr ? std::string(options->gpu_model) : std::move(env.gpu_model);
     if (options->has_replica != 0) {
       o.replica = options->replica;
     } else {
-      o.replica = straggler::detail::ReplicaFromEnv(&o.env_error);
+      o.replica = env.replica;
+      o.env_error = std::move(replica_error);
     }
-    o.tls_ca_file = env.tls_ca_file;
-    o.tls_cert_file = env.tls_cert_file;
-    o.tls_key_file = env.tls_key_file;
+    o.tls_ca_file = tls.ca_file;
+    o.tls_cert_file = tls.cert_file;
+    o.tls_key_file = tls.key_file;
     return CreateFrom(o, err, errlen);
   } catch (...) {
     WriteError(err, errlen, "straggler_client_create: out of memory");

@@ -52,13 +52,16 @@ std::string RunIdFromEnv() {
 
 namespace detail {
 
-std::optional<uint32_t> ReplicaFromEnv(std::string* error) {
+TopologyEnv TopologyFromEnv(std::string* error) {
+  TopologyEnv t;
+  if (const char* v = std::getenv("STRAGGLER_PEER_GROUP"); v != nullptr) t.peer_group = v;
+  if (const char* v = std::getenv("STRAGGLER_GPU_MODEL"); v != nullptr) t.gpu_model = v;
   // Set but empty = unset, as a launcher template may leave it.
-  const char* v = std::getenv("STRAGGLER_REPLICA");
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  uint32_t replica = 0;
-  if (!ReadEnvUnsigned("STRAGGLER_REPLICA", &replica, error)) return std::nullopt;
-  return replica;
+  if (const char* v = std::getenv("STRAGGLER_REPLICA"); v != nullptr && *v != '\0') {
+    uint32_t replica = 0;
+    if (ReadEnvUnsigned("STRAGGLER_REPLICA", &replica, error)) t.replica = replica;
+  }
+  return t;
 }
 
 // The daemon's rule for a bounded wire string (straggler/v1/wire_rules.h): "" when
@@ -104,9 +107,10 @@ ClientOptions ClientOptions::FromEnv() {
   if (const char* v = std::getenv("STRAGGLER_NODE"); v != nullptr) o.node = v;
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o.cuda_visible_devices = v;
   if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o.gpu_uuid = v;
-  if (const char* v = std::getenv("STRAGGLER_PEER_GROUP"); v != nullptr) o.peer_group = v;
-  if (const char* v = std::getenv("STRAGGLER_GPU_MODEL"); v != nullptr) o.gpu_model = v;
-  o.replica = detail::ReplicaFromEnv(&error);
+  detail::TopologyEnv topology = detail::TopologyFromEnv(&error);
+  o.peer_group = std::move(topology.peer_group);
+  o.gpu_model = std::move(topology.gpu_model);
+  o.replica = topology.replica;
   o.run_id = RunIdFromEnv();
   const ChannelSecurity tls = ChannelSecurityFromEnv();
   o.tls_ca_file = tls.ca_file;

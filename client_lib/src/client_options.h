@@ -15,9 +15,16 @@ namespace straggler::detail {
 // The TLS files the options name, in the form channel_security.h checks and loads.
 ChannelSecurity SecurityOf(const ClientOptions& options);
 
-// STRAGGLER_REPLICA; nullopt when unset or empty. A value that does not
+// The launcher's topology variables, read once for ClientOptions::FromEnv
+// and the C API: STRAGGLER_PEER_GROUP and STRAGGLER_GPU_MODEL as set;
+// STRAGGLER_REPLICA nullopt when unset or empty, and a value that does not
 // parse sets *error (when it is empty) and gives nullopt.
-std::optional<uint32_t> ReplicaFromEnv(std::string* error);
+struct TopologyEnv {
+  std::string peer_group;
+  std::string gpu_model;
+  std::optional<uint32_t> replica;
+};
+TopologyEnv TopologyFromEnv(std::string* error);
 
 // Empty when `group` is a peer group the daemon accepts, else why (naming it).
 std::string ValidatePeerGroup(const std::string& group);

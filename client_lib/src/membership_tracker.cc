@@ -46,8 +46,13 @@ MembershipView ToView(const pb::Membership& m, uint32_t fallback_world_size) {
   v.world_size = m.world_size() != 0 ? m.world_size() : fallback_world_size;
   v.lead_iterations = m.lead_iterations() != 0 ? m.lead_iterations() : kAssumedLeadIterations;
   v.excluded.reserve(m.excluded_size());
-  for (const pb::ExcludedRank& e : m.excluded())
-    v.excluded.push_back(ExcludedRankInfo{e.rank(), ReasonName(e.reason()), e.detail()});
+  for (const pb::ExcludedRank& e : m.excluded()) {
+    ExcludedRankInfo x{e.rank(), ReasonName(e.reason()), e.detail()};
+    if (e.has_culprit_rank()) x.culprit = e.culprit_rank();
+    x.culprit_group = e.culprit_peer_group();
+    if (e.has_replica()) x.replica = e.replica();
+    v.excluded.push_back(std::move(x));
+  }
   std::sort(v.excluded.begin(), v.excluded.end(),
             [](const ExcludedRankInfo& a, const ExcludedRankInfo& b) { return a.rank < b.rank; });
   return v;
@@ -187,6 +192,11 @@ void MembershipTracker::FillKnown(pb::StreamHello* h) const {
     x->set_rank(e.rank);
     x->set_reason(ReasonFromName(e.reason));
     x->set_detail(e.detail);
+    // Who took the replica out: a daemon restarted without its database
+    // keeps a culprit's mates with it (docs/hybrid.md).
+    if (e.culprit) x->set_culprit_rank(*e.culprit);
+    x->set_culprit_peer_group(e.culprit_group);
+    if (e.replica) x->set_replica(*e.replica);
   }
 }
 

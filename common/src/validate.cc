@@ -29,12 +29,6 @@ absl::Status CheckBytes(absl::string_view field, absl::string_view value, size_t
   return absl::OkStatus();
 }
 
-// Printable ASCII, space included: hostnames, agent ids, version strings.
-absl::Status CheckPrintable(absl::string_view field, absl::string_view value, size_t max) {
-  return CheckBytes(field, value, max, [](unsigned char c) { return c < 0x20 || c > 0x7e; },
-                    "byte", "", "; allowed: printable ASCII");
-}
-
 // Free text an operator or a client wrote (override reasons, exclusion
 // details): any UTF-8 (protobuf has checked it) but no ASCII control
 // characters, which would forge lines in logs and terminals.
@@ -45,6 +39,29 @@ absl::Status CheckNoControl(absl::string_view field, absl::string_view value, si
 
 }  // namespace
 
+// Printable ASCII, space included: hostnames, agent ids, version strings,
+// GPU models.
+absl::Status CheckPrintable(absl::string_view field, absl::string_view value, size_t max) {
+  return CheckBytes(field, value, max, [](unsigned char c) { return c < 0x20 || c > 0x7e; },
+                    "byte", "", "; allowed: printable ASCII");
+}
+
+absl::Status CheckIdText(absl::string_view field, absl::string_view value, size_t max,
+                         absl::string_view suffix) {
+  if (value.size() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", Quoted(value), " is ", value.size(), " bytes; at most ", max));
+  }
+  if (const size_t i = v1::rules::FirstBadJobIdByte(std::string_view(value.data(), value.size()));
+      i != std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value), " has ",
+                                                   Quoted(value.substr(i, 1)), " at byte ", i,
+                                                   "; allowed: ", std::string(v1::rules::kJobIdAllowed),
+                                                   suffix));
+  }
+  return absl::OkStatus();
+}
+
 std::string Quoted(absl::string_view value, size_t max) {
   if (value.size() <= max) return absl::StrCat("'", absl::CHexEscape(value), "'");
   return absl::StrCat("'", absl::CHexEscape(value.substr(0, max)), "'...");
@@ -52,19 +69,7 @@ std::string Quoted(absl::string_view value, size_t max) {
 
 absl::Status ValidateJobId(absl::string_view field, absl::string_view job_id) {
   if (job_id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " must not be empty"));
-  if (job_id.size() > kMaxJobIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(job_id), " is ",
-                                                   job_id.size(), " bytes; at most ",
-                                                   kMaxJobIdBytes));
-  }
-  if (const size_t i = v1::rules::FirstBadJobIdByte(std::string_view(job_id.data(), job_id.size()));
-      i != std::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " ", Quoted(job_id), " has ", Quoted(job_id.substr(i, 1)), " at byte ",
-                     i, "; allowed: ", std::string(v1::rules::kJobIdAllowed), ", 1 to ",
-                     kMaxJobIdBytes, " bytes"));
-  }
-  return absl::OkStatus();
+  return CheckIdText(field, job_id, kMaxJobIdBytes, absl::StrCat(", 1 to ", kMaxJobIdBytes, " bytes"));
 }
 
 absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job) {

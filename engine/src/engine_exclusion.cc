@@ -34,14 +34,30 @@ void EngineImpl::EvaluateNow(Time now) {
 
 const PlanInput& EngineImpl::Snapshot() {
   PlanInput& in = plan_input;
+  // The declared replica makes the exclusion unit (docs/topology.md). The
+  // replicas, group names and their layout change only with the topology:
+  // copied and laid out again only then, not at every plan.
+  const bool relayout = !plan_topology || *plan_topology != topology_version || in.ranks.size() != world_size;
   in.ranks.resize(world_size);
   for (uint32_t i = 0; i < world_size; ++i) {
     const RankState& r = ranks[i];
-    // The declared replica makes the exclusion unit (docs/topology.md).
-    const RankTopology& t = topology[i];
-    in.ranks[i] = {r.state,     r.override, r.on_probation, r.probation_failed,
-                   r.ewma,      r.counter,  t.replica,      t.peer_group};
+    RankSnapshot& s = in.ranks[i];
+    s.state = r.state;
+    s.override = r.override;
+    s.on_probation = r.on_probation;
+    s.probation_failed = r.probation_failed;
+    s.ewma = r.ewma;
+    s.counter = r.counter;
+    if (relayout) {
+      s.replica = topology[i].replica;
+      s.peer_group = topology[i].peer_group;
+    }
   }
+  if (relayout) {
+    plan_layout = LayoutReplicas(in.ranks);
+    plan_topology = topology_version;
+  }
+  in.layout = &plan_layout;
   in.current = Newest().excluded;
   in.iteration = highest_active;
   in.baseline = baseline;

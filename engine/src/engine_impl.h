@@ -140,6 +140,10 @@ struct EngineImpl {
   bool withheld = false;
   uint32_t blocked = 0;         // candidates currently withheld by a guard
   PlanInput plan_input;         // reused by Evaluate
+  // plan_input's replica layout, and the topology_version its ranks'
+  // replicas and peer groups were copied at (Snapshot).
+  ReplicaLayout plan_layout;
+  std::optional<uint64_t> plan_topology;
 
   // ---- totals and events ---------------------------------------------------
   uint64_t detections_total = 0;

@@ -10,9 +10,6 @@
 
 namespace straggler::engine::internal {
 
-Capacity::Capacity(const PolicyConfig& policy, uint32_t world)
-    : Capacity(policy, world, world, false) {}
-
 Capacity::Capacity(const PolicyConfig& policy, uint32_t world, uint32_t replica_count,
                    bool is_hybrid)
     : world_size(world),
@@ -59,7 +56,7 @@ std::string StragglerDetail(const RankSnapshot& r, const PlanInput& in) {
 
 // One data-parallel replica: the ranks that leave the collective together.
 struct Unit {
-  std::span<const uint32_t> ranks;  // ascending; a view into Units::members
+  std::span<const uint32_t> ranks;  // ascending; a view into ReplicaLayout::members
   std::vector<uint32_t> forced;     // forced out
   std::vector<uint32_t> culprits;   // unresponsive, then stragglers slowest first
   uint32_t unresponsive = 0;        // culprits[0, unresponsive) are unresponsive
@@ -70,20 +67,40 @@ struct Unit {
   double slowest = 0;               // largest ewma among its straggler culprits
 };
 
-struct Units {
-  std::vector<uint32_t> members;  // every rank, grouped by unit
-  std::vector<Unit> units;        // in order of their lowest rank
-};
+}  // namespace
 
-// Groups the ranks into replicas. No map and one allocation per job, not
-// per rank: the engine plans at every batch, for up to millions of ranks.
-void Group(const PolicyConfig& policy, const PlanInput& in,
-           const std::vector<const ExcludedRank*>& current, Units& out) {
-  const uint32_t world = static_cast<uint32_t>(in.ranks.size());
+namespace {
+
+// A rank's replica: the declared one, or, for a rank that has not declared
+// its replica (yet: a restarted daemon before its hello), the one its
+// current entry names, so a restored culprit and its mates stay one unit
+// until the hellos are in.
+std::optional<uint32_t> ReplicaOf(std::span<const RankSnapshot> ranks,
+                                  const std::vector<const ExcludedRank*>* current, uint32_t i) {
+  if (ranks[i].replica || current == nullptr || (*current)[i] == nullptr) return ranks[i].replica;
+  return (*current)[i]->replica;
+}
+
+}  // namespace
+
+ReplicaLayout LayoutReplicas(std::span<const RankSnapshot> ranks,
+                             const std::vector<const ExcludedRank*>* current) {
+  const uint32_t world = static_cast<uint32_t>(ranks.size());
+  ReplicaLayout out;
+  out.begin.resize(world + 1);
+  out.members.resize(world);
+  bool any = false;
+  for (uint32_t i = 0; i < world && !any; ++i) any = ReplicaOf(ranks, current, i).has_value();
+  if (!any) {
+    // Pure data parallelism: every rank a replica of its own.
+    for (uint32_t i = 0; i <= world; ++i) out.begin[i] = i;
+    for (uint32_t i = 0; i < world; ++i) out.members[i] = i;
+    return out;
+  }
   constexpr uint32_t kNone = UINT32_MAX;
   std::vector<uint32_t> unit_of(world), by_replica, size;
   for (uint32_t i = 0; i < world; ++i) {
-    const std::optional<uint32_t>& replica = in.ranks[i].replica;
+    const std::optional<uint32_t> replica = ReplicaOf(ranks, current, i);
     if (replica) {
       // Declared replicas are below the world size (checked at the hello);
       // a larger one still groups correctly, only less cheaply.
@@ -99,16 +116,28 @@ void Group(const PolicyConfig& policy, const PlanInput& in,
     }
     size[unit_of[i]]++;
   }
-  std::vector<uint32_t> begin(size.size());
-  for (size_t u = 1; u < size.size(); ++u) begin[u] = begin[u - 1] + size[u - 1];
-  out.members.resize(world);
-  out.units.resize(size.size());
-  std::vector<uint32_t> fill = begin;
+  out.begin.resize(size.size() + 1);
+  out.begin[0] = 0;
+  for (size_t u = 0; u < size.size(); ++u) {
+    out.begin[u + 1] = out.begin[u] + size[u];
+    out.hybrid = out.hybrid || size[u] > 1;
+  }
+  std::vector<uint32_t> fill(out.begin.begin(), out.begin.end() - 1);
   for (uint32_t i = 0; i < world; ++i) out.members[fill[unit_of[i]]++] = i;
-  for (size_t u = 0; u < size.size(); ++u)
-    out.units[u].ranks = std::span<const uint32_t>(out.members.data() + begin[u], size[u]);
+  return out;
+}
 
-  for (Unit& unit : out.units) {
+namespace {
+
+// The replicas of `layout` with this plan's facts about their ranks.
+void Group(const PolicyConfig& policy, const PlanInput& in, const ReplicaLayout& layout,
+           const std::vector<const ExcludedRank*>& current, std::vector<Unit>& units) {
+  units.resize(layout.size());
+  for (size_t u = 0; u < units.size(); ++u)
+    units[u].ranks = std::span<const uint32_t>(layout.members.data() + layout.begin[u],
+                                               layout.begin[u + 1] - layout.begin[u]);
+
+  for (Unit& unit : units) {
     for (uint32_t i : unit.ranks) {
       const RankSnapshot& r = in.ranks[i];
       const ExcludedRank* ce = current[i];
@@ -187,13 +216,22 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
   std::vector<const ExcludedRank*> current(world, nullptr);
   for (const auto& e : in.current)
     if (e.rank < world) current[e.rank] = &e;
-  Units grouped;
-  Group(policy, in, current, grouped);
-  const std::vector<Unit>& units = grouped.units;
-  bool hybrid = false;
-  for (const Unit& u : units) hybrid = hybrid || u.ranks.size() > 1;
+  // The caller's layout holds declared replicas only; a restored entry of a
+  // rank not declared yet (a restarted daemon) needs one of its own.
+  bool restored = false;
+  for (const auto& e : in.current)
+    if (e.rank < world && e.replica && !in.ranks[e.rank].replica) restored = true;
+  ReplicaLayout own;
+  if (in.layout == nullptr || restored) own = LayoutReplicas(in.ranks, &current);
+  const ReplicaLayout& layout = in.layout != nullptr && !restored ? *in.layout : own;
+  std::vector<Unit> grouped;
+  Group(policy, in, layout, current, grouped);
+  const std::vector<Unit>& units = grouped;
+  const bool hybrid = layout.hybrid;
 
-  std::vector<std::optional<ExcludedRank>> want(world);
+  // The entries of the ranks taken out (each rank once: a replica is taken
+  // out at most once), sorted by rank at the end.
+  std::vector<ExcludedRank> want;
   std::vector<bool> out(units.size(), false);
   uint32_t excluded = 0, excluded_ranks = 0;
   // Takes unit `u` out: each rank with the entry own_entry(i) gives (its
@@ -222,7 +260,7 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
         e.culprit_group = mate ? c.peer_group : in.ranks[i].peer_group;
         e.replica = in.ranks[i].replica;
       }
-      want[i] = std::move(e);
+      want.push_back(std::move(e));
     }
     out[u] = true;
     excluded++;
@@ -328,8 +366,9 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
       plan.blocked_why =
           absl::StrFormat("predicted throughput gain below %g", policy.min_throughput_gain);
   }
-  for (auto& w : want)
-    if (w) plan.excluded.push_back(std::move(*w));
+  std::sort(want.begin(), want.end(),
+            [](const ExcludedRank& a, const ExcludedRank& b) { return a.rank < b.rank; });
+  plan.excluded = std::move(want);
   return plan;
 }
 

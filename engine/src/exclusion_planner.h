@@ -6,7 +6,9 @@
 // partial all-reduce can only leave out whole replicas, so when any rank of
 // a replica is a candidate (the culprit) the plan takes out every rank of it,
 // and the guards count replicas. A rank that declared no replica is a
-// replica of its own, so a pure data-parallel job plans exactly per rank.
+// replica of its own, so a pure data-parallel job plans exactly per rank;
+// until it declares one, a rank in the current set belongs to the replica its
+// entry names (a set restored by a restarted daemon, docs/hybrid.md).
 // A pure function: no engine, no events, no clock; the engine turns the plan
 // into guard events and, through the membership gate, into a version
 // (engine_exclusion.cc).
@@ -36,8 +38,28 @@ struct RankSnapshot {
   std::string peer_group = {};  // declared, for naming a culprit
 };
 
+// How the ranks group into replicas, the units of exclusion: it depends on
+// the declared replicas only, so the engine keeps one until the topology
+// changes instead of grouping the world at every plan.
+struct ReplicaLayout {
+  // Every rank, grouped by replica (ascending within one); replica u holds
+  // members[begin[u], begin[u + 1]). Replicas in order of their lowest rank.
+  std::vector<uint32_t> members;
+  std::vector<uint32_t> begin;
+  bool hybrid = false;  // some replica has several ranks
+  size_t size() const { return begin.empty() ? 0 : begin.size() - 1; }
+};
+// `current` (per rank, its entry in the newest excluded set or null): a rank
+// with no declared replica is grouped by its entry's replica (restored after
+// a daemon restart, before its hello).
+ReplicaLayout LayoutReplicas(std::span<const RankSnapshot> ranks,
+                             const std::vector<const ExcludedRank*>* current = nullptr);
+
 struct PlanInput {
   std::vector<RankSnapshot> ranks;    // one per rank, index = rank
+  // LayoutReplicas(ranks), when the caller keeps one (it must outlive the
+  // PlanExclusion call); null: PlanExclusion lays the replicas out itself.
+  const ReplicaLayout* layout = nullptr;
   // The newest version's excluded set, ascending; a view (it must outlive
   // the PlanExclusion call).
   std::span<const ExcludedRank> current;
@@ -56,16 +78,13 @@ struct Capacity {
   uint32_t min_active_replicas = 0;
   bool hybrid = false;        // some replica has several ranks: messages say "replicas"
 
-  // Every rank its own replica.
-  Capacity(const PolicyConfig& policy, uint32_t world_size);
+  // A pure data-parallel job: replicas = world_size, hybrid false.
   Capacity(const PolicyConfig& policy, uint32_t world_size, uint32_t replicas, bool hybrid);
   // Whether one more replica of `size` ranks may be excluded when
   // `excluded` replicas of `excluded_ranks` ranks in all already are.
   bool Room(uint32_t excluded, uint32_t excluded_ranks, uint32_t size) const;
-  bool Room(uint32_t excluded) const { return Room(excluded, excluded, 1); }
   // Why not, for a guard event ("" when there is room).
   std::string Why(uint32_t excluded, uint32_t excluded_ranks, uint32_t size) const;
-  std::string Why(uint32_t excluded) const { return Why(excluded, excluded, 1); }
 };
 
 struct ExclusionPlan {

@@ -29,6 +29,8 @@ class PeerGroups {
   // Whether the last Sync that returned true moved `rank`.
   bool Moved(uint32_t rank) const { return moved_[rank] != 0; }
 
+  // Whether Sync has filed the ranks at least once (Of() is valid).
+  bool synced() const { return synced_; }
   uint32_t Of(uint32_t rank) const { return of_[rank]; }
   size_t size() const { return groups_.size(); }
   // Ranks filed under the group (reporting or not).
@@ -47,6 +49,15 @@ class PeerGroups {
   void Bucketize(const Row& row);
   const std::vector<std::pair<uint32_t, double>>& Bucket(uint32_t group) const {
     return buckets_[group];
+  }
+  // Group g's pairs of `row` without copying the row when every rank is in
+  // one group (a job without peer groups): the row's own values then, else
+  // Bucket(g) - call BucketizeIfSplit(row) first.
+  void BucketizeIfSplit(const Row& row) {
+    if (groups_.size() > 1) Bucketize(row);
+  }
+  const std::vector<std::pair<uint32_t, double>>& Part(const Row& row, uint32_t group) const {
+    return groups_.size() == 1 ? row.values : buckets_[group];
   }
 
  private:

@@ -39,7 +39,8 @@ class DynamicReference final : public Reference {
   }
 
   Verdict Single(uint32_t rank, double compute_seconds) const override {
-    if (groups_state_.empty() || rank >= e_.topology.size()) return e_.VerdictFor(compute_seconds);
+    // (`rank` < world size: the engine checked it at Ingest.)
+    if (groups_state_.empty()) return e_.VerdictFor(compute_seconds);
     const GroupDyn& st = groups_state_[groups_.Of(rank)];
     if (!st.have_threshold) return Verdict::kNone;
     if (compute_seconds > st.threshold) return Verdict::kSlow;
@@ -49,6 +50,12 @@ class DynamicReference final : public Reference {
 
   void OnRow(Row& row, Time now) override {
     Sync();
+    if (groups_.size() == 1) {
+      // One group (a job without peer groups): the row is its own part.
+      WithGroup(0, [&] { OnGroupRow(row, now); });
+      Publish();
+      return;
+    }
     groups_.Bucketize(row);
     for (uint32_t g = 0; g < groups_.size(); ++g) {
       const auto& bucket = groups_.Bucket(g);

@@ -16,12 +16,12 @@ class EwmaReference final : public Reference {
   void OnRow(Row& row, Time now) override {
     const PolicyConfig& p = e_.policy;
     if (groups_.Sync(e_.topology, e_.topology_version)) thresholds_.resize(groups_.size(), 0.0);
-    groups_.Bucketize(row);
+    groups_.BucketizeIfSplit(row);
     std::vector<double>& s = e_.scratch;
     size_t shown = 0;
     bool any = false;
     for (uint32_t g = 0; g < groups_.size(); ++g) {
-      const auto& bucket = groups_.Bucket(g);
+      const auto& bucket = groups_.Part(row, g);
       s.clear();
       for (auto& [rank, t] : bucket)
         if (e_.ranks[rank].samples >= p.ewma_min_samples) s.push_back(e_.ranks[rank].ewma);
@@ -52,7 +52,7 @@ class EwmaReference final : public Reference {
   // Against the last reference of the rank's group (ratio x its last median).
   Verdict Single(uint32_t rank, double) const override {
     const RankState& r = e_.ranks[rank];
-    if (r.samples < e_.policy.ewma_min_samples || rank >= e_.topology.size()) return Verdict::kNone;
+    if (r.samples < e_.policy.ewma_min_samples) return Verdict::kNone;
     const uint32_t g = groups_.size() > 0 ? groups_.Of(rank) : 0;
     // No reference for its group yet: no verdict (the engine's published
     // threshold is another group's, e.g. another GPU model's).

@@ -4,13 +4,13 @@
 // median change of every rank's own ratio - judged over a window with spikes
 // left out, a noise-scaled threshold, persistence and hysteresis.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_format.h"
 #include "engine_impl.h"
 #include "peer_groups.h"
+#include "peer_steps.h"
 #include "reference.h"
 
 namespace straggler::engine::internal {
@@ -20,30 +20,13 @@ namespace {
 constexpr double kNoiseAlpha = 0.02;
 // A step beyond this many noise sigmas counts as this many in the estimate.
 constexpr double kNoiseWinsor = 2.5;
-// Severe tier: kSevereRun of the last kSevereSpan steps, or kSevereOf of
-// the last kRaw, at least peer_severe_ratio (5 of 6: a rank slow on 4 steps
-// of 5 within 5 of its onset; random spikes of one step in 20 meet it about
-// once in 500 000 steps).
-constexpr size_t kRaw = 10;
-constexpr size_t kSevereRun = 5;
-constexpr size_t kSevereSpan = 6;
-constexpr size_t kSevereOf = 8;
 // A straggler is healthy again when its trimmed mean is below this share of
 // the threshold (in log ratio), and below kExitRatio, for peer_exit_rows
 // rows: hysteresis wide enough that a rank slow near the threshold (a ramp
 // passing it, a 1.3x rank in noisy steps) stays flagged.
 constexpr double kExitShare = 0.5;
 constexpr double kExitRatio = 1.04;
-
-// The median of `v` (reordered): the mean of the two middle values for an
-// even count, so that two halves of a group pull it alike.
-double Median(std::vector<double>& v) {
-  const size_t n = v.size();
-  auto mid = v.begin() + n / 2;
-  std::nth_element(v.begin(), mid, v.end());
-  if (n % 2 == 1) return *mid;
-  return 0.5 * (*mid + *std::max_element(v.begin(), mid));
-}
+// (Or sooner after a clear episode: PeerSteps::RecentlyFast.)
 
 // Where a rank's ratios come from; its window starts over when this changes.
 enum class Source : uint8_t { kNone, kGroup, kOwn };
@@ -51,12 +34,8 @@ enum class Source : uint8_t { kNone, kGroup, kOwn };
 struct PeerRank {
   Source source = Source::kNone;
   uint32_t group = 0;
-  std::vector<double> window;  // ring of the last peer_window non-spike log ratios
-  size_t window_next = 0;
-  std::array<double, kRaw> raw{};  // ring of the last kRaw log ratios, spikes included
-  size_t raw_count = 0;
-  size_t raw_next = 0;
-  uint32_t above_rows = 0;  // consecutive rows with the trimmed mean at the threshold or above
+  PeerSteps steps;
+  uint32_t above_rows = 0;  // consecutive rows with a window at the threshold or above
   uint32_t below_rows = 0;  // consecutive healthy rows while a straggler
   bool was_straggler = false;  // its state when this reference last judged it
   // Own baseline: log(compute) minus the row's job level, over the rank's
@@ -70,9 +49,13 @@ struct PeerRank {
   void Restart(Source s, uint32_t g) {
     source = s;
     group = g;
-    window.clear();
-    window_next = 0;
-    raw_count = raw_next = 0;
+    steps.Clear();
+    above_rows = below_rows = 0;
+    was_straggler = false;
+  }
+  // Its windows start over from its newest step (PeerSteps::StartOver).
+  void StartOver(const PolicyConfig& p) {
+    steps.StartOver(p);
     above_rows = below_rows = 0;
     was_straggler = false;
   }
@@ -86,6 +69,7 @@ struct GroupState {
   bool profiled = false;    // past its first peer_profile_iterations rows
   double median = 0.0;     // seconds, its newest row
   double threshold = 0.0;  // log ratio in force
+  double slow_rate = 0.0;  // the median rank's rate of steps >= peer_severe_ratio
 };
 
 class PeerReference final : public Reference {
@@ -165,13 +149,24 @@ class PeerReference final : public Reference {
   // does not decide.
   bool JudgeAlone(uint32_t rank, const Report& rep, Time now) override {
     if (rank >= ranks_.size()) return false;
+    Sync();
     PeerRank& pr = ranks_[rank];
+    if (pr.source == Source::kNone && groups_.synced()) {
+      // Never judged in a row yet (a late joiner, or a rank back from
+      // silence, whose reports are shadow steps until it is readmitted):
+      // its group's reference judges it from its first report, so a joiner
+      // slow from its start is not given the readmission delay for free.
+      const uint32_t g = groups_.Of(rank);
+      if (g < states_.size() && states_[g].profiled &&
+          groups_.Members(g) >= e_.policy.peer_min_group)
+        pr.Restart(Source::kGroup, g);
+    }
     const double x = SafeLog(rep.compute_seconds);
     if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
       const GroupState& gs = states_[pr.group];
-      Push(pr, x - SafeLog(gs.median));
+      pr.steps.Push(e_.policy, x - SafeLog(gs.median));
       const uint32_t g = pr.group;
-      Judge(rank, rep.compute_seconds, rep.iteration, now, gs.threshold,
+      Judge(rank, rep.compute_seconds, rep.iteration, now, gs,
             [&](bool to_straggler, double ratio) {
               return absl::StrFormat("rank %u (%s) %s %.3g× its group's newest median %.3gs, "
                                      "judged alone",
@@ -182,8 +177,8 @@ class PeerReference final : public Reference {
     }
     if (pr.source == Source::kOwn && pr.have_base && own_state_.profiled) {
       const double ref = own_level_ + pr.base;
-      Push(pr, x - ref);
-      Judge(rank, rep.compute_seconds, rep.iteration, now, own_state_.threshold,
+      pr.steps.Push(e_.policy, x - ref);
+      Judge(rank, rep.compute_seconds, rep.iteration, now, own_state_,
             [&](bool to_straggler, double ratio) {
               return absl::StrFormat("rank %u (%s) %s %.3g× its own baseline %.3gs, judged alone",
                                      rank, groups_.Label(groups_.Of(rank)),
@@ -261,9 +256,10 @@ class PeerReference final : public Reference {
     for (size_t i = 0; i < bucket.size(); ++i) {
       PeerRank& pr = ranks_[bucket[i].first];
       if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
-      Push(pr, xs_[i]);
+      pr.steps.Push(e_.policy, xs_[i]);
       if (!gs.profiled) pr.gen_profile.push_back(xs_[i]);
     }
+    gs.slow_rate = MedianRate(bucket);
     if (!gs.profiled) {
       if (gs.rows < p.peer_profile_iterations) return false;
       gs.profiled = true;
@@ -273,7 +269,7 @@ class PeerReference final : public Reference {
       // Not a structured binding: clang-14 (the fuzz build) cannot capture one.
       const uint32_t rank = bucket[i].first;
       const double t = bucket[i].second;
-      Judge(rank, t, iteration, now, gs.threshold, [&](bool to_straggler, double ratio) {
+      Judge(rank, t, iteration, now, gs, [&](bool to_straggler, double ratio) {
         return to_straggler
                    ? absl::StrFormat("rank %u (%s) %.3g× its group's median %.3gs over its "
                                      "last steps (threshold %.3g×)",
@@ -339,6 +335,7 @@ class PeerReference final : public Reference {
     own_level_ = level + norm;
     for (double& v : xs_) v -= norm;
     UpdateNoise(own_state_, xs_);
+    own_state_.slow_rate = MedianRate(own_);
     own_state_.threshold = Threshold(own_state_.noise2);
     own_state_.profiled = true;
     own_state_.rows++;
@@ -352,8 +349,8 @@ class PeerReference final : public Reference {
       if (pr.source != Source::kOwn) pr.Restart(Source::kOwn, 0);
       own_state_.median = std::exp(own_level_ + pr.base);
       const double base_seconds = own_state_.median;
-      Push(pr, SafeLog(t) - level - pr.base - norm);
-      Judge(rank, t, row.iteration, now, own_state_.threshold,
+      pr.steps.Push(e_.policy, SafeLog(t) - level - pr.base - norm);
+      Judge(rank, t, row.iteration, now, own_state_,
             [&](bool to_straggler, double ratio) {
               return to_straggler
                          ? absl::StrFormat(
@@ -368,96 +365,63 @@ class PeerReference final : public Reference {
     }
   }
 
-  void Push(PeerRank& pr, double x) {
-    const PolicyConfig& p = e_.policy;
-    pr.raw[pr.raw_next] = x;
-    pr.raw_next = (pr.raw_next + 1) % kRaw;
-    pr.raw_count = std::min(pr.raw_count + 1, kRaw);
-    const double cut = std::log(p.peer_spike_ratio);
-    if (x >= cut) return;  // a spike: not evidence of a lasting slowdown
-    if (pr.window.size() < p.peer_window) {
-      pr.window.push_back(std::max(x, -cut));
-      return;
-    }
-    if (pr.window.size() > p.peer_window) {  // the window was made shorter
-      pr.window.resize(p.peer_window);
-      pr.window_next = 0;
-    }
-    pr.window[pr.window_next] = std::max(x, -cut);
-    pr.window_next = (pr.window_next + 1) % pr.window.size();
-  }
-
-  // The mean of the window without its largest value.
-  double Trimmed(const PeerRank& pr) const {
-    double sum = 0.0, top = -std::numeric_limits<double>::infinity();
-    for (double v : pr.window) {
-      sum += v;
-      top = std::max(top, v);
-    }
-    return (sum - top) / static_cast<double>(pr.window.size() - 1);
-  }
-
-  // Severe: kSevereRun of the last kSevereSpan steps at peer_severe_ratio or
-  // above, or kSevereOf of the last kRaw. `recent`: how many of the last
-  // kSevereRun are.
-  bool Severe(const PeerRank& pr, size_t* recent) const {
-    const double s = std::log(e_.policy.peer_severe_ratio);
-    size_t all = 0, span = 0, last = 0;
-    for (size_t i = 0; i < pr.raw_count; ++i) {
-      const bool slow = pr.raw[(pr.raw_next + kRaw - 1 - i) % kRaw] >= s;
-      all += slow;
-      if (i < kSevereSpan) span += slow;
-      if (i < kSevereRun) last += slow;
-    }
-    *recent = last;
-    return span >= kSevereRun || all >= kSevereOf;
+  // The median rate of severe steps over `ranks` (robust to the few ranks
+  // that are slow now).
+  template <typename Pairs>
+  double MedianRate(const Pairs& ranks) {
+    rates_.clear();
+    for (auto& entry : ranks) rates_.push_back(ranks_[entry.first].steps.Rate());
+    return rates_.empty() ? PeerSteps{}.Rate() : Median(rates_);
   }
 
   template <typename Why>
-  void Judge(uint32_t rank, double compute, uint64_t iteration, Time now, double thr, Why why) {
+  void Judge(uint32_t rank, double compute, uint64_t iteration, Time now, const GroupState& gs,
+             Why why) {
     const PolicyConfig& p = e_.policy;
+    const double thr = gs.threshold;
     PeerRank& pr = ranks_[rank];
     const bool straggler = e_.ranks[rank].state == WorkerState::kStraggler;
     if (pr.was_straggler && !straggler) {
       // It stopped being a straggler without this rule (it fell silent,
-      // an operator reset the job): its window still holds its slow steps
-      // from before; start it over with this step.
-      const double newest = pr.raw[(pr.raw_next + kRaw - 1) % kRaw];
-      pr.Restart(pr.source, pr.group);
-      Push(pr, newest);
+      // an operator reset the job).
+      pr.StartOver(p);
     }
     pr.was_straggler = straggler;
-    // A window of too few non-spike steps gives no mild verdict (a rank 3x
-    // slow from its start has none at all); the severe rule still applies.
-    const bool have_window = pr.window.size() >= std::max<size_t>(3, p.peer_window / 2);
-    const double tm = have_window ? Trimmed(pr) : -std::numeric_limits<double>::infinity();
+    const double tm = pr.steps.HaveWindow(p) ? pr.steps.Trimmed()
+                                             : -std::numeric_limits<double>::infinity();
     size_t recent = 0;
-    const bool severe = Severe(pr, &recent);
-    pr.above_rows = tm >= thr ? pr.above_rows + 1 : 0;
+    const bool severe = pr.steps.Severe(p, gs.slow_rate, &recent);
+    // The long window's threshold: the noise term shrunk by the square root
+    // of how many more steps it averages.
+    const double thr_long = std::max(
+        std::log(p.peer_enter_ratio),
+        p.peer_noise_z * std::sqrt(gs.noise2) *
+            std::sqrt(static_cast<double>(std::max<size_t>(p.peer_window, 2) - 1) /
+                      static_cast<double>(kLong - kLongTrim)));
+    pr.above_rows = tm >= thr || pr.steps.LongTrimmed() >= thr_long ? pr.above_rows + 1 : 0;
     const uint32_t lim = e_.Limit();
     uint32_t counter;
     if (e_.ranks[rank].state == WorkerState::kStraggler) {
       const bool healthy =
           tm < std::min(kExitShare * thr, std::log(kExitRatio)) && recent <= 1;
       pr.below_rows = healthy ? pr.below_rows + 1 : 0;
-      counter = pr.below_rows >= p.peer_exit_rows ? 0 : lim;
+      pr.steps.AddToEpisode(p);
+      counter = pr.below_rows >= p.peer_exit_rows || pr.steps.RecentlyFast(p, std::sqrt(gs.noise2))
+                    ? 0
+                    : lim;
     } else {
       pr.below_rows = 0;
       counter = pr.above_rows >= p.peer_enter_rows || severe
                     ? lim
                     : std::min(lim - 1, pr.above_rows);
     }
-    // What a message shows: the median ratio of its last kSevereRun steps.
-    auto ratio_of_recent = [&] {
-      double v[kSevereRun];
-      const size_t n = std::min(pr.raw_count, kSevereRun);
-      for (size_t i = 0; i < n; ++i) v[i] = pr.raw[(pr.raw_next + kRaw - 1 - i) % kRaw];
-      std::sort(v, v + n);
-      return std::exp(n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-    };
+    // What a message shows: the median ratio of its last steps.
     e_.SetCounter(rank, counter, iteration, compute, now,
-                  [&](bool to_straggler) { return why(to_straggler, ratio_of_recent()); });
-    pr.was_straggler = e_.ranks[rank].state == WorkerState::kStraggler;
+                  [&](bool to_straggler) { return why(to_straggler, pr.steps.RecentRatio()); });
+    const bool now_straggler = e_.ranks[rank].state == WorkerState::kStraggler;
+    if (straggler && !now_straggler) pr.StartOver(p);
+    if (now_straggler && !straggler) pr.steps.StartEpisode();
+    pr.was_straggler = now_straggler;
   }
 
   PeerGroups groups_;
@@ -466,7 +430,7 @@ class PeerReference final : public Reference {
   double own_level_ = 0.0;  // log seconds: the job's level + the own-ratio median, newest row
   std::vector<PeerRank> ranks_;
   std::vector<std::pair<uint32_t, double>> own_;
-  std::vector<double> logs_, xs_;
+  std::vector<double> logs_, xs_, rates_;
   std::vector<std::pair<double, uint32_t>> meds_;
 };
 

@@ -80,8 +80,16 @@ PYBIND11_MODULE(_straggler, m) {
       .def_readonly("rank", &straggler::ExcludedRankInfo::rank)
       .def_readonly("reason", &straggler::ExcludedRankInfo::reason)
       .def_readonly("detail", &straggler::ExcludedRankInfo::detail)
+      // Hybrid jobs (docs/hybrid.md): the rank that took the replica out,
+      // its peer group, the replica; None / "" in a pure data-parallel job.
+      .def_readonly("culprit", &straggler::ExcludedRankInfo::culprit)
+      .def_readonly("culprit_group", &straggler::ExcludedRankInfo::culprit_group)
+      .def_readonly("replica", &straggler::ExcludedRankInfo::replica)
       .def("__repr__", [](const straggler::ExcludedRankInfo& e) {
-        return "ExcludedRank(rank=" + std::to_string(e.rank) + ", reason='" + e.reason + "')";
+        std::string r = "ExcludedRank(rank=" + std::to_string(e.rank) + ", reason='" + e.reason + "'";
+        if (e.replica) r += ", replica=" + std::to_string(*e.replica);
+        if (e.culprit) r += ", culprit=" + std::to_string(*e.culprit);
+        return r + ")";
       });
 
   py::class_<straggler::MembershipView>(m, "Membership")

@@ -19,7 +19,10 @@
 // Prints one JSON object per iteration (flushed): the plan of each chunk's
 // group, and a checksum (FNV-1a of the bytes) of each chunk's parameters
 // after the step; then {"final": ...}. Exits 1 with the error on stderr when
-// a collective fails.
+// a collective fails. An excluded replica that learns where it is taken back
+// skips its remaining shadow steps, both stages together (stage 0 decides and
+// tells stage 1 over the pipe every step); skipped iterations print
+// "skipped": true. --no-skip runs every shadow step instead.
 #include <CLI/CLI.hpp>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
@@ -72,9 +75,22 @@ class Pipe {
     buf->recv(1 - ctx_->rank, Slot(it, dir));
     if (!buf->waitRecv(timeout_)) throw std::runtime_error("pipeline receive timed out at iteration " + std::to_string(it));
   }
+  // Stage 0 tells stage 1 where the replica goes next (the same for both:
+  // they skip to a rejoin together or not at all).
+  uint64_t Next(uint64_t it, uint64_t next) {
+    auto buf = ctx_->createUnboundBuffer(&next, sizeof next);
+    if (ctx_->rank == 0) {
+      buf->send(1, Slot(it, 2));
+      if (!buf->waitSend(timeout_)) throw std::runtime_error("pipeline control send timed out at iteration " + std::to_string(it));
+    } else {
+      buf->recv(0, Slot(it, 2));
+      if (!buf->waitRecv(timeout_)) throw std::runtime_error("pipeline control receive timed out at iteration " + std::to_string(it));
+    }
+    return next;
+  }
 
  private:
-  static uint64_t Slot(uint64_t it, uint32_t dir) { return (it << 1) | dir; }
+  static uint64_t Slot(uint64_t it, uint32_t dir) { return (it << 2) | dir; }
   std::shared_ptr<gloo::Context> ctx_;
   std::chrono::milliseconds timeout_;
 };
@@ -103,6 +119,9 @@ int main(int argc, char** argv) {
   app.add_option("--collective-timeout-ms", collective_timeout_ms);
   app.add_option("--run-id", run_id);
   app.add_option("--go-file", go_file, "wait for this file before iteration 0");
+  bool no_skip = false;
+  app.add_flag("--no-skip", no_skip,
+               "an excluded replica runs every shadow step up to its rejoin instead of skipping to it");
   CLI11_PARSE(app, argc, argv);
 
   const uint32_t world = replicas * 2;
@@ -183,16 +202,50 @@ int main(int argc, char** argv) {
   const float lr = 0.05f;
 
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<straggler::StepPlan> plans;
+  std::vector<bool> synced(chunks, false);
+  // One line per iteration; a skipped one repeats the plans it skipped from
+  // (not participating) and says "skipped".
+  auto PrintLine = [&](uint64_t it, bool skipped) {
+    std::ostringstream line;
+    line << "{\"it\":" << it << ",\"t\":"
+         << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << ",\"rank\":" << rank << ",\"replica\":" << replica << ",\"stage\":" << stage
+         << ",\"skipped\":" << (skipped ? "true" : "false")
+         << ",\"steps_taken\":" << steps_taken << ",\"job_active\":" << Json(sw->job().Plan().active_ranks)
+         << ",\"chunks\":[";
+    for (uint32_t c = 0; c < chunks; ++c) {
+      const straggler::StepPlan& p = plans[c];
+      line << (c ? "," : "") << "{\"version\":" << p.version << ",\"effective_iteration\":" << p.effective_iteration
+           << ",\"certain\":" << (p.certain ? "true" : "false") << ",\"deferred_version\":" << p.deferred_version
+           << ",\"participating\":" << (p.participating ? "true" : "false") << ",\"active\":" << Json(p.active_ranks)
+           << ",\"root\":" << p.root << ",\"synced\":" << (synced[c] ? "true" : "false") << ",\"checksum\":\""
+           << Checksum(params[c]) << "\"}";
+    }
+    line << "]}\n";
+    std::fputs(line.str().c_str(), stdout);
+    std::fflush(stdout);
+  };
   try {
     for (uint64_t it = 0; it < iterations; ++it) {
-      std::vector<straggler::StepPlan> plans;
-      std::vector<bool> synced(chunks, false);
+      plans.clear();
+      synced.assign(chunks, false);
       for (uint32_t c = 0; c < chunks; ++c) {
         plans.push_back(dp[c]->BeginIteration(it));
         if (plans.back().sync_parameters) {
           synced[c] = dp[c]->SyncParameters({{params[c].data(), params[c].size() * sizeof(float)},
                                              {&steps_taken, sizeof(steps_taken)}});
         }
+      }
+      // Skipping to the rejoin (docs/hybrid.md, "Readmission inside a
+      // pipeline"): stage 0's plan names where the groups take the replica
+      // back; both stages go there together, the steps in between unrun.
+      const uint64_t next = pipe.Next(it, !no_skip && stage == 0 && plans[0].rejoin_iteration
+                                              ? *plans[0].rejoin_iteration
+                                              : it);
+      if (next > it) {
+        for (uint64_t s = it; s < next && s < iterations; ++s) PrintLine(s, true);
+        it = next - 1;
+        continue;
       }
       const auto start = std::chrono::steady_clock::now();
       const int ms = (slow_ms > 0 && it >= slow_from && it < slow_to) ? slow_ms : step_ms;
@@ -234,22 +287,7 @@ int main(int argc, char** argv) {
         }
       }
       if (stepped) ++steps_taken;
-      std::ostringstream line;
-      line << "{\"it\":" << it << ",\"t\":"
-           << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << ",\"rank\":" << rank << ",\"replica\":" << replica << ",\"stage\":" << stage
-           << ",\"steps_taken\":" << steps_taken << ",\"job_active\":" << Json(sw->job().Plan().active_ranks)
-           << ",\"chunks\":[";
-      for (uint32_t c = 0; c < chunks; ++c) {
-        const straggler::StepPlan& p = plans[c];
-        line << (c ? "," : "") << "{\"version\":" << p.version << ",\"effective_iteration\":" << p.effective_iteration
-             << ",\"certain\":" << (p.certain ? "true" : "false") << ",\"deferred_version\":" << p.deferred_version
-             << ",\"participating\":" << (p.participating ? "true" : "false") << ",\"active\":" << Json(p.active_ranks)
-             << ",\"root\":" << p.root << ",\"synced\":" << (synced[c] ? "true" : "false") << ",\"checksum\":\""
-             << Checksum(params[c]) << "\"}";
-      }
-      line << "]}\n";
-      std::fputs(line.str().c_str(), stdout);
-      std::fflush(stdout);
+      PrintLine(it, false);
     }
   } catch (const std::exception& e) {
     std::cerr << "rank " << rank << ": " << e.what() << "\n";

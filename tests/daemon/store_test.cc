@@ -143,6 +143,76 @@ TEST_CASE("store: events, memberships and overrides survive reopening") {
   CHECK(all->size() == 1);
 }
 
+TEST_CASE("store: a replica's culprit, its group and the replica survive reopening") {
+  // Without them a restarted daemon cannot tell that a culprit's replica
+  // mates belong with it until every rank's hello is in (docs/hybrid.md).
+  TempDir dir;
+  const std::string path = dir.path + "/state.db";
+  eng::Membership m = Version(2, 40);
+  m.excluded = {{1, eng::ExclusionReason::kStraggler, "slow", 37, 1u, "stage0", 1u},
+                {3, eng::ExclusionReason::kForced, "ECC errors", 37},  // pure data-parallel
+                {5, eng::ExclusionReason::kReplica, "replica 1 with rank 1", 37, 1u, "stage0", 1u}};
+  {
+    auto store = sd::Store::Open({.path = path});
+    REQUIRE(store.ok());
+    REQUIRE((*store)->SaveMembership("llama", 8, 3, m).ok());
+  }
+  auto store = sd::Store::Open({.path = path});
+  REQUIRE(store.ok());
+  auto job = (*store)->LoadJob("llama");
+  REQUIRE(job.ok());
+  REQUIRE(job->has_value());
+  REQUIRE((*job)->membership.has_value());
+  const auto& x = (*job)->membership->excluded;
+  REQUIRE(x.size() == 3);
+  CHECK(x[0].culprit == std::optional<uint32_t>(1));
+  CHECK(x[0].culprit_group == "stage0");
+  CHECK(x[0].replica == std::optional<uint32_t>(1));
+  CHECK_FALSE(x[1].culprit.has_value());
+  CHECK(x[1].culprit_group.empty());
+  CHECK_FALSE(x[1].replica.has_value());
+  CHECK(x[2].reason == eng::ExclusionReason::kReplica);
+  CHECK(x[2].culprit == std::optional<uint32_t>(1));
+  CHECK(x[2].culprit_group == "stage0");
+  CHECK(x[2].replica == std::optional<uint32_t>(1));
+}
+
+TEST_CASE("store: a version 2 database (no replica columns) is migrated, its rows unset") {
+  TempDir dir;
+  const std::string path = dir.path + "/state.db";
+  {
+    auto store = sd::Store::Open({.path = path});
+    REQUIRE(store.ok());
+    REQUIRE((*store)->SaveMembership("llama", 8, 3, Version(2, 40)).ok());
+  }
+  {
+    // Back to what a version 2 stragglerd wrote: the same rows without the
+    // columns migration 3 adds.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db,
+                         "ALTER TABLE membership_excluded DROP COLUMN culprit;"
+                         "ALTER TABLE membership_excluded DROP COLUMN culprit_group;"
+                         "ALTER TABLE membership_excluded DROP COLUMN replica;"
+                         "PRAGMA user_version=2",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = sd::Store::Open({.path = path});
+  REQUIRE(store.ok());
+  CHECK((*store)->schema_version() == 3);
+  auto job = (*store)->LoadJob("llama");
+  REQUIRE(job.ok());
+  REQUIRE(job->has_value());
+  REQUIRE((*job)->membership.has_value());
+  const auto& x = (*job)->membership->excluded;
+  REQUIRE(x.size() == 2);
+  CHECK(x[0].rank == 1);
+  CHECK(x[0].detail == "ECC errors");
+  CHECK_FALSE(x[0].culprit.has_value());
+  CHECK_FALSE(x[1].replica.has_value());
+}
+
 TEST_CASE("store: retention deletes old and surplus events but keeps the sequence mark") {
   TempDir dir;
   auto store = sd::Store::Open({.path = dir.path + "/state.db"});

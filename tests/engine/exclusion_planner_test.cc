@@ -152,14 +152,15 @@ TEST_CASE("planner: Capacity is the one capacity rule", "[engine][planner]") {
   PolicyConfig p;
   p.max_excluded_fraction = 0.3;
   p.min_active_ranks = 8;
-  const Capacity cap(p, 10);  // floor(3.0000000000000004) = 3 despite rounding
+  // Pure data parallelism: 10 replicas of one rank each.
+  const Capacity cap(p, 10, 10, false);  // floor(3.0000000000000004) = 3 despite rounding
   CHECK(cap.max_excluded == 3);
-  CHECK(cap.Room(0));
-  CHECK(cap.Room(1));
-  CHECK_FALSE(cap.Room(2));  // 10 - 2 - 1 = 7 < 8
-  CHECK(cap.Why(2) == "min_active_ranks is 8");
-  CHECK(cap.Why(3) == "max_excluded_fraction allows 3");
-  CHECK(cap.Why(0).empty());
+  CHECK(cap.Room(0, 0, 1));
+  CHECK(cap.Room(1, 1, 1));
+  CHECK_FALSE(cap.Room(2, 2, 1));  // 10 - 2 - 1 = 7 < 8
+  CHECK(cap.Why(2, 2, 1) == "min_active_ranks is 8");
+  CHECK(cap.Why(3, 3, 1) == "max_excluded_fraction allows 3");
+  CHECK(cap.Why(0, 0, 1).empty());
 }
 
 }  // namespace

@@ -137,6 +137,40 @@ TEST_CASE("planner replica: readmitted when its culprit recovers, kept while it 
   }
 }
 
+TEST_CASE("planner replica: a restored set keeps the mates out until the hellos declare it",
+          "[engine][planner][replica]") {
+  // A restarted daemon: the state database gave the set (with its replica
+  // fields), the culprit is a straggler again, and only some ranks have sent
+  // their hello. Grouped by the entries, the mates stay with their culprit.
+  PolicyConfig p;
+  std::vector<RankSnapshot> ranks = Job(4, 2);
+  for (uint32_t i : {2u, 3u}) ranks[i].replica.reset();  // no hello yet
+  Slow(ranks[2], 3.0);
+  std::vector<ExcludedRank> current = {
+      {2, ExclusionReason::kStraggler, "slow", 40, 2u, "stage0", 1u},
+      {3, ExclusionReason::kReplica, "replica 1 with rank 2 (group stage0)", 40, 2u, "stage0", 1u}};
+  ExclusionPlan plan = PlanExclusion(p, Input(ranks, current));
+  REQUIRE(Ranks(plan.excluded) == std::vector<uint32_t>{2, 3});
+  CHECK(plan.excluded[1].reason == ExclusionReason::kReplica);
+  CHECK(plan.excluded[1].culprit == 2u);
+  SECTION("only the culprit has not said hello") {
+    ranks[3].replica = 1;
+    plan = PlanExclusion(p, Input(ranks, current));
+    CHECK(Ranks(plan.excluded) == std::vector<uint32_t>{2, 3});
+  }
+  SECTION("the culprit recovered: both are back") {
+    ranks[2].state = WorkerState::kHealthy;
+    CHECK(PlanExclusion(p, Input(ranks, current)).excluded.empty());
+  }
+  SECTION("entries without replica fields (an older database): each rank on its own") {
+    for (ExcludedRank& e : current) {
+      e.culprit.reset();
+      e.replica.reset();
+    }
+    CHECK(Ranks(PlanExclusion(p, Input(ranks, current)).excluded) == std::vector<uint32_t>{2});
+  }
+}
+
 TEST_CASE("planner replica: an unresponsive rank takes its replica out, before stragglers",
           "[engine][planner][replica]") {
   PolicyConfig p;

@@ -22,7 +22,8 @@ gradients go between a replica's two stages by Gloo point-to-point messages.
       slow (3x for iterations 30-90) and excludes its whole replica (ranks 1
       and 5) in one version; replica 1 leaves both stages' groups at that
       iteration and comes back to both, resynced, once rank 1's shadow
-      reports show recovery.
+      reports show recovery. Its two stages skip their remaining shadow steps
+      to the rejoin together (the group does not wait for them there).
   daemon_killed  the daemon is killed (SIGKILL) while replica 1 is out: no
       step hangs, every rank finishes every iteration on the last applied
       membership (certain = false), checksums still identical.
@@ -51,6 +52,9 @@ def group_of(rank):
 
 
 class Ranks(RankProcesses):
+    # --no-skip (the "before" of docs/hybrid.md's readmission figures).
+    extra = []
+
     def __init__(self, driver, daemon_address, workdir, iterations, membership_timeout_ms=10000,
                  slow=(0, 0, 0)):
         go_file = os.path.join(workdir, "go")
@@ -64,7 +68,7 @@ class Ranks(RankProcesses):
                    "--run-id", "run-%d" % os.getpid()]
             if r == SLOW_RANK and slow[0]:
                 cmd += ["--slow-ms", str(slow[0]), "--slow-from", str(slow[1]), "--slow-to", str(slow[2])]
-            cmds.append(cmd)
+            cmds.append(cmd + Ranks.extra)
         super().__init__(cmds, workdir, DEADLINE_S)
         with open(go_file, "w") as f:
             f.write("go\n")
@@ -207,10 +211,24 @@ def test_slow_rank(args, workdir, config):
     t = [row["t"] for row in ranks.lines[0]]
     def ms(a, b):
         return 1000.0 * (t[b] - t[a]) / (b - a)
+    # Readmission in the culprit's own iterations: it ran its shadow steps
+    # at its own (slow) pace, so the group's iteration numbers are ahead of
+    # its own by then. Where it learnt of the readmission is its first
+    # skipped iteration (or the rejoin itself, without skipping).
+    culprit = ranks.lines[SLOW_RANK]
+    learnt = next((row["it"] for row in culprit if row["skipped"]), back_at)
+    skipped = sum(1 for row in culprit if row["skipped"])
+    check(all(culprit[it]["skipped"] == ranks.lines[REPLICA_RANKS[1]][it]["skipped"]
+              for it in range(iterations)), "replica 1's two stages did not skip together")
+    stall = max(t[i + 1] - t[i] for i in range(back_at - 2, min(back_at + 2, iterations - 1)))
     print("detection: replica 1 (rank 1 slow for iterations 30-90) out of both stages' groups at "
-          "iteration %d, back at %d resynced; rank 0's step: %.1f ms healthy (10-30), %.1f ms "
-          "slow and in (30-%d), %.1f ms with replica 1 out (%d-90), %.1f ms after (%d-%d)"
-          % (out_at, back_at, ms(10, 30), ms(30, out_at), out_at, ms(out_at + 2, 90), out_at + 2,
+          "iteration %d, back at %d resynced; rank 1 learnt of it at its own iteration %d (%d "
+          "after its slowness ended; the group was %d iterations ahead) and skipped %d shadow "
+          "steps; rank 0's longest step around the rejoin %.0f ms; rank 0's step: %.1f ms healthy "
+          "(10-30), %.1f ms slow and in (30-%d), %.1f ms with replica 1 out (%d-90), %.1f ms after "
+          "(%d-%d)"
+          % (out_at, back_at, learnt, learnt - 90, back_at - learnt, skipped, 1000 * stall,
+             ms(10, 30), ms(30, out_at), out_at, ms(out_at + 2, 90), out_at + 2,
              ms(back_at + 2, iterations - 1), back_at + 2, iterations - 1))
 
 
@@ -255,5 +273,9 @@ if __name__ == "__main__":
     parser.add_argument("--stragglerd", required=True)
     parser.add_argument("--driver", required=True)
     parser.add_argument("--ctl", required=True)
+    parser.add_argument("--no-skip", action="store_true",
+                        help="the excluded replica runs every shadow step up to its rejoin")
     args = parser.parse_args()
+    if args.no_skip:
+        Ranks.extra = ["--no-skip"]
     main(lambda: test(args))

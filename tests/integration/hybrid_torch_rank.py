@@ -9,6 +9,10 @@ among the group's active replicas.
 
 Prints one JSON object per iteration (the stage's plan, and a checksum of the
 stage's parameters and optimizer state after the step), then {"final": ...}.
+An excluded replica that learns where it is taken back skips to there, both
+stages together (stage 0 tells stage 1 each step); the iterations it skips
+print "skipped": true. Reports the stage's own time (without the pipeline's
+waits), so only a slow rank itself looks slow.
 """
 
 import argparse
@@ -76,27 +80,61 @@ def main():
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     peer = a.rank + REPLICAS if stage == 0 else a.rank - REPLICAS
 
-    for it in range(a.iterations):
+    it = 0
+    while it < a.iterations:
         plan = state.begin_step(it, model=ddp.module, optimizer=opt)
+        # Skipping to the rejoin (docs/hybrid.md, "Readmission inside a
+        # pipeline"): an excluded replica that fell behind goes straight to
+        # the iteration where the groups take it back, but its stages must
+        # skip together or one waits forever for the other's activations.
+        # Stage 0 decides (its plan's rejoin_iteration) and tells stage 1
+        # over the pipeline's own link, every step.
+        target = torch.tensor([it], dtype=torch.int64)
+        if stage == 0:
+            if plan.rejoin_iteration is not None:
+                target[0] = plan.rejoin_iteration
+            dist.send(target, dst=peer, tag=3 * it + 2)
+        else:
+            dist.recv(target, src=peer, tag=3 * it + 2)
+        if int(target[0]) > it:
+            for skipped in range(it, min(int(target[0]), a.iterations)):
+                print(json.dumps({
+                    "it": skipped, "skipped": True, "version": plan.version, "certain": plan.certain,
+                    "participating": False, "active": list(plan.active_ranks), "root": plan.root,
+                    "synced": False, "stepped": False, "steps_taken": state.steps_taken,
+                    "checksum": checksum(ddp.module, opt)}), flush=True)
+            it = int(target[0])
+            continue
         start = time.perf_counter()
         g = torch.Generator().manual_seed(1000 * replica + it)
         x = torch.randn(BATCH, IN, generator=g, dtype=torch.float64)
         y = torch.randint(0, OUT, (BATCH,), generator=g)
+        waited = [0.0]  # seconds in the pipeline's send/recv: the other stage's time
+
+        def p2p(op, t, other, tag):
+            t0 = time.perf_counter()
+            op(t, other, tag=tag)
+            waited[0] += time.perf_counter() - t0
+
         if stage == 0:
             h = ddp(x)
-            dist.send(h.detach(), dst=peer, tag=2 * it)
+            p2p(dist.send, h.detach(), peer, 3 * it)
             dh = torch.empty_like(h)
-            dist.recv(dh, src=peer, tag=2 * it + 1)
+            p2p(dist.recv, dh, peer, 3 * it + 1)
             h.backward(dh)
         else:
             h = torch.empty(BATCH, HIDDEN, dtype=torch.float64)
-            dist.recv(h, src=peer, tag=2 * it)
+            p2p(dist.recv, h, peer, 3 * it)
             h.requires_grad_()
             torch.nn.functional.cross_entropy(ddp(h), y).backward()
-            dist.send(h.grad, dst=peer, tag=2 * it + 1)
+            p2p(dist.send, h.grad, peer, 3 * it + 1)
         slow = a.slow_ms > 0 and a.slow_from <= it < a.slow_to
         time.sleep((a.slow_ms if slow else a.step_ms) / 1000.0)
-        state.end_step(0, time.perf_counter() - start)
+        # The stage's own time, as a pipeline trainer times it (Megatron's
+        # timers keep the pipeline's waits apart): waiting on the other
+        # stage is not this rank's slowness, so a slow stage-0 rank does not
+        # make its stage-1 partner look slow too.
+        state.end_step(0, time.perf_counter() - start - waited[0])
         stepped = state.optimizer_step(opt)
         opt.zero_grad()
         print(json.dumps({
@@ -104,6 +142,7 @@ def main():
             "participating": plan.participating, "active": list(plan.active_ranks),
             "root": plan.root, "synced": it in state.synced_at, "stepped": stepped,
             "steps_taken": state.steps_taken, "checksum": checksum(ddp.module, opt)}), flush=True)
+        it += 1
 
     print(json.dumps({"final": True, "steps_taken": state.steps_taken}), flush=True)
     client.close()

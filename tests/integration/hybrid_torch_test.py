@@ -16,6 +16,12 @@ readmitted, and then the daemon is killed with SIGKILL. Checks:
   * the excluded replica keeps running its pipeline and steps no optimizer;
   * after the kill no step hangs: every rank finishes every iteration on the
     last applied membership (certain = false).
+--slow-rank: no override. Rank 1 really sleeps for its iterations 15-45 and
+the daemon's own detection (its default policy) excludes replica 1, naming
+rank 1 (group stage0) the culprit, and readmits it once rank 1's shadow
+reports show recovery; rank 1's stage pair skips its remaining shadow steps to
+the rejoin together. The same checks as above, every iteration; no
+wall-clock wait (iterations only), so a loaded machine only slows it down.
 --no-daemon: nothing listens at the daemon's address (the rendezvous goes
 through torch.distributed's store): every group trains on its full group at
 every iteration, with identical checksums on every replica.
@@ -29,7 +35,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_test import free_port  # noqa: E402
-from harness import Daemon, RankProcesses, check, ctl, main  # noqa: E402
+from harness import Daemon, RankProcesses, check, ctl, daemon_get, main  # noqa: E402
 
 REPLICAS, STAGES = 4, 2
 WORLD = REPLICAS * STAGES
@@ -78,6 +84,90 @@ def test_no_daemon(args):
           % iterations)
 
 
+SLOW = dict(rank=1, ms=80, step_ms=20, start=15, end=45)
+SLOW_ITERATIONS = 240
+
+
+def test_slow_rank(args):
+    """Rank 1 really sleeps (4x its 20 ms step at most, less with the
+    machine's own overhead) for its iterations 15-45; the daemon's own
+    detection (default policy, no override) takes replica 1 out and back."""
+    with tempfile.TemporaryDirectory(prefix="hybrid-torch-") as workdir:
+        config = os.path.join(workdir, "stragglerd.yaml")
+        with open(config, "w") as f:
+            f.write("{}\n")  # the daemon's defaults: detection and exclusion on
+        env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1")
+        store = os.path.join(workdir, "torch.store")
+        with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
+            cmds = [[args.python, RANK_SCRIPT, "--daemon", d.address, "--job", JOB, "--rank", str(r),
+                     "--store", store, "--iterations", str(SLOW_ITERATIONS),
+                     "--step-ms", str(SLOW["step_ms"])]
+                    + (["--slow-ms", str(SLOW["ms"]), "--slow-from", str(SLOW["start"]),
+                        "--slow-to", str(SLOW["end"])] if r == SLOW["rank"] else [])
+                    for r in range(WORLD)]
+            # No wait but the ranks' end: everything below is counted in
+            # iterations, so a loaded machine only makes it slower.
+            ranks = RankProcesses(cmds, workdir, DEADLINE_S, env=env, err_tail=3000)
+            try:
+                ranks.finish()
+            finally:
+                ranks.kill()
+            events = daemon_get(d, "/v1/events", limit=1000).get("events", [])
+            check(d.stop() == 0, "stragglerd did not exit cleanly")
+        rows = ranks.lines
+        out_at, back_at = replica_out_and_back(rows, SLOW_ITERATIONS)
+        # The daemon named rank 1, group stage0, as the culprit.
+        named = [e["message"] for e in events if e.get("kind") == "EVENT_KIND_MEMBERSHIP"
+                 and "replica 1 [1, 5] for rank 1 (group stage0" in e.get("message", "")]
+        check(named, "no membership event names rank 1 (group stage0) as replica 1's culprit: %s"
+              % [e.get("message") for e in events if e.get("kind") == "EVENT_KIND_MEMBERSHIP"])
+        check(SLOW["start"] < out_at, "replica 1 out at %d, before rank 1 was slow" % out_at)
+        # The culprit's own iterations: where it learnt it is taken back
+        # (its first skipped iteration, or the rejoin itself).
+        culprit = rows[SLOW["rank"]]
+        learnt = next((row["it"] for row in culprit if row.get("skipped")), back_at)
+        print("real slow rank: rank 1 slow for its iterations %d-%d; replica 1 out of both "
+              "stages' groups at iteration %d (culprit rank 1, group stage0), back at %d with both "
+              "stages resynced; rank 1 learnt of its readmission at its iteration %d (%d after "
+              "its slowness ended) and skipped %d shadow iterations; checksums identical on the "
+              "active replicas at all %d iterations"
+              % (SLOW["start"], SLOW["end"], out_at, back_at, learnt, learnt - SLOW["end"],
+                 sum(1 for row in culprit if row.get("skipped")), SLOW_ITERATIONS))
+
+
+def replica_out_and_back(rows, iterations):
+    """Per iteration: one version among the participants, the groups' checks,
+    replica 1 in both stages' groups or in neither. Replica 1 out once and
+    back once, nobody of it stepping while out, every member of both groups
+    synchronised from replica 0 at the rejoin. Returns (out_at, back_at)."""
+    for r in range(WORLD):
+        check(len(rows[r]) == iterations, "rank %d printed %d iterations" % (r, len(rows[r])))
+        check([row["it"] for row in rows[r]] == list(range(iterations)),
+              "rank %d printed its iterations out of order" % r)
+    changes, prev = [], True
+    for it in range(iterations):
+        check_groups(rows, it)
+        versions = {rows[r][it]["version"] for r in range(WORLD) if rows[r][it]["participating"]}
+        check(len(versions) == 1, "iteration %d: the groups applied versions %s" % (it, versions))
+        states = {r: r in rows[r][it]["active"] for r in REPLICA_RANKS}
+        check(len(set(states.values())) == 1,
+              "iteration %d: replica 1 in one stage's group and not the other's: %s" % (it, states))
+        now = states[1]
+        if now != prev:
+            changes.append((it, now))
+            prev = now
+    check(len(changes) == 2 and not changes[0][1] and changes[1][1],
+          "expected replica 1 out once and back once; saw %s" % changes)
+    out_at, back_at = changes[0][0], changes[1][0]
+    for r in REPLICA_RANKS:
+        check(not any(rows[r][it]["stepped"] for it in range(out_at, back_at)),
+              "rank %d stepped its optimizer while excluded" % r)
+    for r in range(WORLD):
+        check(rows[r][back_at]["synced"] and rows[r][back_at]["root"] == REPLICAS * (r // REPLICAS),
+              "rank %d at the rejoin %d: %s" % (r, back_at, rows[r][back_at]))
+    return out_at, back_at
+
+
 def test(args):
     res = os.system("%s -c 'import torch' 2>/dev/null" % args.python)
     if res != 0:
@@ -85,6 +175,9 @@ def test(args):
         sys.exit(77)
     if args.no_daemon:
         test_no_daemon(args)
+        return
+    if args.slow_rank:
+        test_slow_rank(args)
         return
     rank_script = RANK_SCRIPT
     with tempfile.TemporaryDirectory(prefix="hybrid-torch-") as workdir:
@@ -113,29 +206,7 @@ def test(args):
             finally:
                 ranks.kill()
         rows = ranks.lines
-        for r in range(WORLD):
-            check(len(rows[r]) == ITERATIONS, "rank %d printed %d iterations" % (r, len(rows[r])))
-        changes, prev = [], True
-        for it in range(ITERATIONS):
-            check_groups(rows, it)
-            versions = {rows[r][it]["version"] for r in range(WORLD) if rows[r][it]["participating"]}
-            check(len(versions) == 1, "iteration %d: the groups applied versions %s" % (it, versions))
-            states = {r: r in rows[r][it]["active"] for r in REPLICA_RANKS}
-            check(len(set(states.values())) == 1,
-                  "iteration %d: replica 1 in one stage's group and not the other's: %s" % (it, states))
-            now = states[1]
-            if now != prev:
-                changes.append((it, now))
-                prev = now
-        check(len(changes) == 2 and not changes[0][1] and changes[1][1],
-              "expected replica 1 out once and back once; saw %s" % changes)
-        out_at, back_at = changes[0][0], changes[1][0]
-        for r in REPLICA_RANKS:
-            check(not any(rows[r][it]["stepped"] for it in range(out_at, back_at)),
-                  "rank %d stepped its optimizer while excluded" % r)
-        for r in range(WORLD):
-            check(rows[r][back_at]["synced"] and rows[r][back_at]["root"] == REPLICAS * (r // REPLICAS),
-                  "rank %d at the rejoin %d: %s" % (r, back_at, rows[r][back_at]))
+        out_at, back_at = replica_out_and_back(rows, ITERATIONS)
         uncertain = [row["it"] for row in rows[0] if not row["certain"]]
         check(uncertain, "rank 0 never noticed the daemon was gone")
         for r in range(WORLD):
@@ -154,5 +225,6 @@ if __name__ == "__main__":
     parser.add_argument("--python", required=True)
     parser.add_argument("--pythonpath", required=True)
     parser.add_argument("--no-daemon", action="store_true")
+    parser.add_argument("--slow-rank", action="store_true")
     args = parser.parse_args()
     main(lambda: test(args))

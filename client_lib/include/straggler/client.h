@@ -111,8 +111,16 @@ struct ClientOptions {
 
 struct ExcludedRankInfo {
   uint32_t rank = 0;
-  std::string reason;  // "straggler", "unresponsive", "forced", "probation_end"
+  // "straggler", "unresponsive", "forced", "probation_end", "replica" (out
+  // with its data-parallel replica, whose culprit is another rank)
+  std::string reason;
   std::string detail;
+  // For a rank that declared a replica (docs/hybrid.md): the rank whose state
+  // took the replica out (this rank unless reason is "replica"), that rank's
+  // peer group, and the replica. Unset in a pure data-parallel job.
+  std::optional<uint32_t> culprit = std::nullopt;
+  std::string culprit_group = {};
+  std::optional<uint32_t> replica = std::nullopt;
 };
 
 // One version of the job's membership. Version 0 (before any decision)

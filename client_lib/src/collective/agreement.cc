@@ -303,6 +303,14 @@ void Agreement::Commit(StepPlan plan) {
   begun_ = true;
 }
 
+AllReduceResult Agreement::AverageResult() const {
+  RequireBegun("AllReduceAverage");
+  AllReduceResult r;
+  r.version = plan_.version;
+  r.active_ranks = static_cast<uint32_t>(plan_.active_ranks.size());
+  return r;
+}
+
 void Agreement::RequireBegun(const char* what) const {
   if (!begun_) throw CollectiveError(std::string(what) + " before the first BeginIteration");
 }

@@ -115,6 +115,10 @@ class Agreement {
 
   // Throws CollectiveError("<what> before the first BeginIteration").
   void RequireBegun(const char* what) const;
+  // AllReduceAverage's answer before its collective: the applied version and
+  // the size of its active set, participated false. Throws like
+  // RequireBegun("AllReduceAverage") before the first Commit.
+  AllReduceResult AverageResult() const;
   // "iteration 12: <backend> <op> among ranks {0,1,3} (membership version 4,
   // certain) failed within 20000 ms; a peer is gone or applied another
   // membership": the common part of every failed-collective error.

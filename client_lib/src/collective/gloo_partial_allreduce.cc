@@ -48,10 +48,7 @@ class GlooPartialAllReduce final : public PartialAllReduce {
         device_(std::move(device)),
         switch_(std::move(job_switch)),
         group_(std::move(group)),
-        store_(options_.rendezvous_store
-                   ? options_.rendezvous_store
-                   : std::make_shared<DaemonStore>(options_.rendezvous_endpoint, options_.job_id,
-                                                   options_.key_ttl, options_.collective_timeout)),
+        store_(detail::RendezvousStoreFor(options_)),
         agreement_(options_.rank, options_.run_id, /*previous_active=*/{},
                    /*previously_participating=*/false) {}
 
@@ -59,11 +56,8 @@ class GlooPartialAllReduce final : public PartialAllReduce {
     // Until this iteration has its context, no collective may use the last
     // one (RequireContext), whatever throws below.
     current_ = nullptr;
-    StepPlan plan = switch_ ? detail::GroupPlanFor(iteration, agreement_, *switch_, *group_, options_.rank)
-                            : agreement_.Decide(iteration, client_,
-                                                {options_.membership_timeout, options_.collective_timeout,
-                                                 options_.agreement_interval},
-                                                transport_);
+    StepPlan plan = detail::PlanOf(iteration, agreement_, client_, options_, transport_, switch_.get(), group_,
+                                   group_active_);
     // The context: kept only when this rank used the same active set at its
     // previous iteration - then every member has it (they were all in step
     // with this rank). Otherwise a fresh one for this version, so a member
@@ -117,10 +111,7 @@ class GlooPartialAllReduce final : public PartialAllReduce {
  private:
   template <class T>
   AllReduceResult Average(std::span<T> data) {
-    RequireBegun("AllReduceAverage");
-    AllReduceResult r;
-    r.version = agreement_.plan().version;
-    r.active_ranks = static_cast<uint32_t>(agreement_.plan().active_ranks.size());
+    AllReduceResult r = agreement_.AverageResult();
     if (!agreement_.plan().participating) return r;  // excluded: no collective at all
     RequireContext("AllReduceAverage");
     r.participated = true;
@@ -265,6 +256,7 @@ class GlooPartialAllReduce final : public PartialAllReduce {
   detail::StoreAgreementTransport transport_{
       *store_, [this](uint64_t it, std::span<uint64_t> words) { return MinOverPrevious(it, words); }};
 
+  detail::GroupActiveCache group_active_;  // a group's active members per job plan
   std::list<CachedContext> cache_;  // most recently used first; bounded
   CachedContext* current_ = nullptr;  // the context of the current iteration
   detail::Agreement agreement_;
@@ -292,28 +284,8 @@ namespace {
 std::unique_ptr<PartialAllReduce> CreateGloo(Client& client, const GlooOptions& options,
                                              std::shared_ptr<JobSwitch> job_switch,
                                              std::optional<DataParallelGroup> group, std::string* error) {
-  auto fail = [&](const std::string& why) -> std::unique_ptr<PartialAllReduce> {
-    if (error) *error = why;
-    return nullptr;
-  };
-  if (std::string why = options.Validate(); !why.empty()) return fail(why);
-  if (group) {
-    if (!job_switch) return fail("data-parallel group '" + group->name + "': no JobSwitch given");
-    if (job_switch->world_size() != options.world_size) {
-      return fail("data-parallel group '" + group->name + "': options.world_size=" +
-                  std::to_string(options.world_size) + " but the JobSwitch's job has " +
-                  std::to_string(job_switch->world_size()) + " ranks");
-    }
-    if (std::string why = group->Validate(options.rank, options.world_size); !why.empty()) return fail(why);
-    for (size_t k = 0; k < group->ranks.size(); ++k) {
-      if (job_switch->ReplicaOf(group->ranks[k]) != group->replicas[k] &&
-          job_switch->ReplicaOf(group->ranks[k]) != group->ranks[k]) {
-        return fail("data-parallel group '" + group->name + "': rank " + std::to_string(group->ranks[k]) +
-                    " is replica " + std::to_string(group->replicas[k]) + " here but replica " +
-                    std::to_string(job_switch->ReplicaOf(group->ranks[k])) + " in the JobSwitch's map");
-      }
-    }
-  }
+  auto fail = [&](std::string why) { return detail::Refuse<PartialAllReduce>(error, std::move(why)); };
+  if (std::string why = detail::ValidateFactoryInput(options, job_switch.get(), group); !why.empty()) return fail(why);
   std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;

@@ -2,12 +2,12 @@
 // the job's agreement once per iteration for every group of a process, and
 // the derivation of a group's plan from it (group_plan.h; docs/hybrid.md).
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
-#include <set>
+#include <set>  // Validate
 
 #include "group_plan.h"
 #include "nccl_plan.h"  // SetText
+#include "straggler/v1/wire_rules.h"
 
 namespace straggler {
 
@@ -16,12 +16,10 @@ std::string DataParallelGroup::Validate(uint32_t rank, uint32_t world_size) cons
   if (name.empty() || name.size() > 64) {
     return what + ": the name must be 1 to 64 bytes, it has " + std::to_string(name.size());
   }
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
-      return what + " has '" + std::string(1, c) + "' at byte " + std::to_string(i) +
-             "; allowed: A-Z a-z 0-9 . _ -";
-    }
+  // The job-id characters (straggler/v1/wire_rules.h): safe in keys and logs.
+  if (const size_t i = v1::rules::FirstBadJobIdByte(name); i != std::string_view::npos) {
+    return what + " has '" + std::string(1, name[i]) + "' at byte " + std::to_string(i) +
+           "; allowed: " + std::string(v1::rules::kJobIdAllowed);
   }
   if (ranks.empty()) return what + " has no ranks";
   if (replicas.size() != ranks.size()) {
@@ -95,50 +93,96 @@ uint32_t JobSwitch::ReplicaOf(uint32_t rank) const {
 
 namespace detail {
 
-namespace {
-
-template <class ReplicaOf>
-std::vector<uint32_t> GroupActive(const std::vector<uint32_t>& job_active, uint32_t world_size,
-                                  const DataParallelGroup& group, ReplicaOf replica_of) {
-  // A replica is out when any of its ranks is (the data-parallel all-reduce
-  // can only leave out whole model copies).
-  std::set<uint32_t> out;
-  for (uint32_t r = 0; r < world_size; ++r) {
-    if (!std::binary_search(job_active.begin(), job_active.end(), r)) out.insert(replica_of(r));
+std::string ValidateGroupFor(const DataParallelGroup& group, const JobSwitch* sw, uint32_t rank,
+                             uint32_t world_size) {
+  const std::string what = "data-parallel group '" + group.name + "'";
+  if (sw == nullptr) return what + ": no JobSwitch given";
+  if (sw->world_size() != world_size) {
+    return what + ": options.world_size=" + std::to_string(world_size) + " but the JobSwitch's job has " +
+           std::to_string(sw->world_size()) + " ranks";
   }
+  if (std::string why = group.Validate(rank, world_size); !why.empty()) return why;
+  for (size_t k = 0; k < group.ranks.size(); ++k) {
+    const uint32_t in_map = sw->ReplicaOf(group.ranks[k]);
+    if (in_map != group.replicas[k] && in_map != group.ranks[k]) {
+      return what + ": rank " + std::to_string(group.ranks[k]) + " is replica " + std::to_string(group.replicas[k]) +
+             " here but replica " + std::to_string(in_map) + " in the JobSwitch's map";
+    }
+  }
+  return "";
+}
+
+std::vector<uint32_t> GroupActiveRanks(const std::vector<uint32_t>& job_active, const DataParallelGroup& group,
+                                       const JobSwitch& sw) {
+  // A replica is out when any of its ranks is (the data-parallel all-reduce
+  // can only leave out whole model copies). The ranks outside the job's set,
+  // walked alongside it (both ascending): usually few, so their replicas
+  // are a short sorted list rather than a set or a world-sized table.
+  std::vector<uint32_t> out;
+  auto next = job_active.begin();
+  for (uint32_t r = 0; r < sw.world_size(); ++r) {
+    while (next != job_active.end() && *next < r) ++next;
+    if (next == job_active.end() || *next != r) out.push_back(sw.ReplicaOf(r));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   std::vector<uint32_t> active;
+  active.reserve(group.ranks.size());
   for (uint32_t r : group.ranks) {
-    if (!out.count(replica_of(r))) active.push_back(r);
+    if (!std::binary_search(out.begin(), out.end(), sw.ReplicaOf(r))) active.push_back(r);
   }
   std::sort(active.begin(), active.end());
   return active;
 }
 
-}  // namespace
+uint32_t GroupRoot(const DataParallelGroup& group, const std::vector<uint32_t>& active) {
+  // The active member of the lowest replica (the group's own replica
+  // numbers; the same position in the model on every group). 0: none.
+  uint32_t root = 0;
+  uint32_t lowest = UINT32_MAX;
+  for (size_t k = 0; k < group.ranks.size(); ++k) {
+    if (group.replicas[k] < lowest && std::binary_search(active.begin(), active.end(), group.ranks[k])) {
+      lowest = group.replicas[k];
+      root = group.ranks[k];
+    }
+  }
+  return root;
+}
+
+const GroupActive& GroupActiveCache::Get(const StepPlan& job, const DataParallelGroup& group, const JobSwitch& sw) {
+  if (!valid_ || job.version != version_ || job.active_ranks != job_active_) {
+    value_.ranks = GroupActiveRanks(job.active_ranks, group, sw);
+    value_.root = GroupRoot(group, value_.ranks);
+    job_active_ = job.active_ranks;
+    version_ = job.version;
+    valid_ = true;
+  }
+  return value_;
+}
 
 StepPlan GroupStepPlan(const StepPlan& job, const DataParallelGroup& group, const JobSwitch& sw, uint32_t rank,
                        const GroupHistory& history) {
+  GroupActive active;
+  active.ranks = GroupActiveRanks(job.active_ranks, group, sw);
+  active.root = GroupRoot(group, active.ranks);
+  return GroupStepPlan(job, active, rank, history);
+}
+
+StepPlan GroupStepPlan(const StepPlan& job, const GroupActive& active, uint32_t rank, const GroupHistory& history) {
   StepPlan plan;
   plan.iteration = job.iteration;
   plan.version = job.version;
   plan.effective_iteration = job.effective_iteration;
   plan.certain = job.certain;
   plan.deferred_version = job.deferred_version;
-  plan.active_ranks = GroupActive(job.active_ranks, sw.world_size(), group,
-                                  [&](uint32_t r) { return sw.ReplicaOf(r); });
+  plan.active_ranks = active.ranks;
   plan.participating =
       job.participating && std::binary_search(plan.active_ranks.begin(), plan.active_ranks.end(), rank);
-  // The root: the active member of the lowest replica (the group's own
-  // replica numbers; the same position in the model on every group).
-  uint32_t lowest = UINT32_MAX;
-  for (size_t k = 0; k < group.ranks.size(); ++k) {
-    if (group.replicas[k] < lowest &&
-        std::binary_search(plan.active_ranks.begin(), plan.active_ranks.end(), group.ranks[k])) {
-      lowest = group.replicas[k];
-      plan.root = group.ranks[k];
-    }
-  }
-  if (plan.participating) {
+  plan.root = active.root;
+  if (plan.participating && history.begun && history.previously_participating &&
+      history.previous_active == plan.active_ranks) {
+    // The steady state: the same set as at the previous iteration, nobody new.
+  } else if (plan.participating) {
     for (uint32_t r : plan.active_ranks) {
       if (!history.begun || !history.previously_participating ||
           !std::binary_search(history.previous_active.begin(), history.previous_active.end(), r)) {
@@ -153,14 +197,24 @@ StepPlan GroupStepPlan(const StepPlan& job, const DataParallelGroup& group, cons
 }
 
 StepPlan GroupPlanFor(uint64_t iteration, const Agreement& history, JobSwitch& sw, const DataParallelGroup& group,
-                      uint32_t rank) {
+                      uint32_t rank, GroupActiveCache& cache) {
   if (history.begun() && iteration <= history.plan().iteration) {
     throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") of data-parallel group '" + group.name +
                           "' after iteration " + std::to_string(history.plan().iteration) +
                           ": iterations must increase");
   }
-  return GroupStepPlan(sw.Begin(iteration), group, sw, rank,
+  const StepPlan& job = sw.Begin(iteration);
+  return GroupStepPlan(job, cache.Get(job, group, sw), rank,
                        {history.begun(), history.previously_participating(), history.previous_active()});
+}
+
+StepPlan PlanOf(uint64_t iteration, Agreement& agreement, Client& client, const CollectiveOptions& options,
+                AgreementTransport& transport, JobSwitch* sw, const std::optional<DataParallelGroup>& group,
+                GroupActiveCache& cache) {
+  if (sw != nullptr && group) return GroupPlanFor(iteration, agreement, *sw, *group, options.rank, cache);
+  return agreement.Decide(iteration, client,
+                          {options.membership_timeout, options.collective_timeout, options.agreement_interval},
+                          transport);
 }
 
 }  // namespace detail

@@ -77,10 +77,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
         device_(device),
         initial_stream_(stream),
         own_stream_(own_stream ? stream : nullptr),
-        store_(options_.rendezvous_store
-                   ? options_.rendezvous_store
-                   : std::make_shared<DaemonStore>(options_.rendezvous_endpoint, options_.job_id,
-                                                   options_.key_ttl, options_.collective_timeout)),
+        store_(detail::RendezvousStoreFor(options_)),
         ops_(options_.rank, device, options_.collective_timeout, *store_),
         cache_(std::make_unique<detail::CommCache<CommPtr>>(
             std::max<size_t>(1, options_.max_cached_communicators),
@@ -131,11 +128,8 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     // Until this iteration has its communicator, no collective may use the
     // last one (RequireCommunicator), whatever throws below.
     current_ = nullptr;
-    StepPlan plan = switch_ ? detail::GroupPlanFor(iteration, agreement_, *switch_, *group_, options_.rank)
-                            : agreement_.Decide(iteration, client_,
-                                                {options_.membership_timeout, options_.collective_timeout,
-                                                 options_.agreement_interval},
-                                                transport_);
+    StepPlan plan = detail::PlanOf(iteration, agreement_, client_, options_, transport_, switch_.get(), group_,
+                                   group_active_);
     const struct { uint64_t version, effective_iteration; } m{plan.version, plan.effective_iteration};
     const std::vector<uint32_t>& active = plan.active_ranks;
     const bool participating = plan.participating;
@@ -234,10 +228,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
 
  private:
   AllReduceResult Average(void* data, size_t count, size_t elem, ncclDataType_t type) {
-    RequireBegun("AllReduceAverage");
-    AllReduceResult r;
-    r.version = agreement_.plan().version;
-    r.active_ranks = static_cast<uint32_t>(agreement_.plan().active_ranks.size());
+    AllReduceResult r = agreement_.AverageResult();
     if (!agreement_.plan().participating) return r;  // excluded: no collective on any communicator
     RequireCommunicator("AllReduceAverage");
     r.participated = true;
@@ -426,12 +417,8 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
       bool in = !next.IsExcluded(options_.rank);
       if (switch_) {
         // A group: the members of that version's complete replicas.
-        StepPlan job;
-        job.active_ranks = set;
-        job.participating = in;
-        const StepPlan g = detail::GroupStepPlan(job, *group_, *switch_, options_.rank, {});
-        set = g.active_ranks;
-        in = g.participating;
+        set = detail::GroupActiveRanks(set, *group_, *switch_);
+        in = in && std::binary_search(set.begin(), set.end(), options_.rank);
       }
       const auto* cur = cache_->Find(agreement_.plan().active_ranks);
       const bool usable = cur != nullptr && cur->handle && cur->handle->comm != nullptr && !cur->handle->revoked;
@@ -514,6 +501,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
   std::unique_ptr<detail::CommCache<CommPtr>> cache_;
   Comm* current_ = nullptr;  // the communicator of the current iteration
   std::vector<CommPtr> orphans_;  // failed shrinks NCCL may still write into
+  detail::GroupActiveCache group_active_;  // a group's active members per job plan
 
   detail::Agreement agreement_;
 };
@@ -547,15 +535,8 @@ namespace {
 std::unique_ptr<NcclPartialAllReduce> CreateNccl(Client& client, const NcclOptions& options,
                                                  std::shared_ptr<JobSwitch> job_switch,
                                                  std::optional<DataParallelGroup> group, std::string* error) {
-  auto fail = [&](const std::string& why) -> std::unique_ptr<NcclPartialAllReduce> {
-    if (error) *error = why;
-    return nullptr;
-  };
-  if (std::string why = options.Validate(); !why.empty()) return fail(why);
-  if (group) {
-    if (!job_switch) return fail("data-parallel group '" + group->name + "': no JobSwitch given");
-    if (std::string why = group->Validate(options.rank, options.world_size); !why.empty()) return fail(why);
-  }
+  auto fail = [&](std::string why) { return detail::Refuse<NcclPartialAllReduce>(error, std::move(why)); };
+  if (std::string why = detail::ValidateFactoryInput(options, job_switch.get(), group); !why.empty()) return fail(why);
   std::string why;
   const int devices = NcclVisibleDevices(&why);
   if (devices == 0) return fail("rank " + std::to_string(options.rank) + ": " + why);

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,6 +21,15 @@
 #include "straggler/gloo_store.h"
 
 namespace straggler::detail {
+
+// The rendezvous store a backend's `options` name: the trainer's own
+// (rendezvous_store), else stragglerd's (DaemonStore).
+template <class Options>
+std::shared_ptr<gloo::rendezvous::Store> RendezvousStoreFor(const Options& options) {
+  if (options.rendezvous_store) return options.rendezvous_store;
+  return std::make_shared<DaemonStore>(options.rendezvous_endpoint, options.job_id, options.key_ttl,
+                                       options.collective_timeout);
+}
 
 class StoreAgreementTransport final : public AgreementTransport {
  public:

@@ -87,7 +87,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   // included, writing the acknowledgement excluded (that is gRPC's).
   const auto started = std::chrono::steady_clock::now();
   struct Timer {
-    prometheus::Histogram& h;
+    common::AtomicHistogram& h;
     std::chrono::steady_clock::time_point start;
     ~Timer() {
       h.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -27,49 +27,24 @@ namespace {
 // The refusal `t` earns as a claim of `rank`, if any.
 std::optional<TopologyRefusal> Check(uint32_t rank, const DeclaredTopology& t,
                                      uint32_t world_size) {
-  const std::string& g = t.peer_group;
-  if (g.size() > rules::kMaxPeerGroupBytes) {
-    return TopologyRefusal{rank, TopologyRefuseReason::kInvalidPeerGroup,
-                           absl::StrCat("rank ", rank, ": peer_group ", Quoted(g), " is ",
-                                        g.size(), " bytes; at most ", rules::kMaxPeerGroupBytes)};
-  }
-  if (const size_t i = rules::FirstBadJobIdByte(std::string_view(g)); i != std::string_view::npos) {
-    return TopologyRefusal{
-        rank, TopologyRefuseReason::kInvalidPeerGroup,
-        absl::StrCat("rank ", rank, ": peer_group ", Quoted(g), " has ",
-                     Quoted(absl::string_view(g).substr(i, 1)), " at byte ", i,
-                     "; allowed: ", std::string(rules::kJobIdAllowed))};
+  // The wire's rules (common/validate.h), worded as the daemon words them.
+  if (absl::Status s = common::CheckIdText(absl::StrCat("rank ", rank, ": peer_group"), t.peer_group,
+                                           rules::kMaxPeerGroupBytes);
+      !s.ok()) {
+    return TopologyRefusal{rank, TopologyRefuseReason::kInvalidPeerGroup, std::string(s.message())};
   }
   if (t.replica && *t.replica >= world_size) {
     return TopologyRefusal{rank, TopologyRefuseReason::kReplicaOutOfRange,
                            absl::StrCat("rank ", rank, ": replica=", *t.replica,
                                         " >= world_size=", world_size)};
   }
-  const std::string& m = t.gpu_model;
-  if (m.size() > rules::kMaxGpuModelBytes) {
-    return TopologyRefusal{rank, TopologyRefuseReason::kInvalidGpuModel,
-                           absl::StrCat("rank ", rank, ": gpu_model ", Quoted(m), " is ",
-                                        m.size(), " bytes; at most ", rules::kMaxGpuModelBytes)};
-  }
-  if (const size_t i = rules::FirstBadGpuModelByte(std::string_view(m));
-      i != std::string_view::npos) {
-    return TopologyRefusal{rank, TopologyRefuseReason::kInvalidGpuModel,
-                           absl::StrCat("rank ", rank, ": gpu_model ", Quoted(m), " has byte 0x",
-                                        absl::Hex(static_cast<unsigned char>(m[i]),
-                                                  absl::kZeroPad2),
-                                        " at ", i, "; allowed: printable ASCII")};
+  if (absl::Status s = common::CheckPrintable(absl::StrCat("rank ", rank, ": gpu_model"), t.gpu_model,
+                                              rules::kMaxGpuModelBytes);
+      !s.ok()) {
+    return TopologyRefusal{rank, TopologyRefuseReason::kInvalidGpuModel, std::string(s.message())};
   }
   return std::nullopt;
 }
-
-}  // namespace
-
-absl::Status ValidateTopology(uint32_t rank, const DeclaredTopology& t, uint32_t world_size) {
-  if (auto r = Check(rank, t, world_size)) return absl::InvalidArgumentError(r->message);
-  return absl::OkStatus();
-}
-
-namespace {
 
 std::string Describe(const DeclaredTopology& t) {
   return absl::StrCat("peer_group ", Quoted(t.peer_group), " replica ",

@@ -43,10 +43,6 @@ struct TopologyRefusal {
   std::string message;  // names the rank and the value
 };
 
-// INVALID_ARGUMENT naming the rank and value when `t` is not a topology a
-// rank of a `world_size` job may declare.
-absl::Status ValidateTopology(uint32_t rank, const DeclaredTopology& t, uint32_t world_size);
-
 class RankTopologies {
  public:
   explicit RankTopologies(uint32_t world_size) : entries_(world_size) {}

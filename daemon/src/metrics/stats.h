@@ -4,8 +4,8 @@
 //
 //   stats.reports_accepted.fetch_add(n, std::memory_order_relaxed);
 //
-// Thread-safe: every member is an atomic (or a prometheus::Histogram, which
-// locks its own mutex); readers see a value that was true
+// Thread-safe: every member is an atomic (the histogram a
+// common::AtomicHistogram, no lock either); readers see a value that was true
 // at some recent moment (no cross-counter consistency is promised).
 #pragma once
 
@@ -104,7 +104,8 @@ struct DaemonStats {
   // Unary gRPC calls ended with an error, [service * kGrpcCodes + code].
   std::array<std::atomic<uint64_t>, kGrpcServices * kGrpcCodes> grpc_refused{};
   // Wall time of IngestService's processing of one ReportBatch.
-  prometheus::Histogram ingest_batch_duration{IngestBatchDurationBuckets()};
+  // Lock-free: observed once per batch by every stream's thread.
+  common::AtomicHistogram ingest_batch_duration{IngestBatchDurationBuckets()};
 
   void CountRejected(engine::RejectReason r) {
     reports_rejected[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);

@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace straggler::daemon::persist_internal {
@@ -26,8 +27,19 @@ class Stmt {
     sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
+  // Unset binds NULL.
+  Stmt& Bind(int i, const std::optional<uint32_t>& v) {
+    if (v) return Bind(i, static_cast<int64_t>(*v));
+    sqlite3_bind_null(s_, i);
+    return *this;
+  }
   int Step() { return sqlite3_step(s_); }
   int64_t Int(int col) { return sqlite3_column_int64(s_, col); }
+  // NULL reads as unset.
+  std::optional<uint32_t> OptionalU32(int col) {
+    if (sqlite3_column_type(s_, col) == SQLITE_NULL) return std::nullopt;
+    return static_cast<uint32_t>(sqlite3_column_int64(s_, col));
+  }
   std::string Text(int col) {
     const auto* p = sqlite3_column_text(s_, col);
     return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p));

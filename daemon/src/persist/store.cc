@@ -78,6 +78,13 @@ CREATE INDEX events_by_time ON events(time_ns);
 ALTER TABLE jobs ADD COLUMN run_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE events ADD COLUMN run_id TEXT NOT NULL DEFAULT '';
 )sql",
+    // 2 -> 3: replicas (docs/hybrid.md): who took an excluded rank's replica
+    // out. NULL = unset (a pure data-parallel rank, or a row written before).
+    R"sql(
+ALTER TABLE membership_excluded ADD COLUMN culprit INTEGER;
+ALTER TABLE membership_excluded ADD COLUMN culprit_group TEXT NOT NULL DEFAULT '';
+ALTER TABLE membership_excluded ADD COLUMN replica INTEGER;
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -353,9 +360,10 @@ absl::Status Store::SaveMembership(const std::string& job_id, uint32_t world_siz
     for (const auto& e : m.excluded) {
       Stmt st(db_,
               "INSERT INTO membership_excluded(job_id, version, rank, reason, detail, "
-              "since_iteration) VALUES(?,?,?,?,?,?)");
+              "since_iteration, culprit, culprit_group, replica) VALUES(?,?,?,?,?,?,?,?,?)");
       st.Bind(1, job_id).Bind(2, I(m.version)).Bind(3, e.rank);
       st.Bind(4, static_cast<int>(e.reason)).Bind(5, e.detail).Bind(6, I(e.since_iteration));
+      st.Bind(7, e.culprit).Bind(8, e.culprit_group).Bind(9, e.replica);
       if (st.Step() != SQLITE_DONE) return Error("cannot write excluded ranks");
     }
     return absl::OkStatus();

@@ -86,7 +86,7 @@ struct StoreOptions {
 class Store {
  public:
   // The schema this build writes; older databases are migrated on Open.
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Creates the file's directory and the file when missing, sets WAL, the
   // synchronous level and the busy timeout, and creates or migrates the

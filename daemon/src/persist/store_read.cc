@@ -58,13 +58,14 @@ absl::StatusOr<std::vector<StoredJob>> Store::QueryJobsLocked(const char* where,
       mem.lead_iterations = static_cast<uint32_t>(m.Int(3));
       mem.created_at = engine::Time(m.Int(4));
       Stmt x(db_,
-             "SELECT rank, reason, detail, since_iteration FROM membership_excluded "
-             "WHERE job_id = ? AND version = ? ORDER BY rank");
+             "SELECT rank, reason, detail, since_iteration, culprit, culprit_group, replica "
+             "FROM membership_excluded WHERE job_id = ? AND version = ? ORDER BY rank");
       x.Bind(1, j.job_id).Bind(2, I(mem.version));
       while (x.Step() == SQLITE_ROW) {
         mem.excluded.push_back({static_cast<uint32_t>(x.Int(0)),
                                 static_cast<engine::ExclusionReason>(x.Int(1)), x.Text(2),
-                                static_cast<uint64_t>(x.Int(3))});
+                                static_cast<uint64_t>(x.Int(3)), x.OptionalU32(4), x.Text(5),
+                                x.OptionalU32(6)});
       }
       j.membership = std::move(mem);
     }

@@ -24,14 +24,22 @@
 //      AddSample(f, {{"job", "bert"}}, 8);
 //      std::string text = TextSerializer().Serialize(out);
 //
+//  * AtomicHistogram: a histogram whose Observe takes no lock, for hot
+//    paths (the ingest batch duration); AddHistogram builds its sample at
+//    scrape time like prometheus::Histogram's.
+//
 //  * ProcessCollector: the process_* metrics of the Prometheus client
 //    conventions, read from /proc at each Collect().
 //
 // Shared by stragglerd (daemon/src/metrics/daemon_metrics.h) and
 // straggler-agent. Thread safety: TextSerializer and ProcessCollector are
-// stateless (any thread); the Add* helpers work on the caller's vector.
+// stateless (any thread); the Add* helpers work on the caller's vector;
+// AtomicHistogram is safe from any number of threads.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -84,6 +92,28 @@ prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>& out, 
 void AddSample(prometheus::MetricFamily& family, Labels labels, double value);
 // A histogram sample of `family` (a Histogram family): `h`'s buckets.
 void AddHistogram(prometheus::MetricFamily& family, Labels labels, const prometheus::Histogram& h);
+
+// A Prometheus histogram for hot paths: Observe is one relaxed atomic
+// increment of the value's bucket and an atomic add to the sum, no mutex
+// (prometheus::Histogram 1.0.1 locks one per observation). A value goes to
+// the first bucket whose upper bound is >= it (+Inf for none, NaN included),
+// as in prometheus::Histogram. Collect() gives the same ClientMetric:
+// cumulative buckets, +Inf last, sample_count = the +Inf bucket's count.
+// Thread-safe; a scrape concurrent with observations may see a sum that
+// does not yet (or already) include an observation its counts show.
+class AtomicHistogram {
+ public:
+  // `bounds`: the buckets' upper bounds, ascending, without +Inf.
+  explicit AtomicHistogram(std::vector<double> bounds);
+  void Observe(double value);
+  prometheus::ClientMetric Collect() const;
+
+ private:
+  const std::vector<double> bounds_;
+  const std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // per bucket, +Inf last; not cumulative
+  std::atomic<double> sum_{0.0};
+};
+void AddHistogram(prometheus::MetricFamily& family, Labels labels, const AtomicHistogram& h);
 
 // The standard process_* values, from /proc; a value that cannot be read is
 // nullopt and its family is left out.

@@ -111,6 +111,16 @@ absl::Status ValidateTelemetry(const v1::GpuTelemetry& t);
 // kMaxReasonBytes, no ASCII control characters (protobuf has checked UTF-8).
 absl::Status ValidateReason(absl::string_view reason);
 
+// The two text rules the wire uses (straggler/v1/wire_rules.h), with the
+// daemon's wording. CheckPrintable: at most `max` bytes of printable ASCII
+// ("FIELD 'v' has byte 0x01 at 4; allowed: printable ASCII"); CheckIdText:
+// at most `max` bytes of the job-id characters ("FIELD 'v' has '/' at byte
+// 2; allowed: A-Z a-z 0-9 . _ -" then `suffix`). Too long: "FIELD 'v...'...
+// is N bytes; at most MAX". OK when the value passes.
+absl::Status CheckPrintable(absl::string_view field, absl::string_view value, size_t max);
+absl::Status CheckIdText(absl::string_view field, absl::string_view value, size_t max,
+                         absl::string_view suffix = "");
+
 // `value` for an error message: C-escaped, cut to `max` bytes with "...".
 std::string Quoted(absl::string_view value, size_t max = 64);
 

@@ -78,11 +78,13 @@ struct PolicyConfig {
   // peer_min_group), spikes left out, over a window of peer_window steps.
   // Straggler when the window's trimmed mean ratio is >= the group's
   // threshold for peer_enter_rows rows (the threshold: peer_enter_ratio, or
-  // peer_noise_z x the group's noise when that is higher), or when 5 of its
-  // last 6 steps (8 of its last 10) are >= peer_severe_ratio; healthy again
-  // after peer_exit_rows rows below half the threshold and below 1.04x.
+  // peer_noise_z x the group's noise when that is higher; a 20-step window
+  // against that noise term shrunk by its length), or when 5 of its last 6
+  // steps (8 of its last 10) are >= peer_severe_ratio and that many are
+  // improbable at the group's own rate of such steps; healthy again after
+  // peer_exit_rows rows below half the threshold and below 1.04x.
   double peer_enter_ratio = 1.12;
-  double peer_noise_z = 1.25;
+  double peer_noise_z = 1.5;
   uint32_t peer_window = 10;
   uint32_t peer_enter_rows = 2;
   double peer_severe_ratio = 1.35;

@@ -1,0 +1,92 @@
+// One rank's recent steps under the peer policy (docs/detection.md, "peer"):
+// its log ratios to its reference in rings (the last steps with spikes, the
+// short and the long window without), its rate of severe steps, and the
+// statistics the policy's rules read from them. Plain data, one thread at a
+// time (the engine's).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "straggler/engine/policy.h"
+
+namespace straggler::engine::internal {
+
+// Severe tier: kSevereRun of the last kSevereSpan steps, or kSevereOf of the
+// last kRaw, at least peer_severe_ratio (5 of 6: a rank slow on 4 steps of 5
+// within 5 of its onset)...
+inline constexpr size_t kRaw = 10;
+inline constexpr size_t kSevereRun = 5;
+inline constexpr size_t kSevereSpan = 6;
+inline constexpr size_t kSevereOf = 8;
+// ...but only when so many slow steps are improbable (below kSevereAlpha)
+// at the rate the rank's group has such steps anyway: in a job whose ranks
+// spike one step in 20, five spikes in six steps come once in ~550 000 rank
+// steps, so there the rule waits for six in a row (or 8 of 10).
+inline constexpr double kSevereAlpha = 1e-7;
+// The long window: a mild straggler in steps too noisy for the short window
+// to tell apart within its length (1.3x under +-30% per-step variation) is
+// found over kLong steps, against a threshold shrunk by the square root of
+// how many more steps it averages.
+inline constexpr size_t kLong = 20;
+inline constexpr size_t kLongTrim = 2;  // its largest values left out
+
+class PeerSteps {
+ public:
+  // A step's log ratio: into the rate of severe steps and every window.
+  void Push(const PolicyConfig& p, double x);
+  // Every window starts over from the newest step (the rate stays): they
+  // hold steps from before the rank became healthy again, which would flag
+  // it on its past.
+  void StartOver(const PolicyConfig& p);
+  // Empties the windows and the episode (the rate stays).
+  void Clear();
+
+  // Its rate of steps >= peer_severe_ratio, about the last 500 steps, with a
+  // prior of 1% before it has its own.
+  double Rate() const;
+  // Whether the short window holds enough steps for a mild verdict.
+  bool HaveWindow(const PolicyConfig& p) const;
+  // The short window's mean without its largest value.
+  double Trimmed() const;
+  // The long window's mean without its kLongTrim largest values, or -inf
+  // while it holds fewer than two thirds of kLong.
+  double LongTrimmed() const;
+  // The severe rule at the group's rate of severe steps `rate`; `recent`:
+  // how many of the last kSevereRun steps are severe.
+  bool Severe(const PolicyConfig& p, double rate, size_t* recent) const;
+  // The quick way back (docs/detection.md, "peer"): an episode that
+  // averaged L over at least 10 steps is over when the last m steps average
+  // below L / 2 with none at L, m = (9 sigma / L)^2 within [3, kRaw].
+  bool RecentlyFast(const PolicyConfig& p, double sigma) const;
+  // A straggler's newest step, counted into its episode's level.
+  void AddToEpisode(const PolicyConfig& p);
+  void StartEpisode();
+  // The median ratio (not log) of the last kSevereRun steps, for messages.
+  double RecentRatio() const;
+
+ private:
+  void AddToWindows(const PolicyConfig& p, double x);
+  double Newest(size_t back = 0) const { return raw_[(raw_next_ + kRaw - 1 - back) % kRaw]; }
+
+  std::vector<double> window_;  // ring of the last peer_window non-spike log ratios
+  size_t window_next_ = 0;
+  std::array<double, kRaw> raw_{};  // ring of the last kRaw log ratios, spikes included
+  size_t raw_count_ = 0;
+  size_t raw_next_ = 0;
+  std::array<double, kLong> long_{};  // ring of the last kLong non-spike log ratios
+  size_t long_count_ = 0;
+  size_t long_next_ = 0;
+  double slow_steps_ = 0.0;  // forgotten counts for the rate of severe steps
+  double steps_ = 0.0;
+  double episode_sum_ = 0.0;  // log ratios (spikes clipped) since it was flagged
+  uint32_t episode_steps_ = 0;
+};
+
+// The median of `v` (reordered): the mean of the two middle values for an
+// even count, so that two halves of a group pull it alike.
+double Median(std::vector<double>& v);
+
+}  // namespace straggler::engine::internal
