@@ -1,6 +1,7 @@
 #include "straggler/common/validate.h"
 
 #include <limits>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -129,6 +130,24 @@ absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job)
         !s.ok()) {
       return s;
     }
+    // Who took a replica out (docs/hybrid.md): the engine groups a held
+    // rank by its entry's replica until the rank declares one.
+    for (const auto& [name, value] : {std::pair{"culprit_rank", e.culprit},
+                                      std::pair{"replica", e.replica}}) {
+      if (value && *value >= hello.world_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "hello.known_excluded rank ", e.rank, " ", name, "=", *value, " >= world_size=",
+            hello.world_size, " of job '", hello.job_id, "'"));
+      }
+    }
+    const std::string& g = e.culprit_group;
+    const size_t bad = v1::rules::FirstBadJobIdByte(std::string_view(g));
+    if (g.size() > v1::rules::kMaxPeerGroupBytes || bad != std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hello.known_excluded rank ", e.rank, " culprit_peer_group ", Quoted(g, 80),
+          " is not a peer group: at most ", v1::rules::kMaxPeerGroupBytes, " bytes of ",
+          std::string(v1::rules::kJobIdAllowed)));
+    }
   }
   return absl::OkStatus();
 }
@@ -216,8 +235,11 @@ StreamHello FromProto(const v1::StreamHello& h) {
   out.known_effective_iteration = h.known_effective_iteration();
   out.known_incarnation = h.known_incarnation();
   for (const v1::ExcludedRank& e : h.known_excluded()) {
-    out.known_excluded.push_back(
-        {e.rank(), FromProto(e.reason()), e.detail(), e.since_iteration()});
+    engine::ExcludedRank& x = out.known_excluded.emplace_back(
+        engine::ExcludedRank{e.rank(), FromProto(e.reason()), e.detail(), e.since_iteration()});
+    if (e.has_culprit_rank()) x.culprit = e.culprit_rank();
+    x.culprit_group = e.culprit_peer_group();
+    if (e.has_replica()) x.replica = e.replica();
     out.known_excluded_wire_reasons.push_back(static_cast<int>(e.reason()));
   }
   if (h.has_reported_iteration()) out.reported_iteration = h.reported_iteration();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -123,6 +124,50 @@ TEST_CASE("hello known_excluded: a reason the daemon publishes, a bounded clean 
   h.known_excluded[0].reason = eng::ExclusionReason::kNone;
   CHECK_THAT(Message(straggler::common::ValidateHello(h, max_ranks)),
              Catch::Contains("rank 2 reason=0 (EXCLUSION_REASON_UNSPECIFIED)"));
+}
+
+TEST_CASE("hello known_excluded: a replica's culprit fields are read and bounded") {
+  // A daemon restarted without its database takes the held set over with
+  // them (docs/hybrid.md, "A restarted daemon").
+  const uint32_t max_ranks = 8;
+  v1::StreamHello wire;
+  wire.set_job_id("j");
+  wire.set_world_size(4);
+  wire.add_ranks(0);
+  wire.set_known_membership_version(3);
+  v1::ExcludedRank* x = wire.add_known_excluded();
+  x->set_rank(3);
+  x->set_reason(v1::EXCLUSION_REASON_REPLICA);
+  x->set_culprit_rank(1);
+  x->set_culprit_peer_group("stage0");
+  x->set_replica(1);
+  const straggler::common::StreamHello h = straggler::common::FromProto(wire);
+  REQUIRE(h.known_excluded.size() == 1);
+  CHECK(h.known_excluded[0].culprit == std::optional<uint32_t>(1));
+  CHECK(h.known_excluded[0].culprit_group == "stage0");
+  CHECK(h.known_excluded[0].replica == std::optional<uint32_t>(1));
+  CHECK(straggler::common::ValidateHello(h, max_ranks).ok());
+  x->set_culprit_rank(4);
+  CHECK(Message(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks)) ==
+        "hello.known_excluded rank 3 culprit_rank=4 >= world_size=4 of job 'j'");
+  x->set_culprit_rank(1);
+  x->set_replica(7);
+  CHECK(Message(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks)) ==
+        "hello.known_excluded rank 3 replica=7 >= world_size=4 of job 'j'");
+  x->set_replica(1);
+  x->set_culprit_peer_group("stage 0");
+  CHECK_THAT(Message(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks)),
+             Catch::StartsWith("hello.known_excluded rank 3 culprit_peer_group 'stage 0' is not "
+                               "a peer group: at most 64 bytes of"));
+  x->set_culprit_peer_group(std::string(65, 'g'));
+  CHECK_FALSE(straggler::common::ValidateHello(straggler::common::FromProto(wire), max_ranks).ok());
+  x->clear_culprit_rank();
+  x->clear_replica();
+  x->clear_culprit_peer_group();
+  const straggler::common::StreamHello pure = straggler::common::FromProto(wire);
+  CHECK_FALSE(pure.known_excluded[0].culprit.has_value());
+  CHECK_FALSE(pure.known_excluded[0].replica.has_value());
+  CHECK(straggler::common::ValidateHello(pure, max_ranks).ok());
 }
 
 TEST_CASE("override reasons: no control characters, at most 1024 bytes") {

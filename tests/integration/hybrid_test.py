@@ -240,7 +240,16 @@ def test_daemon_killed(args, workdir, config):
             ranks.wait_all_past(15)
             for r in REPLICA_RANKS:
                 ctl(args.ctl, d.address, "override", JOB, str(r), "exclude", "--reason", "test")
-            ranks.wait_all_past(40)
+            # Once replica 1 is out (rank 0's iterations, not a clock: the two
+            # stragglerctl calls may take many iterations on a loaded machine).
+            out = 16
+            while True:
+                ranks.wait_all_past(out, ranks=[0])
+                if not {1, 5} & set(ranks.lines[0][out]["job_active"]):
+                    break
+                out += 1
+            check(out < iterations - 30, "replica 1 out only at iteration %d of %d" % (out, iterations))
+            ranks.wait_all_past(out + 5)
             d.proc.kill()  # no drain: the daemon is simply gone
             d.proc.wait()
             ranks.finish()

@@ -40,7 +40,7 @@ from harness import Daemon, RankProcesses, check, ctl, daemon_get, main  # noqa:
 REPLICAS, STAGES = 4, 2
 WORLD = REPLICAS * STAGES
 JOB = "hybrid-torch"
-ITERATIONS = 110
+ITERATIONS = 140
 DEADLINE_S = 200
 REPLICA_RANKS = [1, 5]
 
@@ -199,7 +199,19 @@ def test(args):
                 ranks.wait_all_past(55, ranks=[0, 2, 3, 4, 6, 7])
                 for r in REPLICA_RANKS:
                     ctl(args.ctl, d.address, "override", JOB, str(r), "none", "--reason", "test")
-                ranks.wait_all_past(85)
+                # Kill the daemon once replica 1 is back (read from rank 0's
+                # iterations, not a clock: two stragglerctl calls on a loaded
+                # machine can take as long as 30 iterations, and a daemon
+                # killed before the readmission takes effect leaves it out).
+                back = 56
+                while True:
+                    ranks.wait_all_past(back, ranks=[0])
+                    if 1 in ranks.lines[0][back]["active"]:
+                        break
+                    back += 1
+                check(back < ITERATIONS - 30, "replica 1 back only at iteration %d of %d: too "
+                      "late to kill the daemon with iterations left" % (back, ITERATIONS))
+                ranks.wait_all_past(back + 5)
                 d.proc.kill()
                 d.proc.wait()
                 ranks.finish()

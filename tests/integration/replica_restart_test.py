@@ -3,7 +3,7 @@
 "A restarted daemon"): the real stragglerd on a state database, 8 ranks
 (4 replicas x 2 pipeline stages, rank = replica + 4 * stage), each a Python
 straggler.Client with its peer group and replica, reporting compute times
-(values, no sleeps: the detection is the daemon's; dynamic policy, see below).
+(values, no sleeps: the detection is the daemon's, default policy).
 
 1. Rank 1 (replica 1, stage 0) reports 3x its peers: the daemon excludes
    replica 1 (ranks 1 and 5), culprit rank 1 of group stage0. The clients'
@@ -19,6 +19,9 @@ straggler.Client with its peer group and replica, reporting compute times
    rank 1's hello said otherwise).
 4. Rank 1 comes back healthy: replica 1 is readmitted, both ranks in one
    version.
+--no-db: no state database; the daemon comes back on the same port and the
+set, culprit fields included, comes back with the 7 clients' hellos
+(known_excluded); the same checks.
 """
 
 import argparse
@@ -29,6 +32,7 @@ import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agent_test import free_port  # noqa: E402
 from harness import Daemon, check, daemon_get, main, wait_for  # noqa: E402
 
 REPLICAS, STAGES = 4, 2
@@ -79,18 +83,18 @@ def test(args):
 
     with tempfile.TemporaryDirectory(prefix="replica-restart-") as workdir:
         db = os.path.join(workdir, "state.db")
-        # Pinned to the dynamic policy: the default (peer) never releases a
-        # rank restored as a straggler - it only judges a shadow report
-        # against a group the rank was seen in since the restart, and an
-        # excluded rank is in no row (reference_peer.cc JudgeAlone/Single;
-        # reported, not fixed here).
+        # The default policy; a silent rank is unresponsive after 1 s (step 3).
         config = os.path.join(workdir, "stragglerd.yaml")
         with open(config, "w") as f:
-            f.write("policy:\n  kind: dynamic\n  unresponsive_after_seconds: 1\n")
+            f.write("policy:\n  unresponsive_after_seconds: 1\n")
+        # Without a database the daemon comes back on the same port: the
+        # clients that stay reconnect and their hellos carry the set.
+        grpc = "127.0.0.1:%d" % free_port() if args.no_db else "127.0.0.1:0"
+        state = [] if args.no_db else ["--state-db", db]
         # 1. Detection and the culprit fields in the clients' Membership.
         it = 0
-        with Daemon(args.stragglerd, workdir, name="stragglerd-1",
-                    extra_args=["--state-db", db, "--config", config]) as d:
+        with Daemon(args.stragglerd, workdir, name="stragglerd-1", grpc_address=grpc,
+                    extra_args=state + ["--config", config]) as d:
             ranks = Ranks(straggler, d.address, range(WORLD))
             out = None
             while it < 400 and out is None:
@@ -112,11 +116,19 @@ def test(args):
             # The version is durable before any client sees it; kill -9.
             d.proc.kill()
             d.proc.wait()
-            ranks.close()
+            if args.no_db:
+                ranks.clients.pop(CULPRIT).close()  # the culprit's process is late
+                kept = ranks
+            else:
+                ranks.close()
 
-        # 2. Restored with the culprit fields, before any client is back.
-        with Daemon(args.stragglerd, workdir, name="stragglerd-2",
-                    extra_args=["--state-db", db, "--config", config]) as d:
+        # 2. Restored with the culprit fields, before any client is back
+        # (without a database: from the first hello that comes back).
+        with Daemon(args.stragglerd, workdir, name="stragglerd-2", grpc_address=grpc,
+                    extra_args=state + ["--config", config]) as d:
+            if args.no_db:
+                wait_for("a hello to bring the set back", lambda: daemon_get(
+                    d, "/v1/jobs/%s/membership" % JOB).get("excluded"), timeout=60)
             m = daemon_get(d, "/v1/jobs/%s/membership" % JOB)
             got = replica_entries(m.get("excluded", []))
             check(sorted(got) == [CULPRIT, MATE], "restored set %s" % m)
@@ -131,7 +143,8 @@ def test(args):
             it = max(it, int(m["effectiveIteration"]))
 
             # 3. Everyone but the culprit reports; replica 1 stays out.
-            ranks = Ranks(straggler, d.address, [r for r in range(WORLD) if r != CULPRIT])
+            ranks = kept if args.no_db else Ranks(straggler, d.address,
+                                                  [r for r in range(WORLD) if r != CULPRIT])
             late = None
             try:
                 first = it
@@ -196,5 +209,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--stragglerd", required=True)
     parser.add_argument("--pythonpath", required=True)
+    parser.add_argument("--no-db", action="store_true",
+                        help="no state database: the set comes back with the clients' hellos")
     args = parser.parse_args()
     main(lambda: test(args))
