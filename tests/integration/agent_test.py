@@ -32,7 +32,8 @@ import tempfile
 import time
 import urllib.request
 
-from harness import Daemon, TestFailure, check, file_tail, print_log_tails, run_main, wait_for
+from harness import (Daemon, TestFailure, check, file_tail, finish, print_log_tails, run_main,
+                     wait_for)
 
 JOB = "agent-e2e"
 WORLD = 8
@@ -236,11 +237,7 @@ def daemon_restart_phase(args, work):
                              {"override": "force_exclude", "reason": "after restart"})["version"])
 
         for s, label in zip(sims, ("sim A", "sim B")):
-            try:
-                out, err = s.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                raise TestFailure("%s did not finish (blocked?)" % label)
-            check(s.returncode == 0, "%s exited %d:\n%s\n%s" % (label, s.returncode, out, err))
+            finish(s, label, 120)
         sim_reports = [check_sim_report(p, l, ITERATIONS)
                        for p, l in zip(reports, ("sim A", "sim B"))]
 
@@ -321,11 +318,7 @@ def agent_restart_phase(args, work):
                 http_get(d.http_address, "/v1/jobs/" + job)).get("highestIteration", "0")) >= 50)
             check(first.stop() == 0, "first agent did not exit 0 on SIGTERM")
             second.start()
-            try:
-                out, err = sim.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                raise TestFailure("the sim did not finish after the agent restart")
-            check(sim.returncode == 0, "sim exited %d:\n%s\n%s" % (sim.returncode, out, err))
+            finish(sim, "the sim (across the agent restart)", 120)
             check_sim_report(report, "sim (agent restart)", iterations)
             check(second.job_metric("straggler_agent_rank_received_reports_total", job=job,
                                     rank=0) is not None,

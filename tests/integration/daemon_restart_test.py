@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from agent_test import free_port, http_get, http_put, wait_for
-from harness import Daemon, TestFailure, check, run_main
+from harness import Daemon, check, finish, run_main
 
 JOB = "restart-no-db"
 RANKS = 4
@@ -83,11 +83,7 @@ def test(args):
             check(sim.poll() is None, "the sim ended while the daemon was down")
             new.start()
 
-            try:
-                out, err = sim.communicate(timeout=180)
-            except subprocess.TimeoutExpired:
-                raise TestFailure("the sim did not finish (a collective hung?)")
-            check(sim.returncode == 0, "sim exited %d:\n%s\n%s" % (sim.returncode, out, err))
+            _, err = finish(sim, "the sim (a collective hung?)", 180)
             with open(report) as f:
                 rep = json.load(f)
             check(rep["iterations"] == ITERATIONS,

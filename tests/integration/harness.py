@@ -118,6 +118,22 @@ class Daemon:
         return file_tail(self.log_path, lines, "(no daemon log)")
 
 
+def finish(proc, what, timeout, hang_detail=""):
+    """Waits up to `timeout` s for `proc` (started with text pipes) to exit 0
+    and returns its (stdout, stderr). TestFailure naming `what` when it hangs
+    (it is killed; `hang_detail` is appended, e.g. a log tail) or exits with
+    another status (its output's tail in the message)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise TestFailure("%s did not finish within %.0f s%s" % (what, timeout, hang_detail))
+    check(proc.returncode == 0,
+          "%s exited %d:\n%s\n%s" % (what, proc.returncode, out[-3000:], err[-3000:]))
+    return out, err
+
+
 def file_tail(path, lines, missing):
     """The last `lines` lines of the file at `path`; `missing` when it cannot
     be read."""

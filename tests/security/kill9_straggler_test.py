@@ -24,7 +24,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from agent_test import free_port, http_get  # noqa: E402
-from harness import Daemon, TestFailure, check, main, wait_for  # noqa: E402
+from harness import Daemon, check, finish, main, wait_for  # noqa: E402
 
 RANKS = 8
 SLOW = 3
@@ -64,11 +64,7 @@ def one_run(args, work, n):
         time.sleep(0.5 + 0.3 * n)  # a different outage each run
         check(sim.poll() is None, "run %d: the sim ended while the daemon was down" % n)
         new.start()
-        try:
-            out, err = sim.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            raise TestFailure("run %d: the sim did not finish" % n)
-        check(sim.returncode == 0, "run %d: sim exited %d:\n%s" % (n, sim.returncode, err[-2000:]))
+        finish(sim, "run %d: the sim" % n, 180)
         with open(report) as f:
             rep = json.load(f)
         slow = rep["ranks"][SLOW]
