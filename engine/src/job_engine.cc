@@ -198,7 +198,9 @@ WorkerView JobEngine::Worker(uint32_t rank) const {
   w.last_iteration = r.last_iteration;
   w.last_compute_seconds = r.last_compute;
   w.ewma_compute_seconds = r.ewma;
-  w.slowdown_ratio = d.baseline > 0 && r.samples > 0 ? r.ewma / d.baseline : 0.0;
+  const double own = d.reference ? d.reference->BaselineOf(rank) : 0.0;
+  const double baseline = own > 0 ? own : d.baseline;
+  w.slowdown_ratio = baseline > 0 && r.samples > 0 ? r.ewma / baseline : 0.0;
   w.reports_total = r.reports_total;
   w.last_report_time = r.last_report_time;
   return w;

@@ -48,6 +48,14 @@ class Reference {
     (void)rank, (void)report, (void)now;
     return false;
   }
+  // The seconds a step of `rank` is compared with, where it differs from the
+  // published baseline (peer: its own group's median, or its own baseline in
+  // a small group); 0: the published one. WorkerView.slowdown_ratio divides
+  // by it.
+  virtual double BaselineOf(uint32_t rank) const {
+    (void)rank;
+    return 0.0;
+  }
   // SetPolicy changed the judging rule: the engine dropped its threshold;
   // `next_iteration` is where judging resumes.
   virtual void OnRuleChanged(uint64_t next_iteration, Time now) {

@@ -70,6 +70,7 @@ struct GroupState {
   double median = 0.0;     // seconds, its newest row
   double threshold = 0.0;  // log ratio in force
   double slow_rate = 0.0;  // the median rank's rate of steps >= peer_severe_ratio
+  uint64_t iteration = 0;  // its newest judged row's
 };
 
 class PeerReference final : public Reference {
@@ -125,22 +126,25 @@ class PeerReference final : public Reference {
   // A report judged alone (shadow recovery, a late report): against the
   // reference its rank had in the newest row, one step at a time.
   Verdict Single(uint32_t rank, double compute_seconds) const override {
-    if (rank >= ranks_.size()) return Verdict::kNone;
+    const double ref = BaselineOf(rank);
+    if (ref <= 0.0) return Verdict::kNone;
     const PeerRank& pr = ranks_[rank];
-    double ref = 0.0, thr = 0.0;
-    if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
-      ref = states_[pr.group].median;
-      thr = states_[pr.group].threshold;
-    } else if (pr.source == Source::kOwn && pr.have_base && own_state_.profiled) {
-      ref = std::exp(own_level_ + pr.base);
-      thr = own_state_.threshold;
-    } else {
-      return Verdict::kNone;
-    }
+    const double thr =
+        pr.source == Source::kGroup ? states_[pr.group].threshold : own_state_.threshold;
     const double x = SafeLog(compute_seconds) - SafeLog(ref);
     if (x >= thr) return Verdict::kSlow;
     if (x < kExitShare * thr) return Verdict::kFast;
     return Verdict::kNone;
+  }
+
+  double BaselineOf(uint32_t rank) const override {
+    if (rank >= ranks_.size()) return 0.0;
+    const PeerRank& pr = ranks_[rank];
+    if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled)
+      return states_[pr.group].median;
+    if (pr.source == Source::kOwn && pr.have_base && own_state_.profiled)
+      return std::exp(own_level_ + pr.base);
+    return 0.0;
   }
 
   // An excluded rank's report (shadow recovery) or a late one: into its
@@ -157,8 +161,12 @@ class PeerReference final : public Reference {
       // its group's reference judges it from its first report, so a joiner
       // slow from its start is not given the readmission delay for free.
       const uint32_t g = groups_.Of(rank);
+      // Only a report of the group's current stretch: old reports sent again
+      // after a reconnect (a restarted daemon) are not judged against a
+      // median of other times.
       if (g < states_.size() && states_[g].profiled &&
-          groups_.Members(g) >= e_.policy.peer_min_group)
+          groups_.Members(g) >= e_.policy.peer_min_group &&
+          rep.iteration + JobEngine::kRowGraceIterations >= states_[g].iteration)
         pr.Restart(Source::kGroup, g);
     }
     const double x = SafeLog(rep.compute_seconds);
@@ -251,6 +259,7 @@ class PeerReference final : public Reference {
     for (auto& [rank, t] : bucket) xs_.push_back(SafeLog(t) - m);
     UpdateNoise(gs, xs_);
     gs.median = std::exp(m);
+    gs.iteration = iteration;
     gs.rows++;
     gs.threshold = Threshold(gs.noise2);
     for (size_t i = 0; i < bucket.size(); ++i) {

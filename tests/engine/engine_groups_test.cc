@@ -106,6 +106,10 @@ TEST_CASE("groups: a declared slower stage is never flagged, a 1.4x rank in its 
   auto stage = [](uint32_t r) { return r < 8 ? 1.0 : 1.6; };
   Run(h, n, 16, 0, 200, 0.05, [&](uint32_t r, uint64_t) { return stage(r); });
   CHECK(Detections(h) == 0);
+  // A view's slowdown is against the rank's own group: the slower stage by
+  // design is 1x its peers, not 1.6x the larger (first) group's median.
+  CHECK(h.engine().Worker(11).slowdown_ratio == Approx(1.0).margin(0.1));
+  CHECK(h.engine().Worker(3).slowdown_ratio == Approx(1.0).margin(0.1));
   // Rank 11 slows to 1.4x its stage from iteration 200.
   Run(h, n, 16, 200, 260, 0.05,
       [&](uint32_t r, uint64_t) { return stage(r) * (r == 11 ? 1.4 : 1.0); });
@@ -113,6 +117,7 @@ TEST_CASE("groups: a declared slower stage is never flagged, a 1.4x rank in its 
   REQUIRE(at);
   CHECK(*at < 210);  // within 10 iterations of the onset
   CHECK(Detections(h) == 1);
+  CHECK(h.engine().Worker(11).slowdown_ratio == Approx(1.4).margin(0.15));
   const Event e = h.Of(EventKind::kStateChange, 11).front();
   INFO(e.message);
   CHECK(testutil::Contains(e.message, "rank 11 (group stage1) 1."));

@@ -65,7 +65,8 @@ def test_sim(args, workdir):
         check(table.returncode == 0, "stragglerctl workers: %s" % table.stderr)
         lines = table.stdout.splitlines()
         header = lines[0].split()
-        check("GROUP" in header and "REPLICA" in header, "workers header: %s" % lines[0])
+        check("GROUP" in header and "REPLICA" in header and header[-1] == "GPU",
+              "workers header: %s" % lines[0])
         gi, ri = header.index("GROUP"), header.index("REPLICA")
         rows = {int(line.split()[0]): line.split() for line in lines[1:]}
         for rank, cells in rows.items():

@@ -185,12 +185,13 @@ void PrintJob(const v1::Job& j, std::ostream& out) {
 
 void PrintWorkers(const v1::ListWorkersResponse& r, std::ostream& out) {
   // GROUP and REPLICA: the declared topology (docs/topology.md); "-" for the
-  // default group and for a rank that is a replica of its own.
+  // default group and for a rank that is a replica of its own. GPU last: a
+  // model name may hold spaces.
   Table t({"RANK", "STATE", "EXCLUDED", "COUNTER", "EPOCH", "ITERATION", "LAST", "EWMA", "SLOWDOWN",
-           "REPORTS", "OVERRIDE", "GROUP", "REPLICA", "NODE"},
+           "REPORTS", "OVERRIDE", "GROUP", "REPLICA", "NODE", "GPU"},
           {Align::kRight, Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
            Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft,
-           Align::kRight, Align::kLeft});
+           Align::kRight, Align::kLeft, Align::kLeft});
   for (const auto& w : r.workers()) {
     t.AddRow({std::to_string(w.rank()), StateName(w.state()),
               w.excluded() ? "yes (" + ReasonName(w.exclusion_reason()) + ")" : "no",
@@ -201,7 +202,7 @@ void PrintWorkers(const v1::ListWorkersResponse& r, std::ostream& out) {
               std::to_string(w.reports_total()), OverrideName(w.override()),
               w.peer_group().empty() ? "-" : w.peer_group(),
               w.has_replica() ? std::to_string(w.replica()) : "-",
-              w.node().empty() ? "-" : w.node()});
+              w.node().empty() ? "-" : w.node(), w.gpu_model().empty() ? "-" : w.gpu_model()});
   }
   t.Print(out);
 }
