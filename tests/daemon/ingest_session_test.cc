@@ -65,14 +65,22 @@ struct Fixture {
   const Steady::time_point start = Steady::now();
 };
 
-v1::ReportBatch Hello(std::vector<uint32_t> ranks, uint32_t world_size, uint64_t sequence = 1) {
+v1::ReportBatch Hello(std::vector<uint32_t> ranks, uint32_t world_size, uint64_t sequence = 1,
+                      uint64_t incarnation = 0) {
   v1::ReportBatch b;
   b.set_sequence(sequence);
   v1::StreamHello* h = b.mutable_hello();
   h->set_job_id("session-job");
   h->set_node("node-a");
   h->set_world_size(world_size);
-  for (uint32_t r : ranks) h->add_ranks(r);
+  for (uint32_t r : ranks) {
+    h->add_ranks(r);
+    if (incarnation != 0) {
+      v1::RankDevice* d = h->add_devices();
+      d->set_rank(r);
+      d->set_incarnation(incarnation + r);
+    }
+  }
   return b;
 }
 
@@ -282,4 +290,29 @@ TEST_CASE("IngestSession Apply: a later hello adds ranks, one of another world s
   CHECK(refused.rejections(0).reason() == "invalid_hello");
   CHECK(refused.accepted() == 1);  // rank 3's report, from the ranks it already has
   CHECK(f.session->ranks().size() == 4);
+}
+
+TEST_CASE("IngestSession Apply: a later hello naming its ranks out of order still starts a "
+          "restarted rank's iterations over",
+          "[ingest_session]") {
+  Fixture f;
+  v1::ReportBatch first = Hello({0, 1}, 4, 1, /*incarnation=*/100);
+  REQUIRE(f.session->Open(first, sd::WallNow()).ok());
+  AddReport(first, 0, 1);
+  AddReport(first, 1, 1);
+  f.Apply(first);
+  // An agent adds ranks 3 and 2, in that order, which report up to 5.
+  v1::ReportBatch more = Hello({3, 2}, 4, 2, /*incarnation=*/100);
+  AddReport(more, 2, 5);
+  AddReport(more, 3, 5);
+  CHECK(f.Apply(more).accepted() == 2);
+  // Rank 2's trainer restarts from a checkpoint: a new incarnation, named
+  // again out of order, and iterations from 1. The registry notes the new
+  // incarnation (it binary-searches the hello's ranks: they must be sorted)
+  // and the rank's iterations start over, so iteration 1 is not stale.
+  v1::ReportBatch restarted = Hello({3, 2}, 4, 3, /*incarnation=*/200);
+  AddReport(restarted, 2, 1);
+  const v1::Directive ack = f.Apply(restarted);
+  CHECK(ack.accepted() == 1);
+  CHECK(ack.rejected() == 0);
 }
