@@ -95,6 +95,8 @@ void BM_EngineIngest(benchmark::State& state, PolicyKind kind) {
 BENCHMARK_CAPTURE(BM_EngineIngest, dynamic, PolicyKind::kDynamic)->Arg(8)->Arg(1000)->Arg(100000);
 BENCHMARK_CAPTURE(BM_EngineIngest, ewma, PolicyKind::kEwma)->Arg(8)->Arg(1000)->Arg(100000);
 BENCHMARK_CAPTURE(BM_EngineIngest, static, PolicyKind::kStatic)->Arg(8)->Arg(1000)->Arg(100000);
+// The daemon's default policy.
+BENCHMARK_CAPTURE(BM_EngineIngest, peer, PolicyKind::kPeer)->Arg(8)->Arg(1000)->Arg(100000);
 
 // One complete row per benchmark iteration while a guard withholds a
 // straggler: the engine then plans the exclusion at every row (Evaluate runs
@@ -150,6 +152,8 @@ void BM_EngineRowPlanned(benchmark::State& state, PolicyKind kind) {
 BENCHMARK_CAPTURE(BM_EngineRowPlanned, dynamic, PolicyKind::kDynamic)
     ->ArgNames({"ranks", "hybrid"})->ArgsProduct({{1000, 8000}, {0, 1}})->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_EngineRowPlanned, ewma, PolicyKind::kEwma)
+    ->ArgNames({"ranks", "hybrid"})->ArgsProduct({{1000, 8000}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_EngineRowPlanned, peer, PolicyKind::kPeer)
     ->ArgNames({"ranks", "hybrid"})->ArgsProduct({{1000, 8000}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -104,13 +104,22 @@ double PeerSteps::Trimmed() const {
 }
 
 double PeerSteps::LongTrimmed() const {
+  static_assert(kLongTrim == 2, "one pass keeps the two largest values");
   if (long_count_ < 2 * kLong / 3) return -std::numeric_limits<double>::infinity();
-  std::array<double, kLong> v;
-  std::copy_n(long_.begin(), long_count_, v.begin());
-  std::nth_element(v.begin(), v.begin() + (long_count_ - kLongTrim), v.begin() + long_count_);
-  double sum = 0.0;
-  for (size_t i = 0; i < long_count_ - kLongTrim; ++i) sum += v[i];
-  return sum / static_cast<double>(long_count_ - kLongTrim);
+  // One pass (no copy, no sort): it runs for every rank at every row.
+  constexpr double kLow = -std::numeric_limits<double>::infinity();
+  double sum = 0.0, top = kLow, second = kLow;
+  for (size_t i = 0; i < long_count_; ++i) {
+    const double v = long_[i];
+    sum += v;
+    if (v > top) {
+      second = top;
+      top = v;
+    } else if (v > second) {
+      second = v;
+    }
+  }
+  return (sum - top - second) / static_cast<double>(long_count_ - kLongTrim);
 }
 
 bool PeerSteps::Severe(const PolicyConfig& p, double rate, size_t* recent) const {

@@ -26,6 +26,8 @@ constexpr double kNoiseWinsor = 2.5;
 // passing it, a 1.3x rank in noisy steps) stays flagged.
 constexpr double kExitShare = 0.5;
 constexpr double kExitRatio = 1.04;
+// How often a group's median rate of severe steps is taken again, in rows.
+constexpr uint64_t kRateRows = 16;
 // (Or sooner after a clear episode: PeerSteps::RecentlyFast.)
 
 // Where a rank's ratios come from; its window starts over when this changes.
@@ -81,14 +83,25 @@ class PeerReference final : public Reference {
     Sync();
     const PolicyConfig& p = e_.policy;
     groups_.Bucketize(row);
-    // The job's level in this row: own baselines are taken against it.
-    logs_.clear();
-    for (auto& [rank, t] : row.values) logs_.push_back(SafeLog(t));
-    const double level = Median(logs_);
+    // The job's level in this row: own baselines are taken against it. A
+    // median over the whole row, so only computed where needed: while some
+    // rank still profiles its own baseline, or some group is too small to
+    // compare within.
+    bool have_level = false;
+    double level_value = 0.0;
+    auto level = [&] {
+      if (!have_level) {
+        logs_.clear();
+        for (auto& [rank, t] : row.values) logs_.push_back(SafeLog(t));
+        level_value = Median(logs_);
+        have_level = true;
+      }
+      return level_value;
+    };
     for (auto& [rank, t] : row.values) {
       PeerRank& pr = ranks_[rank];
       if (pr.have_base) continue;
-      pr.profile.push_back(SafeLog(t) - level);
+      pr.profile.push_back(SafeLog(t) - level());
       if (pr.profile.size() >= p.peer_profile_iterations) {
         pr.base = Median(pr.profile);
         pr.have_base = true;
@@ -109,7 +122,7 @@ class PeerReference final : public Reference {
           (shown == kNone || groups_.Members(g) > groups_.Members(static_cast<uint32_t>(shown))))
         shown = g;
     }
-    if (!own_.empty()) JudgeOwn(row, level, now);
+    if (!own_.empty()) JudgeOwn(row, level(), now);
     // Views show one reference: the largest judged group's.
     if (shown != kNone) {
       const GroupState& gs = states_[shown];
@@ -268,7 +281,9 @@ class PeerReference final : public Reference {
       pr.steps.Push(e_.policy, xs_[i]);
       if (!gs.profiled) pr.gen_profile.push_back(xs_[i]);
     }
-    gs.slow_rate = MedianRate(bucket);
+    // The rates move over hundreds of steps: a fresh median every
+    // kRateRows rows is enough, and saves a pass over the group.
+    if (!gs.profiled || gs.rows % kRateRows == 0) gs.slow_rate = MedianRate(bucket);
     if (!gs.profiled) {
       if (gs.rows < p.peer_profile_iterations) return false;
       gs.profiled = true;
@@ -344,7 +359,7 @@ class PeerReference final : public Reference {
     own_level_ = level + norm;
     for (double& v : xs_) v -= norm;
     UpdateNoise(own_state_, xs_);
-    own_state_.slow_rate = MedianRate(own_);
+    if (own_state_.rows % kRateRows == 0) own_state_.slow_rate = MedianRate(own_);
     own_state_.threshold = Threshold(own_state_.noise2);
     own_state_.profiled = true;
     own_state_.rows++;
