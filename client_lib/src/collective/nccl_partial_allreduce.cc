@@ -69,11 +69,13 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
         options_(std::move(options)),
         switch_(std::move(job_switch)),
         group_(std::move(group)),
-        // A group's keys name the group and its members: its full
-        // communicator's id key names only the size, which several groups
-        // share, and groups may share a name (Python's default "dp").
-        key_run_(group_ ? options_.run_id + "/g" + group_->name + "/" + GroupMembersText(*group_)
-                        : options_.run_id),
+        // A group's keys name the group. A version's key names its active
+        // global ranks already, which no two groups share; the full
+        // communicator's key names only the size, which several groups
+        // share, and groups may share a name (Python's default "dp"), so
+        // that one also names the members (BuildFull). Not every key: they
+        // would outgrow rendezvous.max_key_bytes for groups of ~50 ranks.
+        key_run_(group_ ? options_.run_id + "/g" + group_->name : options_.run_id),
         device_(device),
         initial_stream_(stream),
         own_stream_(own_stream ? stream : nullptr),
@@ -110,7 +112,8 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     c->ranks = world_;
     // A world of one gets a communicator too (NCCL's one-rank path, built
     // without the store): a one-GPU job runs the same code as a large one.
-    ops_.StartInit(*c, detail::FullCommIdKey(key_run_, static_cast<uint32_t>(world_.size())),
+    const std::string run = group_ ? key_run_ + "/" + GroupMembersText(*group_) : key_run_;
+    ops_.StartInit(*c, detail::FullCommIdKey(run, static_cast<uint32_t>(world_.size())),
                    Clock::now() + options_.collective_timeout, /*blocking_get=*/true);
     ops_.Finish(*c, 0, Clock::now() + options_.collective_timeout, "building the full communicator");
     c->order = world_;
