@@ -41,6 +41,11 @@ class ScriptedJob : public straggler::PartialAllReduce {
   StepPlan plan_;
 };
 
+// A GroupHistory over `previous` (which it views: keep it alive).
+straggler::detail::GroupHistory History(bool participating, const std::vector<uint32_t>& previous) {
+  return {true, participating, previous};
+}
+
 // 4 replicas x 2 stages, Megatron's order: rank = replica + 4 * stage.
 std::vector<uint32_t> ReplicaMap() { return {0, 1, 2, 3, 0, 1, 2, 3}; }
 
@@ -78,11 +83,12 @@ TEST_CASE("hybrid: one excluded rank takes its whole replica out of every group"
   // Rank 1 (replica 1, stage 0) excluded: rank 5 (replica 1, stage 1) is
   // active in the job but leaves stage 1's group too.
   const StepPlan job = JobPlan({0, 2, 3, 4, 5, 6, 7}, 5);
-  const StepPlan g1 = straggler::detail::GroupStepPlan(job, Stage(1), *sw, 5, {true, true, {4, 5, 6, 7}});
+  const std::vector<uint32_t> stage1_before{4, 5, 6, 7}, stage0_before{0, 1, 2, 3};
+  const StepPlan g1 = straggler::detail::GroupStepPlan(job, Stage(1), *sw, 5, History(true, stage1_before));
   CHECK(g1.active_ranks == std::vector<uint32_t>{4, 6, 7});
   CHECK_FALSE(g1.participating);
   const StepPlan g0 = straggler::detail::GroupStepPlan(JobPlan({0, 2, 3, 4, 5, 6, 7}, 0), Stage(0), *sw, 0,
-                                                       {true, true, {0, 1, 2, 3}});
+                                                       History(true, stage0_before));
   CHECK(g0.active_ranks == std::vector<uint32_t>{0, 2, 3});
   CHECK(g0.participating);
   CHECK_FALSE(g0.sync_parameters);  // a shrink: nobody new
@@ -94,8 +100,9 @@ TEST_CASE("hybrid: without a replica map a group leaves out only excluded ranks"
   std::deque<StepPlan> none;
   int calls = 0;
   auto sw = Switch(&none, &calls, {});
+  const std::vector<uint32_t> stage1_before{4, 5, 6, 7};
   const StepPlan g = straggler::detail::GroupStepPlan(JobPlan({0, 2, 3, 4, 5, 6, 7}, 5), Stage(1), *sw, 5,
-                                                      {true, true, {4, 5, 6, 7}});
+                                                      History(true, stage1_before));
   CHECK(g.active_ranks == std::vector<uint32_t>{4, 5, 6, 7});
   CHECK(g.participating);
 }
@@ -107,10 +114,11 @@ TEST_CASE("hybrid: a replica's return synchronises every member from the lowest 
   // Replica 0 is out; replica 1 comes back: root is replica 1's member (the
   // lowest active replica), and every member syncs, the old ones too.
   const StepPlan job = JobPlan({1, 2, 3, 5, 6, 7}, 6, 4);
+  const std::vector<uint32_t> before{6, 7};
   for (uint32_t rank : {5u, 6u, 7u}) {
     const bool was_in = rank != 5;
     const StepPlan g = straggler::detail::GroupStepPlan(JobPlan(job.active_ranks, rank, 4), Stage(1), *sw, rank,
-                                                        {true, was_in, {6, 7}});
+                                                        History(was_in, before));
     CHECK(g.active_ranks == std::vector<uint32_t>{5, 6, 7});
     CHECK(g.participating);
     CHECK(g.sync_parameters);
@@ -160,4 +168,24 @@ TEST_CASE("hybrid: a bad group or replica map is refused naming the value", "[hy
   std::string error;
   CHECK_FALSE(JobSwitch::Create(std::make_unique<ScriptedJob>(&none, &calls), {0, 1, 2}, 8, &error));
   CHECK_THAT(error, Catch::Contains("replica_of has 3 entries, world_size=8"));
+}
+
+TEST_CASE("hybrid: the group's active set is derived again for a version number seen before with "
+          "another set (a restarted daemon)",
+          "[hybrid]") {
+  std::deque<StepPlan> none;
+  int calls = 0;
+  auto sw = Switch(&none, &calls);
+  straggler::detail::GroupActiveCache cache;
+  const auto& all = cache.Get(JobPlan({0, 1, 2, 3, 4, 5, 6, 7}, 4, 3), Stage(1), *sw);
+  CHECK(all.ranks == std::vector<uint32_t>{4, 5, 6, 7});
+  CHECK(all.root == 4);
+  // The same version 3, published again with replica 0 out: the cache must
+  // not answer from the set it holds.
+  const auto& shrunk = cache.Get(JobPlan({1, 2, 3, 5, 6, 7}, 5, 3), Stage(1), *sw);
+  CHECK(shrunk.ranks == std::vector<uint32_t>{5, 6, 7});
+  CHECK(shrunk.root == 5);
+  // And the same plan again: the same answer.
+  CHECK(cache.Get(JobPlan({1, 2, 3, 5, 6, 7}, 5, 3), Stage(1), *sw).ranks ==
+        std::vector<uint32_t>{5, 6, 7});
 }

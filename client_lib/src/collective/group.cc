@@ -180,7 +180,7 @@ StepPlan GroupStepPlan(const StepPlan& job, const GroupActive& active, uint32_t 
       job.participating && std::binary_search(plan.active_ranks.begin(), plan.active_ranks.end(), rank);
   plan.root = active.root;
   if (plan.participating && history.begun && history.previously_participating &&
-      history.previous_active == plan.active_ranks) {
+      std::ranges::equal(history.previous_active, plan.active_ranks)) {
     // The steady state: the same set as at the previous iteration, nobody new.
   } else if (plan.participating) {
     for (uint32_t r : plan.active_ranks) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,9 @@ class GroupActiveCache {
 struct GroupHistory {
   bool begun = false;
   bool previously_participating = false;
-  std::vector<uint32_t> previous_active;  // ascending
+  // Ascending; a view of the Agreement's (no copy per step on the training
+  // thread), valid for the call it is passed to.
+  std::span<const uint32_t> previous_active;
 };
 
 // The group's plan: the job's iteration, version, certainty and deferral;
