@@ -325,9 +325,8 @@ class ClientImpl final : public Client, private StreamSession::Source {
       duplicates_.fetch_add(d.duplicates(), std::memory_order_relaxed);
     }
     const std::vector<const MembershipView*> announced = tracker_.Apply(d);
-    const detail::UnackedBatches::AckResult ack = unacked_.Ack(d.acked_sequence());
     // The sender may be waiting for room among the unacknowledged batches.
-    if (ack.freed) session_.Wake();
+    if (unacked_.Ack(d.acked_sequence())) session_.Wake();
     tracker_.RunCallbacks(announced);
   }
 

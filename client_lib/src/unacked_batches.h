@@ -30,11 +30,6 @@ class UnackedBatches {
     uint64_t sequence;
     std::vector<QueuedReport> reports;
   };
-  struct AckResult {
-    bool newer = false;  // acknowledged a sequence above every earlier one
-    bool freed = false;  // completed at least one batch (there may be room now)
-  };
-
   // At most max_reports reports unacknowledged, but always room for one batch.
   UnackedBatches(size_t max_reports, size_t max_batch)
       : max_reports_(std::max(max_reports, max_batch)), max_batch_(max_batch) {}
@@ -70,23 +65,23 @@ class UnackedBatches {
   // Reader thread: the peer acknowledged every message up to `sequence`.
   // When that is above every earlier acknowledgement (IsNewer; the caller
   // counts the acknowledgement before calling this), the batches it covers
-  // complete. Wakes WaitCompleted when batches completed.
-  AckResult Ack(uint64_t sequence) {
-    AckResult r;
-    if (sequence <= last_acked_) return r;
+  // complete. Wakes WaitCompleted when batches completed. Returns whether
+  // any did (there may be room now).
+  bool Ack(uint64_t sequence) {
+    bool freed = false;
+    if (sequence <= last_acked_) return freed;
     last_acked_ = sequence;
-    r.newer = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
       while (!batches_.empty() && batches_.front().sequence <= sequence) {
         completed_ += batches_.front().reports.size();
         reports_ -= batches_.front().reports.size();
         batches_.pop_front();
-        r.freed = true;
+        freed = true;
       }
     }
-    if (r.freed) completed_cv_.notify_all();
-    return r;
+    if (freed) completed_cv_.notify_all();
+    return freed;
   }
 
   // Blocks until `target` reports have been completed by acknowledgements

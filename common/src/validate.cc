@@ -140,14 +140,12 @@ absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job)
             hello.world_size, " of job '", hello.job_id, "'"));
       }
     }
-    const std::string& g = e.culprit_group;
-    const size_t bad = v1::rules::FirstBadJobIdByte(std::string_view(g));
-    if (g.size() > v1::rules::kMaxPeerGroupBytes || bad != std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "hello.known_excluded rank ", e.rank, " culprit_peer_group ", Quoted(g, 80),
-          " is not a peer group: at most ", v1::rules::kMaxPeerGroupBytes, " bytes of ",
-          std::string(v1::rules::kJobIdAllowed)));
-    }
+    // A peer group name, by the rule of the hello's own peer_group.
+    if (absl::Status s = CheckIdText(
+            absl::StrCat("hello.known_excluded rank ", e.rank, " culprit_peer_group"),
+            e.culprit_group, v1::rules::kMaxPeerGroupBytes, "");
+        !s.ok())
+      return s;
   }
   return absl::OkStatus();
 }

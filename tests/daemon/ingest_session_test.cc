@@ -289,6 +289,7 @@ TEST_CASE("IngestSession Apply: a later hello adds ranks, one of another world s
   REQUIRE(refused.rejections_size() == 1);
   CHECK(refused.rejections(0).reason() == "invalid_hello");
   CHECK(refused.accepted() == 1);  // rank 3's report, from the ranks it already has
+  CHECK(refused.rejected() == 0);  // a refused hello is no report
   CHECK(f.session->ranks().size() == 4);
 }
 

@@ -140,7 +140,9 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   // so far.
   if (batch.has_hello() && !first_batch_) {
     if (absl::Status s = AddRanksLocked(job, batch, now); !s.ok()) {
-      reject(0, 0, "invalid_hello", std::string(s.message()));
+      // Not a report: the batch's reports are counted one by one (those of
+      // the refused ranks as rank_not_in_stream).
+      reject(0, 0, "invalid_hello", std::string(s.message()), /*counts_a_report=*/false);
     }
   }
   first_batch_ = false;
