@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,14 +33,18 @@ using IngestStream = grpc::ClientReaderWriter<v1::ReportBatch, v1::Directive>;
 // `log_level`: warn keeps test output to failures; tests whose refusals log
 // warnings by design pass err.
 struct LoopbackDaemon {
-  // `kind`: these tests were written for the paper's rule, so the policy's
-  // kind is pinned to dynamic unless a test asks for another (the daemon's
-  // default is peer since issue 17).
+  // `kind`: these tests were written for the paper's rule, so a config that
+  // leaves the policy's kind at the daemon's default (peer since issue 17)
+  // runs dynamic; a kind the config or `kind` names is kept.
   explicit LoopbackDaemon(DaemonConfig config = {},
                           spdlog::level::level_enum log_level = spdlog::level::warn,
-                          engine::PolicyKind kind = engine::PolicyKind::kDynamic) {
+                          std::optional<engine::PolicyKind> kind = std::nullopt) {
     spdlog::set_level(log_level);
-    config.policy.kind = kind;
+    if (kind) {
+      config.policy.kind = *kind;
+    } else if (config.policy.kind == engine::PolicyConfig{}.kind) {
+      config.policy.kind = engine::PolicyKind::kDynamic;
+    }
     config.grpc_address = "127.0.0.1:0";
     config.http_address = "127.0.0.1:0";
     REQUIRE(server.Start(config).ok());
