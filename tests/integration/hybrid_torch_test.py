@@ -126,6 +126,12 @@ def test_slow_rank(args):
         # (its first skipped iteration, or the rejoin itself).
         culprit = rows[SLOW["rank"]]
         learnt = next((row["it"] for row in culprit if row.get("skipped")), back_at)
+        # Replica 1's stages skip its lagging shadow steps to the rejoin, and
+        # together (stage 0 decides, tells stage 1).
+        skipped = {r: {row["it"] for row in rows[r] if row.get("skipped")} for r in REPLICA_RANKS}
+        check(skipped[REPLICA_RANKS[0]], "replica 1 never skipped its shadow steps to the rejoin")
+        check(skipped[REPLICA_RANKS[0]] == skipped[REPLICA_RANKS[1]],
+              "replica 1's two stages skipped different iterations: %s" % skipped)
         print("real slow rank: rank 1 slow for its iterations %d-%d; replica 1 out of both "
               "stages' groups at iteration %d (culprit rank 1, group stage0), back at %d with both "
               "stages resynced; rank 1 learnt of its readmission at its iteration %d (%d after "
