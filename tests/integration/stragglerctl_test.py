@@ -198,6 +198,14 @@ def test(args):
                   "policy: fields not given changed: before %s after %s" % (before, after))
             shown = ctl.json("policy", job)
             check(shown["limit"] == 7, "policy (show): %s" % shown)
+            # The table shows every field (made from the message's descriptor,
+            # as the flags are): each set field by its name with its value.
+            table = ctl("policy", job).stdout
+            rows = {l.split()[0]: l.split()[1:] for l in table.splitlines()[1:] if l.split()}
+            check(rows.get("limit") == ["7"] and float(rows["threshold_factor"][0]) == 2.5,
+                  "policy table: limit/threshold_factor rows:\n%s" % table)
+            for field in ("peer_exit_rows", "min_active_replicas", "exclusion_enabled", "kind"):
+                check(field in rows, "policy table has no %s row:\n%s" % (field, table))
             ctl("policy", job, "--kind", "nonsense", expect_rc=2)
 
             # watch: first version printed, exits 0 on SIGINT.

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "absl/strings/match.h"
+
 namespace stragglerctl {
 namespace v1 = straggler::v1;
 
@@ -355,50 +357,42 @@ void PrintEventLine(const v1::Event& e, std::ostream& out) {
   out << "  " << MessageWithCause(e) << '\n';
 }
 
+// Every field of v1.PolicyConfig, by its name (the YAML key and, with
+// dashes, the `stragglerctl policy` flag; policy_flags.cc builds those from
+// the same descriptor), so a new field is shown without an edit here. "-":
+// not set (the daemon's default applies).
 void PrintPolicy(const v1::PolicyConfig& p, std::ostream& out) {
+  namespace pb = google::protobuf;
   Table t({"SETTING", "VALUE"}, {Align::kLeft, Align::kLeft});
-  auto opt_u = [](bool has, uint32_t v) { return has ? std::to_string(v) : std::string("-"); };
-  auto opt_d = [](bool has, double v) { return has ? Num(v, 3) : std::string("-"); };
-  t.AddRow({"kind", PolicyKindName(p.kind())});
-  t.AddRow({"limit", opt_u(p.has_limit(), p.limit())});
-  t.AddRow({"limit_fraction", opt_d(p.has_limit_fraction(), p.limit_fraction())});
-  t.AddRow({"rejoin_mark", opt_u(p.has_rejoin_mark(), p.rejoin_mark())});
-  t.AddRow({"profile_iterations", opt_u(p.has_profile_iterations(), p.profile_iterations())});
-  t.AddRow({"threshold_factor", opt_d(p.has_threshold_factor(), p.threshold_factor())});
-  t.AddRow({"window_iterations", opt_u(p.has_window_iterations(), p.window_iterations())});
-  t.AddRow({"recovery", RecoveryName(p.recovery())});
-  t.AddRow({"global_shift_fraction",
-            opt_d(p.has_global_shift_fraction(), p.global_shift_fraction())});
-  t.AddRow({"ewma_alpha", opt_d(p.has_ewma_alpha(), p.ewma_alpha())});
-  t.AddRow({"ewma_ratio", opt_d(p.has_ewma_ratio(), p.ewma_ratio())});
-  t.AddRow({"ewma_min_samples", opt_u(p.has_ewma_min_samples(), p.ewma_min_samples())});
-  t.AddRow({"static_threshold", p.has_static_threshold_seconds()
-                                    ? Millis(p.static_threshold_seconds())
-                                    : std::string("-")});
-  t.AddRow({"peer_enter_ratio", opt_d(p.has_peer_enter_ratio(), p.peer_enter_ratio())});
-  t.AddRow({"peer_noise_z", opt_d(p.has_peer_noise_z(), p.peer_noise_z())});
-  t.AddRow({"peer_window", opt_u(p.has_peer_window(), p.peer_window())});
-  t.AddRow({"peer_enter_rows", opt_u(p.has_peer_enter_rows(), p.peer_enter_rows())});
-  t.AddRow({"peer_severe_ratio", opt_d(p.has_peer_severe_ratio(), p.peer_severe_ratio())});
-  t.AddRow({"peer_spike_ratio", opt_d(p.has_peer_spike_ratio(), p.peer_spike_ratio())});
-  t.AddRow({"peer_exit_rows", opt_u(p.has_peer_exit_rows(), p.peer_exit_rows())});
-  t.AddRow({"peer_min_group", opt_u(p.has_peer_min_group(), p.peer_min_group())});
-  t.AddRow({"peer_profile_iterations",
-            opt_u(p.has_peer_profile_iterations(), p.peer_profile_iterations())});
-  t.AddRow({"max_excluded_fraction", opt_d(p.has_max_excluded_fraction(), p.max_excluded_fraction())});
-  t.AddRow({"min_active_ranks", opt_u(p.has_min_active_ranks(), p.min_active_ranks())});
-  t.AddRow({"min_active_replicas", opt_u(p.has_min_active_replicas(), p.min_active_replicas())});
-  t.AddRow({"cooldown_iterations", opt_u(p.has_cooldown_iterations(), p.cooldown_iterations())});
-  t.AddRow({"min_throughput_gain", opt_d(p.has_min_throughput_gain(), p.min_throughput_gain())});
-  t.AddRow({"lead_iterations", opt_u(p.has_lead_iterations(), p.lead_iterations())});
-  t.AddRow({"unresponsive_after", p.has_unresponsive_after_seconds()
-                                      ? Num(p.unresponsive_after_seconds(), 1) + " s"
-                                      : std::string("-")});
-  t.AddRow({"max_compute", p.has_max_compute_seconds()
-                               ? Num(p.max_compute_seconds(), 1) + " s"
-                               : std::string("-")});
-  t.AddRow({"exclusion_enabled",
-            p.has_exclusion_enabled() ? YesNo(p.exclusion_enabled()) : std::string("-")});
+  const pb::Descriptor* d = p.GetDescriptor();
+  const pb::Reflection* r = p.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    std::string value = "-";
+    if (!f->has_presence() || r->HasField(p, f)) {
+      switch (f->cpp_type()) {
+        case pb::FieldDescriptor::CPPTYPE_ENUM:
+          value = f->name() == "kind"       ? PolicyKindName(p.kind())
+                  : f->name() == "recovery" ? RecoveryName(p.recovery())
+                                            : r->GetEnum(p, f)->name();
+          break;
+        case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
+          const double v = r->GetDouble(p, f);
+          value = absl::EndsWith(f->name(), "_seconds") ? Num(v, 3) + " s" : Num(v, 3);
+          break;
+        }
+        case pb::FieldDescriptor::CPPTYPE_UINT32:
+          value = std::to_string(r->GetUInt32(p, f));
+          break;
+        case pb::FieldDescriptor::CPPTYPE_BOOL:
+          value = YesNo(r->GetBool(p, f));
+          break;
+        default:
+          value = "?";  // a field type PolicyConfig does not use (yet)
+      }
+    }
+    t.AddRow({f->name(), value});
+  }
   t.Print(out);
 }
 
