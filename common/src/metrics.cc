@@ -314,12 +314,6 @@ void AddSample(prometheus::MetricFamily& family, Labels labels, double value) {
   }
 }
 
-void AddHistogram(prometheus::MetricFamily& family, Labels labels, const prometheus::Histogram& h) {
-  prometheus::ClientMetric m = h.Collect();
-  m.label = std::move(labels);
-  family.metric.push_back(std::move(m));
-}
-
 AtomicHistogram::AtomicHistogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
   for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);

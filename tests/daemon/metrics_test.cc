@@ -120,7 +120,7 @@ TEST_CASE("the serializer drops invalid names and repeated families, and says wh
   CHECK_THAT(std::string(status.message()), Catch::Contains("written twice"));
 
   std::vector<MetricFamily> le;
-  prometheus::Histogram h{{1.0}};
+  sc::AtomicHistogram h{{1.0}};
   sc::AddHistogram(sc::AddFamily(le, "h", MetricType::Histogram, "x"), {{"le", "1"}}, h);
   CHECK(Write(le, &status) == "# HELP h x\n# TYPE h histogram\n");
   CHECK_FALSE(status.ok());
@@ -132,7 +132,7 @@ TEST_CASE("the serializer drops invalid names and repeated families, and says wh
 }
 
 TEST_CASE("histogram buckets are inclusive, cumulative and end in +Inf") {
-  prometheus::Histogram h{{1, 2.5, 10}};
+  sc::AtomicHistogram h{{1, 2.5, 10}};
   for (double v : {0.5, 1.0, 1.0001, 2.5, 3.0, 10.0, 11.0, 1e300}) h.Observe(v);
   const prometheus::ClientMetric m = h.Collect();
   REQUIRE(m.histogram.bucket.size() == 4);
@@ -141,9 +141,16 @@ TEST_CASE("histogram buckets are inclusive, cumulative and end in +Inf") {
   CHECK(m.histogram.bucket[2].cumulative_count == 6);  // 3, 10
   CHECK(m.histogram.bucket[3].cumulative_count == 8);  // 11, 1e300
   CHECK(m.histogram.sample_count == 8);
+  CHECK(m.histogram.bucket[3].upper_bound == std::numeric_limits<double>::infinity());
+  // A NaN finds no bound: it is counted in +Inf only.
+  sc::AtomicHistogram nan{{1}};
+  nan.Observe(std::numeric_limits<double>::quiet_NaN());
+  const prometheus::ClientMetric n = nan.Collect();
+  CHECK(n.histogram.bucket[0].cumulative_count == 0);
+  CHECK(n.histogram.bucket[1].cumulative_count == 1);
 
   std::vector<MetricFamily> out;
-  prometheus::Histogram small{{0.25, 1}};
+  sc::AtomicHistogram small{{0.25, 1}};
   small.Observe(0.25);
   small.Observe(0.5);
   small.Observe(4);
@@ -185,7 +192,7 @@ TEST_CASE("a small exposition, byte for byte") {
   sc::AddSample(compute, {{"job", "we\"ird\\job\nx"}, {"rank", "0"}, {"node", ""}}, 0.125);
   sc::AddSample(compute, {{"job", "b"}, {"rank", "1"}, {"node", "n1"}},
                 std::numeric_limits<double>::quiet_NaN());
-  prometheus::Histogram h{{1e-5, 1e-4}};
+  sc::AtomicHistogram h{{1e-5, 1e-4}};
   h.Observe(5e-6);
   h.Observe(5e-5);
   sc::AddHistogram(sc::AddFamily(out, "straggler_ingest_batch_duration_seconds",

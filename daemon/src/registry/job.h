@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ingest/rank_topology.h"
 #include "metrics/buckets.h"
+#include "prometheus/histogram.h"
 #include "registry/attribution.h"
 #include "straggler/common/metrics.h"
 #include "straggler/engine/job_engine.h"

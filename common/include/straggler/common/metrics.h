@@ -15,8 +15,8 @@
 //
 //  * AddFamily / AddSample / AddHistogram: fill the data model. A sample's
 //    value goes to the member of the family's type (counter, gauge or
-//    untyped); a histogram sample is prometheus::Histogram::Collect() with
-//    labels added.
+//    untyped); a histogram sample is AtomicHistogram::Collect() with labels
+//    added.
 //
 //      std::vector<prometheus::MetricFamily> out;
 //      auto& f = AddFamily(out, "straggler_job_ranks", prometheus::MetricType::Gauge,
@@ -25,8 +25,8 @@
 //      std::string text = TextSerializer().Serialize(out);
 //
 //  * AtomicHistogram: a histogram whose Observe takes no lock, for hot
-//    paths (the ingest batch duration); AddHistogram builds its sample at
-//    scrape time like prometheus::Histogram's.
+//    paths (the ingest batch duration), with prometheus::Histogram's bucket
+//    rules; AddHistogram builds its sample at scrape time.
 //
 //  * ProcessCollector: the process_* metrics of the Prometheus client
 //    conventions, read from /proc at each Collect().
@@ -49,7 +49,6 @@
 #include "absl/status/status.h"
 #include "prometheus/client_metric.h"
 #include "prometheus/collectable.h"
-#include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/metric_type.h"
 #include "prometheus/serializer.h"
@@ -91,7 +90,6 @@ prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>& out, 
 // A counter, gauge or untyped sample of `family`.
 void AddSample(prometheus::MetricFamily& family, Labels labels, double value);
 // A histogram sample of `family` (a Histogram family): `h`'s buckets.
-void AddHistogram(prometheus::MetricFamily& family, Labels labels, const prometheus::Histogram& h);
 
 // A Prometheus histogram for hot paths: Observe is one relaxed atomic
 // increment of the value's bucket and an atomic add to the sum, no mutex
