@@ -17,7 +17,7 @@ absl::Status ReadSection(
   for (const auto& kv : node) {
     const std::string key = kv.first.Scalar();
     absl::Status s = read(key, kv.second);
-    if (absl::IsNotFound(s)) {
+    if (IsUnknownKey(s)) {
       return reader.Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "' in ", section));
     }
     if (!s.ok()) return s;

@@ -11,6 +11,8 @@
 
 #include "auth/auth.h"
 #include "config/config.h"
+#include "straggler/common/config_reader.h"
+#include "straggler/common/config_sections.h"
 
 namespace sd = straggler::daemon;
 using straggler::engine::PolicyKind;
@@ -633,4 +635,20 @@ TEST_CASE("RestartOnlyChanges names each restart-only key that a reload changed"
   CHECK(changes[0] == "http.threads (4 -> 8)");
   CHECK(changes[1] == "persistence.synchronous (normal -> full)");
   CHECK(changes[2] == "tls.reload_seconds (60 -> 5)");
+}
+
+TEST_CASE("a section reader's own NotFound is passed on, not read as an unknown key") {
+  const straggler::common::ConfigReader reader("test.yaml");
+  const YAML::Node node = YAML::Load("known: 1\nother: 2\n");
+  const absl::Status unknown = straggler::common::ReadSection(
+      reader, node, "sec", [](const std::string& key, const YAML::Node&) -> absl::Status {
+        return key == "known" ? absl::OkStatus() : straggler::common::UnknownKey();
+      });
+  CHECK(unknown.message() == "test.yaml:2: unknown key 'other' in sec");
+  const absl::Status own = straggler::common::ReadSection(
+      reader, node, "sec", [](const std::string&, const YAML::Node&) -> absl::Status {
+        return absl::NotFoundError("no such file: /etc/ca.pem");
+      });
+  CHECK(absl::IsNotFound(own));
+  CHECK(own.message() == "no such file: /etc/ca.pem");
 }

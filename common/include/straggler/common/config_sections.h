@@ -26,8 +26,14 @@
 
 namespace straggler::common {
 
-// What a section's key reader answers for a key it does not know.
-inline absl::Status UnknownKey() { return absl::NotFoundError("unknown key"); }
+// What a section's key reader answers for a key it does not know. Told
+// apart by its message too: a reader may pass on a NotFound of its own (a
+// file it reads), which must not read as "unknown key".
+inline constexpr absl::string_view kUnknownKeyMessage = "unknown key";
+inline absl::Status UnknownKey() { return absl::NotFoundError(kUnknownKeyMessage); }
+inline bool IsUnknownKey(const absl::Status& s) {
+  return absl::IsNotFound(s) && s.message() == kUnknownKeyMessage;
+}
 
 // Calls `read(key, value)` for each entry of `node`, the map named
 // `section`, in file order, and stops at the first error. UnknownKey() from
