@@ -31,9 +31,23 @@ naming the reason (`backends()` lists what was built). For PyTorch DDP see
 """
 
 import atexit
+import importlib.util
 import os
 import sys
 import weakref
+
+# torch, where it is installed, is loaded before the extension. On a GPU machine
+# with pip's torch 2.11 (cu130) and this module built there with pip's pybind11
+# 3.1, `import straggler` then `import torch` ended the process with SIGSEGV
+# inside torch's own import (torch::get_symint_class, a null call under
+# pthread_once); torch first imports cleanly (docs/gpu.md "Import order").
+# A trainer that uses torch imports it anyway, so this costs it nothing; a
+# process that never uses torch pays torch's import time once.
+if "torch" not in sys.modules and importlib.util.find_spec("torch") is not None:
+    try:
+        import torch  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken torch must not stop a trainer that does not use it
+        pass
 
 from ._straggler import (  # noqa: F401
     ClientStats,
@@ -69,8 +83,7 @@ def _torch_gpu_model():
     """The name torch gives this process's GPU ("NVIDIA H100 80GB HBM3"), or None.
 
     Detection never compares ranks of different GPU models (docs/topology.md). Only a
-    torch the trainer already imported is asked: importing it here would cost seconds
-    in a process that does not use it.
+    torch already imported (by the trainer, or above where it is installed) is asked.
     """
     torch = sys.modules.get("torch")
     if torch is None:

@@ -151,7 +151,7 @@ def check_gpu_reducer(straggler, torch):
     expect(ValueError, "the Gloo backend reduces CPU tensors only",
            lambda: g.all_reduce_average(torch.ones(4, device="cuda:0")))
     c.close()
-    print("1-rank NCCL reducer on CUDA tensors: ok (%s)" % straggler.nccl_runtime())
+    print("1-rank NCCL reducer on CUDA tensors: ok (%s)" % straggler._straggler.nccl_runtime())
 
 
 DDP_CHILD = r"""
