@@ -76,8 +76,11 @@ def nvml(args):
                 gpu = body.get("worker", body).get("gpu")
                 if not gpu or not gpu.get("uuid", "").startswith("GPU-"):
                     fail("GetWorker of rank 0 has no real GPU readings: %r" % body)
-                print("real NVML: %d GPU(s); rank 0 on %s at %s C, %s mW" % (
-                    gpus, gpu.get("uuid"), gpu.get("temperatureCelsius"), gpu.get("powerMilliwatts")))
+                # The REST field is powerWatts (v1.GpuTelemetry.power_watts); absent
+                # where the GPU or a virtual machine does not report power.
+                print("real NVML: %d GPU(s); rank 0 on %s at %s C, %s W, SM clock %s Hz" % (
+                    gpus, gpu.get("uuid"), gpu.get("temperatureCelsius"), gpu.get("powerWatts"),
+                    gpu.get("smClockHertz")))
             finally:
                 agent.kill()
 
