@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <optional>
@@ -47,27 +48,113 @@ straggler_client_t* CreateFrom(const straggler::ClientOptions& options, char* er
       [&](std::string* error) { return straggler::Client::Create(options, error); });
 }
 
+// The layouts of straggler_options_t that shipped, oldest first: where the
+// fields of each end, and its sizeof in the caller's program (the end rounded
+// up to the struct's alignment, which the first layout's pointers and
+// uint64_t already set). Only these bytes of a caller's struct are read or
+// written; the trailing padding of an older layout may be where a newer
+// field begins, so it is never read.
+struct OptionsLayout {
+  size_t fields_end;
+  size_t size;
+};
+constexpr size_t LayoutSize(size_t fields_end) {
+  constexpr size_t align = alignof(straggler_options_t);
+  return (fields_end + align - 1) / align * align;
+}
+constexpr size_t EndOfBackoff = offsetof(straggler_options_t, backoff_max_ms) + sizeof(uint32_t);
+constexpr size_t EndOfGpuUuid = offsetof(straggler_options_t, gpu_uuid) + sizeof(const char*);
+constexpr size_t EndOfReplica = offsetof(straggler_options_t, replica) + sizeof(uint32_t);
+constexpr size_t EndOfGpuModel = offsetof(straggler_options_t, gpu_model) + sizeof(const char*);
+constexpr OptionsLayout kOptionsLayouts[] = {
+    {EndOfBackoff, LayoutSize(EndOfBackoff)},    // the first (up to backoff_max_ms)
+    {EndOfGpuUuid, LayoutSize(EndOfGpuUuid)},    // + cuda_visible_devices, gpu_uuid
+    {EndOfReplica, LayoutSize(EndOfReplica)},    // + peer_group, has_replica, replica
+    {EndOfGpuModel, LayoutSize(EndOfGpuModel)},  // + gpu_model
+};
+// A field appended to straggler_options_t without a row here fails this.
+static_assert(kOptionsLayouts[std::size(kOptionsLayouts) - 1].size == sizeof(straggler_options_t),
+              "straggler_options_t grew: append its new layout to kOptionsLayouts");
+#if defined(__x86_64__) || defined(__aarch64__)
+static_assert(kOptionsLayouts[0].size == 80 && kOptionsLayouts[1].size == 96 &&
+                  kOptionsLayouts[2].size == 112 && kOptionsLayouts[3].size == 120,
+              "the shipped LP64 sizes of straggler_options_t");
+#endif
+
+// The layout whose sizeof is `size`; nullptr when none is.
+const OptionsLayout* FindLayout(size_t size) {
+  for (const OptionsLayout& l : kOptionsLayouts)
+    if (l.size == size) return &l;
+  return nullptr;
+}
+
+std::string BadSizeError(const char* function, size_t size) {
+  std::string known;
+  for (const OptionsLayout& l : kOptionsLayouts)
+    known += (known.empty() ? "" : ", ") + std::to_string(l.size);
+  std::string why = std::string(function) + ": options size " + std::to_string(size) +
+                    " is not a size of straggler_options_t this library knows (" + known +
+                    "); pass sizeof(straggler_options_t)";
+  if (size > sizeof(straggler_options_t))
+    why += " (built against a newer straggler_c.h than this library?)";
+  return why;
+}
+
+// The caller's first `layout.fields_end` bytes in a struct of the newest
+// layout, every field beyond them zero: the default.
+straggler_options_t Widened(const straggler_options_t* options, const OptionsLayout& layout) {
+  straggler_options_t full;
+  std::memset(&full, 0, sizeof full);
+  std::memcpy(&full, options, layout.fields_end);
+  return full;
+}
+
 }  // namespace
 
 extern "C" {
 
-void straggler_options_init(straggler_options_t* options) {
-  if (options == nullptr) return;
-  std::memset(options, 0, sizeof(*options));
-  const straggler::ClientOptions defaults;
-  options->queue_capacity = defaults.queue_capacity;
-  options->max_batch = defaults.max_batch;
-  options->backoff_initial_ms = static_cast<uint32_t>(defaults.backoff_initial.count());
-  options->backoff_max_ms = static_cast<uint32_t>(defaults.backoff_max.count());
+int straggler_options_init_sized(straggler_options_t* options, size_t size) {
+  const OptionsLayout* layout = FindLayout(size);
+  if (options == nullptr || layout == nullptr) return STRAGGLER_EINVAL;
+  straggler_options_t defaults;
+  std::memset(&defaults, 0, sizeof defaults);
+  const straggler::ClientOptions d;
+  defaults.queue_capacity = d.queue_capacity;
+  defaults.max_batch = d.max_batch;
+  defaults.backoff_initial_ms = static_cast<uint32_t>(d.backoff_initial.count());
+  defaults.backoff_max_ms = static_cast<uint32_t>(d.backoff_max.count());
+  std::memcpy(options, &defaults, layout->fields_end);
+  return STRAGGLER_OK;
 }
 
-straggler_client_t* straggler_client_create(const straggler_options_t* options, char* err,
-                                            size_t errlen) {
-  if (options == nullptr) {
+// The exported names that programs built before the sized calls existed
+// call: their struct may have any layout, and the first is the only one
+// every such struct holds. So init writes no further (writing the newest
+// layout, as it once did, wrote past the end of an older struct), and create
+// reads no further (past it lies the caller's other memory).
+void(straggler_options_init)(straggler_options_t* options) {
+  straggler_options_init_sized(options, kOptionsLayouts[0].size);
+}
+
+straggler_client_t*(straggler_client_create)(const straggler_options_t* options, char* err,
+                                              size_t errlen) {
+  return straggler_client_create_sized(options, kOptionsLayouts[0].size, err, errlen);
+}
+
+straggler_client_t* straggler_client_create_sized(const straggler_options_t* caller, size_t size,
+                                                  char* err, size_t errlen) {
+  if (caller == nullptr) {
     WriteError(err, errlen, "options is NULL");
     return nullptr;
   }
   try {
+    const OptionsLayout* layout = FindLayout(size);
+    if (layout == nullptr) {
+      WriteError(err, errlen, BadSizeError("straggler_client_create", size));
+      return nullptr;
+    }
+    const straggler_options_t widened = Widened(caller, *layout);
+    const straggler_options_t* options = &widened;
     straggler::ClientOptions o;
     if (options->endpoint != nullptr) o.endpoint = options->endpoint;
     if (options->job_id != nullptr) o.job_id = options->job_id;
@@ -87,7 +174,7 @@ straggler_client_t* straggler_client_create(const straggler_options_t* options, 
       o.backoff_max = std::chrono::milliseconds(options->backoff_max_ms);
     // TLS always comes from STRAGGLER_TLS_CA/_CERT/_KEY: the struct keeps its
     // layout, and a deployment turns TLS on without rebuilding trainers.
-    const straggler::ChannelSecurity tls = straggler::ChannelSecurityFromEnv();
+    straggler::detail::TlsFromEnv(&o);
     // Topology: the struct's, else the launcher's environment (a C trainer
     // run under a Megatron-style launcher need not pass it through); a bad
     // STRAGGLER_REPLICA counts only where the struct gives no replica.
@@ -101,9 +188,6 @@ straggler_client_t* straggler_client_create(const straggler_options_t* options, 
       o.replica = env.replica;
       o.env_error = std::move(replica_error);
     }
-    o.tls_ca_file = tls.ca_file;
-    o.tls_cert_file = tls.cert_file;
-    o.tls_key_file = tls.key_file;
     return CreateFrom(o, err, errlen);
   } catch (...) {
     WriteError(err, errlen, "straggler_client_create: out of memory");

@@ -64,31 +64,43 @@ TopologyEnv TopologyFromEnv(std::string* error) {
   return t;
 }
 
-// The daemon's rule for a bounded wire string (straggler/v1/wire_rules.h): "" when
-// `value` keeps it, else why, naming `name` and where the value came from.
+// The daemon's rule for a bounded wire string (straggler/v1/wire_rules.h
+// FindTextFault, bytes that `allowed` accepts, described as `allowed_text`):
+// "" when `value` keeps it, else why, naming `name` and where the value came
+// from.
+template <typename Allowed>
 static std::string CheckWireString(std::string_view name, const std::string& value,
-                                   size_t max_bytes, size_t bad_byte, std::string_view allowed,
-                                   std::string_view source) {
-  if (value.size() > max_bytes)
+                                   size_t max_bytes, Allowed allowed,
+                                   std::string_view allowed_text, std::string_view source) {
+  const pb::rules::TextFault fault = pb::rules::FindTextFault(value, max_bytes, allowed);
+  if (fault.too_long)
     return std::string(name) + " '" + absl::CHexEscape(value.substr(0, 32)) + "...' is " +
            std::to_string(value.size()) + " bytes; at most " + std::to_string(max_bytes) +
            std::string(source);
-  if (bad_byte != std::string_view::npos)
+  if (fault.bad_byte != std::string_view::npos)
     return std::string(name) + " '" + absl::CHexEscape(value) + "' has '" +
-           absl::CHexEscape(value.substr(bad_byte, 1)) + "' at byte " + std::to_string(bad_byte) +
-           "; allowed: " + std::string(allowed) + std::string(source);
+           absl::CHexEscape(value.substr(fault.bad_byte, 1)) + "' at byte " +
+           std::to_string(fault.bad_byte) + "; allowed: " + std::string(allowed_text) +
+           std::string(source);
   return {};
 }
 
 std::string ValidatePeerGroup(const std::string& group) {
   // The daemon's rule (straggler/v1/wire_rules.h), as for job_id.
   return CheckWireString("peer_group", group, pb::rules::kMaxPeerGroupBytes,
-                         pb::rules::FirstBadJobIdByte(group), pb::rules::kJobIdAllowed,
+                         pb::rules::IsJobIdChar, pb::rules::kJobIdAllowed,
                          " (STRAGGLER_PEER_GROUP)");
 }
 
 ChannelSecurity SecurityOf(const ClientOptions& o) {
   return ChannelSecurity{o.tls_ca_file, o.tls_cert_file, o.tls_key_file};
+}
+
+void TlsFromEnv(ClientOptions* o) {
+  ChannelSecurity tls = ChannelSecurityFromEnv();
+  o->tls_ca_file = std::move(tls.ca_file);
+  o->tls_cert_file = std::move(tls.cert_file);
+  o->tls_key_file = std::move(tls.key_file);
 }
 
 std::string HostName() {
@@ -112,10 +124,7 @@ ClientOptions ClientOptions::FromEnv() {
   o.gpu_model = std::move(topology.gpu_model);
   o.replica = topology.replica;
   o.run_id = RunIdFromEnv();
-  const ChannelSecurity tls = ChannelSecurityFromEnv();
-  o.tls_ca_file = tls.ca_file;
-  o.tls_cert_file = tls.cert_file;
-  o.tls_key_file = tls.key_file;
+  detail::TlsFromEnv(&o);
   uint32_t rank = 0;
   if (ReadEnvUnsigned("RANK", &rank, &error)) o.ranks = {rank};
   ReadEnvUnsigned("WORLD_SIZE", &o.world_size, &error);
@@ -132,23 +141,22 @@ std::string ClientOptions::Validate() const {
   // The daemon's rule (straggler/v1/wire_rules.h): refused here, once, rather
   // than by the daemon on every reconnect.
   if (std::string problem = detail::CheckWireString("job_id", job_id, pb::rules::kMaxJobIdBytes,
-                                                    pb::rules::FirstBadJobIdByte(job_id),
+                                                    pb::rules::IsJobIdChar,
                                                     pb::rules::kJobIdAllowed, "");
       !problem.empty())
     return problem;
   // "" is the job's default run (docs/runs.md), not a bad id.
-  if (std::string problem = detail::CheckWireString(
-          "run_id", run_id, pb::rules::kMaxJobIdBytes,
-          run_id.empty() ? std::string_view::npos : pb::rules::FirstBadJobIdByte(run_id),
-          pb::rules::kJobIdAllowed, "");
+  if (std::string problem = detail::CheckWireString("run_id", run_id, pb::rules::kMaxJobIdBytes,
+                                                    pb::rules::IsJobIdChar,
+                                                    pb::rules::kJobIdAllowed, "");
       !problem.empty())
     return problem;
   if (std::string problem = detail::SecurityOf(*this).Validate(); !problem.empty()) return problem;
   if (world_size == 0) return "world_size=0: must be > 0 (set WORLD_SIZE)";
   if (std::string problem = detail::ValidatePeerGroup(peer_group); !problem.empty()) return problem;
   if (std::string problem = detail::CheckWireString(
-          "gpu_model", gpu_model, pb::rules::kMaxGpuModelBytes,
-          pb::rules::FirstBadGpuModelByte(gpu_model), "printable ASCII", " (STRAGGLER_GPU_MODEL)");
+          "gpu_model", gpu_model, pb::rules::kMaxGpuModelBytes, pb::rules::IsPrintableAscii,
+          "printable ASCII", " (STRAGGLER_GPU_MODEL)");
       !problem.empty())
     return problem;
   if (replica && *replica >= world_size)

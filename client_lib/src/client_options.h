@@ -15,6 +15,11 @@ namespace straggler::detail {
 // The TLS files the options name, in the form channel_security.h checks and loads.
 ChannelSecurity SecurityOf(const ClientOptions& options);
 
+// Sets the options' TLS files from STRAGGLER_TLS_CA/_CERT/_KEY
+// (ChannelSecurityFromEnv): ClientOptions::FromEnv and the C ABI's
+// straggler_client_create, which has no TLS fields, both take them so.
+void TlsFromEnv(ClientOptions* options);
+
 // The launcher's topology variables, read once for ClientOptions::FromEnv
 // and the C API: STRAGGLER_PEER_GROUP and STRAGGLER_GPU_MODEL as set;
 // STRAGGLER_REPLICA nullopt when unset or empty, and a value that does not

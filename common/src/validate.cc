@@ -9,33 +9,39 @@
 namespace straggler::common {
 namespace {
 
-// The one length-and-bytes check behind CheckPrintable and CheckNoControl:
-// `bad` picks the bytes refused; the message reads "FIELD 'VALUE' has WHAT
-// 0xNN at POSITION_WORDi SUFFIX".
+// The one length-and-bytes check behind CheckIdText, CheckPrintable and
+// CheckNoControl. The rule is the wire's (straggler/v1/wire_rules.h
+// FindTextFault: at most `max` bytes, each one `allowed` accepts); the
+// message reads "FIELD 'VALUE' is N bytes; at most MAX" or "FIELD 'VALUE'
+// has " and what `refused(i)` says of the first refused byte, at `i`.
+template <typename Allowed, typename Refused>
 absl::Status CheckBytes(absl::string_view field, absl::string_view value, size_t max,
-                        bool (*bad)(unsigned char), absl::string_view what,
-                        absl::string_view position_word, absl::string_view suffix) {
-  if (value.size() > max) {
+                        Allowed allowed, Refused refused) {
+  const v1::rules::TextFault fault =
+      v1::rules::FindTextFault(std::string_view(value.data(), value.size()), max, allowed);
+  if (fault.too_long) {
     return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value), " is ",
                                                    value.size(), " bytes; at most ", max));
   }
-  for (size_t i = 0; i < value.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(value[i]);
-    if (bad(c)) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value), " has ", what,
-                                                     " 0x", absl::Hex(c, absl::kZeroPad2), " at ",
-                                                     position_word, i, suffix));
-    }
+  if (fault.bad_byte != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", Quoted(value), " has ", refused(fault.bad_byte)));
   }
   return absl::OkStatus();
+}
+
+// "0x0a": the byte at `i` of `value`.
+std::string HexByte(absl::string_view value, size_t i) {
+  return absl::StrCat("0x", absl::Hex(static_cast<unsigned char>(value[i]), absl::kZeroPad2));
 }
 
 // Free text an operator or a client wrote (override reasons, exclusion
 // details): any UTF-8 (protobuf has checked it) but no ASCII control
 // characters, which would forge lines in logs and terminals.
 absl::Status CheckNoControl(absl::string_view field, absl::string_view value, size_t max) {
-  return CheckBytes(field, value, max, [](unsigned char c) { return c < 0x20 || c == 0x7f; },
-                    "control character", "byte ", "");
+  return CheckBytes(
+      field, value, max, [](char c) { return !(static_cast<unsigned char>(c) < 0x20 || c == 0x7f); },
+      [&](size_t i) { return absl::StrCat("control character ", HexByte(value, i), " at byte ", i); });
 }
 
 }  // namespace
@@ -43,24 +49,17 @@ absl::Status CheckNoControl(absl::string_view field, absl::string_view value, si
 // Printable ASCII, space included: hostnames, agent ids, version strings,
 // GPU models.
 absl::Status CheckPrintable(absl::string_view field, absl::string_view value, size_t max) {
-  return CheckBytes(field, value, max, [](unsigned char c) { return c < 0x20 || c > 0x7e; },
-                    "byte", "", "; allowed: printable ASCII");
+  return CheckBytes(field, value, max, v1::rules::IsPrintableAscii, [&](size_t i) {
+    return absl::StrCat("byte ", HexByte(value, i), " at ", i, "; allowed: printable ASCII");
+  });
 }
 
 absl::Status CheckIdText(absl::string_view field, absl::string_view value, size_t max,
                          absl::string_view suffix) {
-  if (value.size() > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " ", Quoted(value), " is ", value.size(), " bytes; at most ", max));
-  }
-  if (const size_t i = v1::rules::FirstBadJobIdByte(std::string_view(value.data(), value.size()));
-      i != std::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(value), " has ",
-                                                   Quoted(value.substr(i, 1)), " at byte ", i,
-                                                   "; allowed: ", std::string(v1::rules::kJobIdAllowed),
-                                                   suffix));
-  }
-  return absl::OkStatus();
+  return CheckBytes(field, value, max, v1::rules::IsJobIdChar, [&](size_t i) {
+    return absl::StrCat(Quoted(value.substr(i, 1)), " at byte ", i,
+                        "; allowed: ", std::string(v1::rules::kJobIdAllowed), suffix);
+  });
 }
 
 std::string Quoted(absl::string_view value, size_t max) {

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -385,6 +387,110 @@ TEST_CASE("the C ABI passes the GPU identity and topology into the hello", "[str
   CHECK(h.devices(0).peer_group() == "stage0");
   CHECK(h.devices(0).replica() == 3);
   CHECK(h.devices(0).gpu_model() == "NVIDIA H100 80GB HBM3");
+}
+
+extern "C" int straggler_c_first_layout(const char* endpoint, const char* job, int sized);
+extern "C" int straggler_c_third_layout(const char* endpoint, const char* job);
+extern "C" int straggler_c_full_layout(const char* endpoint, const char* job,
+                                       const char* gpu_model);
+extern "C" int straggler_c_refuses_size(size_t size, char* err, size_t errlen);
+
+namespace {
+
+// The topology variables a field beyond an older struct falls back to, set
+// for one test so that "the default" is visible in the hello.
+struct TopologyEnvSet {
+  TopologyEnvSet() {
+    setenv("STRAGGLER_PEER_GROUP", "envgroup", 1);
+    setenv("STRAGGLER_GPU_MODEL", "Env GPU", 1);
+    unsetenv("STRAGGLER_REPLICA");
+  }
+  ~TopologyEnvSet() {
+    unsetenv("STRAGGLER_PEER_GROUP");
+    unsetenv("STRAGGLER_GPU_MODEL");
+  }
+};
+
+// The first hello the fake daemon received for `job`.
+pb::StreamHello HelloOf(FakeIngest& service, const std::string& job) {
+  std::lock_guard<std::mutex> lock(service.mu_);
+  for (const pb::StreamHello& h : service.hellos_)
+    if (h.job_id() == job) return h;
+  FAIL("no hello for job " << job);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("C ABI: a program built against the first options struct, old and sized calls",
+          "[stream][c_api]") {
+  Server s;
+  REQUIRE(s.port != 0);
+  TopologyEnvSet env;
+  for (int sized : {0, 1}) {
+    INFO("sized " << sized);
+    const std::string job = "first-layout-" + std::to_string(sized);
+    // Neither call touches the canary after the struct; the client works.
+    REQUIRE(straggler_c_first_layout(s.Endpoint().c_str(), job.c_str(), sized) == 0);
+    const pb::StreamHello h = HelloOf(s.service, job);
+    REQUIRE(h.devices_size() == 1);
+    CHECK(h.devices(0).rank() == 1);
+    CHECK(h.devices(0).local_rank() == 2);
+    // Fields appended later: their defaults (unknown; the environment's).
+    CHECK(h.devices(0).cuda_visible_devices().empty());
+    CHECK(h.devices(0).gpu_uuid().empty());
+    CHECK(h.devices(0).peer_group() == "envgroup");
+    CHECK_FALSE(h.devices(0).has_replica());
+    CHECK(h.devices(0).gpu_model() == "Env GPU");
+  }
+}
+
+TEST_CASE("C ABI: the third options layout sends its topology, gpu_model is the default",
+          "[stream][c_api]") {
+  Server s;
+  REQUIRE(s.port != 0);
+  TopologyEnvSet env;
+  REQUIRE(straggler_c_third_layout(s.Endpoint().c_str(), "third-layout") == 0);
+  const pb::StreamHello h = HelloOf(s.service, "third-layout");
+  REQUIRE(h.devices_size() == 1);
+  CHECK(h.devices(0).peer_group() == "stage1");
+  CHECK(h.devices(0).replica() == 3);
+  CHECK(h.devices(0).gpu_model() == "Env GPU");
+}
+
+TEST_CASE("C ABI: the full options struct through the macros sends gpu_model",
+          "[stream][c_api]") {
+  Server s;
+  REQUIRE(s.port != 0);
+  TopologyEnvSet env;  // the struct's gpu_model wins over the environment's
+  REQUIRE(straggler_c_full_layout(s.Endpoint().c_str(), "full-layout", "NVIDIA H200") == 0);
+  const pb::StreamHello h = HelloOf(s.service, "full-layout");
+  REQUIRE(h.devices_size() == 1);
+  CHECK(h.devices(0).rank() == 3);
+  CHECK(h.devices(0).gpu_model() == "NVIDIA H200");
+  CHECK(h.devices(0).peer_group() == "envgroup");
+}
+
+TEST_CASE("C ABI: an options size that is no known layout is refused, naming it",
+          "[c_api]") {
+  for (size_t size : {size_t{0}, size_t{8}, sizeof(straggler_options_t) - 1,
+                      sizeof(straggler_options_t) - sizeof(void*) / 2,
+                      sizeof(straggler_options_t) + 8}) {
+    INFO("size " << size);
+    char err[512] = {};
+    REQUIRE(straggler_c_refuses_size(size, err, sizeof err) == 0);
+    CHECK_THAT(std::string(err),
+               Catch::StartsWith("straggler_client_create: options size " +
+                                 std::to_string(size) +
+                                 " is not a size of straggler_options_t this library knows (" +
+                                 std::to_string(offsetof(straggler_options_t,
+                                                         cuda_visible_devices)) +
+                                 ", ") &&
+                   Catch::Contains(std::to_string(sizeof(straggler_options_t)) +
+                                   "); pass sizeof(straggler_options_t)"));
+    if (size > sizeof(straggler_options_t))
+      CHECK_THAT(std::string(err), Catch::EndsWith("newer straggler_c.h than this library?)"));
+  }
 }
 
 TEST_CASE("MembershipFor waits its timeout once per outage, then answers at once until reconnected",

@@ -251,7 +251,7 @@ TEST_CASE("topology: FromEnv reads STRAGGLER_PEER_GROUP and STRAGGLER_REPLICA", 
         "replica=8 >= world_size=8: a replica is a data-parallel index (STRAGGLER_REPLICA)");
 }
 
-TEST_CASE("topology: FromEnv reads STRAGGLER_GPU_MODEL; Validate refuses what the daemon refuses",
+TEST_CASE("topology: FromEnv reads STRAGGLER_GPU_MODEL, and Validate refuses what the daemon refuses",
           "[topology]") {
   CleanEnv env;
   setenv("STRAGGLER_JOB_ID", "j", 1);

@@ -45,7 +45,14 @@ typedef struct straggler_client straggler_client_t;
 /* Options. Call straggler_options_init() first, then set what you need;
  * zero/NULL fields mean "default". TLS is not in the struct: both
  * constructors take it from STRAGGLER_TLS_CA, STRAGGLER_TLS_CERT and
- * STRAGGLER_TLS_KEY (docs/security.md). */
+ * STRAGGLER_TLS_KEY (docs/security.md).
+ *
+ * The struct only grows at its end. straggler_options_init and
+ * straggler_client_create are macros that pass sizeof(straggler_options_t)
+ * as this program sees it, so the library reads and writes exactly the
+ * caller's struct and gives the fields it lacks their defaults
+ * (docs/client.md#c-abi). A new field is appended, never inserted, and
+ * gets a row in c_api.cc's table of layouts. */
 typedef struct straggler_options {
   const char* endpoint;            /* "host:port", "dns:///h:p", "unix:///path"; NULL = 127.0.0.1:7070 */
   const char* job_id;              /* required */
@@ -130,19 +137,43 @@ int straggler_topology_from_layout(uint32_t data, uint32_t pipeline, uint32_t te
                                    uint32_t context, const char* order, uint32_t rank,
                                    straggler_topology_t* out, char* err, size_t errlen);
 
-/* Fills `options` with the defaults. */
-void straggler_options_init(straggler_options_t* options);
+/* Fills the first `size` bytes of *options with the defaults; `size` is
+ * the caller's sizeof(straggler_options_t), the size of one of its layouts
+ * (the struct as some version of this header had it). 0, or
+ * STRAGGLER_EINVAL with nothing written for a NULL `options` or a size that
+ * is no layout this library knows. Call it as straggler_options_init(&o). */
+int straggler_options_init_sized(straggler_options_t* options, size_t size);
 
-/* Creates a client and starts its background sender. Returns NULL on invalid
- * options (or out of memory) and writes why to `err` (NUL-terminated,
- * truncated to `errlen`; `err` may be NULL). An unreachable endpoint is not
- * an error: the client keeps retrying in the background. */
-straggler_client_t* straggler_client_create(const straggler_options_t* options, char* err,
-                                            size_t errlen);
+/* Creates a client and starts its background sender, reading the first
+ * `size` bytes of *options (as straggler_options_init_sized; fields beyond
+ * them take their defaults). Returns NULL on invalid options, a size that is
+ * no known layout (the error names it), or out of memory, and writes why to
+ * `err` (NUL-terminated, truncated to `errlen`; `err` may be NULL). An
+ * unreachable endpoint is not an error: the client keeps retrying in the
+ * background. Call it as straggler_client_create(&o, err, sizeof err). */
+straggler_client_t* straggler_client_create_sized(const straggler_options_t* options, size_t size,
+                                                  char* err, size_t errlen);
 
-/* Same, with options from RANK, WORLD_SIZE, LOCAL_RANK, STRAGGLER_ENDPOINT,
- * STRAGGLER_JOB_ID, STRAGGLER_NODE, STRAGGLER_ITERATIONS_PER_EPOCH,
- * STRAGGLER_PEER_GROUP and STRAGGLER_REPLICA (ClientOptions::FromEnv). */
+/* The functions that programs built before the _sized calls existed call
+ * (the parentheses keep the macros below from expanding). They cannot know
+ * which layout their caller has, so they assume the first one, which every
+ * caller's struct holds: the fields up to backoff_max_ms; the GPU and
+ * topology fields take their defaults (the environment's, where a field
+ * says so). Bindings that call the library by symbol (ctypes, cgo) call the
+ * _sized functions with their struct's size instead. */
+void(straggler_options_init)(straggler_options_t* options);
+straggler_client_t*(straggler_client_create)(const straggler_options_t* options, char* err,
+                                              size_t errlen);
+
+#define straggler_options_init(options) \
+  straggler_options_init_sized((options), sizeof(straggler_options_t))
+#define straggler_client_create(options, err, errlen) \
+  straggler_client_create_sized((options), sizeof(straggler_options_t), (err), (errlen))
+
+/* A client as straggler_client_create makes, with options from RANK,
+ * WORLD_SIZE, LOCAL_RANK, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID,
+ * STRAGGLER_NODE, STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_PEER_GROUP and
+ * STRAGGLER_REPLICA (ClientOptions::FromEnv). */
 straggler_client_t* straggler_client_create_from_env(char* err, size_t errlen);
 
 /* Flushes for at most one second, closes the stream and frees the client.

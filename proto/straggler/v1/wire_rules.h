@@ -22,13 +22,34 @@ constexpr bool IsJobIdChar(char c) {
          c == '_' || c == '-';
 }
 
+// Printable ASCII, space included (node names, client versions, GPU models).
+constexpr bool IsPrintableAscii(char c) { return c >= 0x20 && c <= 0x7e; }
+
+// The rule of every bounded wire string: at most `max` bytes, each one that
+// `allowed` accepts. A value that breaks it is either too long or has a
+// first refused byte; the daemon (common::CheckIdText, CheckPrintable) and
+// the client (ClientOptions::Validate) both find it here and word it
+// themselves (the daemon as an absl::Status).
+struct TextFault {
+  bool too_long = false;                          // more than `max` bytes
+  std::size_t bad_byte = std::string_view::npos;  // index of the first refused byte
+  constexpr bool ok() const { return !too_long && bad_byte == std::string_view::npos; }
+};
+
+// The length is checked first: a too long value is not searched.
+template <typename Allowed>
+constexpr TextFault FindTextFault(std::string_view value, std::size_t max, Allowed allowed) {
+  if (value.size() > max) return {true, std::string_view::npos};
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (!allowed(value[i])) return {false, i};
+  }
+  return {};
+}
+
 // The index of the first byte of `id` that a job id may not hold;
 // std::string_view::npos when every byte may (length is checked apart).
 constexpr std::size_t FirstBadJobIdByte(std::string_view id) {
-  for (std::size_t i = 0; i < id.size(); ++i) {
-    if (!IsJobIdChar(id[i])) return i;
-  }
-  return std::string_view::npos;
+  return FindTextFault(id, id.size(), IsJobIdChar).bad_byte;
 }
 
 // Peer groups (RankDevice.peer_group, docs/topology.md): 0 to
@@ -38,17 +59,8 @@ inline constexpr std::size_t kMaxPeerGroupBytes = 64;
 
 // GPU models (RankDevice.gpu_model, docs/topology.md): 0 to
 // kMaxGpuModelBytes bytes of printable ASCII, space included ("NVIDIA H100
-// 80GB HBM3", as torch.cuda.get_device_name() says); "" = unknown. Ranks
-// naming different models are never peers.
+// 80GB HBM3", as torch.cuda.get_device_name() says; IsPrintableAscii);
+// "" = unknown. Ranks naming different models are never peers.
 inline constexpr std::size_t kMaxGpuModelBytes = 96;
-
-// The index of the first byte of `model` outside printable ASCII;
-// std::string_view::npos when there is none (length is checked apart).
-constexpr std::size_t FirstBadGpuModelByte(std::string_view model) {
-  for (std::size_t i = 0; i < model.size(); ++i) {
-    if (model[i] < 0x20 || model[i] > 0x7e) return i;
-  }
-  return std::string_view::npos;
-}
 
 }  // namespace straggler::v1::rules
