@@ -1,3 +1,25 @@
+# A library of the project: the target straggler_<name> (STATIC or SHARED)
+# built from SOURCES, the alias straggler::<name> that other targets link,
+# and, with INCLUDE <dir> (relative to the calling directory), <dir> as its
+# public include directory in the build tree. An installed library adds
+# straggler_shared_library below (which also names its include/ for the
+# install).
+#
+#   straggler_library(engine STATIC INCLUDE include SOURCES src/policy.cc ...)
+function(straggler_library name type)
+  cmake_parse_arguments(PARSE_ARGV 2 arg "" "INCLUDE" "SOURCES")
+  if(arg_UNPARSED_ARGUMENTS OR NOT arg_SOURCES)
+    message(FATAL_ERROR "straggler_library(${name}): expected [INCLUDE dir] SOURCES files..., "
+                        "got '${arg_UNPARSED_ARGUMENTS}'")
+  endif()
+  add_library(straggler_${name} ${type} ${arg_SOURCES})
+  add_library(straggler::${name} ALIAS straggler_${name})
+  if(arg_INCLUDE)
+    target_include_directories(straggler_${name} PUBLIC
+      $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/${arg_INCLUDE}>)
+  endif()
+endfunction()
+
 # What every installed straggler library shares (docs/client.md): a
 # versioned soname, exported as straggler::<export_name>, finding its sibling
 # libraries beside itself ($ORIGIN) once installed, and public headers from

@@ -3,11 +3,30 @@
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace straggler::engine {
+namespace {
+
+// The value of `all` whose name (the one spelling `name_of` gives, the same
+// the other way) is `name`; the error lists the names in `all`'s order.
+template <class E, size_t N>
+absl::StatusOr<E> ParseName(std::string_view what, std::string_view name, const E (&all)[N],
+                            std::string_view (*name_of)(E)) {
+  for (E e : all) {
+    if (name_of(e) == name) return e;
+  }
+  std::vector<std::string> names;
+  for (E e : all) names.emplace_back(name_of(e));
+  return absl::InvalidArgumentError(absl::StrCat(std::string(what), " '", std::string(name),
+                                                 "' is not one of ", absl::StrJoin(names, ", ")));
+}
+
+}  // namespace
 
 std::string_view PolicyKindName(PolicyKind kind) {
   switch (kind) {
@@ -20,12 +39,9 @@ std::string_view PolicyKindName(PolicyKind kind) {
 }
 
 absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name) {
-  if (name == "dynamic") return PolicyKind::kDynamic;
-  if (name == "ewma") return PolicyKind::kEwma;
-  if (name == "static") return PolicyKind::kStatic;
-  if (name == "peer") return PolicyKind::kPeer;
-  return absl::InvalidArgumentError(absl::StrCat("policy kind '", std::string(name),
-                                                 "' is not one of peer, dynamic, ewma, static"));
+  constexpr PolicyKind kAll[] = {PolicyKind::kPeer, PolicyKind::kDynamic, PolicyKind::kEwma,
+                                 PolicyKind::kStatic};
+  return ParseName("policy kind", name, kAll, PolicyKindName);
 }
 
 std::string_view RecoveryModeName(RecoveryMode mode) {
@@ -37,10 +53,8 @@ std::string_view RecoveryModeName(RecoveryMode mode) {
 }
 
 absl::StatusOr<RecoveryMode> ParseRecoveryMode(std::string_view name) {
-  if (name == "shadow") return RecoveryMode::kShadow;
-  if (name == "probation") return RecoveryMode::kProbation;
-  return absl::InvalidArgumentError(
-      absl::StrCat("recovery '", std::string(name), "' is not one of shadow, probation"));
+  constexpr RecoveryMode kAll[] = {RecoveryMode::kShadow, RecoveryMode::kProbation};
+  return ParseName("recovery", name, kAll, RecoveryModeName);
 }
 
 namespace {

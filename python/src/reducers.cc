@@ -223,37 +223,44 @@ std::shared_ptr<PyStore> StoreOption(py::handle v) {
   return std::make_shared<PyStore>(py::reinterpret_borrow<py::object>(v));
 }
 
-straggler::GlooOptions GlooOptionsFrom(PyClient& client, const py::kwargs& kw) {
-  straggler::GlooOptions o;
+// A backend's options: the client's defaults, then the keywords, each one of
+// CollectiveOptions', store=, or the backend's own (`own` returns false for a
+// key it does not know: an unknown option).
+template <class Options, class Own>
+Options OptionsFrom(PyClient& client, const py::kwargs& kw, Own own) {
+  Options o;
   FillCommonOptions(client.Options(), o);
   for (auto item : kw) {
     const std::string key = py::str(item.first);
     py::handle v = item.second;
     if (SetCommonOption(o, key, v)) continue;
-    if (key == "hostname") o.hostname = v.cast<std::string>();
-    else if (key == "max_cached_contexts") o.max_cached_contexts = v.cast<size_t>();
-    else if (key == "store") { if (auto st = StoreOption(v)) o.rendezvous_store = st; }
-    else throw py::type_error("straggler.PartialAllReduce: unknown option '" + key + "'");
+    if (key == "store") { if (auto st = StoreOption(v)) o.rendezvous_store = st; }
+    else if (!own(o, key, v)) throw py::type_error("straggler.PartialAllReduce: unknown option '" + key + "'");
   }
   return o;
 }
 
+straggler::GlooOptions GlooOptionsFrom(PyClient& client, const py::kwargs& kw) {
+  return OptionsFrom<straggler::GlooOptions>(
+      client, kw, [](straggler::GlooOptions& o, const std::string& key, py::handle v) {
+        if (key == "hostname") o.hostname = v.cast<std::string>();
+        else if (key == "max_cached_contexts") o.max_cached_contexts = v.cast<size_t>();
+        else return false;
+        return true;
+      });
+}
+
 #ifdef STRAGGLER_WITH_NCCL
 straggler::NcclOptions NcclOptionsFrom(PyClient& client, const py::kwargs& kw) {
-  straggler::NcclOptions o;
-  FillCommonOptions(client.Options(), o);
-  for (auto item : kw) {
-    const std::string key = py::str(item.first);
-    py::handle v = item.second;
-    if (SetCommonOption(o, key, v)) continue;
-    if (key == "device") o.device = v.cast<int>();
-    else if (key == "max_cached_communicators") o.max_cached_communicators = v.cast<size_t>();
-    else if (key == "store") { if (auto st = StoreOption(v)) o.rendezvous_store = st; }
-    else if (key == "hostname" || key == "max_cached_contexts")
-      throw py::type_error("straggler.PartialAllReduce: option '" + key + "' is for backend='gloo'");
-    else throw py::type_error("straggler.PartialAllReduce: unknown option '" + key + "'");
-  }
-  return o;
+  return OptionsFrom<straggler::NcclOptions>(
+      client, kw, [](straggler::NcclOptions& o, const std::string& key, py::handle v) {
+        if (key == "device") o.device = v.cast<int>();
+        else if (key == "max_cached_communicators") o.max_cached_communicators = v.cast<size_t>();
+        else if (key == "hostname" || key == "max_cached_contexts")
+          throw py::type_error("straggler.PartialAllReduce: option '" + key + "' is for backend='gloo'");
+        else return false;
+        return true;
+      });
 }
 #endif
 

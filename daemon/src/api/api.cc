@@ -30,6 +30,34 @@ absl::Status Either(const absl::Status& outer, const absl::Status& inner) {
   return outer.ok() ? inner : outer;
 }
 
+// What every one-job call shares: the id checked, `fill(job, response)` run
+// under the job's lock, then the response, or the first error (the id's, the
+// registry's NOT_FOUND, or fill's own).
+template <class Response, class Fill>
+absl::StatusOr<Response> ReadJob(const JobRegistry& registry, const std::string& job_id,
+                                 Fill fill) {
+  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  Response response;
+  absl::Status filled;
+  absl::Status found =
+      registry.Read(job_id, [&](const Job::Locked& job) { filled = fill(job, response); });
+  if (absl::Status s = Either(found, filled); !s.ok()) return s;
+  return response;
+}
+
+// The same for a change: `change(job, now, response)` runs under the job's
+// lock and the registry commits after it (JobRegistry::Mutate).
+template <class Response, class Change>
+absl::StatusOr<Response> MutateJob(JobRegistry& registry, const std::string& job_id,
+                                   Change change) {
+  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  Response response;
+  absl::Status s = registry.Mutate(
+      job_id, [&](Job::Locked& job, engine::Time now) { return change(job, now, response); });
+  if (!s.ok()) return s;
+  return response;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::ListJobsResponse> ListJobs(const JobRegistry& registry,
@@ -44,13 +72,14 @@ absl::StatusOr<v1::ListJobsResponse> ListJobs(const JobRegistry& registry,
 }
 
 absl::StatusOr<v1::Job> GetJob(const JobRegistry& registry, const v1::GetJobRequest& request) {
-  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
-  v1::Job response;
-  absl::Status s = registry.Read(request.job_id(), [&](const Job::Locked& job) {
-    if (request.run_id().empty() || request.run_id() == job.run_id) ToProto(job, &response);
-  });
+  absl::StatusOr<v1::Job> response = ReadJob<v1::Job>(
+      registry, request.job_id(), [&](const Job::Locked& job, v1::Job& out) {
+        if (request.run_id().empty() || request.run_id() == job.run_id) ToProto(job, &out);
+        return absl::OkStatus();
+      });
+  if (!response.ok()) return response;
   // An earlier run: its last state, kept when the next run began.
-  if (s.ok() && response.job_id().empty()) {
+  if (response->job_id().empty()) {
     std::optional<v1::Job> earlier = registry.EarlierRun(request.job_id(), request.run_id());
     if (!earlier) {
       return absl::NotFoundError(absl::StrCat("job '", request.job_id(), "' has no run '",
@@ -59,48 +88,42 @@ absl::StatusOr<v1::Job> GetJob(const JobRegistry& registry, const v1::GetJobRequ
     }
     return *earlier;
   }
-  if (!s.ok()) return s;
-  registry.FillEarlierRuns(request.job_id(), &response);
+  registry.FillEarlierRuns(request.job_id(), &*response);
   return response;
 }
 
 absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const JobRegistry& registry,
                                                     const v1::ListWorkersRequest& request) {
-  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
-  v1::ListWorkersResponse response;
-  absl::Status s = registry.Read(request.job_id(), [&](const Job::Locked& job) {
-    // O(world_size) here: one engine::Worker lookup and an O(1) copy per rank.
-    response.mutable_workers()->Reserve(static_cast<int>(job.world_size));
-    for (uint32_t rank = 0; rank < job.world_size; ++rank) {
-      ToProto(job->engine.Worker(rank), job, response.add_workers());
-    }
-  });
-  if (!s.ok()) return s;
-  return response;
+  return ReadJob<v1::ListWorkersResponse>(
+      registry, request.job_id(), [](const Job::Locked& job, v1::ListWorkersResponse& out) {
+        // O(world_size) here: one engine::Worker lookup and an O(1) copy per rank.
+        out.mutable_workers()->Reserve(static_cast<int>(job.world_size));
+        for (uint32_t rank = 0; rank < job.world_size; ++rank) {
+          ToProto(job->engine.Worker(rank), job, out.add_workers());
+        }
+        return absl::OkStatus();
+      });
 }
 
 absl::StatusOr<v1::Worker> GetWorker(const JobRegistry& registry,
                                      const v1::GetWorkerRequest& request) {
-  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
-  v1::Worker response;
-  absl::Status in_range;
-  absl::Status found = registry.Read(request.job_id(), [&](const Job::Locked& job) {
-    in_range = CheckRank(job, request.rank());
-    if (in_range.ok()) ToProto(job->engine.Worker(request.rank()), job, &response);
-  });
-  if (absl::Status s = Either(found, in_range); !s.ok()) return s;
-  return response;
+  return ReadJob<v1::Worker>(registry, request.job_id(),
+                             [&](const Job::Locked& job, v1::Worker& out) {
+                               absl::Status in_range = CheckRank(job, request.rank());
+                               if (in_range.ok()) {
+                                 ToProto(job->engine.Worker(request.rank()), job, &out);
+                               }
+                               return in_range;
+                             });
 }
 
 absl::StatusOr<v1::Membership> GetMembership(const JobRegistry& registry,
                                              const v1::GetMembershipRequest& request) {
-  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
-  v1::Membership response;
-  absl::Status s = registry.Read(request.job_id(), [&](const Job::Locked& job) {
-    ToProto(job->engine.membership(), job, &response);
-  });
-  if (!s.ok()) return s;
-  return response;
+  return ReadJob<v1::Membership>(registry, request.job_id(),
+                                 [](const Job::Locked& job, v1::Membership& out) {
+                                   ToProto(job->engine.membership(), job, &out);
+                                   return absl::OkStatus();
+                                 });
 }
 
 absl::StatusOr<v1::ListEventsResponse> ListEvents(const JobRegistry& registry,
@@ -176,9 +199,8 @@ absl::StatusOr<v1::ExportReportsResponse> ExportReports(
 
 absl::StatusOr<v1::Job> SetPolicy(JobRegistry& registry, const v1::SetPolicyRequest& request,
                                   std::string_view caller) {
-  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
-  v1::Job response;
-  absl::Status s = registry.Mutate(request.job_id(), [&](Job::Locked& job, engine::Time now) {
+  return MutateJob<v1::Job>(registry, request.job_id(), [&](Job::Locked& job, engine::Time now,
+                                                            v1::Job& out) {
     auto merged = MergePolicy(request.policy(), job->engine.policy());
     if (!merged.ok()) return merged.status();
     if (absl::Status s = job->engine.SetPolicy(*merged, now); !s.ok()) {
@@ -187,20 +209,20 @@ absl::StatusOr<v1::Job> SetPolicy(JobRegistry& registry, const v1::SetPolicyRequ
     // From now on a SIGHUP reload leaves this job's policy alone.
     job->policy_overridden = true;
     spdlog::info("job={} policy set by admin call from {}", job.id, caller);
-    ToProto(job, &response);
+    ToProto(job, &out);
     return absl::OkStatus();
   });
-  if (!s.ok()) return s;
-  return response;
 }
 
 absl::StatusOr<v1::Membership> SetRankOverride(JobRegistry& registry,
                                                const v1::SetRankOverrideRequest& request,
                                                std::string_view caller) {
+  // The id is named before the reason (MutateJob checks it again).
   if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
-  v1::Membership response;
   if (absl::Status s = common::ValidateReason(request.reason()); !s.ok()) return s;
-  absl::Status s = registry.Mutate(request.job_id(), [&](Job::Locked& job, engine::Time now) {
+  return MutateJob<v1::Membership>(registry, request.job_id(), [&](Job::Locked& job,
+                                                                   engine::Time now,
+                                                                   v1::Membership& out) {
     if (absl::Status s = CheckRank(job, request.rank()); !s.ok()) return s;
     auto override = FromProto(request.override());
     if (!override.ok()) return override.status();
@@ -217,25 +239,20 @@ absl::StatusOr<v1::Membership> SetRankOverride(JobRegistry& registry,
     spdlog::info("job={} rank={} override {} by admin call from {}{}{}", job.id, request.rank(),
                  v1::RankOverride_Name(request.override()), caller,
                  request.reason().empty() ? "" : ": ", request.reason());
-    ToProto(job->engine.membership(), job, &response);
+    ToProto(job->engine.membership(), job, &out);
     return absl::OkStatus();
   });
-  if (!s.ok()) return s;
-  return response;
 }
 
 absl::StatusOr<v1::Job> ResetJob(JobRegistry& registry, const v1::ResetJobRequest& request,
                                  std::string_view caller) {
-  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
-  v1::Job response;
-  absl::Status s = registry.Mutate(request.job_id(), [&](Job::Locked& job, engine::Time now) {
+  return MutateJob<v1::Job>(registry, request.job_id(), [&](Job::Locked& job, engine::Time now,
+                                                            v1::Job& out) {
     job->engine.Reset(now);
     spdlog::info("job={} reset by admin call from {}", job.id, caller);
-    ToProto(job, &response);
+    ToProto(job, &out);
     return absl::OkStatus();
   });
-  if (!s.ok()) return s;
-  return response;
 }
 
 }  // namespace straggler::daemon::api

@@ -328,6 +328,14 @@ absl::Status ParseOverrideBody(absl::string_view body, v1::SetRankOverrideReques
   return absl::OkStatus();
 }
 
+// The request of a call on one job, before its own parameters.
+template <class Request>
+Request ForJob(const std::string& job) {
+  Request request;
+  request.set_job_id(job);
+  return request;
+}
+
 }  // namespace
 
 std::variant<RouteMatch, RestError> MatchRoute(absl::string_view method, absl::string_view target) {
@@ -389,8 +397,7 @@ absl::StatusOr<RestCall> ParseRestCall(const RouteMatch& match, absl::string_vie
     }
     case RouteId::kReports: {
       // ?since_iteration=N&limit=N
-      v1::ExportReportsRequest request;
-      request.set_job_id(job);
+      auto request = ForJob<v1::ExportReportsRequest>(job);
       if (absl::Status s = CheckParams(*query, {"since_iteration", "limit"}); !s.ok()) return s;
       if (query->count("since_iteration")) {
         auto v = ParseUint("since_iteration", Param(*query, "since_iteration"),
@@ -409,8 +416,7 @@ absl::StatusOr<RestCall> ParseRestCall(const RouteMatch& match, absl::string_vie
       if (query->empty()) break;
       // ?run=ID: an earlier run's last state (docs/runs.md).
       if (absl::Status s = CheckParams(*query, {"run"}); !s.ok()) return s;
-      v1::GetJobRequest request;
-      request.set_job_id(job);
+      auto request = ForJob<v1::GetJobRequest>(job);
       request.set_run_id(Param(*query, "run"));
       return request;
     }
@@ -426,38 +432,26 @@ absl::StatusOr<RestCall> ParseRestCall(const RouteMatch& match, absl::string_vie
   switch (match.id) {
     case RouteId::kJobs:
       return v1::ListJobsRequest();
-    case RouteId::kJob: {
-      v1::GetJobRequest request;
-      request.set_job_id(job);
-      return request;
-    }
-    case RouteId::kWorkers: {
-      v1::ListWorkersRequest request;
-      request.set_job_id(job);
-      return request;
-    }
+    case RouteId::kJob:
+      return ForJob<v1::GetJobRequest>(job);
+    case RouteId::kWorkers:
+      return ForJob<v1::ListWorkersRequest>(job);
     case RouteId::kWorker: {
-      v1::GetWorkerRequest request;
-      request.set_job_id(job);
+      auto request = ForJob<v1::GetWorkerRequest>(job);
       request.set_rank(*rank);
       return request;
     }
-    case RouteId::kMembership: {
-      v1::GetMembershipRequest request;
-      request.set_job_id(job);
-      return request;
-    }
+    case RouteId::kMembership:
+      return ForJob<v1::GetMembershipRequest>(job);
     case RouteId::kPolicy: {
-      v1::SetPolicyRequest request;
-      request.set_job_id(job);
+      auto request = ForJob<v1::SetPolicyRequest>(job);
       if (absl::Status s = ParseJsonBody(body, request.mutable_policy(), "PolicyConfig"); !s.ok()) {
         return s;
       }
       return request;
     }
     case RouteId::kOverride: {
-      v1::SetRankOverrideRequest request;
-      request.set_job_id(job);
+      auto request = ForJob<v1::SetRankOverrideRequest>(job);
       request.set_rank(*rank);
       if (absl::Status s = ParseOverrideBody(body, request); !s.ok()) return s;
       return request;
@@ -468,9 +462,7 @@ absl::StatusOr<RestCall> ParseRestCall(const RouteMatch& match, absl::string_vie
         google::protobuf::Empty empty;
         if (absl::Status s = ParseJsonBody(body, &empty, "reset (empty or {})"); !s.ok()) return s;
       }
-      v1::ResetJobRequest request;
-      request.set_job_id(job);
-      return request;
+      return ForJob<v1::ResetJobRequest>(job);
     }
     default:
       return absl::InternalError(

@@ -109,14 +109,18 @@ double Load(const std::atomic<int64_t>& a) {
 // ---------------------------------------------------------------- the tables
 // Adding a metric is one row in one of these tables (docs/metrics.md).
 
-// Daemon-wide, one unlabelled sample from DaemonStats.
-struct DaemonFamily {
+// A family of one sample per `From`: the daemon's (DaemonStats) or a job's
+// (JobRow).
+template <class From>
+struct Family {
   const char* name;
   MetricType type;
   const char* help;
-  double (*value)(const DaemonStats&);
+  double (*value)(const From&);
 };
-const DaemonFamily kDaemonFamilies[] = {
+
+// Daemon-wide, one unlabelled sample from DaemonStats.
+const Family<DaemonStats> kDaemonFamilies[] = {
     {"straggler_active_streams", MetricType::Gauge, "Open ingest streams.",
      [](const DaemonStats& s) { return Load(s.active_streams); }},
     {"straggler_hello_claims_dropped_total", MetricType::Counter,
@@ -143,13 +147,7 @@ const DaemonFamily kDaemonFamilies[] = {
 };
 
 // Per job: one sample labelled job.
-struct JobFamily {
-  const char* name;
-  MetricType type;
-  const char* help;
-  double (*value)(const JobRow&);
-};
-const JobFamily kJobFamilies[] = {
+const Family<JobRow> kJobFamilies[] = {
     {"straggler_job_ranks", MetricType::Gauge, "World size.",
      [](const JobRow& j) { return double(j.view.world_size); }},
     // Alert rules join on it (`and on(job) straggler_job_running == 1`) so a
@@ -424,7 +422,7 @@ std::vector<MetricFamily> DaemonCollector::Collect() const {
             {{"version", options_.version}}, 1);
   AddSample(AddFamily(out, "straggler_jobs", MetricType::Gauge, "Jobs tracked."), {},
             static_cast<double>(jobs.size()));
-  for (const DaemonFamily& f : kDaemonFamilies) {
+  for (const auto& f : kDaemonFamilies) {
     AddSample(AddFamily(out, f.name, f.type, f.help), {}, f.value(stats_));
   }
   // The event writer counts its own errors in the store.
@@ -433,7 +431,7 @@ std::vector<MetricFamily> DaemonCollector::Collect() const {
                       "overrides, sequence reservations, retention)."),
             {}, Load(stats_.state_db_errors) + static_cast<double>(registry_.state_db_writer_errors()));
   LabelledFamilies(stats_, out);
-  for (const JobFamily& f : kJobFamilies) {
+  for (const auto& f : kJobFamilies) {
     auto& family = AddFamily(out, f.name, f.type, f.help);
     for (const JobRow& j : jobs) AddSample(family, {{"job", j.id}}, f.value(j));
   }

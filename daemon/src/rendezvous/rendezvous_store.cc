@@ -89,22 +89,25 @@ absl::StatusOr<RendezvousStore::JobKv*> RendezvousStore::JobForWriteLocked(const
 }
 
 absl::Status RendezvousStore::PutLocked(const std::string& job, JobKv& kv, const std::string& key,
-                                        std::string value, Clock::time_point expires,
+                                        std::string value,
+                                        std::optional<std::chrono::milliseconds> ttl,
                                         Clock::time_point now,
                                         std::vector<Completion>* completions) {
   auto it = kv.keys.find(key);
   if (it == kv.keys.end()) {
     if (kv.keys.size() >= config_.max_keys_per_job) DropExpiredLocked(kv, now);
     if (kv.keys.size() >= config_.max_keys_per_job) {
-      return absl::ResourceExhaustedError(
+      absl::Status refused = absl::ResourceExhaustedError(
           absl::StrCat("job ", common::Quoted(job), " holds ", kv.keys.size(),
                        " rendezvous keys (rendezvous.max_keys_per_job=", config_.max_keys_per_job,
                        "); key ", common::Quoted(key), " not stored"));
+      EraseIfEmptyLocked(job);  // `kv` may be gone from here on
+      return refused;
     }
     it = kv.keys.emplace(key, Entry{}).first;
   }
   it->second.value = std::move(value);
-  it->second.expires = expires;
+  it->second.expires = ExpiryLocked(ttl, now);
   // A waiter can only complete through a key it waits on; checking each of
   // the job's waiters keeps the index simple (waits per job are few: one per
   // rank building a context).
@@ -132,12 +135,8 @@ absl::Status RendezvousStore::Set(const std::string& job, const std::string& key
     const Clock::time_point now = Clock::now();
     absl::StatusOr<JobKv*> kv = JobForWriteLocked(job, now);
     if (!kv.ok()) return kv.status();
-    absl::Status s = PutLocked(job, **kv, key, std::move(value), ExpiryLocked(ttl, now), now,
-                               &completions);
-    if (!s.ok()) {
-      EraseIfEmptyLocked(job);
-      return s;
-    }
+    absl::Status s = PutLocked(job, **kv, key, std::move(value), ttl, now, &completions);
+    if (!s.ok()) return s;
   }
   for (auto& [done, status] : completions) done(status);
   return absl::OkStatus();
@@ -170,12 +169,8 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, const std::
                                                 " overflows int64"));
     }
     result = current + delta;
-    absl::Status s = PutLocked(job, **kv, key, absl::StrCat(result), ExpiryLocked(ttl, now), now,
-                               &completions);
-    if (!s.ok()) {
-      EraseIfEmptyLocked(job);
-      return s;
-    }
+    absl::Status s = PutLocked(job, **kv, key, absl::StrCat(result), ttl, now, &completions);
+    if (!s.ok()) return s;
   }
   for (auto& [done, status] : completions) done(status);
   return result;

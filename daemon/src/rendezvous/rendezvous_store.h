@@ -99,10 +99,12 @@ class RendezvousStore {
                                  Clock::time_point now) const;
   // The job's entry for a write, creating it within max_jobs.
   absl::StatusOr<JobKv*> JobForWriteLocked(const std::string& job, Clock::time_point now);
-  // Stores key (within max_keys_per_job) and collects the waits it completes.
+  // Stores key (within max_keys_per_job, expiring after `ttl` as
+  // ExpiryLocked says) and collects the waits it completes. A refused key
+  // leaves no job behind that only this write created (JobForWriteLocked).
   absl::Status PutLocked(const std::string& job, JobKv& kv, const std::string& key,
-                         std::string value, Clock::time_point expires, Clock::time_point now,
-                         std::vector<Completion>* completions);
+                         std::string value, std::optional<std::chrono::milliseconds> ttl,
+                         Clock::time_point now, std::vector<Completion>* completions);
   std::vector<std::string> MissingLocked(const JobKv* kv, const std::vector<std::string>& keys,
                                          Clock::time_point now) const;
   void DropExpiredLocked(JobKv& kv, Clock::time_point now);
