@@ -91,7 +91,8 @@ TEST_CASE("store: events, memberships and overrides survive reopening") {
     REQUIRE((*store)->SaveMembership("bert", 8, 77, Version(4, 31)).ok());
     REQUIRE((*store)->SaveOverrides("bert", 8, 77, "{\"kind\":\"POLICY_KIND_EWMA\"}",
                                     {{1, eng::RankOverride::kForceExclude, "ECC errors"},
-                                     {2, eng::RankOverride::kForceInclude, ""}})
+                                     {2, eng::RankOverride::kForceInclude, ""}},
+                                    t0)
                 .ok());
   }
   auto store = sd::Store::Open({.path = path});

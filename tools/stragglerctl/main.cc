@@ -155,6 +155,16 @@ class Ctl {
     return (stub.*method)(&ctx, request, response);
   }
 
+  // One unary call and its answer (Show): what most commands are.
+  template <typename Stub, typename Request, typename Response, typename Print>
+  int CallAndShow(Stub& stub,
+                  grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                  const Request& request, Print print) const {
+    Response response;
+    const grpc::Status status = Call(stub, method, request, &response);
+    return Show(status, response, print);
+  }
+
   template <typename Request>
   static Request ForJob(const std::string& job) {
     Request r;
@@ -163,46 +173,35 @@ class Ctl {
   }
 
   int Jobs() {
-    v1::ListJobsResponse r;
-    auto s = Call(*query_, &v1::QueryService::Stub::ListJobs, v1::ListJobsRequest{}, &r);
-    return Show(s, r, stragglerctl::PrintJobs);
+    return CallAndShow(*query_, &v1::QueryService::Stub::ListJobs, v1::ListJobsRequest{},
+                       stragglerctl::PrintJobs);
   }
 
   int Job(const std::string& job, const std::string& run) {
-    v1::Job r;
     v1::GetJobRequest req = ForJob<v1::GetJobRequest>(job);
     req.set_run_id(run);
-    auto s = Call(*query_, &v1::QueryService::Stub::GetJob, req, &r);
-    return Show(s, r, stragglerctl::PrintJob);
+    return CallAndShow(*query_, &v1::QueryService::Stub::GetJob, req, stragglerctl::PrintJob);
   }
 
   int Workers(const std::string& job) {
-    v1::ListWorkersResponse r;
-    auto s = Call(*query_, &v1::QueryService::Stub::ListWorkers,
-                  ForJob<v1::ListWorkersRequest>(job), &r);
-    return Show(s, r, stragglerctl::PrintWorkers);
+    return CallAndShow(*query_, &v1::QueryService::Stub::ListWorkers,
+                       ForJob<v1::ListWorkersRequest>(job), stragglerctl::PrintWorkers);
   }
 
   int Worker(const std::string& job, uint32_t rank) {
     auto req = ForJob<v1::GetWorkerRequest>(job);
     req.set_rank(rank);
-    v1::Worker r;
-    auto s = Call(*query_, &v1::QueryService::Stub::GetWorker, req, &r);
-    return Show(s, r, stragglerctl::PrintWorker);
+    return CallAndShow(*query_, &v1::QueryService::Stub::GetWorker, req, stragglerctl::PrintWorker);
   }
 
   int Membership(const std::string& job) {
-    v1::Membership r;
-    auto s = Call(*query_, &v1::QueryService::Stub::GetMembership,
-                  ForJob<v1::GetMembershipRequest>(job), &r);
-    return Show(s, r, stragglerctl::PrintMembership);
+    return CallAndShow(*query_, &v1::QueryService::Stub::GetMembership,
+                       ForJob<v1::GetMembershipRequest>(job), stragglerctl::PrintMembership);
   }
 
   // One page of events; the daemon filters by kind and rank.
   int Events(const v1::ListEventsRequest& req) {
-    v1::ListEventsResponse r;
-    auto s = Call(*query_, &v1::QueryService::Stub::ListEvents, req, &r);
-    return Show(s, r, stragglerctl::PrintEvents);
+    return CallAndShow(*query_, &v1::QueryService::Stub::ListEvents, req, stragglerctl::PrintEvents);
   }
 
   // `events --follow`: every page from req's since_sequence on, then a poll
@@ -282,12 +281,11 @@ class Ctl {
   int SetPolicy(const std::string& job, const v1::PolicyConfig& policy) {
     auto req = ForJob<v1::SetPolicyRequest>(job);
     *req.mutable_policy() = policy;
-    v1::Job r;
-    auto s = Call(*admin_, &v1::AdminService::Stub::SetPolicy, req, &r);
-    return Show(s, r, [](const v1::Job& j, std::ostream& out) {
+    auto print = [](const v1::Job& j, std::ostream& out) {
       out << "policy of job " << j.job_id() << " is now:\n";
       stragglerctl::PrintPolicy(j.policy(), out);
-    });
+    };
+    return CallAndShow(*admin_, &v1::AdminService::Stub::SetPolicy, req, print);
   }
 
   int ShowPolicy(const std::string& job) {
@@ -308,10 +306,9 @@ class Ctl {
     req.set_rank(rank);
     req.set_override(o);
     req.set_reason(reason);
-    v1::Membership r;
-    auto s = Call(*admin_, &v1::AdminService::Stub::SetRankOverride, req, &r);
-    const int rc = Show(s, r, stragglerctl::PrintMembership);
-    if (s.ok()) NoteWithheld(job);
+    const int rc = CallAndShow(*admin_, &v1::AdminService::Stub::SetRankOverride, req,
+                               stragglerctl::PrintMembership);
+    if (rc == kExitOk) NoteWithheld(job);  // Show: kExitOk only for an answer
     return rc;
   }
 
@@ -376,9 +373,8 @@ class Ctl {
   }
 
   int Reset(const std::string& job) {
-    v1::Job r;
-    auto s = Call(*admin_, &v1::AdminService::Stub::ResetJob, ForJob<v1::ResetJobRequest>(job), &r);
-    return Show(s, r, stragglerctl::PrintJob);
+    return CallAndShow(*admin_, &v1::AdminService::Stub::ResetJob, ForJob<v1::ResetJobRequest>(job),
+                       stragglerctl::PrintJob);
   }
 
  private:

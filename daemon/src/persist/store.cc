@@ -371,9 +371,7 @@ absl::Status Store::SaveMembership(const std::string& job_id, uint32_t world_siz
 }
 
 absl::Status Store::StartRun(const std::string& job_id, uint32_t world_size,
-                             uint64_t incarnation, const std::string& run_id) {
-  const auto now = std::chrono::duration_cast<engine::Time>(
-      std::chrono::system_clock::now().time_since_epoch());
+                             uint64_t incarnation, const std::string& run_id, engine::Time now) {
   return JobTransaction(job_id, world_size, incarnation, now, [&]() -> absl::Status {
     {
       Stmt st(db_, "UPDATE jobs SET run_id = ?, policy_json = '' WHERE job_id = ?");
@@ -392,9 +390,8 @@ absl::Status Store::StartRun(const std::string& job_id, uint32_t world_size,
 
 absl::Status Store::SaveOverrides(const std::string& job_id, uint32_t world_size,
                                   uint64_t incarnation, const std::string& policy_json,
-                                  const std::vector<StoredOverride>& overrides) {
-  const auto now = std::chrono::duration_cast<engine::Time>(
-      std::chrono::system_clock::now().time_since_epoch());
+                                  const std::vector<StoredOverride>& overrides,
+                                  engine::Time now) {
   return JobTransaction(job_id, world_size, incarnation, now, [&]() -> absl::Status {
     {
       Stmt st(db_, "UPDATE jobs SET policy_json = ? WHERE job_id = ?");

@@ -107,16 +107,18 @@ class Store {
   absl::Status SaveMembership(const std::string& job_id, uint32_t world_size,
                               uint64_t incarnation, const engine::Membership& m);
   // Synchronous: the job's admin policy ("" = none) and its rank overrides
-  // (replacing the stored ones).
+  // (replacing the stored ones); `now` is the job row's update time (the
+  // store reads no clock: the registry's WallNow).
   absl::Status SaveOverrides(const std::string& job_id, uint32_t world_size,
                              uint64_t incarnation, const std::string& policy_json,
-                             const std::vector<StoredOverride>& overrides);
+                             const std::vector<StoredOverride>& overrides, engine::Time now);
 
   // A new run of the job begins (docs/runs.md): records its run id and
   // forgets the previous run's memberships, overrides and admin policy, so a
-  // restart restores the new run, not the old one. Events stay.
+  // restart restores the new run, not the old one. Events stay. `now` as
+  // for SaveOverrides.
   absl::Status StartRun(const std::string& job_id, uint32_t world_size, uint64_t incarnation,
-                        const std::string& run_id);
+                        const std::string& run_id, engine::Time now);
   absl::StatusOr<std::optional<StoredJob>> LoadJob(const std::string& job_id);
   // Jobs updated at or after `since`, ascending by id.
   absl::StatusOr<std::vector<StoredJob>> LoadJobs(engine::Time since);

@@ -284,9 +284,10 @@ absl::Status JobRegistry::Mutate(absl::string_view job_id,
     if (job->removed()) {
       return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
     }
-    status = fn(locked, WallNow());
+    const engine::Time now = WallNow();
+    status = fn(locked, now);
     CommitLocked(locked);
-    if (store_ != nullptr) SaveOverridesLocked(locked);
+    if (store_ != nullptr) SaveOverridesLocked(locked, now);
   }
   // An admin change is on disk, events included, when the call returns; the
   // wait is outside the job's lock so ingest of the job goes on meanwhile.

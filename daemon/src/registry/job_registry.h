@@ -221,7 +221,7 @@ class JobRegistry {
   std::shared_ptr<Job> MakeJob(const std::string& job_id, uint32_t world_size,
                                const std::string& run_id, const DaemonConfig& config,
                                engine::Time now);
-  void SaveOverridesLocked(const Job::Locked& job);
+  void SaveOverridesLocked(const Job::Locked& job, engine::Time now);
   void ApplyRetention(engine::Time now);
   void JournalLocked(Job::Locked& job, std::vector<engine::Event> events)
       ABSL_LOCKS_EXCLUDED(events_mu_);

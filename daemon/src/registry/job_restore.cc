@@ -9,7 +9,7 @@
 
 namespace straggler::daemon {
 
-void JobRegistry::SaveOverridesLocked(const Job::Locked& job) {
+void JobRegistry::SaveOverridesLocked(const Job::Locked& job, engine::Time now) {
   std::string policy_json;
   if (job->policy_overridden) {
     v1::PolicyConfig p;
@@ -24,7 +24,7 @@ void JobRegistry::SaveOverridesLocked(const Job::Locked& job) {
     overrides.push_back({r, o, it == job->override_reasons.end() ? "" : it->second});
   }
   if (absl::Status s = store_->SaveOverrides(job.id, job.world_size, job.incarnation,
-                                             policy_json, overrides);
+                                             policy_json, overrides, now);
       !s.ok()) {
     stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("job={} policy/overrides not persisted: {}", job.id, std::string(s.message()));
@@ -50,7 +50,7 @@ std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t wo
     // The same run after a daemon restart: restored below.
   } else {
     // A run the database has not seen: nothing of an earlier run carries over.
-    if (absl::Status s = store_->StartRun(job_id, world_size, incarnation_, run_id); !s.ok()) {
+    if (absl::Status s = store_->StartRun(job_id, world_size, incarnation_, run_id, now); !s.ok()) {
       stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
       spdlog::error("job={} run='{}' not recorded: {}", job_id, run_id, std::string(s.message()));
     }
