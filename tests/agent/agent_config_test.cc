@@ -76,7 +76,7 @@ TEST_CASE("deploy/straggler-agent.yaml parses and equals the built-in defaults")
   }
 }
 
-TEST_CASE("upstream_tls: the three files; a certificate without its key is an error") {
+TEST_CASE("upstream_tls: the three files, a certificate without its key is an error") {
   auto parsed = sa::ParseAgentConfig(
       "upstream_tls:\n  ca_file: /etc/straggler/ca.pem\n  cert_file: /etc/straggler/node.pem\n"
       "  key_file: /etc/straggler/node.key\n",
@@ -99,7 +99,7 @@ TEST_CASE("upstream_tls: the three files; a certificate without its key is an er
              Catch::Contains("unknown key 'ca' in upstream_tls"));
 }
 
-TEST_CASE("listen_tcp_tls: the daemon's tls keys for the TCP listener; half a setup is an error") {
+TEST_CASE("listen_tcp_tls: the daemon's tls keys for the TCP listener, half a setup is an error") {
   auto parsed = sa::ParseAgentConfig(
       "listen_tcp: 0.0.0.0:7073\nlisten_tcp_tls:\n  cert_file: /etc/straggler/agent.pem\n"
       "  key_file: /etc/straggler/agent.key\n  client_ca_file: /etc/straggler/ca.pem\n"

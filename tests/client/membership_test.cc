@@ -35,7 +35,7 @@ TEST_CASE("the newest version with effective_iteration <= iteration is in force"
   CHECK(h.Newest()->version == 2);
 }
 
-TEST_CASE("versions are deduplicated; an older late one is kept but not announced",
+TEST_CASE("versions are deduplicated, an older late one is kept but not announced",
           "[membership]") {
   MembershipHistory h(Version(0, 0));
   CHECK(h.Add(Version(2, 20)) != nullptr);

@@ -193,7 +193,7 @@ TEST_CASE("Client::Create refuses invalid options with the reason", "[options]")
   CHECK(error.find("world_size=0") != std::string::npos);
 }
 
-TEST_CASE("FromEnv takes the TLS files; half a client certificate and unreadable files fail",
+TEST_CASE("FromEnv takes the TLS files, half a client certificate and unreadable files fail",
           "[options]") {
   CleanEnv env;
   CHECK(ClientOptions::FromEnv().tls_ca_file.empty());

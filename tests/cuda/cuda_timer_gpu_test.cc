@@ -118,7 +118,7 @@ TEST_CASE("GPU time of a step brackets the work in the stream and stays within w
   CHECK(timer->Stats().errors == 0);
 }
 
-TEST_CASE("Begin/End never wait for the GPU; a full pool drops and counts") {
+TEST_CASE("Begin/End never wait for the GPU, a full pool drops and counts") {
   FakeClient client;
   Stream stream;
   std::string error;

@@ -202,7 +202,7 @@ TEST_CASE("a failed event record is counted with the CUDA error, and nothing is 
   CHECK(f.client.Reports()[0].iteration == 1);
 }
 
-TEST_CASE("a failed resolution is counted and skipped; the next iterations still report") {
+TEST_CASE("a failed resolution is counted and skipped, the next iterations still report") {
   Fixture f(4);
   {
     std::lock_guard<std::mutex> lock(f.state->mu);

@@ -105,7 +105,7 @@ TEST_CASE("low utilisation: busy under 60% of the busy others' median", "[attrib
   CHECK(sd::AttributeLikelyCause(&lower, Ptrs(idle)).cause == sd::LikelyCause::kNoneVisible);
 }
 
-TEST_CASE("none visible says what was looked at; missing fields are not zeros", "[attribution]") {
+TEST_CASE("none visible says what was looked at, missing fields are not zeros", "[attribution]") {
   v1::GpuTelemetry t = Gpu(1.75);
   auto a = sd::AttributeLikelyCause(&t, Ptrs(kHealthyOthers));
   CHECK(a.cause == sd::LikelyCause::kNoneVisible);

@@ -35,7 +35,7 @@ TEST_CASE("without a token everything is open") {
   CHECK(stats.auth_rejected.load() == 0);
 }
 
-TEST_CASE("a token guards admin calls; reads only with protect_reads") {
+TEST_CASE("a token guards admin calls, reads only with protect_reads") {
   sd::DaemonStats stats;
   sd::Authorizer auth(WithToken("t0ken-A"), stats);
   CHECK(auth.token_configured());

@@ -132,7 +132,7 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->auth.protect_reads == defaults.auth.protect_reads);
 }
 
-TEST_CASE("tls keys parse; half a TLS setup is an error naming the missing key") {
+TEST_CASE("tls keys parse, half a TLS setup is an error naming the missing key") {
   auto cfg = sd::ParseConfig(
       "tls:\n  cert_file: /etc/s.crt\n  key_file: /etc/s.key\n  client_ca_file: /etc/ca.pem\n"
       "  http: false\n  reload_seconds: 5\n",
@@ -164,7 +164,7 @@ TEST_CASE("tls keys parse; half a TLS setup is an error naming the missing key")
   }
 }
 
-TEST_CASE("auth.token_file is read by LoadConfig into a digest; bad files name the path only") {
+TEST_CASE("auth.token_file is read by LoadConfig into a digest, bad files name the path only") {
   TempFile token("  s3cret-Token_42\n");
   TempFile config("auth:\n  token_file: " + token.path + "\n  protect_reads: true\n");
   sd::ConfigSources flags;
@@ -211,7 +211,7 @@ TEST_CASE("auth.token_file is read by LoadConfig into a digest; bad files name t
              Catch::Contains("auth.protect_reads=true needs auth.token_file"));
 }
 
-TEST_CASE("ingest limits parse; stream_reports_per_second 0 is no limit; bad values named") {
+TEST_CASE("ingest limits parse, stream_reports_per_second 0 is no limit, bad values named") {
   auto cfg = sd::ParseConfig("limits:\n  max_streams: 7\n  stream_reports_per_second: 0\n"
                              "  stream_reports_burst: 9\n  max_message_bytes: 65536\n",
                              "t.yaml");

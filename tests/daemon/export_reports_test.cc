@@ -169,7 +169,7 @@ TEST_CASE("ExportReports with limits.recent_reports_per_job=0 keeps nothing") {
   CHECK(stream.Close().ok());
 }
 
-TEST_CASE("acks carry progress for the ranks of their batch only; the first for every rank") {
+TEST_CASE("acks carry progress for the ranks of their batch only, the first for every rank") {
   Fixture f(16);
   OpenStream stream(*f.ingest);
   v1::ReportBatch b = Hello("progress", 8, {0, 1, 2, 3, 4, 5, 6, 7});

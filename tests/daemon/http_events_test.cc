@@ -109,7 +109,7 @@ TEST_CASE("http events: job-wide events carry no rank and no states") {
   CHECK(seen.count("EVENT_KIND_OVERRIDE") == 1);
 }
 
-TEST_CASE("http events: ?kind= and ?rank= filter on the daemon; the cursor still advances") {
+TEST_CASE("http events: ?kind= and ?rank= filter on the daemon, the cursor still advances") {
   Fixture f;
   const std::string events = std::string("/v1/jobs/") + kJob + "/events";
   const pb::Struct all = f.GetJson(events);

@@ -482,7 +482,7 @@ TEST_CASE("http: a rank is detached only when its last stream ends") {
   CHECK(detached() == 0);
 }
 
-TEST_CASE("http: /readyz follows the phases; REST answers 503 while draining") {
+TEST_CASE("http: /readyz follows the phases, REST answers 503 while draining") {
   sd::DaemonStats stats;
   sd::DaemonConfig config;
   config.http_address = "127.0.0.1:0";

@@ -37,7 +37,7 @@ std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
 }  // namespace
 
-TEST_CASE("job ids: A-Z a-z 0-9 . _ -, 1 to 128 bytes; errors name the value and the byte") {
+TEST_CASE("job ids: A-Z a-z 0-9 . _ -, 1 to 128 bytes, errors name the value and the byte") {
   CHECK(straggler::common::ValidateJobId("job_id", "train.a-1_B").ok());
   CHECK(straggler::common::ValidateJobId("job_id", std::string(128, 'x')).ok());
 

@@ -118,7 +118,7 @@ void AwaitWaiters(sd::Server& server, size_t n) {
 
 }  // namespace
 
-TEST_CASE("rendezvous: set then get returns the values in request order; jobs are apart") {
+TEST_CASE("rendezvous: set then get returns the values in request order, jobs are apart") {
   Fixture f;
   REQUIRE(f.Set("a", "k1", "one").ok());
   REQUIRE(f.Set("a", "k2", std::string("t\0o", 3)).ok());

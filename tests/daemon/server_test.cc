@@ -122,7 +122,7 @@ TEST_CASE("batches are acknowledged with counts, rejections and the membership")
   CHECK(stream.Close().ok());
 }
 
-TEST_CASE("a later hello adds ranks to a stream; a bad one is refused and the stream goes on") {
+TEST_CASE("a later hello adds ranks to a stream, a bad one is refused and the stream goes on") {
   // The node agent's case: ranks of one job connect to it at different times
   // and it speaks for all of them on one upstream stream.
   Fixture f;

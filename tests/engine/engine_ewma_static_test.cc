@@ -44,7 +44,7 @@ TEST_CASE("ewma: hand-computed averages (first sample sets it)", "[engine][ewma]
   }
 }
 
-TEST_CASE("ewma: a rank above ratio x median is flagged after limit rows; 1.3x never",
+TEST_CASE("ewma: a rank above ratio x median is flagged after limit rows, 1.3x never",
           "[engine][ewma]") {
   // ratio 1.5 (default), min_samples 5 (default), limit 5.
   Harness h(5, Ewma());

@@ -17,7 +17,7 @@ namespace {
 
 using namespace testutil;  // engine_test_util.h
 
-TEST_CASE("groups: SetTopology files a rank; Reset and StartOver keep it", "[groups]") {
+TEST_CASE("groups: SetTopology files a rank, Reset and StartOver keep it", "[groups]") {
   Harness h(4);
   JobEngine& e = h.engine();
   CHECK(e.Topology(2) == RankTopology{});  // the default group, its own replica, model unknown

@@ -174,7 +174,7 @@ TEST_CASE("guards: exclusion_enabled=false classifies but never excludes", "[eng
   }
 }
 
-TEST_CASE("overrides: force exclude, force include, none; bad rank", "[engine][guards][override]") {
+TEST_CASE("overrides: force exclude, force include, none, bad rank", "[engine][guards][override]") {
   Harness h(4);
   h.Rows(0, 10, 0, Uniform(4, 1.0));
 

@@ -391,7 +391,7 @@ TEST_CASE("rows: a rank that misses an iteration does not stall the job beyond t
 }  // namespace
 }  // namespace straggler::engine
 
-TEST_CASE("rows: announced ranks are waited for; unannounced ones are not",
+TEST_CASE("rows: announced ranks are waited for, unannounced ones are not",
           "[engine][membership][rows]") {
   using namespace straggler::engine;
   PolicyConfig p = DynamicPolicy();

@@ -99,7 +99,7 @@ TEST_CASE("planner: overrides win over every guard, and exclusion disabled leave
   CHECK(plan.blocked.empty());
 }
 
-TEST_CASE("planner: an excluded candidate keeps its entry; a cleared force is released",
+TEST_CASE("planner: an excluded candidate keeps its entry, a cleared force is released",
           "[engine][planner]") {
   PolicyConfig p;
   std::vector<RankSnapshot> ranks(8, Healthy());

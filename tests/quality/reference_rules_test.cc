@@ -39,7 +39,7 @@ TEST_CASE("nvrx: score = fastest median / own median, flagged below 0.75") {
   CHECK(f == std::vector<uint8_t>{0, 0, 0});
 }
 
-TEST_CASE("nvrx: exactly 0.75 is not a straggler; a silent rank is neither flagged nor the reference") {
+TEST_CASE("nvrx: exactly 0.75 is not a straggler, a silent rank is neither flagged nor the reference") {
   NvrxRule rule(3, {.window = 1, .threshold = 0.75, .min_samples = 1});
   std::vector<uint8_t> f;
   rule.Observe(std::vector<double>{3.0, 4.0, kNone}, f);  // 3/4 = 0.75

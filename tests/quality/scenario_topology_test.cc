@@ -33,7 +33,7 @@ std::string Error(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("scenario topology: a Megatron layout names each rank's stage and replica; stage_cost") {
+TEST_CASE("scenario topology: a Megatron layout names each rank's stage and replica, stage_cost") {
   // 4 replicas x 2 stages x 2 tensor, default order tp-cp-ep-dp-pp:
   // rank = t + 2 (r + 4 s): rank 9 = t1 + 2 (r0 + 4 s1) -> stage1, replica 0;
   // rank 6 = t0 + 2 (r3 + 0) -> stage0, replica 3.
@@ -57,7 +57,7 @@ TEST_CASE("scenario topology: a Megatron layout names each rank's stage and repl
   CHECK(o.topology[6].replica == 1u);
 }
 
-TEST_CASE("scenario topology: explicit entries with gpu_model and cost; others keep defaults") {
+TEST_CASE("scenario topology: explicit entries with gpu_model and cost, others keep defaults") {
   const Scenario s = Must(Base(6) +
                           "topology:\n"
                           "  - {ranks: [\"0-2\"], peer_group: a, gpu_model: H100}\n"

@@ -70,7 +70,7 @@ TEST_CASE("missed episode, false alarm, not recovered, truth to the end") {
   CHECK(s.fp_per_1000 == Approx(300.0));  // 1000 x 6 / 20
 }
 
-TEST_CASE("unscored cells are not counted; a rank that stops reporting ends its episode") {
+TEST_CASE("unscored cells are not counted, a rank that stops reporting ends its episode") {
   // One rank, 10 iterations; it reports rows 0..5 only. truth [2,8) -> the
   // scored episode is [2,6) and it ends where the reports end, so the flag
   // that stays up cannot be judged as a missing recovery there.

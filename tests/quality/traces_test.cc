@@ -75,7 +75,7 @@ TEST_CASE("csv: bad number names the line and the value") {
   CHECK(Has(rank.status(), "rank 'x'"));
 }
 
-TEST_CASE("csv: the world is at most 65536 ranks; a larger rank id names the rank and line") {
+TEST_CASE("csv: the world is at most 65536 ranks, a larger rank id names the rank and line") {
   // The world is 0 .. the highest rank: a stray id must not size it.
   auto top = Csv("iteration,rank,compute_seconds\n0,0,0.1\n0,65535,0.1\n");
   REQUIRE(top.ok());
@@ -126,7 +126,7 @@ TEST_CASE("scenario: noiseless slow effect gives exact times and truth") {
   CHECK(Intervals(t.truth) == std::vector<Interval>{{1, 10, 20}});
 }
 
-TEST_CASE("scenario: below truth_min_factor is not a straggler; the factor is configurable") {
+TEST_CASE("scenario: below truth_min_factor is not a straggler, the factor is configurable") {
   CHECK(Generate(Must("effects:\n  - {type: slow, rank: 0, factor: 1.2}\n")).truth.Count() == 0);
   auto s = ParseScenario(std::string(kBase) + "truth_min_factor: 1.2\n" +
                              "effects:\n  - {type: slow, rank: 0, factor: 1.2}\n",
