@@ -307,7 +307,7 @@ int straggler_flush(straggler_client_t* client, uint32_t timeout_ms) {
   }
 }
 
-int straggler_stats(const straggler_client_t* client, straggler_stats_t* out) {
+int(straggler_stats)(const straggler_client_t* client, straggler_stats_t* out) {
   // The struct as it was before fields were appended: a program built then
   // passes a buffer of exactly this size.
   return straggler_stats_sized(client, out, offsetof(straggler_stats_t, upstream_unavailable));

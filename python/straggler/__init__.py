@@ -82,14 +82,18 @@ class Client(_Client):
 def _torch_gpu_model():
     """The name torch gives this process's GPU ("NVIDIA H100 80GB HBM3"), or None.
 
-    Detection never compares ranks of different GPU models (docs/topology.md). Only a
-    torch already imported (by the trainer, or above where it is installed) is asked.
+    Detection never compares ranks of different GPU models (docs/topology.md). Only
+    a process whose CUDA torch has already initialized (the trainer moved a model
+    or called set_device) is asked: asking would otherwise initialize CUDA here,
+    and a process that forks after that cannot use CUDA in its children. torch is
+    imported above wherever it is installed, so that it is imported says nothing
+    of whether the trainer uses it. Elsewhere: gpu_model= or STRAGGLER_GPU_MODEL.
     """
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     try:
-        if not torch.cuda.is_available():
+        if not torch.cuda.is_initialized():
             return None
         name = torch.cuda.get_device_name(torch.cuda.current_device())
     except Exception:  # noqa: BLE001 - a broken CUDA setup must not stop training

@@ -60,13 +60,18 @@ TEST_CASE("straggler_stats fills the original fields only, _sized every field th
   REQUIRE(straggler_report(c, 0, 0, 0, 0.1) == STRAGGLER_OK);
 
   // A program built against the struct before upstream_unavailable was
-  // appended passes a buffer that ends before it: straggler_stats must not
-  // write there.
+  // appended calls the symbol with a buffer that ends before it: the symbol
+  // (parenthesised: not the macro) must not write there.
   straggler_stats_t s;
   s.upstream_unavailable = 42;
-  REQUIRE(straggler_stats(c, &s) == STRAGGLER_OK);
+  REQUIRE((straggler_stats)(c, &s) == STRAGGLER_OK);
   CHECK(s.enqueued == 1);
   CHECK(s.upstream_unavailable == 42);
+  // A program built against this header: the macro passes its struct's size,
+  // so every field is filled.
+  s.upstream_unavailable = 42;
+  REQUIRE(straggler_stats(c, &s) == STRAGGLER_OK);
+  CHECK(s.upstream_unavailable == 0);
 
   REQUIRE(straggler_stats_sized(c, &s, sizeof s) == STRAGGLER_OK);
   CHECK(s.enqueued == 1);

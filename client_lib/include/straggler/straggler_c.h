@@ -121,9 +121,10 @@ typedef struct straggler_stats {
   uint64_t reconnects;
   int connected;                   /* 1 while a stream to the daemon is up */
   char last_rejection[STRAGGLER_LAST_REJECTION_MAX];  /* NUL-terminated, may be truncated */
-  /* Fields below were appended later; only straggler_stats_sized fills them
-   * (straggler_stats writes the fields above only, so a program built
-   * against the shorter struct keeps working with a newer library). */
+  /* Fields below were appended later; straggler_stats_sized fills them when
+   * the size passed holds them (straggler_stats passes this header's size;
+   * a program built against the shorter struct keeps working with a newer
+   * library). */
   int upstream_unavailable;        /* 1 while the straggler-agent this client talks to says
                                       its stream to the daemon is down; 0 with no agent */
 } straggler_stats_t;
@@ -229,8 +230,11 @@ int straggler_on_membership_change(straggler_client_t* client, straggler_members
  * acknowledged. 0 when all were, STRAGGLER_INCOMPLETE on timeout. */
 int straggler_flush(straggler_client_t* client, uint32_t timeout_ms);
 
-/* Copies the client's counters into *out: the fields up to last_rejection. */
-int straggler_stats(const straggler_client_t* client, straggler_stats_t* out);
+/* The symbol programs built before straggler_stats_sized existed call: it
+ * copies the fields up to last_rejection (their struct's end). Newly built
+ * programs call it through the macro below, which passes their struct's size
+ * and so gets every field. */
+int(straggler_stats)(const straggler_client_t* client, straggler_stats_t* out);
 
 /* Copies every field of straggler_stats_t that lies entirely within the
  * first `size` bytes of *out; pass sizeof(straggler_stats_t). Fields beyond
@@ -238,6 +242,9 @@ int straggler_stats(const straggler_client_t* client, straggler_stats_t* out);
  * not touched. STRAGGLER_EINVAL for a NULL client or out, or a size smaller
  * than the fields straggler_stats fills. */
 int straggler_stats_sized(const straggler_client_t* client, straggler_stats_t* out, size_t size);
+
+#define straggler_stats(client, out) \
+  straggler_stats_sized((client), (out), sizeof(straggler_stats_t))
 
 #ifdef __cplusplus
 } /* extern "C" */
