@@ -26,6 +26,16 @@ absl::StatusOr<E> ParseName(std::string_view what, std::string_view name, const 
                                                  "' is not one of ", absl::StrJoin(names, ", ")));
 }
 
+// "a, b or c": the names of `all` in order, the last after " or ".
+template <class E, size_t N>
+std::string Choices(const E (&all)[N], std::string_view (*name_of)(E)) {
+  std::string text;
+  for (size_t i = 0; i < N; ++i) {
+    text.append(i == 0 ? "" : i + 1 == N ? " or " : ", ").append(name_of(all[i]));
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string_view PolicyKindName(PolicyKind kind) {
@@ -39,10 +49,10 @@ std::string_view PolicyKindName(PolicyKind kind) {
 }
 
 absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name) {
-  constexpr PolicyKind kAll[] = {PolicyKind::kPeer, PolicyKind::kDynamic, PolicyKind::kEwma,
-                                 PolicyKind::kStatic};
-  return ParseName("policy kind", name, kAll, PolicyKindName);
+  return ParseName("policy kind", name, kPolicyKinds, PolicyKindName);
 }
+
+std::string PolicyKindChoices() { return Choices(kPolicyKinds, PolicyKindName); }
 
 std::string_view RecoveryModeName(RecoveryMode mode) {
   switch (mode) {
@@ -53,9 +63,10 @@ std::string_view RecoveryModeName(RecoveryMode mode) {
 }
 
 absl::StatusOr<RecoveryMode> ParseRecoveryMode(std::string_view name) {
-  constexpr RecoveryMode kAll[] = {RecoveryMode::kShadow, RecoveryMode::kProbation};
-  return ParseName("recovery", name, kAll, RecoveryModeName);
+  return ParseName("recovery", name, kRecoveryModes, RecoveryModeName);
 }
+
+std::string RecoveryModeChoices() { return Choices(kRecoveryModes, RecoveryModeName); }
 
 namespace {
 

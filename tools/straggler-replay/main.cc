@@ -160,7 +160,7 @@ std::string ApplySet(const std::string& text, Settings& s) {
           else return bad + "not true or false";
         } else {
           auto v = straggler::engine::ParseRecoveryMode(value);
-          if (!v.ok()) return bad + "not shadow or probation";
+          if (!v.ok()) return bad + "not " + straggler::engine::RecoveryModeChoices();
           out = *v;
         }
         return "";
@@ -263,8 +263,8 @@ nlohmann::json CriteriaJson(const Criteria& c) {
 // daemon's default (PolicyConfig{}, = deploy/stragglerd.yaml) first.
 std::vector<std::string> EnginePolicies() {
   std::vector<std::string> out = {std::string(PolicyKindName(PolicyConfig{}.kind))};
-  for (const char* name : {"peer", "dynamic", "ewma", "static"})
-    if (out[0] != name) out.push_back(name);
+  for (PolicyKind kind : straggler::engine::kPolicyKinds)
+    if (out[0] != PolicyKindName(kind)) out.push_back(std::string(PolicyKindName(kind)));
   return out;
 }
 

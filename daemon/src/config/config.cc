@@ -67,8 +67,8 @@ class Parser : public common::ConfigReader {
                   if (!s.ok()) return s.status();
                   auto v = engine::ParsePolicyKind(*s);
                   if (!v.ok()) {
-                    return Error(value.Mark(), absl::StrCat(qualified, "=", *s,
-                                                            " is not peer, dynamic, ewma or static"));
+                    return Error(value.Mark(), absl::StrCat(qualified, "=", *s, " is not ",
+                                                            engine::PolicyKindChoices()));
                   }
                   policy.*member = *v;
                 } else {
@@ -76,8 +76,8 @@ class Parser : public common::ConfigReader {
                   if (!s.ok()) return s.status();
                   auto v = engine::ParseRecoveryMode(*s);
                   if (!v.ok()) {
-                    return Error(value.Mark(),
-                                 absl::StrCat(qualified, "=", *s, " is not shadow or probation"));
+                    return Error(value.Mark(), absl::StrCat(qualified, "=", *s, " is not ",
+                                                            engine::RecoveryModeChoices()));
                   }
                   policy.*member = *v;
                 }

@@ -33,10 +33,20 @@ namespace straggler::engine {
 enum class PolicyKind { kDynamic, kEwma, kStatic, kPeer };
 enum class RecoveryMode { kShadow, kProbation };
 
+// Every kind and mode, in the order messages list them (the default first).
+inline constexpr PolicyKind kPolicyKinds[] = {PolicyKind::kPeer, PolicyKind::kDynamic,
+                                              PolicyKind::kEwma, PolicyKind::kStatic};
+inline constexpr RecoveryMode kRecoveryModes[] = {RecoveryMode::kShadow,
+                                                  RecoveryMode::kProbation};
+
 std::string_view PolicyKindName(PolicyKind kind);
 absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name);
 std::string_view RecoveryModeName(RecoveryMode mode);
 absl::StatusOr<RecoveryMode> ParseRecoveryMode(std::string_view name);
+// The names in kPolicyKinds / kRecoveryModes order as a sentence: "peer,
+// dynamic, ewma or static", "shadow or probation".
+std::string PolicyKindChoices();
+std::string RecoveryModeChoices();
 
 struct PolicyConfig {
   // The daemon's default is peer (issue 17: peer groups, mild stragglers at
