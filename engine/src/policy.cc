@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,10 +19,10 @@ absl::StatusOr<E> ParseName(std::string_view what, std::string_view name, const 
   for (E e : all) {
     if (name_of(e) == name) return e;
   }
-  std::vector<std::string> names;
-  for (E e : all) names.emplace_back(name_of(e));
-  return absl::InvalidArgumentError(absl::StrCat(std::string(what), " '", std::string(name),
-                                                 "' is not one of ", absl::StrJoin(names, ", ")));
+  const std::string names = absl::StrJoin(
+      all, ", ", [name_of](std::string* out, E e) { out->append(name_of(e)); });
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(what), " '", std::string(name), "' is not one of ", names));
 }
 
 // "a, b or c": the names of `all` in order, the last after " or ".
