@@ -46,11 +46,14 @@ absl::StatusOr<Response> ReadJob(const JobRegistry& registry, const std::string&
 }
 
 // The same for a change: `change(job, now, response)` runs under the job's
-// lock and the registry commits after it (JobRegistry::Mutate).
+// lock and the registry commits after it (JobRegistry::Mutate). `precheck`,
+// the request's own check of its other fields, is the error after the id's
+// and before the registry's NOT_FOUND.
 template <class Response, class Change>
 absl::StatusOr<Response> MutateJob(JobRegistry& registry, const std::string& job_id,
-                                   Change change) {
+                                   Change change, absl::Status precheck = absl::OkStatus()) {
   if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  if (!precheck.ok()) return precheck;
   Response response;
   absl::Status s = registry.Mutate(
       job_id, [&](Job::Locked& job, engine::Time now) { return change(job, now, response); });
@@ -217,31 +220,30 @@ absl::StatusOr<v1::Job> SetPolicy(JobRegistry& registry, const v1::SetPolicyRequ
 absl::StatusOr<v1::Membership> SetRankOverride(JobRegistry& registry,
                                                const v1::SetRankOverrideRequest& request,
                                                std::string_view caller) {
-  // The id is named before the reason (MutateJob checks it again).
-  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
-  if (absl::Status s = common::ValidateReason(request.reason()); !s.ok()) return s;
-  return MutateJob<v1::Membership>(registry, request.job_id(), [&](Job::Locked& job,
-                                                                   engine::Time now,
-                                                                   v1::Membership& out) {
-    if (absl::Status s = CheckRank(job, request.rank()); !s.ok()) return s;
-    auto override = FromProto(request.override());
-    if (!override.ok()) return override.status();
-    if (absl::Status s = job->engine.SetOverride(request.rank(), *override, request.reason(), now);
-        !s.ok()) {
-      return absl::InvalidArgumentError(s.message());
-    }
-    // Kept for the state database, which restores the reason with the override.
-    if (*override == engine::RankOverride::kNone) {
-      job->override_reasons.erase(request.rank());
-    } else {
-      job->override_reasons[request.rank()] = request.reason();
-    }
-    spdlog::info("job={} rank={} override {} by admin call from {}{}{}", job.id, request.rank(),
-                 v1::RankOverride_Name(request.override()), caller,
-                 request.reason().empty() ? "" : ": ", request.reason());
-    ToProto(job->engine.membership(), job, &out);
-    return absl::OkStatus();
-  });
+  return MutateJob<v1::Membership>(
+      registry, request.job_id(),
+      [&](Job::Locked& job, engine::Time now, v1::Membership& out) {
+        if (absl::Status s = CheckRank(job, request.rank()); !s.ok()) return s;
+        auto override = FromProto(request.override());
+        if (!override.ok()) return override.status();
+        if (absl::Status s =
+                job->engine.SetOverride(request.rank(), *override, request.reason(), now);
+            !s.ok()) {
+          return absl::InvalidArgumentError(s.message());
+        }
+        // Kept for the state database, which restores the reason with the override.
+        if (*override == engine::RankOverride::kNone) {
+          job->override_reasons.erase(request.rank());
+        } else {
+          job->override_reasons[request.rank()] = request.reason();
+        }
+        spdlog::info("job={} rank={} override {} by admin call from {}{}{}", job.id, request.rank(),
+                     v1::RankOverride_Name(request.override()), caller,
+                     request.reason().empty() ? "" : ": ", request.reason());
+        ToProto(job->engine.membership(), job, &out);
+        return absl::OkStatus();
+      },
+      common::ValidateReason(request.reason()));
 }
 
 absl::StatusOr<v1::Job> ResetJob(JobRegistry& registry, const v1::ResetJobRequest& request,
