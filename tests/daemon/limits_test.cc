@@ -238,6 +238,18 @@ TEST_CASE("query and admin calls refuse job ids no job can have, and bad overrid
     CHECK_THAT(st.error_message(), Catch::Contains("control character 0x0a at byte 8"));
   }
   {
+    // The order of the errors: the id first, then the reason, then NOT_FOUND.
+    v1::Membership m;
+    st = SetOverride(*d.admin, "no such/job", 1, v1::RANK_OVERRIDE_FORCE_EXCLUDE,
+                     "line one\nline two", &m);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::StartsWith("job_id 'no such/job' has ' ' at byte 2"));
+    st = SetOverride(*d.admin, "no-such-job", 1, v1::RANK_OVERRIDE_FORCE_EXCLUDE,
+                     "line one\nline two", &m);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("control character 0x0a at byte 8"));
+  }
+  {
     grpc::ClientContext ctx;
     v1::WatchMembershipRequest req;
     req.set_job_id(std::string(200, 'w'));
