@@ -97,12 +97,10 @@ absl::Status RendezvousStore::PutLocked(const std::string& job, JobKv& kv, const
   if (it == kv.keys.end()) {
     if (kv.keys.size() >= config_.max_keys_per_job) DropExpiredLocked(kv, now);
     if (kv.keys.size() >= config_.max_keys_per_job) {
-      absl::Status refused = absl::ResourceExhaustedError(
+      return absl::ResourceExhaustedError(
           absl::StrCat("job ", common::Quoted(job), " holds ", kv.keys.size(),
                        " rendezvous keys (rendezvous.max_keys_per_job=", config_.max_keys_per_job,
                        "); key ", common::Quoted(key), " not stored"));
-      EraseIfEmptyLocked(job);  // `kv` may be gone from here on
-      return refused;
     }
     it = kv.keys.emplace(key, Entry{}).first;
   }

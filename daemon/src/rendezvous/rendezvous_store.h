@@ -100,8 +100,7 @@ class RendezvousStore {
   // The job's entry for a write, creating it within max_jobs.
   absl::StatusOr<JobKv*> JobForWriteLocked(const std::string& job, Clock::time_point now);
   // Stores key (within max_keys_per_job, expiring after `ttl` as
-  // ExpiryLocked says) and collects the waits it completes. A refused key
-  // leaves no job behind that only this write created (JobForWriteLocked).
+  // ExpiryLocked says) and collects the waits it completes.
   absl::Status PutLocked(const std::string& job, JobKv& kv, const std::string& key,
                          std::string value, std::optional<std::chrono::milliseconds> ttl,
                          Clock::time_point now, std::vector<Completion>* completions);
