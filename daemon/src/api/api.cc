@@ -155,21 +155,25 @@ absl::StatusOr<v1::ListEventsResponse> ListEvents(const JobRegistry& registry,
 
 absl::StatusOr<v1::ExportReportsResponse> ExportReports(
     const JobRegistry& registry, const v1::ExportReportsRequest& request) {
-  if (absl::Status s = CheckJobId(request.job_id()); !s.ok()) return s;
   const uint64_t since = request.since_iteration();
-  std::vector<RecentReport> kept;
-  uint64_t dropped = 0;
-  // Copy under the job's lock; sort and render after releasing it.
-  absl::Status s = registry.Read(request.job_id(), [&](const Job::Locked& job) {
-    kept.reserve(job->recent.size());
-    job->recent.ForEach([&](const RecentReport& r) {
-      if (r.iteration >= since) kept.push_back(r);
-    });
-    if (job->recent.dropped() > 0 && job->recent.dropped_max_iteration() >= since) {
-      dropped = job->recent.dropped();
-    }
-  });
-  if (!s.ok()) return s;
+  // Copied under the job's lock; sorted and rendered after releasing it.
+  struct Kept {
+    std::vector<RecentReport> reports;
+    uint64_t dropped = 0;
+  };
+  absl::StatusOr<Kept> copied =
+      ReadJob<Kept>(registry, request.job_id(), [since](const Job::Locked& job, Kept& out) {
+        out.reports.reserve(job->recent.size());
+        job->recent.ForEach([&](const RecentReport& r) {
+          if (r.iteration >= since) out.reports.push_back(r);
+        });
+        if (job->recent.dropped() > 0 && job->recent.dropped_max_iteration() >= since) {
+          out.dropped = job->recent.dropped();
+        }
+        return absl::OkStatus();
+      });
+  if (!copied.ok()) return copied.status();
+  std::vector<RecentReport>& kept = copied->reports;
   auto by_iteration_rank = [](const RecentReport& a, const RecentReport& b) {
     return a.iteration != b.iteration ? a.iteration < b.iteration : a.rank < b.rank;
   };
@@ -196,7 +200,7 @@ absl::StatusOr<v1::ExportReportsResponse> ExportReports(
                          : 0.0);
     score->set_job_step_seconds(kept[i].job_step_seconds);
   }
-  response.set_dropped_before(dropped);
+  response.set_dropped_before(copied->dropped);
   return response;
 }
 
