@@ -46,10 +46,12 @@
 #include "policy_flags.h"
 #include "render.h"
 #include "top.h"
+#include "straggler/v1/requests.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace {
 namespace v1 = straggler::v1;
+using straggler::v1::requests::ForJob;
 
 constexpr int kExitOk = 0;
 constexpr int kExitRpcError = 1;
@@ -163,13 +165,6 @@ class Ctl {
     Response response;
     const grpc::Status status = Call(stub, method, request, &response);
     return Show(status, response, print);
-  }
-
-  template <typename Request>
-  static Request ForJob(const std::string& job) {
-    Request r;
-    r.set_job_id(job);
-    return r;
   }
 
   int Jobs() {

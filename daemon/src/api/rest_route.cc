@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "straggler/common/validate.h"
+#include "straggler/v1/requests.h"
 
 namespace straggler::daemon {
 
@@ -69,6 +70,7 @@ std::optional<std::string> DecodePathSegment(absl::string_view segment) {
 namespace {
 
 namespace v1 = ::straggler::v1;
+using ::straggler::v1::requests::ForJob;
 namespace pbu = ::google::protobuf::util;
 
 absl::Status ParseJsonBody(absl::string_view body, google::protobuf::Message* msg,
@@ -326,14 +328,6 @@ absl::Status ParseOverrideBody(absl::string_view body, v1::SetRankOverrideReques
         "the override body needs \"override\": none, force_include or force_exclude");
   }
   return absl::OkStatus();
-}
-
-// The request of a call on one job, before its own parameters.
-template <class Request>
-Request ForJob(const std::string& job) {
-  Request request;
-  request.set_job_id(job);
-  return request;
 }
 
 }  // namespace
