@@ -29,13 +29,7 @@ std::vector<prometheus::MetricFamily> CollectAgentMetrics(
     if (!fresh) it->second.Add(j->Snap());
   }
   using Snap = UpstreamJob::Snapshot;
-  struct JobFamily {
-    const char* name;
-    T type;
-    const char* help;
-    double (*value)(const Snap&);
-  };
-  static const JobFamily kJobFamilies[] = {
+  static const common::Family<Snap> kJobFamilies[] = {
       {"straggler_agent_buffered_reports", T::Gauge,
        "Reports held for the daemon (not yet acknowledged by it).",
        [](const Snap& s) { return static_cast<double>(s.buffered); }},
@@ -51,10 +45,9 @@ std::vector<prometheus::MetricFamily> CollectAgentMetrics(
       {"straggler_agent_job_downstream_streams", T::Gauge, "Open trainer streams of the job.",
        [](const Snap& s) { return static_cast<double>(s.downstreams); }},
   };
-  for (const JobFamily& f : kJobFamilies) {
-    auto& family = AddFamily(out, f.name, f.type, f.help);
-    for (const auto& [id, s] : snaps) AddSample(family, {{"job", id}}, f.value(s));
-  }
+  common::AddJobFamilies(out, kJobFamilies, snaps, [](const auto& id_snap) -> const auto& {
+    return id_snap;  // (job id, Snapshot)
+  });
   // Per rank: a node runs a handful of ranks, so the cardinality is small.
   struct RankFamily {
     const char* name;

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 using common::AddFamily;
 using common::AddSample;
+using common::Family;
 using common::Labels;
 
 constexpr engine::WorkerState kAllStates[] = {
@@ -109,16 +111,8 @@ double Load(const std::atomic<int64_t>& a) {
 // ---------------------------------------------------------------- the tables
 // Adding a metric is one row in one of these tables (docs/metrics.md).
 
-// A family of one sample per `From`: the daemon's (DaemonStats) or a job's
-// (JobRow).
-template <class From>
-struct Family {
-  const char* name;
-  MetricType type;
-  const char* help;
-  double (*value)(const From&);
-};
-
+// common::Family of one sample per `From`: the daemon's (DaemonStats) or a
+// job's (JobRow).
 // Daemon-wide, one unlabelled sample from DaemonStats.
 const Family<DaemonStats> kDaemonFamilies[] = {
     {"straggler_active_streams", MetricType::Gauge, "Open ingest streams.",
@@ -431,10 +425,9 @@ std::vector<MetricFamily> DaemonCollector::Collect() const {
                       "overrides, sequence reservations, retention)."),
             {}, Load(stats_.state_db_errors) + static_cast<double>(registry_.state_db_writer_errors()));
   LabelledFamilies(stats_, out);
-  for (const auto& f : kJobFamilies) {
-    auto& family = AddFamily(out, f.name, f.type, f.help);
-    for (const JobRow& j : jobs) AddSample(family, {{"job", j.id}}, f.value(j));
-  }
+  common::AddJobFamilies(out, kJobFamilies, jobs, [](const JobRow& j) {
+    return std::pair<const std::string&, const JobRow&>(j.id, j);
+  });
   auto& latency = AddFamily(out, "straggler_job_detection_latency_iterations",
                             MetricType::Histogram,
                             "Iterations from the first slow step of an episode to the detection.");

@@ -24,6 +24,10 @@
 //      AddSample(f, {{"job", "bert"}}, 8);
 //      std::string text = TextSerializer().Serialize(out);
 //
+//  * Family<From> / AddJobFamilies: a table row per metric whose samples
+//    are read from a `From` (the daemon's stats, a job's row, an agent
+//    job's snapshot); adding such a metric is one row (docs/metrics.md).
+//
 //  * AtomicHistogram: a histogram whose Observe takes no lock, for hot
 //    paths (the ingest batch duration), with prometheus::Histogram's bucket
 //    rules; AddHistogram builds its sample at scrape time.
@@ -38,6 +42,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -89,7 +94,29 @@ prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>& out, 
                                     prometheus::MetricType type, std::string help);
 // A counter, gauge or untyped sample of `family`.
 void AddSample(prometheus::MetricFamily& family, Labels labels, double value);
-// A histogram sample of `family` (a Histogram family): `h`'s buckets.
+
+// A family whose one sample per `From` is `value(from)`.
+template <class From>
+struct Family {
+  const char* name;
+  prometheus::MetricType type;
+  const char* help;
+  double (*value)(const From&);
+};
+
+// Appends each of `families` with one sample per element of `rows`,
+// labelled job=id, where `job_of(row)` gives the row's (id, From) pair.
+template <class From, std::size_t N, class Rows, class JobOf>
+void AddJobFamilies(std::vector<prometheus::MetricFamily>& out, const Family<From> (&families)[N],
+                    const Rows& rows, JobOf job_of) {
+  for (const Family<From>& f : families) {
+    prometheus::MetricFamily& family = AddFamily(out, f.name, f.type, f.help);
+    for (const auto& row : rows) {
+      const auto& [id, from] = job_of(row);
+      AddSample(family, {{"job", std::string(id)}}, f.value(from));
+    }
+  }
+}
 
 // A Prometheus histogram for hot paths: Observe is one relaxed atomic
 // increment of the value's bucket and an atomic add to the sum, no mutex
@@ -111,6 +138,7 @@ class AtomicHistogram {
   const std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // per bucket, +Inf last; not cumulative
   std::atomic<double> sum_{0.0};
 };
+// A histogram sample of `family` (a Histogram family): `h`'s buckets.
 void AddHistogram(prometheus::MetricFamily& family, Labels labels, const AtomicHistogram& h);
 
 // The standard process_* values, from /proc; a value that cannot be read is
