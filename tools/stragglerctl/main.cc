@@ -285,14 +285,9 @@ class Ctl {
 
   int ShowPolicy(const std::string& job) {
     v1::Job r;
-    auto s = Call(*query_, &v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &r);
-    if (!s.ok()) return Fail(s, g_);
-    if (g_.json()) {
-      PrintJson(r.policy(), false);
-    } else {
-      stragglerctl::PrintPolicy(r.policy(), std::cout);
-    }
-    return kExitOk;
+    const grpc::Status s =
+        Call(*query_, &v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &r);
+    return Show(s, r.policy(), stragglerctl::PrintPolicy);  // the job's policy only
   }
 
   int Override(const std::string& job, uint32_t rank, v1::RankOverride o,
