@@ -398,6 +398,10 @@ TEST_CASE("a bad value is an error naming the key and the value") {
     // The message lists every kind, the default (peer) included.
     CHECK_THAT(error, Catch::Contains("policy.kind=fancy is not peer, dynamic, ewma or static"));
   }
+  SECTION("unknown recovery mode") {
+    const std::string error = RefusedConfig("policy:\n  recovery: sometimes\n", "x.yaml");
+    CHECK_THAT(error, Catch::Contains("policy.recovery=sometimes is not shadow or probation"));
+  }
   SECTION("out of range, caught by PolicyConfig::Validate") {
     const std::string error = RefusedConfig("policy:\n  threshold_factor: 0.5\n", "x.yaml");
     CHECK_THAT(error, Catch::StartsWith("x.yaml:") && Catch::Contains("threshold_factor=0.5"));

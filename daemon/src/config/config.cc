@@ -62,22 +62,21 @@ class Parser : public common::ConfigReader {
                   auto v = Bool(value, qualified);
                   if (!v.ok()) return v.status();
                   policy.*member = *v;
-                } else if constexpr (std::is_same_v<T, PolicyKind>) {
+                } else {  // PolicyKind or RecoveryMode, by its name
+                  constexpr bool kKind = std::is_same_v<T, PolicyKind>;
                   auto s = String(value, qualified);
                   if (!s.ok()) return s.status();
-                  auto v = engine::ParsePolicyKind(*s);
-                  if (!v.ok()) {
-                    return Error(value.Mark(), absl::StrCat(qualified, "=", *s, " is not ",
-                                                            engine::PolicyKindChoices()));
+                  absl::StatusOr<T> v;
+                  if constexpr (kKind) {
+                    v = engine::ParsePolicyKind(*s);
+                  } else {
+                    v = engine::ParseRecoveryMode(*s);
                   }
-                  policy.*member = *v;
-                } else {
-                  auto s = String(value, qualified);
-                  if (!s.ok()) return s.status();
-                  auto v = engine::ParseRecoveryMode(*s);
                   if (!v.ok()) {
-                    return Error(value.Mark(), absl::StrCat(qualified, "=", *s, " is not ",
-                                                            engine::RecoveryModeChoices()));
+                    return Error(value.Mark(),
+                                 absl::StrCat(qualified, "=", *s, " is not ",
+                                              kKind ? engine::PolicyKindChoices()
+                                                    : engine::RecoveryModeChoices()));
                   }
                   policy.*member = *v;
                 }
