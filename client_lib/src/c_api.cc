@@ -72,6 +72,18 @@ constexpr OptionsLayout kOptionsLayouts[] = {
     {EndOfReplica, LayoutSize(EndOfReplica)},    // + peer_group, has_replica, replica
     {EndOfGpuModel, LayoutSize(EndOfGpuModel)},  // + gpu_model
 };
+// FindLayout tells the layouts apart by their sizeof alone, so no two may
+// share one: padding could merge two adjacent layouts (a narrow field
+// appended inside the older one's trailing padding, or a 32-bit target's
+// smaller pointers). A field appended so fails this; give the new layout a
+// field that reaches past the old sizeof.
+constexpr bool LayoutSizesStrictlyIncrease() {
+  for (size_t i = 1; i < std::size(kOptionsLayouts); ++i)
+    if (kOptionsLayouts[i].size <= kOptionsLayouts[i - 1].size) return false;
+  return true;
+}
+static_assert(LayoutSizesStrictlyIncrease(),
+              "two layouts of straggler_options_t share a sizeof: FindLayout cannot tell them apart");
 // A field appended to straggler_options_t without a row here fails this.
 static_assert(kOptionsLayouts[std::size(kOptionsLayouts) - 1].size == sizeof(straggler_options_t),
               "straggler_options_t grew: append its new layout to kOptionsLayouts");
