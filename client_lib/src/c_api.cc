@@ -48,30 +48,22 @@ straggler_client_t* CreateFrom(const straggler::ClientOptions& options, char* er
       [&](std::string* error) { return straggler::Client::Create(options, error); });
 }
 
-// The layouts of straggler_options_t that shipped, oldest first: where the
-// fields of each end, and its sizeof in the caller's program (the end rounded
-// up to the struct's alignment, which the first layout's pointers and
-// uint64_t already set). Only these bytes of a caller's struct are read or
-// written; the trailing padding of an older layout may be where a newer
-// field begins, so it is never read.
-struct OptionsLayout {
-  size_t fields_end;
-  size_t size;
+// The layouts of straggler_options_t that shipped, oldest first, each as
+// where its fields end. Its sizeof in the caller's program is that end
+// rounded up to the struct's alignment (LayoutSize; the first layout's
+// pointers and uint64_t already set the alignment). Only a layout's field
+// bytes of a caller's struct are read or written; the trailing padding of an
+// older layout may be where a newer field begins, so it is never read.
+constexpr size_t kOptionsLayouts[] = {
+    offsetof(straggler_options_t, backoff_max_ms) + sizeof(uint32_t),  // the first
+    offsetof(straggler_options_t, gpu_uuid) + sizeof(const char*),  // + cuda_visible_devices, gpu_uuid
+    offsetof(straggler_options_t, replica) + sizeof(uint32_t),  // + peer_group, has_replica, replica
+    offsetof(straggler_options_t, gpu_model) + sizeof(const char*),  // + gpu_model
 };
 constexpr size_t LayoutSize(size_t fields_end) {
   constexpr size_t align = alignof(straggler_options_t);
   return (fields_end + align - 1) / align * align;
 }
-constexpr size_t EndOfBackoff = offsetof(straggler_options_t, backoff_max_ms) + sizeof(uint32_t);
-constexpr size_t EndOfGpuUuid = offsetof(straggler_options_t, gpu_uuid) + sizeof(const char*);
-constexpr size_t EndOfReplica = offsetof(straggler_options_t, replica) + sizeof(uint32_t);
-constexpr size_t EndOfGpuModel = offsetof(straggler_options_t, gpu_model) + sizeof(const char*);
-constexpr OptionsLayout kOptionsLayouts[] = {
-    {EndOfBackoff, LayoutSize(EndOfBackoff)},    // the first (up to backoff_max_ms)
-    {EndOfGpuUuid, LayoutSize(EndOfGpuUuid)},    // + cuda_visible_devices, gpu_uuid
-    {EndOfReplica, LayoutSize(EndOfReplica)},    // + peer_group, has_replica, replica
-    {EndOfGpuModel, LayoutSize(EndOfGpuModel)},  // + gpu_model
-};
 // FindLayout tells the layouts apart by their sizeof alone, so no two may
 // share one: padding could merge two adjacent layouts (a narrow field
 // appended inside the older one's trailing padding, or a 32-bit target's
@@ -79,31 +71,33 @@ constexpr OptionsLayout kOptionsLayouts[] = {
 // field that reaches past the old sizeof.
 constexpr bool LayoutSizesStrictlyIncrease() {
   for (size_t i = 1; i < std::size(kOptionsLayouts); ++i)
-    if (kOptionsLayouts[i].size <= kOptionsLayouts[i - 1].size) return false;
+    if (LayoutSize(kOptionsLayouts[i]) <= LayoutSize(kOptionsLayouts[i - 1])) return false;
   return true;
 }
 static_assert(LayoutSizesStrictlyIncrease(),
               "two layouts of straggler_options_t share a sizeof: FindLayout cannot tell them apart");
 // A field appended to straggler_options_t without a row here fails this.
-static_assert(kOptionsLayouts[std::size(kOptionsLayouts) - 1].size == sizeof(straggler_options_t),
+static_assert(LayoutSize(kOptionsLayouts[std::size(kOptionsLayouts) - 1]) ==
+                  sizeof(straggler_options_t),
               "straggler_options_t grew: append its new layout to kOptionsLayouts");
 #if defined(__x86_64__) || defined(__aarch64__)
-static_assert(kOptionsLayouts[0].size == 80 && kOptionsLayouts[1].size == 96 &&
-                  kOptionsLayouts[2].size == 112 && kOptionsLayouts[3].size == 120,
+static_assert(LayoutSize(kOptionsLayouts[0]) == 80 && LayoutSize(kOptionsLayouts[1]) == 96 &&
+                  LayoutSize(kOptionsLayouts[2]) == 112 && LayoutSize(kOptionsLayouts[3]) == 120,
               "the shipped LP64 sizes of straggler_options_t");
 #endif
 
-// The layout whose sizeof is `size`; nullptr when none is.
-const OptionsLayout* FindLayout(size_t size) {
-  for (const OptionsLayout& l : kOptionsLayouts)
-    if (l.size == size) return &l;
-  return nullptr;
+// Where the fields of the layout whose sizeof is `size` end; 0 when no
+// layout's sizeof is `size`.
+size_t FindLayout(size_t size) {
+  for (size_t fields_end : kOptionsLayouts)
+    if (LayoutSize(fields_end) == size) return fields_end;
+  return 0;
 }
 
 std::string BadSizeError(const char* function, size_t size) {
   std::string known;
-  for (const OptionsLayout& l : kOptionsLayouts)
-    known += (known.empty() ? "" : ", ") + std::to_string(l.size);
+  for (size_t fields_end : kOptionsLayouts)
+    known += (known.empty() ? "" : ", ") + std::to_string(LayoutSize(fields_end));
   std::string why = std::string(function) + ": options size " + std::to_string(size) +
                     " is not a size of straggler_options_t this library knows (" + known +
                     "); pass sizeof(straggler_options_t)";
@@ -112,12 +106,12 @@ std::string BadSizeError(const char* function, size_t size) {
   return why;
 }
 
-// The caller's first `layout.fields_end` bytes in a struct of the newest
-// layout, every field beyond them zero: the default.
-straggler_options_t Widened(const straggler_options_t* options, const OptionsLayout& layout) {
+// The caller's first `fields_end` bytes in a struct of the newest layout,
+// every field beyond them zero: the default.
+straggler_options_t Widened(const straggler_options_t* options, size_t fields_end) {
   straggler_options_t full;
   std::memset(&full, 0, sizeof full);
-  std::memcpy(&full, options, layout.fields_end);
+  std::memcpy(&full, options, fields_end);
   return full;
 }
 
@@ -126,8 +120,8 @@ straggler_options_t Widened(const straggler_options_t* options, const OptionsLay
 extern "C" {
 
 int straggler_options_init_sized(straggler_options_t* options, size_t size) {
-  const OptionsLayout* layout = FindLayout(size);
-  if (options == nullptr || layout == nullptr) return STRAGGLER_EINVAL;
+  const size_t fields_end = FindLayout(size);
+  if (options == nullptr || fields_end == 0) return STRAGGLER_EINVAL;
   straggler_options_t defaults;
   std::memset(&defaults, 0, sizeof defaults);
   const straggler::ClientOptions d;
@@ -135,7 +129,7 @@ int straggler_options_init_sized(straggler_options_t* options, size_t size) {
   defaults.max_batch = d.max_batch;
   defaults.backoff_initial_ms = static_cast<uint32_t>(d.backoff_initial.count());
   defaults.backoff_max_ms = static_cast<uint32_t>(d.backoff_max.count());
-  std::memcpy(options, &defaults, layout->fields_end);
+  std::memcpy(options, &defaults, fields_end);
   return STRAGGLER_OK;
 }
 
@@ -145,12 +139,12 @@ int straggler_options_init_sized(straggler_options_t* options, size_t size) {
 // layout, as it once did, wrote past the end of an older struct), and create
 // reads no further (past it lies the caller's other memory).
 void(straggler_options_init)(straggler_options_t* options) {
-  straggler_options_init_sized(options, kOptionsLayouts[0].size);
+  straggler_options_init_sized(options, LayoutSize(kOptionsLayouts[0]));
 }
 
 straggler_client_t*(straggler_client_create)(const straggler_options_t* options, char* err,
                                               size_t errlen) {
-  return straggler_client_create_sized(options, kOptionsLayouts[0].size, err, errlen);
+  return straggler_client_create_sized(options, LayoutSize(kOptionsLayouts[0]), err, errlen);
 }
 
 straggler_client_t* straggler_client_create_sized(const straggler_options_t* caller, size_t size,
@@ -160,12 +154,12 @@ straggler_client_t* straggler_client_create_sized(const straggler_options_t* cal
     return nullptr;
   }
   try {
-    const OptionsLayout* layout = FindLayout(size);
-    if (layout == nullptr) {
+    const size_t fields_end = FindLayout(size);
+    if (fields_end == 0) {
       WriteError(err, errlen, BadSizeError("straggler_client_create", size));
       return nullptr;
     }
-    const straggler_options_t widened = Widened(caller, *layout);
+    const straggler_options_t widened = Widened(caller, fields_end);
     const straggler_options_t* options = &widened;
     straggler::ClientOptions o;
     if (options->endpoint != nullptr) o.endpoint = options->endpoint;
