@@ -48,6 +48,11 @@ straggler_client_t* CreateFrom(const straggler::ClientOptions& options, char* er
       [&](std::string* error) { return straggler::Client::Create(options, error); });
 }
 
+// Where `member` of straggler_options_t ends: its offset and its own size,
+// so no field's type is spelled twice.
+#define OPTIONS_FIELD_END(member) \
+  (offsetof(straggler_options_t, member) + sizeof(straggler_options_t::member))
+
 // The layouts of straggler_options_t that shipped, oldest first, each as
 // where its fields end. Its sizeof in the caller's program is that end
 // rounded up to the struct's alignment (LayoutSize; the first layout's
@@ -55,11 +60,12 @@ straggler_client_t* CreateFrom(const straggler::ClientOptions& options, char* er
 // bytes of a caller's struct are read or written; the trailing padding of an
 // older layout may be where a newer field begins, so it is never read.
 constexpr size_t kOptionsLayouts[] = {
-    offsetof(straggler_options_t, backoff_max_ms) + sizeof(uint32_t),  // the first
-    offsetof(straggler_options_t, gpu_uuid) + sizeof(const char*),  // + cuda_visible_devices, gpu_uuid
-    offsetof(straggler_options_t, replica) + sizeof(uint32_t),  // + peer_group, has_replica, replica
-    offsetof(straggler_options_t, gpu_model) + sizeof(const char*),  // + gpu_model
+    OPTIONS_FIELD_END(backoff_max_ms),  // the first
+    OPTIONS_FIELD_END(gpu_uuid),        // + cuda_visible_devices, gpu_uuid
+    OPTIONS_FIELD_END(replica),         // + peer_group, has_replica, replica
+    OPTIONS_FIELD_END(gpu_model),       // + gpu_model
 };
+#undef OPTIONS_FIELD_END
 constexpr size_t LayoutSize(size_t fields_end) {
   constexpr size_t align = alignof(straggler_options_t);
   return (fields_end + align - 1) / align * align;
