@@ -33,7 +33,6 @@ constexpr bool IsPrintableAscii(char c) { return c >= 0x20 && c <= 0x7e; }
 struct TextFault {
   bool too_long = false;                          // more than `max` bytes
   std::size_t bad_byte = std::string_view::npos;  // index of the first refused byte
-  constexpr bool ok() const { return !too_long && bad_byte == std::string_view::npos; }
 };
 
 // The length is checked first: a too long value is not searched.
