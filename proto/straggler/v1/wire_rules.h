@@ -45,15 +45,9 @@ constexpr TextFault FindTextFault(std::string_view value, std::size_t max, Allow
   return {};
 }
 
-// The index of the first byte of `id` that a job id may not hold;
-// std::string_view::npos when every byte may (length is checked apart).
-constexpr std::size_t FirstBadJobIdByte(std::string_view id) {
-  return FindTextFault(id, id.size(), IsJobIdChar).bad_byte;
-}
-
 // Peer groups (RankDevice.peer_group, docs/topology.md): 0 to
-// kMaxPeerGroupBytes bytes of the job-id characters (FirstBadJobIdByte
-// finds a bad one); "" is the default group every rank is in unless it says.
+// kMaxPeerGroupBytes bytes of the job-id characters (IsJobIdChar); "" is
+// the default group every rank is in unless it says.
 inline constexpr std::size_t kMaxPeerGroupBytes = 64;
 
 // GPU models (RankDevice.gpu_model, docs/topology.md): 0 to
