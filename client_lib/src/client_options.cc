@@ -156,7 +156,7 @@ std::string ClientOptions::Validate() const {
   if (std::string problem = detail::ValidatePeerGroup(peer_group); !problem.empty()) return problem;
   if (std::string problem = detail::CheckWireString(
           "gpu_model", gpu_model, pb::rules::kMaxGpuModelBytes, pb::rules::IsPrintableAscii,
-          "printable ASCII", " (STRAGGLER_GPU_MODEL)");
+          pb::rules::kPrintableAsciiAllowed, " (STRAGGLER_GPU_MODEL)");
       !problem.empty())
     return problem;
   if (replica && *replica >= world_size)

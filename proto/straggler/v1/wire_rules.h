@@ -22,8 +22,10 @@ constexpr bool IsJobIdChar(char c) {
          c == '_' || c == '-';
 }
 
-// Printable ASCII, space included (node names, client versions, GPU models).
+// Printable ASCII, space included (node names, client versions, GPU models),
+// and how errors name the rule (as kJobIdAllowed names IsJobIdChar's).
 constexpr bool IsPrintableAscii(char c) { return c >= 0x20 && c <= 0x7e; }
+inline constexpr std::string_view kPrintableAsciiAllowed = "printable ASCII";
 
 // The rule of every bounded wire string: at most `max` bytes, each one that
 // `allowed` accepts. A value that breaks it is either too long or has a
