@@ -177,6 +177,12 @@ straggler_client_t* straggler_client_create_sized(const straggler_options_t* cal
     if (options->node != nullptr) o.node = options->node;
     if (options->cuda_visible_devices != nullptr) o.cuda_visible_devices = options->cuda_visible_devices;
     if (options->gpu_uuid != nullptr) o.gpu_uuid = options->gpu_uuid;
+    // A struct that ends before cuda_visible_devices (the first layout: every
+    // program that calls the old straggler_client_create symbol) cannot give
+    // either GPU field: they come from the environment, as in
+    // ClientOptions::FromEnv (and as the topology fields below do).
+    if (fields_end <= offsetof(straggler_options_t, cuda_visible_devices))
+      straggler::detail::GpuFromEnv(&o);
     o.iterations_per_epoch = options->iterations_per_epoch;
     if (options->queue_capacity != 0) o.queue_capacity = options->queue_capacity;
     if (options->max_batch != 0) o.max_batch = options->max_batch;
