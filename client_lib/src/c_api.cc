@@ -48,50 +48,62 @@ straggler_client_t* CreateFrom(const straggler::ClientOptions& options, char* er
       [&](std::string* error) { return straggler::Client::Create(options, error); });
 }
 
-// The layouts of straggler_options_t that shipped, oldest first: where the
-// fields of each end, and its sizeof in the caller's program (the end rounded
-// up to the struct's alignment, which the first layout's pointers and
-// uint64_t already set). Only these bytes of a caller's struct are read or
-// written; the trailing padding of an older layout may be where a newer
-// field begins, so it is never read.
-struct OptionsLayout {
-  size_t fields_end;
-  size_t size;
+// Where `member` of straggler_options_t ends: its offset and its own size,
+// so no field's type is spelled twice.
+#define OPTIONS_FIELD_END(member) \
+  (offsetof(straggler_options_t, member) + sizeof(straggler_options_t::member))
+
+// The layouts of straggler_options_t that shipped, oldest first, each as
+// where its fields end. Its sizeof in the caller's program is that end
+// rounded up to the struct's alignment (LayoutSize; the first layout's
+// pointers and uint64_t already set the alignment). Only a layout's field
+// bytes of a caller's struct are read or written; the trailing padding of an
+// older layout may be where a newer field begins, so it is never read.
+constexpr size_t kOptionsLayouts[] = {
+    OPTIONS_FIELD_END(backoff_max_ms),  // the first
+    OPTIONS_FIELD_END(gpu_uuid),        // + cuda_visible_devices, gpu_uuid
+    OPTIONS_FIELD_END(replica),         // + peer_group, has_replica, replica
+    OPTIONS_FIELD_END(gpu_model),       // + gpu_model
 };
+#undef OPTIONS_FIELD_END
 constexpr size_t LayoutSize(size_t fields_end) {
   constexpr size_t align = alignof(straggler_options_t);
   return (fields_end + align - 1) / align * align;
 }
-constexpr size_t EndOfBackoff = offsetof(straggler_options_t, backoff_max_ms) + sizeof(uint32_t);
-constexpr size_t EndOfGpuUuid = offsetof(straggler_options_t, gpu_uuid) + sizeof(const char*);
-constexpr size_t EndOfReplica = offsetof(straggler_options_t, replica) + sizeof(uint32_t);
-constexpr size_t EndOfGpuModel = offsetof(straggler_options_t, gpu_model) + sizeof(const char*);
-constexpr OptionsLayout kOptionsLayouts[] = {
-    {EndOfBackoff, LayoutSize(EndOfBackoff)},    // the first (up to backoff_max_ms)
-    {EndOfGpuUuid, LayoutSize(EndOfGpuUuid)},    // + cuda_visible_devices, gpu_uuid
-    {EndOfReplica, LayoutSize(EndOfReplica)},    // + peer_group, has_replica, replica
-    {EndOfGpuModel, LayoutSize(EndOfGpuModel)},  // + gpu_model
-};
+// FindLayout tells the layouts apart by their sizeof alone, so no two may
+// share one: padding could merge two adjacent layouts (a narrow field
+// appended inside the older one's trailing padding, or a 32-bit target's
+// smaller pointers). A field appended so fails this; give the new layout a
+// field that reaches past the old sizeof.
+constexpr bool LayoutSizesStrictlyIncrease() {
+  for (size_t i = 1; i < std::size(kOptionsLayouts); ++i)
+    if (LayoutSize(kOptionsLayouts[i]) <= LayoutSize(kOptionsLayouts[i - 1])) return false;
+  return true;
+}
+static_assert(LayoutSizesStrictlyIncrease(),
+              "two layouts of straggler_options_t share a sizeof: FindLayout cannot tell them apart");
 // A field appended to straggler_options_t without a row here fails this.
-static_assert(kOptionsLayouts[std::size(kOptionsLayouts) - 1].size == sizeof(straggler_options_t),
+static_assert(LayoutSize(kOptionsLayouts[std::size(kOptionsLayouts) - 1]) ==
+                  sizeof(straggler_options_t),
               "straggler_options_t grew: append its new layout to kOptionsLayouts");
 #if defined(__x86_64__) || defined(__aarch64__)
-static_assert(kOptionsLayouts[0].size == 80 && kOptionsLayouts[1].size == 96 &&
-                  kOptionsLayouts[2].size == 112 && kOptionsLayouts[3].size == 120,
+static_assert(LayoutSize(kOptionsLayouts[0]) == 80 && LayoutSize(kOptionsLayouts[1]) == 96 &&
+                  LayoutSize(kOptionsLayouts[2]) == 112 && LayoutSize(kOptionsLayouts[3]) == 120,
               "the shipped LP64 sizes of straggler_options_t");
 #endif
 
-// The layout whose sizeof is `size`; nullptr when none is.
-const OptionsLayout* FindLayout(size_t size) {
-  for (const OptionsLayout& l : kOptionsLayouts)
-    if (l.size == size) return &l;
-  return nullptr;
+// Where the fields of the layout whose sizeof is `size` end; 0 when no
+// layout's sizeof is `size`.
+size_t FindLayout(size_t size) {
+  for (size_t fields_end : kOptionsLayouts)
+    if (LayoutSize(fields_end) == size) return fields_end;
+  return 0;
 }
 
 std::string BadSizeError(const char* function, size_t size) {
   std::string known;
-  for (const OptionsLayout& l : kOptionsLayouts)
-    known += (known.empty() ? "" : ", ") + std::to_string(l.size);
+  for (size_t fields_end : kOptionsLayouts)
+    known += (known.empty() ? "" : ", ") + std::to_string(LayoutSize(fields_end));
   std::string why = std::string(function) + ": options size " + std::to_string(size) +
                     " is not a size of straggler_options_t this library knows (" + known +
                     "); pass sizeof(straggler_options_t)";
@@ -100,12 +112,12 @@ std::string BadSizeError(const char* function, size_t size) {
   return why;
 }
 
-// The caller's first `layout.fields_end` bytes in a struct of the newest
-// layout, every field beyond them zero: the default.
-straggler_options_t Widened(const straggler_options_t* options, const OptionsLayout& layout) {
+// The caller's first `fields_end` bytes in a struct of the newest layout,
+// every field beyond them zero: the default.
+straggler_options_t Widened(const straggler_options_t* options, size_t fields_end) {
   straggler_options_t full;
   std::memset(&full, 0, sizeof full);
-  std::memcpy(&full, options, layout.fields_end);
+  std::memcpy(&full, options, fields_end);
   return full;
 }
 
@@ -114,8 +126,8 @@ straggler_options_t Widened(const straggler_options_t* options, const OptionsLay
 extern "C" {
 
 int straggler_options_init_sized(straggler_options_t* options, size_t size) {
-  const OptionsLayout* layout = FindLayout(size);
-  if (options == nullptr || layout == nullptr) return STRAGGLER_EINVAL;
+  const size_t fields_end = FindLayout(size);
+  if (options == nullptr || fields_end == 0) return STRAGGLER_EINVAL;
   straggler_options_t defaults;
   std::memset(&defaults, 0, sizeof defaults);
   const straggler::ClientOptions d;
@@ -123,7 +135,7 @@ int straggler_options_init_sized(straggler_options_t* options, size_t size) {
   defaults.max_batch = d.max_batch;
   defaults.backoff_initial_ms = static_cast<uint32_t>(d.backoff_initial.count());
   defaults.backoff_max_ms = static_cast<uint32_t>(d.backoff_max.count());
-  std::memcpy(options, &defaults, layout->fields_end);
+  std::memcpy(options, &defaults, fields_end);
   return STRAGGLER_OK;
 }
 
@@ -133,12 +145,12 @@ int straggler_options_init_sized(straggler_options_t* options, size_t size) {
 // layout, as it once did, wrote past the end of an older struct), and create
 // reads no further (past it lies the caller's other memory).
 void(straggler_options_init)(straggler_options_t* options) {
-  straggler_options_init_sized(options, kOptionsLayouts[0].size);
+  straggler_options_init_sized(options, LayoutSize(kOptionsLayouts[0]));
 }
 
 straggler_client_t*(straggler_client_create)(const straggler_options_t* options, char* err,
                                               size_t errlen) {
-  return straggler_client_create_sized(options, kOptionsLayouts[0].size, err, errlen);
+  return straggler_client_create_sized(options, LayoutSize(kOptionsLayouts[0]), err, errlen);
 }
 
 straggler_client_t* straggler_client_create_sized(const straggler_options_t* caller, size_t size,
@@ -148,12 +160,12 @@ straggler_client_t* straggler_client_create_sized(const straggler_options_t* cal
     return nullptr;
   }
   try {
-    const OptionsLayout* layout = FindLayout(size);
-    if (layout == nullptr) {
+    const size_t fields_end = FindLayout(size);
+    if (fields_end == 0) {
       WriteError(err, errlen, BadSizeError("straggler_client_create", size));
       return nullptr;
     }
-    const straggler_options_t widened = Widened(caller, *layout);
+    const straggler_options_t widened = Widened(caller, fields_end);
     const straggler_options_t* options = &widened;
     straggler::ClientOptions o;
     if (options->endpoint != nullptr) o.endpoint = options->endpoint;
@@ -165,6 +177,12 @@ straggler_client_t* straggler_client_create_sized(const straggler_options_t* cal
     if (options->node != nullptr) o.node = options->node;
     if (options->cuda_visible_devices != nullptr) o.cuda_visible_devices = options->cuda_visible_devices;
     if (options->gpu_uuid != nullptr) o.gpu_uuid = options->gpu_uuid;
+    // A struct that ends before cuda_visible_devices (the first layout: every
+    // program that calls the old straggler_client_create symbol) cannot give
+    // either GPU field: they come from the environment, as in
+    // ClientOptions::FromEnv (and as the topology fields below do).
+    if (fields_end <= offsetof(straggler_options_t, cuda_visible_devices))
+      straggler::detail::GpuFromEnv(&o);
     o.iterations_per_epoch = options->iterations_per_epoch;
     if (options->queue_capacity != 0) o.queue_capacity = options->queue_capacity;
     if (options->max_batch != 0) o.max_batch = options->max_batch;

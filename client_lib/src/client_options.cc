@@ -103,6 +103,11 @@ void TlsFromEnv(ClientOptions* o) {
   o->tls_key_file = std::move(tls.key_file);
 }
 
+void GpuFromEnv(ClientOptions* o) {
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o->cuda_visible_devices = v;
+  if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o->gpu_uuid = v;
+}
+
 std::string HostName() {
   std::array<char, 256> buf{};
   if (gethostname(buf.data(), buf.size() - 1) != 0) return "unknown";
@@ -117,8 +122,7 @@ ClientOptions ClientOptions::FromEnv() {
   if (const char* v = std::getenv("STRAGGLER_ENDPOINT"); v != nullptr && *v != '\0') o.endpoint = v;
   if (const char* v = std::getenv("STRAGGLER_JOB_ID"); v != nullptr) o.job_id = v;
   if (const char* v = std::getenv("STRAGGLER_NODE"); v != nullptr) o.node = v;
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) o.cuda_visible_devices = v;
-  if (const char* v = std::getenv("STRAGGLER_GPU_UUID"); v != nullptr) o.gpu_uuid = v;
+  detail::GpuFromEnv(&o);
   detail::TopologyEnv topology = detail::TopologyFromEnv(&error);
   o.peer_group = std::move(topology.peer_group);
   o.gpu_model = std::move(topology.gpu_model);
@@ -156,7 +160,7 @@ std::string ClientOptions::Validate() const {
   if (std::string problem = detail::ValidatePeerGroup(peer_group); !problem.empty()) return problem;
   if (std::string problem = detail::CheckWireString(
           "gpu_model", gpu_model, pb::rules::kMaxGpuModelBytes, pb::rules::IsPrintableAscii,
-          "printable ASCII", " (STRAGGLER_GPU_MODEL)");
+          pb::rules::kPrintableAsciiAllowed, " (STRAGGLER_GPU_MODEL)");
       !problem.empty())
     return problem;
   if (replica && *replica >= world_size)

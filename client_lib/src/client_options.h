@@ -20,6 +20,12 @@ ChannelSecurity SecurityOf(const ClientOptions& options);
 // straggler_client_create, which has no TLS fields, both take them so.
 void TlsFromEnv(ClientOptions* options);
 
+// Sets the options' GPU fields from CUDA_VISIBLE_DEVICES and
+// STRAGGLER_GPU_UUID, each verbatim where set (an unset one leaves its
+// field): ClientOptions::FromEnv, and the C ABI's straggler_client_create
+// for a struct too old to hold the fields, both take them so.
+void GpuFromEnv(ClientOptions* options);
+
 // The launcher's topology variables, read once for ClientOptions::FromEnv
 // and the C API: STRAGGLER_PEER_GROUP and STRAGGLER_GPU_MODEL as set;
 // STRAGGLER_REPLICA nullopt when unset or empty, and a value that does not

@@ -50,7 +50,8 @@ absl::Status CheckNoControl(absl::string_view field, absl::string_view value, si
 // GPU models.
 absl::Status CheckPrintable(absl::string_view field, absl::string_view value, size_t max) {
   return CheckBytes(field, value, max, v1::rules::IsPrintableAscii, [&](size_t i) {
-    return absl::StrCat("byte ", HexByte(value, i), " at ", i, "; allowed: printable ASCII");
+    return absl::StrCat("byte ", HexByte(value, i), " at ", i,
+                        "; allowed: ", std::string(v1::rules::kPrintableAsciiAllowed));
   });
 }
 

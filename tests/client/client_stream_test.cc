@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -397,18 +398,29 @@ extern "C" int straggler_c_refuses_size(size_t size, char* err, size_t errlen);
 
 namespace {
 
-// The topology variables a field beyond an older struct falls back to, set
-// for one test so that "the default" is visible in the hello.
-struct TopologyEnvSet {
-  TopologyEnvSet() {
+// The variables a field beyond an older struct falls back to, set for one
+// test so that "the default" is visible in the hello (CUDA_VISIBLE_DEVICES
+// restored after: the test process may run with one).
+struct EnvDefaultsSet {
+  EnvDefaultsSet() {
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) saved_cuda = v;
     setenv("STRAGGLER_PEER_GROUP", "envgroup", 1);
     setenv("STRAGGLER_GPU_MODEL", "Env GPU", 1);
+    setenv("CUDA_VISIBLE_DEVICES", "2,3", 1);
+    setenv("STRAGGLER_GPU_UUID", "GPU-env-uuid", 1);
     unsetenv("STRAGGLER_REPLICA");
   }
-  ~TopologyEnvSet() {
+  ~EnvDefaultsSet() {
     unsetenv("STRAGGLER_PEER_GROUP");
     unsetenv("STRAGGLER_GPU_MODEL");
+    unsetenv("STRAGGLER_GPU_UUID");
+    if (saved_cuda) {
+      setenv("CUDA_VISIBLE_DEVICES", saved_cuda->c_str(), 1);
+    } else {
+      unsetenv("CUDA_VISIBLE_DEVICES");
+    }
   }
+  std::optional<std::string> saved_cuda;
 };
 
 // The first hello the fake daemon received for `job`.
@@ -426,7 +438,7 @@ TEST_CASE("C ABI: a program built against the first options struct, old and size
           "[stream][c_api]") {
   Server s;
   REQUIRE(s.port != 0);
-  TopologyEnvSet env;
+  EnvDefaultsSet env;
   for (int sized : {0, 1}) {
     INFO("sized " << sized);
     const std::string job = "first-layout-" + std::to_string(sized);
@@ -436,9 +448,10 @@ TEST_CASE("C ABI: a program built against the first options struct, old and size
     REQUIRE(h.devices_size() == 1);
     CHECK(h.devices(0).rank() == 1);
     CHECK(h.devices(0).local_rank() == 2);
-    // Fields appended later: their defaults (unknown; the environment's).
-    CHECK(h.devices(0).cuda_visible_devices().empty());
-    CHECK(h.devices(0).gpu_uuid().empty());
+    // Fields appended later: the environment's, as ClientOptions::FromEnv
+    // reads it (the old symbol's callers cannot pass them any other way).
+    CHECK(h.devices(0).cuda_visible_devices() == "2,3");
+    CHECK(h.devices(0).gpu_uuid() == "GPU-env-uuid");
     CHECK(h.devices(0).peer_group() == "envgroup");
     CHECK_FALSE(h.devices(0).has_replica());
     CHECK(h.devices(0).gpu_model() == "Env GPU");
@@ -449,20 +462,24 @@ TEST_CASE("C ABI: the third options layout sends its topology, gpu_model is the 
           "[stream][c_api]") {
   Server s;
   REQUIRE(s.port != 0);
-  TopologyEnvSet env;
+  EnvDefaultsSet env;
   REQUIRE(straggler_c_third_layout(s.Endpoint().c_str(), "third-layout") == 0);
   const pb::StreamHello h = HelloOf(s.service, "third-layout");
   REQUIRE(h.devices_size() == 1);
   CHECK(h.devices(0).peer_group() == "stage1");
   CHECK(h.devices(0).replica() == 3);
   CHECK(h.devices(0).gpu_model() == "Env GPU");
+  // Its struct holds the GPU fields and leaves them NULL: unknown, not the
+  // environment's.
+  CHECK(h.devices(0).cuda_visible_devices().empty());
+  CHECK(h.devices(0).gpu_uuid().empty());
 }
 
 TEST_CASE("C ABI: the full options struct through the macros sends gpu_model",
           "[stream][c_api]") {
   Server s;
   REQUIRE(s.port != 0);
-  TopologyEnvSet env;  // the struct's gpu_model wins over the environment's
+  EnvDefaultsSet env;  // the struct's gpu_model wins over the environment's
   REQUIRE(straggler_c_full_layout(s.Endpoint().c_str(), "full-layout", "NVIDIA H200") == 0);
   const pb::StreamHello h = HelloOf(s.service, "full-layout");
   REQUIRE(h.devices_size() == 1);

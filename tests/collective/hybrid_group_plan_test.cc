@@ -160,6 +160,13 @@ TEST_CASE("hybrid: a bad group or replica map is refused naming the value", "[hy
   CHECK_THAT(g.Validate(4, 6), Catch::Contains("rank 6 >= world_size=6"));
   g.name = "stage 1";
   CHECK_THAT(g.Validate(4, 8), Catch::Contains("' ' at byte 5"));
+  // A control byte is named C-escaped, never raw (the message goes to logs).
+  g.name = "stage\n1";
+  CHECK_THAT(g.Validate(4, 8), Catch::Contains("group 'stage\\n1' has '\\n' at byte 5"));
+  CHECK(g.Validate(4, 8).find('\n') == std::string::npos);
+  CHECK(straggler::detail::ValidateGroupFor(g, nullptr, 4, 8).find('\n') == std::string::npos);
+  g.name = std::string(65, 'x');
+  CHECK_THAT(g.Validate(4, 8), Catch::Contains("the name must be 1 to 64 bytes, it has 65"));
   g = Stage(0);
   g.replicas.pop_back();
   CHECK_THAT(g.Validate(0, 8), Catch::Contains("4 ranks but 3 replicas"));

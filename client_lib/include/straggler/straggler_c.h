@@ -67,8 +67,9 @@ typedef struct straggler_options {
   uint32_t backoff_initial_ms;     /* 0 = 100 */
   uint32_t backoff_max_ms;         /* 0 = 5000 */
   /* The GPU this process computes on (ClientOptions::cuda_visible_devices and
-   * gpu_uuid): NULL = unknown. Appended last so earlier fields keep their
-   * offsets. */
+   * gpu_uuid): NULL = unknown. A struct too old to hold them (the first
+   * layout) gets CUDA_VISIBLE_DEVICES and STRAGGLER_GPU_UUID instead.
+   * Appended last so earlier fields keep their offsets. */
   const char* cuda_visible_devices;
   const char* gpu_uuid;
   /* The rank's place in a hybrid-parallel job (ClientOptions::peer_group and
@@ -158,10 +159,11 @@ straggler_client_t* straggler_client_create_sized(const straggler_options_t* opt
 /* The functions that programs built before the _sized calls existed call
  * (the parentheses keep the macros below from expanding). They cannot know
  * which layout their caller has, so they assume the first one, which every
- * caller's struct holds: the fields up to backoff_max_ms; the GPU and
- * topology fields take their defaults (the environment's, where a field
- * says so). Bindings that call the library by symbol (ctypes, cgo) call the
- * _sized functions with their struct's size instead. */
+ * caller's struct holds: the fields up to backoff_max_ms; the GPU fields
+ * come from CUDA_VISIBLE_DEVICES and STRAGGLER_GPU_UUID, and the topology
+ * fields take their defaults (the environment's, where a field says so).
+ * Bindings that call the library by symbol (ctypes, cgo) call the _sized
+ * functions with their struct's size instead. */
 void(straggler_options_init)(straggler_options_t* options);
 straggler_client_t*(straggler_client_create)(const straggler_options_t* options, char* err,
                                               size_t errlen);

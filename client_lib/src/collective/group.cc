@@ -4,22 +4,42 @@
 #include <algorithm>
 #include <cstdint>
 #include <set>  // Validate
+#include <string_view>
 
+#include "absl/strings/escaping.h"
 #include "group_plan.h"
 #include "nccl_plan.h"  // SetText
 #include "straggler/v1/wire_rules.h"
 
 namespace straggler {
 
+namespace {
+
+constexpr size_t kMaxGroupNameBytes = 64;
+
+// "data-parallel group 'NAME'" for errors, the name C-escaped (and cut when
+// too long to be one): a control byte in it would otherwise reach the logs
+// raw, and every error names the group, before or after its name is checked.
+std::string GroupWhat(const std::string& name) {
+  if (name.size() > kMaxGroupNameBytes)
+    return "data-parallel group '" + absl::CHexEscape(name.substr(0, 32)) + "...'";
+  return "data-parallel group '" + absl::CHexEscape(name) + "'";
+}
+
+}  // namespace
+
 std::string DataParallelGroup::Validate(uint32_t rank, uint32_t world_size) const {
-  const std::string what = "data-parallel group '" + name + "'";
-  if (name.empty() || name.size() > 64) {
-    return what + ": the name must be 1 to 64 bytes, it has " + std::to_string(name.size());
-  }
+  const std::string what = GroupWhat(name);
   // The job-id characters (straggler/v1/wire_rules.h): safe in keys and logs.
-  if (const size_t i = v1::rules::FirstBadJobIdByte(name); i != std::string_view::npos) {
-    return what + " has '" + std::string(1, name[i]) + "' at byte " + std::to_string(i) +
-           "; allowed: " + std::string(v1::rules::kJobIdAllowed);
+  const v1::rules::TextFault fault =
+      v1::rules::FindTextFault(name, kMaxGroupNameBytes, v1::rules::IsJobIdChar);
+  if (name.empty() || fault.too_long) {
+    return what + ": the name must be 1 to " + std::to_string(kMaxGroupNameBytes) +
+           " bytes, it has " + std::to_string(name.size());
+  }
+  if (fault.bad_byte != std::string_view::npos) {
+    return what + " has '" + absl::CHexEscape(name.substr(fault.bad_byte, 1)) + "' at byte " +
+           std::to_string(fault.bad_byte) + "; allowed: " + std::string(v1::rules::kJobIdAllowed);
   }
   if (ranks.empty()) return what + " has no ranks";
   if (replicas.size() != ranks.size()) {
@@ -95,7 +115,7 @@ namespace detail {
 
 std::string ValidateGroupFor(const DataParallelGroup& group, const JobSwitch* sw, uint32_t rank,
                              uint32_t world_size) {
-  const std::string what = "data-parallel group '" + group.name + "'";
+  const std::string what = GroupWhat(group.name);
   if (sw == nullptr) return what + ": no JobSwitch given";
   if (sw->world_size() != world_size) {
     return what + ": options.world_size=" + std::to_string(world_size) + " but the JobSwitch's job has " +

@@ -22,8 +22,10 @@ constexpr bool IsJobIdChar(char c) {
          c == '_' || c == '-';
 }
 
-// Printable ASCII, space included (node names, client versions, GPU models).
+// Printable ASCII, space included (node names, client versions, GPU models),
+// and how errors name the rule (as kJobIdAllowed names IsJobIdChar's).
 constexpr bool IsPrintableAscii(char c) { return c >= 0x20 && c <= 0x7e; }
+inline constexpr std::string_view kPrintableAsciiAllowed = "printable ASCII";
 
 // The rule of every bounded wire string: at most `max` bytes, each one that
 // `allowed` accepts. A value that breaks it is either too long or has a
@@ -33,7 +35,6 @@ constexpr bool IsPrintableAscii(char c) { return c >= 0x20 && c <= 0x7e; }
 struct TextFault {
   bool too_long = false;                          // more than `max` bytes
   std::size_t bad_byte = std::string_view::npos;  // index of the first refused byte
-  constexpr bool ok() const { return !too_long && bad_byte == std::string_view::npos; }
 };
 
 // The length is checked first: a too long value is not searched.
@@ -46,15 +47,9 @@ constexpr TextFault FindTextFault(std::string_view value, std::size_t max, Allow
   return {};
 }
 
-// The index of the first byte of `id` that a job id may not hold;
-// std::string_view::npos when every byte may (length is checked apart).
-constexpr std::size_t FirstBadJobIdByte(std::string_view id) {
-  return FindTextFault(id, id.size(), IsJobIdChar).bad_byte;
-}
-
 // Peer groups (RankDevice.peer_group, docs/topology.md): 0 to
-// kMaxPeerGroupBytes bytes of the job-id characters (FirstBadJobIdByte
-// finds a bad one); "" is the default group every rank is in unless it says.
+// kMaxPeerGroupBytes bytes of the job-id characters (IsJobIdChar); "" is
+// the default group every rank is in unless it says.
 inline constexpr std::size_t kMaxPeerGroupBytes = 64;
 
 // GPU models (RankDevice.gpu_model, docs/topology.md): 0 to
