@@ -173,10 +173,12 @@ straggler_client_t*(straggler_client_create)(const straggler_options_t* options,
 #define straggler_client_create(options, err, errlen) \
   straggler_client_create_sized((options), sizeof(straggler_options_t), (err), (errlen))
 
-/* A client as straggler_client_create makes, with options from RANK,
- * WORLD_SIZE, LOCAL_RANK, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID,
- * STRAGGLER_NODE, STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_PEER_GROUP and
- * STRAGGLER_REPLICA (ClientOptions::FromEnv). */
+/* A client as straggler_client_create makes, with its options from the
+ * environment as ClientOptions::FromEnv reads them (RANK, WORLD_SIZE,
+ * LOCAL_RANK, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
+ * STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_PEER_GROUP, STRAGGLER_REPLICA,
+ * STRAGGLER_GPU_MODEL, CUDA_VISIBLE_DEVICES, STRAGGLER_GPU_UUID, the TLS
+ * files; the full list: docs/configuration.md, "Trainers"). */
 straggler_client_t* straggler_client_create_from_env(char* err, size_t errlen);
 
 /* Flushes for at most one second, closes the stream and frees the client.
