@@ -42,8 +42,10 @@ import weakref
 # inside torch's own import (torch::get_symint_class, a null call under
 # pthread_once); torch first imports cleanly (docs/gpu.md "Import order").
 # A trainer that uses torch imports it anyway, so this costs it nothing; a
-# process that never uses torch pays torch's import time once.
-if "torch" not in sys.modules and importlib.util.find_spec("torch") is not None:
+# process that never uses torch pays torch's import time once, unless it sets
+# STRAGGLER_IMPORT_TORCH=0 (then it must not import torch after straggler).
+if ("torch" not in sys.modules and os.environ.get("STRAGGLER_IMPORT_TORCH", "1") != "0"
+        and importlib.util.find_spec("torch") is not None):
     try:
         import torch  # noqa: F401
     except Exception:  # noqa: BLE001 - a broken torch must not stop a trainer that does not use it

@@ -9,7 +9,8 @@
     not crash either way, so the order itself is what is checked here);
   * a torch that fails to import does not stop `import straggler` or a
     Client (a trainer that does not use torch must not fail because of it);
-  * where torch is not installed nothing is imported for it.
+  * where torch is not installed, or STRAGGLER_IMPORT_TORCH=0, nothing is
+    imported for it.
 """
 
 import argparse
@@ -22,13 +23,16 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import check, main  # noqa: E402
 
-# Records the order in which torch and the extension are first imported.
+# Records, when the extension is first looked for, whether torch is already
+# imported then (in sys.modules: not merely looked for with find_spec).
 PROBE = r"""
 import sys
 order = []
 class Probe:
     def find_spec(self, name, path=None, target=None):
-        if name in ("torch", "straggler._straggler") and name not in order:
+        if name == "straggler._straggler" and name not in order:
+            if "torch" in sys.modules and hasattr(sys.modules["torch"], "Tensor"):
+                order.append("torch")
             order.append(name)
         return None
 sys.meta_path.insert(0, Probe())
@@ -40,9 +44,11 @@ print("TORCH_LOADED %s" % ("torch" in sys.modules and hasattr(sys.modules["torch
 """
 
 
-def probe(pythonpath, extra_path=None):
+def probe(pythonpath, extra_path=None, **env_set):
     path = [p for p in (extra_path, pythonpath) if p]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    env.pop("STRAGGLER_IMPORT_TORCH", None)  # the default unless the case sets it
+    env.update(env_set)
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
                          timeout=120)
     check(out.returncode == 0, "import straggler failed (exit %d):\n%s" %
@@ -62,6 +68,11 @@ def test(args):
         check(not loaded and order == ["straggler._straggler"],
               "torch is not installed, yet the import order was %s" % order)
     print("import order: %s (torch installed: %s)" % (",".join(order), have_torch))
+
+    order, loaded = probe(args.pythonpath, STRAGGLER_IMPORT_TORCH="0")
+    check(not loaded and order == ["straggler._straggler"],
+          "STRAGGLER_IMPORT_TORCH=0, yet torch was imported (order %s)" % order)
+    print("STRAGGLER_IMPORT_TORCH=0: torch not imported")
 
     with tempfile.TemporaryDirectory() as broken:
         os.makedirs(os.path.join(broken, "torch"))
