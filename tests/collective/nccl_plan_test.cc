@@ -139,6 +139,16 @@ TEST_CASE("communicator id key names run, version and set") {
   // A retried build (a later slot than the version's first) names its
   // iteration: it never reads the id a failed attempt left.
   CHECK(CommIdKey("run7", 3, {0, 1, 3}, 21) == "nccl/run7/v3/{0,1,3}/i21/id");
+  // A large set is named by its size and a hash: keys stay within the
+  // daemon's rendezvous.max_key_bytes (512) at any world size.
+  std::vector<uint32_t> big(8192), other(8192);
+  for (uint32_t r = 0; r < 8192; ++r) big[r] = other[r] = r;
+  other[8191] = 8192;  // rank 8191 out, 8192 in: same size, another set
+  const std::string k = CommIdKey("a-run-id-of-64-bytes-0123456789012345678901234567890123456789012", 123456789, big, 987654321);
+  CHECK(k.size() < 200);
+  CHECK(k.find("n8192h") != std::string::npos);
+  CHECK(k != CommIdKey("a-run-id-of-64-bytes-0123456789012345678901234567890123456789012", 123456789, other, 987654321));
+  CHECK(straggler::detail::SetKey({0, 1, 3}) == "{0,1,3}");
   CHECK(CommIdKey("run7", 3, {0, 1, 3}, 21) != CommIdKey("run7", 3, {0, 1, 3}));
   CHECK(CommIdKey("run7", 3, {0, 1, 3}, 21) != CommIdKey("run7", 3, {0, 1, 3}, 22));
 }

@@ -15,7 +15,7 @@
 
 #include "agreement.h"
 #include "group_plan.h"
-#include "nccl_plan.h"  // SetText
+#include "nccl_plan.h"  // SetText, SetKey
 #include "straggler/collective.h"
 #include "store_transport.h"
 #include "straggler/gloo_store.h"
@@ -224,7 +224,7 @@ class GlooPartialAllReduce final : public PartialAllReduce {
       // from other groups' anyway; the name makes the keys readable).
       const std::string prefix = "gloo/" + options_.run_id + (group_ ? "/g" + group_->name : "") + "/v" +
                                  std::to_string(version) +
-                                 "/i" + std::to_string(iteration) + "/" + SetText(active);
+                                 "/i" + std::to_string(iteration) + "/" + detail::SetKey(active);
       try {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(index, static_cast<int>(active.size()));
         ctx->setTimeout(options_.collective_timeout);

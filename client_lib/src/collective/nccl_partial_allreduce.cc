@@ -29,12 +29,12 @@
 namespace straggler {
 namespace {
 
-// The group's ranks, sorted, as SetText writes them: the same text on every
+// The group's ranks, sorted, as SetKey writes them: the same text on every
 // member whatever order each was given them in.
-std::string GroupMembersText(const DataParallelGroup& group) {
+std::string GroupMembersKey(const DataParallelGroup& group) {
   std::vector<uint32_t> ranks = group.ranks;
   std::sort(ranks.begin(), ranks.end());
-  return detail::SetText(ranks);
+  return detail::SetKey(ranks);
 }
 
 using detail::Clock;
@@ -73,8 +73,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
         // global ranks already, which no two groups share; the full
         // communicator's key names only the size, which several groups
         // share, and groups may share a name (Python's default "dp"), so
-        // that one also names the members (BuildFull). Not every key: they
-        // would outgrow rendezvous.max_key_bytes for groups of ~50 ranks.
+        // that one also names the members (BuildFull; SetKey bounds it).
         key_run_(group_ ? options_.run_id + "/g" + group_->name : options_.run_id),
         device_(device),
         initial_stream_(stream),
@@ -112,7 +111,7 @@ class NcclPartialAllReduceImpl final : public NcclPartialAllReduce {
     c->ranks = world_;
     // A world of one gets a communicator too (NCCL's one-rank path, built
     // without the store): a one-GPU job runs the same code as a large one.
-    const std::string run = group_ ? key_run_ + "/" + GroupMembersText(*group_) : key_run_;
+    const std::string run = group_ ? key_run_ + "/" + GroupMembersKey(*group_) : key_run_;
     ops_.StartInit(*c, detail::FullCommIdKey(run, static_cast<uint32_t>(world_.size())),
                    Clock::now() + options_.collective_timeout, /*blocking_get=*/true);
     ops_.Finish(*c, 0, Clock::now() + options_.collective_timeout, "building the full communicator");

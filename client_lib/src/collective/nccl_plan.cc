@@ -1,6 +1,7 @@
 #include "nccl_plan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 namespace straggler::detail {
@@ -11,6 +12,21 @@ std::string SetText(const std::vector<uint32_t>& ranks) {
   for (size_t i = 0; i < ranks.size(); ++i) out << (i ? "," : "") << ranks[i];
   out << "}";
   return out.str();
+}
+
+std::string SetKey(const std::vector<uint32_t>& ranks) {
+  std::string text = SetText(ranks);
+  if (text.size() <= kSetKeyTextBytes) return text;
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64, as the agreement's fingerprint
+  for (uint32_t r : ranks) {
+    for (int i = 0; i < 4; ++i) {
+      h ^= (r >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return "n" + std::to_string(ranks.size()) + "h" + hex;
 }
 
 std::string NcclVersionText(int code) {
@@ -152,7 +168,7 @@ std::optional<ReadmissionRecord> DecodeRecord(const std::string& bytes, size_t i
 
 std::string CommIdKey(const std::string& run_id, uint64_t version, const std::vector<uint32_t>& set,
                       std::optional<uint64_t> retry_iteration) {
-  std::string key = "nccl/" + run_id + "/v" + std::to_string(version) + "/" + SetText(set);
+  std::string key = "nccl/" + run_id + "/v" + std::to_string(version) + "/" + SetKey(set);
   if (retry_iteration) key += "/i" + std::to_string(*retry_iteration);
   return key + "/id";
 }

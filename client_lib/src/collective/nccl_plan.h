@@ -25,8 +25,14 @@
 
 namespace straggler::detail {
 
-// "{0,1,3}": how sets appear in keys and error messages.
+// "{0,1,3}": how sets appear in error messages.
 std::string SetText(const std::vector<uint32_t>& ranks);
+// How a set appears in rendezvous keys: SetText while that is at most
+// kSetKeyTextBytes, else "n<size>h<FNV-1a 64 of the ranks, hex>", so a key
+// stays within the daemon's rendezvous.max_key_bytes (512 by default) for
+// any world size: a set's text grows ~4 bytes a rank (~100 ranks passed 512).
+inline constexpr size_t kSetKeyTextBytes = 64;
+std::string SetKey(const std::vector<uint32_t>& ranks);
 
 // NCCL_VERSION_CODE of NCCL >= 2.9 (major*10000 + minor*100 + patch).
 constexpr int NcclCode(int major, int minor, int patch) { return major * 10000 + minor * 100 + patch; }
