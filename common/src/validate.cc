@@ -1,5 +1,6 @@
 #include "straggler/common/validate.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -227,6 +228,10 @@ StreamHello FromProto(const v1::StreamHello& h) {
   out.node = h.node();
   out.client_version = h.client_version();
   out.ranks.assign(h.ranks().begin(), h.ranks().end());
+  // Sorted and unique, whatever order the client or agent sent them in: the
+  // registry binary-searches them (e.g. for ranks whose incarnation changed).
+  std::sort(out.ranks.begin(), out.ranks.end());
+  out.ranks.erase(std::unique(out.ranks.begin(), out.ranks.end()), out.ranks.end());
   out.world_size = h.world_size();
   out.iterations_per_epoch = h.iterations_per_epoch();
   out.known_membership_version = h.known_membership_version();

@@ -22,23 +22,9 @@ IngestSession::IngestSession(JobRegistry& registry, DaemonStats& stats, std::str
       limits_(limits),
       bucket_(limits_.stream_reports_per_second, limits_.stream_reports_burst, now) {}
 
-namespace {
-
-// A hello as the registry takes it: its ranks sorted and unique (the
-// registry binary-searches them, e.g. for the ranks whose incarnation
-// changed), whatever order the client or agent sent them in.
-common::StreamHello Normalized(const v1::StreamHello& h) {
-  common::StreamHello hello = FromProto(h);
-  std::sort(hello.ranks.begin(), hello.ranks.end());
-  hello.ranks.erase(std::unique(hello.ranks.begin(), hello.ranks.end()), hello.ranks.end());
-  return hello;
-}
-
-}  // namespace
-
 absl::Status IngestSession::Open(const v1::ReportBatch& first, engine::Time now) {
   if (absl::Status s = common::RequireHello(first); !s.ok()) return s;
-  common::StreamHello hello = Normalized(first.hello());
+  common::StreamHello hello = FromProto(first.hello());
   // ranks_ must be in place before Attach subscribes the link: a push may
   // arrive from another thread right after.
   ranks_ = hello.ranks;
@@ -285,7 +271,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
 // fail rank_not_in_stream.
 absl::Status IngestSession::AddRanksLocked(Job::Locked& job, const v1::ReportBatch& batch,
                                            engine::Time now) {
-  common::StreamHello hello = Normalized(batch.hello());
+  common::StreamHello hello = FromProto(batch.hello());
   absl::Status s = registry_.AddRanksLocked(job, link_.get(), hello, now, &topology_refused_);
   if (!s.ok()) {
     spdlog::warn("job={} stream from {}: later hello refused: {}", job_->id, peer_,

@@ -127,6 +127,6 @@ std::string Quoted(absl::string_view value, size_t max = 64);
 engine::Time FromProto(const google::protobuf::Timestamp& t);  // saturates past 2262
 engine::Report FromProto(const v1::IterationReport& r);
 engine::ExclusionReason FromProto(v1::ExclusionReason r);
-StreamHello FromProto(const v1::StreamHello& h);
+StreamHello FromProto(const v1::StreamHello& h);  // ranks sorted and unique
 
 }  // namespace straggler::common
