@@ -44,7 +44,6 @@ CULPRIT, MATE = 1, 5
 JOB = "replica-restart"
 RUN = "run-1"
 STEP_S = 0.02
-ENDPOINT = None  # the agent's socket with --agent, else the daemon's address
 
 
 def compute(rank, it, slow):
@@ -57,7 +56,6 @@ class Ranks:
     """One straggler.Client per rank, reporting one iteration at a time."""
 
     def __init__(self, straggler, address, ranks):
-        address = ENDPOINT or address
         self.clients = {r: straggler.Client(
             endpoint=address, job_id=JOB, run_id=RUN, rank=r, world_size=WORLD,
             node="node%d" % r, peer_group="stage%d" % (r // REPLICAS), replica=r % REPLICAS,
@@ -98,25 +96,25 @@ def test(args):
         grpc = "127.0.0.1:%d" % free_port() if args.no_db or args.agent else "127.0.0.1:0"
         state = [] if args.no_db else ["--state-db", db]
         agent = None
+        endpoint = None  # the clients': the agent's socket with --agent, else the daemon's
         if args.agent:
-            global ENDPOINT
             sock = os.path.join(workdir, "agent.sock")
             agent = Agent(args.agent, workdir, sock, grpc)
             agent.start()
-            ENDPOINT = "unix://" + sock
+            endpoint = "unix://" + sock
         try:
-            run(straggler, workdir, grpc, state, config, args)
+            run(straggler, workdir, grpc, state, config, args, endpoint)
         finally:
             if agent is not None:
                 agent.kill()
 
 
-def run(straggler, workdir, grpc, state, config, args):
+def run(straggler, workdir, grpc, state, config, args, endpoint):
     # 1. Detection and the culprit fields in the clients' Membership.
     it = 0
     with Daemon(args.stragglerd, workdir, name="stragglerd-1", grpc_address=grpc,
                 extra_args=state + ["--config", config]) as d:
-        ranks = Ranks(straggler, d.address, range(WORLD))
+        ranks = Ranks(straggler, endpoint or d.address, range(WORLD))
         out = None
         while it < 400 and out is None:
             ranks.step(it, slow=it >= 30)
@@ -164,7 +162,7 @@ def run(straggler, workdir, grpc, state, config, args):
         it = max(it, int(m["effectiveIteration"]))
 
         # 3. Everyone but the culprit reports; replica 1 stays out.
-        ranks = kept if args.no_db else Ranks(straggler, d.address,
+        ranks = kept if args.no_db else Ranks(straggler, endpoint or d.address,
                                               [r for r in range(WORLD) if r != CULPRIT])
         late = None
         try:
@@ -202,7 +200,7 @@ def run(straggler, workdir, grpc, state, config, args):
 
             # 4. The culprit comes back healthy: the whole replica returns.
             returned = it
-            late = Ranks(straggler, d.address, [CULPRIT])
+            late = Ranks(straggler, endpoint or d.address, [CULPRIT])
             ranks.clients.update(late.clients)
             back = None
             for _ in range(300):

@@ -219,8 +219,8 @@ StepPlan GroupStepPlan(const StepPlan& job, const GroupActive& active, uint32_t 
 StepPlan GroupPlanFor(uint64_t iteration, const Agreement& history, JobSwitch& sw, const DataParallelGroup& group,
                       uint32_t rank, GroupActiveCache& cache) {
   if (history.begun() && iteration <= history.plan().iteration) {
-    throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") of data-parallel group '" + group.name +
-                          "' after iteration " + std::to_string(history.plan().iteration) +
+    throw CollectiveError("BeginIteration(" + std::to_string(iteration) + ") of " + GroupWhat(group.name) +
+                          " after iteration " + std::to_string(history.plan().iteration) +
                           ": iterations must increase");
   }
   const StepPlan& job = sw.Begin(iteration);

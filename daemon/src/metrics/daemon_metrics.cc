@@ -213,7 +213,7 @@ const RankFamily kRankFamilies[] = {
      [](const engine::WorkerView& w) { return double(w.counter); }},
     {"straggler_rank_slow_score_limit", "The counter's limit: the rank is a straggler at this value.",
      [](const engine::WorkerView& w) { return double(w.limit); }},
-    {"straggler_rank_slowdown_ratio", "EWMA over the job baseline (0 before a baseline).",
+    {"straggler_rank_slowdown_ratio", "EWMA over the baseline the rank is judged against (peer: its group's median; 0 before one).",
      [](const engine::WorkerView& w) { return double(w.slowdown_ratio); }},
     {"straggler_rank_excluded", "1 when left out of the newest membership.",
      [](const engine::WorkerView& w) { return w.excluded ? 1.0 : 0.0; }},

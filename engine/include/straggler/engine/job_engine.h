@@ -166,7 +166,8 @@ struct WorkerView {
   uint64_t last_iteration = 0;
   double last_compute_seconds = 0.0;
   double ewma_compute_seconds = 0.0;
-  double slowdown_ratio = 0.0;  // ewma / baseline; 0 before a baseline exists
+  double slowdown_ratio = 0.0;  // ewma / the baseline it is judged against (peer: its group's
+                                // median or own baseline; else the job's); 0 before one exists
   uint64_t reports_total = 0;
   Time last_report_time{0};
 };
