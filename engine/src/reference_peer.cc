@@ -4,6 +4,7 @@
 // median change of every rank's own ratio - judged over a window with spikes
 // left out, a noise-scaled threshold, persistence and hysteresis.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -26,6 +27,11 @@ constexpr double kNoiseWinsor = 2.5;
 // passing it, a 1.3x rank in noisy steps) stays flagged.
 constexpr double kExitShare = 0.5;
 constexpr double kExitRatio = 1.04;
+// A report judged alone (an excluded rank's shadow step) ran at another time
+// than the group's newest row: it is compared with the median of the group's
+// last kSteadyRows row medians, so that one row's jitter (a CPU hog, a slow
+// all-reduce) does not make a slow rank look fast.
+constexpr size_t kSteadyRows = 5;
 // How often a group's median rate of severe steps is taken again, in rows.
 constexpr uint64_t kRateRows = 16;
 // (Or sooner after a clear episode: PeerSteps::RecentlyFast.)
@@ -73,6 +79,29 @@ struct GroupState {
   double threshold = 0.0;  // log ratio in force
   double slow_rate = 0.0;  // the median rank's rate of steps >= peer_severe_ratio
   uint64_t iteration = 0;  // its newest judged row's
+  // How far a row's log median lands from the steady median of the rows
+  // before it (squared, forgotten like noise2): the error a step judged
+  // alone makes beyond the noise within a row.
+  double drift2 = 0.0;
+  bool have_drift = false;
+  // Ring of the log medians of its last kSteadyRows rows.
+  std::array<double, kSteadyRows> recent_logs{};
+  size_t recent_count = 0;
+  size_t recent_next = 0;
+
+  void PushMedian(double log_median) {
+    recent_logs[recent_next] = log_median;
+    recent_next = (recent_next + 1) % kSteadyRows;
+    recent_count = std::min(recent_count + 1, kSteadyRows);
+  }
+  // The median of its last kSteadyRows row medians (log seconds).
+  double SteadyLog() const {
+    if (recent_count == 0) return std::log(std::max(median, 1e-9));
+    std::array<double, kSteadyRows> v = recent_logs;
+    std::sort(v.begin(), v.begin() + recent_count);
+    const size_t n = recent_count;
+    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  }
 };
 
 class PeerReference final : public Reference {
@@ -161,45 +190,52 @@ class PeerReference final : public Reference {
   }
 
   // An excluded rank's report (shadow recovery) or a late one: into its
-  // window against its group's newest median (its own baseline at the job's
+  // window against its group's steady median (its own baseline at the job's
   // newest speed), judged by the same rule as in a row, so that one step
-  // does not decide.
+  // does not decide - except for the quick way back (Judge's `alone`): its
+  // steps ran at other times than the rows it is compared with.
   bool JudgeAlone(uint32_t rank, const Report& rep, Time now) override {
     if (rank >= ranks_.size()) return false;
     Sync();
     PeerRank& pr = ranks_[rank];
     if (pr.source == Source::kNone && groups_.synced()) {
-      // Never judged in a row yet (a late joiner, or a rank back from
-      // silence, whose reports are shadow steps until it is readmitted):
-      // its group's reference judges it from its first report, so a joiner
-      // slow from its start is not given the readmission delay for free.
+      // Never judged in a row yet (a late joiner, a rank back from silence,
+      // a straggler restored by a restarted daemon): its group's reference
+      // judges it from its first report, so a joiner slow from its start is
+      // not given the readmission delay for free.
       const uint32_t g = groups_.Of(rank);
-      // Only a report of the group's current stretch: old reports sent again
-      // after a reconnect (a restarted daemon) are not judged against a
-      // median of other times.
+      // A rank taking part: only a report of the group's current stretch
+      // (old reports sent again after a reconnect are not judged against a
+      // median of other times). An excluded rank's shadow steps lag the
+      // group's rows by design (it is paced by the job, never ahead of it),
+      // so for it the iteration says nothing about when the step ran: it is
+      // judged from its first report - restored after a restart, it would
+      // otherwise never be placed in its group, never readmitted.
       if (g < states_.size() && states_[g].profiled &&
           groups_.Members(g) >= e_.policy.peer_min_group &&
-          rep.iteration + JobEngine::kRowGraceIterations >= states_[g].iteration)
+          (rep.iteration + JobEngine::kRowGraceIterations >= states_[g].iteration ||
+           Excludes(e_.Newest(), rank)))
         pr.Restart(Source::kGroup, g);
     }
     const double x = SafeLog(rep.compute_seconds);
     if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
       const GroupState& gs = states_[pr.group];
-      pr.steps.Push(e_.policy, x - SafeLog(gs.median));
+      const double steady = gs.SteadyLog();
+      pr.steps.Push(e_.policy, x - steady);
       const uint32_t g = pr.group;
-      Judge(rank, rep.compute_seconds, rep.iteration, now, gs,
+      Judge(rank, rep.compute_seconds, rep.iteration, now, gs, /*alone=*/true,
             [&](bool to_straggler, double ratio) {
-              return absl::StrFormat("rank %u (%s) %s %.3g× its group's newest median %.3gs, "
+              return absl::StrFormat("rank %u (%s) %s %.3g× its group's recent median %.3gs, "
                                      "judged alone",
                                      rank, groups_.Label(g), to_straggler ? "at" : "back to",
-                                     ratio, gs.median);
+                                     ratio, std::exp(steady));
             });
       return true;
     }
     if (pr.source == Source::kOwn && pr.have_base && own_state_.profiled) {
       const double ref = own_level_ + pr.base;
       pr.steps.Push(e_.policy, x - ref);
-      Judge(rank, rep.compute_seconds, rep.iteration, now, own_state_,
+      Judge(rank, rep.compute_seconds, rep.iteration, now, own_state_, /*alone=*/true,
             [&](bool to_straggler, double ratio) {
               return absl::StrFormat("rank %u (%s) %s %.3g× its own baseline %.3gs, judged alone",
                                      rank, groups_.Label(groups_.Of(rank)),
@@ -272,6 +308,12 @@ class PeerReference final : public Reference {
     for (auto& [rank, t] : bucket) xs_.push_back(SafeLog(t) - m);
     UpdateNoise(gs, xs_);
     gs.median = std::exp(m);
+    if (gs.recent_count > 0) {
+      const double d = m - gs.SteadyLog();
+      gs.drift2 = gs.have_drift ? (1 - kNoiseAlpha) * gs.drift2 + kNoiseAlpha * d * d : d * d;
+      gs.have_drift = true;
+    }
+    gs.PushMedian(m);
     gs.iteration = iteration;
     gs.rows++;
     gs.threshold = Threshold(gs.noise2);
@@ -293,7 +335,7 @@ class PeerReference final : public Reference {
       // Not a structured binding: clang-14 (the fuzz build) cannot capture one.
       const uint32_t rank = bucket[i].first;
       const double t = bucket[i].second;
-      Judge(rank, t, iteration, now, gs, [&](bool to_straggler, double ratio) {
+      Judge(rank, t, iteration, now, gs, /*alone=*/false, [&](bool to_straggler, double ratio) {
         return to_straggler
                    ? absl::StrFormat("rank %u (%s) %.3g× its group's median %.3gs over its "
                                      "last steps (threshold %.3g×)",
@@ -374,7 +416,7 @@ class PeerReference final : public Reference {
       own_state_.median = std::exp(own_level_ + pr.base);
       const double base_seconds = own_state_.median;
       pr.steps.Push(e_.policy, SafeLog(t) - level - pr.base - norm);
-      Judge(rank, t, row.iteration, now, own_state_,
+      Judge(rank, t, row.iteration, now, own_state_, /*alone=*/false,
             [&](bool to_straggler, double ratio) {
               return to_straggler
                          ? absl::StrFormat(
@@ -398,9 +440,15 @@ class PeerReference final : public Reference {
     return rates_.empty() ? PeerSteps{}.Rate() : Median(rates_);
   }
 
+  // `alone`: the step was judged alone (JudgeAlone). A straggler's quick way
+  // back (RecentlyFast) then counts the group's drift between rows as noise
+  // too: an excluded rank's steps and its reference come from different
+  // times, so a 3x rank looked 1.7x for three steps while its group ran
+  // slower under a CPU hog, and was readmitted while still slow (issue 28,
+  // item 2). In a steady job the drift is small and the way back as quick.
   template <typename Why>
   void Judge(uint32_t rank, double compute, uint64_t iteration, Time now, const GroupState& gs,
-             Why why) {
+             bool alone, Why why) {
     const PolicyConfig& p = e_.policy;
     const double thr = gs.threshold;
     PeerRank& pr = ranks_[rank];
@@ -430,7 +478,10 @@ class PeerReference final : public Reference {
           tm < std::min(kExitShare * thr, std::log(kExitRatio)) && recent <= 1;
       pr.below_rows = healthy ? pr.below_rows + 1 : 0;
       pr.steps.AddToEpisode(p);
-      counter = pr.below_rows >= p.peer_exit_rows || pr.steps.RecentlyFast(p, std::sqrt(gs.noise2))
+      // Alone, the step and its reference come from different times: their
+      // difference also holds how far the group's level moves between rows.
+      const double noise2 = alone ? gs.noise2 + gs.drift2 : gs.noise2;
+      counter = pr.below_rows >= p.peer_exit_rows || pr.steps.RecentlyFast(p, std::sqrt(noise2))
                     ? 0
                     : lim;
     } else {

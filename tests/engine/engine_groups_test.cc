@@ -45,28 +45,6 @@ namespace straggler::engine {
 namespace {
 
 
-// Deterministic noise (splitmix64 + Box-Muller): the same rows on every
-// platform, no std:: distributions.
-class Noise {
- public:
-  explicit Noise(uint64_t seed) : s_(seed) {}
-  double Uniform() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-  }
-  double Gauss() {
-    const double u = std::max(Uniform(), 1e-12), v = Uniform();
-    return std::sqrt(-2 * std::log(u)) * std::cos(6.283185307179586 * v);
-  }
-  // A step of `base` seconds with coefficient of variation `cv`.
-  double Step(double base, double cv) { return base * std::max(0.05, 1 + cv * Gauss()); }
-
- private:
-  uint64_t s_;
-};
-
 PolicyConfig Peer() {
   PolicyConfig p = CounterOnlyPolicy();
   p.kind = PolicyKind::kPeer;
@@ -81,13 +59,6 @@ void Run(Harness& h, Noise& n, uint32_t world, uint64_t from, uint64_t to, doubl
     for (uint32_t r = 0; r < world; ++r) row[r] = n.Step(cost(r, i), cv);
     h.Row(i, 0, row);
   }
-}
-
-// Iteration of `rank`'s first detection, or nullopt.
-std::optional<uint64_t> Detected(const Harness& h, uint32_t rank) {
-  for (const Event& e : h.Of(EventKind::kStateChange, rank))
-    if (e.to == WorkerState::kStraggler) return e.iteration;
-  return std::nullopt;
 }
 
 size_t Detections(const Harness& h) {
