@@ -13,6 +13,7 @@ error on stderr when something fails.
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -70,6 +71,12 @@ def main():
     p.add_argument("--store", required=True, help="FileStore path for DDP's bootstrap")
     p.add_argument("--iterations", type=int, default=80)
     p.add_argument("--step-ms", type=float, default=10)
+    # torch_restart_readmit_test.py: the step takes --slow-ms while the file
+    # --slow-file exists; the run ends before the iteration a --stop-file
+    # names, once it holds one (every rank reads the same number).
+    p.add_argument("--slow-file")
+    p.add_argument("--slow-ms", type=float, default=0)
+    p.add_argument("--stop-file")
     a = p.parse_args()
     torch_rank.init_gloo(a.store, a.rank, a.world_size)
     client = straggler.Client(endpoint=a.daemon, job_id=a.job, rank=a.rank,
@@ -84,8 +91,20 @@ def main():
     ddp.register_comm_hook(state, st.partial_allreduce_hook)
     opt = make_optimizer(ddp.parameters())
 
+    def stop_at():
+        if a.stop_file and os.path.exists(a.stop_file):
+            with open(a.stop_file) as f:
+                text = f.read().strip()
+            if text:
+                return min(a.iterations, int(text))
+        return a.iterations
+
+    def step_ms():
+        slow = a.slow_file and os.path.exists(a.slow_file)
+        return a.slow_ms if slow else a.step_ms
+
     it = 0
-    while it < a.iterations:
+    while it < stop_at():
         plan = state.begin_step(it, model=ddp.module, optimizer=opt)
         if plan.rejoin_iteration is not None:
             # Excluded and readmitted further on: skip the shadow steps up to
@@ -98,7 +117,7 @@ def main():
         x, y = batch(a.rank, it)
         loss = torch.nn.functional.cross_entropy(ddp(x), y)
         loss.backward()
-        time.sleep(a.step_ms / 1000.0)  # the simulated rest of the step; rank 3 is slower
+        time.sleep(step_ms() / 1000.0)  # the simulated rest of the step; rank 3 is slower
         state.end_step(0, time.perf_counter() - start)
         # A float32 CPU tensor outside DDP: multiples of 12, so the average
         # among 3 or 4 ranks is exact and the test compares it for equality.
@@ -116,7 +135,7 @@ def main():
         it += 1
 
     client.flush(5.0)
-    membership = client.membership_for(a.iterations - 1, 5.0)
+    membership = client.membership_for(it - 1, 5.0)
     print(json.dumps({
         "final": [v for t in ddp.module.parameters() for v in t.detach().reshape(-1).tolist()],
         "steps_taken": state.steps_taken,
