@@ -77,6 +77,9 @@ def main():
     p.add_argument("--slow-file")
     p.add_argument("--slow-ms", type=float, default=0)
     p.add_argument("--stop-file")
+    # cpu_hog_flaps_test.py: this much of the step is CPU work (a busy loop)
+    # that a CPU hog on the same core slows, the rest a sleep.
+    p.add_argument("--spin-ms", type=float, default=0)
     a = p.parse_args()
     torch_rank.init_gloo(a.store, a.rank, a.world_size)
     client = straggler.Client(endpoint=a.daemon, job_id=a.job, rank=a.rank,
@@ -117,7 +120,11 @@ def main():
         x, y = batch(a.rank, it)
         loss = torch.nn.functional.cross_entropy(ddp(x), y)
         loss.backward()
-        time.sleep(step_ms() / 1000.0)  # the simulated rest of the step; rank 3 is slower
+        # The simulated rest of the step (rank 3 is slower): CPU work, then a sleep.
+        spin_end = time.perf_counter() + a.spin_ms / 1000.0
+        while time.perf_counter() < spin_end:
+            pass
+        time.sleep(max(0.0, step_ms() - a.spin_ms) / 1000.0)
         state.end_step(0, time.perf_counter() - start)
         # A float32 CPU tensor outside DDP: multiples of 12, so the average
         # among 3 or 4 ranks is exact and the test compares it for equality.
