@@ -77,7 +77,7 @@ def main():
     p.add_argument("--slow-file")
     p.add_argument("--slow-ms", type=float, default=0)
     p.add_argument("--stop-file")
-    # cpu_hog_flaps_test.py: this much of the step is CPU work (a busy loop)
+    # false_recovery_test.py: this much of the step is CPU work (a busy loop)
     # that a CPU hog on the same core slows, the rest a sleep.
     p.add_argument("--spin-ms", type=float, default=0)
     a = p.parse_args()

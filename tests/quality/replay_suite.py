@@ -182,6 +182,30 @@ def gate(a):
     print("ok")
 
 
+def recorded(a):
+    """A trace recorded from a real run (--scenario FILE.csv) in which
+    --straggler was slow from its start to the end: the daemon's defaults
+    flag it and never call it healthy again (issue 28, item 2: a recorded
+    run in which the daemon of the day did, many times)."""
+    p = run([a.replay, a.scenario, "--format", "json"])
+    if p.returncode != 0:
+        fail(f"exit {p.returncode}: {p.stderr}")
+    doc = json.loads(p.stdout)
+    r = next(r for r in doc["ranks"] if r["rank"] == a.straggler)
+    others = {x["rank"]: x["detected_at"] for x in doc["ranks"]
+              if x["rank"] != a.straggler and x["detected_at"]}
+    print(f"{a.scenario}: rank {a.straggler} detected at {r['detected_at']}, "
+          f"recovered at {r['recovered_at']}; others detected: {others}")
+    if not r["detected_at"]:
+        fail(f"rank {a.straggler}, slow all along, was never detected")
+    if r["recovered_at"]:
+        fail(f"rank {a.straggler}, slow all along, was called healthy again at "
+             f"{r['recovered_at']} (false recoveries)")
+    if others:
+        fail(f"ranks that were never slow were flagged: {others}")
+    print("ok")
+
+
 def cli(a):
     os.makedirs(a.workdir, exist_ok=True)
     # A CSV trace: 4 ranks x 60 iterations, rank 2 at 3x from iteration 20,
@@ -368,7 +392,8 @@ def tables(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["smoke", "gate", "cli", "tables", "criteria", "defaults"])
+    ap.add_argument("mode", choices=["smoke", "gate", "cli", "tables", "criteria", "defaults",
+                                     "recorded"])
     ap.add_argument("--replay", required=True)
     ap.add_argument("--scenarios")
     ap.add_argument("--scenario")
@@ -376,9 +401,10 @@ def main():
     ap.add_argument("--workdir")
     ap.add_argument("--benchmarks")
     ap.add_argument("--daemon-config")
+    ap.add_argument("--straggler", type=int, help="recorded: the rank slow all along")
     a = ap.parse_args()
     {"smoke": smoke, "gate": gate, "cli": cli, "tables": tables, "criteria": criteria,
-     "defaults": defaults}[a.mode](a)
+     "defaults": defaults, "recorded": recorded}[a.mode](a)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,32 @@
 #!/usr/bin/env python3
-"""A real DDP run with a CPU hog competing with the trainers (issue 28,
-item 2): records how often the daemon let a straggler, slow all along, back
-in ("false recoveries"), without asserting on timing.
+"""A real DDP run whose group of ranks slows down in bursts while an
+excluded straggler runs alone (issue 28, item 2): records how often the
+daemon let the straggler, slow all along, back in ("false recoveries").
 
 Four real rank processes (torch_ddp_rank.py: DDP on Gloo,
 straggler.torch.partial_allreduce_hook, the daemon's own detection with its
-defaults). Rank 3's step takes 3x the others' for the whole run, 30% of it
-CPU work (a busy loop), the rest a sleep. Ranks 0-2
-share one core with a CPU hog that runs in bursts (busy 0.2-0.6 s, idle
-0.3-1 s): the group's rows run slower now and then while rank 3, excluded,
-runs alone on the other core - the case where a shadow rank's steps and the
-rows it is compared with come from different times.
+defaults). Rank 3's step takes 3x the others' for the whole run. The bursts:
+- --hog cpu: ranks 0-2 share one core with a CPU hog that runs in bursts
+  (busy 0.2-0.6 s, idle 0.3-1 s), 30% of each step being CPU work; rank 3
+  runs on the other core. Printed only: how much the hog slows the group
+  depends on the scheduler.
+- --hog file: ranks 0-2's steps take 2.2x in bursts of 50-250 ms every
+  100-500 ms. Before issue 28 the daemon readmitted rank 3 some 50 times in
+  such a run ("back to 1.37x its group's newest median, judged alone");
+  tests/data/false-recovery-slow-group.csv is such a run's exported trace,
+  which quality:false_recovery_recorded_trace replays.
+Either way the group's rows run slower now and then while rank 3, excluded,
+runs alone: its steps and the rows it is compared with come from different
+times.
 
 Asserts only what does not depend on timing: the run ends, rank 3 is
-detected, and the active ranks end with the same parameters. Prints each of rank
-3's state changes, the count of false recoveries (straggler -> healthy while
-still 3x slow), and what straggler-replay finds in the job's exported trace;
---keep-trace FILE keeps that trace (tests/data/ holds one recorded so).
+detected, and the active ranks end with the same parameters. Prints each of
+rank 3's state changes, the count of false recoveries (straggler -> healthy
+while still 3x slow), and what straggler-replay finds in the job's exported
+trace; --keep-trace FILE keeps that trace.
 
-    cpu_hog_flaps_test.py --stragglerd PATH --ctl PATH --replay PATH --python PATH
-                          --pythonpath DIR [--keep-trace FILE] [--seed N]
+    false_recovery_test.py --stragglerd PATH --ctl PATH --replay PATH --python PATH
+                          --pythonpath DIR [--hog cpu|file] [--keep-trace FILE] [--seed N]
 """
 
 import argparse
@@ -30,20 +37,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Daemon, RankProcesses, check, ctl, daemon_get, excluded,  # noqa: E402
-                     main, wait_for)
+                     main)
 
 WORLD = 4
 SLOW = 3
-JOB = "cpu-hog-flaps"
+JOB = "false-recovery"
 ITERATIONS = 700
 DEADLINE_S = 300
 
-HOG = """
+CPU_HOG = """
 import os, random, sys, time
 random.seed(int(sys.argv[1]))
 end = time.monotonic() + float(sys.argv[2])
@@ -53,6 +61,20 @@ while time.monotonic() < end:
         pass
     time.sleep(random.uniform(0.3, 1.0))
 """
+
+
+stop_hog = threading.Event()
+
+
+def file_hog(path, seed):
+    """--hog file: the group's steps take 2.2x while `path` exists, in bursts
+    of 50-250 ms every 100-500 ms (what a hog on their node does to them,
+    without depending on the scheduler)."""
+    rng = random.Random(seed)
+    while not stop_hog.wait(rng.uniform(0.1, 0.5)):
+        open(path, "w").close()
+        stop_hog.wait(rng.uniform(0.05, 0.25))
+        os.unlink(path)
 
 
 def pin(core):
@@ -71,28 +93,42 @@ def test(args):
               % (sys.executable, e))
         sys.exit(77)
     here = os.path.dirname(os.path.abspath(__file__))
-    with tempfile.TemporaryDirectory(prefix="cpu-hog-flaps-") as work:
+    with tempfile.TemporaryDirectory(prefix="false-recovery-") as work:
         env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1")
         store = os.path.join(work, "ddp.store")
+        slow_file = os.path.join(work, "group.slow")
         with Daemon(args.stragglerd, work) as d:
-            hog = subprocess.Popen(pin(0) + [args.python, "-c", HOG, str(args.seed),
-                                             str(DEADLINE_S)])
+            if args.hog == "cpu":
+                hog = subprocess.Popen(pin(0) + [args.python, "-c", CPU_HOG, str(args.seed),
+                                                 str(DEADLINE_S)])
+            else:
+                hog = threading.Thread(target=file_hog, args=(slow_file, args.seed), daemon=True)
             try:
-                cmds = [pin(1 if r == SLOW else 0) +
-                        [args.python, os.path.join(here, "torch_ddp_rank.py"),
+                cmds = [[args.python, os.path.join(here, "torch_ddp_rank.py"),
                          "--daemon", d.address, "--job", JOB, "--rank", str(r),
                          "--world-size", str(WORLD), "--store", store,
                          "--iterations", str(ITERATIONS),
-                         "--step-ms", "30" if r == SLOW else "10",
-                         "--spin-ms", "9" if r == SLOW else "3"] for r in range(WORLD)]
+                         "--step-ms", "30" if r == SLOW else "10"] for r in range(WORLD)]
+                for r, cmd in enumerate(cmds):
+                    if args.hog == "cpu":
+                        cmd[:0] = pin(1 if r == SLOW else 0)
+                        cmd += ["--spin-ms", "9" if r == SLOW else "3"]
+                    elif r != SLOW:
+                        cmd += ["--slow-file", slow_file, "--slow-ms", "22"]
                 ranks = RankProcesses(cmds, work, DEADLINE_S, env=env, err_tail=3000)
+                if args.hog == "file":
+                    hog.start()
                 try:
                     ranks.finish()
                 finally:
                     ranks.kill()
             finally:
-                hog.kill()
-                hog.wait()
+                if args.hog == "cpu":
+                    hog.kill()
+                    hog.wait()
+                else:
+                    stop_hog.set()
+                    hog.join()
             events = daemon_get(d, "/v1/jobs/%s/events" % JOB, rank=SLOW,
                                 kind="state_change").get("events", [])
             trace = os.path.join(work, "trace.csv")
@@ -134,6 +170,9 @@ if __name__ == "__main__":
     for name in ("stragglerd", "ctl", "replay", "python", "pythonpath"):
         parser.add_argument("--" + name, required=True)
     parser.add_argument("--keep-trace")
+    parser.add_argument("--hog", choices=("cpu", "file"), default="cpu",
+                        help="cpu: a busy process in bursts on the group's core; file: the "
+                             "group's steps 2.2x slower in bursts (torch_ddp_rank --slow-file)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     args = parser.parse_args()
     random.seed(args.seed)
