@@ -172,6 +172,7 @@ struct EngineImpl {
 
   // ---- ingest (engine_ingest.cc) -------------------------------------------
   IngestResult Validate(const Report& rep) const;
+  std::optional<std::string> ImplausibleEpoch(const Report& rep) const;
   IngestResult Ingest(const Report& rep, Time now);
   bool TooFarAhead(uint32_t rank, uint64_t iteration, Time now);
   void AddToRow(const Report& rep, Time now);
@@ -217,6 +218,7 @@ struct EngineImpl {
   uint64_t Lead() const;
   std::optional<uint64_t> ReferenceIteration() const;
   uint64_t PlausibleEffective(uint64_t floor) const;
+  std::optional<uint64_t> ReportedBound() const;
   bool Rebase(Time now, const std::string& why);
   void Publish(std::vector<ExcludedRank> excluded, Time now, std::string why,
                uint64_t min_effective = 0, uint64_t min_version = 0);

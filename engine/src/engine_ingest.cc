@@ -74,8 +74,34 @@ IngestResult EngineImpl::Validate(const Report& rep) const {
                            " is older than iteration ", r.last_iteration, " already reported");
     return res;
   }
+  if (auto m = ImplausibleEpoch(rep)) {
+    res.reason = RejectReason::kTooFarAhead;
+    res.message = std::move(*m);
+    return res;
+  }
   res.accepted = true;
   return res;
+}
+
+// A row takes its reports' highest epoch and a new epoch starts only above
+// the job's: one report with epoch 2^64-1 would pin the job's epoch there
+// (no epoch, probation round or re-profile after it). An epoch has at least
+// one iteration, so since the job's epoch was first seen (at
+// epoch_start_iteration) a report may be at most one epoch ahead per
+// iteration, plus one; before the job has an epoch, below 2^62.
+std::optional<std::string> EngineImpl::ImplausibleEpoch(const Report& rep) const {
+  if (rep.epoch >= kAbsurd) {
+    return absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration, " epoch ", rep.epoch,
+                        " is no epoch a job reaches (2^62 or more)");
+  }
+  if (!have_epoch || rep.epoch <= epoch) return std::nullopt;
+  const uint64_t iterations =
+      rep.iteration > epoch_start_iteration ? rep.iteration - epoch_start_iteration : 0;
+  if (rep.epoch - epoch <= iterations + 1) return std::nullopt;
+  return absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration, " epoch ", rep.epoch,
+                      " is more than ", iterations + 1, " epochs past the job's epoch ", epoch,
+                      " (first seen at iteration ", epoch_start_iteration,
+                      "): an epoch has at least one iteration");
 }
 
 IngestResult EngineImpl::Ingest(const Report& rep, Time now) {

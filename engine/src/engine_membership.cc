@@ -126,6 +126,21 @@ uint64_t EngineImpl::PlausibleEffective(uint64_t floor) const {
   return base + Lead() + JobEngine::kMaxAgreementInterval;
 }
 
+// The highest reported_iteration a hello's floor may hold once the job has
+// reports (a live job): versions then take effect at most lead +
+// kMaxAgreementInterval past the job's progress (Publish puts them after the
+// floor + 1 + lead), as far as a known_effective_iteration may put them and
+// no further than Rebase keeps. A client of a live job reconnecting is where
+// its peers are; a claim further ahead would hold every later version there
+// (issue 28: progress + 10 000 froze a job's exclusions). nullopt before any
+// report: a new job, or a daemon restarted without its state database,
+// whose floor only hellos can tell.
+std::optional<uint64_t> EngineImpl::ReportedBound() const {
+  const std::optional<uint64_t> ref = ReferenceIteration();
+  if (!ref) return std::nullopt;
+  return *ref + JobEngine::kMaxAgreementInterval - 1;
+}
+
 // Drops the versions that take effect beyond PlausibleEffective (a floor a
 // hello or a damaged database put there) and publishes the newest excluded
 // set again above every version, in force from the ranks' progress + lead.
@@ -281,8 +296,10 @@ absl::Status JobEngine::CheckClaims(const Membership& held,
         " past the job's newest version ", d.Newest().version));
   }
   // Overflow-safe: every term is far below 2^63 (reported and ref are
-  // bounded above, or refused), the claim is compared, not added to.
-  const uint64_t floor = reported ? std::min(*reported, internal::kAbsurd) : 0;
+  // bounded above, or refused), the claim is compared, not added to. The
+  // floor as NoteReportedIteration will take it.
+  uint64_t floor = reported ? std::min(*reported, internal::kAbsurd) : 0;
+  if (const std::optional<uint64_t> bound = d.ReportedBound()) floor = std::min(floor, *bound);
   if (const uint64_t limit = d.PlausibleEffective(floor); held.effective_iteration > limit) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hello.known_effective_iteration=", held.effective_iteration, " is more than lead ",
@@ -301,10 +318,13 @@ bool JobEngine::DropClaims(Time now) {
   return had || rebased;
 }
 
-void JobEngine::NoteReportedIteration(uint64_t iteration) {
+std::optional<uint64_t> JobEngine::NoteReportedIteration(uint64_t iteration) {
   Impl& d = *impl_;
-  if (iteration >= internal::kAbsurd) return;
+  if (iteration >= internal::kAbsurd) return std::nullopt;
+  if (const std::optional<uint64_t> bound = d.ReportedBound())
+    iteration = std::min(iteration, *bound);
   if (!d.hello_reported || *d.hello_reported < iteration) d.hello_reported = iteration;
+  return iteration;
 }
 
 void JobEngine::AdoptVersionFloor(const Membership& held, Time now) {

@@ -146,10 +146,14 @@ absl::Status JobEngine::SetOverride(uint32_t rank, RankOverride override, std::s
 
 void JobEngine::Reset(Time now) { impl_->Reset(now); }
 
-void JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
-  impl_->iterations_per_epoch = iterations;
-  impl_->epoch_length_announced = iterations > 0;
-  impl_->ClampCounters();
+bool JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
+  Impl& d = *impl_;
+  if (iterations == 0) return true;
+  if (d.epoch_length_announced) return d.iterations_per_epoch == iterations;
+  d.iterations_per_epoch = iterations;
+  d.epoch_length_announced = true;
+  d.ClampCounters();
+  return true;
 }
 
 void JobEngine::SetTopology(uint32_t rank, const RankTopology& topology) {

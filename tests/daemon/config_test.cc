@@ -114,6 +114,7 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->rendezvous.max_ttl_seconds == defaults.rendezvous.max_ttl_seconds);
   CHECK(cfg->rendezvous.max_wait_seconds == defaults.rendezvous.max_wait_seconds);
   CHECK(cfg->rendezvous.max_waiters == defaults.rendezvous.max_waiters);
+  CHECK(cfg->rendezvous.max_bytes_per_job == defaults.rendezvous.max_bytes_per_job);
   const sd::PersistenceConfig& p = cfg->persistence;
   CHECK(p.path == defaults.persistence.path);
   CHECK(p.synchronous == defaults.persistence.synchronous);
@@ -280,6 +281,11 @@ TEST_CASE("rendezvous limits parse and bad ones name the key") {
                              "rv.yaml");
   REQUIRE_FALSE(ttl.ok());
   CHECK_THAT(std::string(ttl.status().message()), Catch::Contains("default_ttl_seconds=10"));
+  auto bytes = sd::ParseConfig("rendezvous:\n  max_bytes_per_job: 1000\n", "rv.yaml");
+  REQUIRE_FALSE(bytes.ok());
+  CHECK_THAT(std::string(bytes.status().message()),
+             Catch::Contains("rendezvous.max_bytes_per_job=1000 must be >= "
+                             "rendezvous.max_key_bytes + max_value_bytes (1049088)"));
 }
 
 TEST_CASE("an empty file is all defaults") {

@@ -1,7 +1,8 @@
 // RendezvousService over real gRPC on loopback (port 0): set/get, waits that
 // complete from a later Set, time out naming the missing keys, end on client
 // cancellation and on shutdown; limits with errors naming the value; TTL
-// expiry; jobs kept apart; the Add counter.
+// expiry; jobs kept apart; the Add counter; Get's amplification bounds and
+// the bytes a job's keys may hold (issue 28 item 9: rendezvous_get).
 #include <catch2/catch.hpp>
 
 #include <grpcpp/grpcpp.h>
@@ -66,6 +67,8 @@ v1::RendezvousWaitRequest WaitRequest(const std::string& job, const std::vector<
 struct Fixture : LoopbackDaemon {
   explicit Fixture(sd::RendezvousConfig rv = {})
       : LoopbackDaemon(WithRendezvous(rv)), stub(v1::RendezvousService::NewStub(channel)) {}
+  explicit Fixture(const sd::DaemonConfig& config)
+      : LoopbackDaemon(config), stub(v1::RendezvousService::NewStub(channel)) {}
 
   // The calls with a fresh context each; the answer is dropped.
   grpc::Status Call(const v1::RendezvousSetRequest& req) {
@@ -291,4 +294,98 @@ TEST_CASE("rendezvous: a negative TTL or Wait timeout is refused naming it") {
   set.mutable_ttl()->set_seconds(std::numeric_limits<int64_t>::max());
   CHECK(f.Call(set).ok());
   CHECK(f.Get("j", {"k"}, &got).ok());
+}
+
+// Issue 28 item 9: one 1 MiB value asked for 500 times in a 3 KB request
+// made a 500 MiB answer (the daemon's RSS grew by 1 GB; 100 000 times, the
+// kernel killed it). Each key is answered once.
+TEST_CASE("rendezvous_get: a key repeated in one Get is answered once") {
+  Fixture f;
+  const std::string big(1 << 20, 'v');
+  REQUIRE(f.Set("j", "big", big).ok());
+  REQUIRE(f.Set("j", "small", "s").ok());
+  std::vector<std::string> keys(16, "big");
+  keys.insert(keys.begin() + 3, "small");
+  keys.push_back("small");
+  v1::RendezvousGetResponse resp;
+  const grpc::Status s = f.Get("j", keys, &resp);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  REQUIRE(resp.entries_size() == 2);  // in the order of first appearance
+  CHECK(resp.entries(0).key() == "big");
+  CHECK(resp.entries(0).value() == big);
+  CHECK(resp.entries(1).key() == "small");
+  CHECK(resp.entries(1).value() == "s");
+}
+
+TEST_CASE("rendezvous_get: more keys than max_keys_per_job in one Get are refused, as for Wait") {
+  sd::RendezvousConfig rv;
+  rv.max_keys_per_job = 4;
+  Fixture f(rv);
+  REQUIRE(f.Set("j", "k", "v").ok());
+  v1::RendezvousGetResponse resp;
+  const grpc::Status s = f.Get("j", std::vector<std::string>(5, "k"), &resp);
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message() == "job 'j': Get of 5 keys exceeds rendezvous.max_keys_per_job=4");
+  CHECK(resp.entries_size() == 0);
+  CHECK(f.Get("j", std::vector<std::string>(4, "k"), &resp).ok());
+  CHECK(resp.entries_size() == 1);
+}
+
+TEST_CASE("rendezvous_get: an answer larger than limits.max_message_bytes is refused naming the "
+          "sizes, and a smaller Get of the same keys is served") {
+  sd::DaemonConfig config;
+  config.limits.max_message_bytes = 64 * 1024;
+  Fixture f(config);
+  // Five distinct 16 KiB values: 80 KiB together, more than the 64 KiB the
+  // daemon would take in one message (gRPC itself would send it).
+  const std::string value(16 * 1024, 'x');
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5; ++i) {
+    keys.push_back("rank" + std::to_string(i));
+    REQUIRE(f.Set("j", keys.back(), value).ok());
+  }
+  v1::RendezvousGetResponse resp;
+  const grpc::Status s = f.Get("j", keys, &resp);
+  CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // 5 x (5 + 16384 + 20) bytes.
+  CHECK(s.error_message() ==
+        "job 'j': Get of 5 distinct keys ('rank0', 'rank1', 'rank2', 'rank3', ...) would answer "
+        "82045 bytes, more than limits.max_message_bytes=65536; ask for fewer keys per Get");
+  CHECK(resp.entries_size() == 0);
+  keys.resize(3);
+  REQUIRE(f.Get("j", keys, &resp).ok());
+  CHECK(resp.entries_size() == 3);
+}
+
+TEST_CASE("rendezvous_get: a job's keys hold at most rendezvous.max_bytes_per_job, replaced and "
+          "expired values give their bytes back") {
+  sd::RendezvousConfig rv;
+  rv.max_bytes_per_job = 1000;
+  Fixture f(rv);
+  sd::RendezvousStore& store = f.server.rendezvous();
+  REQUIRE(f.Set("j", "k1", std::string(400, 'a')).ok());
+  REQUIRE(f.Set("j", "k2", std::string(400, 'b')).ok());
+  CHECK(store.ByteCount("j") == 804);
+  grpc::Status full = f.Set("j", "k3", std::string(400, 'c'));
+  CHECK(full.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(full.error_message() ==
+        "job 'j' holds 804 bytes of rendezvous keys and values "
+        "(rendezvous.max_bytes_per_job=1000); key 'k3' with a value of 400 bytes not stored");
+  // A replacement counts its new size, not both.
+  REQUIRE(f.Set("j", "k1", std::string(100, 'a')).ok());
+  CHECK(store.ByteCount("j") == 504);
+  REQUIRE(f.Set("j", "k3", std::string(300, 'c')).ok());
+  CHECK(store.ByteCount("j") == 806);
+  // Add's counters count too.
+  CHECK(f.Call(AddRequest("j", "n", 7)).ok());
+  CHECK(store.ByteCount("j") == 808);
+  // Other jobs have their own room.
+  CHECK(f.Set("other", "k", std::string(900, 'o')).ok());
+  // An expired key frees its bytes for the next Set.
+  REQUIRE(f.Set("j", "short", std::string(150, 's'), 30ms).ok());
+  while (store.KeyCount("j") == 5) std::this_thread::sleep_for(5ms);
+  CHECK(store.ByteCount("j") == 808);
+  CHECK(f.Set("j", "k4", std::string(180, 'd')).ok());
+  CHECK(store.ByteCount("j") == 990);
 }

@@ -38,6 +38,31 @@ TEST_CASE("claims: a hello's version, effective and reported iterations are boun
   CHECK_FALSE(e.CheckClaims(Held(1'000'000'000'000ull, 1'000'000'000'000'000ull), 500).ok());
 }
 
+// Issue 28 item 8: a hello with progress + 10 000 held every later version
+// of a live job there.
+TEST_CASE("hello_claim: a live job takes a reported_iteration as a floor only up to its "
+          "progress + 1023, a job without reports takes it whole",
+          "[engine][claims]") {
+  SECTION("no reports yet: a daemon restarted without its database takes the job over") {
+    Harness h(4);
+    CHECK(h.engine().NoteReportedIteration(5000) == std::optional<uint64_t>(5000));
+    CHECK(h.engine().NoteReportedIteration(uint64_t{1} << 62) == std::nullopt);
+  }
+  Harness h(4);
+  JobEngine& e = h.engine();
+  h.Rows(0, 500, 0, Uniform(4, 1.0));  // progress: 499
+  CHECK(e.NoteReportedIteration(510) == std::optional<uint64_t>(510));
+  CHECK(e.NoteReportedIteration(499 + 10'000) == std::optional<uint64_t>(499 + 1023));
+  // known_effective_iteration is bounded against the floor as taken.
+  CHECK(e.CheckClaims(Held(3, 499 + 1023 + 3 + 1024), 499 + 10'000).ok());
+  const absl::Status far = e.CheckClaims(Held(3, 499 + 1023 + 3 + 1025), 499 + 10'000);
+  CHECK(far.code() == absl::StatusCode::kInvalidArgument);
+  // The next version takes effect at most lead + 1024 past the progress.
+  REQUIRE(e.SetOverride(1, RankOverride::kForceExclude, "", h.now()).ok());
+  CHECK(ExcludedRanks(e.membership()) == std::vector<uint32_t>{1});
+  CHECK(e.membership().effective_iteration == 499 + 1023 + 1 + 3);
+}
+
 TEST_CASE("claims: a version floor out of reach is rebased at the next decision and by Reset",
           "[engine][claims]") {
   PolicyConfig p = DynamicPolicy();
@@ -134,6 +159,27 @@ TEST_CASE("claims: a far-ahead report does not advance the rank's published prog
     REQUIRE(g.engine().Ingest(MakeReport(1, 0, 99 + 5000, 1.0, g.now()), g.now()).accepted);
     CHECK(g.engine().Progress(1) == std::nullopt);
   }
+}
+
+// Issue 28 item 11: one report with epoch 2^64-1 pinned the job's epoch.
+TEST_CASE("epoch_claim: a report may be at most one epoch per iteration ahead of the job's",
+          "[engine][claims]") {
+  Harness h(4);
+  JobEngine& e = h.engine();
+  const IngestResult first = h.Send(0, uint64_t{1} << 62, 0, 1.0);
+  CHECK(first.reason == RejectReason::kTooFarAhead);
+  h.Rows(0, 10, 0, Uniform(4, 1.0));
+  h.Rows(10, 2, 10, Uniform(4, 1.0));  // ten epochs in ten iterations: plausible
+  REQUIRE(e.View().epoch == 10);
+  const IngestResult jump = h.Send(1, 14, 12, 1.0);
+  CHECK(jump.reason == RejectReason::kTooFarAhead);
+  CHECK(jump.message ==
+        "rank 1 iteration 12 epoch 14 is more than 3 epochs past the job's epoch 10 (first seen "
+        "at iteration 10): an epoch has at least one iteration");
+  // Epochs one per iteration, or slower, are taken.
+  h.Rows(12, 1, 12, Uniform(4, 1.0));
+  h.Rows(13, 3, 13, Uniform(4, 1.0));
+  CHECK(e.View().epoch == 13);
 }
 
 }  // namespace

@@ -128,12 +128,21 @@ class Parser : public common::ConfigReader {
                                                  {"default_ttl_seconds", &rv.default_ttl_seconds},
                                                  {"max_ttl_seconds", &rv.max_ttl_seconds},
                                                  {"max_wait_seconds", &rv.max_wait_seconds},
-                                                 {"max_waiters", &rv.max_waiters}});
+                                                 {"max_waiters", &rv.max_waiters},
+                                                 {"max_bytes_per_job", &rv.max_bytes_per_job}});
     if (!read.ok()) return read;
     if (rv.default_ttl_seconds > rv.max_ttl_seconds) {
       return Error(node.Mark(),
                    absl::StrCat("rendezvous.default_ttl_seconds=", rv.default_ttl_seconds,
                                 " must be <= rendezvous.max_ttl_seconds=", rv.max_ttl_seconds));
+    }
+    // Else the largest key and value allowed could never be stored.
+    if (const uint64_t one = uint64_t{rv.max_key_bytes} + rv.max_value_bytes;
+        rv.max_bytes_per_job < one) {
+      return Error(node.Mark(),
+                   absl::StrCat("rendezvous.max_bytes_per_job=", rv.max_bytes_per_job,
+                                " must be >= rendezvous.max_key_bytes + max_value_bytes (", one,
+                                ")"));
     }
     return absl::OkStatus();
   }

@@ -87,6 +87,9 @@ struct RendezvousConfig {
   uint32_t max_ttl_seconds = 86400;        // longer TTLs are capped
   uint32_t max_wait_seconds = 300;         // longest Wait; longer ones are capped
   uint32_t max_waiters = 100000;           // Waits held at once, all jobs
+  // Bytes (keys + values) one job's keys hold; a Set beyond: RESOURCE_EXHAUSTED.
+  // 64 MiB: thousands of ranks' addresses and communicator ids are far less.
+  uint32_t max_bytes_per_job = 67108864;
 };
 
 // The state database (docs/persistence.md). path "" keeps everything in

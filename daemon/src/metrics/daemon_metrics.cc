@@ -118,8 +118,12 @@ const Family<DaemonStats> kDaemonFamilies[] = {
     {"straggler_active_streams", MetricType::Gauge, "Open ingest streams.",
      [](const DaemonStats& s) { return Load(s.active_streams); }},
     {"straggler_hello_claims_dropped_total", MetricType::Counter,
-     "Hellos whose reported_iteration the stream's first reports showed false.",
+     "Hellos whose reported_iteration the stream's first reports showed false, or that a live "
+     "job took only up to its progress + 1023.",
      [](const DaemonStats& s) { return Load(s.hello_claims_dropped); }},
+    {"straggler_hello_settings_ignored_total", MetricType::Counter,
+     "Later hellos whose iterations_per_epoch differed from the run's first: ignored.",
+     [](const DaemonStats& s) { return Load(s.hello_settings_ignored); }},
     {"straggler_reports_accepted_total", MetricType::Counter, "Reports taken, all jobs.",
      [](const DaemonStats& s) { return Load(s.reports_accepted); }},
     // Always present (0 without persistence), so an alert needs no absent().

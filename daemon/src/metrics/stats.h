@@ -73,10 +73,17 @@ struct DaemonStats {
   std::array<std::atomic<uint64_t>, kStreamRefuseReasons> streams_refused{};
   // Topology claims of hellos refused for one rank (rank_topology.h).
   std::array<std::atomic<uint64_t>, kTopologyRefuseReasons> topology_refused{};
-  std::atomic<uint64_t> auth_rejected{0};
+  std::atomic<uint64_t> auth_rejected{0};  // calls refused for a missing or wrong token
   // Hellos whose reported_iteration the stream's first reports showed false
-  // (engine::JobEngine::DropClaims).
-  std::atomic<uint64_t> hello_claims_dropped{0};       // calls refused for a missing or wrong token
+  // (engine::JobEngine::DropClaims), or that a live job took only up to its
+  // progress + 1023 (NoteReportedIteration).
+  std::atomic<uint64_t> hello_claims_dropped{0};
+  // Later hellos whose job-level setting (iterations_per_epoch) differed
+  // from the one the run's first announcement set: ignored.
+  std::atomic<uint64_t> hello_settings_ignored{0};
+  // Warnings about such hellos: 20 per 10 s, the rest summed up in the next
+  // one logged (JobRegistry::WarnHello).
+  common::LogBudget hello_log{20, std::chrono::seconds(10)};
   std::atomic<int64_t> active_watches{0};
   // A pending WatchMembership version replaced by a newer one (slow watcher).
   std::atomic<uint64_t> watch_versions_skipped{0};

@@ -25,6 +25,20 @@ uint64_t NewIncarnation() {
   return v;
 }
 
+// A warning about a hello (a claim bounded, a setting ignored), rate-limited
+// by `budget`: any ingest client can send hellos, and they must not flood
+// the log. The count of those not logged goes with the next one logged.
+void WarnHello(common::LogBudget& budget, const std::string& message) {
+  const auto now = std::chrono::steady_clock::now();
+  const uint64_t earlier = budget.TakeSuppressed(now);  // before Take opens a new window
+  if (!budget.Take(now)) return;
+  if (earlier == 0) {
+    spdlog::warn("{}", message);
+  } else {
+    spdlog::warn("{} ({} more such hello warnings not logged)", message, earlier);
+  }
+}
+
 }  // namespace
 
 JobRegistry::JobRegistry(std::shared_ptr<const DaemonConfig> config, DaemonStats& stats,
@@ -140,8 +154,14 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
     // judged with every rank in them.
     job->engine.Announce(r, now);
   }
-  if (hello.iterations_per_epoch > 0) {
-    job->engine.SetIterationsPerEpoch(hello.iterations_per_epoch);
+  // A job-level setting: the run's first announcement decides (a hello
+  // needs no token; docs/security.md), a later different one is ignored.
+  if (!job->engine.SetIterationsPerEpoch(hello.iterations_per_epoch)) {
+    stats_.hello_settings_ignored.fetch_add(1, std::memory_order_relaxed);
+    WarnHello(stats_.hello_log,
+              absl::StrCat("job=", job.id, " node='", hello.node, "': hello iterations_per_epoch=",
+                           hello.iterations_per_epoch, " ignored: the run's is ",
+                           job->engine.View().iterations_per_epoch, " (its first hello decides)"));
   }
   NoteIncarnationsLocked(job, hello, now);
   // After the incarnations: a rank's new client process may declare anew.
@@ -161,7 +181,21 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
   // Before the floor below: its version must take effect after the
   // iterations the ranks have already reached, or ranks could apply it at
   // different iterations (one certain of it, one that timed out meanwhile).
-  if (hello.reported_iteration) job->engine.NoteReportedIteration(*hello.reported_iteration);
+  // In a live job it is bounded by the job's progress (docs/runs.md, "What a
+  // hello may claim").
+  if (hello.reported_iteration) {
+    const uint64_t claim = *hello.reported_iteration;
+    const std::optional<uint64_t> taken = job->engine.NoteReportedIteration(claim);
+    if (taken != claim) {
+      stats_.hello_claims_dropped.fetch_add(1, std::memory_order_relaxed);
+      WarnHello(stats_.hello_log,
+                absl::StrCat("job=", job.id, " node='", hello.node,
+                             "': hello reported_iteration=", claim,
+                             taken ? absl::StrCat(" taken as ", *taken,
+                                                  " (the job's progress + 1023)")
+                                   : std::string(" ignored (2^62 or more)")));
+    }
+  }
   // Only versions of another daemon run need a floor: a plain reconnect to
   // this run (known_incarnation == ours) holds versions we made.
   if (hello.known_membership_version > 0 && hello.known_incarnation != job.incarnation) {

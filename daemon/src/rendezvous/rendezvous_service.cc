@@ -85,15 +85,16 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
                                                      const v1::RendezvousGetRequest* request,
                                                      v1::RendezvousGetResponse* response) {
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
-  absl::StatusOr<std::vector<std::string>> values = store_.Get(request->job_id(), keys);
-  if (values.ok()) {
-    for (size_t i = 0; i < keys.size(); ++i) {
+  absl::StatusOr<std::vector<RendezvousStore::KeyValue>> entries =
+      store_.Get(request->job_id(), keys, max_response_bytes_);
+  if (entries.ok()) {
+    for (auto& [key, value] : *entries) {
       v1::RendezvousEntry* e = response->add_entries();
-      e->set_key(keys[i]);
-      e->set_value(std::move((*values)[i]));
+      e->set_key(std::move(key));
+      e->set_value(std::move(value));
     }
   }
-  return FinishUnary(ctx, values.status(), call_);
+  return FinishUnary(ctx, entries.status(), call_);
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Wait(grpc::CallbackServerContext* ctx,

@@ -2,7 +2,7 @@
 // Wait is held on the server without a thread: its reactor finishes from the
 // store's callback (keys complete, deadline, cancellation or shutdown).
 //
-//   RendezvousServiceImpl rendezvous(store, stats);
+//   RendezvousServiceImpl rendezvous(store, stats, config.limits.max_message_bytes);
 //   builder.RegisterService(&rendezvous);
 //
 // Thread-safe; the store and stats must outlive the server.
@@ -16,8 +16,10 @@ namespace straggler::daemon {
 
 class RendezvousServiceImpl final : public straggler::v1::RendezvousService::CallbackService {
  public:
-  RendezvousServiceImpl(RendezvousStore& store, DaemonStats& stats)
-      : store_(store), stats_(stats) {}
+  // A Get whose answer would pass max_response_bytes is refused
+  // (RendezvousStore::Get): gRPC itself sends answers of any size.
+  RendezvousServiceImpl(RendezvousStore& store, DaemonStats& stats, size_t max_response_bytes)
+      : store_(store), stats_(stats), max_response_bytes_(max_response_bytes) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* ctx,
                                 const straggler::v1::RendezvousSetRequest* request,
@@ -35,6 +37,7 @@ class RendezvousServiceImpl final : public straggler::v1::RendezvousService::Cal
  private:
   RendezvousStore& store_;
   DaemonStats& stats_;  // refusals: straggler_grpc_refused_total
+  const size_t max_response_bytes_;
   const CallOf call_{stats_, GrpcService::kRendezvous};  // every refusal is counted under it
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <string_view>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -88,22 +90,44 @@ absl::StatusOr<RendezvousStore::JobKv*> RendezvousStore::JobForWriteLocked(const
   return &jobs_[job];
 }
 
+absl::Status RendezvousStore::RoomLocked(const std::string& job, const JobKv& kv,
+                                         const std::string& key, size_t value_bytes) const {
+  auto it = kv.keys.find(key);
+  const bool is_new = it == kv.keys.end();
+  if (is_new && kv.keys.size() >= config_.max_keys_per_job) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job ", common::Quoted(job), " holds ", kv.keys.size(),
+                     " rendezvous keys (rendezvous.max_keys_per_job=", config_.max_keys_per_job,
+                     "); key ", common::Quoted(key), " not stored"));
+  }
+  // A replaced value gives its bytes back.
+  const uint64_t freed = is_new ? 0 : key.size() + it->second.value.size();
+  if (kv.bytes - freed + key.size() + value_bytes > config_.max_bytes_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", common::Quoted(job), " holds ", kv.bytes,
+        " bytes of rendezvous keys and values (rendezvous.max_bytes_per_job=",
+        config_.max_bytes_per_job, "); key ", common::Quoted(key), " with a value of ",
+        value_bytes, " bytes not stored"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RendezvousStore::PutLocked(const std::string& job, JobKv& kv, const std::string& key,
                                         std::string value,
                                         std::optional<std::chrono::milliseconds> ttl,
                                         Clock::time_point now,
                                         std::vector<Completion>* completions) {
-  auto it = kv.keys.find(key);
-  if (it == kv.keys.end()) {
-    if (kv.keys.size() >= config_.max_keys_per_job) DropExpiredLocked(kv, now);
-    if (kv.keys.size() >= config_.max_keys_per_job) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("job ", common::Quoted(job), " holds ", kv.keys.size(),
-                       " rendezvous keys (rendezvous.max_keys_per_job=", config_.max_keys_per_job,
-                       "); key ", common::Quoted(key), " not stored"));
+  if (!RoomLocked(job, kv, key, value.size()).ok()) {
+    // Expired keys still hold their room until swept: sweep before refusing.
+    DropExpiredLocked(kv, now);
+    if (absl::Status s = RoomLocked(job, kv, key, value.size()); !s.ok()) {
+      EraseIfEmptyLocked(job);  // invalidates kv: return at once
+      return s;
     }
-    it = kv.keys.emplace(key, Entry{}).first;
   }
+  auto [it, inserted] = kv.keys.try_emplace(key);
+  if (!inserted) kv.bytes -= key.size() + it->second.value.size();
+  kv.bytes += key.size() + value.size();
   it->second.value = std::move(value);
   it->second.expires = ExpiryLocked(ttl, now);
   // A waiter can only complete through a key it waits on; checking each of
@@ -174,30 +198,52 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, const std::
   return result;
 }
 
-absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(const std::string& job,
-                                                             const std::vector<std::string>& keys) {
+absl::StatusOr<std::vector<RendezvousStore::KeyValue>> RendezvousStore::Get(
+    const std::string& job, const std::vector<std::string>& keys, size_t max_response_bytes) {
   std::lock_guard lock(mu_);
   if (keys.empty())
     return absl::InvalidArgumentError(
         absl::StrCat("job ", common::Quoted(job), ": Get of no keys"));
+  // As Wait: a job cannot hold more keys than this, so no Get needs more.
+  if (keys.size() > config_.max_keys_per_job) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", common::Quoted(job), ": Get of ", keys.size(),
+                     " keys exceeds rendezvous.max_keys_per_job=", config_.max_keys_per_job));
+  }
   const Clock::time_point now = Clock::now();
   auto it = jobs_.find(job);
-  std::vector<std::string> values;
-  values.reserve(keys.size());
+  // Each key once; the answer's size is known before any value is copied.
+  std::unordered_set<std::string_view> seen;
+  std::vector<const std::pair<const std::string, Entry>*> found;
+  uint64_t bytes = 0;
   for (const std::string& key : keys) {
     if (absl::Status s = ValidateJobKey(job, key); !s.ok()) return s;
-    const Entry* e = nullptr;
+    if (!seen.insert(key).second) continue;
+    const std::pair<const std::string, Entry>* e = nullptr;
     if (it != jobs_.end()) {
       auto k = it->second.keys.find(key);
-      if (k != it->second.keys.end() && k->second.expires > now) e = &k->second;
+      if (k != it->second.keys.end() && k->second.expires > now) e = &*k;
     }
     if (e == nullptr) {
       return absl::NotFoundError(absl::StrCat("job ", common::Quoted(job), ": rendezvous key ",
                                               common::Quoted(key), " is not set"));
     }
-    values.push_back(e->value);
+    bytes += key.size() + e->second.value.size() + kGetEntryOverhead;
+    found.push_back(e);
   }
-  return values;
+  if (bytes > max_response_bytes) {
+    std::vector<std::string> named;
+    for (size_t i = 0; i < found.size() && i < kKeysNamed; ++i) named.push_back(found[i]->first);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", common::Quoted(job), ": Get of ", found.size(), " distinct keys (",
+        QuotedKeys(named), found.size() > kKeysNamed ? ", ..." : "", ") would answer ", bytes,
+        " bytes, more than limits.max_message_bytes=", max_response_bytes,
+        "; ask for fewer keys per Get"));
+  }
+  std::vector<KeyValue> entries;
+  entries.reserve(found.size());
+  for (const auto* e : found) entries.emplace_back(e->first, e->second.value);
+  return entries;
 }
 
 uint64_t RendezvousStore::Wait(const std::string& job, const std::vector<std::string>& keys,
@@ -282,6 +328,14 @@ size_t RendezvousStore::KeyCount(const std::string& job) {
   return it->second.keys.size();
 }
 
+uint64_t RendezvousStore::ByteCount(const std::string& job) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return 0;
+  DropExpiredLocked(it->second, Clock::now());
+  return it->second.bytes;
+}
+
 size_t RendezvousStore::WaiterCount() {
   std::lock_guard lock(mu_);
   return waiters_.size();
@@ -303,7 +357,11 @@ std::vector<std::string> RendezvousStore::MissingLocked(const JobKv* kv,
 }
 
 void RendezvousStore::DropExpiredLocked(JobKv& kv, Clock::time_point now) {
-  std::erase_if(kv.keys, [now](const auto& e) { return e.second.expires <= now; });
+  std::erase_if(kv.keys, [&kv, now](const auto& e) {
+    if (e.second.expires > now) return false;
+    kv.bytes -= e.first.size() + e.second.value.size();
+    return true;
+  });
 }
 
 void RendezvousStore::EraseIfEmptyLocked(const std::string& job) {

@@ -6,11 +6,12 @@
 //   RendezvousStore store(config.rendezvous);
 //   store.Set("job", "gloo/v3/0", bytes, std::nullopt);
 //   store.Wait("job", {"gloo/v3/1"}, 5s, [](absl::Status s) { /* finish the RPC */ });
-//   auto values = store.Get("job", {"gloo/v3/1"});
+//   auto entries = store.Get("job", {"gloo/v3/1"}, max_message_bytes);
 //
 // Every key belongs to a job and expires after its TTL; key and value sizes,
-// keys per job, jobs and held waits are bounded (RendezvousConfig), and each
-// refusal names the value and the limit. Wait never blocks the caller: it
+// keys and bytes per job, jobs and held waits are bounded (RendezvousConfig),
+// and so are the keys and the answer of one Get; each refusal names the
+// value and the limit. Wait never blocks the caller: it
 // registers a callback that runs exactly once — at once when the keys are
 // there, later from the Set that completes them, from the store's timer
 // thread at the deadline, from Cancel, or from Close.
@@ -29,6 +30,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +44,10 @@ class RendezvousStore {
  public:
   using Clock = std::chrono::steady_clock;
   using WaitDone = std::function<void(const absl::Status&)>;
+  using KeyValue = std::pair<std::string, std::string>;
+  // What one entry of a Get's answer costs beyond its key and value bytes
+  // (protobuf framing: three tags and three length varints of <= 5 bytes).
+  static constexpr size_t kGetEntryOverhead = 20;
 
   explicit RendezvousStore(const RendezvousConfig& config);
   ~RendezvousStore();  // Close(UNAVAILABLE) and join the timer thread
@@ -52,11 +58,20 @@ class RendezvousStore {
   void ApplyConfig(const RendezvousConfig& config);
 
   // ttl: nullopt or zero = default_ttl_seconds; capped at max_ttl_seconds.
+  // RESOURCE_EXHAUSTED when a new key would pass max_keys_per_job or the
+  // job's keys and values would pass max_bytes_per_job.
   absl::Status Set(const std::string& job, const std::string& key, std::string value,
                    std::optional<std::chrono::milliseconds> ttl);
-  // The values in the order of `keys`; NOT_FOUND names the first missing key.
-  absl::StatusOr<std::vector<std::string>> Get(const std::string& job,
-                                               const std::vector<std::string>& keys);
+  // The entries of `keys` in the order of their first appearance, each key
+  // once (a key asked for twice is answered once: a request of a few bytes
+  // must not copy a large value over and over). NOT_FOUND names the first
+  // missing key; INVALID_ARGUMENT for more than max_keys_per_job keys;
+  // RESOURCE_EXHAUSTED, before any value is copied, when the answer
+  // (key + value + kGetEntryOverhead per entry) would pass
+  // `max_response_bytes` (the daemon's limits.max_message_bytes).
+  absl::StatusOr<std::vector<KeyValue>> Get(const std::string& job,
+                                            const std::vector<std::string>& keys,
+                                            size_t max_response_bytes);
   // Adds `delta` to the decimal counter under `key` (missing = 0).
   absl::StatusOr<int64_t> Add(const std::string& job, const std::string& key, int64_t delta,
                               std::optional<std::chrono::milliseconds> ttl);
@@ -72,8 +87,10 @@ class RendezvousStore {
   // Ends every wait with `status`; later Waits end with it at once.
   void Close(const absl::Status& status);
 
-  // Live (unexpired) keys of `job`; for tests and metrics.
+  // Live (unexpired) keys of `job` and the bytes (keys + values) they hold;
+  // for tests and metrics.
   size_t KeyCount(const std::string& job);
+  uint64_t ByteCount(const std::string& job);
   size_t WaiterCount();
 
  private:
@@ -83,6 +100,7 @@ class RendezvousStore {
   };
   struct JobKv {
     std::unordered_map<std::string, Entry> keys;
+    uint64_t bytes = 0;  // sum of key + value sizes over `keys` (max_bytes_per_job)
     std::set<uint64_t> waiters;
   };
   struct Waiter {
@@ -99,11 +117,16 @@ class RendezvousStore {
                                  Clock::time_point now) const;
   // The job's entry for a write, creating it within max_jobs.
   absl::StatusOr<JobKv*> JobForWriteLocked(const std::string& job, Clock::time_point now);
-  // Stores key (within max_keys_per_job, expiring after `ttl` as
-  // ExpiryLocked says) and collects the waits it completes.
+  // Stores key (within max_keys_per_job and max_bytes_per_job, expiring
+  // after `ttl` as ExpiryLocked says) and collects the waits it completes.
+  // A refusal leaves no empty job behind.
   absl::Status PutLocked(const std::string& job, JobKv& kv, const std::string& key,
                          std::string value, std::optional<std::chrono::milliseconds> ttl,
                          Clock::time_point now, std::vector<Completion>* completions);
+  // Whether `key` with a value of `value_bytes` fits the job's key and byte
+  // limits (expired keys still counted), else the refusal naming them.
+  absl::Status RoomLocked(const std::string& job, const JobKv& kv, const std::string& key,
+                          size_t value_bytes) const;
   std::vector<std::string> MissingLocked(const JobKv* kv, const std::vector<std::string>& keys,
                                          Clock::time_point now) const;
   void DropExpiredLocked(JobKv& kv, Clock::time_point now);

@@ -113,7 +113,8 @@ absl::Status Server::Start(const DaemonConfig& config) {
   query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_, *auth_);
   admin_ = std::make_unique<AdminServiceImpl>(*registry_, stats_, *auth_);
   rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
-  rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_, stats_);
+  rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_, stats_,
+                                                        config.limits.max_message_bytes);
   started_config_ = config;
   for (const std::string& w : config.warnings) spdlog::warn("{}", w);
 

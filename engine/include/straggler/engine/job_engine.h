@@ -93,7 +93,8 @@ enum class RejectReason {
   kRankOutOfRange,   // rank >= world size
   kDuplicate,        // this (rank, iteration) was already taken
   kStale,            // older than the rank's newest iteration: out of order
-  kTooFarAhead,      // more than kMaxIterationJump past the job's progress
+  kTooFarAhead,      // more than kMaxIterationJump past the job's progress, or an
+                     // epoch further ahead than its iteration allows
 };
 std::string_view RejectReasonName(RejectReason r);
 
@@ -312,7 +313,8 @@ class JobEngine {
   // kMaxIterationJump past the reference progress once reports exist;
   // `held` (version 0 = none) at most kMaxVersionJump past the newest
   // version and taking effect at most lead + kMaxAgreementInterval past
-  // max(reference progress, reported). INVALID_ARGUMENT names the value.
+  // max(reference progress, reported as NoteReportedIteration takes it).
+  // INVALID_ARGUMENT names the value.
   absl::Status CheckClaims(const Membership& held, std::optional<uint64_t> reported) const;
 
   // A stream's claimed reported_iteration turned out false (its first
@@ -325,8 +327,14 @@ class JobEngine {
   // version published from now on takes effect after iteration + 1 + lead: a
   // rank not heard from yet may be one step further (ranks of a synchronous
   // job are at most one step apart) and hold certainty from an earlier
-  // daemon up to lead iterations beyond that. Call before AdoptVersionFloor.
-  void NoteReportedIteration(uint64_t iteration);
+  // daemon up to lead iterations beyond that. Once the job has reports, the
+  // floor is taken only up to the reference progress + kMaxAgreementInterval
+  // - 1 (so no version takes effect more than lead + kMaxAgreementInterval
+  // past where the ranks are); before any, as said (a daemon restarted
+  // without its state database takes the job over from the hellos). Returns
+  // the iteration taken: `iteration`, less when it was bounded, nullopt when
+  // ignored (2^62 and above). Call before AdoptVersionFloor.
+  std::optional<uint64_t> NoteReportedIteration(uint64_t iteration);
 
   // A daemon restarting from its state database: `m` is the newest version
   // an earlier daemon published, `overrides` the operators' rank overrides.
@@ -345,8 +353,13 @@ class JobEngine {
                          const std::vector<std::pair<uint32_t, RankOverride>>& overrides,
                          Time now);
 
-  // The epoch length, when the trainer announces it.
-  void SetIterationsPerEpoch(uint64_t iterations);
+  // The epoch length, when the trainer announces it (a hello). The first
+  // announcement decides, for the engine's life (StartOver keeps it): a
+  // hello needs no token, and a later one must not change how the job is
+  // judged (2^64-1 would raise a limit_fraction limit out of reach). Returns
+  // false, changing nothing, for a later announcement that differs; 0 is
+  // none.
+  bool SetIterationsPerEpoch(uint64_t iterations);
 
   // The rank's place in the job, from its hello (docs/topology.md). Changes
   // only with a new incarnation; the engine re-files the rank under its new
