@@ -105,6 +105,13 @@ void CheckNoCurrentExclusion(RunningJob& j, const sd::JobRegistry& registry,
   CHECK_THAT(text, Catch::Contains(rank3 + "0\n"));
 }
 
+// A registry with Config(), quiet below errors.
+struct Registry {
+  Registry() { spdlog::set_level(spdlog::level::err); }
+  sd::DaemonStats stats;
+  sd::JobRegistry registry{Config(), stats};
+};
+
 struct TempDir {
   TempDir() {
     char tmpl[] = "/tmp/stragglerd_job_end_test_XXXXXX";
@@ -121,9 +128,8 @@ struct TempDir {
 
 TEST_CASE("job_lost: no stream and no report for limits.job_lost_after_seconds ends the job, "
           "a hello of the run resumes it") {
-  spdlog::set_level(spdlog::level::err);
-  sd::DaemonStats stats;
-  sd::JobRegistry registry(Config(), stats);
+  Registry r;
+  auto& [stats, registry] = r;
   RunningJob j(registry, "killed");
   j.Leave();  // every rank SIGKILLed: the stream ends without finished_ranks
   const eng::Time left = sd::WallNow();
@@ -197,9 +203,8 @@ TEST_CASE("job_lost: a job restored from the state database counts the bound fro
 
 TEST_CASE("finished_clean: a finished job shows no current exclusion, its versions and events "
           "stay") {
-  spdlog::set_level(spdlog::level::err);
-  sd::DaemonStats stats;
-  sd::JobRegistry registry(Config(), stats);
+  Registry r;
+  auto& [stats, registry] = r;
   RunningJob j(registry, "done");
   {
     sd::Job::Locked locked(*j.job);

@@ -58,13 +58,20 @@ def sim(args, daemon, workdir, job, name, extra, check_rc=True):
                    timeout=SIM_TIMEOUT_S)
 
 
+def sim_slow_rank3(args, daemon, workdir, job, name, iterations):
+    """A sim run of `iterations` whose rank 3 is 3x slow from iteration 30 to
+    the end: it must end with rank 3 excluded. Returns its report."""
+    report = sim(args, daemon, workdir, job, name,
+                 ["--iterations", str(iterations), "--slow", "3:3:30:%d" % iterations])
+    check(report["ranks"][3]["excluded_at"] and not report["ranks"][3]["readmitted_at"],
+          "%s: rank 3 should end excluded: %s" % (name, report["ranks"][3]))
+    return report
+
+
 def test_new_run(args, workdir):
     job = "runs-new-%d" % os.getpid()
     with Daemon(args.stragglerd, workdir) as daemon:
-        first = sim(args, daemon, workdir, job, "first",
-                    ["--iterations", "150", "--slow", "3:3:30:150"])
-        check(first["ranks"][3]["excluded_at"] and not first["ranks"][3]["readmitted_at"],
-              "first run: rank 3 should end excluded: %s" % first["ranks"][3])
+        first = sim_slow_rank3(args, daemon, workdir, job, "first", 150)
         second = sim(args, daemon, workdir, job, "second", ["--iterations", "150"])
         print("runs: first %r, second %r" % (first["run_id"], second["run_id"]))
         check(first["run_id"] and second["run_id"] and first["run_id"] != second["run_id"],
@@ -262,10 +269,7 @@ def check_no_current_exclusion(daemon, job, world):
 def test_finished_clean(args, workdir):
     job = "runs-clean-%d" % os.getpid()
     with Daemon(args.stragglerd, workdir) as daemon:
-        report = sim(args, daemon, workdir, job, "clean",
-                     ["--iterations", "120", "--slow", "3:3:30:120"])
-        check(report["ranks"][3]["excluded_at"] and not report["ranks"][3]["readmitted_at"],
-              "rank 3 should end excluded: %s" % report["ranks"][3])
+        sim_slow_rank3(args, daemon, workdir, job, "clean", 120)
         state = check_no_current_exclusion(daemon, job, 8)
         check(state.get("finished") is True, "the job did not finish: %s" % state)
         # The history stays: the version that excluded rank 3, in the events.
