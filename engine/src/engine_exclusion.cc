@@ -66,18 +66,28 @@ const PlanInput& EngineImpl::Snapshot() {
 }
 
 // One kGuardBlocked event per rank and episode (until it is no longer
-// withheld by a guard).
+// withheld by a guard). Not for an unresponsive rank while no rank with a
+// stream is training: then the whole job is silent (killed, or a restarted
+// daemon that no stream has reached yet), leaving it out would help no rank,
+// and a job of N killed ranks would log up to N events and fire
+// ExclusionGuardReached for a job that is simply gone (issue 28). Its
+// event comes at the first evaluation once some rank trains again.
 void EngineImpl::EmitGuardEvents(const ExclusionPlan& plan, Time now) {
   blocked = static_cast<uint32_t>(plan.blocked.size());
+  const bool training = std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
+    return r.attached &&
+           (r.state == WorkerState::kHealthy || r.state == WorkerState::kStraggler);
+  });
   size_t next = 0;  // plan.blocked is ascending
   for (uint32_t i = 0; i < world_size; ++i) {
     RankState& r = ranks[i];
-    const bool blocked_now = next < plan.blocked.size() && plan.blocked[next] == i;
+    bool blocked_now = next < plan.blocked.size() && plan.blocked[next] == i;
+    if (blocked_now) next++;
+    if (blocked_now && !training && r.state == WorkerState::kUnresponsive) blocked_now = false;
     if (!blocked_now) {
       r.guard_blocked = false;
       continue;
     }
-    next++;
     if (r.guard_blocked) continue;
     r.guard_blocked = true;
     guard_blocks_total++;

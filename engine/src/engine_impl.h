@@ -138,6 +138,8 @@ struct EngineImpl {
   bool batch_evaluate = false;  // an Evaluate was put off to EndBatch
   // A changed excluded set waits for ranks no stream speaks for (Gate).
   bool withheld = false;
+  // The run ended unexpectedly (JobEngine::Lose) until a rank is announced.
+  bool lost = false;
   uint32_t blocked = 0;         // candidates currently withheld by a guard
   PlanInput plan_input;         // reused by Evaluate
   // plan_input's replica layout, and the topology_version its ranks'
@@ -228,6 +230,7 @@ struct EngineImpl {
   void Tick(Time now);
   void Announce(uint32_t rank, Time now);
   void Finish(uint32_t rank, Time now);
+  bool Finished() const;
   void Reset(Time now);
 };
 

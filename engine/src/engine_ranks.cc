@@ -29,7 +29,13 @@ void EngineImpl::Attach(RankState& r) {
   if (withheld) dirty = true;
 }
 
+bool EngineImpl::Finished() const {
+  return std::all_of(ranks.begin(), ranks.end(),
+                     [](const RankState& r) { return r.state == WorkerState::kFinished; });
+}
+
 void EngineImpl::Tick(Time now) {
+  if (lost) return;  // the job ended: nothing of it is expected any more
   const Time timeout = SaturatingNanoseconds(policy.unresponsive_after_seconds);
   bool any = false;
   for (uint32_t i = 0; i < world_size; ++i) {
@@ -57,6 +63,7 @@ void EngineImpl::Announce(uint32_t rank, Time now) {
   if (rank >= world_size) return;
   RankState& r = ranks[rank];
   Attach(r);
+  lost = false;  // a stream speaks for the job again: it resumes
   if (r.state == WorkerState::kPending) {
     r.announced_at = now;
     SetCounted(rank, true);

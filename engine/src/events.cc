@@ -39,6 +39,7 @@ std::string_view EventKindName(EventKind k) {
     case EventKind::kReset: return "reset";
     case EventKind::kReprofile: return "reprofile";
     case EventKind::kMembershipWithheld: return "membership_withheld";
+    case EventKind::kJobLost: return "job_lost";
   }
   return "unknown";
 }

@@ -61,11 +61,19 @@ void JobEngine::Restart(uint32_t rank) {
 
 void JobEngine::Finish(uint32_t rank, Time now) { impl_->Finish(rank, now); }
 
-bool JobEngine::Finished() const {
-  return std::all_of(impl_->ranks.begin(), impl_->ranks.end(), [](const internal::RankState& r) {
-    return r.state == WorkerState::kFinished;
-  });
+bool JobEngine::Finished() const { return impl_->Finished(); }
+
+void JobEngine::Lose(Time now, std::string why) {
+  Impl& d = *impl_;
+  if (d.lost || d.Finished()) return;
+  d.lost = true;
+  d.Emit(internal::JobEvent(EventKind::kJobLost, now, d.Highest(), d.Newest().version,
+                            std::move(why)));
 }
+
+bool JobEngine::Lost() const { return impl_->lost; }
+
+bool JobEngine::Ended() const { return impl_->lost || impl_->Finished(); }
 
 void JobEngine::StartOver(uint64_t first_version, Time now) {
   Impl& old = *impl_;
@@ -191,7 +199,7 @@ WorkerView JobEngine::Worker(uint32_t rank) const {
   const auto& ex = d.Newest().excluded;
   auto it = std::lower_bound(ex.begin(), ex.end(), rank,
                              [](const ExcludedRank& e, uint32_t r) { return e.rank < r; });
-  if (it != ex.end() && it->rank == rank) {
+  if (it != ex.end() && it->rank == rank && !Ended()) {
     w.excluded = true;
     w.exclusion_reason = it->reason;
   }
@@ -219,7 +227,8 @@ JobView JobEngine::View() const {
   v.threshold_seconds = d.have_threshold ? d.threshold : 0.0;
   v.baseline_seconds = d.baseline;
   v.step_seconds = d.step_seconds;
-  v.excluded_ranks = static_cast<uint32_t>(d.Newest().excluded.size());
+  const bool ended = Ended();
+  v.excluded_ranks = ended ? 0 : static_cast<uint32_t>(d.Newest().excluded.size());
   v.active_ranks = d.world_size - v.excluded_ranks;
   for (const auto& r : d.ranks) {
     v.straggler_ranks += r.state == WorkerState::kStraggler;
@@ -227,7 +236,8 @@ JobView JobEngine::View() const {
     v.detached_ranks += !r.attached;
     v.finished_ranks += r.state == WorkerState::kFinished;
   }
-  v.membership_withheld = d.withheld;
+  v.membership_withheld = d.withheld && !ended;
+  v.lost = d.lost;
   v.detections_total = d.detections_total;
   v.recoveries_total = d.recoveries_total;
   v.reports_total = d.reports_total;

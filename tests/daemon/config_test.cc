@@ -62,6 +62,7 @@ TEST_CASE("no config file at all gives the embedded defaults") {
   CHECK(cfg->limits.max_batch_reports == 10000);
   CHECK(cfg->limits.events_retained == 100000);
   CHECK(cfg->limits.job_idle_ttl_seconds == 3600);
+  CHECK(cfg->limits.job_lost_after_seconds == 120);
   CHECK(cfg->limits.recent_reports_per_job == 65536);
   CHECK(cfg->limits.max_streams == 65536);
   CHECK(cfg->limits.stream_reports_per_second == 20000);
@@ -94,6 +95,7 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(cfg->limits.max_batch_reports == defaults.limits.max_batch_reports);
   CHECK(cfg->limits.events_retained == defaults.limits.events_retained);
   CHECK(cfg->limits.job_idle_ttl_seconds == defaults.limits.job_idle_ttl_seconds);
+  CHECK(cfg->limits.job_lost_after_seconds == defaults.limits.job_lost_after_seconds);
   CHECK(cfg->limits.recent_reports_per_job == defaults.limits.recent_reports_per_job);
   CHECK(cfg->limits.max_streams == defaults.limits.max_streams);
   CHECK(cfg->limits.stream_reports_per_second == defaults.limits.stream_reports_per_second);

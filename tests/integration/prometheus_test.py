@@ -71,6 +71,7 @@ ALERTS = {
     "StragglerdCertificateExpiry": "empty",  # no TLS here: no certificate to expire
     "GpuThermalThrottling": "any",       # no GPU telemetry without the agent
     "GpuPowerThrottling": "any",
+    "JobEndedUnexpectedly": "empty",     # the sim runs: its job is not lost
 }
 GPU_METRIC_PREFIX = "straggler_rank_gpu_"
 # Dashboard queries that may return nothing in this scenario, with the reason.

@@ -20,6 +20,16 @@ Cases (--case):
                 (straggler_job_running 0) and no rank turns unresponsive after
                 unresponsive_after_seconds; a job killed without closing still
                 turns unresponsive.
+  finished_clean
+                A finished job whose rank 3 was excluded to the end shows
+                nobody excluded now (REST, workers, /metrics); its last
+                version and events keep the exclusion.
+  job_lost      Every rank of a job with rank 3 excluded killed (SIGKILL):
+                with limits.job_lost_after_seconds 8 the job is lost (one
+                job_lost event, straggler_job_running 0, straggler_job_lost 1,
+                nobody excluded) and no guard_blocked event is logged for its
+                silent ranks; relaunched in the same run it starts over and
+                finishes.
 
     runs_test.py --case CASE --stragglerd PATH --sim PATH --pythonpath DIR [--keep DIR]
 """
@@ -48,13 +58,20 @@ def sim(args, daemon, workdir, job, name, extra, check_rc=True):
                    timeout=SIM_TIMEOUT_S)
 
 
+def sim_slow_rank3(args, daemon, workdir, job, name, iterations):
+    """A sim run of `iterations` whose rank 3 is 3x slow from iteration 30 to
+    the end: it must end with rank 3 excluded. Returns its report."""
+    report = sim(args, daemon, workdir, job, name,
+                 ["--iterations", str(iterations), "--slow", "3:3:30:%d" % iterations])
+    check(report["ranks"][3]["excluded_at"] and not report["ranks"][3]["readmitted_at"],
+          "%s: rank 3 should end excluded: %s" % (name, report["ranks"][3]))
+    return report
+
+
 def test_new_run(args, workdir):
     job = "runs-new-%d" % os.getpid()
     with Daemon(args.stragglerd, workdir) as daemon:
-        first = sim(args, daemon, workdir, job, "first",
-                    ["--iterations", "150", "--slow", "3:3:30:150"])
-        check(first["ranks"][3]["excluded_at"] and not first["ranks"][3]["readmitted_at"],
-              "first run: rank 3 should end excluded: %s" % first["ranks"][3])
+        first = sim_slow_rank3(args, daemon, workdir, job, "first", 150)
         second = sim(args, daemon, workdir, job, "second", ["--iterations", "150"])
         print("runs: first %r, second %r" % (first["run_id"], second["run_id"]))
         check(first["run_id"] and second["run_id"] and first["run_id"] != second["run_id"],
@@ -227,8 +244,104 @@ def test_finished(args, workdir):
         check(daemon.stop() == 0, "stragglerd did not exit cleanly")
 
 
+def check_no_current_exclusion(daemon, job, world):
+    """A job that ended (finished or lost) shows nobody excluded now in REST
+    and /metrics, while its last membership version still names rank 3
+    (docs/runs.md, "Job end")."""
+    state = get(daemon, "/v1/jobs/" + job)
+    check(int(state.get("excludedRanks", 0)) == 0 and int(state.get("activeRanks", 0)) == world,
+          "the ended job shows excludedRanks %s, activeRanks %s"
+          % (state.get("excludedRanks"), state.get("activeRanks")))
+    check(excluded(state) == [3], "the last version should still exclude rank 3: %s"
+          % excluded(state))
+    workers = get(daemon, "/v1/jobs/%s/workers" % job)["workers"]
+    out = [w["rank"] for w in workers if w.get("excluded")]
+    check(out == [], "workers of the ended job shown excluded: %s" % out)
+    for name, labels in (("straggler_job_excluded_ranks", {"job": job}),
+                         ("straggler_job_excluded_replicas", {"job": job}),
+                         ("straggler_job_running", {"job": job}),
+                         ("straggler_rank_excluded", {"job": job, "rank": "3"})):
+        value = metric(daemon, name, labels)
+        check(value == 0, "%s%s is %s for the ended job, expected 0" % (name, labels, value))
+    return state
+
+
+def test_finished_clean(args, workdir):
+    job = "runs-clean-%d" % os.getpid()
+    with Daemon(args.stragglerd, workdir) as daemon:
+        sim_slow_rank3(args, daemon, workdir, job, "clean", 120)
+        state = check_no_current_exclusion(daemon, job, 8)
+        check(state.get("finished") is True, "the job did not finish: %s" % state)
+        # The history stays: the version that excluded rank 3, in the events.
+        events = get(daemon, "/v1/jobs/%s/events" % job)["events"]
+        check(any(e.get("kind") == "EVENT_KIND_MEMBERSHIP" and "excluded [3" in e.get("message", "")
+                  for e in events), "no membership event excluding rank 3 in the history")
+        print("finished_clean: rank 3 excluded until the end; finished job shows excludedRanks 0,"
+              " straggler_job_excluded_ranks 0, last version v%s still excludes [3]"
+              % state["membership"].get("version"))
+        check(daemon.stop() == 0, "stragglerd did not exit cleanly")
+
+
+# Short bounds so that the test waits for them; the lost bound well above
+# the unresponsive one, as the defaults are (30 s, 120 s).
+LOST_S = 8.0
+LOST_CONFIG = CONFIG + "limits:\n  job_lost_after_seconds: %d\n" % LOST_S
+
+
+def test_job_lost(args, workdir):
+    config = os.path.join(workdir, "stragglerd.yaml")
+    with open(config, "w") as f:
+        f.write(LOST_CONFIG)
+    job = "runs-lost-%d" % os.getpid()
+    with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as daemon:
+        cmd = [args.sim, "--daemon", daemon.address, "--job", job, "--ranks", "8",
+               "--iterations", "100000", "--iteration-ms", "20", "--noise", "0.05",
+               "--seed", "7", "--slow", "3:3:30:100000", "--run-id", "lost-run"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for("rank 3 excluded", lambda: excluded(get(daemon, "/v1/jobs/" + job)) == [3],
+                     timeout=60)
+        finally:
+            proc.send_signal(signal.SIGKILL)  # every rank at once: no stream left, no close
+            proc.wait()
+        wait_for("the killed job's ranks unresponsive",
+                 lambda: get(daemon, "/v1/jobs/" + job).get("unresponsiveRanks") == 8,
+                 timeout=UNRESPONSIVE_S * 4 + 10)
+        state = wait_for("the killed job lost",
+                         lambda: (lambda j: j if j.get("lost") is True else None)(
+                             get(daemon, "/v1/jobs/" + job)), timeout=LOST_S * 3 + 10)
+        check(not state.get("finished"), "the lost job is finished: %s" % state)
+        check(metric(daemon, "straggler_job_lost", {"job": job}) == 1,
+              "straggler_job_lost is not 1 for the lost job")
+        check_no_current_exclusion(daemon, job, 8)
+        events = get(daemon, "/v1/jobs/%s/events" % job)["events"]
+        lost = [e for e in events if e.get("kind") == "EVENT_KIND_JOB_LOST"]
+        guards = [e for e in events if e.get("kind") == "EVENT_KIND_GUARD_BLOCKED"]
+        check(len(lost) == 1 and "job_lost_after_seconds=%d" % LOST_S in lost[0].get("message", ""),
+              "expected one job_lost event naming the bound: %s" % lost)
+        check(not guards, "guard_blocked events for the killed job's silent ranks: %s" % guards)
+        check(metric(daemon, "straggler_job_guard_blocks_total", {"job": job}) == 0,
+              "straggler_job_guard_blocks_total counts the killed job's silent ranks")
+        print("job_lost: killed job lost after %g s: %s" % (LOST_S, lost[0]["message"]))
+
+        # The job relaunched in the same run (new processes): it starts over
+        # (docs/runs.md) and runs, then finishes, never lost again.
+        again = sim(args, daemon, workdir, job, "again",
+                    ["--iterations", "60", "--run-id", "lost-run"])
+        check(again["iterations"] == 60 and again["reports_rejected"] == 0,
+              "relaunch: %d iterations, %d rejected" % (again["iterations"],
+                                                        again["reports_rejected"]))
+        state = get(daemon, "/v1/jobs/" + job)
+        check(state.get("finished") is True and not state.get("lost"),
+              "the relaunched run should end finished, not lost: %s" % state)
+        check(metric(daemon, "straggler_job_lost", {"job": job}) == 0,
+              "straggler_job_lost is not 0 once the run came back")
+        check(daemon.stop() == 0, "stragglerd did not exit cleanly")
+
+
 CASES = {"new_run": test_new_run, "new_run_live": test_new_run_live,
-         "checkpoint_restart": test_checkpoint_restart, "finished": test_finished}
+         "checkpoint_restart": test_checkpoint_restart, "finished": test_finished,
+         "finished_clean": test_finished_clean, "job_lost": test_job_lost}
 
 
 if __name__ == "__main__":

@@ -453,7 +453,8 @@ int main(int argc, char** argv) {
                    "only events of these kinds (repeat or comma-separate)")
       ->delimiter(',')
       ->check(CLI::IsMember({"state_change", "membership", "guard_blocked", "policy_changed",
-                             "override", "reset", "reprofile", "membership_withheld"}));
+                             "override", "reset", "reprofile", "membership_withheld",
+                             "job_lost"}));
   std::string event_run;
   auto* o_event_run =
       events->add_option("--run", event_run, "only events of this run of the job (docs/runs.md)");

@@ -154,7 +154,7 @@ void PrintJob(const v1::Job& j, std::ostream& out) {
   Table t({"FIELD", "VALUE"}, {Align::kLeft, Align::kLeft});
   t.AddRow({"job", j.job_id()});
   t.AddRow({"run", j.run_id().empty() ? "(default)" : j.run_id()});
-  t.AddRow({"status", j.finished() ? "finished" : "running"});
+  t.AddRow({"status", j.finished() ? "finished" : j.lost() ? "ended unexpectedly" : "running"});
   t.AddRow({"world size", std::to_string(j.world_size())});
   t.AddRow({"epoch", std::to_string(j.epoch())});
   t.AddRow({"highest iteration", std::to_string(j.highest_iteration())});

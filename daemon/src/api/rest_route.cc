@@ -246,7 +246,7 @@ absl::StatusOr<v1::EventKind> ParseEventKind(absl::string_view text) {
   return absl::InvalidArgumentError(absl::StrCat(
       "query parameter kind=", common::Quoted(text),
       " is not an event kind (state_change, membership, guard_blocked, policy_changed, override, "
-      "reset, reprofile, membership_withheld)"));
+      "reset, reprofile, membership_withheld, job_lost)"));
 }
 
 // ?since=SEQ&since_time=RFC3339&limit=N&kind=K1,K2&rank=R into a ListEventsRequest.

@@ -103,6 +103,7 @@ class Parser : public common::ConfigReader {
          {"max_batch_reports", &limits.max_batch_reports},
          {"events_retained", &limits.events_retained},
          {"job_idle_ttl_seconds", &limits.job_idle_ttl_seconds},
+         {"job_lost_after_seconds", &limits.job_lost_after_seconds},
          // 0: keep no reports (ExportReports returns none).
          {"recent_reports_per_job", &limits.recent_reports_per_job, /*zero_allowed=*/true},
          {"max_streams", &limits.max_streams},

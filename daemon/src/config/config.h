@@ -38,6 +38,14 @@ struct Limits {
   // A job with no open stream and no watcher is forgotten this long after its
   // last activity (last report, last stream detach); its events stay.
   uint32_t job_idle_ttl_seconds = 3600;
+  // A job that is not finished, with no open stream and no report for this
+  // long, ended unexpectedly (its ranks were killed: docs/runs.md, "Job
+  // end"). Far above a client's or agent's reconnect backoff (5 s at most)
+  // and a daemon restart, whose restored jobs count from the restart, so a
+  // job only waiting for its streams to come back is not ended; above the
+  // default unresponsive_after_seconds (30), so the ranks have gone
+  // unresponsive first.
+  uint32_t job_lost_after_seconds = 120;
   // Accepted reports kept per job for ExportReports (a ring, ~40 bytes each,
   // filled on use); 0 keeps none. A change applies to jobs created after it.
   uint32_t recent_reports_per_job = 65536;

@@ -31,7 +31,8 @@ constexpr engine::EventKind kAllEventKinds[] = {
     engine::EventKind::kStateChange,   engine::EventKind::kMembership,
     engine::EventKind::kGuardBlocked,  engine::EventKind::kPolicyChanged,
     engine::EventKind::kOverride,      engine::EventKind::kReset,
-    engine::EventKind::kReprofile,     engine::EventKind::kMembershipWithheld};
+    engine::EventKind::kReprofile,     engine::EventKind::kMembershipWithheld,
+    engine::EventKind::kJobLost};
 
 struct RankRow {
   std::string node;
@@ -73,7 +74,10 @@ std::optional<JobRow> Copy(Job& job, uint32_t per_rank_max_ranks) {
   row.membership_version = st.engine.membership().version;
   row.streams = st.streams;
   row.latency = st.detection_latency.Collect();
-  for (const engine::ExcludedRank& e : st.engine.membership().excluded) {
+  // An ended job (finished or lost) has no current exclusion (JobView).
+  const std::vector<engine::ExcludedRank> none;
+  for (const engine::ExcludedRank& e :
+       st.engine.Ended() ? none : st.engine.membership().excluded) {
     if (!e.replica || !e.culprit) {
       row.excluded_units++;
       continue;
@@ -151,15 +155,23 @@ const Family<JobRow> kJobFamilies[] = {
     // Alert rules join on it (`and on(job) straggler_job_running == 1`) so a
     // job that ended does not keep alerting until it is removed as idle.
     {"straggler_job_running", MetricType::Gauge,
-     "1 while the job's current run has a rank that has not finished cleanly, else 0.",
-     [](const JobRow& j) { return j.view.finished_ranks < j.view.world_size ? 1.0 : 0.0; }},
+     "1 while the job's current run has a rank that has not finished cleanly and the run is not "
+     "lost (straggler_job_lost), else 0.",
+     [](const JobRow& j) {
+       return j.view.finished_ranks < j.view.world_size && !j.view.lost ? 1.0 : 0.0;
+     }},
+    {"straggler_job_lost", MetricType::Gauge,
+     "1 while the job's current run has ended unexpectedly: no stream and no report for "
+     "limits.job_lost_after_seconds (its ranks were killed), else 0.",
+     [](const JobRow& j) { return j.view.lost ? 1.0 : 0.0; }},
     {"straggler_job_finished_ranks", MetricType::Gauge,
      "Ranks whose trainer closed cleanly (state finished).",
      [](const JobRow& j) { return double(j.view.finished_ranks); }},
     {"straggler_job_active_ranks", MetricType::Gauge,
      "Ranks taking part in the collective (newest membership).",
      [](const JobRow& j) { return double(j.view.active_ranks); }},
-    {"straggler_job_excluded_ranks", MetricType::Gauge, "Ranks left out (newest membership).",
+    {"straggler_job_excluded_ranks", MetricType::Gauge,
+     "Ranks left out (newest membership); 0 once the job ended (finished or lost).",
      [](const JobRow& j) { return double(j.view.excluded_ranks); }},
     {"straggler_job_excluded_replicas", MetricType::Gauge,
      "Data-parallel replicas left out (newest membership); a rank that declared no replica is "

@@ -40,9 +40,8 @@ inline constexpr size_t kStreamRefuseReasons = 5;
 // engine::RejectReason runs kNone..kTooFarAhead.
 inline constexpr size_t kEngineRejectReasons =
     static_cast<size_t>(engine::RejectReason::kTooFarAhead) + 1;
-// engine::EventKind runs kStateChange..kMembershipWithheld.
-inline constexpr size_t kEventKinds =
-    static_cast<size_t>(engine::EventKind::kMembershipWithheld) + 1;
+// engine::EventKind runs kStateChange..kJobLost.
+inline constexpr size_t kEventKinds = static_cast<size_t>(engine::EventKind::kJobLost) + 1;
 
 // The gRPC services whose unary calls (and WatchMembership's start) count
 // their refusals, by status code: straggler_grpc_refused_total{service,code}.

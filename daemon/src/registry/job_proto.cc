@@ -83,6 +83,7 @@ void ToProto(const Job::Locked& job, v1::Job* out) {
   out->set_membership_withheld(v.membership_withheld);
   out->set_run_id(job.run_id);
   out->set_finished(v.finished_ranks == v.world_size);
+  out->set_lost(v.lost);
 }
 
 void ToProto(const JournalEntry& e, v1::Event* out) {

@@ -151,7 +151,12 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
       ++job->rank_streams[r];
     }
     // Rows wait for ranks a stream speaks for, so the first iterations are
-    // judged with every rank in them.
+    // judged with every rank in them. A lost job resumes (docs/runs.md).
+    if (job->engine.Lost()) {
+      spdlog::info("job={} run='{}' resumes: node '{}' speaks for rank {} again after the job "
+                   "was lost",
+                   job.id, job.run_id, hello.node, r);
+    }
     job->engine.Announce(r, now);
   }
   // A job-level setting: the run's first announcement decides (a hello
@@ -331,7 +336,9 @@ absl::Status JobRegistry::Mutate(absl::string_view job_id,
 
 void JobRegistry::TickAll(engine::Time now) {
   if (store_ != nullptr) ApplyRetention(now);
-  const std::chrono::seconds ttl(config()->limits.job_idle_ttl_seconds);
+  const auto config = this->config();
+  const std::chrono::seconds ttl(config->limits.job_idle_ttl_seconds);
+  const std::chrono::seconds lost_after(config->limits.job_lost_after_seconds);
   std::vector<std::shared_ptr<Job>> idle;
   for (const auto& job : Jobs()) {
     Job::Locked locked(*job);
@@ -350,12 +357,17 @@ void JobRegistry::TickAll(engine::Time now) {
                      ttl.count());
         continue;
       }
-      // Every rank closed cleanly: the job ended, nothing can turn
-      // unresponsive. Ranks whose streams broke without that (killed
-      // trainers) do turn unresponsive, so the end of a crashed job is seen
-      // and alerted; the exclusions that follow are withheld by the
-      // membership gate (no stream to hear them), not published.
-      if (locked->engine.Finished()) continue;
+      // Every rank closed cleanly, or the job was lost: it ended, nothing
+      // can turn unresponsive. Ranks whose streams broke without a clean
+      // close (killed trainers) do turn unresponsive, so the end of a
+      // crashed job is seen and alerted; the exclusions that follow are
+      // withheld by the membership gate (no stream to hear them), not
+      // published. Once nothing came for lost_after the job is lost.
+      if (locked->engine.Ended()) continue;
+      if (now - locked->last_activity > lost_after) {
+        LoseLocked(locked, now, lost_after);
+        continue;
+      }
     }
     locked->engine.Tick(now);
     CommitLocked(locked);

@@ -149,7 +149,9 @@ class JobRegistry {
   // Engine::Tick on every job with a stream, then commit. Removes the jobs
   // with no stream and no watcher whose last activity (creation, report,
   // stream detach) is older than limits.job_idle_ttl_seconds; their events
-  // stay in the journal. Called once a second.
+  // stay in the journal. A job with no stream that has not ended and whose
+  // last activity is older than limits.job_lost_after_seconds is lost
+  // (JobEngine::Lose, docs/runs.md "Job end"). Called once a second.
   void TickAll(engine::Time now) ABSL_LOCKS_EXCLUDED(jobs_mu_);
 
   // SIGHUP: new default policy for jobs created from now on; existing jobs
@@ -217,6 +219,12 @@ class JobRegistry {
   // begins): marks it removed, keeps its last state, closes its subscribers.
   void RetireRunLocked(Job::Locked& job, const std::string& next_run)
       ABSL_LOCKS_EXCLUDED(earlier_mu_);
+  // Under the job's lock, from TickAll: the job, silent for `after`, ended
+  // unexpectedly (JobEngine::Lose with a message naming the bound), logged
+  // and committed.
+  void LoseLocked(Job::Locked& job, engine::Time now, std::chrono::seconds after)
+      ABSL_LOCKS_EXCLUDED(events_mu_);
+
   // A new Job for `job_id`, restored from the store when it knows the job.
   std::shared_ptr<Job> MakeJob(const std::string& job_id, uint32_t world_size,
                                const std::string& run_id, const DaemonConfig& config,

@@ -1,6 +1,6 @@
 // JobRegistry's runs, restarts and job end (docs/runs.md): a rank's new
 // client incarnation, a job restarted as a whole, a run retired by the next,
-// earlier runs kept for queries, ranks that closed cleanly.
+// earlier runs kept for queries, ranks that closed cleanly, a job lost.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -110,6 +110,20 @@ void JobRegistry::FillEarlierRuns(absl::string_view job_id, v1::Job* out) const 
   auto it = earlier_.find(job_id);
   if (it == earlier_.end()) return;
   for (const v1::Job& j : it->second) out->add_earlier_runs(j.run_id());
+}
+
+void JobRegistry::LoseLocked(Job::Locked& job, engine::Time now, std::chrono::seconds after) {
+  const auto silent =
+      std::chrono::duration_cast<std::chrono::seconds>(now - job->last_activity).count();
+  const engine::JobView v = job->engine.View();
+  spdlog::warn("job={} run='{}' ended unexpectedly: no stream and no report for {}s "
+               "(limits.job_lost_after_seconds={}), {} of {} ranks finished",
+               job.id, job.run_id, silent, after.count(), v.finished_ranks, job.world_size);
+  job->engine.Lose(now, absl::StrCat("job ended unexpectedly: no stream and no report for ",
+                                     silent, "s (limits.job_lost_after_seconds=", after.count(),
+                                     "); ", v.finished_ranks, " of ", job.world_size,
+                                     " ranks had finished"));
+  CommitLocked(job);
 }
 
 void JobRegistry::FinishRanksLocked(Job::Locked& job, const JobSubscriber* stream,

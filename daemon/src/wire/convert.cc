@@ -76,6 +76,7 @@ v1::EventKind ToProto(engine::EventKind k) {
     case engine::EventKind::kReset: return v1::EVENT_KIND_RESET;
     case engine::EventKind::kReprofile: return v1::EVENT_KIND_REPROFILE;
     case engine::EventKind::kMembershipWithheld: return v1::EVENT_KIND_MEMBERSHIP_WITHHELD;
+    case engine::EventKind::kJobLost: return v1::EVENT_KIND_JOB_LOST;
   }
   return v1::EVENT_KIND_UNSPECIFIED;
 }
@@ -85,7 +86,7 @@ absl::StatusOr<engine::EventKind> FromProto(v1::EventKind k) {
        {engine::EventKind::kStateChange, engine::EventKind::kMembership,
         engine::EventKind::kGuardBlocked, engine::EventKind::kPolicyChanged,
         engine::EventKind::kOverride, engine::EventKind::kReset, engine::EventKind::kReprofile,
-        engine::EventKind::kMembershipWithheld}) {
+        engine::EventKind::kMembershipWithheld, engine::EventKind::kJobLost}) {
     if (ToProto(e) == k) return e;
   }
   return absl::InvalidArgumentError(

@@ -103,7 +103,7 @@
       el("td", { className: "num" }, j.unresponsiveRanks),
       el("td", { className: "num" }, j.highestIteration),
       el("td", { className: "num" }, fmtSeconds(num(j.stepSeconds))),
-      el("td", {}, j.finished ? "finished" : fmtTime(j.lastReportTime))));
+      el("td", {}, j.finished ? "finished" : j.lost ? "ended unexpectedly" : fmtTime(j.lastReportTime))));
     $("main").replaceChildren(
       el("h1", {}, "Jobs"),
       jobs.length === 0 ? el("p", { className: "muted" }, "No jobs yet: none has sent a report.")
@@ -235,7 +235,9 @@
     const excluded = new Map((membership.excluded || []).map((x) => [num(x.rank), x]));
     const rows = workers.map((w) => {
       const rank = num(w.rank);
-      const x = excluded.get(rank);
+      // The worker says whether it is out now: nobody is once the job ended
+      // (finished or lost), though the last version still names its ranks.
+      const x = w.excluded ? excluded.get(rank) || { reason: w.exclusionReason } : undefined;
       const state = x ? "excluded" : enumName(w.state, "WORKER_STATE_");
       const reason = x ? enumName(x.reason, "EXCLUSION_REASON_") + (x.detail ? ": " + x.detail : "") : "";
       const override = enumName(w.override, "RANK_OVERRIDE_");
@@ -288,7 +290,9 @@
         el("td", { className: cls }, throughput),
         el("td", { className: "muted" }, e.message)));
     }
-    const current = el("p", {}, "In force: version " + num(membership.version) + " from iteration " +
+    const ended = job.finished ? "finished" : job.lost ? "ended unexpectedly" : "";
+    const current = el("p", {}, (ended ? "The job " + ended + ": nobody is excluded now. Last version " :
+      "In force: version ") + num(membership.version) + " from iteration " +
       num(membership.effectiveIteration) + ", excluded: " +
       ((membership.excluded || []).map((x) => String(x.rank)).join(", ") || "none"));
     return el("div", {}, current, el("table", { id: "timeline" },

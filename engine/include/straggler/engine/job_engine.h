@@ -54,7 +54,10 @@ enum class EventKind {
   kOverride,
   kReset,
   kReprofile,
-  kMembershipWithheld
+  kMembershipWithheld,
+  // The run ended unexpectedly: every stream gone, every rank silent for the
+  // daemon's bound (JobEngine::Lose, docs/runs.md "Job end"). Job-wide.
+  kJobLost
 };
 
 std::string_view WorkerStateName(WorkerState s);
@@ -183,13 +186,17 @@ struct JobView {
   // step_seconds, or compute_seconds where a rank reports no step time. A
   // synchronous job steps at that speed; 0 before the first judged iteration.
   double step_seconds = 0.0;
+  // The current excluded set: the newest membership's, and none once the job
+  // ended (JobEngine::Ended: the versions stay in the history, but nobody is
+  // left out of a job that no longer runs).
   uint32_t active_ranks = 0;            // not excluded (pending ranks count)
   uint32_t excluded_ranks = 0;
   uint32_t straggler_ranks = 0;
   uint32_t unresponsive_ranks = 0;
   uint32_t detached_ranks = 0;          // no stream speaks for them (see Detach)
   uint32_t finished_ranks = 0;          // their trainer closed cleanly (Finish)
-  bool membership_withheld = false;     // a changed excluded set waits for them
+  bool membership_withheld = false;     // a changed excluded set waits for them (not once ended)
+  bool lost = false;                    // the run ended unexpectedly (JobEngine::Lose)
   uint64_t detections_total = 0;
   uint64_t recoveries_total = 0;
   uint64_t reports_total = 0;
@@ -248,7 +255,7 @@ class JobEngine {
 
   // A stream says it speaks for `rank`: rows wait for its reports from now
   // on, and the rank can hear new versions (docs/membership.md, "The
-  // membership gate").
+  // membership gate"). A lost job (Lose) resumes.
   void Announce(uint32_t rank, Time now);
 
   // No stream speaks for `rank` any more (its last one ended): a change of
@@ -268,6 +275,20 @@ class JobEngine {
 
   // Every rank finished (JobView.finished).
   bool Finished() const;
+
+  // The daemon saw no stream and no report of the job for its bound
+  // (limits.job_lost_after_seconds): the run ended unexpectedly (docs/runs.md,
+  // "Job end"). Emits one kJobLost event carrying `why`; from then on Tick
+  // changes nothing and the job counts as ended. The next Announce (a stream
+  // speaks for a rank again) resumes it: the same run and lineage, its ranks
+  // healthy again as they report. No effect on a job that already ended.
+  void Lose(Time now, std::string why);
+  bool Lost() const;
+  // Finished() or Lost(): the run ended. An ended job has no current
+  // exclusion: View() counts nobody excluded and nothing withheld, Worker()
+  // shows no rank excluded. membership() and its history keep the versions
+  // published (what the ranks held when they ended).
+  bool Ended() const;
 
   // Starts the job over as a new engine would (no progress, no states, no
   // rows, no threshold), keeping the policy, the epoch length, the rank
