@@ -39,6 +39,9 @@ namespace straggler {
 struct ClientOptions {
   // "host:port", "dns:///host:port" or "unix:///run/straggler/agent.sock".
   std::string endpoint = "127.0.0.1:7070";
+  // FromEnv: STRAGGLER_JOB_ID, else TORCHELASTIC_RUN_ID when torchrun names
+  // a launch there (--rdzv_id, --standalone; not "none") and it is a valid
+  // job id. Validate refuses "" naming STRAGGLER_JOB_ID.
   std::string job_id;
   // Which launch of the job this is (docs/runs.md). A new run of a job id
   // starts fresh at the daemon (memberships, states, progress) and in the

@@ -175,7 +175,8 @@ straggler_client_t*(straggler_client_create)(const straggler_options_t* options,
 
 /* A client as straggler_client_create makes, with its options from the
  * environment as ClientOptions::FromEnv reads them (RANK, WORLD_SIZE,
- * LOCAL_RANK, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
+ * LOCAL_RANK, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID (else torchrun's
+ * TORCHELASTIC_RUN_ID; neither: NULL, err naming STRAGGLER_JOB_ID), STRAGGLER_NODE,
  * STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_PEER_GROUP, STRAGGLER_REPLICA,
  * STRAGGLER_GPU_MODEL, CUDA_VISIBLE_DEVICES, STRAGGLER_GPU_UUID, the TLS
  * files; the full list: docs/configuration.md, "Trainers"). */
