@@ -65,7 +65,7 @@ typedef struct straggler_options {
   size_t queue_capacity;           /* 0 = 4096; rounded up to a power of two */
   size_t max_batch;                /* 0 = 256 reports per batch */
   uint32_t backoff_initial_ms;     /* 0 = 100 */
-  uint32_t backoff_max_ms;         /* 0 = 5000 */
+  uint32_t backoff_max_ms;         /* 0 = 2000 */
   /* The GPU this process computes on (ClientOptions::cuda_visible_devices and
    * gpu_uuid): NULL = unknown. A struct too old to hold them (the first
    * layout) gets CUDA_VISIBLE_DEVICES and STRAGGLER_GPU_UUID instead.
