@@ -27,7 +27,7 @@ import sys
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_test import free_port  # noqa: E402
-from harness import Daemon, check, daemon_get, in_workdir, main  # noqa: E402
+from harness import Daemon, TestFailure, check, daemon_get, in_workdir, main  # noqa: E402
 
 WORLD = 2
 ITERATIONS = 12
@@ -50,7 +50,7 @@ def torchrun(args, workdir, daemon, rendezvous):
     try:
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     except subprocess.TimeoutExpired as e:
-        raise AssertionError("torchrun hung: %s" % (e.stderr or b"")[-3000:])
+        raise TestFailure("torchrun did not end within 180 s: %s" % (e.stderr or "")[-3000:])
     check(res.returncode == 0, "torchrun exited with %d (a rank died):\n%s\n%s"
           % (res.returncode, res.stdout[-2000:], res.stderr[-4000:]))
     results = {}
