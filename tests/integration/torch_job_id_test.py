@@ -18,7 +18,6 @@ Cases (--case):
     torch_job_id_test.py --case CASE --stragglerd PATH --python PY --pythonpath DIR
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -27,7 +26,8 @@ import sys
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_test import free_port  # noqa: E402
-from harness import Daemon, TestFailure, check, daemon_get, in_workdir, main  # noqa: E402
+from harness import (Daemon, TestFailure, check, daemon_get,  # noqa: E402
+                     torch_cases_main)
 
 WORLD = 2
 ITERATIONS = 12
@@ -111,15 +111,5 @@ def test_run_id(args, workdir):
 CASES = {"unset": test_unset, "run_id": test_run_id}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", required=True, choices=sorted(CASES))
-    parser.add_argument("--stragglerd", required=True)
-    parser.add_argument("--python", required=True, help="an interpreter that imports torch")
-    parser.add_argument("--pythonpath", required=True)
-    args = parser.parse_args()
-    if subprocess.run([args.python, "-c", "import torch.distributed.run"],
-                      capture_output=True).returncode != 0:
-        print("SKIPPED: %s cannot import torch.distributed.run (Debian package python3-torch)"
-              % args.python)
-        sys.exit(77)
-    main(lambda: in_workdir("straggler-job-id-", lambda w: CASES[args.case](args, w)))
+    torch_cases_main(CASES, __doc__.splitlines()[0], "straggler-job-id-",
+                     probe="torch.distributed.run")
