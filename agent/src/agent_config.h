@@ -64,7 +64,7 @@ struct AgentConfig {
   // ~13 minutes. Overflow drops the oldest (counted).
   uint32_t buffer_max_reports = 65536;
   uint32_t reconnect_initial_ms = 100;  // first retry delay; doubles per failure
-  uint32_t reconnect_max_ms = 5000;     // retry delay cap (+-20% jitter)
+  uint32_t reconnect_max_ms = 2000;     // retry delay cap (+-20% jitter): a daemon back is found within ~2 s
   uint32_t shutdown_flush_ms = 5000;    // SIGTERM: time to deliver the buffer upstream
   // A job with no trainer stream and an empty buffer for this long is
   // forgotten (its upstream stream closed, its state freed).

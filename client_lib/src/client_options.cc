@@ -48,6 +48,21 @@ std::string RunIdFromEnv() {
   return {};
 }
 
+// STRAGGLER_JOB_ID, else the launch's rendezvous id under torchrun (issue 28:
+// a job id missing there stopped every rank of a monitoring-only job). torchrun
+// sets TORCHELASTIC_RUN_ID to its --rdzv_id (a UUID with --standalone), or to
+// "none"; a value the daemon would refuse as a job id is passed over too, so
+// that Validate names STRAGGLER_JOB_ID rather than a variable nobody set here.
+std::string JobIdFromEnv() {
+  if (const char* v = std::getenv("STRAGGLER_JOB_ID"); v != nullptr && *v != '\0') return v;
+  const char* v = std::getenv("TORCHELASTIC_RUN_ID");
+  if (v == nullptr || *v == '\0' || std::string_view(v) == "none") return {};
+  const pb::rules::TextFault fault =
+      pb::rules::FindTextFault(v, pb::rules::kMaxJobIdBytes, pb::rules::IsJobIdChar);
+  if (fault.too_long || fault.bad_byte != std::string_view::npos) return {};
+  return v;
+}
+
 }  // namespace
 
 namespace detail {
@@ -120,7 +135,7 @@ ClientOptions ClientOptions::FromEnv() {
   ClientOptions o;
   std::string error;
   if (const char* v = std::getenv("STRAGGLER_ENDPOINT"); v != nullptr && *v != '\0') o.endpoint = v;
-  if (const char* v = std::getenv("STRAGGLER_JOB_ID"); v != nullptr) o.job_id = v;
+  o.job_id = JobIdFromEnv();
   if (const char* v = std::getenv("STRAGGLER_NODE"); v != nullptr) o.node = v;
   detail::GpuFromEnv(&o);
   detail::TopologyEnv topology = detail::TopologyFromEnv(&error);
@@ -141,7 +156,9 @@ ClientOptions ClientOptions::FromEnv() {
 std::string ClientOptions::Validate() const {
   if (!env_error.empty()) return env_error;
   if (endpoint.empty()) return "endpoint is empty (set STRAGGLER_ENDPOINT)";
-  if (job_id.empty()) return "job_id is empty (set STRAGGLER_JOB_ID)";
+  if (job_id.empty())
+    return "job_id is empty (set STRAGGLER_JOB_ID; under torchrun, --rdzv_id or --standalone "
+           "name the job through TORCHELASTIC_RUN_ID)";
   // The daemon's rule (straggler/v1/wire_rules.h): refused here, once, rather
   // than by the daemon on every reconnect.
   if (std::string problem = detail::CheckWireString("job_id", job_id, pb::rules::kMaxJobIdBytes,

@@ -65,6 +65,7 @@ checkpoint.
 
 import atexit
 import collections
+import logging
 import threading
 import time
 import weakref
@@ -84,6 +85,8 @@ last step (no next start), collective_wait_seconds None on GPU."""
 
 _MAX_PENDING = 8  # GPU steps whose events may still be in flight before one is waited for
 _live_monitors = weakref.WeakSet()
+_log = logging.getLogger("straggler")
+_unmonitored_warned = False  # the warning of a monitor without a client, once per process
 
 
 class _Step:
@@ -129,8 +132,17 @@ class DDPMonitor:
         # from torch.distributed's store when the environment gives none.
         if client is None:
             from ._launch import run_id  # torch.distributed is initialized: DDP runs
-            client = Client(run_id=run_id())
+            try:
+                client = Client(run_id=run_id())
+            except ValueError as e:
+                # Monitoring is never the reason training stops (issue 28: a
+                # missing STRAGGLER_JOB_ID ended every rank).
+                client = None
+                _warn_unmonitored(e)
         self.client = client
+        # False: no client could be made from the environment; the monitor
+        # then does nothing (DDP keeps its own all-reduce, or comm_hook).
+        self.enabled = client is not None
         # Without comm_hook, what torch's default_hooks.allreduce_hook does.
         self._group = ddp.process_group if process_group is None else process_group
         self._comm_hook = comm_hook
@@ -148,6 +160,11 @@ class DDPMonitor:
         self.reported = 0      # steps handed to client.report
         self.dropped = 0       # of those, refused by the client (queue full)
         self.unmatched_backwards = 0  # synchronizing backwards without a started step
+        if not self.enabled:
+            self._closed = True  # every method is then a no-op
+            if comm_hook is not None:
+                ddp.register_comm_hook(comm_state, comm_hook)
+            return
         try:
             ddp.register_comm_hook(self, _monitor_hook)
         except RuntimeError as e:
@@ -207,6 +224,8 @@ class DDPMonitor:
         return False
 
     def __repr__(self):
+        if not self.enabled:
+            return "DDPMonitor(disabled: no client)"
         return "DDPMonitor(%s, reported=%d, last=%r)" % ("cuda" if self._cuda else "cpu",
                                                         self.reported, self.last)
 
@@ -332,6 +351,14 @@ class DDPMonitor:
                 self.dropped += 0 if ok else 1
 
 
+def _warn_unmonitored(error):
+    global _unmonitored_warned
+    if _unmonitored_warned:
+        return
+    _unmonitored_warned = True
+    _log.warning("straggler.torch.monitor: not monitoring, training goes on unchanged: %s", error)
+
+
 def _first_tensor(fut):
     return fut.value()[0]
 
@@ -348,7 +375,10 @@ def monitor(ddp, client=None, *, epoch=0, iteration=0, process_group=None, comm_
     collectives. Returns the DDPMonitor. Call before the first backward.
 
     client: a straggler.Client; default one from the environment (RANK,
-      WORLD_SIZE, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID), closed by close().
+      WORLD_SIZE, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, else torchrun's
+      TORCHELASTIC_RUN_ID), closed by close(). When the environment gives no
+      usable options (no job id), one warning is logged (logger "straggler")
+      and the monitor does nothing (`enabled` False): training goes on.
     epoch, iteration: those of the first step (then set_epoch(), and one
       iteration per step).
     process_group: the group the default all-reduce uses; default DDP's own.

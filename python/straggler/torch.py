@@ -1,6 +1,8 @@
 """PyTorch DDP integration: average gradients among the ACTIVE ranks only.
 
     import straggler, straggler.torch
+    # assumes your DDP script's: dist, DDP, time, model, opt, loss_fn, batch(it) -> (x, y),
+    # steps, epoch
     dist.init_process_group("gloo", ...)                 # DDP's own bootstrap
     ddp = DDP(model, broadcast_buffers=False, find_unused_parameters=False)
     state = straggler.torch.PartialAllReduceState()      # client + reducer from env

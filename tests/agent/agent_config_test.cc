@@ -242,3 +242,12 @@ TEST_CASE("unix socket addresses") {
   CHECK_FALSE(sa::UnixSocketPath("unix://").has_value());
   CHECK_FALSE(sa::UnixSocketPath("127.0.0.1:1").has_value());
 }
+
+// Issue 28: with a 5 s cap, ranks behind agents found a late daemon 9.6 s
+// after it started; the cap is ~2 s (+-20% jitter), still configurable.
+TEST_CASE("late_daemon: the agent's reconnect cap defaults to 2 s and stays configurable") {
+  CHECK(sa::AgentConfig{}.reconnect_max_ms == 2000);
+  auto parsed = sa::ParseAgentConfig("reconnect:\n  max_ms: 7000\n", "agent.yaml");
+  REQUIRE(parsed.ok());
+  CHECK(parsed->reconnect_max_ms == 7000);
+}

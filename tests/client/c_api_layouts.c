@@ -95,7 +95,7 @@ int straggler_c_first_layout(const char* endpoint, const char* job, int sized) {
   }
   if (!CanaryIntact(g.canary, sizeof g.canary)) return 2;
   if (g.o.endpoint != NULL || g.o.queue_capacity != 4096 || g.o.max_batch != 256 ||
-      g.o.backoff_initial_ms != 100 || g.o.backoff_max_ms != 5000)
+      g.o.backoff_initial_ms != 100 || g.o.backoff_max_ms != 2000)
     return 3;
 
   g.o.endpoint = endpoint;

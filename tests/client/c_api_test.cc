@@ -3,6 +3,7 @@
 // client returns (ctest's timeout catches a hang).
 #include <catch2/catch.hpp>
 
+#include "straggler/client.h"
 #include "straggler/straggler_c.h"
 
 extern "C" int straggler_c_smoke(const char* endpoint, int n);
@@ -86,4 +87,14 @@ TEST_CASE("straggler_stats fills the original fields only, _sized every field th
   CHECK(straggler_stats_sized(c, &t, sizeof t.enqueued) == STRAGGLER_EINVAL);
   CHECK(t.enqueued == 7);
   straggler_client_destroy(c);
+}
+
+// Issue 28: a daemon that comes up late must be found within about 2 s, so
+// the reconnect cap defaults to 2 s in C++ and in the C ABI (0 = the default).
+TEST_CASE("late_daemon: the client's reconnect cap defaults to 2 s, in C++ and in C",
+          "[c_api]") {
+  CHECK(straggler::ClientOptions{}.backoff_max == std::chrono::milliseconds(2000));
+  straggler_options_t o;
+  straggler_options_init(&o);
+  CHECK(o.backoff_max_ms == 2000);
 }

@@ -15,7 +15,8 @@ const char* const kVars[] = {"RANK",           "WORLD_SIZE",       "LOCAL_RANK",
                              "STRAGGLER_ENDPOINT", "STRAGGLER_JOB_ID", "STRAGGLER_NODE",
                              "STRAGGLER_ITERATIONS_PER_EPOCH", "CUDA_VISIBLE_DEVICES",
                              "STRAGGLER_GPU_UUID", "STRAGGLER_TLS_CA", "STRAGGLER_TLS_CERT",
-                             "STRAGGLER_TLS_KEY", "STRAGGLER_PEER_GROUP", "STRAGGLER_REPLICA"};
+                             "STRAGGLER_TLS_KEY", "STRAGGLER_PEER_GROUP", "STRAGGLER_REPLICA",
+                             "TORCHELASTIC_RUN_ID", "STRAGGLER_RUN_ID"};
 
 // Each test starts from a clean environment for the variables FromEnv reads.
 struct CleanEnv {
@@ -74,6 +75,34 @@ TEST_CASE("FromEnv with nothing set keeps defaults and Validate says what is mis
   CHECK(ClientOptions::FromEnv().Validate().find("RANK") != std::string::npos);
   setenv("RANK", "1", 1);
   CHECK(ClientOptions::FromEnv().Validate().empty());
+}
+
+// Issue 28: under torchrun without STRAGGLER_JOB_ID every rank died on
+// "job_id is empty"; the launch's rendezvous id names the job instead.
+TEST_CASE("job_id_missing: FromEnv takes torchrun's run id, else the refusal names "
+          "STRAGGLER_JOB_ID", "[options]") {
+  CleanEnv env;
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("TORCHELASTIC_RUN_ID", "23a6e586-22b1-4a14-a40c-7b63f6438a45", 1);  // --standalone's
+  ClientOptions o = ClientOptions::FromEnv();
+  CHECK(o.job_id == "23a6e586-22b1-4a14-a40c-7b63f6438a45");
+  CHECK(o.run_id == o.job_id);
+  CHECK(o.Validate().empty());
+  // STRAGGLER_JOB_ID wins; set but empty counts as unset.
+  setenv("STRAGGLER_JOB_ID", "resnet", 1);
+  CHECK(ClientOptions::FromEnv().job_id == "resnet");
+  setenv("STRAGGLER_JOB_ID", "", 1);
+  CHECK(ClientOptions::FromEnv().job_id == "23a6e586-22b1-4a14-a40c-7b63f6438a45");
+  // torchrun's "none" (no --rdzv_id), and an id the daemon would refuse,
+  // name no job: the refusal names the variable to set.
+  for (const char* run : {"none", "my run", ""}) {
+    INFO("TORCHELASTIC_RUN_ID='" << run << "'");
+    setenv("TORCHELASTIC_RUN_ID", run, 1);
+    o = ClientOptions::FromEnv();
+    CHECK(o.job_id.empty());
+    CHECK_THAT(o.Validate(), Catch::StartsWith("job_id is empty (set STRAGGLER_JOB_ID"));
+  }
 }
 
 TEST_CASE("Validate refuses the job ids the daemon refuses, naming the byte", "[options]") {

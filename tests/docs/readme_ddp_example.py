@@ -8,11 +8,19 @@ indented block from `import straggler` to the first blank line) must appear,
 line for line, as a ```python block of README.md: the one that registers
 `partial_allreduce_hook`. The README's copy once lacked the
 `plan.rejoin_iteration` skip, and a rank readmitted after following it stalled
-the group. Python 3 standard library only; exit 1 naming the first difference.
+the group.
+
+Every ```python block of README.md must also say what it assumes (issue 28:
+the exclusion example used `epoch`, `steps` and `opt` undefined): each name
+it uses without defining it (not a builtin, not imported or assigned in the
+block) is listed on a `# assumes ...:` comment line of the block.
+
+Python 3 standard library only; exit 1 naming the first difference.
 """
 
 import argparse
 import ast
+import builtins
 import difflib
 import os
 import re
@@ -40,6 +48,31 @@ def readme_examples(path):
     return [m.group(1).splitlines() for m in re.finditer(r"^```python\n(.*?)^```$", text, re.M | re.S)]
 
 
+def unstated_names(block):
+    """Names the block uses but neither defines nor lists on an `# assumes`
+    line, sorted."""
+    text = "\n".join(block)
+    tree = ast.parse(text)
+    defined, used = set(dir(builtins)), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+    assumed, in_assumes = set(), False
+    for line in block:
+        stripped = line.strip()
+        if stripped.startswith("# assumes"):
+            in_assumes = True
+        elif not stripped.startswith("#"):
+            in_assumes = False
+        if in_assumes:
+            assumed.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", stripped.split(":", 1)[-1]))
+    return sorted(used - defined - assumed)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source-dir", required=True)
@@ -49,8 +82,14 @@ def main():
                                                              for line in expected):
         print("FAILED: the straggler.torch docstring example lost its hook or its rejoin skip")
         return 1
-    candidates = [b for b in readme_examples(os.path.join(args.source_dir, "README.md"))
-                  if any(HOOK in line for line in b)]
+    examples = readme_examples(os.path.join(args.source_dir, "README.md"))
+    for block in examples:
+        missing = unstated_names(block)
+        if missing:
+            print("FAILED: a README ```python block uses %s without defining them or listing "
+                  "them on a '# assumes ...:' line:\n%s" % (", ".join(missing), "\n".join(block)))
+            return 1
+    candidates = [b for b in examples if any(HOOK in line for line in b)]
     if not candidates:
         print("FAILED: README has no ```python block with %s" % HOOK)
         return 1

@@ -362,6 +362,24 @@ def main(test_fn):
     print("PASSED")
 
 
+def torch_cases_main(cases, description, workdir_prefix, probe="torch"):
+    """Entry point of a torch test run by case: --case (a key of `cases`),
+    --stragglerd, --python (an interpreter that imports torch) and
+    --pythonpath; exit 77 (skipped) when --python cannot import `probe`;
+    then cases[case](args, workdir) through main() in a fresh workdir."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--case", required=True, choices=sorted(cases))
+    parser.add_argument("--stragglerd", required=True)
+    parser.add_argument("--python", required=True, help="an interpreter that imports torch")
+    parser.add_argument("--pythonpath", required=True)
+    args = parser.parse_args()
+    if subprocess.run([args.python, "-c", "import " + probe],
+                      capture_output=True).returncode != 0:
+        print("SKIPPED: %s cannot import %s (Debian package python3-torch)" % (args.python, probe))
+        sys.exit(77)
+    main(lambda: in_workdir(workdir_prefix, lambda w: cases[args.case](args, w)))
+
+
 def run_main(test, *binaries, description=None):
     """A test's entry point: a required --NAME PATH for each of `binaries`
     ("stragglerd", "ctl", ...), then main(lambda: test(args)) with the parsed

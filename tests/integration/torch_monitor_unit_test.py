@@ -17,7 +17,9 @@ and how steps are told apart:
     (fake events stand in for torch.cuda.Event, so this runs on any machine);
   * a DDP module that has a comm hook already is refused with a ValueError;
   * close() reports the last step (step_seconds None) and closes nothing it
-    did not create.
+    did not create;
+  * without a job id in the environment the monitor is a no-op (`enabled`
+    False) and the comm hook given still runs.
 """
 
 import os
@@ -160,6 +162,32 @@ def test():
         check(False, "monitor() took a DDP module that has a comm hook")
     except ValueError as e:
         check("comm_hook=" in str(e), "the error does not say what to do: %s" % e)
+
+    # --- No job id in the environment (issue 28): no client, a no-op monitor,
+    # the comm hook given still runs (DDP takes it as without the monitor).
+    saved = {k: os.environ.pop(k, None) for k in ("STRAGGLER_JOB_ID", "TORCHELASTIC_RUN_ID")}
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    calls = []
+
+    def counting_allreduce(state, bucket):
+        calls.append(bucket.index())
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        return default_hooks.allreduce_hook(state, bucket)
+
+    plain = DDP(Model())
+    off = st.monitor(plain, comm_hook=counting_allreduce, comm_state=dist.group.WORLD)
+    for _ in range(3):
+        off.begin_step()
+        step(plain)
+    off.flush()
+    off.close()
+    check(not off.enabled and off.client is None and off.reported == 0 and calls,
+          "without a job id: enabled %s, client %r, reported %d, comm hook calls %d"
+          % (off.enabled, off.client, off.reported, len(calls)))
+    for k, v in saved.items():
+        if v is not None:
+            os.environ[k] = v
 
     # --- GPU resolution order, with fake events.
     class FakeEvent:

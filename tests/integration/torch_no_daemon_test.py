@@ -15,17 +15,15 @@ Cases (--case):
     torch_no_daemon_test.py --case CASE --stragglerd PATH --python PY --pythonpath DIR
 """
 
-import argparse
 import math
 import os
-import subprocess
 import sys
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_test import free_port  # noqa: E402
-from harness import Daemon, RankProcesses, check, in_workdir, main, wait_for  # noqa: E402
+from harness import Daemon, RankProcesses, check, torch_cases_main, wait_for  # noqa: E402
 
 WORLD = 4
 SLOW = 3
@@ -146,13 +144,4 @@ def test_daemon_late(args, workdir):
 CASES = {"no_daemon": test_no_daemon, "daemon_late": test_daemon_late}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", required=True, choices=sorted(CASES))
-    parser.add_argument("--stragglerd", required=True)
-    parser.add_argument("--python", required=True, help="an interpreter that imports torch")
-    parser.add_argument("--pythonpath", required=True)
-    args = parser.parse_args()
-    if subprocess.run([args.python, "-c", "import torch"], capture_output=True).returncode != 0:
-        print("SKIPPED: %s cannot import torch (Debian package python3-torch)" % args.python)
-        sys.exit(77)
-    main(lambda: in_workdir("straggler-no-daemon-", lambda w: CASES[args.case](args, w)))
+    torch_cases_main(CASES, __doc__.splitlines()[0], "straggler-no-daemon-")

@@ -8,13 +8,17 @@
 //    before it closes; with no daemon Join returns by the deadline.
 //  * Log sink: one warning per outage, not per retry; a refused hello once.
 //  * SetBackoff: the next reconnect uses the new delay.
+//  * late_daemon: sessions with the client's default backoff, failing for
+//    seconds, reach a daemon that starts late within about the backoff cap.
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,7 +66,8 @@ std::string DeadEndpoint() {
 // connection.
 class TestSource : public ss::StreamSession::Source {
  public:
-  explicit TestSource(uint32_t world_size = 2) : world_size_(world_size) {}
+  explicit TestSource(uint32_t world_size = 2, std::string job = "stream-test")
+      : world_size_(world_size), job_(std::move(job)) {}
 
   void Queue(uint64_t first, uint64_t last) {
     absl::MutexLock lock(&mu_);
@@ -97,7 +102,7 @@ class TestSource : public ss::StreamSession::Source {
     ++openings_;
     for (const auto& [seq, its] : unacked_) out->push_back(BatchLocked(seq, its));
     if (out->empty()) out->emplace_back().set_sequence(next_sequence_++);
-    *out->front().mutable_hello() = tu::Hello("stream-test", world_size_, {0}).hello();
+    *out->front().mutable_hello() = tu::Hello(job_, world_size_, {0}).hello();
   }
   bool NextBatch(v1::ReportBatch* batch) override {
     absl::MutexLock lock(&mu_);
@@ -142,6 +147,7 @@ class TestSource : public ss::StreamSession::Source {
   }
 
   const uint32_t world_size_;
+  const std::string job_;
   mutable absl::Mutex mu_;
   bool wants_ ABSL_GUARDED_BY(mu_) = true;
   bool never_drained_ ABSL_GUARDED_BY(mu_) = false;
@@ -324,4 +330,80 @@ TEST_CASE("SetBackoff applies to the next reconnect", "[stream][no_daemon]") {
   const auto t0 = ss::Clock::now();
   session.Stop();
   CHECK(ss::Clock::now() - t0 < 5s);
+}
+
+// Issue 28: ranks whose backoff had grown to its cap (5 s then) reached a
+// daemon that came up late 9.6 s after it started. Sessions with the
+// client's default backoff fail against a closed port until every one has
+// retried at its cap, then the daemon starts there. The times are printed;
+// what is asserted is that every session gets there, within a generous
+// bound, and that the default cap is the issue's ~2 s. (The sessions'
+// channels share one gRPC subchannel, as a process's channels to one
+// address do, so they come back together.)
+TEST_CASE("late_daemon: sessions at their backoff cap reach a daemon that starts late",
+          "[stream][no_daemon]") {
+  // The session's default, the client's (client:late_daemon checks that
+  // ClientOptions and the C ABI default to it) and the agent's.
+  const ss::Backoff defaults;
+  CHECK(defaults.max <= 2000ms);
+  constexpr int kSessions = 8;
+  Lines lines;
+  const std::string endpoint = DeadEndpoint();
+  std::vector<std::unique_ptr<TestSource>> sources;
+  std::vector<std::unique_ptr<ss::StreamSession>> sessions;
+  for (int i = 0; i < kSessions; ++i) {
+    sources.push_back(std::make_unique<TestSource>(2, "late-" + std::to_string(i)));
+    sources.back()->Queue(1, 3);
+    auto o = OptionsFor(endpoint, lines);
+    o.backoff = defaults;  // kSpread, as the client's
+    // One channel per session, made as the client makes its own: separate
+    // connections, gRPC's reconnect backoff bounded by the session's.
+    sessions.push_back(std::make_unique<ss::StreamSession>(
+        ss::StreamSession::MakeChannel(o, grpc::InsecureChannelCredentials()), o,
+        *sources.back()));
+    sessions.back()->Start();
+  }
+  // Failing long enough that every session retries at its cap: the delays
+  // double from backoff_initial and reach backoff_max within 6 attempts.
+  REQUIRE(Eventually(
+      [&] {
+        for (const auto& s : sessions)
+          if (s->Reconnects() < 8) return false;
+        return true;
+      },
+      60s));
+
+  straggler::daemon::DaemonConfig config;
+  config.grpc_address = endpoint;
+  config.http_address = "127.0.0.1:0";
+  straggler::daemon::Server server;
+  const auto started = ss::Clock::now();
+  REQUIRE(server.Start(config).ok());
+  std::vector<double> seconds(kSessions, -1);
+  REQUIRE(Eventually(
+      [&] {
+        bool all = true;
+        for (int i = 0; i < kSessions; ++i) {
+          if (seconds[i] < 0 && sources[i]->connected() > 0)
+            seconds[i] = std::chrono::duration<double>(ss::Clock::now() - started).count();
+          all = all && seconds[i] >= 0;
+        }
+        return all;
+      },
+      30s));
+  std::sort(seconds.begin(), seconds.end());
+  // Generous (a loaded machine stretches it): the cap, gRPC's own reconnect
+  // within 1.2x the cap, a second of slack. With the old 5 s cap the sessions
+  // took 3-8 s, their delay and gRPC's added up.
+  CHECK(seconds.back() < 2 * std::chrono::duration<double>(defaults.max).count() + 1.0);
+  std::string text;
+  for (double t : seconds) text += " " + std::to_string(t).substr(0, 5);
+  WARN("late_daemon: backoff " << defaults.initial.count() << ".." << defaults.max.count()
+                               << " ms; seconds from the daemon's start to each session's first "
+                                  "directive:"
+                               << text);
+  for (auto& s : sessions) s->Stop(ss::Clock::now() + 2s);
+  for (auto& s : sessions) s->Join();
+  for (const auto& src : sources) CHECK(src->accepted() == 3);
+  server.Shutdown(0ms);
 }

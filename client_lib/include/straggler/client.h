@@ -39,6 +39,9 @@ namespace straggler {
 struct ClientOptions {
   // "host:port", "dns:///host:port" or "unix:///run/straggler/agent.sock".
   std::string endpoint = "127.0.0.1:7070";
+  // FromEnv: STRAGGLER_JOB_ID, else TORCHELASTIC_RUN_ID when torchrun names
+  // a launch there (--rdzv_id, --standalone; not "none") and it is a valid
+  // job id. Validate refuses "" naming STRAGGLER_JOB_ID.
   std::string job_id;
   // Which launch of the job this is (docs/runs.md). A new run of a job id
   // starts fresh at the daemon (memberships, states, progress) and in the
@@ -76,8 +79,11 @@ struct ClientOptions {
   uint64_t iterations_per_epoch = 0;  // 0 = unknown
   size_t queue_capacity = 4096;       // rounded up to a power of two
   size_t max_batch = 256;             // reports per ReportBatch
+  // Reconnect delays: from backoff_initial, doubling per failure, spread
+  // uniformly in [initial, cap]. The cap bounds how late a daemon that comes
+  // (back) up is found (issue 28: 5 s let it be 9.6 s); stream::Backoff's.
   std::chrono::milliseconds backoff_initial{100};
-  std::chrono::milliseconds backoff_max{5000};
+  std::chrono::milliseconds backoff_max{2000};
   // Longest a report waits in the queue when nothing wakes the sender. Once
   // MembershipFor() has been called, Report() wakes a sleeping sender (its
   // next MembershipFor waits for that report's acknowledgement); before, it

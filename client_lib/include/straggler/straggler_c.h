@@ -65,7 +65,7 @@ typedef struct straggler_options {
   size_t queue_capacity;           /* 0 = 4096; rounded up to a power of two */
   size_t max_batch;                /* 0 = 256 reports per batch */
   uint32_t backoff_initial_ms;     /* 0 = 100 */
-  uint32_t backoff_max_ms;         /* 0 = 5000 */
+  uint32_t backoff_max_ms;         /* 0 = 2000 */
   /* The GPU this process computes on (ClientOptions::cuda_visible_devices and
    * gpu_uuid): NULL = unknown. A struct too old to hold them (the first
    * layout) gets CUDA_VISIBLE_DEVICES and STRAGGLER_GPU_UUID instead.
@@ -175,7 +175,8 @@ straggler_client_t*(straggler_client_create)(const straggler_options_t* options,
 
 /* A client as straggler_client_create makes, with its options from the
  * environment as ClientOptions::FromEnv reads them (RANK, WORLD_SIZE,
- * LOCAL_RANK, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, STRAGGLER_NODE,
+ * LOCAL_RANK, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID (else torchrun's
+ * TORCHELASTIC_RUN_ID; neither: NULL, err naming STRAGGLER_JOB_ID), STRAGGLER_NODE,
  * STRAGGLER_ITERATIONS_PER_EPOCH, STRAGGLER_PEER_GROUP, STRAGGLER_REPLICA,
  * STRAGGLER_GPU_MODEL, CUDA_VISIBLE_DEVICES, STRAGGLER_GPU_UUID, the TLS
  * files; the full list: docs/configuration.md, "Trainers"). */

@@ -334,7 +334,9 @@ std::string Agreement::AgreementFailureText(std::string_view backend, uint64_t i
 }
 
 std::string ValidateCommonOptions(const CollectiveOptions& o, bool uses_endpoint) {
-  if (o.job_id.empty()) return "job_id is empty";
+  if (o.job_id.empty())
+    return "job_id is empty: give the client's job id (ClientOptions::job_id, "
+           "STRAGGLER_JOB_ID)";
   if (o.world_size == 0) return "world_size=0 must be > 0";
   if (o.rank >= o.world_size) {
     return "rank=" + std::to_string(o.rank) +

@@ -28,6 +28,8 @@ constexpr int kKeepaliveTimeMs = 30000;
 constexpr int kKeepaliveTimeoutMs = 10000;
 // A futex wait longer than this is cut short (the caller re-checks).
 constexpr auto kLongestSleep = std::chrono::hours(1);
+// How often a reconnect wait looks whether the channel is READY again.
+constexpr auto kChannelPoll = std::chrono::milliseconds(50);
 
 bool IsSet(std::atomic<bool>* flag) { return flag->load(); }
 
@@ -260,13 +262,30 @@ void StreamSession::SenderLoop() {
       attempt = 0;
       outage_logged_ = false;
     }
-    const Clock::time_point retry_at = Clock::now() + RetryDelay(status, was_connected, attempt);
+    const Clock::time_point failed_at = Clock::now();
+    const Clock::time_point retry_at = failed_at + RetryDelay(status, was_connected, attempt);
+    // The call failed because the channel was down (not a refusal on a live
+    // connection): gRPC reconnects it in the background, on its own backoff
+    // bounded by ours (MakeChannel). Once it is READY again the daemon is
+    // back, and waiting out the rest of our delay only adds to it (issue 28:
+    // the two backoffs added up to 9.6 s). Not before `initial` though, so a
+    // daemon that accepts connections and drops them is not hammered.
+    const bool watch_channel = channel_->GetState(false) != GRPC_CHANNEL_READY;
+    const Clock::time_point earliest = failed_at + InitialBackoff();
     bool stopped = false;
     for (;;) {
       const uint32_t seen = wake_.load(std::memory_order_acquire);
       if ((stopped = StopDue())) break;
-      if (Clock::now() >= retry_at) break;
-      SleepUntil(seen, stop_.load() ? std::min(retry_at, StopDeadline()) : retry_at);
+      const Clock::time_point now = Clock::now();
+      if (now >= retry_at) break;
+      Clock::time_point until = retry_at;
+      if (watch_channel) {
+        // try_to_connect: an IDLE channel starts connecting rather than
+        // waiting for our next call.
+        if (now >= earliest && channel_->GetState(true) == GRPC_CHANNEL_READY) break;
+        until = std::min(until, std::max(earliest, now + kChannelPoll));
+      }
+      SleepUntil(seen, stop_.load() ? std::min(until, StopDeadline()) : until);
     }
     if (stopped) break;
     reconnects_.fetch_add(1, std::memory_order_relaxed);
@@ -310,6 +329,11 @@ std::chrono::milliseconds StreamSession::RetryDelay(const grpc::Status& status,
     Log(LogLevel::kDebug, absl::StrCat(line, "; retrying"));
   }
   return BackoffDelay(attempt++);
+}
+
+std::chrono::milliseconds StreamSession::InitialBackoff() {
+  absl::MutexLock lock(&backoff_mu_);
+  return backoff_.initial;
 }
 
 std::chrono::milliseconds StreamSession::BackoffDelay(uint32_t attempt) {

@@ -48,6 +48,9 @@ using Clock = std::chrono::steady_clock;
 // How long to wait before the next connection attempt after a failed one:
 // `initial`, doubling per failure up to `max`, with jitter. Reset once a
 // connection reached the daemon (a directive arrived) or closed when idle.
+// A call that failed because the channel was down is retried sooner, as
+// soon as gRPC's own reconnect (bounded by `max` too) has the channel READY
+// again, but not before `initial`.
 struct Backoff {
   enum class Jitter {
     // Uniform in [initial, min(max, initial * 2^attempt)]: the ranks of a
@@ -57,7 +60,10 @@ struct Backoff {
     kNarrow,
   };
   std::chrono::milliseconds initial{100};
-  std::chrono::milliseconds max{5000};
+  // The cap, about how long a daemon that comes (back) up waits for a
+  // session at its cap to find it (issue 28: 5 s let that be 9.6 s). The
+  // client's and the agent's default.
+  std::chrono::milliseconds max{2000};
   Jitter jitter = Jitter::kSpread;
 };
 
@@ -215,6 +221,7 @@ class StreamSession {
   std::chrono::milliseconds RetryDelay(const grpc::Status& status, bool was_connected,
                                        uint32_t& attempt);
   std::chrono::milliseconds BackoffDelay(uint32_t attempt) ABSL_LOCKS_EXCLUDED(backoff_mu_);
+  std::chrono::milliseconds InitialBackoff() ABSL_LOCKS_EXCLUDED(backoff_mu_);
   void Log(LogLevel level, const std::string& message) const;
 
   const Options options_;
