@@ -129,7 +129,7 @@ class DDPMonitor:
         # from torch.distributed's store when the environment gives none.
         if client is None:
             from ._launch import run_id  # torch.distributed is initialized: DDP runs
-            client = Client(run_id=run_id())
+            client = Client(run_id=run_id(), monitor_only=True)
         self.client = client
         # Without comm_hook, what torch's default_hooks.allreduce_hook does.
         self._group = ddp.process_group if process_group is None else process_group
@@ -348,7 +348,10 @@ def monitor(ddp, client=None, *, epoch=0, iteration=0, process_group=None, comm_
     collectives. Returns the DDPMonitor. Call before the first backward.
 
     client: a straggler.Client; default one from the environment (RANK,
-      WORLD_SIZE, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID), closed by close().
+      WORLD_SIZE, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID), marked monitor_only
+      (the daemon never excludes its rank: DDP's all-reduce keeps it in) and
+      closed by close(). A client passed here is used as it is: create it
+      with monitor_only=True.
     epoch, iteration: those of the first step (then set_epoch(), and one
       iteration per step).
     process_group: the group the default all-reduce uses; default DDP's own.
