@@ -8,11 +8,11 @@
 #include <catch2/catch.hpp>
 
 #include <grpcpp/grpcpp.h>
-#include <httplib.h>
 
 #include <string>
 
 #include "daemon_test_util.h"
+#include "http_daemon.h"
 
 namespace straggler::daemon {
 namespace {
@@ -20,6 +20,7 @@ namespace {
 using testutil::AddRank3Slower;
 using testutil::AddReport;
 using testutil::Hello;
+using testutil::HttpDaemon;
 using testutil::LoopbackDaemon;
 using testutil::MembershipOf;
 using testutil::OpenStream;
@@ -27,12 +28,10 @@ using testutil::WorkerOf;
 
 constexpr uint32_t kWorld = 4;
 
-std::string HttpGet(LoopbackDaemon& d, const std::string& path) {
-  httplib::Client http("127.0.0.1", d.server.http_port());
-  auto res = http.Get(path);
-  REQUIRE(res);
-  REQUIRE(res->status == 200);
-  return res->body;
+// The /metrics sample of `family` for `rank` of job "mon" on node-a.
+std::string RankSample(const std::string& family, uint32_t rank) {
+  return family + "{job=\"mon\",rank=\"" + std::to_string(rank) +
+         "\",node=\"node-a\",peer_group=\"\",replica=\"\"}";
 }
 
 bool Has(const std::string& haystack, const std::string& needle) {
@@ -44,7 +43,7 @@ bool Has(const std::string& haystack, const std::string& needle) {
 TEST_CASE("monitor_only_excludes: a monitor-only straggler stays in over gRPC, REST and metrics, "
           "a later hello without the mark excludes it",
           "[monitor_only]") {
-  LoopbackDaemon d;
+  HttpDaemon d{DaemonConfig()};
   OpenStream s(*d.ingest);
   v1::ReportBatch b = Hello("mon", kWorld, {0, 1, 2, 3}, "node-a");
   b.mutable_hello()->add_monitor_only_ranks(3);
@@ -60,18 +59,17 @@ TEST_CASE("monitor_only_excludes: a monitor-only straggler stays in over gRPC, R
   CHECK(m.version() == 0);
   CHECK(m.excluded_size() == 0);
 
-  const std::string rest = HttpGet(d, "/v1/jobs/mon/workers/3");
+  auto res = d.Http()->Get("/v1/jobs/mon/workers/3");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const std::string rest = res->body;
   INFO("REST: " << rest);
   CHECK(Has(rest, "\"state\":\"WORKER_STATE_STRAGGLER\""));
   CHECK(Has(rest, "\"excluded\":false"));
   CHECK(Has(rest, "\"monitorOnly\":true"));
-  const std::string metrics = HttpGet(d, "/metrics");
-  CHECK(Has(metrics, "straggler_rank_excluded{job=\"mon\",rank=\"3\",node=\"node-a\",peer_group="
-                     "\"\",replica=\"\"} 0\n"));
-  CHECK(Has(metrics, "straggler_rank_monitor_only{job=\"mon\",rank=\"3\",node=\"node-a\","
-                     "peer_group=\"\",replica=\"\"} 1\n"));
-  CHECK(Has(metrics, "straggler_rank_monitor_only{job=\"mon\",rank=\"0\",node=\"node-a\","
-                     "peer_group=\"\",replica=\"\"} 0\n"));
+  CHECK(d.Metric(RankSample("straggler_rank_excluded", 3)) == 0);
+  CHECK(d.Metric(RankSample("straggler_rank_monitor_only", 3)) == 1);
+  CHECK(d.Metric(RankSample("straggler_rank_monitor_only", 0)) == 0);
 
   // The client asked for membership: its next hello (a later one on the same
   // stream) names no monitor-only rank. Rank 3 is still slow: out it goes.
