@@ -25,6 +25,11 @@
 //    a rank (RankDevice.incarnation), makes the agent send a later hello (all
 //    its ranks and devices of the job) on the same upstream stream, in order
 //    behind the reports buffered before it (proto: ReportBatch.hello).
+//  * Monitoring only: the agent keeps each rank's monitor-only mark
+//    (StreamHello.monitor_only_ranks) from its trainer's first hello and
+//    later ones on the same stream (a client that starts asking for
+//    membership sends one); a change makes it send a later hello upstream,
+//    which names the marked ranks.
 //  * Job end: a downstream batch's finished_ranks go upstream behind that
 //    stream's reports (buffered and replayed in order). Once no trainer
 //    stream is left and the buffer is acknowledged, the upstream stream ends

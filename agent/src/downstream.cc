@@ -27,9 +27,12 @@ void DownstreamReactor::OnReadDone(bool ok) {
       Finish(common::ToGrpcStatus(s), /*flush=*/false);
       return;
     }
+  } else if (batch_.has_hello()) {
+    // A later hello (client_lib sends one when a monitor-only client starts
+    // asking for membership) changes only the monitor-only marks of the
+    // stream's own ranks; its reports must belong to the first hello's ranks.
+    job_->LaterHello(batch_.hello(), *link_);
   }
-  // A later hello on a downstream stream is ignored (client_lib never
-  // sends one); its reports must belong to the first hello's ranks.
   Offer(job_->Take(link_, batch_));
   std::lock_guard lock(mu_);
   if (!slot_.finishing()) StartRead(&batch_);

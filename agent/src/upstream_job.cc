@@ -108,6 +108,7 @@ absl::Status UpstreamJob::Attach(const v1::StreamHello& hello,
     it->second = d;
   }
   ++devices_version_;
+  changed |= NoteMonitorOnlyLocked(hello, ranks);
   if (changed) {
     buffer_.PushHello(HelloPartLocked(), Clock::now());
     flush_ = true;
@@ -138,6 +139,30 @@ absl::Status UpstreamJob::Attach(const v1::StreamHello& hello,
   }
   session_.Wake();
   return absl::OkStatus();
+}
+
+void UpstreamJob::LaterHello(const v1::StreamHello& hello, const DownLink& link) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint32_t> owned;
+  for (uint32_t r : hello.ranks())
+    if (link.Owns(r)) owned.push_back(r);
+  std::sort(owned.begin(), owned.end());
+  owned.erase(std::unique(owned.begin(), owned.end()), owned.end());
+  if (!NoteMonitorOnlyLocked(hello, owned)) return;
+  buffer_.PushHello(HelloPartLocked(), Clock::now());
+  flush_ = true;
+  session_.Wake();
+}
+
+bool UpstreamJob::NoteMonitorOnlyLocked(const v1::StreamHello& hello,
+                                        const std::vector<uint32_t>& ranks) {
+  const auto& marked = hello.monitor_only_ranks();
+  bool changed = false;
+  for (uint32_t r : ranks) {
+    const bool on = std::find(marked.begin(), marked.end(), r) != marked.end();
+    changed |= on ? monitor_only_.insert(r).second : monitor_only_.erase(r) > 0;
+  }
+  return changed;
 }
 
 void UpstreamJob::Detach(const DownLink* link) {
@@ -257,6 +282,7 @@ v1::StreamHello UpstreamJob::HelloPartLocked() const {
   v1::StreamHello h;
   for (uint32_t r : ranks_) h.add_ranks(r);
   for (const auto& [rank, d] : devices_) nvml::ToProto(d, h.add_devices());
+  for (uint32_t r : monitor_only_) h.add_monitor_only_ranks(r);
   return h;
 }
 

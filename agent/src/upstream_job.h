@@ -86,6 +86,12 @@ class UpstreamJob final : private stream::StreamSession::Source {
   // upstream session.
   absl::Status Attach(const v1::StreamHello& hello, const std::shared_ptr<DownLink>& link)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A later hello on the link's stream (a monitor-only client that started
+  // asking for membership, docs/membership.md "Monitoring only"): the
+  // monitor-only marks of the link's own ranks are taken from it, and a
+  // change queues a later hello upstream behind the buffered reports. Its
+  // other fields, and ranks the link does not own, are ignored.
+  void LaterHello(const v1::StreamHello& hello, const DownLink& link) ABSL_LOCKS_EXCLUDED(mu_);
   // The link's stream ended; the last one gone starts the upstream
   // stream's idle grace.
   void Detach(const DownLink* link) ABSL_LOCKS_EXCLUDED(mu_);
@@ -157,7 +163,12 @@ class UpstreamJob final : private stream::StreamSession::Source {
   // Versions kept that `link` has not been sent, ascending, into `d`.
   void AddUnsentVersionsLocked(DownLink& link, v1::Directive& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The ranks and devices (client incarnations) an upstream hello names now.
+  // Takes `hello`'s monitor-only marks for `ranks` (ascending, named by the
+  // hello); true when one changed.
+  bool NoteMonitorOnlyLocked(const v1::StreamHello& hello, const std::vector<uint32_t>& ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ranks, devices (client incarnations) and monitor-only marks an
+  // upstream hello names now.
   v1::StreamHello HelloPartLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes b.hello (its ranks and devices come from the buffer: the hello
   // in force where the batch starts).
@@ -181,6 +192,8 @@ class UpstreamJob final : private stream::StreamSession::Source {
   LiveConfig live_ ABSL_GUARDED_BY(mu_);
   ReportBuffer buffer_ ABSL_GUARDED_BY(mu_);
   std::set<uint32_t> ranks_ ABSL_GUARDED_BY(mu_);  // every rank a downstream hello named
+  // Ranks whose client does not act on membership, by their newest hello.
+  std::set<uint32_t> monitor_only_ ABSL_GUARDED_BY(mu_);
   bool hello_pending_ ABSL_GUARDED_BY(mu_) = true;  // a new upstream stream: its first hello
   bool flush_ ABSL_GUARDED_BY(mu_) = false;  // a marker is buffered: send without delay
   Known known_ ABSL_GUARDED_BY(mu_);

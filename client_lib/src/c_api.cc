@@ -64,6 +64,7 @@ constexpr size_t kOptionsLayouts[] = {
     OPTIONS_FIELD_END(gpu_uuid),        // + cuda_visible_devices, gpu_uuid
     OPTIONS_FIELD_END(replica),         // + peer_group, has_replica, replica
     OPTIONS_FIELD_END(gpu_model),       // + gpu_model
+    OPTIONS_FIELD_END(monitor_only),    // + monitor_only
 };
 #undef OPTIONS_FIELD_END
 constexpr size_t LayoutSize(size_t fields_end) {
@@ -88,7 +89,8 @@ static_assert(LayoutSize(kOptionsLayouts[std::size(kOptionsLayouts) - 1]) ==
               "straggler_options_t grew: append its new layout to kOptionsLayouts");
 #if defined(__x86_64__) || defined(__aarch64__)
 static_assert(LayoutSize(kOptionsLayouts[0]) == 80 && LayoutSize(kOptionsLayouts[1]) == 96 &&
-                  LayoutSize(kOptionsLayouts[2]) == 112 && LayoutSize(kOptionsLayouts[3]) == 120,
+                  LayoutSize(kOptionsLayouts[2]) == 112 && LayoutSize(kOptionsLayouts[3]) == 120 &&
+                  LayoutSize(kOptionsLayouts[4]) == 128,
               "the shipped LP64 sizes of straggler_options_t");
 #endif
 
@@ -200,6 +202,7 @@ straggler_client_t* straggler_client_create_sized(const straggler_options_t* cal
     straggler::detail::TopologyEnv env = straggler::detail::TopologyFromEnv(&replica_error);
     o.peer_group = options->peer_group != nullptr ? std::string(options->peer_group) : std::move(env.peer_group);
     o.gpu_model = options->gpu_model != nullptr ? std::string(options->gpu_model) : std::move(env.gpu_model);
+    o.monitor_only = options->monitor_only != 0;  // 0 beyond an older struct
     if (options->has_replica != 0) {
       o.replica = options->replica;
     } else {

@@ -110,11 +110,13 @@ class ClientImpl final : public Client, private StreamSession::Source {
                                std::optional<uint32_t> rank) override {
     if (!wake_on_report_.load(std::memory_order_relaxed))
       wake_on_report_.store(true, std::memory_order_relaxed);
+    ActOnMembership();
     return tracker_.For(iteration, timeout, rank.value_or(FirstRank()), session_);
   }
 
   std::optional<MembershipView> ReadmissionAfter(uint64_t iteration,
                                                  std::optional<uint32_t> rank) override {
+    ActOnMembership();
     return tracker_.ReadmissionAfter(iteration, rank.value_or(FirstRank()));
   }
 
@@ -210,6 +212,17 @@ class ClientImpl final : public Client, private StreamSession::Source {
     return true;
   }
 
+  // A monitor-only client that asks for membership acts on it from now on:
+  // the daemon must hear that before it may exclude our ranks, so a later
+  // hello goes out on the current stream at once (a new stream's opening
+  // hello says it anyway). One load after the first call.
+  void ActOnMembership() {
+    if (!monitor_only_.load(std::memory_order_relaxed)) return;
+    if (!monitor_only_.exchange(false)) return;
+    hello_due_.store(true);
+    session_.Wake();
+  }
+
   // Out of line: Report()'s fast path keeps only the call.
   [[gnu::noinline]] void WakeFromReport() {
     report_wakes_.fetch_add(1, std::memory_order_relaxed);
@@ -222,25 +235,35 @@ class ClientImpl final : public Client, private StreamSession::Source {
   // otherwise Report() (sometimes), Flush, MembershipFor or an
   // acknowledgement wakes the sender, or its poll timer does.
   stream::Clock::time_point ReadyAt() const override {
-    return queue_.SizeApprox() > 0 && unacked_.HasRoom() ? stream::Clock::time_point::min()
-                                                          : stream::Clock::time_point::max();
+    return (queue_.SizeApprox() > 0 && unacked_.HasRoom()) || hello_due_.load()
+               ? stream::Clock::time_point::min()
+               : stream::Clock::time_point::max();
   }
 
-  // Moves up to max_batch reports from the queue into a new unacknowledged batch.
+  // Moves up to max_batch reports from the queue into a new unacknowledged
+  // batch; a later hello that is due rides on it (or goes alone, not kept
+  // for a resend: a new stream opens with a hello of its own).
   bool NextBatch(pb::ReportBatch* batch) override {
-    if (!unacked_.HasRoom()) return false;
     detail::UnackedBatches::Batch b;
-    QueuedReport q;
-    while (b.reports.size() < options_.max_batch && queue_.TryPop(q)) {
-      highest_dequeued_ = std::max(highest_dequeued_, q.iteration + 1);
-      b.reports.push_back(q);
+    if (unacked_.HasRoom()) {
+      QueuedReport q;
+      while (b.reports.size() < options_.max_batch && queue_.TryPop(q)) {
+        highest_dequeued_ = std::max(highest_dequeued_, q.iteration + 1);
+        b.reports.push_back(q);
+      }
     }
-    if (b.reports.empty()) return false;
-    b.sequence = unacked_.NextSequence();
+    const bool hello = hello_due_.exchange(false);
+    if (b.reports.empty() && !hello) return false;
     batch->Clear();
-    batch->set_sequence(b.sequence);
-    for (const QueuedReport& r : b.reports) detail::FillReport(r, batch->add_reports());
-    unacked_.Add(std::move(b));
+    if (b.reports.empty()) {
+      batch->set_sequence(unacked_.NextSequence());
+    } else {
+      b.sequence = unacked_.NextSequence();
+      batch->set_sequence(b.sequence);
+      for (const QueuedReport& r : b.reports) detail::FillReport(r, batch->add_reports());
+      unacked_.Add(std::move(b));
+    }
+    if (hello) FillHello(batch);
     return true;
   }
 
@@ -256,6 +279,7 @@ class ClientImpl final : public Client, private StreamSession::Source {
       // Hello alone: its acknowledgement brings the current membership.
       opening->emplace_back().set_sequence(unacked_.NextSequence());
     }
+    hello_due_.store(false);  // this hello says what a later one would
     FillHello(&opening->front());
   }
 
@@ -275,6 +299,8 @@ class ClientImpl final : public Client, private StreamSession::Source {
     h->set_iterations_per_epoch(options_.iterations_per_epoch);
     h->set_client_version(kClientVersion);
     h->set_run_id(options_.run_id);
+    if (monitor_only_.load(std::memory_order_relaxed))
+      for (uint32_t r : tracker_.Served()) h->add_monitor_only_ranks(r);
     // One process, one GPU: every rank this client serves computes on it.
     for (uint32_t r : tracker_.Served()) {
       pb::RankDevice* d = h->add_devices();
@@ -340,6 +366,10 @@ class ClientImpl final : public Client, private StreamSession::Source {
   detail::MembershipTracker tracker_;
 
   std::atomic<bool> wake_on_report_{false};  // set by the first MembershipFor()
+  // ClientOptions::monitor_only until the first MembershipFor() or
+  // ReadmissionAfter(); then a later hello is due (sender thread clears it).
+  std::atomic<bool> monitor_only_{options_.monitor_only};
+  std::atomic<bool> hello_due_{false};
   uint64_t wake_stride_mask_ = 0;
 
   // Statistics (the session keeps its own: sent, reconnects, connected).

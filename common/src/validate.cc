@@ -105,6 +105,13 @@ absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job)
                                                      hello.job_id, "'"));
     }
   }
+  for (uint32_t r : hello.monitor_only_ranks) {
+    if (!std::binary_search(hello.ranks.begin(), hello.ranks.end(), r)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hello.monitor_only_ranks names rank ", r, ", which is not among the hello's ranks of job '",
+          hello.job_id, "'"));
+    }
+  }
   for (size_t i = 0; i < hello.known_excluded.size(); ++i) {
     const engine::ExcludedRank& e = hello.known_excluded[i];
     if (e.rank >= hello.world_size) {
@@ -230,8 +237,13 @@ StreamHello FromProto(const v1::StreamHello& h) {
   out.ranks.assign(h.ranks().begin(), h.ranks().end());
   // Sorted and unique, whatever order the client or agent sent them in: the
   // registry binary-searches them (e.g. for ranks whose incarnation changed).
-  std::sort(out.ranks.begin(), out.ranks.end());
-  out.ranks.erase(std::unique(out.ranks.begin(), out.ranks.end()), out.ranks.end());
+  auto sorted_unique = [](std::vector<uint32_t>& v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  };
+  sorted_unique(out.ranks);
+  out.monitor_only_ranks.assign(h.monitor_only_ranks().begin(), h.monitor_only_ranks().end());
+  sorted_unique(out.monitor_only_ranks);
   out.world_size = h.world_size();
   out.iterations_per_epoch = h.iterations_per_epoch();
   out.known_membership_version = h.known_membership_version();

@@ -48,6 +48,7 @@ const PlanInput& EngineImpl::Snapshot() {
     s.probation_failed = r.probation_failed;
     s.ewma = r.ewma;
     s.counter = r.counter;
+    s.monitor_only = monitor_only[i];
     if (relayout) {
       s.replica = topology[i].replica;
       s.peer_group = topology[i].peer_group;

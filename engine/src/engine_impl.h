@@ -101,6 +101,9 @@ struct EngineImpl {
   // it and rebuild their groups when topology_version moves.
   std::vector<RankTopology> topology;
   uint64_t topology_version = 0;
+  // Ranks whose client does not act on membership (SetMonitorOnly); kept
+  // apart from RankState, which Reset forgets.
+  std::vector<bool> monitor_only;
   // Ranks a row waits for, before exclusions: announced or reporting, and not
   // unresponsive.
   uint32_t counted_ranks = 0;

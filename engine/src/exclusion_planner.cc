@@ -61,6 +61,7 @@ struct Unit {
   std::vector<uint32_t> culprits;   // unresponsive, then stragglers slowest first
   uint32_t unresponsive = 0;        // culprits[0, unresponsive) are unresponsive
   bool forced_in = false;
+  bool monitor_only = false;        // a rank of it does not act on membership
   bool finished = false;            // a rank of it finished: the job is ending
   bool out_now = false;             // some rank of it is in the current set
   bool released = false;            // its current forced entry lost its override
@@ -150,6 +151,7 @@ void Group(const PolicyConfig& policy, const PlanInput& in, const ReplicaLayout&
         unit.forced_in = true;
         continue;
       }
+      if (r.monitor_only) unit.monitor_only = true;
       if (ce && ce->reason == ExclusionReason::kForced) unit.released = true;
       if (r.state == WorkerState::kFinished) unit.finished = true;
       if (!policy.exclusion_enabled) continue;
@@ -289,7 +291,10 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
       });
       continue;
     }
-    if (unit.forced_in || !policy.exclusion_enabled || unit.released) continue;
+    // A monitor-only rank takes part whatever a version says: excluding its
+    // replica would only make the others wait for it outside the set.
+    if (unit.forced_in || unit.monitor_only || !policy.exclusion_enabled || unit.released)
+      continue;
     if (unit.finished) {
       // A job that is ending changes no membership: its ranks are leaving.
       if (unit.out_now) take_out(u, unit.ranks.front(), true, none);

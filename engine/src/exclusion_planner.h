@@ -34,6 +34,9 @@ struct RankSnapshot {
   bool probation_failed = false;  // still slow when its probation ended
   double ewma = 0.0;
   uint32_t counter = 0;
+  // Its client does not act on membership: it takes part whatever a
+  // version says, so neither it nor its replica is a candidate.
+  bool monitor_only = false;
   std::optional<uint32_t> replica = std::nullopt;  // declared; unset = a replica of its own
   std::string peer_group = {};  // declared, for naming a culprit
 };
@@ -98,7 +101,9 @@ struct ExclusionPlan {
 
 // Per replica: one with a forced-out rank is always out (a forced-in mate
 // cannot keep it in: the collective cannot split it), one with a forced-in
-// rank otherwise never; with exclusion disabled only forced ones are.
+// or a monitor-only rank otherwise never (a rank whose client does not act
+// on membership keeps taking part, and its replica with it: no guard event
+// either); with exclusion disabled only forced ones are.
 // Otherwise unresponsive and straggler ranks are culprits, and their
 // replicas candidates; an excluded replica with a culprit stays out (keeping
 // its entries) and one without is readmitted. New unresponsive candidates go

@@ -18,6 +18,7 @@ EngineImpl::EngineImpl(uint32_t world, PolicyConfig p, Time now)
       policy(std::move(p)),
       ranks(world),
       topology(world),
+      monitor_only(world, false),
       created_at(now),
       reference(MakeReference(*this)),
       log(world, policy.lead_iterations, now) {}
@@ -82,6 +83,7 @@ void JobEngine::StartOver(uint64_t first_version, Time now) {
   fresh->epoch_length_announced = old.epoch_length_announced;
   fresh->topology = old.topology;  // the job's shape, not state
   fresh->topology_version = old.topology_version + 1;
+  fresh->monitor_only = old.monitor_only;  // the clients', as the topology
   Membership m = fresh->Newest();
   m.version = first_version;
   m.lead_iterations = static_cast<uint32_t>(old.Lead());
@@ -176,6 +178,17 @@ const RankTopology& JobEngine::Topology(uint32_t rank) const {
   return impl_->topology[rank];
 }
 
+void JobEngine::SetMonitorOnly(uint32_t rank, bool monitor_only, Time now) {
+  Impl& d = *impl_;
+  assert(rank < d.world_size);
+  if (d.monitor_only[rank] == monitor_only) return;
+  d.monitor_only[rank] = monitor_only;
+  // Either way the excluded set may change: a rank that now keeps taking
+  // part leaves it, one whose client now acts on membership may enter it.
+  d.dirty = true;
+  d.Evaluate(now);
+}
+
 std::optional<uint64_t> JobEngine::Progress(uint32_t rank) const {
   if (rank >= impl_->world_size) return std::nullopt;
   return impl_->ranks[rank].Progress();
@@ -204,6 +217,7 @@ WorkerView JobEngine::Worker(uint32_t rank) const {
     w.exclusion_reason = it->reason;
   }
   w.override = r.override;
+  w.monitor_only = d.monitor_only[rank];
   w.counter = r.counter;
   w.limit = d.Limit();
   w.epoch = r.epoch;

@@ -55,6 +55,7 @@ straggler::ClientOptions ClientOptionsFrom(const py::kwargs& kw) {
     else if (key == "replica") o.replica = v.cast<std::optional<uint32_t>>();
     else if (key == "gpu_model") o.gpu_model = v.cast<std::string>();
     else if (key == "iterations_per_epoch") o.iterations_per_epoch = v.cast<uint64_t>();
+    else if (key == "monitor_only") o.monitor_only = v.cast<bool>();
     else if (key == "queue_capacity") o.queue_capacity = v.cast<size_t>();
     else if (key == "max_batch") o.max_batch = v.cast<size_t>();
     else if (key == "max_send_delay") o.max_send_delay = Millis(v.cast<double>(), "max_send_delay");
@@ -147,7 +148,9 @@ PYBIND11_MODULE(_straggler, m) {
            "peer_group, replica (docs/topology.md; straggler.topology computes both), "
            "gpu_model (STRAGGLER_GPU_MODEL; default: torch.cuda.get_device_name() when torch "
            "is imported and CUDA is available), "
-           "iterations_per_epoch, queue_capacity, max_batch, max_send_delay [s], "
+           "iterations_per_epoch, monitor_only (this trainer does not act on membership: "
+           "never excluded, shown 'monitoring only'; cleared by the first membership_for), "
+           "queue_capacity, max_batch, max_send_delay [s], "
            "tls_ca_file, tls_cert_file, tls_key_file, ...)")
       .def(
           "report",

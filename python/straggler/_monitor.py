@@ -133,7 +133,7 @@ class DDPMonitor:
         if client is None:
             from ._launch import run_id  # torch.distributed is initialized: DDP runs
             try:
-                client = Client(run_id=run_id())
+                client = Client(run_id=run_id(), monitor_only=True)
             except ValueError as e:
                 # Monitoring is never the reason training stops (issue 28: a
                 # missing STRAGGLER_JOB_ID ended every rank).
@@ -376,9 +376,12 @@ def monitor(ddp, client=None, *, epoch=0, iteration=0, process_group=None, comm_
 
     client: a straggler.Client; default one from the environment (RANK,
       WORLD_SIZE, STRAGGLER_ENDPOINT, STRAGGLER_JOB_ID, else torchrun's
-      TORCHELASTIC_RUN_ID), closed by close(). When the environment gives no
-      usable options (no job id), one warning is logged (logger "straggler")
-      and the monitor does nothing (`enabled` False): training goes on.
+      TORCHELASTIC_RUN_ID), marked monitor_only (the daemon never excludes
+      its rank: DDP's all-reduce keeps it in) and closed by close(). When the
+      environment gives no usable options (no job id), one warning is logged
+      (logger "straggler") and the monitor does nothing (`enabled` False):
+      training goes on. A client passed here is used as it is: create it with
+      monitor_only=True.
     epoch, iteration: those of the first step (then set_epoch(), and one
       iteration per step).
     process_group: the group the default all-reduce uses; default DDP's own.

@@ -145,8 +145,8 @@ int straggler_c_third_layout(const char* endpoint, const char* job) {
   return ReportOnce(c, 2) == 0 ? 0 : 6;
 }
 
-/* A program built against this header, through the macros: gpu_model is
- * part of its struct and arrives. */
+/* A program built against this header, through the macros: gpu_model and
+ * monitor_only are part of its struct and arrive. */
 int straggler_c_full_layout(const char* endpoint, const char* job, const char* gpu_model) {
   straggler_options_t o;
   const uint32_t ranks[1] = {3};
@@ -154,13 +154,16 @@ int straggler_c_full_layout(const char* endpoint, const char* job, const char* g
   straggler_client_t* c;
   memset(&o, CANARY_BYTE, sizeof o);
   if (straggler_options_init(&o) != STRAGGLER_OK) return 1;
-  if (o.gpu_model != NULL || o.peer_group != NULL || o.cuda_visible_devices != NULL) return 2;
+  if (o.gpu_model != NULL || o.peer_group != NULL || o.cuda_visible_devices != NULL ||
+      o.monitor_only != 0)
+    return 2;
   o.endpoint = endpoint;
   o.job_id = job;
   o.ranks = ranks;
   o.num_ranks = 1;
   o.world_size = 4;
   o.gpu_model = gpu_model;
+  o.monitor_only = 1;
   c = straggler_client_create(&o, err, sizeof err);
   if (c == NULL) {
     fprintf(stderr, "straggler_c_full_layout: %s\n", err);

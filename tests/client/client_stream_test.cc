@@ -473,9 +473,11 @@ TEST_CASE("C ABI: the third options layout sends its topology, gpu_model is the 
   // environment's.
   CHECK(h.devices(0).cuda_visible_devices().empty());
   CHECK(h.devices(0).gpu_uuid().empty());
+  // monitor_only lies beyond its struct: it acts on membership.
+  CHECK(h.monitor_only_ranks_size() == 0);
 }
 
-TEST_CASE("C ABI: the full options struct through the macros sends gpu_model",
+TEST_CASE("C ABI: the full options struct through the macros sends gpu_model and monitor_only",
           "[stream][c_api]") {
   Server s;
   REQUIRE(s.port != 0);
@@ -486,6 +488,8 @@ TEST_CASE("C ABI: the full options struct through the macros sends gpu_model",
   CHECK(h.devices(0).rank() == 3);
   CHECK(h.devices(0).gpu_model() == "NVIDIA H200");
   CHECK(h.devices(0).peer_group() == "envgroup");
+  CHECK(std::vector<uint32_t>(h.monitor_only_ranks().begin(), h.monitor_only_ranks().end()) ==
+        std::vector<uint32_t>{3});
 }
 
 TEST_CASE("C ABI: an options size that is no known layout is refused, naming it",

@@ -2,7 +2,13 @@
 """Monitoring-only mode, end to end: four real rank processes
 (torch_monitor_rank.py: a plain torch DDP job on Gloo, CPU, with
 straggler.torch.monitor(ddp) and the client from the environment) against the
-real stragglerd on loopback, exclusion off (policy exclusion_enabled: false).
+real stragglerd on loopback, exclusion off (policy exclusion_enabled: false),
+or with --exclusion on the daemon's default (exclusion enabled): the monitor
+marks its ranks monitor-only in the hello, so the straggler is still excluded
+by nobody (issue 28, item 3; docs/membership.md, "Monitoring only"). That
+case also polls the daemon's REST API while the job runs: rank 3 must show
+as a straggler, "monitorOnly", never excluded (after the run the ranks have
+finished, so only a live look sees the state).
 
 Two cases, one after the other (8 processes at once would be too many for a
 small machine):
@@ -29,9 +35,11 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, RankProcesses, check, ctl, main  # noqa: E402
+from harness import Daemon, RankProcesses, check, ctl, daemon_get, main  # noqa: E402
 
 WORLD = 4
 SLOW_RANK = 3
@@ -46,16 +54,44 @@ DETECT_WITHIN = 10
 DEADLINE_S = 120
 
 
+class WorkerWatch:
+    """Polls GET /v1/jobs/JOB/workers/RANK while the job runs, keeping every
+    answer (the daemon's view of the rank over time)."""
+
+    def __init__(self, daemon, job, rank):
+        self.daemon, self.job, self.rank = daemon, job, rank
+        self.seen = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.seen.append(daemon_get(self.daemon, "/v1/jobs/%s/workers/%d"
+                                            % (self.job, self.rank)))
+            except Exception:  # noqa: BLE001 - the job does not exist yet (404)
+                pass
+            time.sleep(0.05)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+
 def run_case(args, name, slow_from):
     """Runs one 4-rank job; returns its ranks' rows, the daemon's events,
-    membership and accepted reports {(iteration, rank): compute_seconds}."""
+    membership and accepted reports {(iteration, rank): compute_seconds},
+    and what the daemon's REST API said of the slow rank while it ran."""
     here = os.path.dirname(os.path.abspath(__file__))
     job = "monitor-" + name
     with tempfile.TemporaryDirectory(prefix="torch-monitor-") as workdir:
         config = os.path.join(workdir, "stragglerd.yaml")
         with open(config, "w") as f:
             # Monitoring only; the epochs above are laid out for dynamic's profile.
-            f.write("policy:\n  kind: dynamic\n  exclusion_enabled: false\n")
+            f.write("policy:\n  kind: dynamic\n")
+            if args.exclusion == "off":
+                f.write("  exclusion_enabled: false\n")
         with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
             # The client's options come from the environment, as in the recipe.
             env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1",
@@ -68,9 +104,11 @@ def run_case(args, name, slow_from):
                      "--slow-from", str(slow_from if r == SLOW_RANK else -1)]
                     for r in range(WORLD)]
             ranks = RankProcesses(cmds, workdir, DEADLINE_S, env=env, err_tail=3000)
+            watch = WorkerWatch(d, job, SLOW_RANK)
             try:
                 ranks.finish()
             finally:
+                watch.stop()
                 ranks.kill()
             events = json.loads(ctl(args.ctl, d.address, "--output", "json", "events", job,
                                     "--limit", "10000")).get("events", [])
@@ -82,7 +120,7 @@ def run_case(args, name, slow_from):
     for line in csv[1:]:  # epoch,iteration,rank,compute_seconds
         _, it, rank, compute = line.split(",")
         reports[(int(it), int(rank))] = float(compute)
-    return ranks, events, membership, reports
+    return ranks, events, membership, reports, watch.seen
 
 
 def flagged(events):
@@ -127,9 +165,32 @@ def median_of(rows, key, its):
     return statistics.median(row[key] for row in rows if row["it"] in its)
 
 
+def check_rest_view(seen):
+    """The slow rank as the daemon's REST API showed it during the run: a
+    straggler at some point, monitoring only, and never excluded."""
+    states = [w.get("state") for w in seen]
+    print("REST view of rank %d: %d answers, states %s" % (
+        SLOW_RANK, len(seen), sorted(set(states))))
+    check(seen, "the daemon's REST API never answered for rank %d" % SLOW_RANK)
+    check("WORKER_STATE_STRAGGLER" in states,
+          "rank %d never showed as a straggler in REST (states seen: %s)"
+          % (SLOW_RANK, sorted(set(states))))
+    out = [w for w in seen if w.get("excluded")]
+    check(not out, "rank %d showed as excluded %d times, first: %s" % (SLOW_RANK, len(out),
+                                                                          out[:1]))
+    # Pending: the job exists (another rank's hello made it) but rank 3's own
+    # hello, which carries the mark, has not arrived yet.
+    unmarked = [w for w in seen
+                if not w.get("monitorOnly") and w.get("state") != "WORKER_STATE_PENDING"]
+    check(not unmarked, "rank %d showed without monitorOnly %d times, first: %s"
+          % (SLOW_RANK, len(unmarked), unmarked[:1]))
+
+
 def test_straggler():
-    ranks, events, membership, reports = run_case(args, "straggler", SLOW_FROM)
+    ranks, events, membership, reports, seen = run_case(args, "straggler", SLOW_FROM)
     check_common("straggler", ranks, events, membership, reports)
+    if args.timing == "monitor":
+        check_rest_view(seen)
     flags = flagged(events)
     print("straggler case: flags (rank, iteration) %s" % flags)
     mine = [it for r, it in flags if r == SLOW_RANK]
@@ -161,7 +222,7 @@ def test_straggler():
 
 
 def test_healthy():
-    ranks, events, membership, reports = run_case(args, "healthy", -1)
+    ranks, events, membership, reports, _ = run_case(args, "healthy", -1)
     check_common("healthy", ranks, events, membership, reports)
     flags = flagged(events)
     check(not flags, "healthy job: straggler flags %s" % flags)
@@ -192,5 +253,8 @@ if __name__ == "__main__":
     parser.add_argument("--case", choices=["straggler", "healthy", "both"], default="both")
     parser.add_argument("--timing", choices=["monitor", "naive"], default="monitor",
                         help="naive: report forward+backward (the straggler case must fail)")
+    parser.add_argument("--exclusion", choices=["off", "on"], default="off",
+                        help="on: the daemon's default policy excludes stragglers; the monitor's "
+                             "monitor-only mark must keep rank 3 in")
     args = parser.parse_args()
     main(test)

@@ -185,6 +185,17 @@ void PrintJob(const v1::Job& j, std::ostream& out) {
   PrintPolicy(j.policy(), out);
 }
 
+namespace {
+
+// A monitor-only rank (its client does not act on membership) is never out
+// for its state: "no (monitoring only)" says why a straggler stays in.
+std::string ExcludedText(const v1::Worker& w) {
+  if (w.excluded()) return "yes (" + ReasonName(w.exclusion_reason()) + ")";
+  return w.monitor_only() ? "no (monitoring only)" : "no";
+}
+
+}  // namespace
+
 void PrintWorkers(const v1::ListWorkersResponse& r, std::ostream& out) {
   // GROUP and REPLICA: the declared topology (docs/topology.md); "-" for the
   // default group and for a rank that is a replica of its own. GPU last: a
@@ -196,7 +207,7 @@ void PrintWorkers(const v1::ListWorkersResponse& r, std::ostream& out) {
            Align::kRight, Align::kLeft, Align::kLeft});
   for (const auto& w : r.workers()) {
     t.AddRow({std::to_string(w.rank()), StateName(w.state()),
-              w.excluded() ? "yes (" + ReasonName(w.exclusion_reason()) + ")" : "no",
+              ExcludedText(w),
               std::to_string(w.counter()) + "/" + std::to_string(w.limit()),
               std::to_string(w.epoch()), std::to_string(w.last_iteration()),
               Millis(w.last_compute_seconds()), Millis(w.ewma_compute_seconds()),
@@ -218,7 +229,7 @@ void PrintWorker(const v1::Worker& w, std::ostream& out) {
   t.AddRow({"replica", w.has_replica() ? std::to_string(w.replica()) : "- (its own)"});
   t.AddRow({"gpu model", w.gpu_model().empty() ? "- (unknown)" : w.gpu_model()});
   t.AddRow({"state", StateName(w.state())});
-  t.AddRow({"excluded", w.excluded() ? "yes (" + ReasonName(w.exclusion_reason()) + ")" : "no"});
+  t.AddRow({"excluded", ExcludedText(w)});
   t.AddRow({"override", OverrideName(w.override())});
   t.AddRow({"counter", std::to_string(w.counter()) + "/" + std::to_string(w.limit())});
   t.AddRow({"epoch", std::to_string(w.epoch())});

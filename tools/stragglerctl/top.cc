@@ -48,6 +48,7 @@ std::string RenderTop(const v1::Job& job, const v1::ListWorkersResponse& workers
       reason = ReasonName(x->second->reason());
       if (!x->second->detail().empty()) reason += ": " + x->second->detail();
     }
+    if (w.monitor_only()) reason += (reason.empty() ? "" : "; ") + std::string("monitoring only");
     if (w.override() == v1::RANK_OVERRIDE_FORCE_EXCLUDE ||
         w.override() == v1::RANK_OVERRIDE_FORCE_INCLUDE) {
       reason += (reason.empty() ? "" : "; ") + std::string("override ") + OverrideName(w.override());

@@ -77,6 +77,15 @@ struct ClientOptions {
   std::string gpu_model;            // STRAGGLER_GPU_MODEL
   std::string node;                   // default: host name
   uint64_t iterations_per_epoch = 0;  // 0 = unknown
+  // This trainer does not act on membership (monitoring only, as
+  // straggler.torch.monitor): the hello says so for every served rank, and
+  // the daemon shows a slow one as a straggler "monitoring only", never
+  // excludes it, and judges it with its peers, since it keeps taking part
+  // (docs/membership.md, "Monitoring only"). The first MembershipFor() or
+  // ReadmissionAfter() (a partial all-reduce asks them) clears the mark:
+  // a later hello on the stream tells the daemon, and from then on the
+  // ranks may be excluded as any.
+  bool monitor_only = false;
   size_t queue_capacity = 4096;       // rounded up to a power of two
   size_t max_batch = 256;             // reports per ReportBatch
   // Reconnect delays: from backoff_initial, doubling per failure, spread
@@ -204,6 +213,8 @@ class Client {
   // ReadmissionAfter): waits for that up to `timeout`; on timeout returns the
   // best known answer with ok = false.
   // `rank` must be served by this client (else: best known, ok = false).
+  // A client created monitor_only acts on membership from its first call:
+  // the daemon hears so in the stream's next hello (ClientOptions).
   // When a wait has already timed out while the client was disconnected (or
   // its agent said the daemon is unreachable, Stats().upstream_unavailable),
   // later calls return at once (ok = false) until the stream reaches the

@@ -82,6 +82,12 @@ typedef struct straggler_options {
   /* The GPU's model (ClientOptions::gpu_model): NULL = STRAGGLER_GPU_MODEL,
    * else unknown. Ranks of different models are never peers in detection. */
   const char* gpu_model;
+  /* 1: this trainer does not act on membership (ClientOptions::monitor_only,
+   * docs/membership.md "Monitoring only"): the daemon shows a slow rank as a
+   * straggler it never excludes. The first straggler_membership_for or
+   * straggler_readmission_after clears it. 0 (and a struct too old to hold
+   * it) = acts on membership. */
+  int monitor_only;
 } straggler_options_t;
 
 /* A rank's topology from a Megatron-style layout (straggler/topology.h). */

@@ -233,6 +233,8 @@ const RankFamily kRankFamilies[] = {
      [](const engine::WorkerView& w) { return double(w.slowdown_ratio); }},
     {"straggler_rank_excluded", "1 when left out of the newest membership.",
      [](const engine::WorkerView& w) { return w.excluded ? 1.0 : 0.0; }},
+    {"straggler_rank_monitor_only", "1 when its client does not act on membership (monitoring only): never excluded for its state.",
+     [](const engine::WorkerView& w) { return w.monitor_only ? 1.0 : 0.0; }},
 };
 
 // GPU telemetry per rank (agent, NVML), gauges labelled job, rank, node,

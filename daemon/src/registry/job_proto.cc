@@ -35,6 +35,7 @@ void ToProto(const engine::WorkerView& w, const Job::Locked& job, v1::Worker* ou
   out->set_state(ToProto(w.state));
   out->set_excluded(w.excluded);
   out->set_exclusion_reason(ToProto(w.exclusion_reason));
+  out->set_monitor_only(w.monitor_only);
   out->set_counter(w.counter);
   out->set_limit(w.limit);
   out->set_epoch(w.epoch);

@@ -182,6 +182,13 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
     if (r >= job.world_size) continue;
     const DeclaredTopology& t = job->topology.Of(r);
     job->engine.SetTopology(r, engine::RankTopology{t.peer_group, t.replica, t.gpu_model});
+    // Whether its client acts on membership: each hello says so for each of
+    // its ranks, so a client that starts asking for membership clears the
+    // mark with its next hello (docs/membership.md, "Monitoring only").
+    job->engine.SetMonitorOnly(r,
+                               std::binary_search(hello.monitor_only_ranks.begin(),
+                                                  hello.monitor_only_ranks.end(), r),
+                               now);
   }
   // Before the floor below: its version must take effect after the
   // iterations the ranks have already reached, or ranks could apply it at

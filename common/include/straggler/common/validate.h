@@ -63,6 +63,9 @@ struct StreamHello {
   std::string node;
   std::string client_version;
   std::vector<uint32_t> ranks;
+  // Ranks whose client does not act on membership (monitoring only), sorted
+  // and unique; ValidateHello requires each to be one of `ranks`.
+  std::vector<uint32_t> monitor_only_ranks;
   uint32_t world_size = 0;
   uint64_t iterations_per_epoch = 0;
   // The newest membership the client holds (from an earlier daemon
@@ -95,7 +98,8 @@ absl::Status ValidateJobId(absl::string_view field, absl::string_view job_id);
 // rank, every rank < world_size; each known_excluded rank < world_size, with a
 // reason the daemon publishes (STRAGGLER, UNRESPONSIVE, FORCED,
 // PROBATION_END) and a detail of at most kMaxReasonBytes without control
-// characters (it is republished to every client and shown by stragglerctl).
+// characters (it is republished to every client and shown by stragglerctl);
+// every monitor_only rank one of `ranks`.
 absl::Status ValidateHello(const StreamHello& hello, uint32_t max_ranks_per_job);
 
 // A stream opens with its hello: the first ReportBatch of an ingest stream
@@ -127,6 +131,6 @@ std::string Quoted(absl::string_view value, size_t max = 64);
 engine::Time FromProto(const google::protobuf::Timestamp& t);  // saturates past 2262
 engine::Report FromProto(const v1::IterationReport& r);
 engine::ExclusionReason FromProto(v1::ExclusionReason r);
-StreamHello FromProto(const v1::StreamHello& h);  // ranks sorted and unique
+StreamHello FromProto(const v1::StreamHello& h);  // ranks, monitor_only_ranks sorted and unique
 
 }  // namespace straggler::common

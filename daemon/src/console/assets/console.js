@@ -246,7 +246,9 @@
         el("td", {}, w.node || "–"),
         el("td", { className: "group" }, (w.peerGroup || "–") +
           (w.replica !== undefined ? " / r" + num(w.replica) : "")),
-        el("td", { className: "state state-" + state }, state),
+        el("td", { className: "state state-" + state }, state,
+          // Its client does not act on membership: a straggler it stays in.
+          w.monitorOnly ? el("div", { className: "muted monitor-only" }, "monitoring only") : null),
         el("td", { className: "num" }, num(w.counter) + " / " + num(w.limit)),
         el("td", { className: "num ratio" }, fmtRatio(num(w.slowdownRatio))),
         el("td", { className: "num" }, fmtSeconds(num(w.lastComputeSeconds))),

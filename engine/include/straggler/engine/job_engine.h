@@ -164,6 +164,9 @@ struct WorkerView {
   bool excluded = false;
   ExclusionReason exclusion_reason = ExclusionReason::kNone;
   RankOverride override = RankOverride::kNone;
+  // Its client does not act on membership (SetMonitorOnly): never excluded
+  // for its state, judged with its peers.
+  bool monitor_only = false;
   uint32_t counter = 0;
   uint32_t limit = 0;
   uint64_t epoch = 0;
@@ -389,6 +392,19 @@ class JobEngine {
   // keep it (it is the job's shape, not state). `rank` < world_size.
   void SetTopology(uint32_t rank, const RankTopology& topology);
   const RankTopology& Topology(uint32_t rank) const;
+
+  // Whether `rank`'s client acts on membership, from its hello
+  // (StreamHello.monitor_only_ranks; docs/membership.md, "Monitoring only").
+  // A monitor-only rank keeps taking part in the job's collectives whatever
+  // a version says, so it is never put in an excluded set for its state
+  // (an operator's force-exclude still applies), no guard is reported for
+  // it, and its reports are judged in the rows with its peers. A rank that
+  // becomes monitor-only while excluded is released by the next version;
+  // one whose client starts acting on membership is judged for exclusion
+  // as any rank from then on. Every rank starts acting on membership;
+  // Reset and StartOver keep the flag (it is the client's, not state).
+  // `rank` < world_size.
+  void SetMonitorOnly(uint32_t rank, bool monitor_only, Time now);
 
   // Newest membership, and the kept history (ascending by version; the last
   // element is membership()).
