@@ -47,8 +47,8 @@ struct Limits {
   // is sized to hold this many (kGrpcStreamQuotaBytes each, server.cc), so
   // that this limit, not the quota's unannounced cuts, is what refuses: the
   // old default of 65 536 was never held (the 32 MiB quota cut streams from
-  // about 6 000 on their own connections, 10 000 multiplexed).
-  uint32_t max_streams = 4096;
+  // about 4 000 on their own connections, 10 000 multiplexed).
+  uint32_t max_streams = 2048;
   // Reports per second one stream may send (a token bucket holding up to
   // stream_reports_burst); reports beyond it are rejected as rate_limited.
   // 0 = no limit.

@@ -42,17 +42,17 @@ constexpr auto kTickInterval = std::chrono::seconds(1);
 // call ends RESOURCE_EXHAUSTED) until it is back under. Room for several
 // messages of the largest allowed size at once, and never below 32 MiB.
 //
-// Each open stream holds some of the quota too (its call's arena, its share
-// of a connection's read buffer): measured, about 3.3 KB a stream over
-// shared connections and 5.6 KB a stream on its own connection, where the
-// 32 MiB quota began cutting idle streams (ENHANCE_YOUR_CALM, counted
-// nowhere) at about 10 000 and 6 000. So the quota is also at least
-// limits.max_streams x kGrpcStreamQuotaBytes (8 KiB), and max_streams is
-// what refuses a stream (RESOURCE_EXHAUSTED, counted as too_many_streams).
-// The default 4096 streams fit in the 32 MiB floor, so issue 15's bound on
-// oversized messages is the same at the defaults (security:oversize_memory);
-// a larger max_streams loosens it. Resized on reload (max_streams is
-// reloadable).
+// Each open stream holds some of the quota too (its call's arena, its
+// connection's read and write buffers): the 32 MiB quota cut idle streams
+// (ENHANCE_YOUR_CALM, counted nowhere) from about 10 000 over 100
+// connections, and held 3 000 but not 4 200 streams each on its own
+// connection once a membership (1 000 excluded ranks) went to all of them
+// (3 809 cut). So the quota is also at least limits.max_streams x
+// kGrpcStreamQuotaBytes (16 KiB), and max_streams is what refuses a stream
+// (RESOURCE_EXHAUSTED, counted as too_many_streams). The default 2048
+// streams fill the 32 MiB floor exactly, so issue 15's bound on oversized
+// messages is the same at the defaults (security:oversize_memory); a larger
+// max_streams loosens it. Resized on reload (max_streams is reloadable).
 constexpr size_t kMinGrpcMemoryQuota = size_t{32} << 20;
 size_t GrpcMemoryQuota(uint32_t max_message_bytes, uint32_t max_streams) {
   return std::max({kMinGrpcMemoryQuota, size_t{4} * max_message_bytes,
@@ -332,6 +332,8 @@ void Server::Shutdown(std::chrono::milliseconds grace) {
   if (tick_thread_.joinable()) tick_thread_.join();
   server_->Wait();
   server_.reset();
+  // No stream or tick logs any more: the counts the tick has not summed up.
+  for (common::FloodLog* log : stats_.FloodLogs()) log->Flush();
   // Nothing journals any more (no RPC, no tick): what is queued is all.
   FlushState();
   // HTTP last: /metrics and /healthz answer while gRPC drains.

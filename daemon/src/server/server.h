@@ -34,9 +34,9 @@ class Server;
 namespace straggler::daemon {
 
 // What gRPC's memory quota holds for each of limits.max_streams ingest
-// streams (server.cc, GrpcMemoryQuota): above the 5.6 KB one idle stream on
-// its own connection was measured to hold.
-inline constexpr size_t kGrpcStreamQuotaBytes = size_t{8} << 10;
+// streams (server.cc, GrpcMemoryQuota): 1.5 times what one stream on its own
+// connection was measured to hold while a membership went to all of them.
+inline constexpr size_t kGrpcStreamQuotaBytes = size_t{16} << 10;
 
 class JobRegistry;
 class IngestServiceImpl;

@@ -130,6 +130,9 @@ class FloodLog {
     return budget_.Take(now) ? level_ : spdlog::level::debug;
   }
 
+  // At a stop: the count of the interval not yet ended, so none is lost.
+  void Flush() { Summarize(Time::max()); }
+
   // One line for the lines logged at debug in an interval that has ended.
   void Summarize(Time now) {
     const uint64_t n = budget_.TakeSuppressed(now);
