@@ -17,13 +17,12 @@ class Parser : public ConfigReader {
   using ConfigReader::ConfigReader;
 
   absl::StatusOr<AgentConfig> Parse(const std::string& text) const {
-    YAML::Node root;
-    try {
-      root = YAML::Load(text);
-    } catch (const YAML::Exception& e) {
-      return Error(e.mark, e.msg);
-    }
+    absl::StatusOr<YAML::Node> loaded = Load(text);
+    if (!loaded.ok()) return loaded.status();
+    const YAML::Node& root = *loaded;
     AgentConfig c;
+    // All defaults at start; a reload refuses it (common::ServeUntilStopped).
+    c.empty_file = root.IsNull();
     if (root.IsNull()) return c;
     if (!root.IsMap()) return Error(root.Mark(), "the top level must be a map");
     for (const auto& kv : root) {

@@ -70,6 +70,9 @@ struct AgentConfig {
   // forgotten (its upstream stream closed, its state freed).
   uint32_t idle_job_timeout_ms = 300000;
   std::string config_file;              // "" = embedded defaults only
+  // The file held no key (empty, comments only): all defaults. Accepted at
+  // start; a reload refuses it (common::ServeUntilStopped).
+  bool empty_file = false;
 };
 
 // Flags that were given (unset = not given).

@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   const int sig = straggler::common::ServeUntilStopped(
       signals,
       [&] { return straggler::agent::LoadAgentConfig(sources, straggler::common::GetEnv); },
-      [&](const AgentConfig& next) { agent->Reload(next); });
+      [&](const AgentConfig& next) { agent->Reload(next); },
+      [](const absl::Status&) {});  // logged by ServeUntilStopped; no agent metric
   spdlog::info("{} received: flushing the buffer upstream", straggler::common::StopSignalName(sig));
   agent->Shutdown();
   spdlog::info("straggler-agent stopped");

@@ -1,11 +1,12 @@
 #include "straggler/common/channel_security.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace straggler {
 namespace {
@@ -33,23 +34,48 @@ ChannelSecurity ChannelSecurityFromEnv() {
 
 bool ReadWholeFile(const std::string& path, std::string_view what, std::string* out,
                    std::string* error) {
-  // An ifstream opens a directory and reads it as empty: say what it is.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    *error = "cannot read " + std::string(what) + " " + path + ": " + std::strerror(EISDIR);
+  const auto fail = [&](const std::string& reason) {
+    *error = "cannot read " + std::string(what) + " " + path + ": " + reason;
     return false;
-  }
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  if (in) text << in.rdbuf();
-  if (!in || in.bad()) {
+  };
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+  // writer, for ever (a FIFO as tls.key_file held the daemon's start, with
+  // the signals it waits on not yet taken). The kind is checked on the open
+  // descriptor, so the path cannot be swapped in between.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return fail(std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const int e = errno;
-    *error = "cannot read " + std::string(what) + " " + path + ": " +
-             (e != 0 ? std::strerror(e) : "read error");
-    return false;
+    ::close(fd);
+    if (S_ISDIR(st.st_mode)) return fail(std::strerror(EISDIR));
+    if (st.st_mode != 0) {
+      return fail(std::string("not a regular file (") +
+                  (S_ISFIFO(st.st_mode)   ? "a FIFO"
+                   : S_ISSOCK(st.st_mode) ? "a socket"
+                   : S_ISCHR(st.st_mode)  ? "a character device"
+                   : S_ISBLK(st.st_mode)  ? "a block device"
+                                          : "not a file") +
+                  "); give the path of a file");
+    }
+    return fail(std::strerror(e));
   }
-  *out = text.str();
+  std::string text;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      text.append(buf, static_cast<size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      const int e = errno;
+      ::close(fd);
+      return fail(std::strerror(e));
+    }
+  }
+  ::close(fd);
+  *out = std::move(text);
   return true;
 }
 

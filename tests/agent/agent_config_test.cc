@@ -251,3 +251,32 @@ TEST_CASE("late_daemon: the agent's reconnect cap defaults to 2 s and stays conf
   REQUIRE(parsed.ok());
   CHECK(parsed->reconnect_max_ms == 7000);
 }
+
+TEST_CASE("yaml_bomb: the agent's config bounds alias expansion and names an unclosed quote") {
+  // The daemon's loader (common::ConfigReader::Load), same bounds and words.
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 9; ++k) bomb += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  auto c = sa::ParseAgentConfig(bomb, "agent.yaml");
+  REQUIRE_FALSE(c.ok());
+  CHECK_THAT(std::string(c.status().message()),
+             Catch::Contains("YAML nodes once its aliases are expanded (an alias bomb?)"));
+  c = sa::ParseAgentConfig("upstream: \"127.0.0.1:7070\nnode: n1\n", "agent.yaml");
+  REQUIRE_FALSE(c.ok());
+  CHECK_THAT(std::string(c.status().message()),
+             Catch::StartsWith("agent.yaml:1: the quoted value opened here (\") is not closed"));
+  // Keys given twice: refused, as the daemon does.
+  c = sa::ParseAgentConfig("node: a\nnode: b\n", "agent.yaml");
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message() == "agent.yaml:2: duplicate key 'node' (first given on line 1)");
+  // An empty file is marked (a reload refuses it: common::ServeUntilStopped).
+  c = sa::ParseAgentConfig("# nothing yet\n", "agent.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->empty_file);
+  c = sa::ParseAgentConfig("node: a\n", "agent.yaml");
+  REQUIRE(c.ok());
+  CHECK_FALSE(c->empty_file);
+}

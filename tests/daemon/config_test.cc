@@ -64,7 +64,7 @@ TEST_CASE("no config file at all gives the embedded defaults") {
   CHECK(cfg->limits.job_idle_ttl_seconds == 3600);
   CHECK(cfg->limits.job_lost_after_seconds == 120);
   CHECK(cfg->limits.recent_reports_per_job == 65536);
-  CHECK(cfg->limits.max_streams == 65536);
+  CHECK(cfg->limits.max_streams == 2048);
   CHECK(cfg->limits.stream_reports_per_second == 20000);
   CHECK(cfg->limits.stream_reports_burst == 100000);
   CHECK(cfg->limits.max_message_bytes == 4194304);

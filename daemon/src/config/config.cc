@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 #include <variant>
 
 #include "absl/strings/ascii.h"
@@ -274,15 +275,14 @@ class Parser : public common::ConfigReader {
   }
 
   absl::StatusOr<DaemonConfig> Parse(absl::string_view text) const {
-    YAML::Node root;
-    try {
-      root = YAML::Load(std::string(text));
-    } catch (const YAML::Exception& e) {
-      return Error(e.mark, e.msg);
-    }
-    if (absl::Status s = CheckDuplicateKeys(root); !s.ok()) return s;
+    absl::StatusOr<YAML::Node> loaded = Load(std::string(text));
+    if (!loaded.ok()) return loaded.status();
+    const YAML::Node& root = *loaded;
     DaemonConfig config;
-    if (root.IsNull()) return config;  // an empty file means all defaults
+    // An empty file means all defaults at start; a reload refuses it
+    // (common::ServeUntilStopped).
+    config.empty_file = root.IsNull();
+    if (root.IsNull()) return config;
     if (!root.IsMap()) return Error(root.Mark(), "the top level must be a map of keys");
 
     // `policy` first: job rules are overrides on top of it, wherever they
@@ -317,6 +317,16 @@ class Parser : public common::ConfigReader {
                                     config.tls);
       } else if (key == "auth") {
         s = ApplyAuth(kv.second, config.auth);
+      } else if (key == "security") {
+        s = common::ReadSection(
+            *this, kv.second, "security",
+            [&](const std::string& k, const YAML::Node& value) -> absl::Status {
+              if (k != "allow_downgrade") return common::UnknownKey();
+              auto v = Bool(value, "security.allow_downgrade");
+              if (!v.ok()) return v.status();
+              config.security.allow_downgrade = *v;
+              return absl::OkStatus();
+            });
       } else {
         s = Error(kv.first.Mark(), absl::StrCat("unknown key '", key, "'"));
       }
@@ -456,6 +466,33 @@ std::vector<std::string> RestartOnlyChanges(const DaemonConfig& running,
   cmp_bool("tls.grpc", t0.grpc, t1.grpc);
   cmp_bool("tls.http", t0.http, t1.http);
   cmp("tls.reload_seconds", t0.reload_seconds, t1.reload_seconds);
+  return out;
+}
+
+std::vector<std::string> SecurityDowngrades(const DaemonConfig& running,
+                                            const DaemonConfig& next) {
+  std::vector<std::string> out;
+  if (!running.auth.token_file.empty() && next.auth.token_file.empty()) {
+    out.push_back(absl::StrCat("the admin token (auth.token_file=", running.auth.token_file, ")"));
+  }
+  if (running.auth.protect_reads && !next.auth.protect_reads) {
+    out.push_back("the token on reads (auth.protect_reads=true)");
+  }
+  const common::TlsConfig &t0 = running.tls, &t1 = next.tls;
+  if (!t0.client_ca_file.empty() && t1.client_ca_file.empty()) {
+    out.push_back(absl::StrCat("client certificates (tls.client_ca_file=", t0.client_ca_file, ")"));
+  }
+  // TLS changes take effect at the next restart: refused now, as the
+  // restart would apply them.
+  for (const auto& [name, was, is] : {std::tuple{"gRPC", t0.enabled() && t0.grpc,
+                                                 t1.enabled() && t1.grpc},
+                                      std::tuple{"HTTP", t0.enabled() && t0.http,
+                                                 t1.enabled() && t1.http}}) {
+    if (was && !is) {
+      out.push_back(absl::StrCat("TLS on the ", name, " listener (tls.cert_file=", t0.cert_file,
+                                 ")"));
+    }
+  }
   return out;
 }
 

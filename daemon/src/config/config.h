@@ -50,8 +50,13 @@ struct Limits {
   // filled on use); 0 keeps none. A change applies to jobs created after it.
   uint32_t recent_reports_per_job = 65536;
   // Ingest streams open at once, all jobs; one more is refused with
-  // RESOURCE_EXHAUSTED (needs a restart to change, like the two below).
-  uint32_t max_streams = 65536;
+  // RESOURCE_EXHAUSTED (counted: too_many_streams). A change applies to
+  // streams opened after the reload, like the two below. gRPC's memory quota
+  // is sized to hold this many (kGrpcStreamQuotaBytes each, server.cc), so
+  // that this limit, not the quota's unannounced cuts, is what refuses: the
+  // old default of 65 536 was never held (the 32 MiB quota cut streams from
+  // about 4 000 on their own connections, 10 000 multiplexed).
+  uint32_t max_streams = 2048;
   // Reports per second one stream may send (a token bucket holding up to
   // stream_reports_burst); reports beyond it are rejected as rate_limited.
   // 0 = no limit.
@@ -124,6 +129,16 @@ struct AuthConfig {
   std::string token_sha256;
 };
 
+// What a SIGHUP reload may do to the running security (docs/security.md,
+// "Reloading"). Read from each reload's file: it must be written in the file
+// that turns something off, and is best removed once that reload is done.
+struct SecurityConfig {
+  // false: a reload that would turn off the admin token, auth.protect_reads,
+  // client certificates or TLS on a listener is refused (an empty or
+  // truncated file must not open the daemon).
+  bool allow_downgrade = false;
+};
+
 // A per-job policy: `match` is a job id or a glob where `*` matches any run
 // of characters; `policy` is the top-level policy with the rule's overrides
 // applied (already merged and validated).
@@ -145,7 +160,11 @@ struct DaemonConfig {
   PersistenceConfig persistence;
   common::TlsConfig tls;
   AuthConfig auth;
+  SecurityConfig security;
   std::string config_file;                   // "" = embedded defaults only
+  // The file held no key (empty, comments only): all defaults. Accepted at
+  // start; a reload refuses it (common::ServeUntilStopped).
+  bool empty_file = false;
   // Problems that do not stop the daemon (a token file others can read, a
   // short token), filled by LoadConfig; logged as warnings at the start and
   // at each reload.
@@ -185,6 +204,14 @@ bool GlobMatch(absl::string_view pattern, absl::string_view text);
 // limits.max_message_bytes) whose value differs between the running
 // config and a reloaded one, each as "key (old -> new)", in file order.
 std::vector<std::string> RestartOnlyChanges(const DaemonConfig& running,
+                                            const DaemonConfig& next);
+
+// What a reload from `running` to `next` would turn off: the admin token,
+// auth.protect_reads, client certificates (tls.client_ca_file), TLS on the
+// gRPC or HTTP listener; each as a phrase naming the key and its old value,
+// e.g. "the admin token (auth.token_file=/etc/stragglerd/token)". Empty when
+// nothing is turned off.
+std::vector<std::string> SecurityDowngrades(const DaemonConfig& running,
                                             const DaemonConfig& next);
 
 // SHA-256 of `token`, 32 raw bytes: what auth.token_sha256 holds, and what

@@ -39,8 +39,9 @@ class IngestReactor final
     if (!admitted_) {
       // Before reading anything: a refused stream costs no parse.
       stats_.CountRefused(StreamRefuseReason::kTooManyStreams);
-      spdlog::warn("ingest stream from {} refused: {} streams open (limits.max_streams={})", peer_,
-                   open, limits_.max_streams);
+      spdlog::log(stats_.refused_log.Level(std::chrono::steady_clock::now()),
+                  "ingest stream from {} refused: {} streams open (limits.max_streams={})", peer_,
+                  open, limits_.max_streams);
       Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                           absl::StrCat(open, " ingest streams are open (limits.max_streams=",
                                        limits_.max_streams, "); retry later")),
@@ -66,7 +67,9 @@ class IngestReactor final
                             : s.code() == absl::StatusCode::kFailedPrecondition
                                 ? StreamRefuseReason::kRunLive
                                 : StreamRefuseReason::kInvalidHello);
-        spdlog::warn("ingest stream from {} refused: {}", peer_, std::string(s.message()));
+        // One client retrying a refused hello wrote 99 000 of these.
+        spdlog::log(stats_.refused_log.Level(std::chrono::steady_clock::now()),
+                    "ingest stream from {} refused: {}", peer_, std::string(s.message()));
         Finish(common::ToGrpcStatus(s), /*flush=*/false);
         return;
       }
@@ -82,6 +85,13 @@ class IngestReactor final
     std::lock_guard lock(mu_);
     if (ok) stats_.directives_written.fetch_add(1, std::memory_order_relaxed);
     Act(slot_.WriteDone(ok));
+  }
+
+  // The call was cancelled: the client cancelled it or went away, or gRPC
+  // cut it (its memory quota's RST_STREAM ENHANCE_YOUR_CALM, which nothing
+  // else shows the application).
+  void OnCancel() override {
+    stats_.streams_cancelled.fetch_add(1, std::memory_order_relaxed);
   }
 
   void OnDone() override {

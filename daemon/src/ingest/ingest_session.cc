@@ -38,8 +38,7 @@ absl::Status IngestSession::Open(const v1::ReportBatch& first, engine::Time now)
   }
   claimed_reported_ = hello.reported_iteration;
   // Rate-limited: 10 000 streams opening must not write 10 000 lines.
-  spdlog::log(stats_.stream_log.Take(std::chrono::steady_clock::now()) ? spdlog::level::info
-                                                                        : spdlog::level::debug,
+  spdlog::log(stats_.stream_log.Level(std::chrono::steady_clock::now()),
               "job={} run='{}' stream from {} node='{}' ranks={} world_size={}", job_->id,
               job_->run_id, peer_, hello.node, ranks_.size(), hello.world_size);
   return absl::OkStatus();

@@ -121,6 +121,10 @@ double Load(const std::atomic<int64_t>& a) {
 const Family<DaemonStats> kDaemonFamilies[] = {
     {"straggler_active_streams", MetricType::Gauge, "Open ingest streams.",
      [](const DaemonStats& s) { return Load(s.active_streams); }},
+    {"straggler_streams_cancelled_total", MetricType::Counter,
+     "Ingest streams that ended cancelled rather than closed: the client cancelled or "
+     "vanished, or gRPC's memory quota cut the stream (ENHANCE_YOUR_CALM).",
+     [](const DaemonStats& s) { return Load(s.streams_cancelled); }},
     {"straggler_hello_claims_dropped_total", MetricType::Counter,
      "Hellos whose reported_iteration the stream's first reports showed false, or that a live "
      "job took only up to its progress + 1023.",
@@ -303,6 +307,11 @@ void LabelledFamilies(const DaemonStats& stats, std::vector<MetricFamily>& out) 
                          "timeouts.");
   AddSample(slow, {{"phase", "request"}}, Load(stats.http_slow_clients[0]));
   AddSample(slow, {{"phase", "response"}}, Load(stats.http_slow_clients[1]));
+  auto& reloads = AddFamily(out, "straggler_config_reloads_total", MetricType::Counter,
+                            "SIGHUP config reloads, by result: applied, or rejected (a bad or "
+                            "empty file, a security downgrade not allowed; the old config kept).");
+  AddSample(reloads, {{"result", "applied"}}, Load(stats.config_reloads_applied));
+  AddSample(reloads, {{"result", "rejected"}}, Load(stats.config_reloads_rejected));
   auto& refused = AddFamily(out, "straggler_streams_refused_total", MetricType::Counter,
                             "Ingest streams ended before taking a report, by reason.");
   for (size_t i = 0; i < kStreamRefuseReasons; ++i) {

@@ -65,10 +65,20 @@ struct DaemonStats {
   // (no metric). Set at start and re-read by the tick every minute, so a
   // rotated certificate shows.
   std::atomic<int64_t> tls_certificate_not_after{0};
-  // "stream from ... " info lines: 20 per 10 s, the rest summed up by the
-  // server's tick (Server::TickLoop).
-  common::LogBudget stream_log{20, std::chrono::seconds(10)};
+  // Lines that come in floods: 20 per 10 s each, the rest at debug and
+  // summed up by the server's tick (Server::TickLoop, FloodLogs()).
+  common::FloodLog stream_log{"ingest streams opened", spdlog::level::info, ""};
+  common::FloodLog refused_log{"ingest streams refused", spdlog::level::warn,
+                               "straggler_streams_refused_total counts them by reason"};
+  // Each job event (registry/job_journal.cc): a job of 6 000 silent ranks
+  // wrote 10 500 lines in 7 s. Every event stays in the journal.
+  common::FloodLog event_log{"job events", spdlog::level::info,
+                             "every event is kept: stragglerctl events JOB, "
+                             "GET /v1/jobs/JOB/events",
+                             100};
   std::atomic<uint64_t> streams_total{0};
+  // Ingest streams that ended cancelled, not closed (IngestReactor::OnCancel).
+  std::atomic<uint64_t> streams_cancelled{0};
   std::array<std::atomic<uint64_t>, kStreamRefuseReasons> streams_refused{};
   // Topology claims of hellos refused for one rank (rank_topology.h).
   std::array<std::atomic<uint64_t>, kTopologyRefuseReasons> topology_refused{};
@@ -109,9 +119,16 @@ struct DaemonStats {
   std::array<std::atomic<uint64_t>, kHttpRejectStatuses.size() + 1> http_rejected{};
   // Unary gRPC calls ended with an error, [service * kGrpcCodes + code].
   std::array<std::atomic<uint64_t>, kGrpcServices * kGrpcCodes> grpc_refused{};
+  // SIGHUP reloads applied, and refused (a bad or empty file, a security
+  // downgrade not allowed: Server::CheckReload).
+  std::atomic<uint64_t> config_reloads_applied{0};
+  std::atomic<uint64_t> config_reloads_rejected{0};
   // Wall time of IngestService's processing of one ReportBatch.
   // Lock-free: observed once per batch by every stream's thread.
   common::AtomicHistogram ingest_batch_duration{IngestBatchDurationBuckets()};
+
+  // Every FloodLog above, for the tick's summaries.
+  std::array<common::FloodLog*, 3> FloodLogs() { return {&stream_log, &refused_log, &event_log}; }
 
   void CountRejected(engine::RejectReason r) {
     reports_rejected[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);

@@ -113,6 +113,16 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
                        file.parent_path().string(), ": ", ec.message()));
     }
   }
+  // SQLite opens what is there: a FIFO would hold the start on its first
+  // read, for ever. Only a regular file, or nothing yet.
+  std::error_code ec;
+  const auto kind = std::filesystem::status(file, ec);
+  if (!ec && std::filesystem::exists(kind) && !std::filesystem::is_regular_file(kind)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "persistence.path=", options.path, " is not a regular file (",
+        std::filesystem::is_directory(kind) ? "a directory" : "a FIFO, socket or device",
+        "); give the path of a database file"));
+  }
   std::unique_ptr<Store> store(new Store(options));
   if (absl::Status s = store->Init(); !s.ok()) return s;
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });

@@ -112,7 +112,8 @@ void JobRegistry::JournalLocked(Job::Locked& job, std::vector<engine::Event> eve
   }
   for (size_t i = 0; i < events.size(); ++i) {
     const engine::Event& e = events[i];
-    spdlog::info("{}", DescribeEvent(job, e, causes[i]));
+    spdlog::log(stats_.event_log.Level(std::chrono::steady_clock::now()), "{}",
+                DescribeEvent(job, e, causes[i]));
     stats_.events_by_kind[static_cast<size_t>(e.kind)].fetch_add(1, std::memory_order_relaxed);
     if (e.kind == engine::EventKind::kStateChange && e.from == engine::WorkerState::kHealthy &&
         e.to == engine::WorkerState::kStraggler) {

@@ -105,12 +105,15 @@ int main(int argc, char** argv) {
       signals,
       [&]() -> absl::StatusOr<DaemonConfig> {
         absl::StatusOr<DaemonConfig> next = LoadConfig(sources, straggler::common::GetEnv);
-        if (!next.ok()) return next;
-        // A config the next restart would refuse is refused now.
-        if (absl::Status s = straggler::daemon::Server::CheckRestartable(*next); !s.ok()) return s;
+        // An empty file is refused by ServeUntilStopped, in its own words.
+        if (!next.ok() || next->empty_file) return next;
+        // A config the next restart would refuse, or one that turns
+        // security off without saying so, is refused now.
+        if (absl::Status s = server.CheckReload(*next); !s.ok()) return s;
         return next;
       },
-      [&](const DaemonConfig& next) { server.Reload(next); });
+      [&](const DaemonConfig& next) { server.Reload(next); },
+      [&](const absl::Status&) { server.CountReloadRejected(); });
   spdlog::info("{} received", straggler::common::StopSignalName(sig));
   std::mutex drain_mu;
   std::condition_variable drain_cv;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -26,10 +27,16 @@
 #include "metrics/stats.h"
 
 namespace grpc {
+class ResourceQuota;
 class Server;
 }  // namespace grpc
 
 namespace straggler::daemon {
+
+// What gRPC's memory quota holds for each of limits.max_streams ingest
+// streams (server.cc, GrpcMemoryQuota): 1.5 times what one stream on its own
+// connection was measured to hold while a membership went to all of them.
+inline constexpr size_t kGrpcStreamQuotaBytes = size_t{16} << 10;
 
 class JobRegistry;
 class IngestServiceImpl;
@@ -62,11 +69,21 @@ class Server {
   // warning naming each key (RestartOnlyChanges).
   void Reload(const DaemonConfig& config);
 
-  // OK when the next restart would start with `config` as far as a reload
-  // can tell: its TLS files are readable, parse and belong together.
-  // Otherwise the error names the file, and the reload must be refused (a
-  // SIGHUP that accepted a missing certificate made the next restart fail).
-  static absl::Status CheckRestartable(const DaemonConfig& config);
+  // OK when a SIGHUP may apply `next`:
+  //  - the next restart would start with it as far as a reload can tell:
+  //    its TLS files are readable, parse and belong together (a SIGHUP that
+  //    accepted a missing certificate made the next restart fail);
+  //  - it turns no security off (SecurityDowngrades against the config last
+  //    applied) unless it sets security.allow_downgrade.
+  // Otherwise FAILED_PRECONDITION naming the file or what would be turned
+  // off; the reload must be refused (and CountReloadRejected called).
+  absl::Status CheckReload(const DaemonConfig& next) const;
+
+  // straggler_config_reloads_total{result="rejected"}: a SIGHUP whose config
+  // was refused (main.cc, common::ServeUntilStopped). Reload counts "applied".
+  void CountReloadRejected() {
+    stats_.config_reloads_rejected.fetch_add(1, std::memory_order_relaxed);
+  }
 
   // /readyz turns 503 (and REST answers 503) first; then stops accepting gRPC,
   // tells every stream and watcher to go (UNAVAILABLE, so clients reconnect
@@ -110,10 +127,15 @@ class Server {
   // Declared before server_: held Waits reference the store until they end.
   std::unique_ptr<RendezvousStore> rendezvous_store_;
   std::unique_ptr<RendezvousServiceImpl> rendezvous_;
+  // gRPC's memory quota; resized when a reload changes limits.max_streams.
+  std::unique_ptr<grpc::ResourceQuota> quota_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
   // The config Start ran with: restart-only keys keep these values.
   DaemonConfig started_config_;
+  // The config last applied (Start's, then each Reload's): what a reload
+  // may not weaken without saying so (CheckReload). The signal thread's.
+  DaemonConfig applied_config_;
   // The tick thread's: re-reads tls.cert_file's expiry every 60 ticks.
   void RefreshCertificateExpiry();
   int ticks_since_cert_check_ = 0;

@@ -56,7 +56,9 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(const ChannelSe
                                                                  std::string* error);
 
 // Reads a whole file into *out. false and *error = "cannot read <what>
-// <path>: <reason>" when it cannot.
+// <path>: <reason>" when it cannot, or when the path is not a regular file
+// (a directory, a FIFO, a socket, a device): refused before any read, so a
+// FIFO with no writer cannot hold the caller.
 bool ReadWholeFile(const std::string& path, std::string_view what, std::string* out,
                    std::string* error);
 

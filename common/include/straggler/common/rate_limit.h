@@ -14,7 +14,10 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <utility>
+
+#include "spdlog/spdlog.h"
 
 namespace straggler::common {
 
@@ -98,6 +101,55 @@ class LogBudget {
   Time window_start_{};      // guarded by mu_
   uint32_t logged_ = 0;      // guarded by mu_
   uint64_t suppressed_ = 0;  // guarded by mu_
+};
+
+// A log line that can come in floods (one per stream refused, per stream
+// opened, per rank's event): a LogBudget with its level and the summary line.
+// Within the budget a line is logged at `level`, beyond it at debug (still
+// there for a debugging session) and counted; Summarize, on a periodic tick,
+// logs the count once its interval has ended, at `level`:
+//   "99000 more ingest streams refused in the last 10 s (the first 20 of
+//    every 10 s are logged one by one, the rest at debug level; <note>)"
+// One client refused 99 000 times wrote 99 000 warnings (15.5 MB) before.
+//
+//   FloodLog refused{"ingest streams refused", spdlog::level::warn, "counted in ..."};
+//   spdlog::log(refused.Level(now), "ingest stream from {} refused: {}", peer, why);
+//   refused.Summarize(now);  // the tick
+//
+// Thread-safe.
+class FloodLog {
+ public:
+  using Time = LogBudget::Time;
+
+  FloodLog(std::string what, spdlog::level::level_enum level, std::string note,
+           uint32_t burst = 20, LogBudget::Duration interval = std::chrono::seconds(10))
+      : what_(std::move(what)), note_(std::move(note)), level_(level), budget_(burst, interval) {}
+
+  // The level to log one more line at: `level` within the budget, else debug.
+  spdlog::level::level_enum Level(Time now) {
+    return budget_.Take(now) ? level_ : spdlog::level::debug;
+  }
+
+  // At a stop: the count of the interval not yet ended, so none is lost.
+  void Flush() { Summarize(Time::max()); }
+
+  // One line for the lines logged at debug in an interval that has ended.
+  void Summarize(Time now) {
+    const uint64_t n = budget_.TakeSuppressed(now);
+    if (n == 0) return;
+    const auto seconds =
+        std::chrono::duration_cast<std::chrono::seconds>(budget_.interval()).count();
+    spdlog::log(level_,
+                "{} more {} in the last {} s (the first {} of every {} s are logged one by one, "
+                "the rest at debug level{}{})",
+                n, what_, seconds, budget_.burst(), seconds, note_.empty() ? "" : "; ", note_);
+  }
+
+ private:
+  const std::string what_;
+  const std::string note_;
+  const spdlog::level::level_enum level_;
+  LogBudget budget_;
 };
 
 }  // namespace straggler::common

@@ -11,7 +11,7 @@
 //   const sigset_t signals = BlockControlSignals();
 //   if (std::optional<int> rc = StartService({"stragglerd", VERSION, ready_file},
 //                                            load, detail, start, ready)) return *rc;
-//   const int sig = ServeUntilStopped(signals, load, apply);
+//   const int sig = ServeUntilStopped(signals, load, apply, rejected);
 //
 // Header-only; no state beyond the process signal mask and spdlog's level.
 #pragma once
@@ -115,19 +115,32 @@ inline sigset_t BlockControlSignals() {
 // Waits on `signals` (from BlockControlSignals) until SIGTERM or SIGINT and
 // returns that signal. On each SIGHUP calls load_config() (returning
 // absl::StatusOr<Config>, re-reading the same sources: the file may have
-// changed, flags have not); an error is logged as
-// "SIGHUP: config rejected, keeping the running one: <message>" and the
-// running config stays, otherwise apply_config(config) is called.
-template <typename LoadConfig, typename ApplyConfig>
-int ServeUntilStopped(const sigset_t& signals, LoadConfig load_config, ApplyConfig apply_config) {
+// changed, flags have not). A config whose file held no key (Config's
+// empty_file: empty, comments only) is an error too: at start it means the
+// built-in defaults, but on a reload it is most often a file caught while it
+// was being rewritten, and the defaults would turn the admin token off and
+// reset every limit. An error is logged as "SIGHUP: config rejected, keeping
+// the running one: <message>", rejected(status) is called (a metric) and
+// the running config stays; otherwise apply_config(config) is called.
+template <typename LoadConfig, typename ApplyConfig, typename Rejected>
+int ServeUntilStopped(const sigset_t& signals, LoadConfig load_config, ApplyConfig apply_config,
+                      Rejected rejected) {
   for (;;) {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) continue;
     if (sig != SIGHUP) return sig;
     auto next = load_config();
+    if (next.ok() && next->empty_file) {
+      next = absl::FailedPreconditionError(absl::StrCat(
+          "config file ", next->config_file,
+          " holds no key (empty or only comments); a reload needs the whole config, and the "
+          "built-in defaults would turn the admin token off and reset every limit (to run on "
+          "the defaults, restart with it)"));
+    }
     if (!next.ok()) {
       spdlog::error("SIGHUP: config rejected, keeping the running one: {}",
                     std::string(next.status().message()));
+      rejected(next.status());
       continue;
     }
     apply_config(*next);
