@@ -273,8 +273,10 @@ absl::Status IngestSession::AddRanksLocked(Job::Locked& job, const v1::ReportBat
   common::StreamHello hello = FromProto(batch.hello());
   absl::Status s = registry_.AddRanksLocked(job, link_.get(), hello, now, &topology_refused_);
   if (!s.ok()) {
-    spdlog::warn("job={} stream from {}: later hello refused: {}", job_->id, peer_,
-                 std::string(s.message()));
+    // Rate-limited: a client may send a refused hello with every batch.
+    spdlog::log(stats_.hello_log.Level(std::chrono::steady_clock::now()),
+                "job={} stream from {}: later hello refused: {}", job_->id, peer_,
+                std::string(s.message()));
     return s;
   }
   const size_t before = ranks_.size();

@@ -90,9 +90,13 @@ struct DaemonStats {
   // Later hellos whose job-level setting (iterations_per_epoch) differed
   // from the one the run's first announcement set: ignored.
   std::atomic<uint64_t> hello_settings_ignored{0};
-  // Warnings about such hellos: 20 per 10 s, the rest summed up in the next
-  // one logged (JobRegistry::WarnHello).
-  common::LogBudget hello_log{20, std::chrono::seconds(10)};
+  // Warnings about hellos (a claim bounded, a setting ignored, a topology or
+  // a later hello refused): any ingest client can send hellos, so they come
+  // in floods like the lines above (FloodLogs()).
+  common::FloodLog hello_log{"hello warnings", spdlog::level::warn,
+                             "straggler_hello_claims_dropped_total, "
+                             "straggler_hello_settings_ignored_total and "
+                             "straggler_streams_refused_total count them"};
   std::atomic<int64_t> active_watches{0};
   // A pending WatchMembership version replaced by a newer one (slow watcher).
   std::atomic<uint64_t> watch_versions_skipped{0};
@@ -128,7 +132,9 @@ struct DaemonStats {
   common::AtomicHistogram ingest_batch_duration{IngestBatchDurationBuckets()};
 
   // Every FloodLog above, for the tick's summaries.
-  std::array<common::FloodLog*, 3> FloodLogs() { return {&stream_log, &refused_log, &event_log}; }
+  std::array<common::FloodLog*, 4> FloodLogs() {
+    return {&stream_log, &refused_log, &event_log, &hello_log};
+  }
 
   void CountRejected(engine::RejectReason r) {
     reports_rejected[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);

@@ -25,18 +25,11 @@ uint64_t NewIncarnation() {
   return v;
 }
 
-// A warning about a hello (a claim bounded, a setting ignored), rate-limited
-// by `budget`: any ingest client can send hellos, and they must not flood
-// the log. The count of those not logged goes with the next one logged.
-void WarnHello(common::LogBudget& budget, const std::string& message) {
-  const auto now = std::chrono::steady_clock::now();
-  const uint64_t earlier = budget.TakeSuppressed(now);  // before Take opens a new window
-  if (!budget.Take(now)) return;
-  if (earlier == 0) {
-    spdlog::warn("{}", message);
-  } else {
-    spdlog::warn("{} ({} more such hello warnings not logged)", message, earlier);
-  }
+// A warning about a hello (a claim bounded, a setting ignored, a topology
+// refused), rate-limited by `log` (DaemonStats::hello_log): any ingest
+// client can send hellos, and they must not flood the log.
+void WarnHello(common::FloodLog& log, const std::string& message) {
+  spdlog::log(log.Level(std::chrono::steady_clock::now()), "{}", message);
 }
 
 }  // namespace
@@ -173,8 +166,9 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
   std::vector<TopologyRefusal> refused = job->topology.Apply(hello.topologies, hello.ranks);
   for (const TopologyRefusal& r : refused) {
     stats_.CountRefused(r.reason);
-    spdlog::warn("job={} node='{}' topology refused ({}): {}", job.id, hello.node,
-                 TopologyRefuseReasonName(r.reason), r.message);
+    WarnHello(stats_.hello_log, absl::StrCat("job=", job.id, " node='", hello.node,
+                                             "' topology refused (",
+                                             TopologyRefuseReasonName(r.reason), "): ", r.message));
   }
   // Detection judges each rank against its peers (docs/detection.md, "Peer
   // groups"): the engine learns what the table now holds for these ranks.
