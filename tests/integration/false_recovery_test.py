@@ -43,7 +43,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Daemon, RankProcesses, check, ctl, daemon_get, excluded,  # noqa: E402
-                     main)
+                     main, require_torch)
 
 WORLD = 4
 SLOW = 3
@@ -86,12 +86,7 @@ def pin(core):
 
 
 def test(args):
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print("SKIPPED: %s cannot import torch (%s): install Debian's python3-torch"
-              % (sys.executable, e))
-        sys.exit(77)
+    require_torch()
     here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory(prefix="false-recovery-") as work:
         env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1")

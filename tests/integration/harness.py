@@ -352,6 +352,17 @@ def print_log_tails(workdir, names, lines=25):
                 print("--- %s (tail)\n%s" % (name, "".join(f.readlines()[-lines:])))
 
 
+def require_torch():
+    """Exits 77 (ctest's SKIP_RETURN_CODE of the torch tests) when this
+    interpreter cannot import torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print("SKIPPED: %s cannot import torch (%s): install Debian's python3-torch"
+              % (sys.executable, e))
+        sys.exit(77)
+
+
 def main(test_fn):
     """Runs test_fn(), printing a failure and exiting 1 on TestFailure."""
     try:

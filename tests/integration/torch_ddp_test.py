@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, RankProcesses, check, ctl, run_main  # noqa: E402
+from harness import Daemon, RankProcesses, check, ctl, require_torch, run_main  # noqa: E402
 
 WORLD = 4
 JOB = "torch-ddp"
@@ -92,12 +92,7 @@ def switch_iteration(lines, version):
 
 def test(args):
     here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print("SKIPPED: %s cannot import torch (%s): install Debian's python3-torch"
-              % (sys.executable, e))
-        sys.exit(77)
+    require_torch()
     sys.path.insert(0, args.pythonpath)
     import torch_ddp_rank as rank_module  # the same model, data and optimizer as the ranks
 

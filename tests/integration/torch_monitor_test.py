@@ -39,7 +39,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, RankProcesses, check, ctl, daemon_get, main  # noqa: E402
+from harness import (Daemon, RankProcesses, check, ctl, daemon_get, main,  # noqa: E402
+                     require_torch)
 
 WORLD = 4
 SLOW_RANK = 3
@@ -232,12 +233,7 @@ def test_healthy():
 
 
 def test():
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print("SKIPPED: %s cannot import torch (%s): install Debian's python3-torch"
-              % (sys.executable, e))
-        sys.exit(77)
+    require_torch()
     if args.case in ("straggler", "both"):
         test_straggler()
     if args.case in ("healthy", "both"):

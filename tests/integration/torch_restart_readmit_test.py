@@ -29,7 +29,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_test import free_port, http_get  # noqa: E402
-from harness import Daemon, RankProcesses, TestFailure, check, main, wait_for  # noqa: E402
+from harness import (Daemon, RankProcesses, TestFailure, check, main,  # noqa: E402
+                     require_torch, wait_for)
 
 WORLD = 4
 SLOW = 3
@@ -47,12 +48,7 @@ def progress(ranks, among=(0, 1, 2)):
 
 
 def test(args):
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print("SKIPPED: %s cannot import torch (%s): install Debian's python3-torch"
-              % (sys.executable, e))
-        sys.exit(77)
+    require_torch()
     here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory(prefix="torch-restart-readmit-") as work:
         address = "127.0.0.1:%d" % free_port()
