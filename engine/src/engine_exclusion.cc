@@ -3,6 +3,7 @@
 // (exclusion_planner.h, pure), emits one guard event per withheld episode,
 // and hands a changed set to the membership gate (engine_membership.cc).
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "engine_impl.h"
@@ -75,16 +76,24 @@ const PlanInput& EngineImpl::Snapshot() {
 // event comes at the first evaluation once some rank trains again.
 void EngineImpl::EmitGuardEvents(const ExclusionPlan& plan, Time now) {
   blocked = static_cast<uint32_t>(plan.blocked.size());
-  const bool training = std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
-    return r.attached &&
-           (r.state == WorkerState::kHealthy || r.state == WorkerState::kStraggler);
-  });
+  // Asked only when a blocked rank is unresponsive (a pass over the ranks).
+  std::optional<bool> training;
+  auto any_training = [&] {
+    if (!training) {
+      training = std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
+        return r.attached &&
+               (r.state == WorkerState::kHealthy || r.state == WorkerState::kStraggler);
+      });
+    }
+    return *training;
+  };
   size_t next = 0;  // plan.blocked is ascending
   for (uint32_t i = 0; i < world_size; ++i) {
     RankState& r = ranks[i];
     bool blocked_now = next < plan.blocked.size() && plan.blocked[next] == i;
     if (blocked_now) next++;
-    if (blocked_now && !training && r.state == WorkerState::kUnresponsive) blocked_now = false;
+    if (blocked_now && r.state == WorkerState::kUnresponsive && !any_training())
+      blocked_now = false;
     if (!blocked_now) {
       r.guard_blocked = false;
       continue;

@@ -41,7 +41,10 @@ void JobEngine::Tick(Time now) { impl_->Tick(now); }
 
 void JobEngine::Announce(uint32_t rank, Time now) { impl_->Announce(rank, now); }
 
-void JobEngine::BeginBatch() { impl_->batch_open = true; }
+void JobEngine::BeginBatch() {
+  assert(!impl_->batch_open && "batches do not nest");
+  impl_->batch_open = true;
+}
 
 void JobEngine::EndBatch(Time now) {
   Impl& d = *impl_;

@@ -84,24 +84,12 @@ struct GroupState {
   // alone makes beyond the noise within a row.
   double drift2 = 0.0;
   bool have_drift = false;
-  // Ring of the log medians of its last kSteadyRows rows.
+  // The log medians of its last kSteadyRows rows (a ring), and their median,
+  // taken once per row: what a step judged alone is compared with.
   std::array<double, kSteadyRows> recent_logs{};
   size_t recent_count = 0;
   size_t recent_next = 0;
-
-  void PushMedian(double log_median) {
-    recent_logs[recent_next] = log_median;
-    recent_next = (recent_next + 1) % kSteadyRows;
-    recent_count = std::min(recent_count + 1, kSteadyRows);
-  }
-  // The median of its last kSteadyRows row medians (log seconds).
-  double SteadyLog() const {
-    if (recent_count == 0) return std::log(std::max(median, 1e-9));
-    std::array<double, kSteadyRows> v = recent_logs;
-    std::sort(v.begin(), v.begin() + recent_count);
-    const size_t n = recent_count;
-    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  }
+  double steady_log = 0.0;
 };
 
 class PeerReference final : public Reference {
@@ -220,7 +208,7 @@ class PeerReference final : public Reference {
     const double x = SafeLog(rep.compute_seconds);
     if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
       const GroupState& gs = states_[pr.group];
-      const double steady = gs.SteadyLog();
+      const double steady = gs.steady_log;
       pr.steps.Push(e_.policy, x - steady);
       const uint32_t g = pr.group;
       Judge(rank, rep.compute_seconds, rep.iteration, now, gs, /*alone=*/true,
@@ -275,6 +263,21 @@ class PeerReference final : public Reference {
     return std::max(std::log(p.peer_enter_ratio), p.peer_noise_z * std::sqrt(noise2));
   }
 
+  // A judged row's log median `m` into `gs`'s steady median and its drift
+  // (how far `m` lands from the steady median of the rows before it).
+  void UpdateSteady(GroupState& gs, double m) {
+    if (gs.recent_count > 0) {
+      const double d = m - gs.steady_log;
+      gs.drift2 = gs.have_drift ? (1 - kNoiseAlpha) * gs.drift2 + kNoiseAlpha * d * d : d * d;
+      gs.have_drift = true;
+    }
+    gs.recent_logs[gs.recent_next] = m;
+    gs.recent_next = (gs.recent_next + 1) % kSteadyRows;
+    gs.recent_count = std::min(gs.recent_count + 1, kSteadyRows);
+    steady_.assign(gs.recent_logs.begin(), gs.recent_logs.begin() + gs.recent_count);
+    gs.steady_log = Median(steady_);
+  }
+
   // Folds one row's log ratios `x` (of `n` >= 2 ranks) into `gs`'s noise.
   void UpdateNoise(GroupState& gs, const std::vector<double>& x) {
     const size_t n = x.size();
@@ -308,12 +311,7 @@ class PeerReference final : public Reference {
     for (auto& [rank, t] : bucket) xs_.push_back(SafeLog(t) - m);
     UpdateNoise(gs, xs_);
     gs.median = std::exp(m);
-    if (gs.recent_count > 0) {
-      const double d = m - gs.SteadyLog();
-      gs.drift2 = gs.have_drift ? (1 - kNoiseAlpha) * gs.drift2 + kNoiseAlpha * d * d : d * d;
-      gs.have_drift = true;
-    }
-    gs.PushMedian(m);
+    UpdateSteady(gs, m);
     gs.iteration = iteration;
     gs.rows++;
     gs.threshold = Threshold(gs.noise2);
@@ -505,7 +503,7 @@ class PeerReference final : public Reference {
   double own_level_ = 0.0;  // log seconds: the job's level + the own-ratio median, newest row
   std::vector<PeerRank> ranks_;
   std::vector<std::pair<uint32_t, double>> own_;
-  std::vector<double> logs_, xs_, rates_;
+  std::vector<double> logs_, xs_, rates_, steady_;
   std::vector<std::pair<double, uint32_t>> meds_;
 };
 

@@ -27,9 +27,12 @@ uint64_t NewIncarnation() {
 
 // A warning about a hello (a claim bounded, a setting ignored, a topology
 // refused), rate-limited by `log` (DaemonStats::hello_log): any ingest
-// client can send hellos, and they must not flood the log.
-void WarnHello(common::FloodLog& log, const std::string& message) {
-  spdlog::log(log.Level(std::chrono::steady_clock::now()), "{}", message);
+// client can send hellos, and they must not flood the log. `message()` is
+// built only for a line that is written.
+template <typename Message>
+void WarnHello(common::FloodLog& log, Message message) {
+  const spdlog::level::level_enum level = log.Level(std::chrono::steady_clock::now());
+  if (spdlog::should_log(level)) spdlog::log(level, "{}", message());
 }
 
 }  // namespace
@@ -137,18 +140,18 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
                                                       const common::StreamHello& hello,
                                                       engine::Time now) {
   std::vector<uint32_t>& mine = job->stream_ranks[stream];
+  // Rows wait for ranks a stream speaks for, so the first iterations are
+  // judged with every rank in them. A lost job resumes (docs/runs.md).
+  if (job->engine.Lost()) {
+    spdlog::info("job={} run='{}' resumes: node '{}' speaks for {} of its ranks again after the "
+                 "job was lost",
+                 job.id, job.run_id, hello.node, hello.ranks.size());
+  }
   for (uint32_t r : hello.ranks) {
     job->nodes[r] = hello.node;
     if (auto at = std::lower_bound(mine.begin(), mine.end(), r); at == mine.end() || *at != r) {
       mine.insert(at, r);
       ++job->rank_streams[r];
-    }
-    // Rows wait for ranks a stream speaks for, so the first iterations are
-    // judged with every rank in them. A lost job resumes (docs/runs.md).
-    if (job->engine.Lost()) {
-      spdlog::info("job={} run='{}' resumes: node '{}' speaks for rank {} again after the job "
-                   "was lost",
-                   job.id, job.run_id, hello.node, r);
     }
     job->engine.Announce(r, now);
   }
@@ -156,22 +159,27 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
   // needs no token; docs/security.md), a later different one is ignored.
   if (!job->engine.SetIterationsPerEpoch(hello.iterations_per_epoch)) {
     stats_.hello_settings_ignored.fetch_add(1, std::memory_order_relaxed);
-    WarnHello(stats_.hello_log,
-              absl::StrCat("job=", job.id, " node='", hello.node, "': hello iterations_per_epoch=",
-                           hello.iterations_per_epoch, " ignored: the run's is ",
-                           job->engine.View().iterations_per_epoch, " (its first hello decides)"));
+    WarnHello(stats_.hello_log, [&] {
+      return absl::StrCat("job=", job.id, " node='", hello.node, "': hello iterations_per_epoch=",
+                          hello.iterations_per_epoch, " ignored: the run's is ",
+                          job->engine.View().iterations_per_epoch, " (its first hello decides)");
+    });
   }
   NoteIncarnationsLocked(job, hello, now);
   // After the incarnations: a rank's new client process may declare anew.
   std::vector<TopologyRefusal> refused = job->topology.Apply(hello.topologies, hello.ranks);
   for (const TopologyRefusal& r : refused) {
     stats_.CountRefused(r.reason);
-    WarnHello(stats_.hello_log, absl::StrCat("job=", job.id, " node='", hello.node,
-                                             "' topology refused (",
-                                             TopologyRefuseReasonName(r.reason), "): ", r.message));
+    WarnHello(stats_.hello_log, [&] {
+      return absl::StrCat("job=", job.id, " node='", hello.node, "' topology refused (",
+                          TopologyRefuseReasonName(r.reason), "): ", r.message);
+    });
   }
   // Detection judges each rank against its peers (docs/detection.md, "Peer
   // groups"): the engine learns what the table now holds for these ranks.
+  // One batch: a changed monitor-only mark re-plans the excluded set, once
+  // for the hello, not once per rank (an agent's hello names hundreds).
+  job->engine.BeginBatch();
   for (uint32_t r : hello.ranks) {
     if (r >= job.world_size) continue;
     const DeclaredTopology& t = job->topology.Of(r);
@@ -184,6 +192,7 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
                                                   hello.monitor_only_ranks.end(), r),
                                now);
   }
+  job->engine.EndBatch(now);
   // Before the floor below: its version must take effect after the
   // iterations the ranks have already reached, or ranks could apply it at
   // different iterations (one certain of it, one that timed out meanwhile).
@@ -194,12 +203,13 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
     const std::optional<uint64_t> taken = job->engine.NoteReportedIteration(claim);
     if (taken != claim) {
       stats_.hello_claims_dropped.fetch_add(1, std::memory_order_relaxed);
-      WarnHello(stats_.hello_log,
-                absl::StrCat("job=", job.id, " node='", hello.node,
-                             "': hello reported_iteration=", claim,
-                             taken ? absl::StrCat(" taken as ", *taken,
-                                                  " (the job's progress + 1023)")
-                                   : std::string(" ignored (2^62 or more)")));
+      WarnHello(stats_.hello_log, [&] {
+        return absl::StrCat("job=", job.id, " node='", hello.node,
+                            "': hello reported_iteration=", claim,
+                            taken ? absl::StrCat(" taken as ", *taken,
+                                                 " (the job's progress + 1023)")
+                                  : std::string(" ignored (2^62 or more)"));
+      });
     }
   }
   // Only versions of another daemon run need a floor: a plain reconnect to
