@@ -130,7 +130,6 @@ absl::Status Server::Start(const DaemonConfig& config) {
   rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_, stats_,
                                                         config.limits.max_message_bytes);
   started_config_ = config;
-  applied_config_ = config;
   for (const std::string& w : config.warnings) spdlog::warn("{}", w);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -225,7 +224,7 @@ absl::Status Server::CheckReload(const DaemonConfig& next) const {
     absl::StatusOr<common::ServerTls> tls = common::LoadServerTls(next.tls);
     if (!tls.ok()) return tls.status();
   }
-  const std::vector<std::string> dropped = SecurityDowngrades(applied_config_, next);
+  const std::vector<std::string> dropped = SecurityDowngrades(*registry_->config(), next);
   if (dropped.empty() || next.security.allow_downgrade) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       next.config_file.empty() ? "the built-in defaults" : next.config_file,
@@ -242,17 +241,16 @@ void Server::Reload(const DaemonConfig& config) {
   for (const std::string& w : config.warnings) spdlog::warn("{}", w);
   // The token file was re-read by the config load; a new token applies to
   // the next call.
+  // CheckReload let these through (security.allow_downgrade): said loudly.
+  for (const std::string& d : SecurityDowngrades(*registry_->config(), config)) {
+    spdlog::warn("reload: {} turned off (security.allow_downgrade: true)", d);
+  }
   auth_->Apply(config.auth);
   registry_->ApplyConfig(std::make_shared<const DaemonConfig>(config));
   rendezvous_store_->ApplyConfig(config.rendezvous);
   // max_message_bytes needs a restart: the started one.
   quota_->Resize(
       GrpcMemoryQuota(started_config_.limits.max_message_bytes, config.limits.max_streams));
-  // CheckReload let these through (security.allow_downgrade): said loudly.
-  for (const std::string& d : SecurityDowngrades(applied_config_, config)) {
-    spdlog::warn("reload: {} turned off (security.allow_downgrade: true)", d);
-  }
-  applied_config_ = config;
   stats_.config_reloads_applied.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("config reloaded from {}",
                config.config_file.empty() ? "defaults" : config.config_file);

@@ -73,8 +73,8 @@ class Server {
   //  - the next restart would start with it as far as a reload can tell:
   //    its TLS files are readable, parse and belong together (a SIGHUP that
   //    accepted a missing certificate made the next restart fail);
-  //  - it turns no security off (SecurityDowngrades against the config last
-  //    applied) unless it sets security.allow_downgrade.
+  //  - it turns no security off (SecurityDowngrades against the config in
+  //    force, the registry's) unless it sets security.allow_downgrade.
   // Otherwise FAILED_PRECONDITION naming the file or what would be turned
   // off; the reload must be refused (and CountReloadRejected called).
   absl::Status CheckReload(const DaemonConfig& next) const;
@@ -133,9 +133,6 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   // The config Start ran with: restart-only keys keep these values.
   DaemonConfig started_config_;
-  // The config last applied (Start's, then each Reload's): what a reload
-  // may not weaken without saying so (CheckReload). The signal thread's.
-  DaemonConfig applied_config_;
   // The tick thread's: re-reads tls.cert_file's expiry every 60 ticks.
   void RefreshCertificateExpiry();
   int ticks_since_cert_check_ = 0;
