@@ -82,6 +82,18 @@ inline void AddReport(v1::ReportBatch& b, uint32_t rank, uint64_t iteration, dou
   r->set_compute_seconds(seconds);
 }
 
+// Iterations [first, last] of ranks 0..3 in `epoch`, rank 3 at `slow`
+// seconds, the others at 0.1 s.
+inline void AddRows(v1::ReportBatch& b, uint64_t first, uint64_t last, double slow = 0.1,
+                    uint64_t epoch = 0) {
+  for (uint64_t it = first; it <= last; ++it) {
+    for (uint32_t r = 0; r < 4; ++r) {
+      AddReport(b, r, it, r == 3 ? slow : 0.1);
+      b.mutable_reports(b.reports_size() - 1)->set_epoch(epoch);
+    }
+  }
+}
+
 // Iterations 1-12 of ranks 0..world-1, rank 3 three times slower (0.3 s,
 // the others 0.1 s). Under the default policy the profile (iterations 1-5)
 // sets the threshold at 0.2 s; rank 3 is slow from iteration 6 on and a

@@ -22,17 +22,6 @@ namespace {
 
 constexpr uint64_t kLead = 3;  // the default policy's lead_iterations
 
-// Iterations [first, last] of ranks 0..3 in `epoch`, rank 3 at `slow` seconds.
-void AddRows(v1::ReportBatch& b, uint64_t first, uint64_t last, double slow = 0.1,
-             uint64_t epoch = 0) {
-  for (uint64_t it = first; it <= last; ++it) {
-    for (uint32_t r = 0; r < 4; ++r) {
-      AddReport(b, r, it, r == 3 ? slow : 0.1);
-      b.mutable_reports(b.reports_size() - 1)->set_epoch(epoch);
-    }
-  }
-}
-
 }  // namespace
 
 TEST_CASE("hello_claim: a live job takes a hello's reported_iteration only up to its progress + "

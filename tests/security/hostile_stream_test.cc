@@ -21,12 +21,6 @@ namespace {
 constexpr uint64_t kFarVersion = 1'000'000'000'000ull;          // 10^12
 constexpr uint64_t kFarIteration = 1'000'000'000'000'000ull;    // 10^15
 
-// Iterations [first, last] of ranks 0..3, rank 3 at `slow` seconds.
-void AddRows(v1::ReportBatch& b, uint64_t first, uint64_t last, double slow = 0.1) {
-  for (uint64_t it = first; it <= last; ++it)
-    for (uint32_t r = 0; r < 4; ++r) AddReport(b, r, it, r == 3 ? slow : 0.1);
-}
-
 }  // namespace
 
 TEST_CASE("a hello claiming a version or iteration far past a running job is refused, and the "
