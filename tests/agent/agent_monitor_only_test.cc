@@ -18,6 +18,7 @@
 #include "agent.h"
 #include "agent_config.h"
 #include "config/config.h"
+#include "daemon_test_util.h"
 #include "server/server.h"
 #include "straggler/client.h"
 #include "straggler/v1/straggler.grpc.pb.h"
@@ -26,35 +27,14 @@ namespace sa = straggler::agent;
 namespace v1 = straggler::v1;
 namespace sd = straggler::daemon;
 using namespace std::chrono_literals;
+using straggler::daemon::testutil::GetWorker;
+using straggler::daemon::testutil::MembershipOf;
+using straggler::daemon::testutil::WorkerOf;
 
 namespace {
 
 constexpr uint32_t kWorld = 4;
 constexpr uint32_t kSlow = 3;
-
-grpc::Status GetWorker(v1::QueryService::Stub& query, const std::string& job, uint32_t rank,
-                       v1::Worker* out) {
-  grpc::ClientContext ctx;
-  v1::GetWorkerRequest req;
-  req.set_job_id(job);
-  req.set_rank(rank);
-  return query.GetWorker(&ctx, req, out);
-}
-
-v1::Worker WorkerOf(v1::QueryService::Stub& query, const std::string& job, uint32_t rank) {
-  v1::Worker out;
-  REQUIRE(GetWorker(query, job, rank, &out).ok());
-  return out;
-}
-
-uint64_t VersionOf(v1::QueryService::Stub& query, const std::string& job) {
-  grpc::ClientContext ctx;
-  v1::GetMembershipRequest req;
-  req.set_job_id(job);
-  v1::Membership out;
-  REQUIRE(query.GetMembership(&ctx, req, &out).ok());
-  return out.version();
-}
 
 template <typename Pred>
 void WaitUntil(Pred pred) {
@@ -119,7 +99,7 @@ TEST_CASE("monitor_only_excludes: a monitor-only client's straggler stays in unt
     CHECK(w.state() == v1::WORKER_STATE_STRAGGLER);
     CHECK(w.monitor_only());
     CHECK_FALSE(w.excluded());
-    CHECK(VersionOf(*query, job) == 0);
+    CHECK(MembershipOf(*query, job).version() == 0);
 
     // The trainer starts acting on membership: the mark goes with a later
     // hello, and the still-slow rank is excluded.
@@ -129,7 +109,7 @@ TEST_CASE("monitor_only_excludes: a monitor-only client's straggler stays in unt
     const v1::Worker after = WorkerOf(*query, job, kSlow);
     CHECK_FALSE(after.monitor_only());
     CHECK(after.exclusion_reason() == v1::EXCLUSION_REASON_STRAGGLER);
-    CHECK(VersionOf(*query, job) >= 1);
+    CHECK(MembershipOf(*query, job).version() >= 1);
     for (uint32_t r = 0; r < kSlow; ++r) CHECK_FALSE(WorkerOf(*query, job, r).monitor_only());
   }
   agent.Shutdown();

@@ -112,18 +112,6 @@ struct Registry {
   sd::JobRegistry registry{Config(), stats};
 };
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/stragglerd_job_end_test_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string path;
-};
-
 }  // namespace
 
 TEST_CASE("job_lost: no stream and no report for limits.job_lost_after_seconds ends the job, "

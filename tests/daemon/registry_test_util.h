@@ -1,6 +1,7 @@
-// Shared by the tests that drive a JobRegistry directly, without gRPC: a
-// subscriber standing in for a stream or watcher, the hello that attaches
-// one, and a report ingested under the job's lock.
+// Shared by the tests that drive a JobRegistry or the state database
+// directly, without gRPC: a subscriber standing in for a stream or watcher,
+// the hello that attaches one, a report ingested under the job's lock, and
+// a temporary directory for a database.
 //
 //   sd::JobRegistry registry(config, stats);
 //   auto job = registry.Attach(RegistryHello("j", 2, {0, 1}),
@@ -12,8 +13,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <stdlib.h>
+
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +25,21 @@
 #include "registry/job_registry.h"
 
 namespace straggler::daemon::testutil {
+
+// A directory under /tmp for a state database, removed with everything in it.
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/stragglerd_test_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string path;
+};
 
 // Records whether the registry closed it; ignores membership changes.
 class RecordingSubscriber final : public JobSubscriber {

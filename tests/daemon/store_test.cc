@@ -11,24 +11,14 @@
 #include <fstream>
 
 #include "persist/store.h"
+#include "registry_test_util.h"
 
 namespace sd = straggler::daemon;
 namespace eng = straggler::engine;
 namespace fs = std::filesystem;
+using straggler::daemon::testutil::TempDir;
 
 namespace {
-
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/stragglerd_store_test_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
-};
 
 sd::JournalEntry Entry(uint64_t seq, const std::string& job, eng::Time time) {
   sd::JournalEntry j;

@@ -20,7 +20,6 @@ iteration, and every rank must end with the same parameters.
 """
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -28,9 +27,10 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent_test import free_port, http_get  # noqa: E402
-from harness import (Daemon, RankProcesses, TestFailure, check, main,  # noqa: E402
-                     require_torch, wait_for)
+from agent_test import free_port  # noqa: E402
+from harness import (Daemon, RankProcesses, TestFailure, check, daemon_get,  # noqa: E402
+                     main, require_torch, wait_for)
+from harness import excluded as harness_excluded  # noqa: E402
 
 WORLD = 4
 SLOW = 3
@@ -39,8 +39,7 @@ DEADLINE_S = 240
 
 
 def excluded(daemon):
-    job = json.loads(http_get(daemon.http_address, "/v1/jobs/" + JOB))
-    return [e["rank"] for e in job.get("membership", {}).get("excluded", [])]
+    return harness_excluded(daemon_get(daemon, "/v1/jobs/" + JOB))
 
 
 def progress(ranks, among=(0, 1, 2)):
@@ -116,8 +115,8 @@ def test(args):
         rows3 = [row for row in ranks.lines[SLOW] if "skip_to" not in row]
         late = [row["it"] for row in rows3 if row["participating"] and row["it"] > fast_from]
         check(late, "rank 3 never took part again after it turned fast at iteration %d" % fast_from)
-        events = json.loads(http_get(new.http_address, "/v1/jobs/%s/events?rank=%d&kind=state_change"
-                                     % (JOB, SLOW))).get("events", [])
+        events = daemon_get(new, "/v1/jobs/%s/events" % JOB, rank=SLOW,
+                            kind="state_change").get("events", [])
         for e in events:
             print("restarted daemon: %s" % e.get("message"))
         check(new.stop() == 0, "the restarted daemon did not exit 0")

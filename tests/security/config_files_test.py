@@ -3,7 +3,7 @@
 straggler-agent (issue 28, item 14). One case per run:
 
 yaml_bomb
-  1. A ~430-byte alias bomb (nine levels, each a list of nine aliases of the
+  1. A 468-byte alias bomb (nine levels, each a list of nine aliases of the
      one before: 9^9 nodes once expanded) as the config: both programs exit 2
      naming the bound ("an alias bomb?"). Before: 28 s of CPU, then an
      unrelated error.

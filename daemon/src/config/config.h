@@ -40,7 +40,7 @@ struct Limits {
   uint32_t job_idle_ttl_seconds = 3600;
   // A job that is not finished, with no open stream and no report for this
   // long, ended unexpectedly (its ranks were killed: docs/runs.md, "Job
-  // end"). Far above a client's or agent's reconnect backoff (2 s at most by default)
+  // end"). Far above a client's or agent's reconnect backoff (about 2 s by default)
   // and a daemon restart, whose restored jobs count from the restart, so a
   // job only waiting for its streams to come back is not ended; above the
   // default unresponsive_after_seconds (30), so the ranks have gone
