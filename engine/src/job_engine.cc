@@ -235,6 +235,9 @@ WorkerView JobEngine::Worker(uint32_t rank) const {
   return w;
 }
 
+double JobEngine::baseline_seconds() const { return impl_->baseline; }
+double JobEngine::step_seconds() const { return impl_->step_seconds; }
+
 JobView JobEngine::View() const {
   const Impl& d = *impl_;
   JobView v;

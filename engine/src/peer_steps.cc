@@ -19,6 +19,10 @@ constexpr double kPriorSteps = 50.0;
 constexpr size_t kEpisodeSteps = 10;
 constexpr double kFastExitZ = 4.5;
 constexpr size_t kFastExitMin = 3;
+// How far a running sum's mean may be off the exact one: its terms are log
+// ratios clipped to +-log(peer_spike_ratio) (at most ~7), summed at most
+// 2 x 1000 times between exact sums, an error near 1e-12; 1e-9 leaves room.
+constexpr double kSumSlack = 1e-9;
 
 // P(X >= c) for X ~ Binomial(n, p).
 double Tail(size_t n, size_t c, double p) {
@@ -43,13 +47,26 @@ double Median(std::vector<double>& v) {
   return 0.5 * (*mid + *std::max_element(v.begin(), mid));
 }
 
-void PeerSteps::Push(const PolicyConfig& p, double x) {
-  slow_steps_ = slow_steps_ * kRateDecay + (x >= std::log(p.peer_severe_ratio) ? 1.0 : 0.0);
+void PeerLogs::Refresh(const PolicyConfig& p) {
+  window = p.peer_window;
+  if (p.peer_severe_ratio == severe_ratio_ && p.peer_spike_ratio == spike_ratio_ &&
+      p.peer_enter_ratio == enter_ratio_)
+    return;
+  severe_ratio_ = p.peer_severe_ratio;
+  spike_ratio_ = p.peer_spike_ratio;
+  enter_ratio_ = p.peer_enter_ratio;
+  severe = std::log(severe_ratio_);
+  spike = std::log(spike_ratio_);
+  enter = std::log(enter_ratio_);
+}
+
+void PeerSteps::Push(const PeerLogs& p, double x) {
+  slow_steps_ = slow_steps_ * kRateDecay + (x >= p.severe ? 1.0 : 0.0);
   steps_ = steps_ * kRateDecay + 1.0;
   AddToWindows(p, x);
 }
 
-void PeerSteps::StartOver(const PolicyConfig& p) {
+void PeerSteps::StartOver(const PeerLogs& p) {
   const bool any = raw_count_ > 0;
   const double newest = Newest();
   Clear();
@@ -61,37 +78,62 @@ void PeerSteps::Clear() {
   window_next_ = 0;
   raw_count_ = raw_next_ = 0;
   long_count_ = long_next_ = 0;
+  window_sum_ = long_sum_ = 0.0;
   StartEpisode();
 }
 
-void PeerSteps::AddToWindows(const PolicyConfig& p, double x) {
+void PeerSteps::Resum() {
+  window_sum_ = 0.0;
+  for (double v : window_) window_sum_ += v;
+  long_sum_ = 0.0;
+  for (size_t i = 0; i < long_count_; ++i) long_sum_ += long_[i];
+}
+
+void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
   raw_[raw_next_] = x;
   raw_next_ = (raw_next_ + 1) % kRaw;
   raw_count_ = std::min(raw_count_ + 1, kRaw);
-  const double cut = std::log(p.peer_spike_ratio);
+  const double cut = p.spike;
   if (x >= cut) return;  // a spike: not evidence of a lasting slowdown
   const double v = std::max(x, -cut);
+  if (long_count_ == kLong) long_sum_ -= long_[long_next_];
   long_[long_next_] = v;
+  long_sum_ += v;
   long_next_ = (long_next_ + 1) % kLong;
   long_count_ = std::min(long_count_ + 1, kLong);
-  if (window_.size() < p.peer_window) {
+  bool wrapped = long_next_ == 0;
+  if (window_.size() < p.window) {
     window_.push_back(v);
-    return;
+    window_sum_ += v;
+  } else {
+    if (window_.size() > p.window) {  // the window was made shorter
+      window_.resize(p.window);
+      window_next_ = 0;
+      wrapped = true;
+    }
+    window_sum_ += v - window_[window_next_];
+    window_[window_next_] = v;
+    window_next_ = (window_next_ + 1) % window_.size();
+    wrapped |= window_next_ == 0;
   }
-  if (window_.size() > p.peer_window) {  // the window was made shorter
-    window_.resize(p.peer_window);
-    window_next_ = 0;
-  }
-  window_[window_next_] = v;
-  window_next_ = (window_next_ + 1) % window_.size();
+  if (wrapped) Resum();
 }
 
 double PeerSteps::Rate() const { return (slow_steps_ + kPriorSlow) / (steps_ + kPriorSteps); }
 
-bool PeerSteps::HaveWindow(const PolicyConfig& p) const {
+bool PeerSteps::HaveWindow(const PeerLogs& p) const {
   // Too few non-spike steps give no mild verdict (a rank 3x slow from its
   // start has none at all); the severe rule still applies.
-  return window_.size() >= std::max<size_t>(3, p.peer_window / 2);
+  return window_.size() >= std::max<size_t>(3, p.window / 2);
+}
+
+bool PeerSteps::TrimmedMayReach(double thr) const {
+  return window_sum_ / static_cast<double>(window_.size()) + kSumSlack >= thr;
+}
+
+bool PeerSteps::LongMayReach(double thr) const {
+  if (long_count_ < 2 * kLong / 3) return false;  // LongTrimmed() is -inf
+  return long_sum_ / static_cast<double>(long_count_) + kSumSlack >= thr;
 }
 
 double PeerSteps::Trimmed() const {
@@ -122,8 +164,8 @@ double PeerSteps::LongTrimmed() const {
   return (sum - top - second) / static_cast<double>(long_count_ - kLongTrim);
 }
 
-bool PeerSteps::Severe(const PolicyConfig& p, double rate, size_t* recent) const {
-  const double s = std::log(p.peer_severe_ratio);
+bool PeerSteps::Severe(const PeerLogs& p, double rate, size_t* recent) const {
+  const double s = p.severe;
   size_t all = 0, span = 0, last = 0;
   for (size_t i = 0; i < raw_count_; ++i) {
     const bool slow = Newest(i) >= s;
@@ -139,14 +181,14 @@ bool PeerSteps::Severe(const PolicyConfig& p, double rate, size_t* recent) const
 // A 3x rank in 3% noise needs 3 steps; a 1.3x rank in +-30% per-step
 // variation would need 37, more than kRaw: it takes the slow way
 // (peer_exit_rows rows with the window's mean below half the threshold).
-bool PeerSteps::RecentlyFast(const PolicyConfig& p, double sigma) const {
+bool PeerSteps::RecentlyFast(const PeerLogs& p, double sigma) const {
   if (episode_steps_ < kEpisodeSteps) return false;
   const double level = episode_sum_ / episode_steps_;
   if (level <= 0.0) return false;
   const double root = 2.0 * kFastExitZ * sigma / level;  // sqrt(m)
   const double m = std::max<double>(kFastExitMin, std::ceil(root * root));
   if (m > static_cast<double>(kRaw) || static_cast<double>(raw_count_) < m) return false;
-  const double cut = std::log(p.peer_spike_ratio);
+  const double cut = p.spike;
   double sum = 0.0;
   for (size_t i = 0; i < static_cast<size_t>(m); ++i) {
     const double x = Newest(i);
@@ -156,9 +198,9 @@ bool PeerSteps::RecentlyFast(const PolicyConfig& p, double sigma) const {
   return sum / m < 0.5 * level;
 }
 
-void PeerSteps::AddToEpisode(const PolicyConfig& p) {
+void PeerSteps::AddToEpisode(const PeerLogs& p) {
   if (raw_count_ == 0) return;
-  const double cut = std::log(p.peer_spike_ratio);
+  const double cut = p.spike;
   episode_sum_ += std::clamp(Newest(), -cut, cut);
   episode_steps_++;
 }

@@ -33,14 +33,31 @@ inline constexpr double kSevereAlpha = 1e-7;
 inline constexpr size_t kLong = 20;
 inline constexpr size_t kLongTrim = 2;  // its largest values left out
 
+// The policy's ratios as log ratios, and its window length: taken once per
+// policy, not per step (five log() calls per report were 7% of a daemon
+// taking 2.5 M reports/s). Compared by value: a policy update (SetPolicy)
+// is seen at the next report.
+struct PeerLogs {
+  double severe = 0.0;  // log(peer_severe_ratio)
+  double spike = 0.0;   // log(peer_spike_ratio)
+  double enter = 0.0;   // log(peer_enter_ratio)
+  uint32_t window = 0;  // peer_window
+
+  // Refreshes from `p` when its ratios changed since the last call.
+  void Refresh(const PolicyConfig& p);
+
+ private:
+  double severe_ratio_ = 0.0, spike_ratio_ = 0.0, enter_ratio_ = 0.0;
+};
+
 class PeerSteps {
  public:
   // A step's log ratio: into the rate of severe steps and every window.
-  void Push(const PolicyConfig& p, double x);
+  void Push(const PeerLogs& p, double x);
   // Every window starts over from the newest step (the rate stays): they
   // hold steps from before the rank became healthy again, which would flag
   // it on its past.
-  void StartOver(const PolicyConfig& p);
+  void StartOver(const PeerLogs& p);
   // Empties the windows and the episode (the rate stays).
   void Clear();
 
@@ -48,31 +65,43 @@ class PeerSteps {
   // prior of 1% before it has its own.
   double Rate() const;
   // Whether the short window holds enough steps for a mild verdict.
-  bool HaveWindow(const PolicyConfig& p) const;
+  bool HaveWindow(const PeerLogs& p) const;
   // The short window's mean without its largest value.
   double Trimmed() const;
   // The long window's mean without its kLongTrim largest values, or -inf
   // while it holds fewer than two thirds of kLong.
   double LongTrimmed() const;
+  // Whether Trimmed() (with HaveWindow) / LongTrimmed() may be >= `thr`:
+  // false only when they are surely below it. O(1), from running sums: a
+  // trimmed mean is at most the plain mean, and a healthy rank's plain mean
+  // sits far below any threshold, so most ranks skip both passes.
+  bool TrimmedMayReach(double thr) const;
+  bool LongMayReach(double thr) const;
   // The severe rule at the group's rate of severe steps `rate`; `recent`:
   // how many of the last kSevereRun steps are severe.
-  bool Severe(const PolicyConfig& p, double rate, size_t* recent) const;
+  bool Severe(const PeerLogs& p, double rate, size_t* recent) const;
   // The quick way back (docs/detection.md, "peer"): an episode that
   // averaged L over at least 10 steps is over when the last m steps average
   // below L / 2 with none at L, m = (9 sigma / L)^2 within [3, kRaw].
-  bool RecentlyFast(const PolicyConfig& p, double sigma) const;
+  bool RecentlyFast(const PeerLogs& p, double sigma) const;
   // A straggler's newest step, counted into its episode's level.
-  void AddToEpisode(const PolicyConfig& p);
+  void AddToEpisode(const PeerLogs& p);
   void StartEpisode();
   // The median ratio (not log) of the last kSevereRun steps, for messages.
   double RecentRatio() const;
 
  private:
-  void AddToWindows(const PolicyConfig& p, double x);
+  void AddToWindows(const PeerLogs& p, double x);
+  // The running sums start over from the rings' values (exact again).
+  void Resum();
   double Newest(size_t back = 0) const { return raw_[(raw_next_ + kRaw - 1 - back) % kRaw]; }
 
   std::vector<double> window_;  // ring of the last peer_window non-spike log ratios
   size_t window_next_ = 0;
+  // Running sums of window_ and long_, summed exactly again each time a
+  // ring wraps, so their rounding error stays below kSumSlack.
+  double window_sum_ = 0.0;
+  double long_sum_ = 0.0;
   std::array<double, kRaw> raw_{};  // ring of the last kRaw log ratios, spikes included
   size_t raw_count_ = 0;
   size_t raw_next_ = 0;

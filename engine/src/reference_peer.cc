@@ -62,7 +62,7 @@ struct PeerRank {
     was_straggler = false;
   }
   // Its windows start over from its newest step (PeerSteps::StartOver).
-  void StartOver(const PolicyConfig& p) {
+  void StartOver(const PeerLogs& p) {
     steps.StartOver(p);
     above_rows = below_rows = 0;
     was_straggler = false;
@@ -99,6 +99,7 @@ class PeerReference final : public Reference {
   void OnRow(Row& row, Time now) override {
     Sync();
     const PolicyConfig& p = e_.policy;
+    logs_p_.Refresh(p);
     groups_.Bucketize(row);
     // The job's level in this row: own baselines are taken against it. A
     // median over the whole row, so only computed where needed: while some
@@ -185,6 +186,7 @@ class PeerReference final : public Reference {
   bool JudgeAlone(uint32_t rank, const Report& rep, Time now) override {
     if (rank >= ranks_.size()) return false;
     Sync();
+    logs_p_.Refresh(e_.policy);
     PeerRank& pr = ranks_[rank];
     if (pr.source == Source::kNone && groups_.synced()) {
       // Never judged in a row yet (a late joiner, a rank back from silence,
@@ -209,7 +211,7 @@ class PeerReference final : public Reference {
     if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
       const GroupState& gs = states_[pr.group];
       const double steady = gs.steady_log;
-      pr.steps.Push(e_.policy, x - steady);
+      pr.steps.Push(logs_p_, x - steady);
       const uint32_t g = pr.group;
       Judge(rank, rep.compute_seconds, rep.iteration, now, gs, /*alone=*/true,
             [&](bool to_straggler, double ratio) {
@@ -222,7 +224,7 @@ class PeerReference final : public Reference {
     }
     if (pr.source == Source::kOwn && pr.have_base && own_state_.profiled) {
       const double ref = own_level_ + pr.base;
-      pr.steps.Push(e_.policy, x - ref);
+      pr.steps.Push(logs_p_, x - ref);
       Judge(rank, rep.compute_seconds, rep.iteration, now, own_state_, /*alone=*/true,
             [&](bool to_straggler, double ratio) {
               return absl::StrFormat("rank %u (%s) %s %.3g× its own baseline %.3gs, judged alone",
@@ -304,11 +306,12 @@ class PeerReference final : public Reference {
     const PolicyConfig& p = e_.policy;
     if (bucket.size() < p.peer_min_group) return false;  // too few of them reported
     GroupState& gs = states_[g];
-    logs_.clear();
-    for (auto& [rank, t] : bucket) logs_.push_back(SafeLog(t));
-    const double m = Median(logs_);
+    // One log per report: xs_ holds them, logs_ a copy Median reorders.
     xs_.clear();
-    for (auto& [rank, t] : bucket) xs_.push_back(SafeLog(t) - m);
+    for (auto& [rank, t] : bucket) xs_.push_back(SafeLog(t));
+    logs_.assign(xs_.begin(), xs_.end());
+    const double m = Median(logs_);
+    for (double& x : xs_) x -= m;
     UpdateNoise(gs, xs_);
     gs.median = std::exp(m);
     UpdateSteady(gs, m);
@@ -318,7 +321,7 @@ class PeerReference final : public Reference {
     for (size_t i = 0; i < bucket.size(); ++i) {
       PeerRank& pr = ranks_[bucket[i].first];
       if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
-      pr.steps.Push(e_.policy, xs_[i]);
+      pr.steps.Push(logs_p_, xs_[i]);
       if (!gs.profiled) pr.gen_profile.push_back(xs_[i]);
     }
     // The rates move over hundreds of steps: a fresh median every
@@ -413,7 +416,7 @@ class PeerReference final : public Reference {
       if (pr.source != Source::kOwn) pr.Restart(Source::kOwn, 0);
       own_state_.median = std::exp(own_level_ + pr.base);
       const double base_seconds = own_state_.median;
-      pr.steps.Push(e_.policy, SafeLog(t) - level - pr.base - norm);
+      pr.steps.Push(logs_p_, SafeLog(t) - level - pr.base - norm);
       Judge(rank, t, row.iteration, now, own_state_, /*alone=*/false,
             [&](bool to_straggler, double ratio) {
               return to_straggler
@@ -451,35 +454,41 @@ class PeerReference final : public Reference {
     const double thr = gs.threshold;
     PeerRank& pr = ranks_[rank];
     const bool straggler = e_.ranks[rank].state == WorkerState::kStraggler;
+    const PeerLogs& logs = logs_p_;
     if (pr.was_straggler && !straggler) {
       // It stopped being a straggler without this rule (it fell silent,
       // an operator reset the job).
-      pr.StartOver(p);
+      pr.StartOver(logs);
     }
     pr.was_straggler = straggler;
-    const double tm = pr.steps.HaveWindow(p) ? pr.steps.Trimmed()
-                                             : -std::numeric_limits<double>::infinity();
+    const bool have_window = pr.steps.HaveWindow(logs);
     size_t recent = 0;
-    const bool severe = pr.steps.Severe(p, gs.slow_rate, &recent);
+    const bool severe = pr.steps.Severe(logs, gs.slow_rate, &recent);
     // The long window's threshold: the noise term shrunk by the square root
     // of how many more steps it averages.
     const double thr_long = std::max(
-        std::log(p.peer_enter_ratio),
-        p.peer_noise_z * std::sqrt(gs.noise2) *
-            std::sqrt(static_cast<double>(std::max<size_t>(p.peer_window, 2) - 1) /
-                      static_cast<double>(kLong - kLongTrim)));
-    pr.above_rows = tm >= thr || pr.steps.LongTrimmed() >= thr_long ? pr.above_rows + 1 : 0;
+        logs.enter, p.peer_noise_z * std::sqrt(gs.noise2) *
+                        std::sqrt(static_cast<double>(std::max<size_t>(p.peer_window, 2) - 1) /
+                                  static_cast<double>(kLong - kLongTrim)));
+    // A healthy rank's windows sit far below both thresholds: the running
+    // sums say so without a pass over them (same verdicts, PeerSteps).
+    const bool above =
+        (have_window && pr.steps.TrimmedMayReach(thr) && pr.steps.Trimmed() >= thr) ||
+        (pr.steps.LongMayReach(thr_long) && pr.steps.LongTrimmed() >= thr_long);
+    pr.above_rows = above ? pr.above_rows + 1 : 0;
     const uint32_t lim = e_.Limit();
     uint32_t counter;
     if (e_.ranks[rank].state == WorkerState::kStraggler) {
+      const double tm =
+          have_window ? pr.steps.Trimmed() : -std::numeric_limits<double>::infinity();
       const bool healthy =
           tm < std::min(kExitShare * thr, std::log(kExitRatio)) && recent <= 1;
       pr.below_rows = healthy ? pr.below_rows + 1 : 0;
-      pr.steps.AddToEpisode(p);
+      pr.steps.AddToEpisode(logs);
       // Alone, the step and its reference come from different times: their
       // difference also holds how far the group's level moves between rows.
       const double noise2 = alone ? gs.noise2 + gs.drift2 : gs.noise2;
-      counter = pr.below_rows >= p.peer_exit_rows || pr.steps.RecentlyFast(p, std::sqrt(noise2))
+      counter = pr.below_rows >= p.peer_exit_rows || pr.steps.RecentlyFast(logs, std::sqrt(noise2))
                     ? 0
                     : lim;
     } else {
@@ -492,7 +501,7 @@ class PeerReference final : public Reference {
     e_.SetCounter(rank, counter, iteration, compute, now,
                   [&](bool to_straggler) { return why(to_straggler, pr.steps.RecentRatio()); });
     const bool now_straggler = e_.ranks[rank].state == WorkerState::kStraggler;
-    if (straggler && !now_straggler) pr.StartOver(p);
+    if (straggler && !now_straggler) pr.StartOver(logs);
     if (now_straggler && !straggler) pr.steps.StartEpisode();
     pr.was_straggler = now_straggler;
   }
@@ -500,6 +509,7 @@ class PeerReference final : public Reference {
   PeerGroups groups_;
   std::vector<GroupState> states_;
   GroupState own_state_;
+  PeerLogs logs_p_;  // the policy's ratios as logs (refreshed per row and per lone report)
   double own_level_ = 0.0;  // log seconds: the job's level + the own-ratio median, newest row
   std::vector<PeerRank> ranks_;
   std::vector<std::pair<uint32_t, double>> own_;

@@ -172,15 +172,9 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   };
   std::optional<uint64_t> max_accepted;
   job->engine.BeginBatch();
-  // The baseline and step time the ring records with each report. View()
-  // walks every rank: read at most every kScoreRefresh per stream, not per
-  // batch (an agent's batch may hold a few ranks of thousands).
-  if (job->recent.capacity() > 0 && now - scored_at_ >= kScoreRefresh) {
-    const engine::JobView view = job->engine.View();
-    scored_reference_ = static_cast<float>(view.baseline_seconds);
-    scored_step_ = static_cast<float>(view.step_seconds);
-    scored_at_ = now;
-  }
+  // The baseline and step time the ring records with each report (O(1)).
+  const float scored_reference = static_cast<float>(job->engine.baseline_seconds());
+  const float scored_step = static_cast<float>(job->engine.step_seconds());
   for (int i = 0; i < granted; ++i) {
     const v1::IterationReport& report = batch.reports(i);
     const auto slot = std::lower_bound(ranks_.begin(), ranks_.end(), report.rank());
@@ -202,7 +196,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
       ++accepted;
       max_accepted = std::max(max_accepted, std::optional<uint64_t>(report.iteration()));
       job->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
-                       report.rank(), scored_reference_, scored_step_});
+                       report.rank(), scored_reference, scored_step});
     } else if (result.reason == engine::RejectReason::kDuplicate ||
                (result.reason == engine::RejectReason::kStale &&
                 report.iteration() < replay_mark_[index])) {

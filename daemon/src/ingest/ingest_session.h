@@ -94,11 +94,6 @@ class IngestSession {
   std::vector<uint32_t> ranks_;  // ascending, unique
   // The last hello's refused topology claims, until its batch is acknowledged.
   std::vector<TopologyRefusal> topology_refused_;
-  // The job's baseline and step time as of scored_at_, for the report ring.
-  static constexpr std::chrono::milliseconds kScoreRefresh{100};
-  float scored_reference_ = 0;
-  float scored_step_ = 0;
-  engine::Time scored_at_{};
   // Per ranks_ index: progress + 1 at hello (MarkReplaysLocked).
   std::vector<uint64_t> replay_mark_;
   std::optional<uint64_t> claimed_reported_;  // the hello's, until RecheckClaimLocked
