@@ -1,6 +1,7 @@
 #include "peer_steps.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -47,17 +48,18 @@ double Median(std::vector<double>& v) {
   return 0.5 * (*mid + *std::max_element(v.begin(), mid));
 }
 
-void PeerLogs::Refresh(const PolicyConfig& p) {
+bool PeerLogs::Refresh(const PolicyConfig& p) {
   window = p.peer_window;
   if (p.peer_severe_ratio == severe_ratio_ && p.peer_spike_ratio == spike_ratio_ &&
       p.peer_enter_ratio == enter_ratio_)
-    return;
+    return false;
   severe_ratio_ = p.peer_severe_ratio;
   spike_ratio_ = p.peer_spike_ratio;
   enter_ratio_ = p.peer_enter_ratio;
   severe = std::log(severe_ratio_);
   spike = std::log(spike_ratio_);
   enter = std::log(enter_ratio_);
+  return true;
 }
 
 void PeerSteps::Push(const PeerLogs& p, double x) {
@@ -77,9 +79,15 @@ void PeerSteps::Clear() {
   window_.clear();
   window_next_ = 0;
   raw_count_ = raw_next_ = 0;
+  severe_bits_ = 0;
   long_count_ = long_next_ = 0;
   window_sum_ = long_sum_ = 0.0;
   StartEpisode();
+}
+
+void PeerSteps::Recount(const PeerLogs& p) {
+  severe_bits_ = 0;
+  for (size_t i = raw_count_; i-- > 0;) severe_bits_ = severe_bits_ << 1 | (Newest(i) >= p.severe);
 }
 
 void PeerSteps::Resum() {
@@ -91,6 +99,7 @@ void PeerSteps::Resum() {
 
 void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
   raw_[raw_next_] = x;
+  severe_bits_ = (severe_bits_ << 1 | (x >= p.severe)) & ((1u << kRaw) - 1);
   raw_next_ = (raw_next_ + 1) % kRaw;
   raw_count_ = std::min(raw_count_ + 1, kRaw);
   const double cut = p.spike;
@@ -164,16 +173,12 @@ double PeerSteps::LongTrimmed() const {
   return (sum - top - second) / static_cast<double>(long_count_ - kLongTrim);
 }
 
-bool PeerSteps::Severe(const PeerLogs& p, double rate, size_t* recent) const {
-  const double s = p.severe;
-  size_t all = 0, span = 0, last = 0;
-  for (size_t i = 0; i < raw_count_; ++i) {
-    const bool slow = Newest(i) >= s;
-    all += slow;
-    if (i < kSevereSpan) span += slow;
-    if (i < kSevereRun) last += slow;
-  }
-  *recent = last;
+bool PeerSteps::Severe(double rate, size_t* recent) const {
+  const auto count = [&](size_t n) {
+    return static_cast<size_t>(std::popcount(severe_bits_ & ((1u << n) - 1)));
+  };
+  const size_t all = count(kRaw), span = count(kSevereSpan);
+  *recent = count(kSevereRun);
   return (span >= kSevereRun && Tail(kSevereSpan, span, rate) < kSevereAlpha) ||
          (all >= kSevereOf && Tail(kRaw, all, rate) < kSevereAlpha);
 }

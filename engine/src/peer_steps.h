@@ -43,8 +43,9 @@ struct PeerLogs {
   double enter = 0.0;   // log(peer_enter_ratio)
   uint32_t window = 0;  // peer_window
 
-  // Refreshes from `p` when its ratios changed since the last call.
-  void Refresh(const PolicyConfig& p);
+  // Refreshes from `p`; true when its ratios changed since the last call
+  // (then every PeerSteps must Recount).
+  bool Refresh(const PolicyConfig& p);
 
  private:
   double severe_ratio_ = 0.0, spike_ratio_ = 0.0, enter_ratio_ = 0.0;
@@ -60,6 +61,9 @@ class PeerSteps {
   void StartOver(const PeerLogs& p);
   // Empties the windows and the episode (the rate stays).
   void Clear();
+  // Which of the last kRaw steps are severe, again, after the policy's
+  // peer_severe_ratio changed (PeerLogs::Refresh returned true).
+  void Recount(const PeerLogs& p);
 
   // Its rate of steps >= peer_severe_ratio, about the last 500 steps, with a
   // prior of 1% before it has its own.
@@ -78,8 +82,9 @@ class PeerSteps {
   bool TrimmedMayReach(double thr) const;
   bool LongMayReach(double thr) const;
   // The severe rule at the group's rate of severe steps `rate`; `recent`:
-  // how many of the last kSevereRun steps are severe.
-  bool Severe(const PeerLogs& p, double rate, size_t* recent) const;
+  // how many of the last kSevereRun steps are severe (>= PeerLogs::severe as
+  // of their Push or the last Recount).
+  bool Severe(double rate, size_t* recent) const;
   // The quick way back (docs/detection.md, "peer"): an episode that
   // averaged L over at least 10 steps is over when the last m steps average
   // below L / 2 with none at L, m = (9 sigma / L)^2 within [3, kRaw].
@@ -103,6 +108,9 @@ class PeerSteps {
   double window_sum_ = 0.0;
   double long_sum_ = 0.0;
   std::array<double, kRaw> raw_{};  // ring of the last kRaw log ratios, spikes included
+  // Bit i: the step i before the newest in raw_ is >= PeerLogs::severe (Severe
+  // counts them with popcount instead of a pass over the ring).
+  uint32_t severe_bits_ = 0;
   size_t raw_count_ = 0;
   size_t raw_next_ = 0;
   std::array<double, kLong> long_{};  // ring of the last kLong non-spike log ratios

@@ -99,7 +99,7 @@ class PeerReference final : public Reference {
   void OnRow(Row& row, Time now) override {
     Sync();
     const PolicyConfig& p = e_.policy;
-    logs_p_.Refresh(p);
+    RefreshLogs();
     groups_.Bucketize(row);
     // The job's level in this row: own baselines are taken against it. A
     // median over the whole row, so only computed where needed: while some
@@ -186,7 +186,7 @@ class PeerReference final : public Reference {
   bool JudgeAlone(uint32_t rank, const Report& rep, Time now) override {
     if (rank >= ranks_.size()) return false;
     Sync();
-    logs_p_.Refresh(e_.policy);
+    RefreshLogs();
     PeerRank& pr = ranks_[rank];
     if (pr.source == Source::kNone && groups_.synced()) {
       // Never judged in a row yet (a late joiner, a rank back from silence,
@@ -245,6 +245,11 @@ class PeerReference final : public Reference {
   static constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
   static double SafeLog(double t) { return std::log(std::max(t, 1e-9)); }
+
+  void RefreshLogs() {
+    if (!logs_p_.Refresh(e_.policy)) return;
+    for (PeerRank& pr : ranks_) pr.steps.Recount(logs_p_);  // a new peer_severe_ratio
+  }
 
   void Sync() {
     if (ranks_.size() != e_.world_size) ranks_.resize(e_.world_size);
@@ -463,7 +468,7 @@ class PeerReference final : public Reference {
     pr.was_straggler = straggler;
     const bool have_window = pr.steps.HaveWindow(logs);
     size_t recent = 0;
-    const bool severe = pr.steps.Severe(logs, gs.slow_rate, &recent);
+    const bool severe = pr.steps.Severe(gs.slow_rate, &recent);
     // The long window's threshold: the noise term shrunk by the square root
     // of how many more steps it averages.
     const double thr_long = std::max(
