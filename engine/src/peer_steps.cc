@@ -1,7 +1,7 @@
 #include "peer_steps.h"
 
 #include <algorithm>
-#include <bit>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -174,9 +174,13 @@ double PeerSteps::LongTrimmed() const {
 }
 
 bool PeerSteps::Severe(double rate, size_t* recent) const {
-  const auto count = [&](size_t n) {
-    return static_cast<size_t>(std::popcount(severe_bits_ & ((1u << n) - 1)));
-  };
+  // A table, not std::popcount: without -mpopcnt that is a libgcc call.
+  static constexpr auto kOnes = [] {
+    std::array<uint8_t, 1u << kRaw> t{};
+    for (size_t i = 1; i < t.size(); ++i) t[i] = static_cast<uint8_t>(t[i / 2] + (i & 1));
+    return t;
+  }();
+  const auto count = [&](size_t n) { return size_t{kOnes[severe_bits_ & ((1u << n) - 1)]}; };
   const size_t all = count(kRaw), span = count(kSevereSpan);
   *recent = count(kSevereRun);
   return (span >= kSevereRun && Tail(kSevereSpan, span, rate) < kSevereAlpha) ||

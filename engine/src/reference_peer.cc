@@ -77,6 +77,7 @@ struct GroupState {
   bool profiled = false;    // past its first peer_profile_iterations rows
   double median = 0.0;     // seconds, its newest row
   double threshold = 0.0;  // log ratio in force
+  double threshold_long = 0.0;  // the long window's, taken with it (LongThreshold)
   double slow_rate = 0.0;  // the median rank's rate of steps >= peer_severe_ratio
   uint64_t iteration = 0;  // its newest judged row's
   // How far a row's log median lands from the steady median of the rows
@@ -264,10 +265,16 @@ class PeerReference final : public Reference {
     }
   }
 
-  // The threshold (log ratio) for a source of noise variance `noise2`.
-  double Threshold(double noise2) const {
+  // The thresholds (log ratio) for `gs`'s noise variance, once per row:
+  // the short window's, and the long window's - the noise term shrunk by
+  // the square root of how many more steps it averages.
+  void SetThresholds(GroupState& gs) const {
     const PolicyConfig& p = e_.policy;
-    return std::max(std::log(p.peer_enter_ratio), p.peer_noise_z * std::sqrt(noise2));
+    gs.threshold = std::max(std::log(p.peer_enter_ratio), p.peer_noise_z * std::sqrt(gs.noise2));
+    gs.threshold_long = std::max(
+        logs_p_.enter, p.peer_noise_z * std::sqrt(gs.noise2) *
+                           std::sqrt(static_cast<double>(std::max<size_t>(p.peer_window, 2) - 1) /
+                                     static_cast<double>(kLong - kLongTrim)));
   }
 
   // A judged row's log median `m` into `gs`'s steady median and its drift
@@ -322,7 +329,7 @@ class PeerReference final : public Reference {
     UpdateSteady(gs, m);
     gs.iteration = iteration;
     gs.rows++;
-    gs.threshold = Threshold(gs.noise2);
+    SetThresholds(gs);
     for (size_t i = 0; i < bucket.size(); ++i) {
       PeerRank& pr = ranks_[bucket[i].first];
       if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
@@ -408,7 +415,7 @@ class PeerReference final : public Reference {
     for (double& v : xs_) v -= norm;
     UpdateNoise(own_state_, xs_);
     if (own_state_.rows % kRateRows == 0) own_state_.slow_rate = MedianRate(own_);
-    own_state_.threshold = Threshold(own_state_.noise2);
+    SetThresholds(own_state_);
     own_state_.profiled = true;
     own_state_.rows++;
     for (auto& entry : own_) {
@@ -469,12 +476,7 @@ class PeerReference final : public Reference {
     const bool have_window = pr.steps.HaveWindow(logs);
     size_t recent = 0;
     const bool severe = pr.steps.Severe(gs.slow_rate, &recent);
-    // The long window's threshold: the noise term shrunk by the square root
-    // of how many more steps it averages.
-    const double thr_long = std::max(
-        logs.enter, p.peer_noise_z * std::sqrt(gs.noise2) *
-                        std::sqrt(static_cast<double>(std::max<size_t>(p.peer_window, 2) - 1) /
-                                  static_cast<double>(kLong - kLongTrim)));
+    const double thr_long = gs.threshold_long;
     // A healthy rank's windows sit far below both thresholds: the running
     // sums say so without a pass over them (same verdicts, PeerSteps).
     const bool above =
