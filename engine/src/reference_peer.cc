@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "absl/strings/str_format.h"
 #include "engine_impl.h"
@@ -47,12 +48,24 @@ struct PeerRank {
   uint32_t below_rows = 0;  // consecutive healthy rows while a straggler
   bool was_straggler = false;  // its state when this reference last judged it
   // Own baseline: log(compute) minus the row's job level, over the rank's
-  // first peer_profile_iterations rows; base = their median.
-  std::vector<double> profile;
-  bool have_base = false;
+  // first peer_profile_iterations rows; base = their median (have_base_).
   double base = 0.0;
-  // The group's generation check: the rank's log ratios in the group's profile.
-  std::vector<double> gen_profile;
+  // What a rank keeps only while it profiles, apart (a pointer, not two
+  // vectors in every rank: a million-rank job's memory).
+  struct Profiles {
+    std::vector<double> own;  // its own baseline's steps
+    std::vector<double> gen;  // its log ratios in its group's profile (generation check)
+  };
+  std::unique_ptr<Profiles> profiles;
+
+  Profiles& Profiling() {
+    if (!profiles) profiles = std::make_unique<Profiles>();
+    return *profiles;
+  }
+  // Drops the profiles once both are done with.
+  void Tidy() {
+    if (profiles && profiles->own.empty() && profiles->gen.empty()) profiles.reset();
+  }
 
   void Restart(Source s, uint32_t g) {
     source = s;
@@ -118,14 +131,16 @@ class PeerReference final : public Reference {
       return level_value;
     };
     for (auto& [rank, t] : row.values) {
+      if (have_base_[rank]) continue;  // dense: no visit to a cold PeerRank
       PeerRank& pr = ranks_[rank];
-      if (pr.have_base) continue;
-      pr.profile.push_back(SafeLog(t) - level());
-      if (pr.profile.size() >= p.peer_profile_iterations) {
-        pr.base = Median(pr.profile);
-        pr.have_base = true;
-        pr.profile.clear();
-        pr.profile.shrink_to_fit();
+      std::vector<double>& own = pr.Profiling().own;
+      own.push_back(SafeLog(t) - level());
+      if (own.size() >= p.peer_profile_iterations) {
+        pr.base = Median(own);
+        have_base_[rank] = 1;
+        own.clear();
+        own.shrink_to_fit();
+        pr.Tidy();
       }
     }
     own_.clear();
@@ -174,7 +189,7 @@ class PeerReference final : public Reference {
     const PeerRank& pr = ranks_[rank];
     if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled)
       return states_[pr.group].median;
-    if (pr.source == Source::kOwn && pr.have_base && own_state_.profiled)
+    if (pr.source == Source::kOwn && have_base_[rank] && own_state_.profiled)
       return std::exp(own_level_ + pr.base);
     return 0.0;
   }
@@ -223,7 +238,7 @@ class PeerReference final : public Reference {
             });
       return true;
     }
-    if (pr.source == Source::kOwn && pr.have_base && own_state_.profiled) {
+    if (pr.source == Source::kOwn && have_base_[rank] && own_state_.profiled) {
       const double ref = own_level_ + pr.base;
       pr.steps.Push(logs_p_, x - ref);
       Judge(rank, rep.compute_seconds, rep.iteration, now, own_state_, /*alone=*/true,
@@ -253,7 +268,10 @@ class PeerReference final : public Reference {
   }
 
   void Sync() {
-    if (ranks_.size() != e_.world_size) ranks_.resize(e_.world_size);
+    if (ranks_.size() != e_.world_size) {
+      ranks_.resize(e_.world_size);
+      have_base_.resize(e_.world_size);
+    }
     if (!groups_.Sync(e_.topology, e_.topology_version)) return;
     // A new group profiles from scratch; a rank that moved starts its window
     // over in its new group; everyone else goes on.
@@ -261,7 +279,10 @@ class PeerReference final : public Reference {
     for (uint32_t r = 0; r < ranks_.size(); ++r) {
       if (!groups_.Moved(r)) continue;
       ranks_[r].Restart(Source::kNone, 0);
-      ranks_[r].gen_profile.clear();
+      if (ranks_[r].profiles) {
+        ranks_[r].profiles->gen.clear();
+        ranks_[r].Tidy();
+      }
     }
   }
 
@@ -334,7 +355,7 @@ class PeerReference final : public Reference {
       PeerRank& pr = ranks_[bucket[i].first];
       if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
       pr.steps.Push(logs_p_, xs_[i]);
-      if (!gs.profiled) pr.gen_profile.push_back(xs_[i]);
+      if (!gs.profiled) pr.Profiling().gen.push_back(xs_[i]);
     }
     // The rates move over hundreds of steps: a fresh median every
     // kRateRows rows is enough, and saves a pass over the group.
@@ -370,12 +391,15 @@ class PeerReference final : public Reference {
     meds_.clear();
     for (auto& [rank, t] : bucket) {
       PeerRank& pr = ranks_[rank];
-      if (pr.gen_profile.empty()) continue;
-      meds_.emplace_back(Median(pr.gen_profile), rank);
+      if (!pr.profiles || pr.profiles->gen.empty()) continue;
+      meds_.emplace_back(Median(pr.profiles->gen), rank);
     }
     for (auto& [rank, t] : bucket) {
-      ranks_[rank].gen_profile.clear();
-      ranks_[rank].gen_profile.shrink_to_fit();
+      PeerRank& pr = ranks_[rank];
+      if (!pr.profiles) continue;
+      pr.profiles->gen.clear();
+      pr.profiles->gen.shrink_to_fit();
+      pr.Tidy();
     }
     // Slower than peers by the policy's smallest ratio (not the noise-scaled
     // threshold: two generations in one group inflate the measured noise).
@@ -407,7 +431,7 @@ class PeerReference final : public Reference {
   void JudgeOwn(const Row& row, double level, Time now) {
     logs_.clear();
     for (auto& [rank, t] : row.values)
-      if (ranks_[rank].have_base) logs_.push_back(SafeLog(t) - level - ranks_[rank].base);
+      if (have_base_[rank]) logs_.push_back(SafeLog(t) - level - ranks_[rank].base);
     if (logs_.size() < 2) return;
     xs_ = logs_;
     const double norm = Median(logs_);
@@ -424,7 +448,7 @@ class PeerReference final : public Reference {
       const auto rank = entry.first;
       auto& t = entry.second;
       PeerRank& pr = ranks_[rank];
-      if (!pr.have_base) continue;
+      if (!have_base_[rank]) continue;
       if (pr.source != Source::kOwn) pr.Restart(Source::kOwn, 0);
       own_state_.median = std::exp(own_level_ + pr.base);
       const double base_seconds = own_state_.median;
@@ -519,6 +543,7 @@ class PeerReference final : public Reference {
   PeerLogs logs_p_;  // the policy's ratios as logs (refreshed per row and per lone report)
   double own_level_ = 0.0;  // log seconds: the job's level + the own-ratio median, newest row
   std::vector<PeerRank> ranks_;
+  std::vector<uint8_t> have_base_;  // per rank: its own baseline is taken (PeerRank::base)
   std::vector<std::pair<uint32_t, double>> own_;
   std::vector<double> logs_, xs_, rates_, steady_;
   std::vector<std::pair<double, uint32_t>> meds_;
