@@ -1,7 +1,7 @@
 // Protobuf ReportBatch encode and decode for batches of 1, 64 and 1024
 // reports (issue 6, item 1). The reports are filled as the client library
 // fills them (rank, epoch, iteration, compute_seconds, step_seconds,
-// collective_wait_seconds, start_time). Messages and the output string are
+// collective_wait_seconds, start_unix_nanos). Messages and the output string are
 // reused across iterations, as the client's sender and the daemon's reactor
 // reuse theirs.
 //
@@ -30,8 +30,7 @@ void Fill(v1::ReportBatch* batch, int n) {
     r->set_step_seconds(0.12 + 1e-5 * i);
     r->set_collective_wait_seconds(0.02);
     const int64_t ns = t0 + int64_t{1000} * i;
-    r->mutable_start_time()->set_seconds(ns / 1'000'000'000);
-    r->mutable_start_time()->set_nanos(static_cast<int32_t>(ns % 1'000'000'000));
+    r->set_start_unix_nanos(static_cast<uint64_t>(ns));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -45,8 +46,8 @@ inline void FillReport(const QueuedReport& q, ::straggler::v1::IterationReport* 
   int64_t start_ns = q.reported_unix_ns;
   if (std::isfinite(q.compute_seconds) && q.compute_seconds > 0 && q.compute_seconds < 1e6)
     start_ns -= static_cast<int64_t>(q.compute_seconds * 1e9);
-  r->mutable_start_time()->set_seconds(start_ns / 1'000'000'000);
-  r->mutable_start_time()->set_nanos(static_cast<int32_t>(start_ns % 1'000'000'000));
+  // A fixed64, not the Timestamp sub-message 0.1 sent (docs/api.md).
+  r->set_start_unix_nanos(static_cast<uint64_t>(std::max<int64_t>(start_ns, 1)));
 }
 
 }  // namespace straggler::detail

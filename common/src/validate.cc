@@ -214,7 +214,13 @@ engine::Report FromProto(const v1::IterationReport& r) {
   out.compute_seconds = r.compute_seconds();
   if (r.has_step_seconds()) out.step_seconds = r.step_seconds();
   if (r.has_collective_wait_seconds()) out.collective_wait_seconds = r.collective_wait_seconds();
-  if (r.has_start_time()) out.start_time = FromProto(r.start_time());
+  if (r.start_unix_nanos() != 0) {
+    // Above 2^63 - 1 (year 2262) the wire value is no time: the newest one.
+    out.start_time = engine::Time(static_cast<int64_t>(
+        std::min<uint64_t>(r.start_unix_nanos(), std::numeric_limits<int64_t>::max())));
+  } else if (r.has_start_time()) {
+    out.start_time = FromProto(r.start_time());  // a 0.1 client
+  }
   return out;
 }
 

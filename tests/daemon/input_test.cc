@@ -205,6 +205,26 @@ TEST_CASE("report timestamps far outside engine time saturate instead of overflo
   CHECK(straggler::common::FromProto(t) == straggler::engine::Time(1'000'000'005));
 }
 
+TEST_CASE("wire compatibility: a report's start from start_unix_nanos, or a 0.1 client's start_time") {
+  // docs/api.md, "Wire compatibility": either encoding works with either
+  // release; the fixed64 wins when both are set.
+  v1::IterationReport r;
+  r.set_rank(1);
+  r.set_iteration(7);
+  r.set_compute_seconds(0.25);
+  CHECK(straggler::common::FromProto(r).start_time == straggler::engine::Time(0));  // absent
+  r.mutable_start_time()->set_seconds(1'700'000'000);
+  r.mutable_start_time()->set_nanos(5);
+  CHECK(straggler::common::FromProto(r).start_time ==
+        straggler::engine::Time(1'700'000'000'000'000'005));
+  r.set_start_unix_nanos(1'800'000'000'000'000'009);
+  CHECK(straggler::common::FromProto(r).start_time ==
+        straggler::engine::Time(1'800'000'000'000'000'009));
+  r.clear_start_time();
+  r.set_start_unix_nanos(~uint64_t{0});  // no time: saturates, no negative
+  CHECK(straggler::common::FromProto(r).start_time == straggler::engine::Time::max());
+}
+
 TEST_CASE("REST routing: route, method, percent-encoding") {
   auto route = [](absl::string_view method, absl::string_view target) {
     return sd::MatchRoute(method, target);

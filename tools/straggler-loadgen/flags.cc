@@ -105,6 +105,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Options& o) {
   app.add_option("--window", o.window, "unacknowledged batches per stream")
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
+  app.add_flag("--timestamp-start", o.timestamp_start,
+               "date reports with the start_time Timestamp of 0.1 clients instead of "
+               "start_unix_nanos");
   app.add_option("--json", o.json_file, "write the results as JSON to this file");
   app.add_flag("--quiet", o.quiet, "print nothing but errors");
   try {

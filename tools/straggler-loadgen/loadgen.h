@@ -47,6 +47,9 @@ struct Options {
   double step_factor = 2;
   uint32_t max_steps = 10;
   uint32_t window = 8;  // unacknowledged batches per stream
+  // Date reports the way a 0.1 client did (a Timestamp sub-message), to
+  // measure what a daemon pays for older clients (docs/api.md).
+  bool timestamp_start = false;
   std::string json_file;
   bool quiet = false;
   // From STRAGGLER_TLS_CA/_CERT/_KEY (plaintext when none is set).

@@ -227,8 +227,12 @@ class Stream {
       r->set_iteration(cursor_iteration_);
       r->set_compute_seconds(compute);
       const int64_t start_ns = now_ns - static_cast<int64_t>(compute * 1e9);
-      r->mutable_start_time()->set_seconds(start_ns / 1'000'000'000);
-      r->mutable_start_time()->set_nanos(static_cast<int32_t>(start_ns % 1'000'000'000));
+      if (o_.timestamp_start) {
+        r->mutable_start_time()->set_seconds(start_ns / 1'000'000'000);
+        r->mutable_start_time()->set_nanos(static_cast<int32_t>(start_ns % 1'000'000'000));
+      } else {
+        r->set_start_unix_nanos(static_cast<uint64_t>(start_ns));
+      }
       if (++cursor_rank_ == rank_count_) {
         cursor_rank_ = 0;
         ++cursor_iteration_;
