@@ -142,7 +142,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   // Telemetry before reports: a detection made by this batch's reports is
   // attributed with the telemetry that rode along with them.
   for (v1::RankTelemetry& t : *batch.mutable_telemetry()) {
-    if (!std::binary_search(ranks_.begin(), ranks_.end(), t.rank())) {
+    if (!IndexOf(t.rank())) {
       stats_.telemetry_rejected_rank.fetch_add(1, std::memory_order_relaxed);
       spdlog::debug("job={} telemetry for rank {} ignored: not a rank of the stream from {}",
                     job_->id, t.rank(), peer_);
@@ -177,8 +177,8 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   const float scored_step = static_cast<float>(job->engine.step_seconds());
   for (int i = 0; i < granted; ++i) {
     const v1::IterationReport& report = batch.reports(i);
-    const auto slot = std::lower_bound(ranks_.begin(), ranks_.end(), report.rank());
-    if (slot == ranks_.end() || *slot != report.rank()) {
+    const std::optional<size_t> slot = IndexOf(report.rank());
+    if (!slot) {
       stats_.CountRejected(StreamRejectReason::kRankNotInStream);
       reject(report.rank(), report.iteration(),
              StreamRejectReasonName(StreamRejectReason::kRankNotInStream),
@@ -186,7 +186,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
                           " ranks named in this stream's hello"));
       continue;
     }
-    const size_t index = static_cast<size_t>(slot - ranks_.begin());
+    const size_t index = *slot;
     if (touched_stamp_[index] != batch_stamp_) {
       touched_stamp_[index] = batch_stamp_;
       touched_.push_back(static_cast<uint32_t>(index));
@@ -256,6 +256,21 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   // Delivered while the job's lock is still held so that directives enter the slot
   // in the order their memberships were snapshotted.
   deliver(std::move(ack));
+}
+
+std::optional<size_t> IngestSession::IndexOf(uint32_t rank) const {
+  if (ranks_.empty()) return std::nullopt;
+  // A stream's ranks are usually one range (a node's GPUs, loadgen's
+  // slices): its index is then a subtraction, not a binary search (which
+  // was 60% of Apply's own time at 4 M reports/s).
+  const uint32_t first = ranks_.front();
+  if (ranks_.back() - first + 1 == ranks_.size()) {
+    if (rank < first || rank > ranks_.back()) return std::nullopt;
+    return rank - first;
+  }
+  const auto it = std::lower_bound(ranks_.begin(), ranks_.end(), rank);
+  if (it == ranks_.end() || *it != rank) return std::nullopt;
+  return static_cast<size_t>(it - ranks_.begin());
 }
 
 // Under the job's lock: merges the ranks of a later hello into ranks_. A bad

@@ -74,6 +74,8 @@ class IngestSession {
   const std::vector<uint32_t>& ranks() const { return ranks_; }
 
  private:
+  // `rank`'s index in ranks_, or nullopt when the stream does not speak for it.
+  std::optional<size_t> IndexOf(uint32_t rank) const;
   // The *Locked methods run under the job's lock: the handle proves it.
   void RecheckClaimLocked(Job::Locked& job, std::optional<uint64_t> max_accepted,
                           engine::Time now);
