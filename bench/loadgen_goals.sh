@@ -97,7 +97,9 @@ for i in $(seq "$RUNS"); do
     run max "$kind" --ranks 1000 --streams 4 --batch 1000 --rate 0 --duration $((D > 4 ? 4 : D))
   done
   run 65k@1M peer --ranks $R65 --streams 16 --batch 4096 --rate 1000000 --duration $D
-  run 1M@1M peer --ranks $R1M --streams 16 --batch 4096 --rate 1000000 --duration $((D + 2))
+  for kind in dyn peer; do
+    run 1M@1M "$kind" --ranks $R1M --streams 16 --batch 4096 --rate 1000000 --duration $((D + 2))
+  done
 done
 
 echo "== medians of $RUNS run(s) (accepted/s, p50 ms, p99 ms, bytes per rank)"
@@ -125,4 +127,10 @@ ratio(('max', 'peer'), ('max', 'dyn'), 0, "max throughput, peer / dynamic (goal 
 ratio(('max', 'peer'), ('max', 'bare'), 0, "max throughput, peer / bare limit (goal >= 0.35)")
 ratio(('max', 'dyn'), ('max', 'bare'), 0, "max throughput, dynamic / bare limit")
 ratio(('10k@1M', 'peer'), ('10k@1M', 'dyn'), 2, "10k ranks at 1 M/s, p99 peer / dynamic (goal <= 1.5)")
+ratio(('1M@1M', 'peer'), ('1M@1M', 'dyn'), 3, "1M ranks, bytes per rank peer / dynamic")
+failed = [l.split()[:2] for l in open(sys.argv[1]) if l.split()[8] != '0']
+if failed:
+    sys.exit(f"loadgen failed in: {failed}")
+if m[('max', 'bare')][0] <= max(m[('max', 'dyn')][0], m[('max', 'peer')][0]):
+    sys.exit("the daemon outran the bare limit: bare_ingest or loadgen is broken")
 PY
