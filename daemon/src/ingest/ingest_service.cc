@@ -74,8 +74,14 @@ class IngestReactor final
         return;
       }
     }
-    session_.Apply(batch_, WallNow(), std::chrono::steady_clock::now(),
-                   [this](v1::Directive&& ack) { Offer(std::move(ack)); });
+    v1::Directive spare;
+    {
+      std::lock_guard lock(mu_);
+      spare = slot_.TakeSpare();
+    }
+    session_.Apply(
+        batch_, WallNow(), std::chrono::steady_clock::now(),
+        [this](v1::Directive&& ack) { Offer(std::move(ack)); }, std::move(spare));
     std::lock_guard lock(mu_);
     // No new read once the RPC is being finished (shutdown, broken writes).
     if (!slot_.finishing()) StartRead(&batch_);

@@ -78,7 +78,8 @@ void IngestSession::MarkReplaysLocked(const Job::Locked& job) {
 }
 
 void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime steady_now,
-                          absl::FunctionRef<void(v1::Directive&&)> deliver) {
+                          absl::FunctionRef<void(v1::Directive&&)> deliver,
+                          v1::Directive spare) {
   stats_.batches_total.fetch_add(1, std::memory_order_relaxed);
   // straggler_ingest_batch_duration_seconds: waiting for the job's lock
   // included, writing the acknowledgement excluded (that is gRPC's).
@@ -248,7 +249,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   registry_.CommitLocked(job, link_.get());
 
   std::sort(touched_.begin(), touched_.end());  // progress ascending by rank
-  v1::Directive ack = DirectiveLocked(job, &touched_);
+  v1::Directive ack = DirectiveLocked(job, &touched_, std::move(spare));
   ack.set_accepted(accepted);
   ack.set_rejected(rejected);
   ack.set_duplicates(duplicates);
@@ -319,8 +320,8 @@ absl::Status IngestSession::AddRanksLocked(Job::Locked& job, const v1::ReportBat
 // it, every version that existed when it was built, at O(new versions) per
 // directive instead of O(kept versions x excluded ranks).
 v1::Directive IngestSession::DirectiveLocked(const Job::Locked& job,
-                                             const std::vector<uint32_t>* touched) {
-  v1::Directive d;
+                                             const std::vector<uint32_t>* touched,
+                                             v1::Directive d) {
   auto add_progress = [&](uint32_t rank, uint64_t iteration) {
     v1::RankProgress* rp = d.add_progress();
     rp->set_rank(rank);

@@ -60,8 +60,9 @@ class IngestSession {
   // memberships not carried yet) goes to `deliver` while the job's mutex is
   // still held, so directives reach the write slot in the order their
   // memberships were taken. `batch` is consumed (its telemetry is moved out).
+  // `spare` is built into (WriteSlot::TakeSpare: a cleared earlier one).
   void Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime steady_now,
-             absl::FunctionRef<void(v1::Directive&&)> deliver);
+             absl::FunctionRef<void(v1::Directive&&)> deliver, v1::Directive spare = {});
 
   // Under the job's lock: the directive a membership change pushes to the
   // stream (the memberships it has not carried yet, no progress).
@@ -81,7 +82,8 @@ class IngestSession {
                           engine::Time now);
   void MarkReplaysLocked(const Job::Locked& job);
   absl::Status AddRanksLocked(Job::Locked& job, const v1::ReportBatch& batch, engine::Time now);
-  v1::Directive DirectiveLocked(const Job::Locked& job, const std::vector<uint32_t>* touched);
+  v1::Directive DirectiveLocked(const Job::Locked& job, const std::vector<uint32_t>* touched,
+                                v1::Directive d = {});
 
   JobRegistry& registry_;
   DaemonStats& stats_;

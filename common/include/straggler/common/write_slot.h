@@ -38,7 +38,8 @@ class WriteSlot {
   WriteAction Offer(Msg msg, MergeFn merge, bool* coalesced = nullptr) {
     if (finishing_) return WriteAction::kNone;
     if (!writing_) {
-      current_ = std::move(msg);
+      current_ = std::move(msg);  // protobuf swaps: msg holds the last write
+      Recycle(std::move(msg));
       writing_ = true;
       return WriteAction::kWrite;
     }
@@ -65,6 +66,7 @@ class WriteSlot {
     }
     if (pending_) {
       current_ = std::move(*pending_);
+      Recycle(std::move(*pending_));
       pending_.reset();
       writing_ = true;
       return WriteAction::kWrite;
@@ -82,11 +84,31 @@ class WriteSlot {
     return writing_ ? WriteAction::kNone : TakeFinish();
   }
 
+  // A cleared message that held an earlier write, to build the next Offer
+  // in: its repeated fields keep their elements, so filling it allocates
+  // nothing (a directive's 4 096 RankProgress entries were a malloc and a
+  // free each: 13% of a daemon ingesting a million-rank job). A default
+  // message when there is none.
+  Msg TakeSpare() {
+    Msg m = std::move(spare_);
+    spare_.Clear();
+    return m;
+  }
+
   const Msg& current() const { return current_; }
   bool finishing() const { return finishing_; }
   const grpc::Status& finish_status() const { return status_; }
 
  private:
+  // Keeps a written message as the spare, unless it was large (a stream's
+  // first directive, with every rank's progress): memory is not kept for it.
+  void Recycle(Msg&& written) {
+    static constexpr int kMaxSpareBytes = 256 << 10;
+    if (written.GetCachedSize() > kMaxSpareBytes) return;
+    spare_ = std::move(written);
+    spare_.Clear();
+  }
+
   WriteAction TakeFinish() {
     if (!finishing_ || finished_) return WriteAction::kNone;
     finished_ = true;
@@ -94,6 +116,7 @@ class WriteSlot {
   }
 
   Msg current_;
+  Msg spare_;
   std::optional<Msg> pending_;
   bool writing_ = false;
   bool finishing_ = false;
