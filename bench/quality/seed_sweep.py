@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The default policy over seeds no scenario file holds (Python 3 standard library only).
 
-  seed_sweep.py --replay build/tools/straggler-replay/straggler-replay [--seeds 20]
+  seed_sweep.py --replay build/tools/straggler-replay/straggler-replay [--seeds 20] [--dump DIR]
 
 Writes families of 16-rank, 1500-iteration scenarios (issue 17's cases: noise, spikes of one
 step in 20, global slowdowns and checkpoints, warm-up, an undeclared generation, ±30%
@@ -60,7 +60,12 @@ def main():
                     help="a policy field over the defaults, passed on to straggler-replay")
     ap.add_argument("--family", action="append", default=[],
                     help="only the families whose name contains this (repeatable)")
+    ap.add_argument("--dump", metavar="DIR",
+                    help="also write each replay's JSON report (per-rank detections) to DIR, "
+                         "so two engines can be compared exactly with diff -r")
     a = ap.parse_args()
+    if a.dump:
+        os.makedirs(a.dump, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="seed-sweep-") as d:
         print("| family | seeds meeting the criteria | detection latency: median / 90th pct / max "
               "| within 10 | recovery latency, slowest per seed: median / max | failures |")
@@ -78,6 +83,10 @@ def main():
                 p = subprocess.run([a.replay, path, "--format", "json"] + sets, capture_output=True,
                                    text=True, timeout=120, check=True)
                 out = json.loads(p.stdout)
+                if a.dump:  # without the temporary directory's name
+                    with open(os.path.join(a.dump, "f%d-%d.json" % (k, seed)), "w") as f:
+                        json.dump({x: v for x, v in out.items() if x != "input"}, f, indent=1,
+                                  sort_keys=True)
                 c = out["criteria"]
                 lat += out["scores"]["detection_latency"].get("per_episode", [])
                 if out["scores"]["recovery_latency"].get("max") is not None:

