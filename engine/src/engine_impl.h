@@ -44,19 +44,24 @@ inline constexpr size_t kMinRanksForMajority = 4;
 inline constexpr uint64_t kAbsurd = uint64_t{1} << 62;
 
 struct RankState {
-  WorkerState state = WorkerState::kPending;
-  bool has_progress = false;
+  // Eight-byte fields first, then the narrow ones: a million-rank job keeps
+  // one of these per rank (136 bytes when interleaved, 104 now).
   uint64_t last_iteration = 0;
   uint64_t epoch = 0;
   double last_compute = 0.0;
   double ewma = 0.0;
-  uint32_t samples = 0;
-  uint32_t counter = 0;
-  bool flipped = false;
   uint64_t last_flip_iteration = 0;
   uint64_t reports_total = 0;
   Time last_report_time{0};
+  uint64_t episode_start = 0;     // iteration at which the counter left 0
+  uint64_t before_ahead = 0;      // its newest iteration before it went ahead
+  Time announced_at{0};
+  uint32_t samples = 0;
+  uint32_t counter = 0;
+  WorkerState state = WorkerState::kPending;
   RankOverride override = RankOverride::kNone;
+  bool has_progress = false;
+  bool flipped = false;
   bool guard_blocked = false;
   bool on_probation = false;
   bool probation_failed = false;  // still slow when its probation ended
@@ -64,14 +69,11 @@ struct RankState {
   // A stream speaks for this rank, so it hears new versions (Announce and
   // reports set it, Detach clears it). See the membership gate.
   bool attached = false;
-  uint64_t episode_start = 0;     // iteration at which the counter left 0
   bool ahead = false;             // last report was far ahead of the job
-  uint64_t before_ahead = 0;      // its newest iteration before it went ahead
   bool progress_before_ahead = false;  // it had reported before it went ahead
   // It was a straggler when it fell silent: reporting again does not clear
   // that (only its reports, judged as always, show recovery).
   bool straggler_when_silent = false;
-  Time announced_at{0};
 
   // The iteration the rank has really reached: a far-ahead report (judged
   // alone, see TooFarAhead) does not count until the rank's reports catch up.

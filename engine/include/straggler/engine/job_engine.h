@@ -41,11 +41,11 @@ namespace straggler::engine {
 // Nanoseconds since the Unix epoch; the engine never reads a clock.
 using Time = std::chrono::nanoseconds;
 
-enum class WorkerState { kPending, kHealthy, kStraggler, kUnresponsive, kFinished };
+enum class WorkerState : uint8_t { kPending, kHealthy, kStraggler, kUnresponsive, kFinished };
 // kReplica: out with its data-parallel replica, whose culprit is another rank
 // (ExcludedRank::culprit; docs/topology.md, "Exclusion by replica").
 enum class ExclusionReason { kNone, kStraggler, kUnresponsive, kForced, kProbationEnd, kReplica };
-enum class RankOverride { kNone, kForceInclude, kForceExclude };
+enum class RankOverride : uint8_t { kNone, kForceInclude, kForceExclude };
 enum class EventKind {
   kStateChange,
   kMembership,
