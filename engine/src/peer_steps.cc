@@ -114,6 +114,7 @@ void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
   long_count_ = static_cast<uint8_t>(std::min<size_t>(long_count_ + 1, kLong));
   bool wrapped = long_next_ == 0;
   if (window_.size() < p.window) {
+    if (window_.empty()) window_.reserve(p.window);  // one allocation, not a growth
     window_.push_back(v);
     window_sum_ += v;
   } else {

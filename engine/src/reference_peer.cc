@@ -9,6 +9,10 @@
 #include <limits>
 #include <memory>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "absl/strings/str_format.h"
 #include "engine_impl.h"
 #include "peer_groups.h"
@@ -58,13 +62,21 @@ struct PeerRank {
   };
   std::unique_ptr<Profiles> profiles;
 
-  Profiles& Profiling() {
-    if (!profiles) profiles = std::make_unique<Profiles>();
+  // Both vectors sized for the whole profile at once: growing them left
+  // freed chunks of every size behind in a million-rank heap.
+  Profiles& Profiling(size_t iterations) {
+    if (!profiles) {
+      profiles = std::make_unique<Profiles>();
+      profiles->own.reserve(std::min<size_t>(iterations, 64));
+      profiles->gen.reserve(std::min<size_t>(iterations, 64));
+    }
     return *profiles;
   }
-  // Drops the profiles once both are done with.
-  void Tidy() {
-    if (profiles && profiles->own.empty() && profiles->gen.empty()) profiles.reset();
+  // Drops the profiles once both are done with; true when it did.
+  bool Tidy() {
+    if (!profiles || !profiles->own.empty() || !profiles->gen.empty()) return false;
+    profiles.reset();
+    return true;
   }
 
   void Restart(Source s, uint32_t g) {
@@ -133,14 +145,14 @@ class PeerReference final : public Reference {
     for (auto& [rank, t] : row.values) {
       if (have_base_[rank]) continue;  // dense: no visit to a cold PeerRank
       PeerRank& pr = ranks_[rank];
-      std::vector<double>& own = pr.Profiling().own;
+      std::vector<double>& own = pr.Profiling(p.peer_profile_iterations).own;
       own.push_back(SafeLog(t) - level());
       if (own.size() >= p.peer_profile_iterations) {
         pr.base = Median(own);
         have_base_[rank] = 1;
         own.clear();
         own.shrink_to_fit();
-        pr.Tidy();
+        freed_profiles_ += pr.Tidy();
       }
     }
     own_.clear();
@@ -157,6 +169,7 @@ class PeerReference final : public Reference {
         shown = g;
     }
     if (!own_.empty()) JudgeOwn(row, level(), now);
+    ReleaseFreedProfiles();
     // Views show one reference: the largest judged group's.
     if (shown != kNone) {
       const GroupState& gs = states_[shown];
@@ -262,6 +275,19 @@ class PeerReference final : public Reference {
 
   static double SafeLog(double t) { return std::log(std::max(t, 1e-9)); }
 
+  // Every rank's profiles are freed in the same few rows: in a large job
+  // that leaves hundreds of megabytes free inside the heap, which the
+  // allocator keeps resident; hand them back (once per job start, not per
+  // row: malloc_trim walks the heap).
+  void ReleaseFreedProfiles() {
+    static constexpr size_t kTrimAfter = 65536;
+    if (freed_profiles_ < kTrimAfter) return;
+    freed_profiles_ = 0;
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+  }
+
   void RefreshLogs() {
     if (!logs_p_.Refresh(e_.policy)) return;
     for (PeerRank& pr : ranks_) pr.steps.Recount(logs_p_);  // a new peer_severe_ratio
@@ -355,7 +381,7 @@ class PeerReference final : public Reference {
       PeerRank& pr = ranks_[bucket[i].first];
       if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
       pr.steps.Push(logs_p_, xs_[i]);
-      if (!gs.profiled) pr.Profiling().gen.push_back(xs_[i]);
+      if (!gs.profiled) pr.Profiling(e_.policy.peer_profile_iterations).gen.push_back(xs_[i]);
     }
     // The rates move over hundreds of steps: a fresh median every
     // kRateRows rows is enough, and saves a pass over the group.
@@ -399,7 +425,7 @@ class PeerReference final : public Reference {
       if (!pr.profiles) continue;
       pr.profiles->gen.clear();
       pr.profiles->gen.shrink_to_fit();
-      pr.Tidy();
+      freed_profiles_ += pr.Tidy();
     }
     // Slower than peers by the policy's smallest ratio (not the noise-scaled
     // threshold: two generations in one group inflate the measured noise).
@@ -543,6 +569,7 @@ class PeerReference final : public Reference {
   PeerLogs logs_p_;  // the policy's ratios as logs (refreshed per row and per lone report)
   double own_level_ = 0.0;  // log seconds: the job's level + the own-ratio median, newest row
   std::vector<PeerRank> ranks_;
+  size_t freed_profiles_ = 0;  // since the last ReleaseFreedProfiles
   std::vector<uint8_t> have_base_;  // per rank: its own baseline is taken (PeerRank::base)
   std::vector<std::pair<uint32_t, double>> own_;
   std::vector<double> logs_, xs_, rates_, steady_;
