@@ -1,0 +1,75 @@
+// Resident memory per rank of the detection engine alone (issue 29's budget
+// of 512 B per rank at a million ranks is the daemon's; this is the engine's
+// part of it), without gRPC or the registry around it:
+//
+//   build/bench/micro/engine_memory [--policy peer|dynamic|ewma|static] [--ranks N] [--rows R]
+//
+// Feeds R complete rows of healthy reports (compute 0.1 s +-5%) to one
+// JobEngine of N ranks and prints VmRSS growth per rank after the engine is
+// built and after rows 1, 10, 12 and the last (the peer policy profiles for
+// its first peer_profile_iterations rows, 10 by default, and frees that
+// afterwards).
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "straggler/engine/job_engine.h"
+
+namespace se = straggler::engine;
+
+namespace {
+
+long RssKiB() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string policy = "peer";
+  uint32_t ranks = 1u << 20;
+  uint64_t rows = 30;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--policy") policy = argv[i + 1];
+    else if (a == "--ranks") ranks = static_cast<uint32_t>(std::atol(argv[i + 1]));
+    else if (a == "--rows") rows = static_cast<uint64_t>(std::atol(argv[i + 1]));
+    else {
+      std::fprintf(stderr, "usage: engine_memory [--policy P] [--ranks N] [--rows R]\n");
+      return 2;
+    }
+  }
+  auto kind = se::ParsePolicyKind(policy);
+  if (!kind.ok() || ranks == 0 || rows == 0) {
+    std::fprintf(stderr, "engine_memory: bad --policy '%s', --ranks or --rows\n", policy.c_str());
+    return 2;
+  }
+  se::PolicyConfig p;
+  p.kind = *kind;
+  const long before = RssKiB();
+  auto per_rank = [&] { return static_cast<double>(RssKiB() - before) * 1024.0 / ranks; };
+  se::JobEngine engine(ranks, p, se::Time(0));
+  std::printf("%s, %u ranks: built %.0f B/rank\n", policy.c_str(), ranks, per_rank());
+  uint64_t s = 1;
+  for (uint64_t it = 0; it < rows; ++it) {
+    for (uint32_t r = 0; r < ranks; ++r) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      se::Report rep;
+      rep.rank = r;
+      rep.iteration = it;
+      rep.compute_seconds =
+          0.1 * (0.95 + 0.1 * static_cast<double>(s >> 11) / static_cast<double>(1ull << 53));
+      engine.Ingest(rep, se::Time(static_cast<int64_t>(it) * 1'000'000'000));
+    }
+    engine.TakeEvents();
+    if (it == 0 || it == 9 || it == 11 || it + 1 == rows)
+      std::printf("  after row %llu: %.0f B/rank\n", static_cast<unsigned long long>(it + 1),
+                  per_rank());
+  }
+  return 0;
+}
