@@ -1,6 +1,8 @@
 // Resident memory per rank of the detection engine alone (issue 29's budget
 // of 512 B per rank at a million ranks is the daemon's; this is the engine's
-// part of it), without gRPC or the registry around it:
+// part of it), without gRPC or the registry around it, and how long the
+// longest single Ingest() of each row took - the call that judges a row,
+// which every stream of the job waits for in the daemon:
 //
 //   build/bench/micro/engine_memory [--policy peer|dynamic|ewma|static] [--ranks N] [--rows R]
 //
@@ -8,9 +10,11 @@
 // JobEngine of N ranks and prints VmRSS growth per rank after the engine is
 // built and after rows 1, 10, 12 and the last (the peer policy profiles for
 // its first peer_profile_iterations rows, 10 by default, and frees that
-// afterwards).
+// afterwards), and every row's longest Ingest() (wall time, this machine).
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -56,7 +60,9 @@ int main(int argc, char** argv) {
   se::JobEngine engine(ranks, p, se::Time(0));
   std::printf("%s, %u ranks: built %.0f B/rank\n", policy.c_str(), ranks, per_rank());
   uint64_t s = 1;
+  using Clock = std::chrono::steady_clock;
   for (uint64_t it = 0; it < rows; ++it) {
+    Clock::duration longest{};
     for (uint32_t r = 0; r < ranks; ++r) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
       se::Report rep;
@@ -64,12 +70,15 @@ int main(int argc, char** argv) {
       rep.iteration = it;
       rep.compute_seconds =
           0.1 * (0.95 + 0.1 * static_cast<double>(s >> 11) / static_cast<double>(1ull << 53));
+      const auto start = Clock::now();
       engine.Ingest(rep, se::Time(static_cast<int64_t>(it) * 1'000'000'000));
+      longest = std::max(longest, Clock::now() - start);
     }
     engine.TakeEvents();
-    if (it == 0 || it == 9 || it == 11 || it + 1 == rows)
-      std::printf("  after row %llu: %.0f B/rank\n", static_cast<unsigned long long>(it + 1),
-                  per_rank());
+    std::printf("  row %llu: longest Ingest() %.1f ms", static_cast<unsigned long long>(it + 1),
+                std::chrono::duration<double, std::milli>(longest).count());
+    if (it == 0 || it == 9 || it == 11 || it + 1 == rows) std::printf(", %.0f B/rank", per_rank());
+    std::printf("\n");
   }
   return 0;
 }
