@@ -259,16 +259,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   deliver(std::move(ack));
 }
 
-std::optional<size_t> IngestSession::IndexOf(uint32_t rank) const {
-  if (ranks_.empty()) return std::nullopt;
-  // A stream's ranks are usually one range (a node's GPUs, loadgen's
-  // slices): its index is then a subtraction, not a binary search (which
-  // was 60% of Apply's own time at 4 M reports/s).
-  const uint32_t first = ranks_.front();
-  if (ranks_.back() - first + 1 == ranks_.size()) {
-    if (rank < first || rank > ranks_.back()) return std::nullopt;
-    return rank - first;
-  }
+std::optional<size_t> IngestSession::SearchIndex(uint32_t rank) const {
   const auto it = std::lower_bound(ranks_.begin(), ranks_.end(), rank);
   if (it == ranks_.end() || *it != rank) return std::nullopt;
   return static_cast<size_t>(it - ranks_.begin());

@@ -75,8 +75,18 @@ class IngestSession {
   const std::vector<uint32_t>& ranks() const { return ranks_; }
 
  private:
-  // `rank`'s index in ranks_, or nullopt when the stream does not speak for it.
-  std::optional<size_t> IndexOf(uint32_t rank) const;
+  // `rank`'s index in ranks_, or nullopt when the stream does not speak for
+  // it. A stream's ranks are usually one range (a node's GPUs, loadgen's
+  // slices): the index is then a subtraction, inline, not a binary search
+  // (which was 60% of Apply's own time at 4 M reports/s).
+  std::optional<size_t> IndexOf(uint32_t rank) const {
+    if (ranks_.empty()) return std::nullopt;
+    const uint32_t first = ranks_.front(), last = ranks_.back();
+    if (last - first + 1 != ranks_.size()) return SearchIndex(rank);
+    if (rank < first || rank > last) return std::nullopt;
+    return rank - first;
+  }
+  std::optional<size_t> SearchIndex(uint32_t rank) const;
   // The *Locked methods run under the job's lock: the handle proves it.
   void RecheckClaimLocked(Job::Locked& job, std::optional<uint64_t> max_accepted,
                           engine::Time now);
