@@ -16,6 +16,10 @@ namespace straggler::engine::internal {
 // through recovery and relapse in one go, and the job must see one version
 // for where it ended, not one per state it passed through.
 void EngineImpl::Evaluate(Time now) {
+  if (sliced.active) {  // planned once the row's verdicts are all in (ContinueRow)
+    sliced.evaluate = true;
+    return;
+  }
   if (batch_open) {
     batch_evaluate = true;
     return;

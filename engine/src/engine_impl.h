@@ -120,6 +120,21 @@ struct EngineImpl {
   // (NoteReportedIteration); versions take effect after it too.
   std::optional<uint64_t> hello_reported;
 
+  // A large row judged in slices (docs/detection.md, "Large rows"): the
+  // ingest call that completes it does the row-wide work, every later
+  // Ingest judges up to slice_per_report of its ranks, and anything else
+  // that reads or changes judging finishes it first (FinishRow).
+  struct SlicedRow {
+    bool active = false;
+    Row row;
+    Time now{};
+    size_t left = 0;        // rank verdicts still to give
+    bool evaluate = false;  // an Evaluate waits for the row's end
+  };
+  SlicedRow sliced;
+  uint32_t slice_min_values = JobEngine::kSliceMinValues;
+  uint32_t slice_per_report = JobEngine::kSlicePerReport;
+
   // ---- epoch and reference -------------------------------------------------
   bool have_epoch = false;
   uint64_t epoch = 0;
@@ -189,7 +204,13 @@ struct EngineImpl {
 
   // ---- judging (engine_judge.cc) -------------------------------------------
   void OnNewEpoch(const Row& row, Time now);
-  void ProcessRow(Row& row, Time now);
+  // Judges `row`; false when it was moved into `sliced` (recycled at its end).
+  bool ProcessRow(Row& row, Time now);
+  void EndRow(Row& row, Time now, bool evaluate);
+  // Up to `budget` more verdicts of the sliced row; finishes it when none
+  // are left. FinishRow: all of them now.
+  void ContinueRow(size_t budget);
+  void FinishRow() { ContinueRow(sliced.left); }
   Verdict VerdictFor(double value) const {
     if (!have_threshold) return Verdict::kNone;
     if (value > threshold) return Verdict::kSlow;

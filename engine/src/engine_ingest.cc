@@ -147,6 +147,7 @@ IngestResult EngineImpl::Ingest(const Report& rep, Time now) {
     AddToRow(rep, now);
   }
   if (dirty) Evaluate(now);
+  ContinueRow(slice_per_report);
   return res;
 }
 
@@ -213,8 +214,9 @@ void EngineImpl::DrainRows(Time now) {
 }
 
 void EngineImpl::CompleteFront(Time now) {
+  FinishRow();  // rows are judged in order
   Row row = rows.PopFront();
-  if (!row.values.empty()) ProcessRow(row, now);
+  if (!row.values.empty() && !ProcessRow(row, now)) return;  // sliced: recycled at its end
   rows.Recycle(std::move(row));
 }
 

@@ -57,12 +57,41 @@ void EngineImpl::OnNewEpoch(const Row& row, Time now) {
   if (policy.recovery == RecoveryMode::kProbation) BeginProbation(now);
 }
 
-void EngineImpl::ProcessRow(Row& row, Time now) {
+bool EngineImpl::ProcessRow(Row& row, Time now) {
   if (!have_epoch || row.epoch > epoch) OnNewEpoch(row, now);
   step_seconds = row.step_max;
-  reference->OnRow(row, now);
+  if (row.values.size() < slice_min_values) {
+    reference->OnRow(row, now);
+    EndRow(row, now, false);
+    return true;
+  }
+  // The reference keeps pointing at the row until its EndRow: it stays in
+  // `sliced` until then.
+  sliced.row = std::move(row);
+  sliced.now = now;
+  sliced.evaluate = false;
+  sliced.left = reference->BeginRow(sliced.row, now);
+  sliced.active = true;
+  ContinueRow(0);  // nothing left: ends it now
+  return false;
+}
+
+// What follows a row's verdicts; `evaluate`: an Evaluate was put off.
+void EngineImpl::EndRow(Row& row, Time now, bool evaluate) {
   if (probation_active && row.iteration >= probation_until) EndProbation(now);
-  if (dirty || blocked > 0) Evaluate(now);
+  if (dirty || blocked > 0 || evaluate) Evaluate(now);
+}
+
+void EngineImpl::ContinueRow(size_t budget) {
+  if (!sliced.active) return;
+  if (sliced.left > 0 && budget > 0)
+    sliced.left = reference->JudgeSlice(std::min(budget, sliced.left));
+  if (sliced.left > 0) return;
+  sliced.active = false;
+  Row row = std::move(sliced.row);
+  reference->EndRow(row, sliced.now);
+  EndRow(row, sliced.now, sliced.evaluate);
+  rows.Recycle(std::move(row));
 }
 
 // Applies the row's verdicts against the threshold. With the guard, a row

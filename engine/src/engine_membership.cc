@@ -312,6 +312,7 @@ absl::Status JobEngine::CheckClaims(const Membership& held,
 
 bool JobEngine::DropClaims(Time now) {
   Impl& d = *impl_;
+  d.FinishRow();
   const bool had = d.hello_reported.has_value();
   d.hello_reported.reset();
   const bool rebased = d.Rebase(now, "a hello's claims were false: rebased on the reports");
@@ -320,6 +321,7 @@ bool JobEngine::DropClaims(Time now) {
 
 std::optional<uint64_t> JobEngine::NoteReportedIteration(uint64_t iteration) {
   Impl& d = *impl_;
+  d.FinishRow();
   if (iteration >= internal::kAbsurd) return std::nullopt;
   if (const std::optional<uint64_t> bound = d.ReportedBound())
     iteration = std::min(iteration, *bound);
@@ -329,6 +331,7 @@ std::optional<uint64_t> JobEngine::NoteReportedIteration(uint64_t iteration) {
 
 void JobEngine::AdoptVersionFloor(const Membership& held, Time now) {
   Impl& d = *impl_;
+  d.FinishRow();
   if (held.version < d.Newest().version) return;
   if (held.version >= internal::kAbsurd || held.effective_iteration >= internal::kAbsurd) return;
   // Version 0 is the only one an engine has before it publishes anything:
@@ -347,6 +350,7 @@ void JobEngine::RestoreMembership(
     const Membership& m, const std::vector<std::pair<uint32_t, RankOverride>>& overrides,
     Time now) {
   Impl& d = *impl_;
+  d.FinishRow();
   if (m.version >= internal::kAbsurd || m.effective_iteration >= internal::kAbsurd) return;
   for (const auto& [rank, o] : overrides)
     if (rank < d.world_size) d.ranks[rank].override = o;

@@ -37,9 +37,15 @@ IngestResult JobEngine::Ingest(const Report& report, Time now) {
   return impl_->Ingest(report, now);
 }
 
-void JobEngine::Tick(Time now) { impl_->Tick(now); }
+void JobEngine::Tick(Time now) {
+  impl_->FinishRow();
+  impl_->Tick(now);
+}
 
-void JobEngine::Announce(uint32_t rank, Time now) { impl_->Announce(rank, now); }
+void JobEngine::Announce(uint32_t rank, Time now) {
+  impl_->FinishRow();
+  impl_->Announce(rank, now);
+}
 
 void JobEngine::BeginBatch() {
   assert(!impl_->batch_open && "batches do not nest");
@@ -51,24 +57,29 @@ void JobEngine::EndBatch(Time now) {
   d.batch_open = false;
   if (d.batch_evaluate) {
     d.batch_evaluate = false;
-    d.EvaluateNow(now);
+    d.Evaluate(now);  // not while a sliced row is judged: then at its end
   }
 }
 
 void JobEngine::Restart(uint32_t rank) {
   Impl& d = *impl_;
+  d.FinishRow();
   if (rank >= d.world_size) return;
   auto& r = d.ranks[rank];
   r.has_progress = false;
   r.last_iteration = 0;
 }
 
-void JobEngine::Finish(uint32_t rank, Time now) { impl_->Finish(rank, now); }
+void JobEngine::Finish(uint32_t rank, Time now) {
+  impl_->FinishRow();
+  impl_->Finish(rank, now);
+}
 
 bool JobEngine::Finished() const { return impl_->Finished(); }
 
 void JobEngine::Lose(Time now, std::string why) {
   Impl& d = *impl_;
+  d.FinishRow();
   if (d.lost || d.Finished()) return;
   d.lost = true;
   d.Emit(internal::JobEvent(EventKind::kJobLost, now, d.Highest(), d.Newest().version,
@@ -81,6 +92,7 @@ bool JobEngine::Ended() const { return impl_->lost || impl_->Finished(); }
 
 void JobEngine::StartOver(uint64_t first_version, Time now) {
   Impl& old = *impl_;
+  old.FinishRow();
   auto fresh = std::make_unique<Impl>(old.world_size, old.policy, now);
   fresh->iterations_per_epoch = old.iterations_per_epoch;
   fresh->epoch_length_announced = old.epoch_length_announced;
@@ -107,12 +119,14 @@ void JobEngine::StartOver(uint64_t first_version, Time now) {
 
 void JobEngine::Detach(uint32_t rank) {
   Impl& d = *impl_;
+  d.FinishRow();
   if (rank < d.world_size) d.ranks[rank].attached = false;
 }
 
 absl::Status JobEngine::SetPolicy(const PolicyConfig& policy, Time now) {
   if (auto s = policy.Validate(); !s.ok()) return s;
   Impl& d = *impl_;
+  d.FinishRow();
   const PolicyConfig old = d.policy;
   d.policy = policy;
   d.ClampCounters();
@@ -141,6 +155,7 @@ const PolicyConfig& JobEngine::policy() const { return impl_->policy; }
 absl::Status JobEngine::SetOverride(uint32_t rank, RankOverride override, std::string reason,
                                     Time now) {
   Impl& d = *impl_;
+  d.FinishRow();
   if (rank >= d.world_size)
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is out of range for world_size ", d.world_size));
@@ -157,10 +172,14 @@ absl::Status JobEngine::SetOverride(uint32_t rank, RankOverride override, std::s
   return absl::OkStatus();
 }
 
-void JobEngine::Reset(Time now) { impl_->Reset(now); }
+void JobEngine::Reset(Time now) {
+  impl_->FinishRow();
+  impl_->Reset(now);
+}
 
 bool JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
   Impl& d = *impl_;
+  d.FinishRow();
   if (iterations == 0) return true;
   if (d.epoch_length_announced) return d.iterations_per_epoch == iterations;
   d.iterations_per_epoch = iterations;
@@ -171,6 +190,7 @@ bool JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
 
 void JobEngine::SetTopology(uint32_t rank, const RankTopology& topology) {
   assert(rank < impl_->world_size);
+  impl_->FinishRow();
   if (impl_->topology[rank] == topology) return;
   impl_->topology[rank] = topology;
   impl_->topology_version++;
@@ -183,6 +203,7 @@ const RankTopology& JobEngine::Topology(uint32_t rank) const {
 
 void JobEngine::SetMonitorOnly(uint32_t rank, bool monitor_only, Time now) {
   Impl& d = *impl_;
+  d.FinishRow();
   assert(rank < d.world_size);
   if (d.monitor_only[rank] == monitor_only) return;
   d.monitor_only[rank] = monitor_only;
@@ -190,6 +211,12 @@ void JobEngine::SetMonitorOnly(uint32_t rank, bool monitor_only, Time now) {
   // part leaves it, one whose client now acts on membership may enter it.
   d.dirty = true;
   d.Evaluate(now);
+}
+
+void JobEngine::SetRowSlicing(uint32_t min_values, uint32_t per_report) {
+  impl_->FinishRow();
+  impl_->slice_min_values = per_report == 0 ? UINT32_MAX : min_values;
+  impl_->slice_per_report = per_report;
 }
 
 std::optional<uint64_t> JobEngine::Progress(uint32_t rank) const {

@@ -39,6 +39,22 @@ class Reference {
   virtual void OnEpoch(const Row& row, Time now) { (void)row, (void)now; }
   // Judges a completed row of ranks taking part in the collective.
   virtual void OnRow(Row& row, Time now) = 0;
+  // A large row judged in slices (docs/detection.md, "Large rows"), so that
+  // the ingest call completing it does not hold the job for the whole row:
+  // BeginRow does the row-wide work and returns how many rank verdicts are
+  // left; JudgeSlice gives up to `budget` of them and returns how many are
+  // still left; EndRow finishes the row (the same `row`, untouched in
+  // between). Together they do what OnRow does. The default judges the
+  // whole row in BeginRow.
+  virtual size_t BeginRow(Row& row, Time now) {
+    OnRow(row, now);
+    return 0;
+  }
+  virtual size_t JudgeSlice(size_t budget) {
+    (void)budget;
+    return 0;
+  }
+  virtual void EndRow(Row& row, Time now) { (void)row, (void)now; }
   // The verdict on one report judged alone: an excluded rank in shadow
   // recovery, or a report whose row was judged without it.
   virtual Verdict Single(uint32_t rank, double compute_seconds) const = 0;

@@ -103,6 +103,8 @@ struct GroupState {
   double median = 0.0;     // seconds, its newest row
   double threshold = 0.0;  // log ratio in force
   double threshold_long = 0.0;  // the long window's, taken with it (LongThreshold)
+  bool pushed = false;  // this row's steps went in with PrepareGroup (else JudgeMember)
+  bool judged = false;  // this row gives verdicts (past the profile)
   double slow_rate = 0.0;  // the median rank's rate of steps >= peer_severe_ratio
   uint64_t iteration = 0;  // its newest judged row's
   // How far a row's log median lands from the steady median of the rows
@@ -123,40 +125,30 @@ class PeerReference final : public Reference {
   using Reference::Reference;
 
   void OnRow(Row& row, Time now) override {
+    const size_t left = BeginRow(row, now);
+    if (left > 0) JudgeSlice(left);
+    EndRow(row, now);
+  }
+
+  // The row-wide work: buckets, profiles, each group's median, noise and
+  // thresholds (and its steps, where a rate median or the profile needs
+  // them all first); the verdicts are JudgeSlice's.
+  size_t BeginRow(Row& row, Time now) override {
     Sync();
     const PolicyConfig& p = e_.policy;
     RefreshLogs();
     groups_.Bucketize(row);
-    // The job's level in this row: own baselines are taken against it. A
-    // median over the whole row, so only computed where needed: while some
-    // rank still profiles its own baseline, or some group is too small to
-    // compare within.
-    bool have_level = false;
-    double level_value = 0.0;
-    auto level = [&] {
-      if (!have_level) {
-        logs_.clear();
-        for (auto& [rank, t] : row.values) logs_.push_back(SafeLog(t));
-        level_value = Median(logs_);
-        have_level = true;
-      }
-      return level_value;
-    };
-    for (auto& [rank, t] : row.values) {
-      if (have_base_[rank]) continue;  // dense: no visit to a cold PeerRank
-      PeerRank& pr = ranks_[rank];
-      std::vector<double>& own = pr.Profiling(p.peer_profile_iterations).own;
-      own.push_back(SafeLog(t) - level());
-      if (own.size() >= p.peer_profile_iterations) {
-        pr.base = Median(own);
-        have_base_[rank] = 1;
-        own.clear();
-        own.shrink_to_fit();
-        freed_profiles_ += pr.Tidy();
-      }
-    }
+    row_ = &row;
+    row_iteration_ = row.iteration;
+    row_now_ = now;
+    have_level_ = false;
+    // Own baselines first (every rank's, while some have none): the row's
+    // first work items.
+    next_own_ = based_ranks_ < ranks_.size() ? 0 : row.values.size();
+    size_t left = row.values.size() - next_own_;
     own_.clear();
-    size_t shown = kNone;
+    shown_ = kNone;
+    judging_.clear();
     for (uint32_t g = 0; g < groups_.size(); ++g) {
       const auto& bucket = groups_.Bucket(g);
       if (bucket.empty()) continue;
@@ -164,15 +156,55 @@ class PeerReference final : public Reference {
         own_.insert(own_.end(), bucket.begin(), bucket.end());
         continue;
       }
-      if (JudgeGroup(g, bucket, row.iteration, now) &&
-          (shown == kNone || groups_.Members(g) > groups_.Members(static_cast<uint32_t>(shown))))
-        shown = g;
+      if (!PrepareGroup(g, bucket, row.iteration)) continue;
+      judging_.push_back(g);
+      left += groups_.Bucket(g).size();
+      if (states_[g].judged &&
+          (shown_ == kNone || groups_.Members(g) > groups_.Members(static_cast<uint32_t>(shown_))))
+        shown_ = g;
     }
-    if (!own_.empty()) JudgeOwn(row, level(), now);
+    next_group_ = 0;
+    next_member_ = 0;
+    return left;
+  }
+
+  // The row's work in order, `budget` items at a time: own baselines, then
+  // each group's steps and verdicts. Groups and buckets are looked up again
+  // each time (a split adds a group).
+  size_t JudgeSlice(size_t budget) override {
+    const std::vector<std::pair<uint32_t, double>>& values = row_->values;
+    while (next_own_ < values.size() && budget > 0) {
+      ProfileOwn(values[next_own_].first, values[next_own_].second);
+      ++next_own_;
+      --budget;
+    }
+    size_t left = values.size() - next_own_;
+    while (next_group_ < judging_.size()) {
+      const uint32_t g = judging_[next_group_];
+      const size_t n = groups_.Bucket(g).size();
+      while (next_member_ < n && budget > 0) {
+        JudgeMember(g, next_member_++);
+        --budget;
+      }
+      if (next_member_ < n) {
+        left += n - next_member_;
+        for (size_t k = next_group_ + 1; k < judging_.size(); ++k)
+          left += groups_.Bucket(judging_[k]).size();
+        return left;
+      }
+      ++next_group_;
+      next_member_ = 0;
+    }
+    return left;
+  }
+
+  // Ranks too small to compare within, then the views.
+  void EndRow(Row& row, Time now) override {
+    if (!own_.empty()) JudgeOwn(row, Level(row), now);
     ReleaseFreedProfiles();
     // Views show one reference: the largest judged group's.
-    if (shown != kNone) {
-      const GroupState& gs = states_[shown];
+    if (shown_ != kNone) {
+      const GroupState& gs = states_[shown_];
       e_.baseline = gs.median;
       e_.threshold = gs.median * std::exp(gs.threshold);
       e_.have_threshold = true;
@@ -359,53 +391,111 @@ class PeerReference final : public Reference {
     gs.have_noise = true;
   }
 
-  // Returns whether the group was judged in this row.
-  bool JudgeGroup(uint32_t g, const std::vector<std::pair<uint32_t, double>>& bucket,
-                  uint64_t iteration, Time now) {
+  // The job's level in `row`: own baselines are taken against it. A median
+  // over the whole row, so only computed where needed (while some rank
+  // still profiles its own baseline, or some group is too small to compare
+  // within), once per row.
+  double Level(const Row& row) {
+    if (!have_level_) {
+      logs_.clear();
+      for (auto& [rank, t] : row.values) logs_.push_back(SafeLog(t));
+      level_ = Median(logs_);
+      have_level_ = true;
+    }
+    return level_;
+  }
+
+  // A rank's step into its own baseline's profile, against the row's level.
+  void ProfileOwn(uint32_t rank, double t) {
+    if (have_base_[rank]) return;  // dense: no visit to a cold PeerRank
+    const uint32_t iterations = e_.policy.peer_profile_iterations;
+    PeerRank& pr = ranks_[rank];
+    std::vector<double>& own = pr.Profiling(iterations).own;
+    own.push_back(SafeLog(t) - Level(*row_));
+    if (own.size() < iterations) return;
+    pr.base = Median(own);
+    have_base_[rank] = 1;
+    ++based_ranks_;
+    own.clear();
+    own.shrink_to_fit();
+    freed_profiles_ += pr.Tidy();
+  }
+
+  // A group's row-wide work (median, noise, steady median, thresholds);
+  // returns whether its ranks have work in this row (JudgeMember): their
+  // steps, and verdicts unless the group still profiles (GroupState::judged).
+  // Steps go into the windows here when the whole group must hold them first
+  // (the rate median every kRateRows rows, the generation check at the end
+  // of the profile), else with each rank's verdict (GroupXs keeps them).
+  bool PrepareGroup(uint32_t g, const std::vector<std::pair<uint32_t, double>>& bucket,
+                    uint64_t iteration) {
     const PolicyConfig& p = e_.policy;
     if (bucket.size() < p.peer_min_group) return false;  // too few of them reported
     GroupState& gs = states_[g];
-    // One log per report: xs_ holds them, logs_ a copy Median reorders.
-    xs_.clear();
-    for (auto& [rank, t] : bucket) xs_.push_back(SafeLog(t));
-    logs_.assign(xs_.begin(), xs_.end());
+    // One log per report: the group's xs holds them, logs_ a copy Median reorders.
+    std::vector<double>& xs = GroupXs(g);
+    xs.clear();
+    for (auto& [rank, t] : bucket) xs.push_back(SafeLog(t));
+    logs_.assign(xs.begin(), xs.end());
     const double m = Median(logs_);
-    for (double& x : xs_) x -= m;
-    UpdateNoise(gs, xs_);
+    for (double& x : xs) x -= m;
+    UpdateNoise(gs, xs);
     gs.median = std::exp(m);
     UpdateSteady(gs, m);
     gs.iteration = iteration;
     gs.rows++;
     SetThresholds(gs);
-    for (size_t i = 0; i < bucket.size(); ++i) {
-      PeerRank& pr = ranks_[bucket[i].first];
-      if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
-      pr.steps.Push(logs_p_, xs_[i]);
-      if (!gs.profiled) pr.Profiling(e_.policy.peer_profile_iterations).gen.push_back(xs_[i]);
-    }
+    // Still profiling: steps only (the rate median would not be read before
+    // the profile's last row takes it again).
+    const bool profiling = !gs.profiled && gs.rows < p.peer_profile_iterations;
     // The rates move over hundreds of steps: a fresh median every
     // kRateRows rows is enough, and saves a pass over the group.
-    if (!gs.profiled || gs.rows % kRateRows == 0) gs.slow_rate = MedianRate(bucket);
-    if (!gs.profiled) {
-      if (gs.rows < p.peer_profile_iterations) return false;
+    gs.pushed = !profiling && (!gs.profiled || gs.rows % kRateRows == 0);
+    gs.judged = !profiling;
+    if (gs.pushed) {
+      for (size_t i = 0; i < bucket.size(); ++i) PushStep(g, gs, bucket[i].first, xs[i]);
+      gs.slow_rate = MedianRate(bucket);
+    }
+    if (!gs.profiled && !profiling) {
       gs.profiled = true;
       if (CheckGenerations(g, bucket)) return false;
     }
-    for (size_t i = 0; i < bucket.size(); ++i) {
-      // Not a structured binding: clang-14 (the fuzz build) cannot capture one.
-      const uint32_t rank = bucket[i].first;
-      const double t = bucket[i].second;
-      Judge(rank, t, iteration, now, gs, /*alone=*/false, [&](bool to_straggler, double ratio) {
-        return to_straggler
-                   ? absl::StrFormat("rank %u (%s) %.3g× its group's median %.3gs over its "
-                                     "last steps (threshold %.3g×)",
-                                     rank, groups_.Label(g), ratio, gs.median,
-                                     std::exp(gs.threshold))
-                   : absl::StrFormat("rank %u (%s) back to %.3g× its group's median %.3gs",
-                                     rank, groups_.Label(g), ratio, gs.median);
-      });
-    }
     return true;
+  }
+
+  // A rank's step into its group's windows (and the group's profile).
+  void PushStep(uint32_t g, const GroupState& gs, uint32_t rank, double x) {
+    PeerRank& pr = ranks_[rank];
+    if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
+    pr.steps.Push(logs_p_, x);
+    if (!gs.profiled) pr.Profiling(e_.policy.peer_profile_iterations).gen.push_back(x);
+  }
+
+  // The verdict on member `i` of group `g`'s bucket in this row.
+  void JudgeMember(uint32_t g, size_t i) {
+    const GroupState& gs = states_[g];
+    const auto& bucket = groups_.Bucket(g);
+    // Not a structured binding: clang-14 (the fuzz build) cannot capture one.
+    const uint32_t rank = bucket[i].first;
+    const double t = bucket[i].second;
+    if (!gs.pushed) PushStep(g, gs, rank, GroupXs(g)[i]);
+    if (!gs.judged) return;
+    Judge(rank, t, row_iteration_, row_now_, gs, /*alone=*/false,
+          [&](bool to_straggler, double ratio) {
+            return to_straggler
+                       ? absl::StrFormat("rank %u (%s) %.3g× its group's median %.3gs over its "
+                                         "last steps (threshold %.3g×)",
+                                         rank, groups_.Label(g), ratio, gs.median,
+                                         std::exp(gs.threshold))
+                       : absl::StrFormat("rank %u (%s) back to %.3g× its group's median %.3gs",
+                                         rank, groups_.Label(g), ratio, gs.median);
+          });
+  }
+
+  // Group g's log ratios in this row (kept until its verdicts are given).
+  std::vector<double>& GroupXs(uint32_t g) {
+    if (group_xs_.size() <= g) group_xs_.resize(g + 1);
+    return group_xs_[g];
   }
 
   // The two-generation rule (docs/detection.md, "peer"): at the end of a
@@ -571,8 +661,21 @@ class PeerReference final : public Reference {
   std::vector<PeerRank> ranks_;
   size_t freed_profiles_ = 0;  // since the last ReleaseFreedProfiles
   std::vector<uint8_t> have_base_;  // per rank: its own baseline is taken (PeerRank::base)
+  size_t based_ranks_ = 0;          // how many have one
   std::vector<std::pair<uint32_t, double>> own_;
   std::vector<double> logs_, xs_, rates_, steady_;
+  // The row being judged (BeginRow .. EndRow; the engine keeps it in place).
+  const Row* row_ = nullptr;
+  size_t next_own_ = 0;  // JudgeSlice's place in row_->values (own baselines)
+  uint64_t row_iteration_ = 0;
+  Time row_now_{};
+  bool have_level_ = false;
+  double level_ = 0.0;
+  size_t shown_ = kNone;
+  std::vector<uint32_t> judging_;  // groups whose ranks get verdicts, in order
+  size_t next_group_ = 0;          // JudgeSlice's place in judging_
+  size_t next_member_ = 0;         // and in that group's bucket
+  std::vector<std::vector<double>> group_xs_;  // per group: its log ratios in the row
   std::vector<std::pair<double, uint32_t>> meds_;
 };
 

@@ -213,6 +213,16 @@ class JobEngine {
   // How far (in iterations) the job may move past an iteration before it is
   // judged without the ranks that have not reported it.
   static constexpr uint64_t kRowGraceIterations = 3;
+  // A row of at least kSliceMinValues reports is judged in slices: the
+  // report that completes it does the row-wide work (medians, noise), each
+  // later Ingest() gives kSlicePerReport more rank verdicts, and any other
+  // call that reads or changes judging gives the rest first. A stream of a
+  // million-rank job then never waits for a whole row under the job's lock
+  // (docs/detection.md, "Large rows"). The verdicts, their order and their
+  // events are those of the whole row at once; a membership change they
+  // cause is planned once all are in.
+  static constexpr uint32_t kSliceMinValues = 16384;
+  static constexpr uint32_t kSlicePerReport = 4;
   // Membership versions kept for clients that are behind.
   static constexpr size_t kMembershipHistory = 32;
   // Speed-up re-profiling: row minimum below baseline / kSpeedupRatio for
@@ -423,6 +433,10 @@ class JobEngine {
 
   // Events since the last call, oldest first.
   std::vector<Event> TakeEvents();
+
+  // Tests and benchmarks: rows of at least `min_values` reports are judged
+  // in slices of `per_report` verdicts per later report (0: never sliced).
+  void SetRowSlicing(uint32_t min_values, uint32_t per_report);
 
   uint32_t world_size() const;
   WorkerView Worker(uint32_t rank) const;  // rank < world_size

@@ -1,0 +1,118 @@
+// Large rows judged in slices (JobEngine::kSliceMinValues, docs/detection.md,
+// "Large rows"): the same verdicts, in the same order, with the same events,
+// as the whole row at once - only later, spread over the reports that follow.
+// A membership change they cause is planned once the row's verdicts are all
+// in, so it may take effect an iteration or so later (progress moved on).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "straggler/engine/job_engine.h"
+#include "straggler/engine/policy.h"
+
+namespace se = straggler::engine;
+
+namespace {
+
+struct Run {
+  std::vector<std::string> events;     // state changes: rank, states, iteration, message
+  std::vector<std::string> excluded;   // each published version's excluded ranks
+  size_t first_straggler_report = 0;   // how many reports went in before it was seen
+  std::vector<se::WorkerState> states;
+};
+
+// 64 ranks in one peer group, 160 iterations of 0.1 s +-3% (a fixed
+// pseudo-random draw), rank 40 at 2x from iteration 40 to 100, rank 50 at
+// 1.5x from 70 on (late in their row's bucket, which is in rank order); `slices` = 0: rows judged whole; else that many verdicts per
+// later report, every row sliced.
+// With `groups`: ranks 0-29 in peer group "a", 30-61 in "b", 62 and 63 in
+// groups of one (too small: judged against their own baselines), and rank 62
+// at 3x from iteration 60 as well.
+Run Drive(uint32_t slices, bool groups = false) {
+  constexpr uint32_t kWorld = 64;
+  se::PolicyConfig p;  // peer, the default
+  se::JobEngine e(kWorld, p, se::Time(0));
+  if (slices > 0) e.SetRowSlicing(2, slices);
+  if (groups) {
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      se::RankTopology t;
+      t.peer_group = r < 30 ? "a" : r < 62 ? "b" : "solo-" + std::to_string(r);
+      e.SetTopology(r, t);
+    }
+  }
+  Run run;
+  uint64_t s = 7;
+  size_t reports = 0;
+  auto take = [&] {
+    for (const se::Event& ev : e.TakeEvents()) {
+      if (ev.kind == se::EventKind::kStateChange)
+        run.events.push_back(std::to_string(ev.rank) + " " +
+                             std::to_string(static_cast<int>(ev.from)) + ">" +
+                             std::to_string(static_cast<int>(ev.to)) + " @" +
+                             std::to_string(ev.iteration) + " " + ev.message);
+      if (ev.kind == se::EventKind::kMembership) {
+        std::string ex;
+        for (const auto& x : e.membership().excluded) ex += std::to_string(x.rank) + ",";
+        run.excluded.push_back(ex);
+      }
+      if (run.first_straggler_report == 0 && ev.kind == se::EventKind::kStateChange &&
+          ev.to == se::WorkerState::kStraggler)
+        run.first_straggler_report = reports;
+    }
+  };
+  for (uint64_t it = 0; it < 160; ++it) {
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      double t = 0.1 * (0.97 + 0.06 * static_cast<double>(s >> 11) / static_cast<double>(1ull << 53));
+      if (r == 40 && it >= 40 && it < 100) t *= 2.0;
+      if (r == 50 && it >= 70) t *= 1.5;
+      if (groups && r == 62 && it >= 60) t *= 3.0;
+      se::Report rep;
+      rep.rank = r;
+      rep.iteration = it;
+      rep.compute_seconds = t;
+      const se::Time now(static_cast<int64_t>(it) * 100'000'000 + r);
+      REQUIRE(e.Ingest(rep, now).accepted);
+      ++reports;
+      take();
+    }
+  }
+  e.Tick(se::Time(160LL * 100'000'000));  // gives whatever is left
+  take();
+  for (uint32_t r = 0; r < kWorld; ++r) run.states.push_back(e.Worker(r).state);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("row slices: a sliced row gives the whole row's verdicts and events, later") {
+  const Run whole = Drive(0);
+  const Run sliced = Drive(1);
+  REQUIRE(whole.first_straggler_report > 0);  // the job has a straggler to find
+  CHECK(sliced.events == whole.events);
+  CHECK(sliced.excluded == whole.excluded);
+  CHECK(sliced.states == whole.states);
+  // One verdict per later report: rank 40's comes some 40 reports after the
+  // row that holds it was complete.
+  CHECK(sliced.first_straggler_report > whole.first_straggler_report);
+  // Four per report: sooner, the same verdicts.
+  const Run four = Drive(4);
+  CHECK(four.events == whole.events);
+  CHECK(four.first_straggler_report > whole.first_straggler_report);
+  CHECK(four.first_straggler_report < sliced.first_straggler_report);
+}
+
+TEST_CASE("row slices: peer groups and ranks judged against their own baselines, sliced alike") {
+  const Run whole = Drive(0, /*groups=*/true);
+  const Run sliced = Drive(3, /*groups=*/true);
+  REQUIRE(whole.first_straggler_report > 0);
+  bool solo_flagged = false;  // rank 62, alone in its group
+  for (const std::string& ev : whole.events) solo_flagged |= ev.rfind("62 1>2", 0) == 0;
+  CHECK(solo_flagged);
+  CHECK(sliced.events == whole.events);
+  CHECK(sliced.excluded == whole.excluded);
+  CHECK(sliced.states == whole.states);
+  CHECK(sliced.first_straggler_report > whole.first_straggler_report);
+}
