@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "engine_impl.h"
 #include "peer_groups.h"
+#include "peer_state.h"
 #include "peer_steps.h"
 #include "reference.h"
 
@@ -32,93 +33,9 @@ constexpr double kNoiseWinsor = 2.5;
 // passing it, a 1.3x rank in noisy steps) stays flagged.
 constexpr double kExitShare = 0.5;
 constexpr double kExitRatio = 1.04;
-// A report judged alone (an excluded rank's shadow step) ran at another time
-// than the group's newest row: it is compared with the median of the group's
-// last kSteadyRows row medians, so that one row's jitter (a CPU hog, a slow
-// all-reduce) does not make a slow rank look fast.
-constexpr size_t kSteadyRows = 5;
 // How often a group's median rate of severe steps is taken again, in rows.
 constexpr uint64_t kRateRows = 16;
 // (Or sooner after a clear episode: PeerSteps::RecentlyFast.)
-
-// Where a rank's ratios come from; its window starts over when this changes.
-enum class Source : uint8_t { kNone, kGroup, kOwn };
-
-struct PeerRank {
-  Source source = Source::kNone;
-  uint32_t group = 0;
-  PeerSteps steps;
-  uint32_t above_rows = 0;  // consecutive rows with a window at the threshold or above
-  uint32_t below_rows = 0;  // consecutive healthy rows while a straggler
-  bool was_straggler = false;  // its state when this reference last judged it
-  // Own baseline: log(compute) minus the row's job level, over the rank's
-  // first peer_profile_iterations rows; base = their median (have_base_).
-  double base = 0.0;
-  // What a rank keeps only while it profiles, apart (a pointer, not two
-  // vectors in every rank: a million-rank job's memory).
-  struct Profiles {
-    std::vector<double> own;  // its own baseline's steps
-    std::vector<double> gen;  // its log ratios in its group's profile (generation check)
-  };
-  std::unique_ptr<Profiles> profiles;
-
-  // Both vectors sized for the whole profile at once: growing them left
-  // freed chunks of every size behind in a million-rank heap.
-  Profiles& Profiling(size_t iterations) {
-    if (!profiles) {
-      profiles = std::make_unique<Profiles>();
-      profiles->own.reserve(std::min<size_t>(iterations, 64));
-      profiles->gen.reserve(std::min<size_t>(iterations, 64));
-    }
-    return *profiles;
-  }
-  // Drops the profiles once both are done with; true when it did.
-  bool Tidy() {
-    if (!profiles || !profiles->own.empty() || !profiles->gen.empty()) return false;
-    profiles.reset();
-    return true;
-  }
-
-  void Restart(Source s, uint32_t g) {
-    source = s;
-    group = g;
-    steps.Clear();
-    above_rows = below_rows = 0;
-    was_straggler = false;
-  }
-  // Its windows start over from its newest step (PeerSteps::StartOver).
-  void StartOver(const PeerLogs& p) {
-    steps.StartOver(p);
-    above_rows = below_rows = 0;
-    was_straggler = false;
-  }
-};
-
-struct GroupState {
-  bool have_noise = false;
-  double noise2 = 0.0;      // variance of a step's log ratio
-  uint64_t noise_rows = 0;
-  uint64_t rows = 0;        // rows of the group with enough ranks
-  bool profiled = false;    // past its first peer_profile_iterations rows
-  double median = 0.0;     // seconds, its newest row
-  double threshold = 0.0;  // log ratio in force
-  double threshold_long = 0.0;  // the long window's, taken with it (LongThreshold)
-  bool pushed = false;  // this row's steps went in with PrepareGroup (else JudgeMember)
-  bool judged = false;  // this row gives verdicts (past the profile)
-  double slow_rate = 0.0;  // the median rank's rate of steps >= peer_severe_ratio
-  uint64_t iteration = 0;  // its newest judged row's
-  // How far a row's log median lands from the steady median of the rows
-  // before it (squared, forgotten like noise2): the error a step judged
-  // alone makes beyond the noise within a row.
-  double drift2 = 0.0;
-  bool have_drift = false;
-  // The log medians of its last kSteadyRows rows (a ring), and their median,
-  // taken once per row: what a step judged alone is compared with.
-  std::array<double, kSteadyRows> recent_logs{};
-  size_t recent_count = 0;
-  size_t recent_next = 0;
-  double steady_log = 0.0;
-};
 
 class PeerReference final : public Reference {
  public:
