@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """straggler.PartialAllReduce(backend="nccl") from Python, in one process.
 
-Everywhere (ctest python:nccl_args):
+Everywhere (ctest python:nccl_args, and python:nccl_args_no_nccl against the module
+`pip install` built without CUDA; each asserts what its build does):
   * argument checks name the bad value: an unknown backend, an option of the
     other backend (hostname for NCCL, device for Gloo), an unknown option,
     device=-2, world_size=0;
@@ -58,11 +59,20 @@ def check_arguments(straggler):
     c = client(straggler)
     P = straggler.PartialAllReduce
     expect(ValueError, "backend='mpi' is neither 'gloo' nor 'nccl'", lambda: P(c, backend="mpi"))
-    expect(TypeError, "'hostname' is for backend='gloo'", lambda: P(c, backend="nccl", hostname="h"))
-    expect(TypeError, "'max_cached_contexts' is for backend='gloo'",
-           lambda: P(c, backend="nccl", max_cached_contexts=2))
     expect(TypeError, "'device' is for backend='nccl'", lambda: P(c, backend="gloo", device=0))
-    expect(TypeError, "unknown option 'bogus'", lambda: P(c, backend="nccl", bogus=1))
+    # backend='nccl' with options it does not take: a module with the NCCL
+    # backend names the option; one without refuses NCCL itself first (the
+    # same error as with no options), whatever else the call says.
+    nccl_misuse = [("'hostname' is for backend='gloo'", dict(hostname="h")),
+                   ("'max_cached_contexts' is for backend='gloo'", dict(max_cached_contexts=2)),
+                   ("unknown option 'bogus'", dict(bogus=1))]
+    for fragment, kwargs in nccl_misuse:
+        if "nccl" in straggler.backends():
+            expect(TypeError, fragment, lambda kw=kwargs: P(c, backend="nccl", **kw))
+        else:
+            msg = expect(RuntimeError, "built without the NCCL backend",
+                         lambda kw=kwargs: P(c, backend="nccl", **kw))
+            check("does not fall back to Gloo" in msg, "no word of the missing fallback: " + msg)
     if "nccl" in straggler.backends():
         expect(ValueError, "device=-2", lambda: P(c, backend="nccl", device=-2))
         expect(ValueError, "world_size=0", lambda: P(c, backend="nccl", world_size=0))
@@ -214,8 +224,15 @@ def check_gpu_ddp(pythonpath):
 
 
 def run(args):
-    sys.path.insert(0, args.pythonpath)
+    if args.pythonpath:
+        sys.path.insert(0, args.pythonpath)
     import straggler
+    if args.expect_backends is not None:
+        # The no-NCCL run must really get a module without NCCL (and the
+        # in-tree one the backends its build found).
+        check(sorted(straggler.backends()) == sorted(args.expect_backends.split(",")),
+              "the module %s has backends %s, expected %s" % (
+                  straggler.__file__, straggler.backends(), args.expect_backends))
     if not args.gpu:
         check_arguments(straggler)
         check_no_gpu(straggler, args.pythonpath)
@@ -236,10 +253,21 @@ def run(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pythonpath", required=True, help="the folder holding the straggler package")
+    p.add_argument("--pythonpath", default="",
+                   help="the folder holding the straggler package (default: the interpreter's)")
+    p.add_argument("--expect-backends", metavar="LIST",
+                   help="fail unless the module's backends are exactly these (comma-separated)")
     p.add_argument("--gpu", choices=["reducer", "ddp"],
                    help="one of the GPU checks (skipped, exit 77, without a GPU)")
+    p.add_argument("--venv", help="run in this virtualenv's python (python:pip_install_venv's, whose "
+                                  "module `pip install` built without CUDA)")
     args = p.parse_args()
+    if args.venv and os.path.realpath(sys.prefix) != os.path.realpath(args.venv):
+        python = os.path.join(args.venv, "bin", "python")
+        if not os.path.exists(python):
+            sys.exit("FAILED: no virtualenv at %s: python:pip_install_venv makes it "
+                     "(run it first, or the whole python label)" % args.venv)
+        os.execv(python, [python] + sys.argv)
     harness_main(lambda: run(args))
 
 
