@@ -11,6 +11,12 @@ Environment:
                               it (default: python/build); kept for the next
                               install, which then rebuilds only what changed
   STRAGGLER_CMAKE_ARGS        more configure options, split on spaces
+  STRAGGLER_NCCL              the NCCL backend (docs/python.md): "auto" (default)
+                              builds it where the CUDA toolkit and NCCL >= 2.27
+                              are found (the system's: beside CUDA, or under
+                              NCCL_HOME), as the in-tree build does; "on" fails
+                              the install when they are not; "off" leaves CUDA
+                              and NCCL out
   CCACHE_DIR                  honoured: the project's CMake uses ccache if found
 """
 
@@ -35,6 +41,18 @@ def project_version():
     return re.search(r"project\(stragglerd VERSION ([0-9.]+)", text).group(1)
 
 
+def nccl_args(mode):
+    """CMake options for STRAGGLER_NCCL (see the header)."""
+    mode = mode.strip().lower()
+    if mode in ("", "auto"):
+        return []
+    if mode in ("on", "1", "yes"):
+        return ["-DSTRAGGLER_REQUIRE_NCCL=ON"]
+    if mode in ("off", "0", "no"):
+        return ["-DSTRAGGLER_ENABLE_CUDA=OFF"]
+    raise RuntimeError("STRAGGLER_NCCL=%r: expected auto, on or off" % mode)
+
+
 class Build(build):
     def initialize_options(self):
         super().initialize_options()
@@ -48,11 +66,9 @@ class CMakeBuild(build_ext):
                 "-DCMAKE_BUILD_TYPE=Release",
                 "-DSTRAGGLER_PYTHON_WHEEL=ON",
                 "-DSTRAGGLER_BUILD_TESTS=OFF",
-                # The module uses neither CUDA nor NCCL: leave them out so the
-                # build is the same with or without a CUDA toolkit.
-                "-DSTRAGGLER_ENABLE_CUDA=OFF",
                 # The interpreter running pip (a venv's), not Debian's default.
                 "-DPython_EXECUTABLE=" + sys.executable]
+        args += nccl_args(os.environ.get("STRAGGLER_NCCL", "auto"))
         try:  # the environment's pybind11 first; else CMake finds pybind11-dev
             import pybind11
             if Path(pybind11.get_cmake_dir()).is_dir():

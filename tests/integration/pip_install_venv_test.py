@@ -11,6 +11,12 @@ real stragglerd through a Client.
 
 The build directory is kept at one path under --workdir so that ccache
 (CCACHE_DIR, passed on by CMake) hits from the second run on.
+
+--nccl sets STRAGGLER_NCCL for pip (python/setup.py): python:pip_install_venv
+builds with "off" (its module is the one a machine without CUDA gets, which
+python:nccl_args_no_nccl checks), python:pip_install_nccl with "auto" and
+--expect-nccl where the in-tree build found CUDA and NCCL: the module must
+then report its NCCL backend compiled in.
 """
 
 import argparse
@@ -60,7 +66,8 @@ def test(args):
     build_dir = os.path.join(args.workdir, "build")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True)
     py = os.path.join(venv, "bin", "python")
-    env = dict(os.environ, STRAGGLER_BUILD_DIR=build_dir, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env = dict(os.environ, STRAGGLER_BUILD_DIR=build_dir, PIP_DISABLE_PIP_VERSION_CHECK="1",
+               STRAGGLER_NCCL=args.nccl)
     env.pop("PYTHONPATH", None)
     started = time.monotonic()
     res = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-build-isolation",
@@ -78,6 +85,16 @@ def test(args):
     print(res.stdout)
     check(res.returncode == 0, "the installed package failed in the venv (exit %d)"
           % res.returncode)
+    res = subprocess.run([py, "-c", "import straggler; print(straggler.backends())"],
+                         cwd=args.workdir, env=env, text=True, timeout=60,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    backends = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "?"
+    print("STRAGGLER_NCCL=%s: backends %s" % (args.nccl, backends))
+    if args.nccl == "off":
+        check("'nccl'" not in backends, "STRAGGLER_NCCL=off built the NCCL backend: " + backends)
+    if args.expect_nccl:
+        check("'nccl'" in backends, "CUDA and NCCL are found here, but pip built no NCCL "
+              "backend: " + backends)
     if "SKIP-TORCH" in res.stdout:
         print("SKIPPED: straggler works, but the venv has no torch for straggler.torch")
         sys.exit(77)
@@ -88,5 +105,9 @@ if __name__ == "__main__":
     p.add_argument("--source", required=True, help="the repository root")
     p.add_argument("--stragglerd", required=True)
     p.add_argument("--workdir", required=True, help="emptied first; holds the venv and build")
+    p.add_argument("--nccl", default="auto", choices=["auto", "on", "off"],
+                   help="STRAGGLER_NCCL for pip (python/setup.py)")
+    p.add_argument("--expect-nccl", action="store_true",
+                   help="fail unless the installed module has the NCCL backend")
     args = p.parse_args()
     main(lambda: test(args))
