@@ -67,7 +67,12 @@ def one_run(args, work, n):
             [args.sim, "--daemon", address, "--job", job, "--ranks", str(RANKS),
              "--iterations", str(iterations), "--iteration-ms", "20", "--noise", "0.05",
              "--seed", str(100 + n), "--slow", "%d:3:0:%d" % (SLOW, slow_until),
-             "--membership-timeout-ms", "100", "--quiet", "--report", report],
+             # 500 ms, not 100: in a clean-clone CI run (2 cores, tests in
+             # parallel) the straggler once held no v1 within 100 ms and
+             # applied v0 at v1's iteration (the sim's agreement check
+             # failed; 3 quiet reruns passed). The test is about the
+             # restart, not about a 100 ms delivery bound.
+             "--membership-timeout-ms", "500", "--quiet", "--report", report],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for("rank %d excluded" % SLOW, lambda: excluded(job_state(old, job)) == [SLOW],
                  timeout=60)
