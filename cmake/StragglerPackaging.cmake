@@ -52,6 +52,15 @@ install(FILES ${PROJECT_BINARY_DIR}/packaging/doc/libstraggler0/changelog.gz
   DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/libstraggler0 COMPONENT deb_client_doc
   EXCLUDE_FROM_ALL)
 file(WRITE ${PROJECT_BINARY_DIR}/packaging/triggers "activate-noawait ldconfig\n")
+# With the trigger, ldconfig runs once per dpkg run; CPack's default postinst
+# and postrm would run it again in each (lintian: maintscript-calls-ldconfig).
+# Scripts of our own replace them: nothing to do.
+foreach(_script postinst postrm)
+  file(WRITE ${PROJECT_BINARY_DIR}/packaging/${_script}
+    "#!/bin/sh\n# libstraggler0: ldconfig runs through the package's trigger.\nset -e\n")
+  file(CHMOD ${PROJECT_BINARY_DIR}/packaging/${_script} FILE_PERMISSIONS
+    OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+endforeach()
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME stragglerd)
@@ -105,6 +114,7 @@ and C++ headers and the CMake package config (find_package(straggler)).")
 # (CPack has no per-package switch; stragglerd holds no shared object.)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY "=")
-set(CPACK_DEBIAN_CLIENT_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/packaging/triggers)
+set(CPACK_DEBIAN_CLIENT_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/packaging/triggers
+  ${PROJECT_BINARY_DIR}/packaging/postinst ${PROJECT_BINARY_DIR}/packaging/postrm)
 
 include(CPack)
