@@ -114,6 +114,16 @@ def test_deb(args):
           "stragglerd does not depend on libstraggler0 of its version: %s" % depends)
     conffiles = out_of(["dpkg-deb", "-I", pkgs["stragglerd"], "conffiles"], "conffiles").split()
     check(sorted(conffiles) == sorted(CONFFILES), "conffiles: %s" % conffiles)
+    # The packaged units start the packaged binaries (/usr/bin, not /usr/local/bin).
+    tree = os.path.join(args.out, "stragglerd-tree")
+    out_of(["dpkg-deb", "-x", pkgs["stragglerd"], tree], "dpkg-deb -x")
+    for unit, exe in (("stragglerd.service", "stragglerd"),
+                      ("straggler-agent.service", "straggler-agent")):
+        with open(os.path.join(tree, "usr/lib/systemd/system", unit)) as f:
+            starts = [l for l in f.read().splitlines() if l.startswith("ExecStart=")]
+        check(len(starts) == 1 and starts[0].startswith("ExecStart=/usr/bin/%s " % exe),
+              "packaged %s: %s" % (unit, starts))
+    shutil.rmtree(tree)
     shlibs = out_of(["dpkg-deb", "-I", pkgs["libstraggler0"], "shlibs"], "shlibs")
     check("libstraggler 0 libstraggler0" in shlibs, "shlibs: %r" % shlibs)
     if os.geteuid() != 0:
