@@ -47,6 +47,10 @@ PACKAGES=(
   python3-venv python3-pip python3-setuptools python3-wheel
   # scripts/gpu-bundle.sh (test gpu:bundle): rpaths of the bundled binaries
   patchelf
+  # the Debian packages (scripts/package.sh, tests package:deb and
+  # package:lintian): CPack's DEB generator runs dpkg-shlibdeps (dpkg-dev) and
+  # file; lintian checks the .debs
+  dpkg-dev file lintian
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }
