@@ -15,6 +15,10 @@ reason on a "SKIP: " line).
                 delay (torch.cuda._sleep, asynchronous to the host) exceeds
                 the others' by most of that delay, as measured by CUDA events
                 themselves - a host timer would see the enqueueing only.
+  pip_nccl      `pip install` of python/ from this checkout with STRAGGLER_NCCL=on
+                (pip --target, so the interpreter's own torch and NCCL stay in
+                use): the installed module reports the NCCL backend and its
+                libnccl, then python_nccl_test.py --gpu reducer runs against it.
 """
 
 import argparse
@@ -192,6 +196,44 @@ def monitor_cuda(args):
     print("monitor-only CUDA events: " + line)
 
 
+def pip_nccl(args):
+    src = os.path.join(args.source, "python")
+    if not os.path.isfile(os.path.join(src, "setup.py")):
+        skip("no python/setup.py under %s (a bundle: pip install needs the source checkout)" % args.source)
+    probe = subprocess.run([sys.executable, "-c", "import setuptools, torch, pip; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        skip("%s cannot import setuptools, torch and pip: %s" % (sys.executable, probe.stderr.strip()[-300:]))
+    if probe.stdout.strip() != "True":
+        skip("torch sees no CUDA device")
+    with tempfile.TemporaryDirectory(prefix="gpu-pip-") as work:
+        target = os.path.join(work, "site")
+        env = dict(os.environ, STRAGGLER_NCCL="on", STRAGGLER_BUILD_DIR=os.path.join(work, "build"),
+                   PIP_DISABLE_PIP_VERSION_CHECK="1")
+        env.pop("PYTHONPATH", None)
+        res = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index",
+                              "--target", target, src], cwd=work, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if res.returncode != 0:
+            fail("pip install with STRAGGLER_NCCL=on failed:\n" + res.stdout[-4000:])
+        env["PYTHONPATH"] = target
+        info = subprocess.run([sys.executable, "-c", "import straggler; print(straggler.__file__, "
+                               "straggler.backends(), straggler._straggler.nccl_runtime())"],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=120)
+        if info.returncode != 0 or not info.stdout.startswith(target + os.sep):
+            fail("the pip-installed module does not load from %s with NCCL:\n%s%s" % (
+                target, info.stdout, info.stderr[-2000:]))
+        print("pip-installed: " + info.stdout.strip())
+        out = subprocess.run([sys.executable, os.path.join(args.tests, "collective", "python_nccl_test.py"),
+                              "--gpu", "reducer", "--pythonpath", target], cwd=work, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+        print(out.stdout)
+        if out.returncode == 77:
+            sys.exit(77)  # its SKIP line says why
+        if out.returncode != 0:
+            fail("python_nccl_test.py --gpu reducer on the pip-installed module exited %d" % out.returncode)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -203,8 +245,11 @@ def main():
         o.add_argument(flag, required=True)
     m = sub.add_parser("monitor_cuda")
     m.add_argument("--pythonpath", required=True)
+    q = sub.add_parser("pip_nccl")
+    q.add_argument("--source", required=True, help="the repository checkout (python/setup.py)")
+    q.add_argument("--tests", required=True)
     args = p.parse_args()
-    {"nvml": nvml, "one_rank": one_rank, "monitor_cuda": monitor_cuda}[args.cmd](args)
+    {"nvml": nvml, "one_rank": one_rank, "monitor_cuda": monitor_cuda, "pip_nccl": pip_nccl}[args.cmd](args)
     print("PASSED")
 
 

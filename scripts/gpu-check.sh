@@ -15,6 +15,8 @@
 #                   with NCCL_MULTI_RANK_GPU_ENABLE=1 (two ranks on one GPU)
 #   monitor_cuda    the CUDA-event timing of straggler.torch.monitor
 #   nccl_no_daemon  DDP over NCCL with the hook and no daemon: the full group
+#   pip_nccl        `pip install` of python/ with STRAGGLER_NCCL=on (build tree
+#                   only: it needs the checkout), then python_nccl on that module
 # Exit status: 1 when a check failed; with --require-gpu also when every
 # check was skipped (a run that tested nothing must not pass); else 0.
 # Environment: PYTHON (default python3), CHECK_TIMEOUT (seconds per check, 600).
@@ -174,6 +176,12 @@ if [[ $HAVE_PY -eq 0 ]]; then skip nccl_no_daemon "the straggler Python package 
 elif [[ $GPUS -eq 0 ]]; then skip nccl_no_daemon "$no_gpu"
 else run_check nccl_no_daemon "$PYTHON" "$TESTS/collective/python_nccl_test.py" --gpu ddp \
        --pythonpath "$PYPATH"; fi
+
+# 8. A pip-installed module (not the build tree's): NCCL built in, on CUDA tensors.
+if [[ $LAYOUT != build || ! -f "$REPO/python/setup.py" ]]; then skip pip_nccl "needs the source checkout (python/setup.py); this is a $LAYOUT"
+elif [[ -z "$NCCL_INFO" ]]; then skip pip_nccl "no NCCL backend in this build, so pip would find none either"
+elif [[ $GPUS -eq 0 ]]; then skip pip_nccl "$no_gpu"
+else run_check pip_nccl "$PYTHON" "$HELPERS" pip_nccl --source "$REPO" --tests "$TESTS"; fi
 
 status=ok
 rc=0
