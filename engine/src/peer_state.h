@@ -96,6 +96,14 @@ struct GroupState {
   size_t recent_count = 0;
   size_t recent_next = 0;
   double steady_log = 0.0;
+
+  // A judged row's log median `m` into the steady median and its drift (how
+  // far `m` lands from the steady median of the rows before it); `scratch`
+  // is a buffer for the median.
+  void UpdateSteady(double m, std::vector<double>& scratch);
+  // Folds one row's log ratios `x` (of >= 2 ranks; clipped to +-`spike_log`,
+  // log(peer_spike_ratio)) into the noise estimate.
+  void UpdateNoise(const std::vector<double>& x, double spike_log);
 };
 
 }  // namespace straggler::engine::internal

@@ -23,10 +23,6 @@
 namespace straggler::engine::internal {
 namespace {
 
-// Exponential forgetting of a group's noise estimate: about the last 50 rows.
-constexpr double kNoiseAlpha = 0.02;
-// A step beyond this many noise sigmas counts as this many in the estimate.
-constexpr double kNoiseWinsor = 2.5;
 // A straggler is healthy again when its trimmed mean is below this share of
 // the threshold (in log ratio), and below kExitRatio, for peer_exit_rows
 // rows: hysteresis wide enough that a rank slow near the threshold (a ramp
@@ -273,41 +269,6 @@ class PeerReference final : public Reference {
                                      static_cast<double>(kLong - kLongTrim)));
   }
 
-  // A judged row's log median `m` into `gs`'s steady median and its drift
-  // (how far `m` lands from the steady median of the rows before it).
-  void UpdateSteady(GroupState& gs, double m) {
-    if (gs.recent_count > 0) {
-      const double d = m - gs.steady_log;
-      gs.drift2 = gs.have_drift ? (1 - kNoiseAlpha) * gs.drift2 + kNoiseAlpha * d * d : d * d;
-      gs.have_drift = true;
-    }
-    gs.recent_logs[gs.recent_next] = m;
-    gs.recent_next = (gs.recent_next + 1) % kSteadyRows;
-    gs.recent_count = std::min(gs.recent_count + 1, kSteadyRows);
-    steady_.assign(gs.recent_logs.begin(), gs.recent_logs.begin() + gs.recent_count);
-    gs.steady_log = Median(steady_);
-  }
-
-  // Folds one row's log ratios `x` (of `n` >= 2 ranks) into `gs`'s noise.
-  void UpdateNoise(GroupState& gs, const std::vector<double>& x) {
-    const size_t n = x.size();
-    if (n < 2) return;
-    const double cut = std::log(e_.policy.peer_spike_ratio);
-    const double cap = gs.have_noise ? kNoiseWinsor * kNoiseWinsor * gs.noise2
-                                     : std::numeric_limits<double>::infinity();
-    double sum = 0.0;
-    for (double v : x) {
-      const double c = std::clamp(v, -cut, cut);
-      sum += std::min(c * c, cap);
-    }
-    // Ratios to the row's own median spread less than the steps do.
-    const double v = sum / static_cast<double>(n) * static_cast<double>(n) /
-                     static_cast<double>(n - 1);
-    const double a = std::max(kNoiseAlpha, 1.0 / static_cast<double>(++gs.noise_rows));
-    gs.noise2 = gs.have_noise ? (1 - a) * gs.noise2 + a * v : v;
-    gs.have_noise = true;
-  }
-
   // The job's level in `row`: own baselines are taken against it. A median
   // over the whole row, so only computed where needed (while some rank
   // still profiles its own baseline, or some group is too small to compare
@@ -356,9 +317,9 @@ class PeerReference final : public Reference {
     logs_.assign(xs.begin(), xs.end());
     const double m = Median(logs_);
     for (double& x : xs) x -= m;
-    UpdateNoise(gs, xs);
+    gs.UpdateNoise(xs, logs_p_.spike);
     gs.median = std::exp(m);
-    UpdateSteady(gs, m);
+    gs.UpdateSteady(m, steady_);
     gs.iteration = iteration;
     gs.rows++;
     SetThresholds(gs);
@@ -470,7 +431,7 @@ class PeerReference final : public Reference {
     const double norm = Median(logs_);
     own_level_ = level + norm;
     for (double& v : xs_) v -= norm;
-    UpdateNoise(own_state_, xs_);
+    own_state_.UpdateNoise(xs_, logs_p_.spike);
     if (own_state_.rows % kRateRows == 0) own_state_.slow_rate = MedianRate(own_);
     SetThresholds(own_state_);
     own_state_.profiled = true;

@@ -1,0 +1,47 @@
+#include "peer_state.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace straggler::engine::internal {
+namespace {
+
+// Exponential forgetting of a group's noise estimate: about the last 50 rows.
+constexpr double kNoiseAlpha = 0.02;
+// A step beyond this many noise sigmas counts as this many in the estimate.
+constexpr double kNoiseWinsor = 2.5;
+
+}  // namespace
+
+void GroupState::UpdateSteady(double m, std::vector<double>& scratch) {
+  if (recent_count > 0) {
+    const double d = m - steady_log;
+    drift2 = have_drift ? (1 - kNoiseAlpha) * drift2 + kNoiseAlpha * d * d : d * d;
+    have_drift = true;
+  }
+  recent_logs[recent_next] = m;
+  recent_next = (recent_next + 1) % kSteadyRows;
+  recent_count = std::min(recent_count + 1, kSteadyRows);
+  scratch.assign(recent_logs.begin(), recent_logs.begin() + recent_count);
+  steady_log = Median(scratch);
+}
+
+void GroupState::UpdateNoise(const std::vector<double>& x, double spike_log) {
+  const size_t n = x.size();
+  if (n < 2) return;
+  const double cap = have_noise ? kNoiseWinsor * kNoiseWinsor * noise2
+                                : std::numeric_limits<double>::infinity();
+  double sum = 0.0;
+  for (double v : x) {
+    const double c = std::clamp(v, -spike_log, spike_log);
+    sum += std::min(c * c, cap);
+  }
+  // Ratios to the row's own median spread less than the steps do.
+  const double v =
+      sum / static_cast<double>(n) * static_cast<double>(n) / static_cast<double>(n - 1);
+  const double a = std::max(kNoiseAlpha, 1.0 / static_cast<double>(++noise_rows));
+  noise2 = have_noise ? (1 - a) * noise2 + a * v : v;
+  have_noise = true;
+}
+
+}  // namespace straggler::engine::internal
