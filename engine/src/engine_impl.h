@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -128,7 +129,7 @@ struct EngineImpl {
     bool active = false;
     Row row;
     Time now{};
-    size_t left = 0;        // rank verdicts still to give
+    size_t left = 0;        // nonzero while the reference has work left (JudgeSlice)
     bool evaluate = false;  // an Evaluate waits for the row's end
   };
   SlicedRow sliced;
@@ -210,7 +211,7 @@ struct EngineImpl {
   // Up to `budget` more verdicts of the sliced row; finishes it when none
   // are left. FinishRow: all of them now.
   void ContinueRow(size_t budget);
-  void FinishRow() { ContinueRow(sliced.left); }
+  void FinishRow() { ContinueRow(std::numeric_limits<size_t>::max()); }
   Verdict VerdictFor(double value) const {
     if (!have_threshold) return Verdict::kNone;
     if (value > threshold) return Verdict::kSlow;

@@ -27,15 +27,20 @@ void GroupState::UpdateSteady(double m, std::vector<double>& scratch) {
 }
 
 void GroupState::UpdateNoise(const std::vector<double>& x, double spike_log) {
-  const size_t n = x.size();
-  if (n < 2) return;
-  const double cap = have_noise ? kNoiseWinsor * kNoiseWinsor * noise2
-                                : std::numeric_limits<double>::infinity();
+  if (x.size() < 2) return;
+  const double cap = NoiseCap();
   double sum = 0.0;
-  for (double v : x) {
-    const double c = std::clamp(v, -spike_log, spike_log);
-    sum += std::min(c * c, cap);
-  }
+  for (double v : x) sum += NoiseTerm(v, spike_log, cap);
+  AddNoise(sum, x.size());
+}
+
+double GroupState::NoiseCap() const {
+  return have_noise ? kNoiseWinsor * kNoiseWinsor * noise2
+                    : std::numeric_limits<double>::infinity();
+}
+
+void GroupState::AddNoise(double sum, size_t n) {
+  if (n < 2) return;
   // Ratios to the row's own median spread less than the steps do.
   const double v =
       sum / static_cast<double>(n) * static_cast<double>(n) / static_cast<double>(n - 1);

@@ -79,6 +79,7 @@ struct GroupState {
   uint64_t rows = 0;        // rows of the group with enough ranks
   bool profiled = false;    // past its first peer_profile_iterations rows
   double median = 0.0;     // seconds, its newest row
+  double median_log = 0.0;  // log(median): where SlicedMedian looks first in the next row
   double threshold = 0.0;  // log ratio in force
   double threshold_long = 0.0;  // the long window's, taken with it (LongThreshold)
   bool pushed = false;  // this row's steps went in with PrepareGroup (else JudgeMember)
@@ -104,6 +105,14 @@ struct GroupState {
   // Folds one row's log ratios `x` (of >= 2 ranks; clipped to +-`spike_log`,
   // log(peer_spike_ratio)) into the noise estimate.
   void UpdateNoise(const std::vector<double>& x, double spike_log);
+  // The same in pieces, for a row judged in slices: the sum of NoiseTerm over
+  // the row's ratios in order, with NoiseCap() taken before, into AddNoise.
+  double NoiseCap() const;
+  static double NoiseTerm(double x, double spike_log, double cap) {
+    const double c = std::clamp(x, -spike_log, spike_log);
+    return std::min(c * c, cap);
+  }
+  void AddNoise(double sum, size_t n);
 };
 
 }  // namespace straggler::engine::internal

@@ -41,11 +41,12 @@ class Reference {
   virtual void OnRow(Row& row, Time now) = 0;
   // A large row judged in slices (docs/detection.md, "Large rows"), so that
   // the ingest call completing it does not hold the job for the whole row:
-  // BeginRow does the row-wide work and returns how many rank verdicts are
-  // left; JudgeSlice gives up to `budget` of them and returns how many are
-  // still left; EndRow finishes the row (the same `row`, untouched in
-  // between). Together they do what OnRow does. The default judges the
-  // whole row in BeginRow.
+  // BeginRow plans the row, JudgeSlice does up to `budget` units of its work
+  // (a unit: about one rank's step or verdict), EndRow finishes it (the same
+  // `row`, untouched in between). Both return nonzero while work is left
+  // (its amount is not known ahead: a pass over a group may need another).
+  // Together they do what OnRow does. The default judges the whole row in
+  // BeginRow.
   virtual size_t BeginRow(Row& row, Time now) {
     OnRow(row, now);
     return 0;

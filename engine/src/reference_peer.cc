@@ -19,6 +19,7 @@
 #include "peer_state.h"
 #include "peer_steps.h"
 #include "reference.h"
+#include "sliced_median.h"
 
 namespace straggler::engine::internal {
 namespace {
@@ -38,14 +39,13 @@ class PeerReference final : public Reference {
   using Reference::Reference;
 
   void OnRow(Row& row, Time now) override {
-    const size_t left = BeginRow(row, now);
-    if (left > 0) JudgeSlice(left);
+    BeginRow(row, now);
+    JudgeSlice(std::numeric_limits<size_t>::max());
     EndRow(row, now);
   }
 
-  // The row-wide work: buckets, profiles, each group's median, noise and
-  // thresholds (and its steps, where a rate median or the profile needs
-  // them all first); the verdicts are JudgeSlice's.
+  // Plans the row: its buckets, which groups are judged, which ranks still
+  // profile their own baselines. The work itself is JudgeSlice's.
   size_t BeginRow(Row& row, Time now) override {
     Sync();
     const PolicyConfig& p = e_.policy;
@@ -55,13 +55,9 @@ class PeerReference final : public Reference {
     row_iteration_ = row.iteration;
     row_now_ = now;
     have_level_ = false;
-    // Own baselines first (every rank's, while some have none): the row's
-    // first work items.
-    next_own_ = based_ranks_ < ranks_.size() ? 0 : row.values.size();
-    size_t left = row.values.size() - next_own_;
     own_.clear();
-    shown_ = kNone;
-    judging_.clear();
+    candidates_.clear();
+    prepared_.clear();
     for (uint32_t g = 0; g < groups_.size(); ++g) {
       const auto& bucket = groups_.Bucket(g);
       if (bucket.empty()) continue;
@@ -69,46 +65,35 @@ class PeerReference final : public Reference {
         own_.insert(own_.end(), bucket.begin(), bucket.end());
         continue;
       }
-      if (!PrepareGroup(g, bucket, row.iteration)) continue;
-      judging_.push_back(g);
-      left += groups_.Bucket(g).size();
-      if (states_[g].judged &&
-          (shown_ == kNone || groups_.Members(g) > groups_.Members(static_cast<uint32_t>(shown_))))
-        shown_ = g;
+      candidates_.push_back(g);
     }
-    next_group_ = 0;
-    next_member_ = 0;
-    return left;
+    next_candidate_ = 0;
+    pos_ = 0;
+    // Own baselines first (every rank's, while some have none): the row's
+    // first work, against the job's level in the row.
+    if (based_ranks_ >= ranks_.size()) {
+      stage_ = Stage::kGroupStart;
+    } else if (row.values.size() >= kSlicedMedianMin) {
+      level_median_.Begin(have_prev_level_ ? level_ : SafeLog(row.values.front().second),
+                          kLevelScale);
+      stage_ = Stage::kLevelCount;
+    } else {
+      stage_ = Stage::kOwn;
+    }
+    return stage_ == Stage::kDone ? 0 : 1;
   }
 
-  // The row's work in order, `budget` items at a time: own baselines, then
-  // each group's steps and verdicts. Groups and buckets are looked up again
-  // each time (a split adds a group).
+  // The row's work in order, `budget` units at a time (docs/detection.md,
+  // "Large rows"): the job's level and the own baselines' steps, then per
+  // group its log ratios, median, noise and thresholds, its steps where the
+  // whole group must hold them first (the rate median, the generation
+  // check), and its verdicts. A unit is one rank's step or verdict, or a few
+  // values of a cheaper pass. Groups, buckets and states are looked up
+  // again each time (a split adds a group). Returns nonzero while work is
+  // left.
   size_t JudgeSlice(size_t budget) override {
-    const std::vector<std::pair<uint32_t, double>>& values = row_->values;
-    while (next_own_ < values.size() && budget > 0) {
-      ProfileOwn(values[next_own_].first, values[next_own_].second);
-      ++next_own_;
-      --budget;
-    }
-    size_t left = values.size() - next_own_;
-    while (next_group_ < judging_.size()) {
-      const uint32_t g = judging_[next_group_];
-      const size_t n = groups_.Bucket(g).size();
-      while (next_member_ < n && budget > 0) {
-        JudgeMember(g, next_member_++);
-        --budget;
-      }
-      if (next_member_ < n) {
-        left += n - next_member_;
-        for (size_t k = next_group_ + 1; k < judging_.size(); ++k)
-          left += groups_.Bucket(judging_[k]).size();
-        return left;
-      }
-      ++next_group_;
-      next_member_ = 0;
-    }
-    return left;
+    while (budget > 0 && stage_ != Stage::kDone) Step(budget);
+    return stage_ == Stage::kDone ? 0 : 1;
   }
 
   // Ranks too small to compare within, then the views.
@@ -116,8 +101,13 @@ class PeerReference final : public Reference {
     if (!own_.empty()) JudgeOwn(row, Level(row), now);
     ReleaseFreedProfiles();
     // Views show one reference: the largest judged group's.
-    if (shown_ != kNone) {
-      const GroupState& gs = states_[shown_];
+    size_t shown = kNone;
+    for (uint32_t g : prepared_)
+      if (states_[g].judged &&
+          (shown == kNone || groups_.Members(g) > groups_.Members(static_cast<uint32_t>(shown))))
+        shown = g;
+    if (shown != kNone) {
+      const GroupState& gs = states_[shown];
       e_.baseline = gs.median;
       e_.threshold = gs.median * std::exp(gs.threshold);
       e_.have_threshold = true;
@@ -278,7 +268,7 @@ class PeerReference final : public Reference {
       logs_.clear();
       for (auto& [rank, t] : row.values) logs_.push_back(SafeLog(t));
       level_ = Median(logs_);
-      have_level_ = true;
+      have_level_ = have_prev_level_ = true;
     }
     return level_;
   }
@@ -299,28 +289,192 @@ class PeerReference final : public Reference {
     freed_profiles_ += pr.Tidy();
   }
 
-  // A group's row-wide work (median, noise, steady median, thresholds);
-  // returns whether its ranks have work in this row (JudgeMember): their
-  // steps, and verdicts unless the group still profiles (GroupState::judged).
-  // Steps go into the windows here when the whole group must hold them first
-  // (the rate median every kRateRows rows, the generation check at the end
-  // of the profile), else with each rank's verdict (GroupXs keeps them).
-  bool PrepareGroup(uint32_t g, const std::vector<std::pair<uint32_t, double>>& bucket,
-                    uint64_t iteration) {
-    const PolicyConfig& p = e_.policy;
-    if (bucket.size() < p.peer_min_group) return false;  // too few of them reported
-    GroupState& gs = states_[g];
-    // One log per report: the group's xs holds them, logs_ a copy Median reorders.
+  // The stages of a row's work (JudgeSlice), in order: the job's level (a
+  // large row: two passes), the own baselines' steps, then for each judged
+  // group from kGroupStart: its log ratios (and a large group's median in
+  // two passes), its noise, its steps where the whole group needs them
+  // first, the generation check at the end of its profile, its verdicts.
+  enum class Stage : uint8_t {
+    kLevelCount,
+    kLevelGather,
+    kOwn,
+    kGroupStart,
+    kGroupCount,
+    kGroupGather,
+    kGroupNoise,
+    kGroupPush,
+    kGroupGenerations,
+    kGroupMembers,
+    kDone,
+  };
+  // A row or group at least this large takes its median in two passes
+  // (SlicedMedian); a smaller one at once.
+  static constexpr size_t kSlicedMedianMin = 4096;
+  // The spread (log) of every rank's step around the job's level: groups may
+  // differ, so wider than one group's noise.
+  static constexpr double kLevelScale = 0.25;
+  // A group's spread for SlicedMedian's bins: its noise sigma, at least this
+  // (a group of equal steps would put every value in one bin).
+  static constexpr double kMinScale = 0.01;
+  // Values per unit of budget in the cheap passes (a log, a count or a
+  // comparison per value, against a rank's step and verdict).
+  static constexpr size_t kLogsPerUnit = 2;
+  static constexpr size_t kCheapPerUnit = 8;
+
+  // Runs f(i) for the stage's next values, from pos_ up to n, `per_unit` per
+  // unit of `budget`; true when it reached n (pos_ starts over).
+  template <typename F>
+  bool Pass(size_t n, size_t per_unit, size_t& budget, F&& f) {
+    if (pos_ < n) {
+      const size_t todo = n - pos_;
+      const size_t units = (todo + per_unit - 1) / per_unit;
+      const size_t end = budget >= units ? n : pos_ + budget * per_unit;
+      budget -= std::min(budget, units);
+      for (; pos_ < end; ++pos_) f(pos_);
+      if (pos_ < n) return false;
+    }
+    pos_ = 0;
+    return true;
+  }
+
+  // One stage's work, or as much of it as `budget` allows.
+  void Step(size_t& budget) {
+    const auto& values = row_->values;
+    switch (stage_) {
+      case Stage::kLevelCount:
+        if (!Pass(values.size(), kLogsPerUnit, budget,
+                  [&](size_t i) { level_median_.Count(SafeLog(values[i].second)); }))
+          return;
+        level_median_.Plan();
+        stage_ = Stage::kLevelGather;
+        return;
+      case Stage::kLevelGather:
+        if (!Pass(values.size(), kLogsPerUnit, budget,
+                  [&](size_t i) { level_median_.Gather(SafeLog(values[i].second)); }))
+          return;
+        level_ = level_median_.Take();
+        have_level_ = have_prev_level_ = true;
+        stage_ = Stage::kOwn;
+        return;
+      case Stage::kOwn:
+        if (!Pass(values.size(), 1, budget,
+                  [&](size_t i) { ProfileOwn(values[i].first, values[i].second); }))
+          return;
+        stage_ = Stage::kGroupStart;
+        return;
+      case Stage::kGroupStart:
+        StartGroup();
+        return;
+      default:
+        GroupStep(budget);
+        return;
+    }
+  }
+
+  // The next candidate group with enough reports in the row, or kDone.
+  void StartGroup() {
+    while (next_candidate_ < candidates_.size()) {
+      const uint32_t g = candidates_[next_candidate_];
+      const size_t n = groups_.Bucket(g).size();
+      if (n < e_.policy.peer_min_group) {  // too few of them reported
+        ++next_candidate_;
+        continue;
+      }
+      GroupXs(g).resize(n);
+      large_ = n >= kSlicedMedianMin;
+      if (large_) {
+        // Around its last row's median; before it has one, the first step.
+        const GroupState& gs = states_[g];
+        const double sigma = gs.have_noise ? std::sqrt(gs.noise2) : 0.0;
+        group_median_.Begin(gs.rows > 0 ? gs.median_log : SafeLog(groups_.Bucket(g)[0].second),
+                            std::max(sigma, kMinScale));
+      }
+      stage_ = Stage::kGroupCount;
+      return;
+    }
+    stage_ = Stage::kDone;
+  }
+
+  // A group's stages (kGroupCount .. kGroupMembers).
+  void GroupStep(size_t& budget) {
+    const uint32_t g = candidates_[next_candidate_];
+    const auto& bucket = groups_.Bucket(g);
     std::vector<double>& xs = GroupXs(g);
-    xs.clear();
-    for (auto& [rank, t] : bucket) xs.push_back(SafeLog(t));
-    logs_.assign(xs.begin(), xs.end());
-    const double m = Median(logs_);
-    for (double& x : xs) x -= m;
-    gs.UpdateNoise(xs, logs_p_.spike);
-    gs.median = std::exp(m);
-    gs.UpdateSteady(m, steady_);
-    gs.iteration = iteration;
+    const size_t n = bucket.size();
+    switch (stage_) {
+      case Stage::kGroupCount:  // one log per report
+        if (!Pass(n, kLogsPerUnit, budget, [&](size_t i) {
+              xs[i] = SafeLog(bucket[i].second);
+              if (large_) group_median_.Count(xs[i]);
+            }))
+          return;
+        if (large_) {
+          group_median_.Plan();
+          stage_ = Stage::kGroupGather;
+          return;
+        }
+        logs_.assign(xs.begin(), xs.end());  // Median reorders
+        StartNoise(g, Median(logs_));
+        return;
+      case Stage::kGroupGather:
+        if (!Pass(n, kCheapPerUnit, budget, [&](size_t i) { group_median_.Gather(xs[i]); }))
+          return;
+        StartNoise(g, group_median_.Take());
+        return;
+      case Stage::kGroupNoise:
+        if (!Pass(n, kCheapPerUnit, budget, [&](size_t i) {
+              xs[i] -= median_;
+              noise_sum_ += GroupState::NoiseTerm(xs[i], logs_p_.spike, noise_cap_);
+            }))
+          return;
+        EndGroupRowWide(g);
+        return;
+      case Stage::kGroupPush:
+        if (!Pass(n, 1, budget, [&](size_t i) { PushStep(g, bucket[i].first, xs[i]); }))
+          return;
+        states_[g].slow_rate = MedianRate(bucket);
+        AfterPush(g);
+        return;
+      case Stage::kGroupGenerations:
+        if (!Pass(n, 1, budget, [&](size_t i) { ProfileMedian(bucket[i].first); })) return;
+        if (SplitGenerations(g)) {
+          ++next_candidate_;  // both parts profile again: no verdicts now
+          stage_ = Stage::kGroupStart;
+          return;
+        }
+        prepared_.push_back(g);
+        stage_ = Stage::kGroupMembers;
+        return;
+      case Stage::kGroupMembers:
+        if (!Pass(n, 1, budget, [&](size_t i) { JudgeMember(g, i); })) return;
+        ++next_candidate_;
+        stage_ = Stage::kGroupStart;
+        return;
+      default:
+        return;
+    }
+  }
+
+  void StartNoise(uint32_t g, double m) {
+    median_ = m;
+    noise_cap_ = states_[g].NoiseCap();
+    noise_sum_ = 0.0;
+    stage_ = Stage::kGroupNoise;
+  }
+
+  // The group's row-wide state from its median and noise: steady median,
+  // thresholds, whether it still profiles. Steps go into the windows with
+  // each rank's verdict (JudgeMember; GroupXs keeps them) unless the whole
+  // group must hold them first: the rate median every kRateRows rows, the
+  // generation check at the end of the profile (kGroupPush).
+  void EndGroupRowWide(uint32_t g) {
+    const PolicyConfig& p = e_.policy;
+    GroupState& gs = states_[g];
+    gs.AddNoise(noise_sum_, GroupXs(g).size());
+    gs.median = std::exp(median_);
+    gs.median_log = median_;
+    gs.UpdateSteady(median_, steady_);
+    gs.iteration = row_iteration_;
     gs.rows++;
     SetThresholds(gs);
     // Still profiling: steps only (the rate median would not be read before
@@ -331,18 +485,29 @@ class PeerReference final : public Reference {
     gs.pushed = !profiling && (!gs.profiled || gs.rows % kRateRows == 0);
     gs.judged = !profiling;
     if (gs.pushed) {
-      for (size_t i = 0; i < bucket.size(); ++i) PushStep(g, gs, bucket[i].first, xs[i]);
-      gs.slow_rate = MedianRate(bucket);
+      stage_ = Stage::kGroupPush;
+      return;
     }
-    if (!gs.profiled && !profiling) {
+    AfterPush(g);
+  }
+
+  void AfterPush(uint32_t g) {
+    GroupState& gs = states_[g];
+    if (gs.judged && !gs.profiled) {  // the profile's end
       gs.profiled = true;
-      if (CheckGenerations(g, bucket)) return false;
+      if (!groups_.Split(g)) {
+        meds_.clear();
+        stage_ = Stage::kGroupGenerations;
+        return;
+      }
     }
-    return true;
+    prepared_.push_back(g);
+    stage_ = Stage::kGroupMembers;
   }
 
   // A rank's step into its group's windows (and the group's profile).
-  void PushStep(uint32_t g, const GroupState& gs, uint32_t rank, double x) {
+  void PushStep(uint32_t g, uint32_t rank, double x) {
+    const GroupState& gs = states_[g];
     PeerRank& pr = ranks_[rank];
     if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
     pr.steps.Push(logs_p_, x);
@@ -356,7 +521,7 @@ class PeerReference final : public Reference {
     // Not a structured binding: clang-14 (the fuzz build) cannot capture one.
     const uint32_t rank = bucket[i].first;
     const double t = bucket[i].second;
-    if (!gs.pushed) PushStep(g, gs, rank, GroupXs(g)[i]);
+    if (!gs.pushed) PushStep(g, rank, GroupXs(g)[i]);
     if (!gs.judged) return;
     Judge(rank, t, row_iteration_, row_now_, gs, /*alone=*/false,
           [&](bool to_straggler, double ratio) {
@@ -379,22 +544,19 @@ class PeerReference final : public Reference {
   // The two-generation rule (docs/detection.md, "peer"): at the end of a
   // group's profile, when more than max_excluded_fraction of its ranks were
   // above the threshold throughout, they are another GPU generation, not
-  // stragglers: they become a group of their own. Returns whether it split.
-  bool CheckGenerations(uint32_t g, const std::vector<std::pair<uint32_t, double>>& bucket) {
-    if (groups_.Split(g)) return false;
-    meds_.clear();
-    for (auto& [rank, t] : bucket) {
-      PeerRank& pr = ranks_[rank];
-      if (!pr.profiles || pr.profiles->gen.empty()) continue;
-      meds_.emplace_back(Median(pr.profiles->gen), rank);
-    }
-    for (auto& [rank, t] : bucket) {
-      PeerRank& pr = ranks_[rank];
-      if (!pr.profiles) continue;
-      pr.profiles->gen.clear();
-      pr.profiles->gen.shrink_to_fit();
-      freed_profiles_ += pr.Tidy();
-    }
+  // stragglers: they become a group of their own. ProfileMedian takes each
+  // member's profile median (and frees its profile), SplitGenerations
+  // decides; returns whether it split.
+  void ProfileMedian(uint32_t rank) {
+    PeerRank& pr = ranks_[rank];
+    if (!pr.profiles) return;
+    if (!pr.profiles->gen.empty()) meds_.emplace_back(Median(pr.profiles->gen), rank);
+    pr.profiles->gen.clear();
+    pr.profiles->gen.shrink_to_fit();
+    freed_profiles_ += pr.Tidy();
+  }
+
+  bool SplitGenerations(uint32_t g) {
     // Slower than peers by the policy's smallest ratio (not the noise-scaled
     // threshold: two generations in one group inflate the measured noise).
     const double thr = std::log(e_.policy.peer_enter_ratio);
@@ -410,8 +572,8 @@ class PeerReference final : public Reference {
       if (meds_[i].first - meds_[i - 1].first > meds_[cut].first - meds_[cut - 1].first) cut = i;
     std::vector<uint32_t> slower;
     for (size_t i = cut; i < meds_.size(); ++i) slower.push_back(meds_[i].second);
-    // Both parts profile again (`bucket` dies with SplitOff: restart first).
-    for (auto& [rank, t] : bucket) ranks_[rank].Restart(Source::kNone, 0);
+    // Both parts profile again (the bucket dies with SplitOff: restart first).
+    for (auto& [rank, t] : groups_.Bucket(g)) ranks_[rank].Restart(Source::kNone, 0);
     const uint32_t added = groups_.SplitOff(g, slower);
     states_.resize(groups_.size());
     states_[g] = GroupState{};
@@ -542,17 +704,24 @@ class PeerReference final : public Reference {
   size_t based_ranks_ = 0;          // how many have one
   std::vector<std::pair<uint32_t, double>> own_;
   std::vector<double> logs_, xs_, rates_, steady_;
-  // The row being judged (BeginRow .. EndRow; the engine keeps it in place).
+  // The row being judged (BeginRow .. EndRow; the engine keeps it in place)
+  // and where JudgeSlice is in it.
   const Row* row_ = nullptr;
-  size_t next_own_ = 0;  // JudgeSlice's place in row_->values (own baselines)
   uint64_t row_iteration_ = 0;
   Time row_now_{};
+  Stage stage_ = Stage::kDone;
+  size_t pos_ = 0;  // the stage's next value
   bool have_level_ = false;
+  bool have_prev_level_ = false;  // level_ holds an earlier row's (SlicedMedian's guess)
   double level_ = 0.0;
-  size_t shown_ = kNone;
-  std::vector<uint32_t> judging_;  // groups whose ranks get verdicts, in order
-  size_t next_group_ = 0;          // JudgeSlice's place in judging_
-  size_t next_member_ = 0;         // and in that group's bucket
+  SlicedMedian level_median_;
+  std::vector<uint32_t> candidates_;  // groups large enough to compare within, in order
+  size_t next_candidate_ = 0;         // the one being worked on
+  std::vector<uint32_t> prepared_;    // those whose ranks got steps or verdicts
+  bool large_ = false;                // its median in two passes (group_median_)
+  SlicedMedian group_median_;
+  double median_ = 0.0;  // its log median in the row
+  double noise_cap_ = 0.0, noise_sum_ = 0.0;
   std::vector<std::vector<double>> group_xs_;  // per group: its log ratios in the row
   std::vector<std::pair<double, uint32_t>> meds_;
 };

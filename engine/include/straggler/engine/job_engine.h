@@ -213,14 +213,15 @@ class JobEngine {
   // How far (in iterations) the job may move past an iteration before it is
   // judged without the ranks that have not reported it.
   static constexpr uint64_t kRowGraceIterations = 3;
-  // A row of at least kSliceMinValues reports is judged in slices: the
-  // report that completes it does the row-wide work (medians, noise), each
-  // later Ingest() gives kSlicePerReport more rank verdicts, and any other
-  // call that reads or changes judging gives the rest first. A stream of a
-  // million-rank job then never waits for a whole row under the job's lock
-  // (docs/detection.md, "Large rows"). The verdicts, their order and their
-  // events are those of the whole row at once; a membership change they
-  // cause is planned once all are in.
+  // A row of at least kSliceMinValues reports is judged in slices: each
+  // Ingest() from the one that completes it on does kSlicePerReport units of
+  // the row's work (a unit: about one rank's step or verdict, or a few values
+  // of a pass for a group's median and noise), and any other call that reads
+  // or changes judging does the rest first. A stream of a million-rank job
+  // then never waits for a whole row under the job's lock (docs/detection.md,
+  // "Large rows"). The verdicts, their order and their events are those of
+  // the whole row at once; a membership change they cause is planned once
+  // all are in.
   static constexpr uint32_t kSliceMinValues = 16384;
   static constexpr uint32_t kSlicePerReport = 4;
   // Membership versions kept for clients that are behind.

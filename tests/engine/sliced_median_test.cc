@@ -1,0 +1,77 @@
+// SlicedMedian (engine/src/sliced_median.h): the median of a large row in two
+// passes equals Median() of the same values bit for bit, however far its
+// guess is off - only the number of values it keeps for the final selection
+// grows.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "peer_steps.h"
+#include "sliced_median.h"
+
+namespace si = straggler::engine::internal;
+
+namespace {
+
+// The median of `v` in SlicedMedian's passes; `kept`: how many it selected among.
+double Sliced(const std::vector<double>& v, double guess, double scale, size_t* kept = nullptr) {
+  si::SlicedMedian m;
+  m.Begin(guess, scale);
+  for (double x : v) m.Count(x);
+  m.Plan();
+  for (double x : v) m.Gather(x);
+  if (kept) *kept = m.kept();
+  return m.Take();
+}
+
+double Whole(std::vector<double> v) { return si::Median(v); }
+
+}  // namespace
+
+TEST_CASE("sliced median: equal to Median() for odd and even rows, any guess") {
+  std::mt19937_64 rng(42);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  for (size_t n : {1u, 2u, 3u, 4u, 5u, 100u, 4097u, 10000u, 65536u}) {
+    std::vector<double> v(n);
+    for (double& x : v) x = std::log(0.1) + noise(rng);
+    const double want = Whole(v);
+    for (double guess : {std::log(0.1), std::log(0.1) + 0.02, std::log(0.1) - 3.0,
+                         std::log(0.1) + 40.0, 0.0}) {
+      for (double scale : {0.05, 1e-6, 10.0, 0.0, -1.0, std::nan("")}) {
+        INFO("n " << n << " guess " << guess << " scale " << scale);
+        CHECK(Sliced(v, guess, scale) == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("sliced median: ties, two clusters and outliers") {
+  std::vector<double> equal(5000, -2.302585092994046);
+  CHECK(Sliced(equal, -2.3, 0.05) == Whole(equal));
+  // Two generations: half the ranks 1.6x slower; the middle pair straddles the gap.
+  std::vector<double> two;
+  for (int i = 0; i < 5000; ++i) two.push_back(-2.3 + 1e-5 * i);
+  for (int i = 0; i < 5000; ++i) two.push_back(-1.83 + 1e-5 * i);
+  CHECK(Sliced(two, -2.3, 0.05) == Whole(two));
+  CHECK(Sliced(two, -1.83, 0.05) == Whole(two));
+  // Spikes far outside the bins on both sides, and the extreme log values a
+  // rank's clamp produces (log(1e-9)).
+  std::vector<double> spikes = two;
+  for (int i = 0; i < 700; ++i) spikes.push_back(i % 2 ? 50.0 : std::log(1e-9));
+  CHECK(Sliced(spikes, -2.0, 0.05) == Whole(spikes));
+}
+
+TEST_CASE("sliced median: a close guess keeps a small share of the row") {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  std::vector<double> v(100000);
+  for (double& x : v) x = noise(rng);
+  size_t near = 0, far = 0;
+  CHECK(Sliced(v, 0.0, 0.05, &near) == Whole(v));
+  CHECK(Sliced(v, 2.0, 0.05, &far) == Whole(v));  // 40 sigma off: all below the bins
+  CHECK(near < v.size() / 100);
+  CHECK(far > v.size() / 2);
+}
