@@ -132,7 +132,7 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # it: there dpkg-shlibdeps finds them instead of failing on a library it cannot
 # locate (the hand Depends below name their packages).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS
-  ${PROJECT_BINARY_DIR}/proto ${PROJECT_BINARY_DIR}/client_lib ${PROJECT_BINARY_DIR}/client_lib/cuda)
+  ${PROJECT_BINARY_DIR}/proto ${PROJECT_BINARY_DIR}/client_lib)
 if(STRAGGLER_BUILD_NCCL)
   get_filename_component(_nccl_libdir ${NCCL_LIBRARY} DIRECTORY)
   list(APPEND CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${_nccl_libdir})

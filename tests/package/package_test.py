@@ -239,6 +239,13 @@ def run_from_root(args, pkgs, workdir):
     cbuild = os.path.join(workdir, "consumer")
     consumer(args, root, cbuild, expect)
     print("tests/consumer built against the root with %s" % sorted(os.path.basename(d) for d in first))
+    # Asked for, the missing GPU component fails the configure, naming its package.
+    res = run(["cmake", "-S", args.consumer, "-B", os.path.join(workdir, "consumer-cuda"),
+               "-Dstraggler_DIR=" + os.path.join(root, "usr/lib/cmake/straggler"),
+               "-DSTRAGGLER_EXPECT_CUDA=ON"], 120, env=env)
+    check(res.returncode != 0 and "libstraggler-cuda0" in res.stdout + res.stderr,
+          "find_package(straggler COMPONENTS cuda) without libstraggler-cuda0: exit %d\n%s"
+          % (res.returncode, (res.stdout + res.stderr)[-2000:]))
     if gpu:
         dpkg_install(root, [pkgs[p] for p in gpu])
         expect |= {c for p, c in (("libstraggler-cuda0", "cuda"),
