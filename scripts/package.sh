@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Debian packages (stragglerd, libstraggler0) from an already built
+# Builds the Debian packages (stragglerd, libstraggler0, and the collective and
+# GPU library packages where the build has those parts) from an already built
 # tree with CPack: nothing is recompiled, CPack runs the tree's install rules
 # into a staging root under /usr (cmake/StragglerPackaging.cmake says what
 # goes where). Build first with scripts/build.sh.
