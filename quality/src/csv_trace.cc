@@ -5,13 +5,15 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "straggler/v1/wire_rules.h"
 
 namespace straggler::quality {
 namespace {
@@ -33,13 +35,12 @@ struct Cell {
   size_t line;
 };
 
-// A peer group as the daemon accepts it (straggler/v1/wire_rules.h).
+// A peer group as the daemon accepts it: the wire rule, not a copy of it.
 bool ValidPeerGroup(absl::string_view g) {
-  if (g.size() > 64) return false;
-  for (char c : g)
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
-      return false;
-  return true;
+  const auto fault = v1::rules::FindTextFault(std::string_view(g.data(), g.size()),
+                                              v1::rules::kMaxPeerGroupBytes,
+                                              v1::rules::IsJobIdChar);
+  return !fault.too_long && fault.bad_byte == std::string_view::npos;
 }
 
 }  // namespace
@@ -120,8 +121,9 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
     if (col_group >= 0) {
       c.peer_group = fields[col_group];
       if (!ValidPeerGroup(c.peer_group))
-        return error(line_no, absl::StrCat("peer_group '", c.peer_group,
-                                           "' is not 0 to 64 bytes of A-Z a-z 0-9 . _ -"));
+        return error(line_no, absl::StrCat("peer_group '", c.peer_group, "' is not 0 to ",
+                                           v1::rules::kMaxPeerGroupBytes, " bytes of ",
+                                           std::string(v1::rules::kJobIdAllowed)));
     }
     if (col_replica >= 0 && !fields[col_replica].empty()) {
       uint32_t replica = 0;

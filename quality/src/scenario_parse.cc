@@ -1,7 +1,6 @@
 // Scenario YAML -> Scenario (scenario.h): the parser, whose errors name the
 // file, line and key or value. Generation and ground truth: scenario.cc.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -13,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "straggler/quality/scenario.h"
 #include "straggler/topology.h"
+#include "straggler/v1/wire_rules.h"
 #include "yaml-cpp/yaml.h"
 
 namespace straggler::quality {
@@ -338,17 +338,18 @@ class Parser {
       if (n["peer_group"]) {
         auto g = Scalar(n["peer_group"], ctx + ".peer_group");
         if (!g.ok()) return g.status();
-        for (size_t i = 0; i < g->size(); ++i) {
-          const char ch = (*g)[i];
-          if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' ||
-                ch == '-'))
-            return Error(n["peer_group"],
-                         absl::StrCat(ctx, ".peer_group '", *g, "' has '", g->substr(i, 1),
-                                      "' at byte ", i, "; allowed: A-Z a-z 0-9 . _ -"));
-        }
-        if (g->size() > 64)
-          return Error(n["peer_group"], absl::StrCat(ctx, ".peer_group '", *g,
-                                                     "' is longer than 64 bytes"));
+        // The daemon's rule (straggler/v1/wire_rules.h), length first as it checks.
+        const auto fault = v1::rules::FindTextFault(*g, v1::rules::kMaxPeerGroupBytes,
+                                                    v1::rules::IsJobIdChar);
+        if (fault.too_long)
+          return Error(n["peer_group"],
+                       absl::StrCat(ctx, ".peer_group '", *g, "' is longer than ",
+                                    v1::rules::kMaxPeerGroupBytes, " bytes"));
+        if (fault.bad_byte != std::string_view::npos)
+          return Error(n["peer_group"],
+                       absl::StrCat(ctx, ".peer_group '", *g, "' has '",
+                                    g->substr(fault.bad_byte, 1), "' at byte ", fault.bad_byte,
+                                    "; allowed: ", std::string(v1::rules::kJobIdAllowed)));
         place.peer_group = *g;
       }
       if (n["replica"]) {

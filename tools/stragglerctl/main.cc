@@ -46,6 +46,7 @@
 #include "policy_flags.h"
 #include "render.h"
 #include "top.h"
+#include "straggler/v1/enum_names.h"
 #include "straggler/v1/requests.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
@@ -452,9 +453,7 @@ int main(int argc, char** argv) {
       ->add_option("--kind", event_kinds,
                    "only events of these kinds (repeat or comma-separate)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"state_change", "membership", "guard_blocked", "policy_changed",
-                             "override", "reset", "reprofile", "membership_withheld",
-                             "job_lost"}));
+      ->check(CLI::IsMember(v1::EnumShortNames(v1::EventKind_descriptor())));
   std::string event_run;
   auto* o_event_run =
       events->add_option("--run", event_run, "only events of this run of the job (docs/runs.md)");
@@ -549,11 +548,10 @@ int main(int argc, char** argv) {
     req.set_job_id(job);
     req.set_since_sequence(since_sequence);
     req.set_limit(limit);
-    for (std::string kind : event_kinds) {
-      std::transform(kind.begin(), kind.end(), kind.begin(), ::toupper);
-      v1::EventKind k = v1::EVENT_KIND_UNSPECIFIED;
-      v1::EventKind_Parse("EVENT_KIND_" + kind, &k);  // IsMember admitted only kinds
-      req.add_kinds(k);
+    for (const std::string& kind : event_kinds) {
+      // IsMember admitted only kinds.
+      req.add_kinds(static_cast<v1::EventKind>(
+          *v1::ParseEnumShortName(v1::EventKind_descriptor(), kind)));
     }
     if (o_event_rank->count()) req.set_rank(event_rank);
     if (o_event_run->count()) req.set_run_id(event_run);
