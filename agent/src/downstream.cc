@@ -3,6 +3,7 @@
 
 #include "spdlog/spdlog.h"
 #include "straggler/common/directive.h"
+#include "straggler/common/grpc_status.h"
 #include "straggler/common/validate.h"
 
 namespace straggler::agent {

@@ -6,6 +6,7 @@
 #include "wire/convert.h"
 #include "api/rpc_util.h"
 #include "spdlog/spdlog.h"
+#include "straggler/common/grpc_status.h"
 
 namespace straggler::daemon {
 namespace {

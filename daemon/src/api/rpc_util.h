@@ -19,6 +19,7 @@
 #include "auth/auth.h"
 #include "registry/job_registry.h"
 #include "metrics/stats.h"
+#include "straggler/common/grpc_status.h"
 #include "straggler/common/write_slot.h"
 
 namespace straggler::daemon {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "api/rpc_util.h"
+#include "straggler/common/grpc_status.h"
 
 namespace straggler::daemon {
 namespace {
