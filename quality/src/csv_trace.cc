@@ -43,17 +43,135 @@ bool ValidPeerGroup(absl::string_view g) {
   return !fault.too_long && fault.bad_byte == std::string_view::npos;
 }
 
+// Columns of the header (-1: absent); other columns are ignored.
+struct Columns {
+  int iteration = -1, rank = -1, compute = -1, epoch = -1;
+  int group = -1, replica = -1, gpu = -1;
+  size_t count = 0;  // fields per line
+};
+
+absl::Status LineError(const std::string& source, size_t line, absl::string_view msg) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": ", msg));
+}
+
+// The header line: each known column's index; an error names a repeated or
+// missing column.
+absl::Status ReadHeader(const std::vector<std::string>& fields, const std::string& source,
+                        size_t line_no, Columns* col) {
+  auto error = [&](size_t line, absl::string_view msg) { return LineError(source, line, msg); };
+  col->count = fields.size();
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const std::string name = absl::AsciiStrToLower(fields[i]);
+    int* slot = name == "iteration"         ? &col->iteration
+                : name == "rank"            ? &col->rank
+                : name == "compute_seconds" ? &col->compute
+                : name == "epoch"           ? &col->epoch
+                : name == "peer_group"      ? &col->group
+                : name == "replica"         ? &col->replica
+                : name == "gpu_model"       ? &col->gpu
+                                            : nullptr;
+    if (slot == nullptr) continue;  // other columns are ignored
+    if (*slot >= 0) return error(line_no, absl::StrCat("column '", name, "' appears twice"));
+    *slot = static_cast<int>(i);
+  }
+  std::vector<std::string> missing;
+  if (col->iteration < 0) missing.push_back("iteration");
+  if (col->rank < 0) missing.push_back("rank");
+  if (col->compute < 0) missing.push_back("compute_seconds");
+  if (!missing.empty())
+    return error(line_no, absl::StrCat("header lacks column ", absl::StrJoin(missing, ", "),
+                                       " (needs iteration,rank,compute_seconds[,epoch])"));
+  return absl::OkStatus();
+}
+
+// One data line; an error names the line, the column and the value.
+absl::StatusOr<Cell> ReadCell(const std::vector<std::string>& fields, const Columns& col,
+                              const std::string& source, size_t line_no) {
+  auto error = [&](size_t line, absl::string_view msg) { return LineError(source, line, msg); };
+  if (fields.size() != col.count)
+    return error(line_no, absl::StrCat("has ", fields.size(), " fields, the header has ",
+                                       col.count));
+  Cell c{};
+  c.line = line_no;
+  uint64_t rank = 0;
+  if (!absl::SimpleAtoi(fields[col.iteration], &c.iteration))
+    return error(line_no, absl::StrCat("iteration '", fields[col.iteration],
+                                       "' is not a non-negative integer"));
+  if (!absl::SimpleAtoi(fields[col.rank], &rank))
+    return error(line_no, absl::StrCat("rank '", fields[col.rank],
+                                       "' is not a rank (a non-negative integer)"));
+  if (rank >= kMaxRanks)
+    return error(line_no, absl::StrCat("rank '", fields[col.rank], "' is above ", kMaxRanks - 1,
+                                       ": a trace's world is ranks 0 .. its highest rank, at "
+                                       "most ", kMaxRanks,
+                                       " (the daemon's default limits.max_ranks_per_job)"));
+  c.rank = static_cast<uint32_t>(rank);
+  if (!absl::SimpleAtod(fields[col.compute], &c.compute) || !std::isfinite(c.compute) ||
+      c.compute < 0)
+    return error(line_no, absl::StrCat("compute_seconds '", fields[col.compute],
+                                       "' is not a finite number >= 0"));
+  if (col.epoch >= 0) {
+    uint64_t e = 0;
+    if (!absl::SimpleAtoi(fields[col.epoch], &e))
+      return error(line_no, absl::StrCat("epoch '", fields[col.epoch],
+                                         "' is not a non-negative integer"));
+    c.epoch = e;
+  }
+  if (col.group >= 0) {
+    c.peer_group = fields[col.group];
+    if (!ValidPeerGroup(c.peer_group))
+      return error(line_no, absl::StrCat("peer_group '", c.peer_group, "' is not 0 to ",
+                                         v1::rules::kMaxPeerGroupBytes, " bytes of ",
+                                         std::string(v1::rules::kJobIdAllowed)));
+  }
+  if (col.replica >= 0 && !fields[col.replica].empty()) {
+    uint32_t replica = 0;
+    if (!absl::SimpleAtoi(fields[col.replica], &replica))
+      return error(line_no, absl::StrCat("replica '", fields[col.replica],
+                                         "' is not a non-negative integer"));
+    c.replica = replica;
+  }
+  if (col.gpu >= 0) c.gpu_model = fields[col.gpu];
+  return c;
+}
+
+// One topology per rank, as a client process declares one; an error names
+// the line where a rank changes it or names a replica outside the world.
+absl::Status ReadTopology(const std::vector<Cell>& cells, const Columns& col,
+                          const std::string& source, Trace* t) {
+  auto error = [&](size_t line, absl::string_view msg) { return LineError(source, line, msg); };
+  t->peer_group.assign(t->ranks, "");
+  t->replica.assign(t->ranks, std::nullopt);
+  if (col.gpu >= 0) t->gpu_model.assign(t->ranks, "");
+  std::vector<size_t> first(t->ranks, 0);
+  for (const auto& c : cells) {
+    if (first[c.rank] == 0) {
+      first[c.rank] = c.line;
+      t->peer_group[c.rank] = c.peer_group;
+      t->replica[c.rank] = c.replica;
+      if (col.gpu >= 0) t->gpu_model[c.rank] = c.gpu_model;
+    } else if (t->peer_group[c.rank] != c.peer_group || t->replica[c.rank] != c.replica ||
+               (col.gpu >= 0 && t->gpu_model[c.rank] != c.gpu_model)) {
+      return error(c.line, absl::StrCat("rank ", c.rank, " changes its topology (peer_group '",
+                                        c.peer_group, "', replica ",
+                                        c.replica ? absl::StrCat(*c.replica) : "-",
+                                        ", gpu_model '", c.gpu_model, "') from line ",
+                                        first[c.rank]));
+    }
+    if (c.replica && *c.replica >= t->ranks)
+      return error(c.line, absl::StrCat("replica ", *c.replica, " of rank ", c.rank,
+                                        " is not below the trace's ", t->ranks, " ranks"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source) {
-  auto error = [&](size_t line, absl::string_view msg) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": ", msg));
-  };
+  auto error = [&](size_t line, absl::string_view msg) { return LineError(source, line, msg); };
   std::string text;
   size_t line_no = 0;
-  int col_iteration = -1, col_rank = -1, col_compute = -1, col_epoch = -1;
-  int col_group = -1, col_replica = -1, col_gpu = -1;
-  size_t columns = 0;
+  Columns col;
   bool have_header = false;
   std::vector<Cell> cells;
   while (std::getline(in, text)) {
@@ -65,75 +183,12 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
     for (auto& f : fields) f = std::string(absl::StripAsciiWhitespace(f));
     if (!have_header) {
       have_header = true;
-      columns = fields.size();
-      for (size_t i = 0; i < fields.size(); ++i) {
-        const std::string name = absl::AsciiStrToLower(fields[i]);
-        int* slot = name == "iteration"         ? &col_iteration
-                    : name == "rank"            ? &col_rank
-                    : name == "compute_seconds" ? &col_compute
-                    : name == "epoch"           ? &col_epoch
-                    : name == "peer_group"      ? &col_group
-                    : name == "replica"         ? &col_replica
-                    : name == "gpu_model"       ? &col_gpu
-                                                : nullptr;
-        if (slot == nullptr) continue;  // other columns are ignored
-        if (*slot >= 0) return error(line_no, absl::StrCat("column '", name, "' appears twice"));
-        *slot = static_cast<int>(i);
-      }
-      std::vector<std::string> missing;
-      if (col_iteration < 0) missing.push_back("iteration");
-      if (col_rank < 0) missing.push_back("rank");
-      if (col_compute < 0) missing.push_back("compute_seconds");
-      if (!missing.empty())
-        return error(line_no, absl::StrCat("header lacks column ", absl::StrJoin(missing, ", "),
-                                           " (needs iteration,rank,compute_seconds[,epoch])"));
+      if (absl::Status s = ReadHeader(fields, source, line_no, &col); !s.ok()) return s;
       continue;
     }
-    if (fields.size() != columns)
-      return error(line_no, absl::StrCat("has ", fields.size(), " fields, the header has ",
-                                         columns));
-    Cell c{};
-    c.line = line_no;
-    uint64_t rank = 0;
-    if (!absl::SimpleAtoi(fields[col_iteration], &c.iteration))
-      return error(line_no, absl::StrCat("iteration '", fields[col_iteration],
-                                         "' is not a non-negative integer"));
-    if (!absl::SimpleAtoi(fields[col_rank], &rank))
-      return error(line_no, absl::StrCat("rank '", fields[col_rank],
-                                         "' is not a rank (a non-negative integer)"));
-    if (rank >= kMaxRanks)
-      return error(line_no, absl::StrCat("rank '", fields[col_rank], "' is above ", kMaxRanks - 1,
-                                         ": a trace's world is ranks 0 .. its highest rank, at "
-                                         "most ", kMaxRanks,
-                                         " (the daemon's default limits.max_ranks_per_job)"));
-    c.rank = static_cast<uint32_t>(rank);
-    if (!absl::SimpleAtod(fields[col_compute], &c.compute) || !std::isfinite(c.compute) ||
-        c.compute < 0)
-      return error(line_no, absl::StrCat("compute_seconds '", fields[col_compute],
-                                         "' is not a finite number >= 0"));
-    if (col_epoch >= 0) {
-      uint64_t e = 0;
-      if (!absl::SimpleAtoi(fields[col_epoch], &e))
-        return error(line_no, absl::StrCat("epoch '", fields[col_epoch],
-                                           "' is not a non-negative integer"));
-      c.epoch = e;
-    }
-    if (col_group >= 0) {
-      c.peer_group = fields[col_group];
-      if (!ValidPeerGroup(c.peer_group))
-        return error(line_no, absl::StrCat("peer_group '", c.peer_group, "' is not 0 to ",
-                                           v1::rules::kMaxPeerGroupBytes, " bytes of ",
-                                           std::string(v1::rules::kJobIdAllowed)));
-    }
-    if (col_replica >= 0 && !fields[col_replica].empty()) {
-      uint32_t replica = 0;
-      if (!absl::SimpleAtoi(fields[col_replica], &replica))
-        return error(line_no, absl::StrCat("replica '", fields[col_replica],
-                                           "' is not a non-negative integer"));
-      c.replica = replica;
-    }
-    if (col_gpu >= 0) c.gpu_model = fields[col_gpu];
-    cells.push_back(c);
+    absl::StatusOr<Cell> c = ReadCell(fields, col, source, line_no);
+    if (!c.ok()) return c.status();
+    cells.push_back(*std::move(c));
   }
   if (!have_header) return absl::InvalidArgumentError(absl::StrCat(source, ": empty trace"));
   if (cells.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": no data rows"));
@@ -174,30 +229,8 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
       epoch_line[row] = c.line;
     }
   }
-  if (col_group >= 0 || col_replica >= 0 || col_gpu >= 0) {
-    // One topology per rank, as a client process declares one.
-    t.peer_group.assign(t.ranks, "");
-    t.replica.assign(t.ranks, std::nullopt);
-    if (col_gpu >= 0) t.gpu_model.assign(t.ranks, "");
-    std::vector<size_t> first(t.ranks, 0);
-    for (const auto& c : cells) {
-      if (first[c.rank] == 0) {
-        first[c.rank] = c.line;
-        t.peer_group[c.rank] = c.peer_group;
-        t.replica[c.rank] = c.replica;
-        if (col_gpu >= 0) t.gpu_model[c.rank] = c.gpu_model;
-      } else if (t.peer_group[c.rank] != c.peer_group || t.replica[c.rank] != c.replica ||
-                 (col_gpu >= 0 && t.gpu_model[c.rank] != c.gpu_model)) {
-        return error(c.line, absl::StrCat("rank ", c.rank, " changes its topology (peer_group '",
-                                          c.peer_group, "', replica ",
-                                          c.replica ? absl::StrCat(*c.replica) : "-",
-                                          ", gpu_model '", c.gpu_model, "') from line ",
-                                          first[c.rank]));
-      }
-      if (c.replica && *c.replica >= t.ranks)
-        return error(c.line, absl::StrCat("replica ", *c.replica, " of rank ", c.rank,
-                                          " is not below the trace's ", t.ranks, " ranks"));
-    }
+  if (col.group >= 0 || col.replica >= 0 || col.gpu >= 0) {
+    if (absl::Status s = ReadTopology(cells, col, source, &t); !s.ok()) return s;
   }
   // Rows no rank gave an epoch for inherit the previous row's.
   for (uint64_t row = 1; row < t.iterations; ++row)

@@ -70,6 +70,19 @@ class Sim {
   // After the run: flushes the clients, reads the job's events, prints the
   // summary and writes --report; returns the exit status.
   int Summarize(double wall_seconds);
+  // What the daemon's journal (`events`) says of each rank of this process:
+  // its detections and recoveries, with "rank R at I" for the summary line.
+  struct Detections {
+    uint64_t detections = 0, recoveries = 0;
+    std::vector<std::string> detection_text, recovery_text;
+  };
+  // Summarize's per-rank --report entries: detections, recoveries,
+  // exclusions, state changes, slow windows (and stage, replica).
+  nlohmann::json RanksJson(const std::vector<straggler::v1::Event>& events,
+                           Detections* found) const;
+  // Every membership version any rank saw or applied, and where each rank
+  // applied it (--report's memberships).
+  nlohmann::json MembershipsJson();
   // Prints the pipeline model's figures; returns them for --report.
   nlohmann::json PrintPipeline(const PipelineSummary& summary);
   bool CreateClients(std::string* error);
