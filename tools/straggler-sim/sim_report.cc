@@ -165,12 +165,12 @@ nlohmann::json Sim::RanksJson(const std::vector<v1::Event>& events, Detections* 
 nlohmann::json Sim::MembershipsJson() {
   std::map<uint64_t, MembershipView> versions;
   for (auto& s : ranks_) {
-    std::lock_guard lock(s->mu);
+    absl::MutexLock lock(&s->mu);
     versions.insert(s->history.begin(), s->history.end());
   }
   nlohmann::json memberships = nlohmann::json::array();
   {
-    std::lock_guard lock(applied_mu_);
+    absl::MutexLock lock(&applied_mu_);
     versions.insert(applied_views_.begin(), applied_views_.end());
     for (const auto& [version, m] : versions) {
       nlohmann::json excluded = nlohmann::json::array();
