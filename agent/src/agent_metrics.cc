@@ -3,7 +3,9 @@
 
 #include <map>
 
-#include "straggler/common/metrics.h"
+#include "straggler/common/metric_family.h"
+#include "straggler/common/metric_text.h"
+#include "straggler/common/process_metrics.h"
 
 #ifndef STRAGGLERD_VERSION
 #define STRAGGLERD_VERSION "unknown"

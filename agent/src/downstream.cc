@@ -3,6 +3,7 @@
 
 #include "spdlog/spdlog.h"
 #include "straggler/common/directive.h"
+#include "straggler/common/grpc_status.h"
 #include "straggler/common/validate.h"
 
 namespace straggler::agent {
@@ -34,12 +35,12 @@ void DownstreamReactor::OnReadDone(bool ok) {
     job_->LaterHello(batch_.hello(), *link_);
   }
   Offer(job_->Take(link_, batch_));
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!slot_.finishing()) StartRead(&batch_);
 }
 
 void DownstreamReactor::OnWriteDone(bool ok) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   Act(slot_.WriteDone(ok));
 }
 
@@ -51,12 +52,12 @@ void DownstreamReactor::OnDone() {
 }
 
 void DownstreamReactor::Offer(v1::Directive d) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   Act(slot_.Offer(std::move(d), &common::MergeDirective));
 }
 
 void DownstreamReactor::Finish(grpc::Status status, bool flush) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   Act(slot_.RequestFinish(std::move(status), flush));
 }
 
@@ -70,7 +71,7 @@ absl::Status DownstreamReactor::Hello() {
   return absl::OkStatus();
 }
 
-void DownstreamReactor::Act(common::WriteAction action) {  // mu_ held
+void DownstreamReactor::Act(common::WriteAction action) {
   common::CarryOut(action, slot_, static_cast<ServerBidiReactor&>(*this));
 }
 

@@ -18,6 +18,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "agent_stats.h"
 #include "job_table.h"
@@ -45,7 +47,7 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
  private:
   // The stream's first batch: its hello attaches the stream to its job.
   absl::Status Hello();
-  void Act(common::WriteAction action);  // mu_ held
+  void Act(common::WriteAction action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobTable& jobs_;
   AgentStats& stats_;
@@ -53,8 +55,8 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
   const std::shared_ptr<DownLink> link_;
   v1::ReportBatch batch_;
   std::shared_ptr<UpstreamJob> job_;  // read chain only
-  std::mutex mu_;
-  common::WriteSlot<v1::Directive> slot_;  // guarded by mu_
+  absl::Mutex mu_;
+  common::WriteSlot<v1::Directive> slot_ ABSL_GUARDED_BY(mu_);
 };
 
 // The IngestService the agent serves: one DownstreamReactor per stream.

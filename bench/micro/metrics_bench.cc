@@ -1,4 +1,4 @@
-// Prometheus exposition of the daemon's metrics (straggler/common/metrics.h,
+// Prometheus exposition of the daemon's metrics (straggler/common/metric_text.h,
 // RenderDaemonMetrics) for one job of 10 000 ranks (issue 6, item 1): with
 // per-rank series (per_rank_max_ranks raised to 10 000) and with the default
 // (per-rank series only up to 4 096 ranks, so only job-level families here).
@@ -20,6 +20,8 @@
 #include "config/config.h"
 #include "registry/job_registry.h"
 #include "metrics/daemon_metrics.h"
+#include "straggler/common/metric_family.h"
+#include "straggler/common/metric_text.h"
 #include "metrics/stats.h"
 #include "prometheus/text_serializer.h"
 

@@ -25,6 +25,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "straggler/common/channel_security.h"
 #include "clamp_timeout.h"
 #include "client_options.h"
@@ -142,7 +144,7 @@ class ClientImpl final : public Client, private StreamSession::Source {
     s.reconnects = session_.Reconnects();
     s.connected = session_.Connected();
     s.upstream_unavailable = session_.UpstreamUnavailable();
-    std::lock_guard<std::mutex> lock(rejection_mu_);
+    absl::MutexLock lock(&rejection_mu_);
     s.last_rejection = last_rejection_;
     return s;
   }
@@ -341,7 +343,7 @@ class ClientImpl final : public Client, private StreamSession::Source {
     // below wakes MembershipFor, so a caller that saw the progress sees them.
     rejected_.fetch_add(d.rejected(), std::memory_order_relaxed);
     if (d.rejections_size() > 0) {
-      std::lock_guard<std::mutex> lock(rejection_mu_);
+      absl::MutexLock lock(&rejection_mu_);
       last_rejection_ = d.rejections(d.rejections_size() - 1).message();
     }
     // The acknowledgement's counts too: Apply below wakes MembershipFor, and
@@ -378,8 +380,8 @@ class ClientImpl final : public Client, private StreamSession::Source {
   std::atomic<uint64_t> acked_{0};
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> duplicates_{0};
-  mutable std::mutex rejection_mu_;
-  std::string last_rejection_;  // guarded by rejection_mu_
+  mutable absl::Mutex rejection_mu_;
+  std::string last_rejection_ ABSL_GUARDED_BY(rejection_mu_);
 
   // Highest iteration + 1 (0: none) among the reports Report() dropped
   // (queue full), and among those the sender took from the queue (sender

@@ -12,14 +12,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "queued_report.h"
 
 namespace straggler::detail {
@@ -35,7 +35,7 @@ class UnackedBatches {
       : max_reports_(std::max(max_reports, max_batch)), max_batch_(max_batch) {}
 
   bool HasRoom() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return reports_ + max_batch_ <= max_reports_ || batches_.empty();
   }
 
@@ -45,7 +45,7 @@ class UnackedBatches {
 
   // Sender thread: `b` was (or is about to be) written.
   void Add(Batch b) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     reports_ += b.reports.size();
     batches_.push_back(std::move(b));
   }
@@ -54,7 +54,7 @@ class UnackedBatches {
   // first, under the lock (fn must not call back into this object).
   template <typename Fn>
   void ForEach(Fn&& fn) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const Batch& b : batches_) fn(b);
   }
 
@@ -72,7 +72,7 @@ class UnackedBatches {
     if (sequence <= last_acked_) return freed;
     last_acked_ = sequence;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       while (!batches_.empty() && batches_.front().sequence <= sequence) {
         completed_ += batches_.front().reports.size();
         reports_ -= batches_.front().reports.size();
@@ -80,25 +80,31 @@ class UnackedBatches {
         freed = true;
       }
     }
-    if (freed) completed_cv_.notify_all();
+    if (freed) completed_cv_.SignalAll();
     return freed;
   }
 
   // Blocks until `target` reports have been completed by acknowledgements
   // (counting from the first), or `timeout`; returns whether they were.
   bool WaitCompleted(uint64_t target, std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return completed_cv_.wait_for(lock, timeout, [&] { return completed_ >= target; });
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    absl::MutexLock lock(&mu_);
+    while (completed_ < target) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= left.zero() || completed_cv_.WaitWithTimeout(&mu_, absl::FromChrono(left)))
+        return completed_ >= target;  // timed out
+    }
+    return true;
   }
 
  private:
   const size_t max_reports_;
   const size_t max_batch_;
-  mutable std::mutex mu_;
-  std::condition_variable completed_cv_;
-  std::deque<Batch> batches_;  // guarded by mu_
-  size_t reports_ = 0;         // in batches_; guarded by mu_
-  uint64_t completed_ = 0;     // reports in acknowledged batches; guarded by mu_
+  mutable absl::Mutex mu_;
+  absl::CondVar completed_cv_;  // completed_ grew
+  std::deque<Batch> batches_ ABSL_GUARDED_BY(mu_);
+  size_t reports_ ABSL_GUARDED_BY(mu_) = 0;     // in batches_
+  uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;  // reports in acknowledged batches
   uint64_t next_sequence_ = 1;  // sender thread only
   uint64_t last_acked_ = 0;     // reader thread only (one reader at a time)
 };

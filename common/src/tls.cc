@@ -212,6 +212,8 @@ SslContextSource::SslContextSource(TlsConfig config, std::string section)
 
 absl::StatusOr<std::shared_ptr<SslContextSource>> SslContextSource::Create(const ServerTls& tls) {
   std::shared_ptr<SslContextSource> source(new SslContextSource(tls.config, tls.section));
+  // Not shared yet: the lock costs nothing and lets the analysis see the writes.
+  absl::MutexLock lock(&source->mu_);
   // Stamps before contents: a file renewed between the two looks changed at
   // the first check and is read again, never missed.
   source->stamps_ = source->Stamps();
@@ -247,7 +249,7 @@ absl::StatusOr<std::shared_ptr<SSL_CTX>> SslContextSource::Load() const {
 }
 
 std::shared_ptr<SSL_CTX> SslContextSource::Current() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (config_.reload_seconds == 0 || Clock::now() < next_check_) return current_;
   next_check_ = Clock::now() + std::chrono::seconds(config_.reload_seconds);
   std::vector<Stamp> stamps = Stamps();

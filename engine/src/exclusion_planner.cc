@@ -211,13 +211,12 @@ size_t ThroughputTake(const PolicyConfig& policy, const PlanInput& in,
   return 0;
 }
 
-}  // namespace
-
-ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
+// The units PlanExclusion decides on: the ranks grouped by replica, by the
+// caller's layout, or by one of its own when a restored entry names a
+// replica the caller's layout lacks; *hybrid: whether the layout is.
+std::vector<Unit> PlanUnits(const PolicyConfig& policy, const PlanInput& in,
+                            std::vector<const ExcludedRank*>& current, bool* hybrid) {
   const uint32_t world = static_cast<uint32_t>(in.ranks.size());
-  std::vector<const ExcludedRank*> current(world, nullptr);
-  for (const auto& e : in.current)
-    if (e.rank < world) current[e.rank] = &e;
   // The caller's layout holds declared replicas only; a restored entry of a
   // rank not declared yet (a restarted daemon) needs one of its own.
   bool restored = false;
@@ -228,8 +227,52 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
   const ReplicaLayout& layout = in.layout != nullptr && !restored ? *in.layout : own;
   std::vector<Unit> grouped;
   Group(policy, in, layout, current, grouped);
-  const std::vector<Unit>& units = grouped;
-  const bool hybrid = layout.hybrid;
+  *hybrid = layout.hybrid;
+  return grouped;
+}
+
+// The entry of rank `i` of a unit forced out by an operator: a forced rank's
+// own (kept while it stays forced), a mate's own reason when it is out for
+// one, else none (the caller makes it a mate of the forced rank).
+std::optional<ExcludedRank> ForcedEntry(const PlanInput& in, const Unit& unit,
+                                        const std::vector<const ExcludedRank*>& current,
+                                        uint32_t i) {
+  if (std::find(unit.forced.begin(), unit.forced.end(), i) != unit.forced.end()) {
+    if (current[i] && current[i]->reason == ExclusionReason::kForced) return *current[i];
+    return ExcludedRank{i, ExclusionReason::kForced, "forced out by an operator", in.iteration};
+  }
+  // A mate still out for a reason of its own keeps it.
+  if (current[i] && current[i]->reason != ExclusionReason::kForced &&
+      current[i]->reason != ExclusionReason::kReplica)
+    return *current[i];
+  return std::nullopt;
+}
+
+// The entry of rank `i` of a unit taken out for its culprits: unresponsive,
+// or a straggler (the end of probation for a rank that failed it); none for
+// a rank that is not a culprit (a mate).
+std::optional<ExcludedRank> CulpritEntry(const PolicyConfig& policy, const PlanInput& in,
+                                         const Unit& unit, uint32_t i) {
+  const auto at = std::find(unit.culprits.begin(), unit.culprits.end(), i);
+  if (at == unit.culprits.end()) return std::nullopt;
+  if (at - unit.culprits.begin() < unit.unresponsive)
+    return ExcludedRank{i, ExclusionReason::kUnresponsive,
+                        absl::StrFormat("no report for %.3gs", policy.unresponsive_after_seconds),
+                        in.iteration};
+  return ExcludedRank{i, in.ranks[i].probation_failed ? ExclusionReason::kProbationEnd
+                                                      : ExclusionReason::kStraggler,
+                      StragglerDetail(in.ranks[i], in), in.iteration};
+}
+
+}  // namespace
+
+ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
+  const uint32_t world = static_cast<uint32_t>(in.ranks.size());
+  std::vector<const ExcludedRank*> current(world, nullptr);
+  for (const auto& e : in.current)
+    if (e.rank < world) current[e.rank] = &e;
+  bool hybrid = false;
+  const std::vector<Unit> units = PlanUnits(policy, in, current, &hybrid);
 
   // The entries of the ranks taken out (each rank once: a replica is taken
   // out at most once), sorted by rank at the end.
@@ -269,26 +312,13 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
     excluded_ranks += static_cast<uint32_t>(unit.ranks.size());
   };
   const auto none = [](uint32_t) -> std::optional<ExcludedRank> { return std::nullopt; };
-  auto contains = [](std::span<const uint32_t> v, uint32_t i) {
-    return std::find(v.begin(), v.end(), i) != v.end();
-  };
 
   std::vector<size_t> unresponsive, stragglers;
   for (size_t u = 0; u < units.size(); ++u) {
     const Unit& unit = units[u];
     if (!unit.forced.empty()) {
-      take_out(u, unit.forced.front(), false, [&](uint32_t i) -> std::optional<ExcludedRank> {
-        if (contains(unit.forced, i)) {
-          if (current[i] && current[i]->reason == ExclusionReason::kForced) return *current[i];
-          return ExcludedRank{i, ExclusionReason::kForced, "forced out by an operator",
-                              in.iteration};
-        }
-        // A mate still out for a reason of its own keeps it.
-        if (current[i] && current[i]->reason != ExclusionReason::kForced &&
-            current[i]->reason != ExclusionReason::kReplica)
-          return *current[i];
-        return std::nullopt;
-      });
+      take_out(u, unit.forced.front(), false,
+               [&](uint32_t i) { return ForcedEntry(in, unit, current, i); });
       continue;
     }
     // A monitor-only rank takes part whatever a version says: excluding its
@@ -321,19 +351,7 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
   ExclusionPlan plan;
   uint32_t blocked_size = 1;
   auto culprit_entry = [&](size_t u) {
-    return [&, u](uint32_t i) -> std::optional<ExcludedRank> {
-      const Unit& unit = units[u];
-      const auto at = std::find(unit.culprits.begin(), unit.culprits.end(), i);
-      if (at == unit.culprits.end()) return std::nullopt;
-      if (at - unit.culprits.begin() < unit.unresponsive)
-        return ExcludedRank{
-            i, ExclusionReason::kUnresponsive,
-            absl::StrFormat("no report for %.3gs", policy.unresponsive_after_seconds),
-            in.iteration};
-      return ExcludedRank{i, in.ranks[i].probation_failed ? ExclusionReason::kProbationEnd
-                                                          : ExclusionReason::kStraggler,
-                          StragglerDetail(in.ranks[i], in), in.iteration};
-    };
+    return [&, u](uint32_t i) { return CulpritEntry(policy, in, units[u], i); };
   };
   for (size_t u : unresponsive) {
     if (cap.Room(excluded, excluded_ranks, size_of(u))) {

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "module_internal.h"
+#include "straggler/collective.h"
+#include "straggler/collective_gloo.h"
 #ifdef STRAGGLER_WITH_NCCL
 #include "straggler/collective_nccl.h"
 #endif

@@ -32,6 +32,7 @@
 #include "driver_json.h"
 #include "straggler/client.h"
 #include "straggler/collective.h"
+#include "straggler/collective_gloo.h"
 #ifdef STRAGGLER_WITH_NCCL
 #include "straggler/collective_nccl.h"
 #endif

@@ -18,6 +18,7 @@
 #include "daemon_test_util.h"
 #include "straggler/client.h"
 #include "straggler/collective.h"
+#include "straggler/collective_gloo.h"
 
 using namespace std::chrono_literals;
 

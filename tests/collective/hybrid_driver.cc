@@ -41,6 +41,7 @@
 #include "driver_json.h"
 #include "straggler/client.h"
 #include "straggler/collective.h"
+#include "straggler/collective_gloo.h"
 #include "straggler/gloo_store.h"
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include <straggler/client.h>
 #include <straggler/collective.h>
+#include <straggler/collective_gloo.h>
 
 #include "offline_client.h"
 

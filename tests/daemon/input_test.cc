@@ -12,10 +12,12 @@
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "straggler/common/rate_limit.h"
 #include "api/rest_route.h"
 #include "straggler/common/validate.h"
+#include "straggler/v1/enum_names.h"
 #include "wire/policy_convert.h"
 
 namespace sd = straggler::daemon;
@@ -456,4 +458,67 @@ TEST_CASE("policy wire mapping: each field alone goes out with ToProto and back 
     ++checked;
   }
   CHECK(checked >= straggler::engine::PolicyFields().size() - 4);
+}
+
+// straggler.proto is the one table of enum names: stragglerctl's --kind,
+// --recovery and events --kind take them from the descriptors.
+TEST_CASE("enum names: short names from the descriptor, unspecified and unknown text refused") {
+  const auto* kinds = v1::PolicyKind_descriptor();
+  CHECK(v1::EnumValuePrefix(kinds) == "POLICY_KIND_");
+  CHECK(v1::EnumShortName(kinds, v1::POLICY_KIND_PEER) == "peer");
+  CHECK(v1::EnumShortName(kinds, v1::POLICY_KIND_UNSPECIFIED) == "");
+  CHECK(v1::EnumShortName(kinds, 999) == "");
+  CHECK(v1::EnumShortNames(kinds) == std::vector<std::string>{"dynamic", "ewma", "static", "peer"});
+  CHECK(v1::ParseEnumShortName(kinds, "ewma") == std::optional<int>(v1::POLICY_KIND_EWMA));
+  CHECK(v1::ParseEnumShortName(kinds, "unspecified") == std::nullopt);
+  CHECK(v1::ParseEnumShortName(kinds, "EWMA") == std::nullopt);
+  CHECK(v1::ParseEnumShortName(kinds, "") == std::nullopt);
+  const auto* events = v1::EventKind_descriptor();
+  CHECK(v1::EnumValuePrefix(events) == "EVENT_KIND_");
+  CHECK(v1::ParseEnumShortName(events, "membership_withheld") ==
+        std::optional<int>(v1::EVENT_KIND_MEMBERSHIP_WITHHELD));
+}
+
+// policy_convert.cc maps the two enums by name: an engine kind or mode
+// without its v1 value of the same name would go out as unspecified.
+TEST_CASE("policy wire mapping: every PolicyKind and RecoveryMode is the v1 value of its name") {
+  using straggler::engine::PolicyConfig;
+  for (auto kind : straggler::engine::kPolicyKinds) {
+    const std::string name(straggler::engine::PolicyKindName(kind));
+    INFO("kind " << name);
+    const v1::PolicyKind wire = sd::ToProto(kind);
+    CHECK(wire != v1::POLICY_KIND_UNSPECIFIED);
+    CHECK(v1::EnumShortName(v1::PolicyKind_descriptor(), wire) == name);
+    v1::PolicyConfig update;
+    update.set_kind(wire);
+    update.set_static_threshold_seconds(0.5);  // static needs one; the others ignore it
+    auto merged = sd::MergePolicy(update, PolicyConfig{});
+    INFO(merged.status().message());
+    REQUIRE(merged.ok());
+    CHECK(merged->kind == kind);
+  }
+  for (auto mode : straggler::engine::kRecoveryModes) {
+    const std::string name(straggler::engine::RecoveryModeName(mode));
+    INFO("recovery " << name);
+    const v1::RecoveryMode wire = sd::ToProto(mode);
+    CHECK(wire != v1::RECOVERY_MODE_UNSPECIFIED);
+    CHECK(v1::EnumShortName(v1::RecoveryMode_descriptor(), wire) == name);
+    v1::PolicyConfig update;
+    update.set_recovery(wire);
+    auto merged = sd::MergePolicy(update, PolicyConfig{});
+    REQUIRE(merged.ok());
+    CHECK(merged->recovery == mode);
+  }
+  // Every v1 value has its engine kind, and a number of neither is refused.
+  CHECK(v1::EnumShortNames(v1::PolicyKind_descriptor()).size() ==
+        std::size(straggler::engine::kPolicyKinds));
+  CHECK(v1::EnumShortNames(v1::RecoveryMode_descriptor()).size() ==
+        std::size(straggler::engine::kRecoveryModes));
+  v1::PolicyConfig bad;
+  bad.set_kind(static_cast<v1::PolicyKind>(7));
+  CHECK(sd::MergePolicy(bad, PolicyConfig{}).status().message() == "kind=7 is not a PolicyKind");
+  v1::PolicyConfig bad_mode;
+  bad_mode.set_recovery(static_cast<v1::RecoveryMode>(9));
+  CHECK(sd::MergePolicy(bad_mode, PolicyConfig{}).status().message() ==
+        "recovery=9 is not a RecoveryMode");
 }

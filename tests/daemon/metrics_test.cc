@@ -1,4 +1,4 @@
-// The Prometheus text exposition (straggler/common/metrics.h, on prometheus-cpp): value formatting, escaping,
+// The Prometheus text exposition (straggler/common/metric_text.h and its neighbours, on prometheus-cpp): value formatting, escaping,
 // name validation, histograms (cumulative buckets, +Inf, _sum, _count), a
 // full small exposition byte for byte, and the daemon collector's per-rank
 // cut-off and one-hot rank state, and the job step-time gauge.
@@ -18,6 +18,10 @@
 #include "config/config.h"
 #include "registry/job_registry.h"
 #include "metrics/daemon_metrics.h"
+#include "straggler/common/atomic_histogram.h"
+#include "straggler/common/metric_family.h"
+#include "straggler/common/metric_text.h"
+#include "straggler/common/process_metrics.h"
 #include "metrics/stats.h"
 #include "registry_test_util.h"
 

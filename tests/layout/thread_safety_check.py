@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""clang's thread-safety analysis over the sources whose locks are annotated
-(issue 16, docs/development.md "Locks the compiler checks").
+"""clang's thread-safety analysis over every production translation unit
+(issues 16 and 32, docs/development.md "Locks the compiler checks").
 
-Each source listed in tests/layout/thread_safety_sources.txt is compiled with
-`clang++ -fsyntax-only -Wthread-safety -Werror` and the include paths,
-definitions and language standard the build gives it (compile_commands.json
-of --build-dir). Only those flags are taken: the build's own warnings are
+Every C++ source the build compiles (compile_commands.json of --build-dir)
+under a production folder (agent/, client_lib/, common/, daemon/, engine/,
+proto/, python/src/, quality/, tools/ - not tests/, bench/ or fuzz/, nor
+generated code) is compiled with `clang++ -fsyntax-only -Wthread-safety
+-Werror` and the include paths, definitions and language standard the build
+gives it. No list is kept by hand: a new source is checked once the build
+knows it. Only those flags are taken: the build's own warnings are
 gcc's business, this pass checks the lock annotations (ABSL_GUARDED_BY,
 ABSL_EXCLUSIVE_LOCKS_REQUIRED, scoped locks).
 
   thread_safety_check.py --source-dir S --build-dir B
-      every listed source passes, or each diagnostic is printed: status 1.
+      every production source passes, or each diagnostic is printed: status 1.
   thread_safety_check.py --source-dir S --build-dir B \\
-      --must-fail FILE --flags-of LISTED_SOURCE [--must-fail ...]
+      --must-fail FILE --flags-of SOURCE [--must-fail ...]
       every FILE must FAIL the pass, with thread-safety diagnostics only
       (a file that fails for another reason, or passes, fails the test):
       proof that the pass really checks.
@@ -31,7 +34,8 @@ import subprocess
 import sys
 
 SKIP = 77
-LIST = "tests/layout/thread_safety_sources.txt"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from function_length_check import PRODUCTION  # noqa: E402
 CHECK_FLAGS = ["-fsyntax-only", "-Wthread-safety", "-Werror"]
 
 
@@ -44,14 +48,17 @@ def find_clang(explicit):
     return None
 
 
-def listed_sources(root):
+def production_sources(root, flags):
+    """The production .cc files among the build's translation units, relative
+    to `root`, sorted."""
     out = []
-    with open(os.path.join(root, LIST)) as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line:
-                out.append(line)
-    return out
+    for src in flags:
+        rel = os.path.relpath(src, root)
+        if rel.startswith("..") or not rel.endswith(".cc"):
+            continue
+        if any(rel == f or rel.startswith(f + "/") for f in PRODUCTION):
+            out.append(rel)
+    return sorted(out)
 
 
 def build_flags(build_dir):
@@ -91,7 +98,7 @@ def main():
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--clang", default=os.environ.get("STRAGGLER_CLANG_CXX"))
     ap.add_argument("--must-fail", action="append", default=[])
-    ap.add_argument("--flags-of", help="a listed source whose build flags the "
+    ap.add_argument("--flags-of", help="a source of the build whose flags the "
                     "--must-fail files use")
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
     args = ap.parse_args()
@@ -134,7 +141,10 @@ def main():
                     print(f"       {l}")
         return 1 if bad else 0
 
-    sources = listed_sources(root)
+    sources = production_sources(root, flags)
+    if not sources:
+        print(f"FAIL: no production source in {args.build_dir}/compile_commands.json")
+        return 1
     jobs = {rel: flags_for(rel) for rel in sources}
     bad = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -147,8 +157,9 @@ def main():
             else:
                 bad += 1
                 print(f"FAIL {rel}:\n{out}")
-    print(f"{len(sources) - bad}/{len(sources)} sources pass {' '.join(CHECK_FLAGS)} "
-          f"({os.path.basename(clang)}; list: {LIST})")
+    print(f"{len(sources) - bad}/{len(sources)} production sources pass "
+          f"{' '.join(CHECK_FLAGS)} ({os.path.basename(clang)}; from "
+          f"{args.build_dir}/compile_commands.json)")
     return 1 if bad else 0
 
 

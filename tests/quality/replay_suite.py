@@ -6,7 +6,7 @@
       per-rank detections and scores for all five policies.
   replay_suite.py criteria --replay BIN --scenarios DIR
       the default policy (no --policy: the daemon's default settings) over
-      every scenario: issue 17's criteria (bench/quality criteria.h) - no
+      every scenario: issue 17's criteria (quality/ criteria.h) - no
       false alarm, no flap, every episode flagged by its deadline. Prints
       every scenario's result and each failure.
   replay_suite.py defaults --replay BIN --scenarios DIR --daemon-config FILE

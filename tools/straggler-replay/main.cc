@@ -37,6 +37,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "replay.h"
+#include "report.h"
 #include "straggler/engine/policy.h"
 #include "straggler/quality/criteria.h"
 #include "straggler/quality/csv_trace.h"
@@ -51,6 +52,7 @@ using straggler::engine::PolicyKind;
 using straggler::engine::RecoveryMode;
 using namespace straggler::quality;
 using straggler::replay::PolicyRun;
+using straggler::replay::Result;
 
 constexpr int kExitOk = 0;
 constexpr int kExitAllRejected = 1;
@@ -188,51 +190,6 @@ std::string CheckRuleOptions(const Settings& s) {
   return "";
 }
 
-nlohmann::json Opt(const std::optional<double>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-}
-nlohmann::json Opt(const std::optional<uint64_t>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-}
-
-nlohmann::json ScoreJson(const Score& s) {
-  return {{"precision", Opt(s.precision)},
-          {"recall", Opt(s.recall)},
-          {"f1", Opt(s.f1)},
-          {"true_positives", s.tp},
-          {"false_positives", s.fp},
-          {"false_negatives", s.fn},
-          {"true_negatives", s.tn},
-          {"scored_rank_iterations", s.scored},
-          {"false_positives_per_1000", s.fp_per_1000},
-          {"false_alarms", s.false_alarms},
-          {"flaps", s.flaps},
-          {"episodes", s.episodes},
-          {"detected", s.detected},
-          {"missed", s.missed},
-          {"detection_latency",
-           {{"mean", Opt(s.detection_latency_mean)},
-            {"max", Opt(s.detection_latency_max)},
-            {"per_episode", s.detection_latencies}}},
-          {"recovery_latency",
-           {{"mean", Opt(s.recovery_latency_mean)},
-            {"max", Opt(s.recovery_latency_max)},
-            {"recoverable", s.recoverable},
-            {"recovered", s.recovered},
-            {"not_recovered", s.not_recovered}}}};
-}
-
-std::string Fmt(const std::optional<double>& v, int digits) {
-  return v ? absl::StrFormat("%.*f", digits, *v) : std::string("-");
-}
-
-struct Result {
-  PolicyRun run;
-  std::optional<Score> score;
-  std::optional<Criteria> criteria;  // issue 17's criteria (criteria.h), with truth
-  nlohmann::json settings;           // engine policies: every PolicyConfig field it ran with
-};
-
 // {field: value} by the YAML names of deploy/stragglerd.yaml's `policy:`.
 nlohmann::json SettingsJson(const PolicyConfig& p) {
   nlohmann::json out = nlohmann::json::object();
@@ -251,13 +208,6 @@ nlohmann::json SettingsJson(const PolicyConfig& p) {
   return out;
 }
 
-nlohmann::json CriteriaJson(const Criteria& c) {
-  return {{"pass", c.pass()},         {"summary", c.Summary()},
-          {"episodes", c.episodes},   {"in_time", c.in_time},
-          {"late", c.late},           {"missed", c.missed},
-          {"false_alarms", c.false_alarms}, {"flaps", c.flaps},
-          {"failures", c.failures}};
-}
 
 // The engine policies `--policy all` runs: every kind this engine knows, the
 // daemon's default (PolicyConfig{}, = deploy/stragglerd.yaml) first.
@@ -268,35 +218,91 @@ std::vector<std::string> EnginePolicies() {
   return out;
 }
 
-// A trace without ground truth has no scores to tabulate: its markdown row
-// lists where each rank was flagged and unflagged instead, as
-// "rank@iteration" ordered by iteration, at most kMaxListed of them.
-constexpr size_t kMaxListed = 100;
-std::string RankAtList(const std::vector<std::vector<uint64_t>>& per_rank) {
-  std::vector<std::pair<uint64_t, uint32_t>> at;  // (iteration, rank)
-  for (uint32_t r = 0; r < per_rank.size(); ++r)
-    for (uint64_t i : per_rank[r]) at.emplace_back(i, r);
-  if (at.empty()) return "-";
-  std::sort(at.begin(), at.end());
-  std::string text;
-  for (size_t k = 0; k < at.size() && k < kMaxListed; ++k)
-    text += (k ? ", " : "") + std::to_string(at[k].second) + "@" + std::to_string(at[k].first);
-  if (at.size() > kMaxListed) text += absl::StrFormat(", ... (%d more)", at.size() - kMaxListed);
-  return text;
+
+// The policies --policy NAME runs (all: every engine policy, the daemon's
+// default first, then the reference rules); "" or the error naming NAME.
+std::string ChoosePolicies(std::string policy_name, std::vector<std::string>* out) {
+  std::vector<std::string>& policies = *out;
+  const std::vector<std::string> engine_policies = EnginePolicies();
+  std::string known;
+  for (const auto& p : engine_policies) known += p + ", ";
+  if (policy_name.empty()) policy_name = engine_policies[0];
+  if (policy_name == "all") {
+    policies = engine_policies;
+    policies.insert(policies.end(), {"nvrx", "greyhound"});
+  } else if (std::count(engine_policies.begin(), engine_policies.end(), policy_name) ||
+             policy_name == "nvrx" || policy_name == "greyhound") {
+    policies = {policy_name};
+  } else {
+    return "--policy " + policy_name + " is not " + known + "nvrx, greyhound or all";
+  }
+  return "";
 }
 
-// The criteria cell: "pass", or the counts that failed ("late 1, alarms 2").
-std::string MarkdownCriteria(const Criteria& c) {
-  if (c.pass()) return "pass";
-  std::string out = "**fail**:";
-  auto add = [&](uint64_t n, const char* what) {
-    if (n) out += absl::StrFormat(" %s %d", what, n);
-  };
-  add(c.late, "late");
-  add(c.missed, "missed");
-  add(c.false_alarms, "alarms");
-  add(c.flaps, "flaps");
-  return out;
+// The trace of `input`: a scenario (.yaml, generated) or a recorded trace
+// (.csv); "" or the error naming the file.
+std::string LoadInput(const std::string& input, Trace* trace, std::optional<Scenario>* scenario) {
+  const std::string lower = absl::AsciiStrToLower(input);
+  if (absl::EndsWith(lower, ".csv")) {
+    auto t = LoadCsvTrace(input);
+    if (!t.ok()) return std::string(t.status().message());
+    *trace = std::move(*t);
+  } else if (absl::EndsWith(lower, ".yaml") || absl::EndsWith(lower, ".yml")) {
+    auto s = LoadScenario(input);
+    if (!s.ok()) return std::string(s.status().message());
+    *scenario = *s;
+    *trace = Generate(*s);
+  } else {
+    return input + ": not a .yaml scenario or a .csv trace";
+  }
+  return "";
+}
+
+// One policy (an engine kind or a reference rule) over the trace, scored
+// against its truth when it has one. Rejected reports are reported on
+// stderr; all of them rejected sets *rc to kExitAllRejected. "" or the
+// error naming the policy's bad setting.
+std::string RunPolicy(const std::string& name, const Trace& trace, const Settings& settings,
+                      const RankMatrix& scored, Result* res, int* rc) {
+  if (name == "nvrx") {
+    res->run = straggler::replay::FromFlags(trace, RunNvrx(trace, settings.nvrx), name);
+  } else if (name == "greyhound") {
+    res->run = straggler::replay::FromFlags(trace, RunGreyhound(trace, settings.greyhound), name);
+  } else {
+    PolicyConfig p = settings.policy;
+    p.kind = *straggler::engine::ParsePolicyKind(name);
+    // static needs a threshold: unless --set, threshold_factor x base_seconds
+    // (for a CSV trace: x the median compute time). The other kinds run
+    // with exactly the settings given (the daemon's defaults without --set).
+    if (p.kind == PolicyKind::kStatic && !settings.static_threshold_set)
+      p.static_threshold_seconds = p.threshold_factor * trace.base_seconds;
+    res->settings = SettingsJson(p);
+    if (auto st = p.Validate(); !st.ok())
+      return "policy " + name + ": " + std::string(st.message());
+    res->run = straggler::replay::ReplayEngine(trace, p, name);
+    if (res->run.rejected > 0 && res->run.rejected == res->run.reports) {
+      // Nothing reached the detector: the output is empty, not a result.
+      std::cerr << "straggler-replay: " << name << ": every one of the trace's "
+                << res->run.reports << " reports was rejected by the engine (max_compute_seconds="
+                << absl::StrFormat("%g", p.max_compute_seconds)
+                << "), first: " << res->run.first_rejection << '\n';
+      *rc = kExitAllRejected;
+    } else if (res->run.rejected > 0) {
+      std::cerr << "straggler-replay: " << name << ": " << res->run.rejected << " of "
+                << res->run.reports << " reports rejected by the engine, first: "
+                << res->run.first_rejection << '\n';
+    }
+  }
+  if (trace.has_truth) {
+    res->score = ScoreFlags(trace.truth, res->run.flagged, scored);
+    // Onsets count from the end of the job's first profile (the engine's
+    // profile_iterations, peer's peer_profile_iterations; profile_iterations
+    // for the reference rules).
+    const uint32_t first_profile = name == "peer" ? settings.policy.peer_profile_iterations
+                                                  : settings.policy.profile_iterations;
+    res->criteria = CheckCriteria(trace, res->run.flagged, first_profile);
+  }
+  return "";
 }
 
 int Run(int argc, char** argv) {
@@ -335,226 +341,35 @@ int Run(int argc, char** argv) {
   if (format != "table" && format != "json" && format != "markdown")
     return fail("--format " + format + " is not table, json or markdown");
   std::vector<std::string> policies;
-  const std::vector<std::string> engine_policies = EnginePolicies();
-  std::string known;
-  for (const auto& p : engine_policies) known += p + ", ";
-  if (policy_name.empty()) policy_name = engine_policies[0];
-  if (policy_name == "all") {
-    policies = engine_policies;
-    policies.insert(policies.end(), {"nvrx", "greyhound"});
-  } else if (std::count(engine_policies.begin(), engine_policies.end(), policy_name) ||
-             policy_name == "nvrx" || policy_name == "greyhound") {
-    policies = {policy_name};
-  } else {
-    return fail("--policy " + policy_name + " is not " + known + "nvrx, greyhound or all");
-  }
-
+  if (std::string err = ChoosePolicies(policy_name, &policies); !err.empty()) return fail(err);
   Settings settings;
   for (const auto& s : sets)
     if (std::string err = ApplySet(s, settings); !err.empty()) return fail(err);
   if (std::string err = CheckRuleOptions(settings); !err.empty()) return fail(err);
 
-  // Input.
   Trace trace;
   std::optional<Scenario> scenario;
-  const std::string lower = absl::AsciiStrToLower(input);
-  if (absl::EndsWith(lower, ".csv")) {
-    auto t = LoadCsvTrace(input);
-    if (!t.ok()) return fail(std::string(t.status().message()));
-    trace = std::move(*t);
-  } else if (absl::EndsWith(lower, ".yaml") || absl::EndsWith(lower, ".yml")) {
-    auto s = LoadScenario(input);
-    if (!s.ok()) return fail(std::string(s.status().message()));
-    scenario = *s;
-    trace = Generate(*s);
-  } else {
-    return fail(input + ": not a .yaml scenario or a .csv trace");
-  }
-
+  if (std::string err = LoadInput(input, &trace, &scenario); !err.empty()) return fail(err);
 
   const RankMatrix scored = trace.ReportedMatrix();
   int rc = kExitOk;
   std::vector<Result> results;
   for (const auto& name : policies) {
     Result res;
-    if (name == "nvrx") {
-      res.run = straggler::replay::FromFlags(trace, RunNvrx(trace, settings.nvrx), name);
-    } else if (name == "greyhound") {
-      res.run = straggler::replay::FromFlags(trace, RunGreyhound(trace, settings.greyhound), name);
-    } else {
-      PolicyConfig p = settings.policy;
-      p.kind = *straggler::engine::ParsePolicyKind(name);
-      // static needs a threshold: unless --set, threshold_factor x base_seconds
-      // (for a CSV trace: x the median compute time). The other kinds run
-      // with exactly the settings given (the daemon's defaults without --set).
-      if (p.kind == PolicyKind::kStatic && !settings.static_threshold_set)
-        p.static_threshold_seconds = p.threshold_factor * trace.base_seconds;
-      res.settings = SettingsJson(p);
-      if (auto st = p.Validate(); !st.ok())
-        return fail("policy " + name + ": " + std::string(st.message()));
-      res.run = straggler::replay::ReplayEngine(trace, p, name);
-      if (res.run.rejected > 0 && res.run.rejected == res.run.reports) {
-        // Nothing reached the detector: the output is empty, not a result.
-        std::cerr << "straggler-replay: " << name << ": every one of the trace's "
-                  << res.run.reports << " reports was rejected by the engine (max_compute_seconds="
-                  << absl::StrFormat("%g", p.max_compute_seconds)
-                  << "), first: " << res.run.first_rejection << '\n';
-        rc = kExitAllRejected;
-      } else if (res.run.rejected > 0) {
-        std::cerr << "straggler-replay: " << name << ": " << res.run.rejected << " of "
-                  << res.run.reports << " reports rejected by the engine, first: "
-                  << res.run.first_rejection << '\n';
-      }
-    }
-    if (trace.has_truth) {
-      res.score = ScoreFlags(trace.truth, res.run.flagged, scored);
-      // Onsets count from the end of the job's first profile (the engine's
-      // profile_iterations, peer's peer_profile_iterations; profile_iterations
-      // for the reference rules).
-      const uint32_t first_profile = name == "peer" ? settings.policy.peer_profile_iterations
-                                                    : settings.policy.profile_iterations;
-      res.criteria = CheckCriteria(trace, res.run.flagged, first_profile);
-    }
+    if (std::string err = RunPolicy(name, trace, settings, scored, &res, &rc); !err.empty())
+      return fail(err);
     results.push_back(std::move(res));
   }
 
-  // JSON document: the report file and --format json.
-  nlohmann::json truth = nlohmann::json::array();
-  uint64_t truth_cells = 0;
-  if (trace.has_truth) {
-    for (const auto& iv : Intervals(trace.truth)) {
-      truth.push_back({{"rank", iv.rank},
-                       {"from", trace.Iteration(iv.from)},
-                       {"to", trace.Iteration(iv.to)}});
-      truth_cells += iv.to - iv.from;
-    }
-  }
-  nlohmann::json policies_json = nlohmann::json::array();
-  for (const auto& res : results) {
-    nlohmann::json ranks = nlohmann::json::array();
-    for (uint32_t r = 0; r < trace.ranks; ++r) {
-      ranks.push_back({{"rank", r},
-                       {"detected_at", res.run.detected_at[r]},
-                       {"recovered_at", res.run.recovered_at[r]},
-                       {"unresponsive_at", res.run.unresponsive_at[r]}});
-      // The topology the trace declares for the rank (docs/topology.md): for
-      // an engine policy, what the engine holds after the replay
-      // (JobEngine::Topology), so the report shows what it judged by.
-      const bool engine = !res.run.topology.empty();
-      if (!trace.peer_group.empty()) {  // trace.replica is then per rank too
-        const std::optional<uint32_t>& replica =
-            engine ? res.run.topology[r].replica : trace.replica[r];
-        ranks.back()["peer_group"] = engine ? res.run.topology[r].peer_group : trace.peer_group[r];
-        ranks.back()["replica"] = nullptr;
-        if (replica.has_value()) ranks.back()["replica"] = replica.value();
-      }
-      if (!trace.gpu_model.empty())
-        ranks.back()["gpu_model"] = engine ? res.run.topology[r].gpu_model : trace.gpu_model[r];
-    }
-    nlohmann::json p = {{"policy", res.run.policy}, {"ranks", ranks}};
-    if (res.score) p["scores"] = ScoreJson(*res.score);
-    if (res.criteria) p["criteria"] = CriteriaJson(*res.criteria);
-    if (!res.settings.is_null()) p["settings"] = res.settings;
-    policies_json.push_back(std::move(p));
-  }
-  nlohmann::json doc = {{"input", input},
-                        {"name", trace.name},
-                        {"ranks_count", trace.ranks},
-                        {"first_iteration", trace.first_iteration},
-                        {"iterations", trace.iterations},
-                        {"base_seconds", trace.base_seconds},
-                        {"policy", policies_json[0]["policy"]},
-                        {"ranks", policies_json[0]["ranks"]}};
-  if (policies_json[0].contains("scores")) doc["scores"] = policies_json[0]["scores"];
-  if (policies_json[0].contains("criteria")) doc["criteria"] = policies_json[0]["criteria"];
-  if (policies_json[0].contains("settings")) doc["settings"] = policies_json[0]["settings"];
-  if (trace.has_truth) {
-    doc["truth"] = truth;
-    doc["truth_min_factor"] = scenario->truth_min_factor;
-    if (!scenario->topology_text.empty()) doc["topology"] = scenario->topology_text;
-  }
-  doc["policies"] = policies_json;
+  const nlohmann::json doc = ReportJson(input, trace, scenario, results);
   if (!report_path.empty()) {
     std::ofstream out(report_path);
     out << doc.dump(2) << '\n';
     if (!out) return fail("cannot write --report " + report_path);
   }
-
-  if (format == "json") {
-    std::cout << doc.dump(2) << '\n';
-    return rc;
-  }
-  if (format == "markdown" && !trace.has_truth) {
-    std::cout << "| trace | policy | detections (rank@iteration) | recoveries (rank@iteration) |\n"
-              << "|---|---|---|---|\n";
-    for (const auto& res : results)
-      std::cout << "| " << trace.name << " | " << res.run.policy << " | "
-                << RankAtList(res.run.detected_at) << " | " << RankAtList(res.run.recovered_at)
-                << " |\n";
-    return rc;
-  }
-  if (format == "markdown") {
-    std::cout << "| scenario | policy | precision | recall | F1 | det. latency mean / max | "
-                 "rec. latency mean | FP/1k | detected | false alarms | flaps | criteria |\n"
-              << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-    for (const auto& res : results) {
-      std::cout << "| " << trace.name << " | " << res.run.policy << " | ";
-      if (!res.score) {
-        std::cout << "- | - | - | - | - | - | - | - | - | - |\n";
-        continue;
-      }
-      const Score& s = *res.score;
-      std::optional<double> dmax;
-      if (s.detection_latency_max) dmax = static_cast<double>(*s.detection_latency_max);
-      std::cout << Fmt(s.precision, 3) << " | " << Fmt(s.recall, 3) << " | " << Fmt(s.f1, 3)
-                << " | " << Fmt(s.detection_latency_mean, 1) << " / " << Fmt(dmax, 0) << " | "
-                << Fmt(s.recovery_latency_mean, 1) << " | " << absl::StrFormat("%.2f", s.fp_per_1000)
-                << " | " << s.detected << "/" << s.episodes << " | " << s.false_alarms << " | "
-                << s.flaps << " | " << MarkdownCriteria(*res.criteria) << " |\n";
-    }
-    return rc;
-  }
-
-  std::cout << trace.name << ": " << trace.ranks << " ranks x " << trace.iterations
-            << " iterations";
-  if (scenario && !scenario->topology_text.empty())
-    std::cout << " (topology: " << scenario->topology_text << ")";
-  if (trace.has_truth)
-    std::cout << ", " << truth_cells << " straggler rank-iterations in " << truth.size()
-              << " episode(s) (truth_min_factor " << scenario->truth_min_factor << ")";
-  else
-    std::cout << ", no ground truth (CSV): detections only";
-  std::cout << '\n';
-  if (trace.has_truth)
-    std::cout << absl::StrFormat("%-10s %9s %7s %6s %9s %8s %9s %8s %9s %7s %5s  %s\n", "policy",
-                               "precision", "recall", "F1", "det.mean", "det.max", "rec.mean",
-                               "FP/1k", "detected", "alarms", "flaps", "criteria");
-  for (const auto& res : results) {
-    if (!res.score) {
-      uint64_t d = 0, rcv = 0;
-      for (uint32_t r = 0; r < trace.ranks; ++r) {
-        d += res.run.detected_at[r].size();
-        rcv += res.run.recovered_at[r].size();
-      }
-      std::cout << absl::StrFormat("%-10s detections %llu, recoveries %llu\n", res.run.policy,
-                                   static_cast<unsigned long long>(d),
-                                   static_cast<unsigned long long>(rcv));
-      continue;
-    }
-    const Score& s = *res.score;
-    std::optional<double> dmax;
-    if (s.detection_latency_max) dmax = static_cast<double>(*s.detection_latency_max);
-    std::cout << absl::StrFormat(
-        "%-10s %9s %7s %6s %9s %8s %9s %8.2f %9s %7llu %5llu  %s\n", res.run.policy,
-        Fmt(s.precision, 3), Fmt(s.recall, 3), Fmt(s.f1, 3), Fmt(s.detection_latency_mean, 1),
-        Fmt(dmax, 0), Fmt(s.recovery_latency_mean, 1), s.fp_per_1000,
-        std::to_string(s.detected) + "/" + std::to_string(s.episodes),
-        static_cast<unsigned long long>(s.false_alarms), static_cast<unsigned long long>(s.flaps),
-        res.criteria->Summary());
-    const auto& failures = res.criteria->failures;
-    for (size_t k = 0; k < failures.size() && k < 5; ++k) std::cout << "    " << failures[k] << '\n';
-    if (failures.size() > 5) std::cout << "    ... (" << failures.size() - 5 << " more)\n";
-  }
+  if (format == "json") std::cout << doc.dump(2) << '\n';
+  else if (format == "markdown") PrintMarkdown(trace, results);
+  else PrintTable(trace, scenario, results);
   return rc;
 }
 

@@ -34,7 +34,7 @@ bool Collective::Complete(const Step& step) const {
 Collective::Outcome Collective::Arrive(uint64_t iteration, uint32_t rank, uint64_t version,
                                        const std::vector<uint32_t>& members,
                                        double planned_seconds) {
-  std::unique_lock lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (aborted_) return Outcome::kAborted;
   auto [it, fresh] = steps_.try_emplace(iteration);
   Step& step = it->second;
@@ -70,14 +70,12 @@ Collective::Outcome Collective::Arrive(uint64_t iteration, uint32_t rank, uint64
     }
     if (completed_.load() >= iterations_) finished_at_ = std::chrono::steady_clock::now();
     if (iteration >= kKeepSteps) steps_.erase(steps_.begin(), steps_.lower_bound(iteration - kKeepSteps));
-    cv_.notify_all();
-    return Outcome::kCompleted;
+    return Outcome::kCompleted;  // the waiters' conditions are re-checked as mu_ is released
   }
 
-  const auto deadline = std::chrono::steady_clock::now() + step_timeout_;
-  const bool done = cv_.wait_until(lock, deadline, [&] {
-    return aborted_.load() || completed_.load() > iteration;
-  });
+  const auto step_done = [&] { return aborted_.load() || completed_.load() > iteration; };
+  const bool done = mu_.AwaitWithTimeout(absl::Condition(&step_done),
+                                         absl::FromChrono(step_timeout_));
   if (aborted_) return Outcome::kAborted;
   if (!done) {
     ++timeouts_;
@@ -95,43 +93,43 @@ Collective::Outcome Collective::Arrive(uint64_t iteration, uint32_t rank, uint64
                     std::to_string(step_timeout_.count()) + " ms; rank " + std::to_string(rank) +
                     " was waiting for ranks " + RankList(missing);
     aborted_ = true;
-    cv_.notify_all();
     return Outcome::kAborted;
   }
   return Outcome::kCompleted;
 }
 
 bool Collective::WaitCompleted(uint64_t steps) {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return aborted_.load() || completed_.load() >= steps; });
+  absl::MutexLock lock(&mu_);
+  const auto done = [&] { return aborted_.load() || completed_.load() >= steps; };
+  mu_.Await(absl::Condition(&done));
   return !aborted_;
 }
 
 bool Collective::WaitCompletedFor(uint64_t steps, std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return aborted_.load() || completed_.load() >= steps; });
+  absl::MutexLock lock(&mu_);
+  const auto done = [&] { return aborted_.load() || completed_.load() >= steps; };
+  mu_.AwaitWithTimeout(absl::Condition(&done), absl::FromChrono(timeout));
   return !aborted_ && completed_.load() >= steps;
 }
 
 void Collective::Abort(const std::string& why) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!aborted_) abort_reason_ = why;
   aborted_ = true;
-  cv_.notify_all();
 }
 
 std::string Collective::abort_reason() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return abort_reason_;
 }
 
 double Collective::critical_path_seconds() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return critical_path_seconds_;
 }
 
 std::chrono::steady_clock::time_point Collective::finished_at() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return finished_at_;
 }
 

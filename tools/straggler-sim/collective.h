@@ -14,13 +14,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace straggler_sim {
 
@@ -88,17 +89,18 @@ class Collective {
 
   const uint64_t iterations_;
   const std::chrono::milliseconds step_timeout_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<uint64_t, Step> steps_;  // guarded by mu_; only steps not yet long complete
+  // Waiters Await conditions on completed_ and aborted_, which change only
+  // under mu_, so releasing mu_ wakes them.
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, Step> steps_ ABSL_GUARDED_BY(mu_);  // only steps not yet long complete
   std::atomic<uint64_t> completed_{0};
   std::atomic<bool> aborted_{false};
-  std::string abort_reason_;  // guarded by mu_
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> violations_{0};
   std::atomic<uint64_t> version_splits_{0};
   std::atomic<uint64_t> timeouts_{0};
-  std::chrono::steady_clock::time_point finished_at_;  // guarded by mu_
-  double critical_path_seconds_ = 0;  // guarded by mu_
+  std::chrono::steady_clock::time_point finished_at_ ABSL_GUARDED_BY(mu_);
+  double critical_path_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   CompletedHook on_completed_;
 };
 

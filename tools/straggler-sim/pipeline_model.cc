@@ -38,7 +38,7 @@ void PipelineModel::Record(uint64_t iteration, const std::vector<uint32_t>& memb
   step.replicas = static_cast<uint32_t>(std::count(active.begin(), active.end(), true));
   step.seconds = StepSeconds(iteration, active);
   step.all_seconds = StepSeconds(iteration, std::vector<bool>(o_.topology.replicas, true));
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (steps_.size() <= iteration) steps_.resize(iteration + 1);
   steps_[iteration] = step;
 }
@@ -63,7 +63,7 @@ StretchThroughput PipelineModel::Stretch(uint64_t from, uint64_t to) const {
 }
 
 PipelineSummary PipelineModel::Summarize() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   PipelineSummary out;
   out.microbatches = o_.microbatches;
   const Topology& t = o_.topology;

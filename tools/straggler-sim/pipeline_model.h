@@ -21,9 +21,10 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "options.h"
 
 namespace straggler_sim {
@@ -71,11 +72,11 @@ class PipelineModel {
     double seconds = 0;     // as run
     double all_seconds = 0;  // every replica
   };
-  StretchThroughput Stretch(uint64_t from, uint64_t to) const;  // mu_ held
+  StretchThroughput Stretch(uint64_t from, uint64_t to) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SimOptions o_;
-  mutable std::mutex mu_;
-  std::vector<Step> steps_;  // guarded by mu_, by iteration
+  mutable absl::Mutex mu_;
+  std::vector<Step> steps_ ABSL_GUARDED_BY(mu_);  // by iteration
 };
 
 }  // namespace straggler_sim

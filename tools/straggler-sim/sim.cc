@@ -36,7 +36,7 @@ std::string Fixed(double v, int decimals) {
 
 void Sim::Print(const std::string& line) {
   if (o_.quiet) return;
-  std::lock_guard lock(print_mu_);
+  absl::MutexLock lock(&print_mu_);
   std::cout << line << '\n';
   std::cout.flush();
 }
@@ -84,13 +84,13 @@ bool Sim::CreateClients(std::string* error) {
     if (!state->client) return false;
     RankState* raw = state.get();
     state->client->OnMembershipChange([raw](const MembershipView& m) {
-      std::lock_guard lock(raw->mu);
+      absl::MutexLock lock(&raw->mu);
       raw->history[m.version] = m;
     });
     // The callback only sees versions received after registration.
     MembershipView current = state->client->CurrentMembership();
     {
-      std::lock_guard lock(state->mu);
+      absl::MutexLock lock(&state->mu);
       state->history.emplace(current.version, current);
     }
     ranks_.push_back(std::move(state));
@@ -115,7 +115,7 @@ double Sim::Compute(uint32_t rank, uint64_t job_iteration, double* planned) {
 }
 
 void Sim::RecordApplied(uint32_t rank, uint64_t iteration, const MembershipView& m) {
-  std::lock_guard lock(applied_mu_);
+  absl::MutexLock lock(&applied_mu_);
   auto& by_rank = applied_at_[m.version];
   const bool first_anywhere = by_rank.empty();
   by_rank.emplace(rank, iteration);

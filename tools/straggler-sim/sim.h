@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -21,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "collective.h"
 #include "options.h"
 #include "pipeline_model.h"
@@ -44,8 +45,8 @@ std::string Fixed(double v, int decimals);
 // own thread until the threads are joined.
 struct RankState {
   std::unique_ptr<straggler::Client> client;
-  std::mutex mu;
-  std::map<uint64_t, MembershipView> history;  // guarded by mu: every version seen, by version
+  absl::Mutex mu;
+  std::map<uint64_t, MembershipView> history ABSL_GUARDED_BY(mu);  // every version seen, by version
 
   std::mt19937_64 rng;
   // Shadow reports are numbered by the rank's own counter, which lags the
@@ -70,6 +71,19 @@ class Sim {
   // After the run: flushes the clients, reads the job's events, prints the
   // summary and writes --report; returns the exit status.
   int Summarize(double wall_seconds);
+  // What the daemon's journal (`events`) says of each rank of this process:
+  // its detections and recoveries, with "rank R at I" for the summary line.
+  struct Detections {
+    uint64_t detections = 0, recoveries = 0;
+    std::vector<std::string> detection_text, recovery_text;
+  };
+  // Summarize's per-rank --report entries: detections, recoveries,
+  // exclusions, state changes, slow windows (and stage, replica).
+  nlohmann::json RanksJson(const std::vector<straggler::v1::Event>& events,
+                           Detections* found) const;
+  // Every membership version any rank saw or applied, and where each rank
+  // applied it (--report's memberships).
+  nlohmann::json MembershipsJson();
   // Prints the pipeline model's figures; returns them for --report.
   nlohmann::json PrintPipeline(const PipelineSummary& summary);
   bool CreateClients(std::string* error);
@@ -83,7 +97,7 @@ class Sim {
   uint64_t Epoch(uint64_t iteration) const {
     return o_.epoch_iterations > 0 ? iteration / o_.epoch_iterations : 0;
   }
-  void Print(const std::string& line);
+  void Print(const std::string& line) ABSL_LOCKS_EXCLUDED(print_mu_);
   bool FetchEvents(std::vector<straggler::v1::Event>* events, std::string* error) const;
   uint64_t JobIteration(uint32_t rank, uint64_t reported_iteration) const;
 
@@ -93,13 +107,13 @@ class Sim {
   std::unique_ptr<PipelineModel> pipeline_;  // with --topology
   std::atomic<uint64_t> membership_timeouts_{0};
 
-  std::mutex print_mu_;
+  absl::Mutex print_mu_;  // one line at a time on stdout (Print)
 
-  std::mutex applied_mu_;
+  absl::Mutex applied_mu_;
   // version -> rank -> first iteration at which the rank used that version.
-  std::map<uint64_t, std::map<uint32_t, uint64_t>> applied_at_;  // guarded by applied_mu_
-  std::map<uint64_t, MembershipView> applied_views_;  // guarded by applied_mu_
-  std::set<uint32_t> printed_excluded_;               // guarded by applied_mu_
+  std::map<uint64_t, std::map<uint32_t, uint64_t>> applied_at_ ABSL_GUARDED_BY(applied_mu_);
+  std::map<uint64_t, MembershipView> applied_views_ ABSL_GUARDED_BY(applied_mu_);
+  std::set<uint32_t> printed_excluded_ ABSL_GUARDED_BY(applied_mu_);
 };
 
 }  // namespace straggler_sim

@@ -118,6 +118,75 @@ nlohmann::json Sim::PrintPipeline(const PipelineSummary& p) {
           {"reduced", p.reduced}};
 }
 
+nlohmann::json Sim::RanksJson(const std::vector<v1::Event>& events, Detections* found) const {
+  nlohmann::json ranks_json = nlohmann::json::array();
+  for (uint32_t r = o_.first_rank; r < o_.first_rank + o_.ranks; ++r) {
+    nlohmann::json detected = nlohmann::json::array(), recovered = nlohmann::json::array(),
+                   changes = nlohmann::json::array();
+    for (const auto& e : events) {
+      if (e.kind() != v1::EVENT_KIND_STATE_CHANGE || e.rank() != r) continue;
+      const uint64_t job_iteration = JobIteration(r, e.iteration());
+      changes.push_back({{"from", v1::WorkerState_Name(e.from())},
+                         {"to", v1::WorkerState_Name(e.to())},
+                         {"iteration", e.iteration()},
+                         {"job_iteration", job_iteration}});
+      if (e.to() == v1::WORKER_STATE_STRAGGLER) {
+        detected.push_back(job_iteration);
+        ++found->detections;
+        found->detection_text.push_back("rank " + std::to_string(r) + " at " +
+                                 std::to_string(job_iteration));
+      } else if (e.from() == v1::WORKER_STATE_STRAGGLER && e.to() == v1::WORKER_STATE_HEALTHY) {
+        recovered.push_back(job_iteration);
+        ++found->recoveries;
+        found->recovery_text.push_back("rank " + std::to_string(r) + " at " +
+                                std::to_string(job_iteration));
+      }
+    }
+    nlohmann::json slow = nlohmann::json::array();
+    for (const auto& s : o_.slow)
+      if (s.rank == r) slow.push_back({{"factor", s.factor}, {"from", s.from}, {"to", s.to}});
+    const RankState& s = *ranks_[r - o_.first_rank];
+    ranks_json.push_back({{"rank", r},
+                          {"reports_queued", s.reports_queued},
+                          {"detected_at", detected},
+                          {"recovered_at", recovered},
+                          {"excluded_at", s.excluded_at},
+                          {"readmitted_at", s.readmitted_at},
+                          {"state_changes", changes},
+                          {"slow", slow}});
+    if (o_.topology.replicas > 0) {
+      ranks_json.back()["stage"] = StageOf(o_, r);
+      ranks_json.back()["replica"] = (r / o_.topology.tensor) % o_.topology.replicas;
+    }
+  }
+  return ranks_json;
+}
+
+nlohmann::json Sim::MembershipsJson() {
+  std::map<uint64_t, MembershipView> versions;
+  for (auto& s : ranks_) {
+    absl::MutexLock lock(&s->mu);
+    versions.insert(s->history.begin(), s->history.end());
+  }
+  nlohmann::json memberships = nlohmann::json::array();
+  {
+    absl::MutexLock lock(&applied_mu_);
+    versions.insert(applied_views_.begin(), applied_views_.end());
+    for (const auto& [version, m] : versions) {
+      nlohmann::json excluded = nlohmann::json::array();
+      for (const auto& e : m.excluded) excluded.push_back({{"rank", e.rank}, {"reason", e.reason}});
+      nlohmann::json applied = nlohmann::json::object();
+      if (auto it = applied_at_.find(version); it != applied_at_.end())
+        for (const auto& [r, it_at] : it->second) applied[std::to_string(r)] = it_at;
+      memberships.push_back({{"version", version},
+                             {"effective_iteration", m.effective_iteration},
+                             {"excluded", excluded},
+                             {"applied_at", applied}});
+    }
+  }
+  return memberships;
+}
+
 int Sim::Summarize(double wall) {
   std::string error;
   // In parallel: with the daemon gone, one after the other would take 2 s per rank.
@@ -154,71 +223,9 @@ int Sim::Summarize(double wall) {
   }
 
   // Per rank: detections and recoveries from the daemon's journal.
-  nlohmann::json ranks_json = nlohmann::json::array();
-  std::vector<std::string> detection_text, recovery_text;
-  uint64_t detections = 0, recoveries = 0;
-  for (uint32_t r = o_.first_rank; r < o_.first_rank + o_.ranks; ++r) {
-    nlohmann::json detected = nlohmann::json::array(), recovered = nlohmann::json::array(),
-                   changes = nlohmann::json::array();
-    for (const auto& e : events) {
-      if (e.kind() != v1::EVENT_KIND_STATE_CHANGE || e.rank() != r) continue;
-      const uint64_t job_iteration = JobIteration(r, e.iteration());
-      changes.push_back({{"from", v1::WorkerState_Name(e.from())},
-                         {"to", v1::WorkerState_Name(e.to())},
-                         {"iteration", e.iteration()},
-                         {"job_iteration", job_iteration}});
-      if (e.to() == v1::WORKER_STATE_STRAGGLER) {
-        detected.push_back(job_iteration);
-        ++detections;
-        detection_text.push_back("rank " + std::to_string(r) + " at " +
-                                 std::to_string(job_iteration));
-      } else if (e.from() == v1::WORKER_STATE_STRAGGLER && e.to() == v1::WORKER_STATE_HEALTHY) {
-        recovered.push_back(job_iteration);
-        ++recoveries;
-        recovery_text.push_back("rank " + std::to_string(r) + " at " +
-                                std::to_string(job_iteration));
-      }
-    }
-    nlohmann::json slow = nlohmann::json::array();
-    for (const auto& s : o_.slow)
-      if (s.rank == r) slow.push_back({{"factor", s.factor}, {"from", s.from}, {"to", s.to}});
-    const RankState& s = *ranks_[r - o_.first_rank];
-    ranks_json.push_back({{"rank", r},
-                          {"reports_queued", s.reports_queued},
-                          {"detected_at", detected},
-                          {"recovered_at", recovered},
-                          {"excluded_at", s.excluded_at},
-                          {"readmitted_at", s.readmitted_at},
-                          {"state_changes", changes},
-                          {"slow", slow}});
-    if (o_.topology.replicas > 0) {
-      ranks_json.back()["stage"] = StageOf(o_, r);
-      ranks_json.back()["replica"] = (r / o_.topology.tensor) % o_.topology.replicas;
-    }
-  }
-
-  // Every version any rank saw or applied.
-  std::map<uint64_t, MembershipView> versions;
-  for (auto& s : ranks_) {
-    std::lock_guard lock(s->mu);
-    versions.insert(s->history.begin(), s->history.end());
-  }
-  nlohmann::json memberships = nlohmann::json::array();
-  {
-    std::lock_guard lock(applied_mu_);
-    versions.insert(applied_views_.begin(), applied_views_.end());
-    for (const auto& [version, m] : versions) {
-      nlohmann::json excluded = nlohmann::json::array();
-      for (const auto& e : m.excluded) excluded.push_back({{"rank", e.rank}, {"reason", e.reason}});
-      nlohmann::json applied = nlohmann::json::object();
-      if (auto it = applied_at_.find(version); it != applied_at_.end())
-        for (const auto& [r, it_at] : it->second) applied[std::to_string(r)] = it_at;
-      memberships.push_back({{"version", version},
-                             {"effective_iteration", m.effective_iteration},
-                             {"excluded", excluded},
-                             {"applied_at", applied}});
-    }
-  }
+  Detections found;
+  const nlohmann::json ranks_json = RanksJson(events, &found);
+  const nlohmann::json memberships = MembershipsJson();
 
   const uint64_t done_iterations = collective_->Completed();
   const double ips = wall > 0 ? static_cast<double>(done_iterations) / wall : 0.0;
@@ -243,8 +250,8 @@ int Sim::Summarize(double wall) {
         Fixed(collective_->critical_path_seconds(), 2) + " s of planned compute");
   nlohmann::json pipeline_json;
   if (pipeline_) pipeline_json = PrintPipeline(pipeline_->Summarize());
-  Print("detections: " + std::to_string(detections) + join(detection_text));
-  Print("recoveries: " + std::to_string(recoveries) + join(recovery_text));
+  Print("detections: " + std::to_string(found.detections) + join(found.detection_text));
+  Print("recoveries: " + std::to_string(found.recoveries) + join(found.recovery_text));
   Print("agreement violations: " + std::to_string(violations) +
         ", version splits: " + std::to_string(collective_->version_splits()) +
         ", membership timeouts: " + std::to_string(membership_timeouts_.load()) +

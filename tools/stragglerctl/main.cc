@@ -43,9 +43,10 @@
 #include <CLI/CLI.hpp>
 
 #include "straggler/common/channel_security.h"
-#include "policy_flags.h"
+#include "command_line.h"
 #include "render.h"
 #include "top.h"
+#include "straggler/v1/enum_names.h"
 #include "straggler/v1/requests.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
@@ -57,16 +58,9 @@ constexpr int kExitOk = 0;
 constexpr int kExitRpcError = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitUnreachable = 3;
-constexpr const char* kDefaultDaemon = "127.0.0.1:7070";
 
-struct Globals {
-  std::string daemon;
-  straggler::ChannelSecurity tls;  // all empty: plaintext
-  std::string token;               // from --token-file; "" = send none
-  std::string output = "table";
-  int timeout_ms = 5000;
-  bool json() const { return output == "json"; }
-};
+using stragglerctl::Command;
+using stragglerctl::Globals;
 
 // gRPC's codes are absl's (same numbering); absl names them.
 std::string CodeName(grpc::StatusCode code) {
@@ -374,137 +368,57 @@ class Ctl {
   std::unique_ptr<v1::AdminService::Stub> admin_;
 };
 
+// Runs the parsed command on the daemon; the exit status of main.
+int Dispatch(Ctl& ctl, const Globals& g, Command& c, const sigset_t& stop_signals) {
+  if (c.jobs->parsed()) return ctl.Jobs();
+  if (c.job_cmd->parsed()) return ctl.Job(c.job, c.run);
+  if (c.workers->parsed()) return ctl.Workers(c.job);
+  if (c.worker->parsed()) return ctl.Worker(c.job, c.rank);
+  if (c.membership->parsed()) return ctl.Membership(c.job);
+  if (c.watch->parsed()) return ctl.Watch(c.job, stop_signals);
+  if (c.top->parsed()) {
+    // Redraws only on a terminal; piped, each frame follows the last.
+    c.top_options.clear_screen = isatty(STDOUT_FILENO) != 0;
+    return ctl.Top(c.top_options, stop_signals);
+  }
+  if (c.events->parsed()) {
+    v1::ListEventsRequest req;
+    req.set_job_id(c.job);
+    req.set_since_sequence(c.since_sequence);
+    req.set_limit(c.limit);
+    for (const std::string& kind : c.event_kinds) {
+      // IsMember admitted only kinds.
+      req.add_kinds(static_cast<v1::EventKind>(
+          *v1::ParseEnumShortName(v1::EventKind_descriptor(), kind)));
+    }
+    if (c.o_event_rank->count()) req.set_rank(c.event_rank);
+    if (c.o_event_run->count()) req.set_run_id(c.event_run);
+    return c.follow ? ctl.FollowEvents(req, c.follow_interval_ms, stop_signals) : ctl.Events(req);
+  }
+  if (c.reset->parsed()) return ctl.Reset(c.job);
+  if (c.export_cmd->parsed()) {
+    if (c.export_format.empty()) c.export_format = g.json() ? "json" : "csv";
+    return ctl.Export(c.job, c.export_format, c.since_iteration, c.export_limit, c.output_file);
+  }
+  if (c.override_cmd->parsed()) {
+    v1::RankOverride o = c.action == "include"   ? v1::RANK_OVERRIDE_FORCE_INCLUDE
+                         : c.action == "exclude" ? v1::RANK_OVERRIDE_FORCE_EXCLUDE
+                                                 : v1::RANK_OVERRIDE_NONE;
+    return ctl.Override(c.job, c.rank, o, c.reason);
+  }
+  if (c.policy->parsed()) {
+    return c.policy_any ? ctl.SetPolicy(c.job, c.policy_given) : ctl.ShowPolicy(c.job);
+  }
+  return kExitUsage;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Globals g;
-  // Not STRAGGLER_ENDPOINT: that is the trainers' variable, and on a node with
-  // an agent it names the agent's socket, which has no query/admin service.
-  const char* env = std::getenv("STRAGGLERCTL_DAEMON");
-  g.daemon = env != nullptr && *env != '\0' ? env : kDefaultDaemon;
-
+  Command c;
   CLI::App app{"stragglerctl: query and steer a stragglerd daemon"};
-  app.require_subcommand(1);
-  app.fallthrough();  // global flags may follow the subcommand
-  app.add_option("--daemon", g.daemon,
-                 "stragglerd's gRPC address, host:port or unix:///path (default: "
-                 "$STRAGGLERCTL_DAEMON, else 127.0.0.1:7070; $STRAGGLER_ENDPOINT, the "
-                 "trainers' variable, is not read)");
-  app.add_option("--output,-o", g.output, "output format")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
-  app.add_option("--timeout-ms", g.timeout_ms, "deadline of each call in milliseconds")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  g.tls = straggler::ChannelSecurityFromEnv();
-  app.add_option("--tls-ca", g.tls.ca_file,
-                 "PEM CA that signed the daemon's certificate; turns TLS on "
-                 "(default: $STRAGGLER_TLS_CA)");
-  app.add_option("--tls-cert", g.tls.cert_file,
-                 "PEM client certificate, for a daemon that requires mutual TLS "
-                 "(default: $STRAGGLER_TLS_CERT)");
-  app.add_option("--tls-key", g.tls.key_file,
-                 "PEM private key of --tls-cert (default: $STRAGGLER_TLS_KEY)");
-  const char* token_env = std::getenv("STRAGGLER_TOKEN_FILE");
-  std::string token_file = token_env != nullptr ? token_env : "";
-  app.add_option("--token-file", token_file,
-                 "file holding the bearer token the daemon's auth.token_file names; "
-                 "needed for policy/override/reset (and for reads with auth.protect_reads) "
-                 "(default: $STRAGGLER_TOKEN_FILE)");
-
-  std::string job;
-  uint32_t rank = 0;
-
-  auto* jobs = app.add_subcommand("jobs", "list jobs");
-  auto* job_cmd = app.add_subcommand("job", "show one job");
-  job_cmd->add_option("JOB", job, "job id")->required();
-  std::string run;
-  job_cmd->add_option("--run", run,
-                      "an earlier run's last state (the job's earlier_runs; docs/runs.md)");
-  auto* workers = app.add_subcommand("workers", "list the ranks of a job");
-  workers->add_option("JOB", job, "job id")->required();
-  auto* worker = app.add_subcommand("worker", "show one rank of a job");
-  worker->add_option("JOB", job, "job id")->required();
-  worker->add_option("RANK", rank, "rank")->required();
-  auto* membership = app.add_subcommand("membership", "show the job's current membership");
-  membership->add_option("JOB", job, "job id")->required();
-  auto* watch = app.add_subcommand("watch", "stream membership versions until Ctrl-C");
-  watch->add_option("JOB", job, "job id")->required();
-
-  auto* top = app.add_subcommand("top", "live view of a job's ranks and events until Ctrl-C");
-  stragglerctl::TopOptions top_options;
-  top->add_option("job", top_options.job, "job id")->required();
-  top->add_option("--interval-ms", top_options.interval_ms, "time between refreshes")
-      ->capture_default_str()
-      ->check(CLI::Range(100, 3600000));
-  top->add_option("--events", top_options.events, "newest events shown")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1000));
-  auto* events = app.add_subcommand("events", "list a job's events");
-  events->add_option("JOB", job, "job id (\"\" = all jobs)")->required();
-  uint64_t since_sequence = 0;
-  uint32_t limit = 0;
-  events->add_option("--since-sequence", since_sequence, "only events with a larger sequence");
-  events->add_option("--limit", limit,
-                     "at most this many (0 = daemon default, 1000); with --follow: per poll");
-  std::vector<std::string> event_kinds;
-  events
-      ->add_option("--kind", event_kinds,
-                   "only events of these kinds (repeat or comma-separate)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"state_change", "membership", "guard_blocked", "policy_changed",
-                             "override", "reset", "reprofile", "membership_withheld",
-                             "job_lost"}));
-  std::string event_run;
-  auto* o_event_run =
-      events->add_option("--run", event_run, "only events of this run of the job (docs/runs.md)");
-  uint32_t event_rank = 0;
-  auto* o_event_rank = events->add_option(
-      "--rank", event_rank, "only events about this rank (job-wide events name no rank)");
-  bool follow = false;
-  events->add_flag("--follow,-f", follow,
-                   "print the events, then poll for new ones and print them as they come, one "
-                   "line each, until Ctrl-C");
-  int follow_interval_ms = 1000;
-  events->add_option("--interval-ms", follow_interval_ms, "with --follow: time between polls")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-
-  auto* policy = app.add_subcommand(
-      "policy", "show a job's policy, or change the fields given as flags (the rest are kept)");
-  policy->add_option("JOB", job, "job id")->required();
-  v1::PolicyConfig policy_given;
-  bool policy_any = false;
-  stragglerctl::AddPolicyFlags(policy, &policy_given, &policy_any);
-
-  auto* override_cmd = app.add_subcommand("override", "force a rank in or out, or clear that");
-  override_cmd->add_option("JOB", job, "job id")->required();
-  override_cmd->add_option("RANK", rank, "rank")->required();
-  std::string action;
-  override_cmd->add_option("ACTION", action, "include | exclude | none")
-      ->required()
-      ->check(CLI::IsMember({"include", "exclude", "none"}));
-  std::string reason;
-  override_cmd->add_option("--reason", reason, "why (kept in the event journal)");
-
-  auto* export_cmd = app.add_subcommand(
-      "export", "write a job's recent reports (CSV for straggler-replay, or JSON)");
-  export_cmd->add_option("JOB", job, "job id")->required();
-  std::string export_format;
-  export_cmd->add_option("--format", export_format, "csv (default; json with --output json)")
-      ->check(CLI::IsMember({"csv", "json"}));
-  uint64_t since_iteration = 0;
-  export_cmd->add_option("--since-iteration", since_iteration,
-                         "only reports with iteration >= this");
-  uint32_t export_limit = 0;
-  export_cmd->add_option("--limit", export_limit,
-                         "at most this many, the oldest iterations first (0 = all kept)");
-  std::string output_file;
-  export_cmd->add_option("--output-file", output_file, "write here instead of stdout");
-
-  auto* reset = app.add_subcommand("reset", "forget a job's per-rank state; include everyone");
-  reset->add_option("JOB", job, "job id")->required();
-
+  stragglerctl::AddCommands(app, &g, &c);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -518,11 +432,11 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
-  if (watch->parsed() || top->parsed() || (events->parsed() && follow))
+  if (c.watch->parsed() || c.top->parsed() || (c.events->parsed() && c.follow))
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::string error;
-  if (!token_file.empty() && !straggler::ReadBearerToken(token_file, &g.token, &error)) {
+  if (!c.token_file.empty() && !straggler::ReadBearerToken(c.token_file, &g.token, &error)) {
     std::cerr << "stragglerctl: " << error << '\n';
     return kExitUsage;
   }
@@ -533,45 +447,5 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   Ctl ctl(g, credentials);
-  if (jobs->parsed()) return ctl.Jobs();
-  if (job_cmd->parsed()) return ctl.Job(job, run);
-  if (workers->parsed()) return ctl.Workers(job);
-  if (worker->parsed()) return ctl.Worker(job, rank);
-  if (membership->parsed()) return ctl.Membership(job);
-  if (watch->parsed()) return ctl.Watch(job, stop_signals);
-  if (top->parsed()) {
-    // Redraws only on a terminal; piped, each frame follows the last.
-    top_options.clear_screen = isatty(STDOUT_FILENO) != 0;
-    return ctl.Top(top_options, stop_signals);
-  }
-  if (events->parsed()) {
-    v1::ListEventsRequest req;
-    req.set_job_id(job);
-    req.set_since_sequence(since_sequence);
-    req.set_limit(limit);
-    for (std::string kind : event_kinds) {
-      std::transform(kind.begin(), kind.end(), kind.begin(), ::toupper);
-      v1::EventKind k = v1::EVENT_KIND_UNSPECIFIED;
-      v1::EventKind_Parse("EVENT_KIND_" + kind, &k);  // IsMember admitted only kinds
-      req.add_kinds(k);
-    }
-    if (o_event_rank->count()) req.set_rank(event_rank);
-    if (o_event_run->count()) req.set_run_id(event_run);
-    return follow ? ctl.FollowEvents(req, follow_interval_ms, stop_signals) : ctl.Events(req);
-  }
-  if (reset->parsed()) return ctl.Reset(job);
-  if (export_cmd->parsed()) {
-    if (export_format.empty()) export_format = g.json() ? "json" : "csv";
-    return ctl.Export(job, export_format, since_iteration, export_limit, output_file);
-  }
-  if (override_cmd->parsed()) {
-    v1::RankOverride o = action == "include"   ? v1::RANK_OVERRIDE_FORCE_INCLUDE
-                         : action == "exclude" ? v1::RANK_OVERRIDE_FORCE_EXCLUDE
-                                               : v1::RANK_OVERRIDE_NONE;
-    return ctl.Override(job, rank, o, reason);
-  }
-  if (policy->parsed()) {
-    return policy_any ? ctl.SetPolicy(job, policy_given) : ctl.ShowPolicy(job);
-  }
-  return kExitUsage;
+  return Dispatch(ctl, g, c, stop_signals);
 }

@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "straggler/v1/enum_names.h"
+
 namespace stragglerctl {
 namespace v1 = straggler::v1;
 namespace pb = google::protobuf;
@@ -27,6 +29,8 @@ CLI::Option* Flag(CLI::App* app, bool* any, const std::string& name, const std::
 // listed here (a new one) still gets its flag, with a pointer to the reference.
 const std::map<std::string, std::string>& FieldHelp() {
   static const auto* help = new std::map<std::string, std::string>{
+      {"kind", "detection rule"},
+      {"recovery", "how excluded ranks are judged"},
       {"limit", "counter bound; a rank at the limit is a straggler"},
       {"limit_fraction", "limit as a fraction of an epoch's iterations"},
       {"rejoin_mark", "a straggler rejoins at this counter"},
@@ -65,19 +69,8 @@ const std::map<std::string, std::string>& FieldHelp() {
 
 void AddPolicyFlags(CLI::App* p, v1::PolicyConfig* given, bool* any) {
   v1::PolicyConfig* g = given;
-  Flag<std::string>(p, any, "--kind", "detection rule", [g](const std::string& v) {
-    g->set_kind(v == "peer"      ? v1::POLICY_KIND_PEER
-                : v == "dynamic" ? v1::POLICY_KIND_DYNAMIC
-                : v == "ewma"    ? v1::POLICY_KIND_EWMA
-                                 : v1::POLICY_KIND_STATIC);
-  })->check(CLI::IsMember({"peer", "dynamic", "ewma", "static"}));
-  Flag<std::string>(p, any, "--recovery", "how excluded ranks are judged",
-                    [g](const std::string& v) {
-                      g->set_recovery(v == "shadow" ? v1::RECOVERY_MODE_SHADOW
-                                                    : v1::RECOVERY_MODE_PROBATION);
-                    })
-      ->check(CLI::IsMember({"shadow", "probation"}));
-  // Every other field, from the message itself: --field-name sets field_name.
+  // Every field, from the message itself: --field-name sets field_name; an
+  // enum's names (--kind, --recovery) are its values' in straggler.proto.
   const pb::Descriptor* message = v1::PolicyConfig::descriptor();
   const pb::Reflection* reflection = v1::PolicyConfig::GetReflection();
   for (int i = 0; i < message->field_count(); ++i) {
@@ -104,7 +97,16 @@ void AddPolicyFlags(CLI::App* p, v1::PolicyConfig* given, bool* any) {
                           })
             ->check(CLI::IsMember({"true", "false"}));
         break;
-      default:  // kind and recovery (enums): above
+      case pb::FieldDescriptor::CPPTYPE_ENUM:
+        Flag<std::string>(p, any, flag, text,
+                          [g, field, reflection](const std::string& v) {
+                            // IsMember admitted only the enum's names.
+                            reflection->SetEnumValue(
+                                g, field, *v1::ParseEnumShortName(field->enum_type(), v));
+                          })
+            ->check(CLI::IsMember(v1::EnumShortNames(field->enum_type())));
+        break;
+      default:
         break;
     }
   }

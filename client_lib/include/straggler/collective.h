@@ -1,8 +1,9 @@
 // straggler::PartialAllReduce — gradient averaging among the ACTIVE ranks of
 // the job's current membership, switched at the same iteration on every rank.
-// Backend-neutral: the CPU backend is Gloo (CreateGlooPartialAllReduce, in
-// libstraggler_collective), the GPU backend NCCL (CreateNcclPartialAllReduce in
-// straggler/collective_nccl.h, libstraggler_collective_nccl).
+// Backend-neutral: the CPU backend is Gloo (CreateGlooPartialAllReduce in
+// straggler/collective_gloo.h, libstraggler_collective), the GPU backend NCCL
+// (CreateNcclPartialAllReduce in straggler/collective_nccl.h,
+// libstraggler_collective_nccl); each backend's header holds its options.
 //
 //   auto client = straggler::Client::Create(options);
 //   auto reducer = straggler::CreateGlooPartialAllReduce(*client, gloo_options);
@@ -61,7 +62,8 @@
 #include "straggler/client.h"
 
 namespace gloo::rendezvous {
-class Store;  // <gloo/rendezvous/store.h>; only straggler/gloo_store.h includes Gloo
+class Store;  // <gloo/rendezvous/store.h>; only straggler/gloo_store.h includes Gloo.
+               // Both backends' options take a trainer's store of this type.
 }
 
 namespace straggler {
@@ -178,38 +180,12 @@ struct CollectiveOptions {
   std::chrono::milliseconds key_ttl{std::chrono::minutes(10)};
 };
 
-struct GlooOptions : CollectiveOptions {
-  // Address the Gloo TCP transport binds to and announces to peers.
-  std::string hostname = "127.0.0.1";
-  // Gloo contexts kept at once (each holds world-size sockets).
-  size_t max_cached_contexts = 4;
-  // A rendezvous store of the trainer's own (straggler.torch passes the store
-  // torch.distributed.init_process_group made). When set, the Gloo contexts
-  // and the agreement's keys go through it instead of stragglerd's
-  // RendezvousService, so the job needs no daemon to start or to go on, and
-  // rendezvous_endpoint is unused. Every rank of the launch must use the
-  // same store under the same prefix, one that no other launch writes to (a
-  // store per launch, or a prefix naming job and run): the keys name only
-  // run_id, not the job. What the backend relies on: set() publishes;
-  // wait(keys, timeout) returns once every key is set or throws after
-  // `timeout` (collective_timeout for a context, the agreement's own bounds
-  // for its keys); get() of a key wait() saw returns its value. An exception
-  // while building a context is a CollectiveError; the agreement takes one
-  // for a key not there in time. Called only from the thread inside
-  // BeginIteration, never from Gloo's or the client's threads; a store
-  // shared by several PartialAllReduce objects of one process (threads as
-  // ranks) must allow concurrent calls.
-  std::shared_ptr<gloo::rendezvous::Store> rendezvous_store;
-
-  // Empty when usable, else what is wrong, naming the value.
-  std::string Validate() const;
-};
 
 // The rendezvous endpoint that goes with a client configured by `client`:
 // $STRAGGLER_RENDEZVOUS_ENDPOINT when set; else the client's own endpoint,
 // unless that is a unix:// socket (the node agent, which serves no
-// rendezvous); else "" - GlooOptions::Validate then says what to set rather
-// than a default pointing at a daemon that is not there. Reads the
+// rendezvous); else "" - GlooOptions::Validate (collective_gloo.h) then says
+// what to set rather than a default pointing at a daemon that is not there. Reads the
 // environment: call it before starting threads that change it.
 std::string RendezvousEndpointFor(const ClientOptions& client);
 
@@ -285,25 +261,5 @@ class JobSwitch {
   std::optional<uint64_t> last_;  // the last iteration Begin was called for
   std::string failure_;           // its CollectiveError, "" when it succeeded
 };
-
-// The Gloo (CPU, TCP) backend. `client` reports for options.rank and must
-// outlive the result. Fails (nullptr + *error) only on invalid options or
-// when the transport cannot bind options.hostname; an unreachable daemon is
-// noticed at the first context build.
-std::unique_ptr<PartialAllReduce> CreateGlooPartialAllReduce(Client& client,
-                                                             const GlooOptions& options,
-                                                             std::string* error = nullptr);
-
-// The Gloo backend of one data-parallel group of a hybrid job: its collectives
-// span the group's active members only; BeginIteration takes the plan from
-// `job_switch` (StepPlan.active_ranks, root and sync_parameters are the
-// group's; root is the member of the lowest active replica). `options` as for
-// the flat backend (rank, world_size: the job's). nullptr + *error on
-// invalid options or group.
-std::unique_ptr<PartialAllReduce> CreateGlooGroupPartialAllReduce(Client& client,
-                                                                  std::shared_ptr<JobSwitch> job_switch,
-                                                                  const DataParallelGroup& group,
-                                                                  const GlooOptions& options,
-                                                                  std::string* error = nullptr);
 
 }  // namespace straggler

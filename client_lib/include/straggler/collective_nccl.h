@@ -78,7 +78,7 @@ struct NcclOptions : CollectiveOptions {
   // The one in use and one built ahead of a switch are never evicted.
   size_t max_cached_communicators = 3;
   // A rendezvous store of the trainer's own, as GlooOptions::rendezvous_store
-  // (the same contract): straggler.torch passes torch.distributed's, so the
+  // (straggler/collective_gloo.h; the same contract): straggler.torch passes torch.distributed's, so the
   // ids of the communicators and the agreement's keys need no daemon (under
   // torchrun the job starts and trains on the full group without one).
   // rendezvous_endpoint is then unused.
@@ -114,7 +114,7 @@ std::unique_ptr<NcclPartialAllReduce> CreateNcclPartialAllReduce(Client& client,
 // group built here (every member must call this within collective_timeout),
 // ncclCommShrink by the group's survivors when a replica leaves, a fresh (or
 // grown) communicator when it comes back - with the plan taken from
-// `job_switch` (CreateGlooGroupPartialAllReduce in straggler/collective.h has
+// `job_switch` (CreateGlooGroupPartialAllReduce in straggler/collective_gloo.h has
 // the contract). nullptr + *error as above, or on an invalid group.
 std::unique_ptr<NcclPartialAllReduce> CreateNcclGroupPartialAllReduce(Client& client,
                                                                       std::shared_ptr<JobSwitch> job_switch,

@@ -17,6 +17,7 @@
 #include "group_plan.h"
 #include "nccl_plan.h"  // SetText, SetKey
 #include "straggler/collective.h"
+#include "straggler/collective_gloo.h"
 #include "store_transport.h"
 #include "straggler/gloo_store.h"
 

@@ -32,7 +32,7 @@ Listener::~Listener() {
   shutdown();
   server_.ListenerGone(this);
   connections_.clear();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (int sock : added_) ::close(sock);
   ::close(wake_);
   ::close(epoll_);
@@ -48,7 +48,7 @@ void Listener::shutdown() {
 
 void Listener::Add(int sock) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     added_.push_back(sock);
   }
   Wake();
@@ -102,7 +102,7 @@ void Listener::TakeQueued(Clock::time_point now) {
   std::vector<int> added;
   std::vector<std::pair<Connection*, bool>> returned;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     added.swap(added_);
     returned.swap(returned_);
   }
@@ -224,7 +224,7 @@ void Listener::Dispatch(Connection* c) {
   (IsProbe(c->in) ? probes_ : pool_).enqueue([this, c, write_timeout] {
     const bool keep = server_.Serve(*c, write_timeout, budget_);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       returned_.emplace_back(c, keep);
     }
     Wake();

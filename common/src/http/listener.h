@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "connection.h"
 
 namespace straggler::common::http_detail {
@@ -102,9 +104,9 @@ class Listener final : public httplib::TaskQueue {
   std::thread poller_;
   std::atomic<bool> stopping_{false};
 
-  std::mutex mu_;
-  std::vector<int> added_;                                // guarded by mu_
-  std::vector<std::pair<Connection*, bool>> returned_;  // guarded by mu_: (connection, keep)
+  absl::Mutex mu_;
+  std::vector<int> added_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<Connection*, bool>> returned_ ABSL_GUARDED_BY(mu_);  // (connection, keep)
 
   // Poller thread only (and the destructor, after it).
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;

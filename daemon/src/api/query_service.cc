@@ -1,11 +1,14 @@
 #include "api/query_service.h"
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "api/api.h"
 #include "registry/job_proto.h"
 #include "wire/convert.h"
 #include "api/rpc_util.h"
 #include "spdlog/spdlog.h"
+#include "straggler/common/grpc_status.h"
 
 namespace straggler::daemon {
 namespace {
@@ -49,12 +52,12 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     Act(slot_.WriteDone(ok));
   }
 
   void OnCancel() override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     Act(slot_.RequestFinish(grpc::Status::CANCELLED, /*flush=*/false));
   }
 
@@ -69,26 +72,28 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
   void PushLocked(const Job::Locked& job) {
     v1::Membership m;
     ToProto(job->engine.membership(), job, &m);
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     bool skipped = false;
     Act(slot_.Offer(std::move(m), &KeepNewest, &skipped));
     if (skipped) stats_.watch_versions_skipped.fetch_add(1, std::memory_order_relaxed);
   }
   void Close(const absl::Status& status) {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     Act(slot_.RequestFinish(common::ToGrpcStatus(status), /*flush=*/true));
   }
 
  private:
-  void Act(common::WriteAction action) { common::CarryOut(action, slot_, *this); }  // mu_ held
+  void Act(common::WriteAction action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    common::CarryOut(action, slot_, *this);
+  }
 
   JobRegistry& registry_;
   DaemonStats& stats_;
   const std::shared_ptr<ReactorLink<WatchReactor>> link_;
   std::shared_ptr<Job> job_;  // set in Start, before subscribing
 
-  std::mutex mu_;
-  common::WriteSlot<v1::Membership> slot_;  // guarded by mu_
+  absl::Mutex mu_;
+  common::WriteSlot<v1::Membership> slot_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -14,11 +14,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "auth/auth.h"
 #include "registry/job_registry.h"
 #include "metrics/stats.h"
+#include "straggler/common/grpc_status.h"
 #include "straggler/common/write_slot.h"
 
 namespace straggler::daemon {
@@ -74,21 +77,21 @@ class ReactorLink final : public JobSubscriber {
   explicit ReactorLink(Reactor* reactor) : reactor_(reactor) {}
 
   void OnMembershipChangedLocked(const Job::Locked& job) override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (reactor_ != nullptr) reactor_->PushLocked(job);
   }
   void CloseLocked(const absl::Status& status) override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (reactor_ != nullptr) reactor_->Close(status);
   }
   void Detach() {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     reactor_ = nullptr;
   }
 
  private:
-  std::mutex mu_;
-  Reactor* reactor_;  // guarded by mu_; null once the reactor is done
+  absl::Mutex mu_;
+  Reactor* reactor_ ABSL_GUARDED_BY(mu_);  // null once the reactor is done
 };
 
 }  // namespace straggler::daemon

@@ -13,13 +13,13 @@ Authorizer::Authorizer(const AuthConfig& config, DaemonStats& stats) : stats_(st
 }
 
 void Authorizer::Apply(const AuthConfig& config) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   token_sha256_ = config.token_sha256;
   protect_reads_ = config.protect_reads;
 }
 
 bool Authorizer::token_configured() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return !token_sha256_.empty();
 }
 
@@ -27,7 +27,7 @@ absl::Status Authorizer::Check(Access access,
                                std::optional<std::string_view> authorization) const {
   std::string expected;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (token_sha256_.empty() || access == Access::kOpen ||
         (access == Access::kRead && !protect_reads_)) {
       return absl::OkStatus();

@@ -15,11 +15,12 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "config/config.h"
 
@@ -52,9 +53,9 @@ class Authorizer {
 
  private:
   DaemonStats& stats_;
-  mutable std::mutex mu_;
-  std::string token_sha256_;    // guarded by mu_; "" = no token configured
-  bool protect_reads_ = false;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::string token_sha256_ ABSL_GUARDED_BY(mu_);  // "" = no token configured
+  bool protect_reads_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace straggler::daemon

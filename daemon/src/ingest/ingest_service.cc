@@ -9,6 +9,7 @@
 #include "ingest/ingest_session.h"
 #include "spdlog/spdlog.h"
 #include "straggler/common/directive.h"
+#include "straggler/common/grpc_status.h"
 #include "straggler/common/write_slot.h"
 
 namespace straggler::daemon {

@@ -77,58 +77,35 @@ void IngestSession::MarkReplaysLocked(const Job::Locked& job) {
   }
 }
 
-void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime steady_now,
-                          absl::FunctionRef<void(v1::Directive&&)> deliver,
-                          v1::Directive spare) {
-  stats_.batches_total.fetch_add(1, std::memory_order_relaxed);
-  // straggler_ingest_batch_duration_seconds: waiting for the job's lock
-  // included, writing the acknowledgement excluded (that is gRPC's).
-  const auto started = std::chrono::steady_clock::now();
-  struct Timer {
-    common::AtomicHistogram& h;
-    std::chrono::steady_clock::time_point start;
-    ~Timer() {
-      h.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-  } timer{stats_.ingest_batch_duration, started};
-  const uint32_t max_reports = registry_.max_batch_reports();
-  uint32_t accepted = 0, rejected = 0, duplicates = 0;
-  std::vector<v1::ReportRejection> rejections;
-  auto reject = [&](uint32_t rank, uint64_t iteration, absl::string_view reason,
-                    std::string message, bool counts_a_report = true) {
-    // `rejected` counts reports (Directive.rejected); a refused hello claim
-    // keeps its rank's reports, so only its rejection entry is sent.
-    if (counts_a_report) ++rejected;
-    if (rejections.size() < common::kMaxDirectiveRejections) {
-      v1::ReportRejection r;
-      r.set_rank(rank);
-      r.set_iteration(iteration);
-      r.set_reason(std::string(reason));
-      r.set_message(std::move(message));
-      rejections.push_back(std::move(r));
-    }
-  };
-
-  // Ranks (as indices into ranks_) with a report in this batch: the ack
-  // carries their progress only. A per-slot stamp, no clearing per batch.
-  touched_.clear();
-  if (++batch_stamp_ == 0) {  // wrapped: forget the old stamps
-    std::fill(touched_stamp_.begin(), touched_stamp_.end(), 0);
-    batch_stamp_ = 1;
+void IngestSession::BatchTally::Reject(uint32_t rank, uint64_t iteration,
+                                       absl::string_view reason, std::string message,
+                                       bool counts_a_report) {
+  // `rejected` counts reports (Directive.rejected); a refused hello claim
+  // keeps its rank's reports, so only its rejection entry is sent.
+  if (counts_a_report) ++rejected;
+  if (rejections.size() < common::kMaxDirectiveRejections) {
+    v1::ReportRejection r;
+    r.set_rank(rank);
+    r.set_iteration(iteration);
+    r.set_reason(std::string(reason));
+    r.set_message(std::move(message));
+    rejections.push_back(std::move(r));
   }
+}
 
-  Job::Locked job(*job_);
-  // A hello after the first adds ranks to the stream (a node agent whose
-  // ranks connect at different times). Taken under the job's lock, as
-  // pushes read ranks_ there. The next directive carries a full set again
-  // (every rank's progress, every version a rank of the stream may need),
-  // since a new rank may need versions older than those the stream carried
-  // so far.
+// A hello after the first adds ranks to the stream (a node agent whose
+// ranks connect at different times). Taken under the job's lock, as
+// pushes read ranks_ there. The next directive carries a full set again
+// (every rank's progress, every version a rank of the stream may need),
+// since a new rank may need versions older than those the stream carried
+// so far.
+void IngestSession::ApplyHelloLocked(Job::Locked& job, const v1::ReportBatch& batch,
+                                     engine::Time now, BatchTally& tally) {
   if (batch.has_hello() && !first_batch_) {
     if (absl::Status s = AddRanksLocked(job, batch, now); !s.ok()) {
       // Not a report: the batch's reports are counted one by one (those of
       // the refused ranks as rank_not_in_stream).
-      reject(0, 0, "invalid_hello", std::string(s.message()), /*counts_a_report=*/false);
+      tally.Reject(0, 0, "invalid_hello", std::string(s.message()), /*counts_a_report=*/false);
     }
   }
   first_batch_ = false;
@@ -136,12 +113,15 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   // reports stay, the client learns why in this batch's acknowledgement.
   if (batch.has_hello()) {  // only a hello refuses claims
     for (TopologyRefusal& r : topology_refused_) {
-      reject(r.rank, 0, "invalid_topology", std::move(r.message), /*counts_a_report=*/false);
+      tally.Reject(r.rank, 0, "invalid_topology", std::move(r.message),
+                   /*counts_a_report=*/false);
     }
     topology_refused_.clear();
   }
-  // Telemetry before reports: a detection made by this batch's reports is
-  // attributed with the telemetry that rode along with them.
+}
+
+void IngestSession::StoreTelemetryLocked(Job::Locked& job, v1::ReportBatch& batch,
+                                         engine::Time now) {
   for (v1::RankTelemetry& t : *batch.mutable_telemetry()) {
     if (!IndexOf(t.rank())) {
       stats_.telemetry_rejected_rank.fetch_add(1, std::memory_order_relaxed);
@@ -158,21 +138,16 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
     stats_.telemetry_accepted.fetch_add(1, std::memory_order_relaxed);
     job->StoreTelemetry(t.rank(), std::move(*t.mutable_gpu()), now);
   }
-  const int n = batch.reports_size();
-  // Reports past limits.max_batch_reports, then those the stream's rate
-  // limit has no tokens for, are dropped (one rejection entry each).
-  const int considered = static_cast<int>(std::min<uint64_t>(n, max_reports));
-  const int granted = static_cast<int>(
-      bucket_.Take(static_cast<uint64_t>(considered), steady_now));
-  auto drop = [&](int from, int to, StreamRejectReason why, std::string message) {
-    const uint32_t excess = static_cast<uint32_t>(to - from);
-    stats_.CountRejected(why, excess);
-    reject(batch.reports(from).rank(), batch.reports(from).iteration(),
-           StreamRejectReasonName(why), std::move(message));
-    rejected += excess - 1;
-  };
+}
+
+// The first `granted` reports through the engine (between its BeginBatch and
+// EndBatch): each one accepted, a replay, stale or rejected; returns the
+// highest iteration accepted.
+std::optional<uint64_t> IngestSession::IngestReportsLocked(Job::Locked& job,
+                                                           const v1::ReportBatch& batch,
+                                                           int granted, engine::Time now,
+                                                           BatchTally& tally) {
   std::optional<uint64_t> max_accepted;
-  job->engine.BeginBatch();
   // The baseline and step time the ring records with each report (O(1)).
   const float scored_reference = static_cast<float>(job->engine.baseline_seconds());
   const float scored_step = static_cast<float>(job->engine.step_seconds());
@@ -181,10 +156,10 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
     const std::optional<size_t> slot = IndexOf(report.rank());
     if (!slot) {
       stats_.CountRejected(StreamRejectReason::kRankNotInStream);
-      reject(report.rank(), report.iteration(),
-             StreamRejectReasonName(StreamRejectReason::kRankNotInStream),
-             absl::StrCat("rank ", report.rank(), " is not among the ", ranks_.size(),
-                          " ranks named in this stream's hello"));
+      tally.Reject(report.rank(), report.iteration(),
+                   StreamRejectReasonName(StreamRejectReason::kRankNotInStream),
+                   absl::StrCat("rank ", report.rank(), " is not among the ", ranks_.size(),
+                                " ranks named in this stream's hello"));
       continue;
     }
     const size_t index = *slot;
@@ -194,7 +169,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
     }
     engine::IngestResult result = job->engine.Ingest(FromProto(report), now);
     if (result.accepted) {
-      ++accepted;
+      ++tally.accepted;
       max_accepted = std::max(max_accepted, std::optional<uint64_t>(report.iteration()));
       job->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
                        report.rank(), scored_reference, scored_step});
@@ -203,7 +178,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
                 report.iteration() < replay_mark_[index])) {
       // A replay (reconnect, agent buffer): idempotent, not the sender's error.
       stats_.CountRejected(engine::RejectReason::kDuplicate);
-      ++duplicates;
+      ++tally.duplicates;
     } else if (result.reason == engine::RejectReason::kStale) {
       stats_.CountRejected(result.reason);
       ++job->stale_reports;
@@ -213,14 +188,62 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
                      "trainer must be a new client: docs/runs.md)",
                      job_->id, job_->run_id, peer_, result.message, job->stale_reports);
       }
-      reject(report.rank(), report.iteration(), std::string(engine::RejectReasonName(result.reason)),
-             std::move(result.message));
+      tally.Reject(report.rank(), report.iteration(),
+                   std::string(engine::RejectReasonName(result.reason)), std::move(result.message));
     } else {
       stats_.CountRejected(result.reason);
-      reject(report.rank(), report.iteration(), std::string(engine::RejectReasonName(result.reason)),
-             std::move(result.message));
+      tally.Reject(report.rank(), report.iteration(),
+                   std::string(engine::RejectReasonName(result.reason)), std::move(result.message));
     }
   }
+  return max_accepted;
+}
+
+void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime steady_now,
+                          absl::FunctionRef<void(v1::Directive&&)> deliver,
+                          v1::Directive spare) {
+  stats_.batches_total.fetch_add(1, std::memory_order_relaxed);
+  // straggler_ingest_batch_duration_seconds: waiting for the job's lock
+  // included, writing the acknowledgement excluded (that is gRPC's).
+  const auto started = std::chrono::steady_clock::now();
+  struct Timer {
+    common::AtomicHistogram& h;
+    std::chrono::steady_clock::time_point start;
+    ~Timer() {
+      h.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  } timer{stats_.ingest_batch_duration, started};
+  const uint32_t max_reports = registry_.max_batch_reports();
+  BatchTally tally;
+
+  // Ranks (as indices into ranks_) with a report in this batch: the ack
+  // carries their progress only. A per-slot stamp, no clearing per batch.
+  touched_.clear();
+  if (++batch_stamp_ == 0) {  // wrapped: forget the old stamps
+    std::fill(touched_stamp_.begin(), touched_stamp_.end(), 0);
+    batch_stamp_ = 1;
+  }
+
+  Job::Locked job(*job_);
+  ApplyHelloLocked(job, batch, now, tally);
+  // Telemetry before reports: a detection made by this batch's reports is
+  // attributed with the telemetry that rode along with them.
+  StoreTelemetryLocked(job, batch, now);
+  const int n = batch.reports_size();
+  // Reports past limits.max_batch_reports, then those the stream's rate
+  // limit has no tokens for, are dropped (one rejection entry each).
+  const int considered = static_cast<int>(std::min<uint64_t>(n, max_reports));
+  const int granted = static_cast<int>(
+      bucket_.Take(static_cast<uint64_t>(considered), steady_now));
+  auto drop = [&](int from, int to, StreamRejectReason why, std::string message) {
+    const uint32_t excess = static_cast<uint32_t>(to - from);
+    stats_.CountRejected(why, excess);
+    tally.Reject(batch.reports(from).rank(), batch.reports(from).iteration(),
+                 StreamRejectReasonName(why), std::move(message));
+    tally.rejected += excess - 1;
+  };
+  job->engine.BeginBatch();
+  const std::optional<uint64_t> max_accepted = IngestReportsLocked(job, batch, granted, now, tally);
   job->engine.EndBatch(now);
   RecheckClaimLocked(job, max_accepted, now);
   if (batch.finished_ranks_size() > 0) {
@@ -241,7 +264,7 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
          absl::StrCat(n - considered, " reports beyond limits.max_batch_reports=", max_reports,
                       " in batch ", batch.sequence(), " were dropped"));
   }
-  stats_.reports_accepted.fetch_add(accepted, std::memory_order_relaxed);
+  stats_.reports_accepted.fetch_add(tally.accepted, std::memory_order_relaxed);
   if (n > 0) job->last_activity = std::max(job->last_activity, now);
   last_acked_sequence_ = batch.sequence();
   // Other subscribers learn of a new version by push; this stream learns it
@@ -250,10 +273,10 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
 
   std::sort(touched_.begin(), touched_.end());  // progress ascending by rank
   v1::Directive ack = DirectiveLocked(job, &touched_, std::move(spare));
-  ack.set_accepted(accepted);
-  ack.set_rejected(rejected);
-  ack.set_duplicates(duplicates);
-  for (auto& r : rejections) *ack.add_rejections() = std::move(r);
+  ack.set_accepted(tally.accepted);
+  ack.set_rejected(tally.rejected);
+  ack.set_duplicates(tally.duplicates);
+  for (auto& r : tally.rejections) *ack.add_rejections() = std::move(r);
   // Delivered while the job's lock is still held so that directives enter the slot
   // in the order their memberships were snapshotted.
   deliver(std::move(ack));

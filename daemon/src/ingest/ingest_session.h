@@ -25,6 +25,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "config/config.h"
 #include "metrics/stats.h"
 #include "registry/job_registry.h"
@@ -94,6 +95,21 @@ class IngestSession {
   absl::Status AddRanksLocked(Job::Locked& job, const v1::ReportBatch& batch, engine::Time now);
   v1::Directive DirectiveLocked(const Job::Locked& job, const std::vector<uint32_t>* touched,
                                 v1::Directive d = {});
+  // What one batch's acknowledgement counts (Apply and the steps it takes).
+  struct BatchTally {
+    uint32_t accepted = 0, rejected = 0, duplicates = 0;
+    std::vector<v1::ReportRejection> rejections;  // at most kMaxDirectiveRejections
+    // A rejection entry (and, when it counts a report, one more rejected).
+    void Reject(uint32_t rank, uint64_t iteration, absl::string_view reason, std::string message,
+                bool counts_a_report = true);
+  };
+  // Apply's steps, in its order: a later hello's ranks and refused claims,
+  // the telemetry, the reports through the engine.
+  void ApplyHelloLocked(Job::Locked& job, const v1::ReportBatch& batch, engine::Time now,
+                        BatchTally& tally);
+  void StoreTelemetryLocked(Job::Locked& job, v1::ReportBatch& batch, engine::Time now);
+  std::optional<uint64_t> IngestReportsLocked(Job::Locked& job, const v1::ReportBatch& batch,
+                                              int granted, engine::Time now, BatchTally& tally);
 
   JobRegistry& registry_;
   DaemonStats& stats_;

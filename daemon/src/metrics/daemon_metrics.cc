@@ -10,6 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "metrics/stats.h"
 #include "registry/job_registry.h"
+#include "straggler/common/atomic_histogram.h"
+#include "straggler/common/metric_family.h"
+#include "straggler/common/metric_text.h"
+#include "straggler/common/process_metrics.h"
 
 namespace straggler::daemon {
 

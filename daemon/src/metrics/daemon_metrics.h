@@ -1,7 +1,7 @@
 // stragglerd's /metrics: every straggler_* and process_* family of
 // docs/metrics.md, built at scrape time as prometheus-cpp's data model
 // (prometheus::MetricFamily) by DaemonCollector and written by
-// common::TextSerializer (straggler/common/metrics.h). The ingest hot path
+// common::TextSerializer (straggler/common/metric_text.h). The ingest hot path
 // keeps its relaxed counters (stats.h); the collector reads them here.
 // Each family is one row of a table in daemon_metrics.cc (docs/metrics.md,
 // "Adding a metric").
@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "straggler/common/metrics.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
 
 namespace straggler::daemon {
 

@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "ingest/rank_topology.h"
 #include "metrics/buckets.h"
-#include "straggler/common/metrics.h"
+#include "straggler/common/atomic_histogram.h"
 #include "straggler/common/rate_limit.h"
 #include "straggler/engine/job_engine.h"
 

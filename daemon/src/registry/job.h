@@ -34,7 +34,6 @@
 #include "metrics/buckets.h"
 #include "prometheus/histogram.h"
 #include "registry/attribution.h"
-#include "straggler/common/metrics.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
 

@@ -5,9 +5,12 @@
 #include <mutex>
 #include <string_view>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 
 #include "api/rpc_util.h"
+#include "straggler/common/grpc_status.h"
 
 namespace straggler::daemon {
 namespace {
@@ -45,7 +48,7 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
                                       stats_.CountGrpcRefused(GrpcService::kRendezvous, s.code());
                                       Finish(common::ToGrpcStatus(s));
                                     });
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     id_ = id;
     if (cancelled_ && id_ != 0) store_.Cancel(id_);
   }
@@ -53,7 +56,7 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
   void OnCancel() override {
     uint64_t id = 0;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       cancelled_ = true;
       id = id_;
     }
@@ -65,9 +68,9 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
  private:
   RendezvousStore& store_;
   DaemonStats& stats_;
-  std::mutex mu_;
-  uint64_t id_ = 0;        // guarded by mu_
-  bool cancelled_ = false;  // guarded by mu_
+  absl::Mutex mu_;
+  uint64_t id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

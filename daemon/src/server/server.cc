@@ -259,10 +259,13 @@ void Server::Reload(const DaemonConfig& config) {
 void Server::TickLoop() {
   long resident_seen = ResidentBytes();
   int trim_ticks_left = 0;
-  std::unique_lock lock(tick_mu_);
-  while (!stopping_) {
-    if (tick_cv_.wait_for(lock, kTickInterval, [this] { return stopping_; })) break;
-    lock.unlock();
+  while (true) {
+    {
+      // Stop sets stopping_ under tick_mu_, which ends the wait at once.
+      absl::MutexLock lock(&tick_mu_);
+      if (tick_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(kTickInterval)))
+        break;
+    }
     registry_->TickAll(WallNow());
     if (const long resident = ResidentBytes(); resident > resident_seen + kTrimGrowthBytes) {
       malloc_trim(0);
@@ -285,7 +288,6 @@ void Server::TickLoop() {
     for (common::FloodLog* log : stats_.FloodLogs()) {
       log->Summarize(std::chrono::steady_clock::now());
     }
-    lock.lock();
   }
 }
 
@@ -324,10 +326,9 @@ void Server::Shutdown(std::chrono::milliseconds grace) {
   rendezvous_store_->Close(absl::UnavailableError("stragglerd is shutting down"));
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   {
-    std::lock_guard lock(tick_mu_);
+    absl::MutexLock lock(&tick_mu_);
     stopping_ = true;
   }
-  tick_cv_.notify_all();
   if (tick_thread_.joinable()) tick_thread_.join();
   server_->Wait();
   server_.reset();

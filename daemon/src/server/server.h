@@ -16,12 +16,12 @@
 
 #include <chrono>
 #include <cstddef>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "config/config.h"
 #include "metrics/stats.h"
@@ -139,9 +139,8 @@ class Server {
   std::string grpc_address_;
   int grpc_port_ = 0;
 
-  std::mutex tick_mu_;
-  std::condition_variable tick_cv_;
-  bool stopping_ = false;  // guarded by tick_mu_
+  absl::Mutex tick_mu_;
+  bool stopping_ ABSL_GUARDED_BY(tick_mu_) = false;
   std::thread tick_thread_;
 };
 

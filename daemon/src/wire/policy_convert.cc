@@ -1,29 +1,29 @@
 #include "wire/policy_convert.h"
 
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
+#include "straggler/v1/enum_names.h"
 
 namespace straggler::daemon {
 
+// The engine's kinds and modes are the v1 values of the same name
+// (straggler/v1/enum_names.h): a new kind needs its value in straggler.proto,
+// not a case here. daemon:"policy wire mapping: every PolicyKind and
+// RecoveryMode ..." checks that each one has it.
 v1::PolicyKind ToProto(engine::PolicyKind k) {
-  switch (k) {
-    case engine::PolicyKind::kDynamic: return v1::POLICY_KIND_DYNAMIC;
-    case engine::PolicyKind::kEwma: return v1::POLICY_KIND_EWMA;
-    case engine::PolicyKind::kStatic: return v1::POLICY_KIND_STATIC;
-    case engine::PolicyKind::kPeer: return v1::POLICY_KIND_PEER;
-  }
-  return v1::POLICY_KIND_UNSPECIFIED;
+  const std::optional<int> v =
+      v1::ParseEnumShortName(v1::PolicyKind_descriptor(), engine::PolicyKindName(k));
+  return v ? static_cast<v1::PolicyKind>(*v) : v1::POLICY_KIND_UNSPECIFIED;
 }
 
 v1::RecoveryMode ToProto(engine::RecoveryMode m) {
-  switch (m) {
-    case engine::RecoveryMode::kShadow: return v1::RECOVERY_MODE_SHADOW;
-    case engine::RecoveryMode::kProbation: return v1::RECOVERY_MODE_PROBATION;
-  }
-  return v1::RECOVERY_MODE_UNSPECIFIED;
+  const std::optional<int> v =
+      v1::ParseEnumShortName(v1::RecoveryMode_descriptor(), engine::RecoveryModeName(m));
+  return v ? static_cast<v1::RecoveryMode>(*v) : v1::RECOVERY_MODE_UNSPECIFIED;
 }
 
 namespace {
@@ -32,7 +32,7 @@ namespace pb = google::protobuf;
 
 // The v1.PolicyConfig field of each numeric and bool PolicyFields() row: the
 // field of the same name (daemon:"every policy field is on the wire" checks
-// that each row has one, of its type). The two enums are mapped by hand.
+// that each row has one, of its type). The two enums are mapped by name, above.
 template <class Fn>
 void ForEachWireField(Fn&& fn) {
   const pb::Descriptor* message = v1::PolicyConfig::descriptor();
@@ -69,22 +69,21 @@ void ToProto(const engine::PolicyConfig& p, v1::PolicyConfig* out) {
 
 absl::StatusOr<engine::PolicyConfig> MergePolicy(const v1::PolicyConfig& u,
                                                  engine::PolicyConfig p) {
-  switch (u.kind()) {
-    case v1::POLICY_KIND_UNSPECIFIED: break;
-    case v1::POLICY_KIND_DYNAMIC: p.kind = engine::PolicyKind::kDynamic; break;
-    case v1::POLICY_KIND_EWMA: p.kind = engine::PolicyKind::kEwma; break;
-    case v1::POLICY_KIND_STATIC: p.kind = engine::PolicyKind::kStatic; break;
-    case v1::POLICY_KIND_PEER: p.kind = engine::PolicyKind::kPeer; break;
-    default:
+  if (u.kind() != v1::POLICY_KIND_UNSPECIFIED) {
+    auto kind = engine::ParsePolicyKind(v1::EnumShortName(v1::PolicyKind_descriptor(), u.kind()));
+    if (!kind.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("kind=", u.kind(), " is not a PolicyKind"));
+    }
+    p.kind = *kind;
   }
-  switch (u.recovery()) {
-    case v1::RECOVERY_MODE_UNSPECIFIED: break;
-    case v1::RECOVERY_MODE_SHADOW: p.recovery = engine::RecoveryMode::kShadow; break;
-    case v1::RECOVERY_MODE_PROBATION: p.recovery = engine::RecoveryMode::kProbation; break;
-    default:
+  if (u.recovery() != v1::RECOVERY_MODE_UNSPECIFIED) {
+    auto mode =
+        engine::ParseRecoveryMode(v1::EnumShortName(v1::RecoveryMode_descriptor(), u.recovery()));
+    if (!mode.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("recovery=", u.recovery(), " is not a RecoveryMode"));
+    }
+    p.recovery = *mode;
   }
   const pb::Reflection* r = u.GetReflection();
   ForEachWireField([&](const pb::FieldDescriptor* wire, auto member) {

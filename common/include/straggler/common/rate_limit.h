@@ -13,10 +13,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "spdlog/spdlog.h"
 
 namespace straggler::common {
@@ -68,7 +69,7 @@ class LogBudget {
 
   // true: log this event; false: it was counted for the summary.
   bool Take(Time now) {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!started_ || now - window_start_ >= interval_) {
       started_ = true;
       window_start_ = now;
@@ -85,7 +86,7 @@ class LogBudget {
   // The events not logged, once the interval they fell in has ended (0
   // before that, or when there were none); they are then reset.
   uint64_t TakeSuppressed(Time now) {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (suppressed_ == 0 || now - window_start_ < interval_) return 0;
     return std::exchange(suppressed_, 0);
   }
@@ -96,11 +97,11 @@ class LogBudget {
  private:
   const uint32_t burst_;
   const Duration interval_;
-  std::mutex mu_;
-  bool started_ = false;     // guarded by mu_
-  Time window_start_{};      // guarded by mu_
-  uint32_t logged_ = 0;      // guarded by mu_
-  uint64_t suppressed_ = 0;  // guarded by mu_
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  Time window_start_ ABSL_GUARDED_BY(mu_){};
+  uint32_t logged_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t suppressed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A log line that can come in floods (one per stream refused, per stream

@@ -16,10 +16,11 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -115,10 +116,10 @@ class SslContextSource {
 
   const TlsConfig config_;
   const std::string section_;
-  std::mutex mu_;
-  std::shared_ptr<SSL_CTX> current_;   // guarded by mu_
-  std::vector<Stamp> stamps_;          // of the files last tried, guarded by mu_
-  Clock::time_point next_check_;       // guarded by mu_
+  absl::Mutex mu_;
+  std::shared_ptr<SSL_CTX> current_ ABSL_GUARDED_BY(mu_);
+  std::vector<Stamp> stamps_ ABSL_GUARDED_BY(mu_);  // of the files last tried
+  Clock::time_point next_check_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace straggler::common

@@ -1,5 +1,5 @@
-// The gRPC pieces that stragglerd's and straggler-agent's streaming
-// reactors share: absl -> grpc status, and the coalescing write slot.
+// The coalescing write slot that stragglerd's and straggler-agent's
+// streaming reactors share (absl -> grpc status: grpc_status.h).
 //
 // A streaming reactor keeps ONE write in flight and ONE pending message; a
 // newer message is merged into the pending one, so a slow reader costs one
@@ -17,15 +17,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "absl/status/status.h"
-
 namespace straggler::common {
-
-inline grpc::Status ToGrpcStatus(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  // absl::StatusCode and grpc::StatusCode share their numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 enum class WriteAction { kNone, kWrite, kFinish };
 

@@ -1,7 +1,6 @@
 // Scenario YAML -> Scenario (scenario.h): the parser, whose errors name the
 // file, line and key or value. Generation and ground truth: scenario.cc.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -13,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "straggler/quality/scenario.h"
 #include "straggler/topology.h"
+#include "straggler/v1/wire_rules.h"
 #include "yaml-cpp/yaml.h"
 
 namespace straggler::quality {
@@ -86,46 +86,42 @@ class Parser {
     return out;
   }
 
-  absl::StatusOr<Effect> ParseEffect(const YAML::Node& n, const Scenario& s, size_t index) const {
-    const std::string ctx = absl::StrCat("effects[", index, "]");
-    if (!n.IsMap()) return Error(n, absl::StrCat(ctx, " must be a map with a `type`"));
-    if (!n["type"]) return Error(n, absl::StrCat(ctx, " has no `type`"));
-    auto type_text = Scalar(n["type"], ctx + ".type");
-    if (!type_text.ok()) return type_text.status();
-    Effect e;
-    std::set<std::string> allowed;
-    std::set<std::string> required;
-    const std::string& t = *type_text;
+  // The effect's kind from its `type`, and the keys that kind allows and requires.
+  absl::Status EffectKind(const YAML::Node& n, const std::string& ctx, const std::string& t,
+                          Effect* e, std::set<std::string>* allowed_keys,
+                          std::set<std::string>* required_keys) const {
+    std::set<std::string>& allowed = *allowed_keys;
+    std::set<std::string>& required = *required_keys;
     if (t == "slow") {
-      e.type = EffectType::kSlow;
+      e->type = EffectType::kSlow;
       allowed = {"ranks", "rank", "factor", "from", "to", "pattern", "truth"};
       required = {"factor"};
     } else if (t == "spike") {
-      e.type = EffectType::kSpike;
+      e->type = EffectType::kSpike;
       allowed = {"ranks", "rank", "factor", "max_factor", "probability", "every", "offset"};
       required = {"factor"};
     } else if (t == "ramp") {
-      e.type = EffectType::kRamp;
+      e->type = EffectType::kRamp;
       allowed = {"ranks", "rank", "from", "to", "start_factor", "end_factor", "hold_until"};
       required = {"from", "to", "end_factor"};
     } else if (t == "global") {
-      e.type = EffectType::kGlobal;
+      e->type = EffectType::kGlobal;
       allowed = {"factor", "from", "to", "pattern"};
       required = {"factor"};
     } else if (t == "generation") {
-      e.type = EffectType::kGeneration;
+      e->type = EffectType::kGeneration;
       allowed = {"ranks", "rank", "factor"};
       required = {"factor"};
     } else if (t == "silent") {
-      e.type = EffectType::kSilent;
+      e->type = EffectType::kSilent;
       allowed = {"ranks", "rank", "from"};
       required = {"from"};
     } else if (t == "join") {
-      e.type = EffectType::kJoin;
+      e->type = EffectType::kJoin;
       allowed = {"ranks", "rank", "at"};
       required = {"at"};
     } else if (t == "warmup") {
-      e.type = EffectType::kWarmup;
+      e->type = EffectType::kWarmup;
       allowed = {"iterations", "factor", "shape"};
       required = {"iterations", "factor"};
     } else {
@@ -133,48 +129,13 @@ class Parser {
                                            " is not slow, spike, ramp, global, generation, "
                                            "silent, join or warmup"));
     }
-    for (const auto& kv : n) {
-      const std::string key = kv.first.Scalar();
-      if (key == "type") continue;
-      if (!allowed.count(key))
-        return Error(kv.first, absl::StrCat("unknown key '", key, "' in ", ctx, " (", t, ")"));
-    }
-    for (const auto& key : required)
-      if (!n[key]) return Error(n, absl::StrCat(ctx, " (", t, ") needs `", key, "`"));
-    const bool needs_ranks = e.type != EffectType::kGlobal && e.type != EffectType::kWarmup;
-    if (needs_ranks) {
-      if (n["rank"] && n["ranks"])
-        return Error(n, absl::StrCat(ctx, " has both `rank` and `ranks`"));
-      if (!n["rank"] && !n["ranks"]) return Error(n, absl::StrCat(ctx, " needs `rank` or `ranks`"));
-      const YAML::Node rn = n["rank"] ? n["rank"] : n["ranks"];
-      auto ranks = Ranks(rn, ctx + (n["rank"] ? ".rank" : ".ranks"), s.ranks);
-      if (!ranks.ok()) return ranks.status();
-      e.ranks = *ranks;
-    }
-    auto get_double = [&](const char* key, double& out) -> absl::Status {
-      if (!n[key]) return absl::OkStatus();
-      auto v = Double(n[key], absl::StrCat(ctx, ".", key));
-      if (!v.ok()) return v.status();
-      out = *v;
-      return absl::OkStatus();
-    };
-    auto get_uint = [&](const char* key, uint64_t& out) -> absl::Status {
-      if (!n[key]) return absl::OkStatus();
-      auto v = Uint(n[key], absl::StrCat(ctx, ".", key));
-      if (!v.ok()) return v.status();
-      out = *v;
-      return absl::OkStatus();
-    };
-    e.to = s.iterations;
-    e.hold_until = 0;
-    for (auto st : {get_double("factor", e.factor), get_double("probability", e.probability),
-                    get_double("start_factor", e.start_factor),
-                    get_double("end_factor", e.end_factor), get_uint("from", e.from),
-                    get_uint("to", e.to), get_uint("hold_until", e.hold_until),
-                    get_double("max_factor", e.max_factor), get_uint("every", e.every),
-                    get_uint("offset", e.offset), get_uint("at", e.from),
-                    get_uint("iterations", e.to)})
-      if (!st.ok()) return st;
+    return absl::OkStatus();
+  }
+
+  // Each kind's own rules, then the ranges every effect shares; the error
+  // names the key and the value.
+  absl::Status CheckEffect(const YAML::Node& n, const Scenario& s, const std::string& ctx,
+                           Effect& e) const {
     if (e.type == EffectType::kSpike) {
       if (!n["probability"] == !n["every"])
         return Error(n, absl::StrCat(ctx, " (spike) needs exactly one of `probability` "
@@ -219,6 +180,12 @@ class Parser {
       return Error(n, absl::StrCat(ctx, ": from=", e.from, " must be below to=", e.to));
     if (e.type == EffectType::kRamp && e.hold_until < e.to)
       return Error(n, absl::StrCat(ctx, ": hold_until=", e.hold_until, " must be >= to=", e.to));
+    return absl::OkStatus();
+  }
+
+  // `pattern` ("every" or K/N: slow on K of every N steps) and `truth`
+  // (average or steps; by default average for short periods).
+  absl::Status ParsePattern(const YAML::Node& n, const std::string& ctx, Effect& e) const {
     if (n["pattern"]) {
       // "every" or "K/N": slow on K of every N steps, counted from `from`.
       auto p = Scalar(n["pattern"], ctx + ".pattern");
@@ -246,6 +213,64 @@ class Parser {
         return Error(n["truth"], absl::StrCat(ctx, ".truth=", *tv, " is not average or steps"));
       }
     }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Effect> ParseEffect(const YAML::Node& n, const Scenario& s, size_t index) const {
+    const std::string ctx = absl::StrCat("effects[", index, "]");
+    if (!n.IsMap()) return Error(n, absl::StrCat(ctx, " must be a map with a `type`"));
+    if (!n["type"]) return Error(n, absl::StrCat(ctx, " has no `type`"));
+    auto type_text = Scalar(n["type"], ctx + ".type");
+    if (!type_text.ok()) return type_text.status();
+    Effect e;
+    std::set<std::string> allowed;
+    std::set<std::string> required;
+    const std::string& t = *type_text;
+    if (absl::Status st = EffectKind(n, ctx, t, &e, &allowed, &required); !st.ok()) return st;
+    for (const auto& kv : n) {
+      const std::string key = kv.first.Scalar();
+      if (key == "type") continue;
+      if (!allowed.count(key))
+        return Error(kv.first, absl::StrCat("unknown key '", key, "' in ", ctx, " (", t, ")"));
+    }
+    for (const auto& key : required)
+      if (!n[key]) return Error(n, absl::StrCat(ctx, " (", t, ") needs `", key, "`"));
+    const bool needs_ranks = e.type != EffectType::kGlobal && e.type != EffectType::kWarmup;
+    if (needs_ranks) {
+      if (n["rank"] && n["ranks"])
+        return Error(n, absl::StrCat(ctx, " has both `rank` and `ranks`"));
+      if (!n["rank"] && !n["ranks"]) return Error(n, absl::StrCat(ctx, " needs `rank` or `ranks`"));
+      const YAML::Node rn = n["rank"] ? n["rank"] : n["ranks"];
+      auto ranks = Ranks(rn, ctx + (n["rank"] ? ".rank" : ".ranks"), s.ranks);
+      if (!ranks.ok()) return ranks.status();
+      e.ranks = *ranks;
+    }
+    auto get_double = [&](const char* key, double& out) -> absl::Status {
+      if (!n[key]) return absl::OkStatus();
+      auto v = Double(n[key], absl::StrCat(ctx, ".", key));
+      if (!v.ok()) return v.status();
+      out = *v;
+      return absl::OkStatus();
+    };
+    auto get_uint = [&](const char* key, uint64_t& out) -> absl::Status {
+      if (!n[key]) return absl::OkStatus();
+      auto v = Uint(n[key], absl::StrCat(ctx, ".", key));
+      if (!v.ok()) return v.status();
+      out = *v;
+      return absl::OkStatus();
+    };
+    e.to = s.iterations;
+    e.hold_until = 0;
+    for (auto st : {get_double("factor", e.factor), get_double("probability", e.probability),
+                    get_double("start_factor", e.start_factor),
+                    get_double("end_factor", e.end_factor), get_uint("from", e.from),
+                    get_uint("to", e.to), get_uint("hold_until", e.hold_until),
+                    get_double("max_factor", e.max_factor), get_uint("every", e.every),
+                    get_uint("offset", e.offset), get_uint("at", e.from),
+                    get_uint("iterations", e.to)})
+      if (!st.ok()) return st;
+    if (absl::Status st = CheckEffect(n, s, ctx, e); !st.ok()) return st;
+    if (absl::Status st = ParsePattern(n, ctx, e); !st.ok()) return st;
     return e;
   }
 
@@ -338,17 +363,18 @@ class Parser {
       if (n["peer_group"]) {
         auto g = Scalar(n["peer_group"], ctx + ".peer_group");
         if (!g.ok()) return g.status();
-        for (size_t i = 0; i < g->size(); ++i) {
-          const char ch = (*g)[i];
-          if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' ||
-                ch == '-'))
-            return Error(n["peer_group"],
-                         absl::StrCat(ctx, ".peer_group '", *g, "' has '", g->substr(i, 1),
-                                      "' at byte ", i, "; allowed: A-Z a-z 0-9 . _ -"));
-        }
-        if (g->size() > 64)
-          return Error(n["peer_group"], absl::StrCat(ctx, ".peer_group '", *g,
-                                                     "' is longer than 64 bytes"));
+        // The daemon's rule (straggler/v1/wire_rules.h), length first as it checks.
+        const auto fault = v1::rules::FindTextFault(*g, v1::rules::kMaxPeerGroupBytes,
+                                                    v1::rules::IsJobIdChar);
+        if (fault.too_long)
+          return Error(n["peer_group"],
+                       absl::StrCat(ctx, ".peer_group '", *g, "' is longer than ",
+                                    v1::rules::kMaxPeerGroupBytes, " bytes"));
+        if (fault.bad_byte != std::string_view::npos)
+          return Error(n["peer_group"],
+                       absl::StrCat(ctx, ".peer_group '", *g, "' has '",
+                                    g->substr(fault.bad_byte, 1), "' at byte ", fault.bad_byte,
+                                    "; allowed: ", std::string(v1::rules::kJobIdAllowed)));
         place.peer_group = *g;
       }
       if (n["replica"]) {

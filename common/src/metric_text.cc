@@ -1,19 +1,14 @@
-#include "straggler/common/metrics.h"
-
-#include <dirent.h>
-#include <sys/resource.h>
-#include <unistd.h>
+#include "straggler/common/metric_text.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "straggler/common/metric_family.h"
 
 namespace straggler::common {
 
@@ -36,7 +31,7 @@ const char* TypeName(prometheus::MetricType t) {
   return "untyped";
 }
 
-// Writes `v` by the rule of metrics.h into `buf` (64 bytes); returns the end.
+// Writes `v` by the rule of metric_text.h into `buf` (64 bytes); returns the end.
 char* FormatValueTo(double v, char* buf) {
   auto put = [&](std::string_view s) { return std::copy(s.begin(), s.end(), buf); };
   if (std::isnan(v)) return put("NaN");
@@ -293,61 +288,6 @@ std::string TextSerializer::Write(const std::vector<prometheus::MetricFamily>& f
   return out;
 }
 
-// ------------------------------------------------------------- data model
-
-prometheus::MetricFamily& AddFamily(std::vector<prometheus::MetricFamily>& out, std::string name,
-                                    prometheus::MetricType type, std::string help) {
-  prometheus::MetricFamily& f = out.emplace_back();
-  f.name = std::move(name);
-  f.type = type;
-  f.help = std::move(help);
-  return f;
-}
-
-void AddSample(prometheus::MetricFamily& family, Labels labels, double value) {
-  prometheus::ClientMetric& m = family.metric.emplace_back();
-  m.label = std::move(labels);
-  switch (family.type) {
-    case prometheus::MetricType::Counter: m.counter.value = value; break;
-    case prometheus::MetricType::Gauge: m.gauge.value = value; break;
-    default: m.untyped.value = value; break;
-  }
-}
-
-AtomicHistogram::AtomicHistogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), counts_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
-  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
-}
-
-void AtomicHistogram::Observe(double value) {
-  // prometheus::Histogram's rule (a NaN finds no bound: +Inf).
-  const size_t i = static_cast<size_t>(
-      std::find_if(bounds_.begin(), bounds_.end(), [value](double b) { return b >= value; }) -
-      bounds_.begin());
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(value, std::memory_order_relaxed);
-}
-
-prometheus::ClientMetric AtomicHistogram::Collect() const {
-  prometheus::ClientMetric m;
-  m.histogram.bucket.resize(bounds_.size() + 1);
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    cumulative += counts_[i].load(std::memory_order_relaxed);
-    m.histogram.bucket[i].cumulative_count = cumulative;
-    m.histogram.bucket[i].upper_bound =
-        i == bounds_.size() ? std::numeric_limits<double>::infinity() : bounds_[i];
-  }
-  m.histogram.sample_count = cumulative;
-  m.histogram.sample_sum = sum_.load(std::memory_order_relaxed);
-  return m;
-}
-
-void AddHistogram(prometheus::MetricFamily& family, Labels labels, const AtomicHistogram& h) {
-  prometheus::ClientMetric m = h.Collect();
-  m.label = std::move(labels);
-  family.metric.push_back(std::move(m));
-}
 
 std::string Scrape(const std::vector<const prometheus::Collectable*>& collectables) {
   std::vector<prometheus::MetricFamily> families;
@@ -357,110 +297,6 @@ std::string Scrape(const std::vector<const prometheus::Collectable*>& collectabl
                     std::make_move_iterator(more.end()));
   }
   return TextSerializer().Serialize(families);
-}
-
-// -------------------------------------------------------------------- process
-
-namespace {
-
-std::optional<std::string> ReadFile(const char* path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// "VmRSS:     1234 kB" -> 1234 * 1024.
-std::optional<double> StatusKb(const std::string& status, std::string_view key) {
-  size_t pos = 0;
-  while (pos < status.size()) {
-    size_t end = status.find('\n', pos);
-    if (end == std::string::npos) end = status.size();
-    std::string_view line(status.data() + pos, end - pos);
-    if (line.substr(0, key.size()) == key && line.size() > key.size() &&
-        line[key.size()] == ':') {
-      std::istringstream in{std::string(line.substr(key.size() + 1))};
-      double kb = 0;
-      if (in >> kb) return kb * 1024.0;
-      return std::nullopt;
-    }
-    pos = end + 1;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
-ProcessStats ReadProcessStats() {
-  ProcessStats p;
-  const long ticks = sysconf(_SC_CLK_TCK);
-  if (auto stat = ReadFile("/proc/self/stat"); stat && ticks > 0) {
-    // Fields after "(comm)", which may itself hold spaces and parentheses.
-    const size_t close = stat->rfind(')');
-    if (close != std::string::npos) {
-      std::istringstream in(stat->substr(close + 1));
-      std::vector<std::string> f;
-      for (std::string field; in >> field;) f.push_back(field);
-      // f[0] is field 3 (state): utime = field 14, stime = 15, starttime = 22.
-      if (f.size() > 19) {
-        double utime = 0, stime = 0, start = 0;
-        if (absl::SimpleAtod(f[11], &utime) && absl::SimpleAtod(f[12], &stime)) {
-          p.cpu_seconds = (utime + stime) / static_cast<double>(ticks);
-        }
-        if (absl::SimpleAtod(f[19], &start)) {
-          if (auto proc_stat = ReadFile("/proc/stat")) {
-            const size_t at = proc_stat->find("\nbtime ");
-            double btime = 0;
-            if (at != std::string::npos) {
-              std::istringstream b(proc_stat->substr(at + 7));
-              if (b >> btime) p.start_time_seconds = btime + start / static_cast<double>(ticks);
-            }
-          }
-        }
-      }
-    }
-  }
-  if (auto status = ReadFile("/proc/self/status")) {
-    p.resident_memory_bytes = StatusKb(*status, "VmRSS");
-    p.virtual_memory_bytes = StatusKb(*status, "VmSize");
-  }
-  if (DIR* dir = opendir("/proc/self/fd")) {
-    double n = 0;
-    while (const dirent* e = readdir(dir)) {
-      if (e->d_name[0] != '.') ++n;
-    }
-    closedir(dir);
-    p.open_fds = n - 1;  // not counting the descriptor of the listing itself
-  }
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-    p.max_fds = static_cast<double>(limit.rlim_cur);
-  }
-  return p;
-}
-
-void AddProcessMetrics(const ProcessStats& p, std::vector<prometheus::MetricFamily>& out) {
-  using T = prometheus::MetricType;
-  auto one = [&](const char* name, T type, const char* help, const std::optional<double>& v) {
-    if (v) AddSample(AddFamily(out, name, type, help), {}, *v);
-  };
-  one("process_cpu_seconds_total", T::Counter,
-      "Total user and system CPU time spent in seconds.", p.cpu_seconds);
-  one("process_resident_memory_bytes", T::Gauge, "Resident memory size in bytes.",
-      p.resident_memory_bytes);
-  one("process_virtual_memory_bytes", T::Gauge, "Virtual memory size in bytes.",
-      p.virtual_memory_bytes);
-  one("process_open_fds", T::Gauge, "Number of open file descriptors.", p.open_fds);
-  one("process_max_fds", T::Gauge, "Maximum number of open file descriptors.", p.max_fds);
-  one("process_start_time_seconds", T::Gauge,
-      "Start time of the process since unix epoch in seconds.", p.start_time_seconds);
-}
-
-std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
-  std::vector<prometheus::MetricFamily> out;
-  AddProcessMetrics(ReadProcessStats(), out);
-  return out;
 }
 
 }  // namespace straggler::common
