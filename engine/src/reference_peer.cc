@@ -502,32 +502,79 @@ class PeerReference final : public Reference {
         (pr.steps.LongMayReach(thr_long) && pr.steps.LongTrimmed() >= thr_long);
     pr.above_rows = above ? pr.above_rows + 1 : 0;
     const uint32_t lim = e_.Limit();
+    const WorkerState state = e_.ranks[rank].state;
+    const double tm = have_window ? pr.steps.Trimmed() : -std::numeric_limits<double>::infinity();
+    // Where a rank that is no straggler belongs: healthy, or the gray zone
+    // (docs/detection.md, "States").
+    WorkerState calm = state == WorkerState::kMild ? WorkerState::kMild : WorkerState::kHealthy;
+    // One standard error of the window's mean: the group's noise over
+    // sqrt(window - 1) (its largest step is left out).
+    const double error =
+        std::sqrt(gs.noise2 / static_cast<double>(std::max<uint32_t>(logs.window, 2) - 1));
     uint32_t counter;
-    if (e_.ranks[rank].state == WorkerState::kStraggler) {
-      const double tm =
-          have_window ? pr.steps.Trimmed() : -std::numeric_limits<double>::infinity();
+    if (state == WorkerState::kStraggler) {
       const bool healthy =
           tm < std::min(kExitShare * thr, std::log(kExitRatio)) && recent <= 1;
       pr.below_rows = healthy ? pr.below_rows + 1 : 0;
+      // The exit that cannot hold a rank forever: both windows surely below
+      // the straggler ratio (by three standard errors, one more than a young
+      // episode needs to be flagged: a 1.3x rank or a ramp in noisy
+      // steps must not be let go and flagged again) and at most one of its
+      // last steps severe (a 3x rank's steps are spikes, left out of its
+      // windows) for peer_exit_rows rows, even while above its peers. It
+      // then goes where the numbers say: mild while above the threshold.
+      const bool gray = std::max(tm, pr.steps.LongTrimmed()) < logs.straggler - 3 * error &&
+                        recent <= 1;
+      pr.gray_rows = gray ? pr.gray_rows + 1 : 0;
       pr.steps.AddToEpisode(logs);
       // Alone, the step and its reference come from different times: their
       // difference also holds how far the group's level moves between rows.
       const double noise2 = alone ? gs.noise2 + gs.drift2 : gs.noise2;
-      counter = pr.below_rows >= p.peer_exit_rows || pr.steps.RecentlyFast(logs, std::sqrt(noise2))
-                    ? 0
-                    : lim;
+      const bool back = pr.below_rows >= p.peer_exit_rows ||
+                        pr.steps.RecentlyFast(logs, std::sqrt(noise2));
+      counter = back || pr.gray_rows >= p.peer_exit_rows ? 0 : lim;
+      if (!back && above) calm = WorkerState::kMild;
     } else {
-      pr.below_rows = 0;
-      counter = pr.above_rows >= p.peer_enter_rows || severe
-                    ? lim
-                    : std::min(lim - 1, pr.above_rows);
+      const bool enter = pr.above_rows >= p.peer_enter_rows || severe;
+      // Flagged by the rules above but below the straggler ratio: the gray
+      // zone. While its window still holds steps from before it went above
+      // (a young episode), it need only come within two standard errors of
+      // the ratio, so that in a noisy group a 1.3x rank is a straggler in
+      // time; later its long window (less noisy) must reach the ratio, so
+      // that a rank that stays at 1.2x is not flagged by its noise.
+      const bool young = pr.above_rows <= logs.window;
+      const double level = young ? tm : pr.steps.LongTrimmed();
+      const double allowance = !young ? 0.0 : 2 * pr.above_rows <= logs.window ? 2 * error : error;
+      const bool straggling = severe || (enter && level >= logs.straggler - allowance);
+      if (state == WorkerState::kMild) {
+        pr.below_rows = have_window && !above ? pr.below_rows + 1 : 0;
+        if (pr.below_rows >= p.peer_exit_rows) calm = WorkerState::kHealthy;
+      } else {
+        pr.below_rows = 0;
+        // Mild once persistently so: a young episode may still turn out a
+        // straggler, and a detection is not to be preceded by a mild event.
+        if (enter && !young) calm = WorkerState::kMild;
+      }
+      counter = straggling ? lim : std::min(lim - 1, pr.above_rows);
     }
     // What a message shows: the median ratio of its last steps.
-    e_.SetCounter(rank, counter, iteration, compute, now,
-                  [&](bool to_straggler) { return why(to_straggler, pr.steps.RecentRatio()); });
+    e_.SetCounter(
+        rank, counter, iteration, compute, now,
+        [&](bool to_straggler) {
+          const double ratio = pr.steps.RecentRatio();
+          if (to_straggler || calm != WorkerState::kMild || state == WorkerState::kStraggler)
+            return why(to_straggler, ratio);
+          return absl::StrFormat("rank %u mild: %.3g× its reference over its last steps, "
+                                 "below the straggler ratio %.3g×",
+                                 rank, ratio, p.peer_straggler_ratio);
+        },
+        calm);
     const bool now_straggler = e_.ranks[rank].state == WorkerState::kStraggler;
     if (straggler && !now_straggler) pr.StartOver(logs);
-    if (now_straggler && !straggler) pr.steps.StartEpisode();
+    if (now_straggler && !straggler) {
+      pr.steps.StartEpisode();
+      pr.below_rows = pr.gray_rows = 0;
+    }
     pr.was_straggler = now_straggler;
   }
 
