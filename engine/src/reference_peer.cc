@@ -512,6 +512,7 @@ class PeerReference final : public Reference {
     const double error =
         std::sqrt(gs.noise2 / static_cast<double>(std::max<uint32_t>(logs.window, 2) - 1));
     uint32_t counter;
+    bool gray_exit = false;
     if (state == WorkerState::kStraggler) {
       const bool healthy =
           tm < std::min(kExitShare * thr, std::log(kExitRatio)) && recent <= 1;
@@ -532,8 +533,9 @@ class PeerReference final : public Reference {
       const double noise2 = alone ? gs.noise2 + gs.drift2 : gs.noise2;
       const bool back = pr.below_rows >= p.peer_exit_rows ||
                         pr.steps.RecentlyFast(logs, std::sqrt(noise2));
-      counter = back || pr.gray_rows >= p.peer_exit_rows ? 0 : lim;
-      if (!back && above) calm = WorkerState::kMild;
+      gray_exit = !back && pr.gray_rows >= p.peer_exit_rows;
+      counter = back || gray_exit ? 0 : lim;
+      if (gray_exit && above) calm = WorkerState::kMild;
     } else {
       const bool enter = pr.above_rows >= p.peer_enter_rows || severe;
       // Flagged by the rules above but below the straggler ratio: the gray
@@ -541,19 +543,30 @@ class PeerReference final : public Reference {
       // (a young episode), it need only come within two standard errors of
       // the ratio, so that in a noisy group a 1.3x rank is a straggler in
       // time; later its long window (less noisy) must reach the ratio, so
-      // that a rank that stays at 1.2x is not flagged by its noise.
-      const bool young = pr.above_rows <= logs.window;
+      // that a rank that stays at 1.2x is not flagged by its noise. A rank
+      // that left the straggler state (gray_rows marks it until its window
+      // is back at its peers' level) restarted its windows at its own level:
+      // no lag, no allowance, so a rank back at only 1.1x in a noisy group
+      // is not flagged again and again.
+      const bool young = pr.above_rows <= logs.window && pr.gray_rows == 0;
       const double level = young ? tm : pr.steps.LongTrimmed();
       const double allowance = !young ? 0.0 : 2 * pr.above_rows <= logs.window ? 2 * error : error;
       const bool straggling = severe || (enter && level >= logs.straggler - allowance);
       if (state == WorkerState::kMild) {
         pr.below_rows = have_window && !above ? pr.below_rows + 1 : 0;
         if (pr.below_rows >= p.peer_exit_rows) calm = WorkerState::kHealthy;
+      } else if (pr.gray_rows > 0) {
+        // Back at its peers' level as a straggler's slow way back counts it.
+        const bool level_again = tm < std::min(kExitShare * thr, std::log(kExitRatio));
+        pr.below_rows = have_window && level_again ? pr.below_rows + 1 : 0;
+        if (pr.below_rows >= p.peer_exit_rows) pr.gray_rows = pr.below_rows = 0;
       } else {
         pr.below_rows = 0;
+      }
+      if (state != WorkerState::kMild) {
         // Mild once persistently so: a young episode may still turn out a
         // straggler, and a detection is not to be preceded by a mild event.
-        if (enter && !young) calm = WorkerState::kMild;
+        if (enter && pr.above_rows > logs.window) calm = WorkerState::kMild;
       }
       counter = straggling ? lim : std::min(lim - 1, pr.above_rows);
     }
@@ -569,8 +582,13 @@ class PeerReference final : public Reference {
                                  rank, ratio, p.peer_straggler_ratio);
         },
         calm);
-    const bool now_straggler = e_.ranks[rank].state == WorkerState::kStraggler;
-    if (straggler && !now_straggler) pr.StartOver(logs);
+    const WorkerState now_state = e_.ranks[rank].state;
+    const bool now_straggler = now_state == WorkerState::kStraggler;
+    if (straggler && !now_straggler) {
+      pr.StartOver(logs);
+      pr.gray_rows = 1;  // its windows restart at its own level (above)
+    }
+    if (state == WorkerState::kMild && now_state == WorkerState::kHealthy) pr.below_rows = 0;
     if (now_straggler && !straggler) {
       pr.steps.StartEpisode();
       pr.below_rows = pr.gray_rows = 0;
