@@ -29,6 +29,7 @@ namespace {
 // passing it, a 1.3x rank in noisy steps) stays flagged.
 constexpr double kExitShare = 0.5;
 constexpr double kExitRatio = 1.04;
+const double kLogExitRatio = std::log(kExitRatio);
 // How often a group's median rate of severe steps is taken again, in rows.
 constexpr uint64_t kRateRows = 16;
 // (Or sooner after a clear episode: PeerSteps::RecentlyFast.)
@@ -504,26 +505,21 @@ class PeerReference final : public Reference {
     const uint32_t lim = e_.Limit();
     const WorkerState state = e_.ranks[rank].state;
     const double tm = have_window ? pr.steps.Trimmed() : -std::numeric_limits<double>::infinity();
-    // Where a rank that is no straggler belongs: healthy, or the gray zone
-    // (docs/detection.md, "States").
+    // Below this a straggler's window is back at its peers' level (the slow way back).
+    const double level_back = std::min(kExitShare * thr, kLogExitRatio);
+    // The gray zone and the exit for good (docs/detection.md, "peer", "States"):
+    // `calm` is where a rank that is no straggler belongs; `error` one standard
+    // error of the window's mean (the group's noise over sqrt(window - 1)).
     WorkerState calm = state == WorkerState::kMild ? WorkerState::kMild : WorkerState::kHealthy;
-    // One standard error of the window's mean: the group's noise over
-    // sqrt(window - 1) (its largest step is left out).
     const double error =
         std::sqrt(gs.noise2 / static_cast<double>(std::max<uint32_t>(logs.window, 2) - 1));
     uint32_t counter;
-    bool gray_exit = false;
     if (state == WorkerState::kStraggler) {
-      const bool healthy =
-          tm < std::min(kExitShare * thr, std::log(kExitRatio)) && recent <= 1;
-      pr.below_rows = healthy ? pr.below_rows + 1 : 0;
-      // The exit that cannot hold a rank forever: both windows surely below
-      // the straggler ratio (by three standard errors, one more than a young
-      // episode needs to be flagged: a 1.3x rank or a ramp in noisy
-      // steps must not be let go and flagged again) and at most one of its
-      // last steps severe (a 3x rank's steps are spikes, left out of its
-      // windows) for peer_exit_rows rows, even while above its peers. It
-      // then goes where the numbers say: mild while above the threshold.
+      pr.below_rows = tm < level_back && recent <= 1 ? pr.below_rows + 1 : 0;
+      // Out for good: both windows below the straggler ratio by three
+      // standard errors (a 1.3x rank in noisy steps is not let go and
+      // flagged again) and at most one severe step of 5 (a 3x rank's steps
+      // are spikes, left out of its windows).
       const bool gray = std::max(tm, pr.steps.LongTrimmed()) < logs.straggler - 3 * error &&
                         recent <= 1;
       pr.gray_rows = gray ? pr.gray_rows + 1 : 0;
@@ -533,21 +529,17 @@ class PeerReference final : public Reference {
       const double noise2 = alone ? gs.noise2 + gs.drift2 : gs.noise2;
       const bool back = pr.below_rows >= p.peer_exit_rows ||
                         pr.steps.RecentlyFast(logs, std::sqrt(noise2));
-      gray_exit = !back && pr.gray_rows >= p.peer_exit_rows;
-      counter = back || gray_exit ? 0 : lim;
-      if (gray_exit && above) calm = WorkerState::kMild;
+      const bool out = !back && pr.gray_rows >= p.peer_exit_rows;
+      counter = back || out ? 0 : lim;
+      if (out && above) calm = WorkerState::kMild;
     } else {
       const bool enter = pr.above_rows >= p.peer_enter_rows || severe;
-      // Flagged by the rules above but below the straggler ratio: the gray
-      // zone. While its window still holds steps from before it went above
-      // (a young episode), it need only come within two standard errors of
-      // the ratio, so that in a noisy group a 1.3x rank is a straggler in
-      // time; later its long window (less noisy) must reach the ratio, so
-      // that a rank that stays at 1.2x is not flagged by its noise. A rank
-      // that left the straggler state (gray_rows marks it until its window
-      // is back at its peers' level) restarted its windows at its own level:
-      // no lag, no allowance, so a rank back at only 1.1x in a noisy group
-      // is not flagged again and again.
+      // A straggler only at the straggler ratio. A young episode's window
+      // lags its onset: it need only come within two standard errors (one
+      // past half a window), so a 1.3x rank in noise is found in time; later
+      // the long window must reach it. A rank that left the straggler state
+      // (gray_rows marks it until back at its peers' level) restarted its
+      // windows at its own level: nothing lags, no allowance.
       const bool young = pr.above_rows <= logs.window && pr.gray_rows == 0;
       const double level = young ? tm : pr.steps.LongTrimmed();
       const double allowance = !young ? 0.0 : 2 * pr.above_rows <= logs.window ? 2 * error : error;
@@ -555,17 +547,10 @@ class PeerReference final : public Reference {
       if (state == WorkerState::kMild) {
         pr.below_rows = have_window && !above ? pr.below_rows + 1 : 0;
         if (pr.below_rows >= p.peer_exit_rows) calm = WorkerState::kHealthy;
-      } else if (pr.gray_rows > 0) {
-        // Back at its peers' level as a straggler's slow way back counts it.
-        const bool level_again = tm < std::min(kExitShare * thr, std::log(kExitRatio));
-        pr.below_rows = have_window && level_again ? pr.below_rows + 1 : 0;
-        if (pr.below_rows >= p.peer_exit_rows) pr.gray_rows = pr.below_rows = 0;
       } else {
-        pr.below_rows = 0;
-      }
-      if (state != WorkerState::kMild) {
-        // Mild once persistently so: a young episode may still turn out a
-        // straggler, and a detection is not to be preceded by a mild event.
+        pr.below_rows = pr.gray_rows > 0 && have_window && tm < level_back ? pr.below_rows + 1 : 0;
+        if (pr.below_rows >= p.peer_exit_rows) pr.gray_rows = pr.below_rows = 0;
+        // Mild once persistently so: a detection is not preceded by a mild event.
         if (enter && pr.above_rows > logs.window) calm = WorkerState::kMild;
       }
       counter = straggling ? lim : std::min(lim - 1, pr.above_rows);
