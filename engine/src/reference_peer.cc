@@ -504,24 +504,30 @@ class PeerReference final : public Reference {
     pr.above_rows = above ? pr.above_rows + 1 : 0;
     const uint32_t lim = e_.Limit();
     const WorkerState state = e_.ranks[rank].state;
-    const double tm = have_window ? pr.steps.Trimmed() : -std::numeric_limits<double>::infinity();
+    // Taken only where a rule reads them: most ranks are healthy and skip
+    // the passes over their windows (TrimmedMayReach above).
+    auto trimmed = [&] {
+      return have_window ? pr.steps.Trimmed() : -std::numeric_limits<double>::infinity();
+    };
     // Below this a straggler's window is back at its peers' level (the slow way back).
     const double level_back = std::min(kExitShare * thr, kLogExitRatio);
     // The gray zone and the exit for good (docs/detection.md, "peer", "States"):
-    // `calm` is where a rank that is no straggler belongs; `error` one standard
-    // error of the window's mean (the group's noise over sqrt(window - 1)).
+    // `calm` is where a rank that is no straggler belongs; `error()` one
+    // standard error of the window's mean (the group's noise over sqrt(window - 1)).
     WorkerState calm = state == WorkerState::kMild ? WorkerState::kMild : WorkerState::kHealthy;
-    const double error =
-        std::sqrt(gs.noise2 / static_cast<double>(std::max<uint32_t>(logs.window, 2) - 1));
+    auto error = [&] {
+      return std::sqrt(gs.noise2 / static_cast<double>(std::max<uint32_t>(logs.window, 2) - 1));
+    };
     uint32_t counter;
     if (state == WorkerState::kStraggler) {
+      const double tm = trimmed();
       pr.below_rows = tm < level_back && recent <= 1 ? pr.below_rows + 1 : 0;
       // Out for good: both windows below the straggler ratio by three
       // standard errors (a 1.3x rank in noisy steps is not let go and
       // flagged again) and at most one severe step of 5 (a 3x rank's steps
       // are spikes, left out of its windows).
-      const bool gray = std::max(tm, pr.steps.LongTrimmed()) < logs.straggler - 3 * error &&
-                        recent <= 1;
+      const bool gray = recent <= 1 && std::max(tm, pr.steps.LongTrimmed()) <
+                                           logs.straggler - 3 * error();
       pr.gray_rows = gray ? pr.gray_rows + 1 : 0;
       pr.steps.AddToEpisode(logs);
       // Alone, the step and its reference come from different times: their
@@ -540,15 +546,20 @@ class PeerReference final : public Reference {
       // the long window must reach it. A rank that left the straggler state
       // (gray_rows marks it until back at its peers' level) restarted its
       // windows at its own level: nothing lags, no allowance.
-      const bool young = pr.above_rows <= logs.window && pr.gray_rows == 0;
-      const double level = young ? tm : pr.steps.LongTrimmed();
-      const double allowance = !young ? 0.0 : 2 * pr.above_rows <= logs.window ? 2 * error : error;
-      const bool straggling = severe || (enter && level >= logs.straggler - allowance);
+      bool straggling = severe;
+      if (enter && !straggling) {
+        const bool young = pr.above_rows <= logs.window && pr.gray_rows == 0;
+        const double level = young ? trimmed() : pr.steps.LongTrimmed();
+        const double allowance =
+            !young ? 0.0 : (2 * pr.above_rows <= logs.window ? 2 : 1) * error();
+        straggling = level >= logs.straggler - allowance;
+      }
       if (state == WorkerState::kMild) {
         pr.below_rows = have_window && !above ? pr.below_rows + 1 : 0;
         if (pr.below_rows >= p.peer_exit_rows) calm = WorkerState::kHealthy;
       } else {
-        pr.below_rows = pr.gray_rows > 0 && have_window && tm < level_back ? pr.below_rows + 1 : 0;
+        pr.below_rows =
+            pr.gray_rows > 0 && have_window && trimmed() < level_back ? pr.below_rows + 1 : 0;
         if (pr.below_rows >= p.peer_exit_rows) pr.gray_rows = pr.below_rows = 0;
         // Mild once persistently so: a detection is not preceded by a mild event.
         if (enter && pr.above_rows > logs.window) calm = WorkerState::kMild;
