@@ -323,7 +323,7 @@ TEST_CASE("the daemon collector: the job's step time is its slowest active rank'
   CHECK(status->step_seconds() == 0.5);
 }
 
-TEST_CASE("the daemon collector: a rank in the gray zone is mild, with its ratio, and no straggler") {
+TEST_CASE("the daemon collector: a rank in the gray zone is mild with its ratio and no straggler") {
   // Issue 33: rank 6 of 16 runs 1.15x its peers for good (no noise: the
   // group's threshold is peer_enter_ratio, 1.12x, below it; the straggler
   // ratio, 1.25x, above it). The daemon's default policy calls it mild.

@@ -33,7 +33,7 @@ size_t ToState(const Harness& h, uint32_t rank, WorkerState to) {
   return k;
 }
 
-TEST_CASE("gray zone: a rank 1.15x slower for good is mild, never a straggler or excluded",
+TEST_CASE("gray zone: a rank 1.15x slower for good is mild and never a straggler or excluded",
           "[peer][gray]") {
   Harness h(kWorld, PolicyConfig{});  // the daemon's defaults: peer, exclusion on
   Noise n(33);
@@ -61,7 +61,7 @@ TEST_CASE("gray zone: a rank 1.15x slower for good is mild, never a straggler or
   CHECK(e.View().mild_ranks == 0);
 }
 
-TEST_CASE("gray zone: a 1.3x rank is still a straggler within 10 iterations, 2x within 5",
+TEST_CASE("gray zone: a 1.3x rank is still a straggler within 10 iterations and 2x within 5",
           "[peer][gray]") {
   for (const double factor : {1.3, 2.0}) {
     Harness h(kWorld, PolicyConfig{});
