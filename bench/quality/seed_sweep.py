@@ -5,7 +5,8 @@
 
 Writes families of 16-rank, 1500-iteration scenarios (issue 17's cases: noise, spikes of one
 step in 20, global slowdowns and checkpoints, warm-up, an undeclared generation, ±30%
-variation, 1.3x and 2x stragglers, a ramp, 2.5x on 4 steps of 5), `--seeds` seeds each, into
+variation, 1.3x and 2x stragglers, a ramp, 2.5x on 4 steps of 5; issue 33's ranks a little
+slower for good and a rank that recovers only to 1.1x), `--seeds` seeds each, into
 a temporary directory (each family its own seeds, so no two share a noise draw), replays each
 with the daemon's defaults (no --policy; --set changes a field) and prints, per
 family, how many seeds meet issue 17's criteria, the spread of the detection latencies of all
@@ -25,6 +26,45 @@ WARMUP = "".join("  - {type: global, factor: %.2f, from: %d, to: %d}\n" % (4 - 0
                  for i in range(8))
 TWO = "  - {type: slow, ranks: [3], factor: %s, from: 200, to: 400}\n" \
       "  - {type: slow, ranks: [9], factor: %s, from: 700, to: 1000}\n"
+# Issue 33: three ranks persistently 1.05-1.1x slower than their peers, with stretches of 5-15
+# steps at 1.15-1.2x (truth from 1.15x: a stretch may be flagged, the steady level not), and a
+# real straggler at 1.7-2.35x (scenarios/gray-zone-stretches.yaml).
+GRAY = ("  - {type: slow, rank: 2, factor: 1.05}\n"
+        "  - {type: slow, rank: 7, factor: 1.08}\n"
+        "  - {type: slow, rank: 11, factor: 1.10}\n"
+        "  - {type: slow, rank: 2, factor: 1.143, from: 93, to: 100}\n"
+        "  - {type: slow, rank: 2, factor: 1.124, from: 219, to: 228}\n"
+        "  - {type: slow, rank: 2, factor: 1.095, from: 424, to: 437}\n"
+        "  - {type: slow, rank: 2, factor: 1.143, from: 625, to: 635}\n"
+        "  - {type: slow, rank: 2, factor: 1.124, from: 830, to: 842}\n"
+        "  - {type: slow, rank: 2, factor: 1.143, from: 974, to: 989}\n"
+        "  - {type: slow, rank: 2, factor: 1.124, from: 1067, to: 1076}\n"
+        "  - {type: slow, rank: 2, factor: 1.124, from: 1215, to: 1228}\n"
+        "  - {type: slow, rank: 2, factor: 1.143, from: 1301, to: 1315}\n"
+        "  - {type: slow, rank: 7, factor: 1.111, from: 55, to: 65}\n"
+        "  - {type: slow, rank: 7, factor: 1.065, from: 187, to: 193}\n"
+        "  - {type: slow, rank: 7, factor: 1.065, from: 334, to: 343}\n"
+        "  - {type: slow, rank: 7, factor: 1.065, from: 419, to: 429}\n"
+        "  - {type: slow, rank: 7, factor: 1.111, from: 571, to: 579}\n"
+        "  - {type: slow, rank: 7, factor: 1.065, from: 708, to: 718}\n"
+        "  - {type: slow, rank: 7, factor: 1.111, from: 868, to: 881}\n"
+        "  - {type: slow, rank: 7, factor: 1.093, from: 1018, to: 1031}\n"
+        "  - {type: slow, rank: 7, factor: 1.111, from: 1190, to: 1197}\n"
+        "  - {type: slow, rank: 7, factor: 1.093, from: 1285, to: 1290}\n"
+        "  - {type: slow, rank: 7, factor: 1.065, from: 1381, to: 1387}\n"
+        "  - {type: slow, rank: 7, factor: 1.093, from: 1470, to: 1476}\n"
+        "  - {type: slow, rank: 11, factor: 1.073, from: 27, to: 38}\n"
+        "  - {type: slow, rank: 11, factor: 1.045, from: 187, to: 195}\n"
+        "  - {type: slow, rank: 11, factor: 1.091, from: 354, to: 366}\n"
+        "  - {type: slow, rank: 11, factor: 1.091, from: 547, to: 557}\n"
+        "  - {type: slow, rank: 11, factor: 1.073, from: 754, to: 766}\n"
+        "  - {type: slow, rank: 11, factor: 1.045, from: 950, to: 956}\n"
+        "  - {type: slow, rank: 11, factor: 1.073, from: 1139, to: 1150}\n"
+        "  - {type: slow, rank: 11, factor: 1.091, from: 1302, to: 1308}\n"
+        "  - {type: slow, rank: 11, factor: 1.091, from: 1430, to: 1435}\n"
+        "  - {type: slow, rank: 5, factor: 2.0, from: 700, to: 760}\n"
+        "  - {type: slow, rank: 5, factor: 1.7, from: 760, to: 780}\n"
+        "  - {type: slow, rank: 5, factor: 2.35, from: 780, to: 840}\n")
 FAMILIES = {
     "noise 10%": "noise: 0.10\neffects: []\n",
     "noise 15%": "noise: 0.15\neffects: []\n",
@@ -49,6 +89,13 @@ FAMILIES = {
                   "  - {type: ramp, ranks: [5], from: 200, to: 300, end_factor: 2.0, hold_until: 500}\n",
     "2.5x on 4 of 5": "noise: 0.05\neffects:\n"
                       "  - {type: slow, ranks: [6], factor: 2.5, from: 300, to: 800, pattern: 4/5}\n",
+    "gray zone: 1.05-1.1x, stretches at 1.15-1.2x, one 2x": "noise: 0.05\ntruth_min_factor: 1.15\n"
+                                                           "effects:\n" + GRAY,
+    "recovers only to 1.1x": "noise: 0.05\ntruth_min_factor: 1.3\neffects:\n"
+                             "  - {type: slow, ranks: [3], factor: 1.4, from: 200, to: 400}\n"
+                             "  - {type: slow, ranks: [3], factor: 1.1, from: 400}\n"
+                             "  - {type: slow, ranks: [9], factor: 2.0, from: 700, to: 1000}\n"
+                             "  - {type: slow, ranks: [9], factor: 1.1, from: 1000}\n",
 }
 
 

@@ -86,7 +86,8 @@ void EngineImpl::EmitGuardEvents(const ExclusionPlan& plan, Time now) {
     if (!training) {
       training = std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
         return r.attached &&
-               (r.state == WorkerState::kHealthy || r.state == WorkerState::kStraggler);
+               (r.state == WorkerState::kHealthy || r.state == WorkerState::kMild ||
+                r.state == WorkerState::kStraggler);
       });
     }
     return *training;

@@ -225,10 +225,16 @@ struct EngineImpl {
   // (at most the limit) and applies the state rule of the counter, as
   // ApplyVerdict does. `why(to_straggler)` is the message of a state change.
   // Returns whether the state changed (the event is events.back()).
+  // `calm`: the state a rank that is no straggler is in, kHealthy or kMild
+  // (peer's gray zone): a straggler leaving goes to it, and a healthy or
+  // mild rank moves to it (without the cooldown: neither is a flag, and a
+  // mild rank must become a straggler as soon as a healthy one would).
   bool SetCounter(uint32_t rank, uint32_t counter, uint64_t iteration, double compute, Time now,
-                  absl::FunctionRef<std::string(bool)> why);
+                  absl::FunctionRef<std::string(bool)> why,
+                  WorkerState calm = WorkerState::kHealthy);
   bool Transition(uint32_t rank, uint64_t iteration, double compute, Time now,
-                  absl::FunctionRef<std::string(bool)> why);
+                  absl::FunctionRef<std::string(bool)> why,
+                  WorkerState calm = WorkerState::kHealthy);
   bool CooledDown(const RankState& r, uint64_t iteration) const;
   void ClampCounters();
   void BeginProbation(Time now);

@@ -143,18 +143,20 @@ void EngineImpl::ApplyVerdict(uint32_t rank, Verdict v, uint64_t iteration, doub
 }
 
 bool EngineImpl::SetCounter(uint32_t rank, uint32_t counter, uint64_t iteration, double compute,
-                            Time now, absl::FunctionRef<std::string(bool)> why) {
+                            Time now, absl::FunctionRef<std::string(bool)> why,
+                            WorkerState calm) {
   RankState& r = ranks[rank];
   counter = std::min(counter, Limit());
   if (r.counter == 0 && counter > 0) r.episode_start = iteration;
   r.counter = counter;
-  return Transition(rank, iteration, compute, now, why);
+  return Transition(rank, iteration, compute, now, why, calm);
 }
 
 bool EngineImpl::Transition(uint32_t rank, uint64_t iteration, double compute, Time now,
-                            absl::FunctionRef<std::string(bool)> why) {
+                            absl::FunctionRef<std::string(bool)> why, WorkerState calm) {
   RankState& r = ranks[rank];
-  if (r.state == WorkerState::kHealthy && r.counter >= Limit() && CooledDown(r, iteration)) {
+  const bool calm_now = r.state == WorkerState::kHealthy || r.state == WorkerState::kMild;
+  if (calm_now && r.counter >= Limit() && CooledDown(r, iteration)) {
     r.flipped = true;
     r.last_flip_iteration = iteration;
     detections_total++;
@@ -168,7 +170,11 @@ bool EngineImpl::Transition(uint32_t rank, uint64_t iteration, double compute, T
     r.last_flip_iteration = iteration;
     recoveries_total++;
     r.probation_failed = false;
-    ChangeState(rank, WorkerState::kHealthy, iteration, compute, now, why(false));
+    ChangeState(rank, calm, iteration, compute, now, why(false));
+    return true;
+  }
+  if (calm_now && r.state != calm) {
+    ChangeState(rank, calm, iteration, compute, now, why(false));
     return true;
   }
   return false;

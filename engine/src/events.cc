@@ -13,6 +13,7 @@ std::string_view WorkerStateName(WorkerState s) {
     case WorkerState::kStraggler: return "straggler";
     case WorkerState::kUnresponsive: return "unresponsive";
     case WorkerState::kFinished: return "finished";
+    case WorkerState::kMild: return "mild";
   }
   return "unknown";
 }

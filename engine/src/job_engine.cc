@@ -279,6 +279,7 @@ JobView JobEngine::View() const {
   v.active_ranks = d.world_size - v.excluded_ranks;
   for (const auto& r : d.ranks) {
     v.straggler_ranks += r.state == WorkerState::kStraggler;
+    v.mild_ranks += r.state == WorkerState::kMild;
     v.unresponsive_ranks += r.state == WorkerState::kUnresponsive;
     v.detached_ranks += !r.attached;
     v.finished_ranks += r.state == WorkerState::kFinished;

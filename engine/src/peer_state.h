@@ -27,8 +27,14 @@ struct PeerRank {
   uint32_t group = 0;
   PeerSteps steps;
   uint32_t above_rows = 0;  // consecutive rows with a window at the threshold or above
-  uint32_t below_rows = 0;  // consecutive healthy rows while a straggler
+  // Consecutive rows: while a straggler, healthy ones; while mild, ones
+  // with a full window below the threshold.
+  uint32_t below_rows = 0;
   bool was_straggler = false;  // its state when this reference last judged it
+  // While a straggler: consecutive rows with its window below
+  // peer_straggler_ratio (it leaves at peer_exit_rows). In the padding
+  // before `base`: no bytes more per rank.
+  uint32_t gray_rows = 0;
   // Own baseline: log(compute) minus the row's job level, over the rank's
   // first peer_profile_iterations rows; base = their median (have_base_).
   double base = 0.0;
@@ -61,13 +67,13 @@ struct PeerRank {
     source = s;
     group = g;
     steps.Clear();
-    above_rows = below_rows = 0;
+    above_rows = below_rows = gray_rows = 0;
     was_straggler = false;
   }
   // Its windows start over from its newest step (PeerSteps::StartOver).
   void StartOver(const PeerLogs& p) {
     steps.StartOver(p);
-    above_rows = below_rows = 0;
+    above_rows = below_rows = gray_rows = 0;
     was_straggler = false;
   }
 };

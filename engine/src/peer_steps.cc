@@ -50,6 +50,10 @@ double Median(std::vector<double>& v) {
 
 bool PeerLogs::Refresh(const PolicyConfig& p) {
   window = p.peer_window;
+  if (p.peer_straggler_ratio != straggler_ratio_) {  // no step counts by it: no Recount
+    straggler_ratio_ = p.peer_straggler_ratio;
+    straggler = std::log(straggler_ratio_);
+  }
   if (p.peer_severe_ratio == severe_ratio_ && p.peer_spike_ratio == spike_ratio_ &&
       p.peer_enter_ratio == enter_ratio_)
     return false;

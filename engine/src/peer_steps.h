@@ -41,6 +41,7 @@ struct PeerLogs {
   double severe = 0.0;  // log(peer_severe_ratio)
   double spike = 0.0;   // log(peer_spike_ratio)
   double enter = 0.0;   // log(peer_enter_ratio)
+  double straggler = 0.0;  // log(peer_straggler_ratio): the gray zone's top
   uint32_t window = 0;  // peer_window
 
   // Refreshes from `p`; true when its ratios changed since the last call
@@ -48,7 +49,7 @@ struct PeerLogs {
   bool Refresh(const PolicyConfig& p);
 
  private:
-  double severe_ratio_ = 0.0, spike_ratio_ = 0.0, enter_ratio_ = 0.0;
+  double severe_ratio_ = 0.0, spike_ratio_ = 0.0, enter_ratio_ = 0.0, straggler_ratio_ = 0.0;
 };
 
 class PeerSteps {

@@ -182,6 +182,7 @@ const PolicyField kPolicyFields[] = {
     {"peer_severe_ratio", &PolicyConfig::peer_severe_ratio, 1, kMaxFactor, true},
     {"peer_spike_ratio", &PolicyConfig::peer_spike_ratio, 1, kMaxFactor, true},
     {"peer_exit_rows", &PolicyConfig::peer_exit_rows, 1, 1000},
+    {"peer_straggler_ratio", &PolicyConfig::peer_straggler_ratio, 1, kMaxFactor, true},
     // A median needs 3 ranks to outvote one slow rank.
     {"peer_min_group", &PolicyConfig::peer_min_group, 3, kMaxRanks},
     {"peer_profile_iterations", &PolicyConfig::peer_profile_iterations, 1, 100000},

@@ -30,6 +30,7 @@ namespace {
 // passing it, a 1.3x rank in noisy steps) stays flagged.
 constexpr double kExitShare = 0.5;
 constexpr double kExitRatio = 1.04;
+const double kLogExitRatio = std::log(kExitRatio);
 // How often a group's median rate of severe steps is taken again, in rows.
 constexpr uint64_t kRateRows = 16;
 // (Or sooner after a clear episode: PeerSteps::RecentlyFast.)
@@ -664,32 +665,92 @@ class PeerReference final : public Reference {
         (pr.steps.LongMayReach(thr_long) && pr.steps.LongTrimmed() >= thr_long);
     pr.above_rows = above ? pr.above_rows + 1 : 0;
     const uint32_t lim = e_.Limit();
+    const WorkerState state = e_.ranks[rank].state;
+    // Taken only where a rule reads them: most ranks are healthy and skip
+    // the passes over their windows (TrimmedMayReach above).
+    auto trimmed = [&] {
+      return have_window ? pr.steps.Trimmed() : -std::numeric_limits<double>::infinity();
+    };
+    // Below this a straggler's window is back at its peers' level (the slow way back).
+    const double level_back = std::min(kExitShare * thr, kLogExitRatio);
+    // The gray zone and the exit for good (docs/detection.md, "peer", "States"):
+    // `calm` is where a rank that is no straggler belongs; `error()` one
+    // standard error of the window's mean (the group's noise over sqrt(window - 1)).
+    WorkerState calm = state == WorkerState::kMild ? WorkerState::kMild : WorkerState::kHealthy;
+    auto error = [&] {
+      return std::sqrt(gs.noise2 / static_cast<double>(std::max<uint32_t>(logs.window, 2) - 1));
+    };
     uint32_t counter;
-    if (e_.ranks[rank].state == WorkerState::kStraggler) {
-      const double tm =
-          have_window ? pr.steps.Trimmed() : -std::numeric_limits<double>::infinity();
-      const bool healthy =
-          tm < std::min(kExitShare * thr, std::log(kExitRatio)) && recent <= 1;
-      pr.below_rows = healthy ? pr.below_rows + 1 : 0;
+    if (state == WorkerState::kStraggler) {
+      const double tm = trimmed();
+      pr.below_rows = tm < level_back && recent <= 1 ? pr.below_rows + 1 : 0;
+      // Out for good: both windows below the straggler ratio by three
+      // standard errors (a 1.3x rank in noisy steps is not let go and
+      // flagged again) and at most one severe step of 5 (a 3x rank's steps
+      // are spikes, left out of its windows).
+      const bool gray = recent <= 1 && std::max(tm, pr.steps.LongTrimmed()) <
+                                           logs.straggler - 3 * error();
+      pr.gray_rows = gray ? pr.gray_rows + 1 : 0;
       pr.steps.AddToEpisode(logs);
       // Alone, the step and its reference come from different times: their
       // difference also holds how far the group's level moves between rows.
       const double noise2 = alone ? gs.noise2 + gs.drift2 : gs.noise2;
-      counter = pr.below_rows >= p.peer_exit_rows || pr.steps.RecentlyFast(logs, std::sqrt(noise2))
-                    ? 0
-                    : lim;
+      const bool back = pr.below_rows >= p.peer_exit_rows ||
+                        pr.steps.RecentlyFast(logs, std::sqrt(noise2));
+      const bool out = !back && pr.gray_rows >= p.peer_exit_rows;
+      counter = back || out ? 0 : lim;
+      if (out && above) calm = WorkerState::kMild;
     } else {
-      pr.below_rows = 0;
-      counter = pr.above_rows >= p.peer_enter_rows || severe
-                    ? lim
-                    : std::min(lim - 1, pr.above_rows);
+      const bool enter = pr.above_rows >= p.peer_enter_rows || severe;
+      // A straggler only at the straggler ratio. A young episode's window
+      // lags its onset: it need only come within two standard errors (one
+      // past half a window), so a 1.3x rank in noise is found in time; later
+      // the long window must reach it. A rank that left the straggler state
+      // (gray_rows marks it until back at its peers' level) restarted its
+      // windows at its own level: nothing lags, no allowance.
+      bool straggling = severe;
+      if (enter && !straggling) {
+        const bool young = pr.above_rows <= logs.window && pr.gray_rows == 0;
+        const double level = young ? trimmed() : pr.steps.LongTrimmed();
+        const double allowance =
+            !young ? 0.0 : (2 * pr.above_rows <= logs.window ? 2 : 1) * error();
+        straggling = level >= logs.straggler - allowance;
+      }
+      if (state == WorkerState::kMild) {
+        pr.below_rows = have_window && !above ? pr.below_rows + 1 : 0;
+        if (pr.below_rows >= p.peer_exit_rows) calm = WorkerState::kHealthy;
+      } else {
+        pr.below_rows =
+            pr.gray_rows > 0 && have_window && trimmed() < level_back ? pr.below_rows + 1 : 0;
+        if (pr.below_rows >= p.peer_exit_rows) pr.gray_rows = pr.below_rows = 0;
+        // Mild once persistently so: a detection is not preceded by a mild event.
+        if (enter && pr.above_rows > logs.window) calm = WorkerState::kMild;
+      }
+      counter = straggling ? lim : std::min(lim - 1, pr.above_rows);
     }
     // What a message shows: the median ratio of its last steps.
-    e_.SetCounter(rank, counter, iteration, compute, now,
-                  [&](bool to_straggler) { return why(to_straggler, pr.steps.RecentRatio()); });
-    const bool now_straggler = e_.ranks[rank].state == WorkerState::kStraggler;
-    if (straggler && !now_straggler) pr.StartOver(logs);
-    if (now_straggler && !straggler) pr.steps.StartEpisode();
+    e_.SetCounter(
+        rank, counter, iteration, compute, now,
+        [&](bool to_straggler) {
+          const double ratio = pr.steps.RecentRatio();
+          if (to_straggler || calm != WorkerState::kMild || state == WorkerState::kStraggler)
+            return why(to_straggler, ratio);
+          return absl::StrFormat("rank %u mild: %.3g× its reference over its last steps, "
+                                 "below the straggler ratio %.3g×",
+                                 rank, ratio, p.peer_straggler_ratio);
+        },
+        calm);
+    const WorkerState now_state = e_.ranks[rank].state;
+    const bool now_straggler = now_state == WorkerState::kStraggler;
+    if (straggler && !now_straggler) {
+      pr.StartOver(logs);
+      pr.gray_rows = 1;  // its windows restart at its own level (above)
+    }
+    if (state == WorkerState::kMild && now_state == WorkerState::kHealthy) pr.below_rows = 0;
+    if (now_straggler && !straggler) {
+      pr.steps.StartEpisode();
+      pr.below_rows = pr.gray_rows = 0;
+    }
     pr.was_straggler = now_straggler;
   }
 

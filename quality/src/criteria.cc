@@ -1,5 +1,6 @@
 #include "straggler/quality/criteria.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +11,7 @@ namespace straggler::quality {
 std::string Criteria::Summary() const {
   if (pass()) return "pass";
   return absl::StrCat("FAIL: late ", late, ", missed ", missed, ", false alarms ", false_alarms,
-                      ", flaps ", flaps);
+                      ", flaps ", flaps, ", stuck ", stuck);
 }
 
 namespace {
@@ -35,6 +36,36 @@ std::optional<uint64_t> Deadline(const Trace& t, uint32_t rank, uint64_t onset, 
   }
   if (!ramp) return step;
   return step ? std::max(*step, *ramp) : *ramp;
+}
+
+// The stuck-rank check (criteria.h): per rank, each flag run is followed row
+// by row with the later of its start and the rank's last stretch row.
+void CheckStuck(const Trace& t, const RankMatrix& flagged, Criteria& c) {
+  for (uint32_t r = 0; r < t.ranks; ++r) {
+    std::optional<uint64_t> stretch;  // the rank's last row at kStretchFactor or above
+    uint64_t run_from = 0;
+    bool reported_stuck = false;
+    for (uint64_t i = 0; i < t.iterations; ++i) {
+      if (!t.Reported(i, r)) continue;
+      const double factor = t.TruthFactorAt(i, r);
+      if (factor >= kStretchFactor - 1e-6) stretch = i;
+      if (!flagged.at(r, i)) continue;
+      if (i == 0 || !flagged.at(r, i - 1)) {
+        run_from = i;
+        reported_stuck = false;
+      }
+      if (factor >= kStuckFactor - 1e-6 || reported_stuck) continue;
+      const uint64_t anchor = stretch ? std::max(*stretch, run_from) : run_from;
+      if (i - anchor <= kExitWindowRows) continue;
+      reported_stuck = true;
+      ++c.stuck;
+      c.failures.push_back(absl::StrFormat(
+          "rank %u still a straggler at %.2fx at %u, %u rows after %s %u (exit window %u)", r,
+          factor, t.Iteration(i), i - anchor,
+          stretch && *stretch >= run_from ? "its stretch at" : "its flag at", t.Iteration(anchor),
+          kExitWindowRows));
+    }
+  }
 }
 
 }  // namespace
@@ -85,6 +116,7 @@ Criteria CheckCriteria(const Trace& t, const RankMatrix& flagged, uint64_t first
                                       ", ", t.Iteration(run.to), ") with no straggler there"));
   }
   if (c.flaps > 0) c.failures.push_back(absl::StrCat(c.flaps, " flap(s) inside episodes"));
+  CheckStuck(t, flagged, c);
   return c;
 }
 

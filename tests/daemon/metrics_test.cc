@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "api/api.h"
 #include "config/config.h"
@@ -324,4 +325,48 @@ TEST_CASE("the daemon collector: the job's step time is its slowest active rank'
   auto status = sd::api::GetJob(registry, request);
   REQUIRE(status.ok());
   CHECK(status->step_seconds() == 0.5);
+}
+
+TEST_CASE("the daemon collector: a rank in the gray zone is mild with its ratio and no straggler") {
+  // Issue 33: rank 6 of 16 runs 1.15x its peers for good (no noise: the
+  // group's threshold is peer_enter_ratio, 1.12x, below it; the straggler
+  // ratio, 1.25x, above it). The daemon's default policy calls it mild.
+  sd::DaemonStats stats;
+  sd::JobRegistry registry(std::make_shared<const sd::DaemonConfig>(), stats);
+  const auto now = sd::WallNow();
+  std::vector<uint32_t> all(16);
+  for (uint32_t r = 0; r < 16; ++r) all[r] = r;
+  auto job = registry.Attach(RegistryHello("gray", 16, all, "n0"),
+                             std::make_shared<RecordingSubscriber>(), now);
+  REQUIRE(job.ok());
+  for (uint64_t i = 1; i <= 60; ++i)
+    for (uint32_t r = 0; r < 16; ++r) IngestLocked(**job, r, i, r == 6 ? 0.23 : 0.2, now);
+
+  const std::string text = sd::RenderDaemonMetrics(registry, stats, sd::MetricsOptions{});
+  CHECK_THAT(text, Catch::Contains("straggler_job_mild_ranks{job=\"gray\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_job_straggler_ranks{job=\"gray\"} 0\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_rank_state{job=\"gray\",rank=\"6\",node=\"n0\","
+                                   "peer_group=\"\",replica=\"\",state=\"mild\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_rank_state{job=\"gray\",rank=\"6\",node=\"n0\","
+                                   "peer_group=\"\",replica=\"\",state=\"straggler\"} 0\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_rank_state{job=\"gray\",rank=\"5\",node=\"n0\","
+                                   "peer_group=\"\",replica=\"\",state=\"mild\"} 0\n"));
+  CHECK_THAT(text, Catch::Contains("straggler_rank_slowdown_ratio{job=\"gray\",rank=\"6\""));
+
+  // The same through the API (gRPC and REST): the state and the ratio.
+  straggler::v1::GetJobRequest get_job;
+  get_job.set_job_id("gray");
+  const auto j = sd::api::GetJob(registry, get_job);
+  REQUIRE(j.ok());
+  CHECK(j->mild_ranks() == 1);
+  CHECK(j->straggler_ranks() == 0);
+  CHECK(j->excluded_ranks() == 0);
+  straggler::v1::GetWorkerRequest get_worker;
+  get_worker.set_job_id("gray");
+  get_worker.set_rank(6);
+  const auto w = sd::api::GetWorker(registry, get_worker);
+  REQUIRE(w.ok());
+  CHECK(w->state() == straggler::v1::WORKER_STATE_MILD);
+  CHECK_FALSE(w->excluded());
+  CHECK(w->slowdown_ratio() == Approx(1.15).margin(0.01));
 }

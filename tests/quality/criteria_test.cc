@@ -56,7 +56,7 @@ TEST_CASE("criteria: 2x within 5 rows, 1.3x within 10, an episode below 1.3 has 
   CHECK(c.late == 2);
   REQUIRE(c.failures.size() == 2);
   CHECK(c.failures[0] == "rank 0 [110, 140) 2.00x: flagged at 116, deadline 115");
-  CHECK(c.Summary() == "FAIL: late 2, missed 0, false alarms 0, flaps 0");
+  CHECK(c.Summary() == "FAIL: late 2, missed 0, false alarms 0, flaps 0, stuck 0");
 
   c = CheckCriteria(t, RankMatrix(3, 60), 5);
   CHECK(c.missed == 2);
@@ -152,4 +152,53 @@ TEST_CASE("criteria: a ramp whose truth starts at 1.5x is due by the step rule, 
   CHECK(CheckCriteria(t, f, 5).pass());
   f.set(0, 20, false);
   CHECK(CheckCriteria(t, f, 5).late == 1);
+}
+
+TEST_CASE("criteria: no rank below 1.25x stays flagged past its stretch plus the exit window") {
+  // Rank 0: a 3x episode over rows [10, 40), then 1.1x for good (truth factor
+  // only, no truth: below the scenario's truth_min_factor). Rank 1: 1.08x
+  // throughout, with a stretch at 1.18x over [50, 60) (truth, as with
+  // truth_min_factor 1.15).
+  Trace t = Blank(2, 200);
+  Slow(t, 0, 10, 40, 3.0f);
+  for (uint64_t i = 40; i < 200; ++i) t.truth_factor[static_cast<size_t>(i) * t.ranks + 0] = 1.1f;
+  for (uint64_t i = 0; i < 200; ++i) t.truth_factor[static_cast<size_t>(i) * t.ranks + 1] = 1.08f;
+  Slow(t, 1, 50, 60, 1.18f);
+
+  // Released within the exit window of the stretch's end (rows 39 and 59 are
+  // the last stretch rows): the flags may run to row 39 + 30 and 59 + 30.
+  RankMatrix released(2, 200);
+  released.Fill(0, 14, 39 + kExitWindowRows + 1, true);
+  released.Fill(1, 55, 59 + kExitWindowRows + 1, true);
+  Criteria c = CheckCriteria(t, released, 5);
+  CHECK(c.stuck == 0);
+  CHECK(c.pass());
+
+  // One row more each: stuck, once per flag run, named with the row it was
+  // still flagged at and where its stretch ended.
+  RankMatrix held(2, 200);
+  held.Fill(0, 14, 39 + kExitWindowRows + 2, true);
+  held.Fill(1, 55, 200, true);
+  c = CheckCriteria(t, held, 5);
+  CHECK(c.stuck == 2);
+  CHECK_FALSE(c.pass());
+  REQUIRE(c.failures.size() == 2);
+  CHECK(c.failures[0] ==
+        "rank 0 still a straggler at 1.10x at 170, 31 rows after its stretch at 139 (exit "
+        "window 30)");
+  CHECK(c.failures[1] ==
+        "rank 1 still a straggler at 1.08x at 190, 31 rows after its stretch at 159 (exit "
+        "window 30)");
+
+  // A flag on a steady 1.08x rank that never had a stretch: the window runs
+  // from the flag (and it is a false alarm too).
+  Trace steady = Blank(1, 100);
+  for (auto& f : steady.truth_factor) f = 1.08f;
+  RankMatrix flag(1, 100);
+  flag.Fill(0, 20, 100, true);
+  c = CheckCriteria(steady, flag, 5);
+  CHECK(c.stuck == 1);
+  CHECK(c.false_alarms == 1);
+  CHECK(c.failures.back() ==
+        "rank 0 still a straggler at 1.08x at 151, 31 rows after its flag at 120 (exit window 30)");
 }

@@ -55,7 +55,9 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
         run.detected_at[e.rank].push_back(e.iteration);
         changes[e.rank].push_back({row, true});
       } else if (e.from == WorkerState::kStraggler) {
-        if (e.to == WorkerState::kHealthy) run.recovered_at[e.rank].push_back(e.iteration);
+        // Back to healthy, or to the gray zone (mild): the flag ends either way.
+        if (e.to == WorkerState::kHealthy || e.to == WorkerState::kMild)
+          run.recovered_at[e.rank].push_back(e.iteration);
         changes[e.rank].push_back({row, false});
       }
       if (e.to == WorkerState::kUnresponsive) run.unresponsive_at[e.rank].push_back(e.iteration);

@@ -54,7 +54,7 @@ nlohmann::json CriteriaJson(const Criteria& c) {
           {"episodes", c.episodes},   {"in_time", c.in_time},
           {"late", c.late},           {"missed", c.missed},
           {"false_alarms", c.false_alarms}, {"flaps", c.flaps},
-          {"failures", c.failures}};
+          {"stuck", c.stuck},         {"failures", c.failures}};
 }
 
 // A trace without ground truth has no scores to tabulate: its markdown row
@@ -85,6 +85,7 @@ std::string MarkdownCriteria(const Criteria& c) {
   add(c.missed, "missed");
   add(c.false_alarms, "alarms");
   add(c.flaps, "flaps");
+  add(c.stuck, "stuck");
   return out;
 }
 

@@ -50,6 +50,8 @@ const std::map<std::string, std::string>& FieldHelp() {
       {"peer_severe_ratio", "peer: 5 of the last 6 steps at this ratio flag at once"},
       {"peer_spike_ratio", "peer: a step at this ratio is a spike, left out of the window"},
       {"peer_exit_rows", "peer: rows below half the threshold before a straggler is healthy"},
+      {"peer_straggler_ratio",
+       "peer: stragglers from this ratio; mild (gray zone) between the threshold and it"},
       {"peer_min_group", "peer: smaller groups are judged against each rank's own baseline"},
       {"peer_profile_iterations", "peer: rows before a group is judged"},
       {"max_excluded_fraction", "guard: most ranks excluded at once, as a fraction"},

@@ -135,14 +135,15 @@ std::string ExcludedList(const v1::Membership& m) {
 }
 
 void PrintJobs(const v1::ListJobsResponse& r, std::ostream& out) {
-  Table t({"JOB", "WORLD", "ACTIVE", "EXCLUDED", "STRAGGLERS", "EPOCH", "ITERATION", "THRESHOLD",
-           "MEMBERSHIP", "POLICY", "STREAMS", "LAST REPORT"},
+  Table t({"JOB", "WORLD", "ACTIVE", "EXCLUDED", "STRAGGLERS", "MILD", "EPOCH", "ITERATION",
+           "THRESHOLD", "MEMBERSHIP", "POLICY", "STREAMS", "LAST REPORT"},
           {Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
-           Align::kRight, Align::kRight, Align::kLeft, Align::kLeft, Align::kRight, Align::kLeft});
+           Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft, Align::kRight,
+           Align::kLeft});
   for (const auto& j : r.jobs()) {
     t.AddRow({j.job_id(), std::to_string(j.world_size()), std::to_string(j.active_ranks()),
               std::to_string(j.excluded_ranks()), std::to_string(j.straggler_ranks()),
-              std::to_string(j.epoch()), std::to_string(j.highest_iteration()),
+              std::to_string(j.mild_ranks()), std::to_string(j.epoch()), std::to_string(j.highest_iteration()),
               Millis(j.threshold_seconds()), "v" + std::to_string(j.membership().version()),
               PolicyKindName(j.policy().kind()), std::to_string(j.streams()),
               TimeText(j.last_report_time())});
@@ -164,6 +165,7 @@ void PrintJob(const v1::Job& j, std::ostream& out) {
   t.AddRow({"active ranks", std::to_string(j.active_ranks())});
   t.AddRow({"excluded ranks", std::to_string(j.excluded_ranks())});
   t.AddRow({"straggler ranks", std::to_string(j.straggler_ranks())});
+  t.AddRow({"mild ranks", std::to_string(j.mild_ranks())});
   t.AddRow({"unresponsive ranks", std::to_string(j.unresponsive_ranks())});
   t.AddRow({"membership", "v" + std::to_string(j.membership().version()) + " from iteration " +
                               std::to_string(j.membership().effective_iteration()) +

@@ -33,7 +33,8 @@ std::string RenderTop(const v1::Job& job, const v1::ListWorkersResponse& workers
       << "  step " << Millis(job.step_seconds()) << "  baseline " << Millis(job.baseline_seconds())
       << "\nmembership v" << m.version() << " from iteration " << m.effective_iteration() << ": "
       << ExcludedList(m) << "  (" << job.active_ranks() << "/" << job.world_size()
-      << " active, " << job.straggler_ranks() << " straggler, " << job.unresponsive_ranks()
+      << " active, " << job.straggler_ranks() << " straggler, " << job.mild_ranks() << " mild, "
+      << job.unresponsive_ranks()
       << " unresponsive)\n\n";
   std::map<uint32_t, const v1::ExcludedRank*> excluded;
   for (const v1::ExcludedRank& x : m.excluded()) excluded[x.rank()] = &x;

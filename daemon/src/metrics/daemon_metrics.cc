@@ -29,7 +29,7 @@ using common::Labels;
 constexpr engine::WorkerState kAllStates[] = {
     engine::WorkerState::kPending, engine::WorkerState::kHealthy,
     engine::WorkerState::kStraggler, engine::WorkerState::kUnresponsive,
-    engine::WorkerState::kFinished};
+    engine::WorkerState::kFinished, engine::WorkerState::kMild};
 
 constexpr engine::EventKind kAllEventKinds[] = {
     engine::EventKind::kStateChange,   engine::EventKind::kMembership,
@@ -188,6 +188,10 @@ const Family<JobRow> kJobFamilies[] = {
     {"straggler_job_straggler_ranks", MetricType::Gauge,
      "Ranks classified straggler (excluded or withheld by a guard).",
      [](const JobRow& j) { return double(j.view.straggler_ranks); }},
+    {"straggler_job_mild_ranks", MetricType::Gauge,
+     "Ranks in the peer policy's gray zone (state mild): persistently slower than their peers, "
+     "below peer_straggler_ratio; never excluded for it.",
+     [](const JobRow& j) { return double(j.view.mild_ranks); }},
     {"straggler_job_unresponsive_ranks", MetricType::Gauge, "Ranks that stopped reporting.",
      [](const JobRow& j) { return double(j.view.unresponsive_ranks); }},
     {"straggler_job_detached_ranks", MetricType::Gauge,

@@ -72,6 +72,7 @@ void ToProto(const Job::Locked& job, v1::Job* out) {
   out->set_active_ranks(v.active_ranks);
   out->set_excluded_ranks(v.excluded_ranks);
   out->set_straggler_ranks(v.straggler_ranks);
+  out->set_mild_ranks(v.mild_ranks);
   out->set_unresponsive_ranks(v.unresponsive_ranks);
   out->set_streams(job->streams);
   out->set_detections_total(v.detections_total);

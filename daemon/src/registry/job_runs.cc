@@ -39,7 +39,8 @@ void JobRegistry::NoteIncarnationsLocked(Job::Locked& job, const common::StreamH
   for (uint32_t r = 0; r < job.world_size && !others_live; ++r) {
     if (job->restarted[r] || job->rank_streams[r] == 0) continue;
     const engine::WorkerState st = job->engine.Worker(r).state;
-    others_live = st == engine::WorkerState::kHealthy || st == engine::WorkerState::kStraggler;
+    others_live = st == engine::WorkerState::kHealthy || st == engine::WorkerState::kMild ||
+                  st == engine::WorkerState::kStraggler;
   }
   if (others_live && job->restarted_count < job.world_size) return;
   // The job restarted: its iterations may be far below those the versions

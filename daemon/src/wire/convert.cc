@@ -27,6 +27,7 @@ v1::WorkerState ToProto(engine::WorkerState s) {
     case engine::WorkerState::kStraggler: return v1::WORKER_STATE_STRAGGLER;
     case engine::WorkerState::kUnresponsive: return v1::WORKER_STATE_UNRESPONSIVE;
     case engine::WorkerState::kFinished: return v1::WORKER_STATE_FINISHED;
+    case engine::WorkerState::kMild: return v1::WORKER_STATE_MILD;
   }
   return v1::WORKER_STATE_UNSPECIFIED;
 }

@@ -100,6 +100,7 @@
       el("td", { className: "num" }, j.activeRanks),
       el("td", { className: "num" }, j.excludedRanks),
       el("td", { className: "num" }, j.stragglerRanks),
+      el("td", { className: "num" }, j.mildRanks || 0),
       el("td", { className: "num" }, j.unresponsiveRanks),
       el("td", { className: "num" }, j.highestIteration),
       el("td", { className: "num" }, fmtSeconds(num(j.stepSeconds))),
@@ -109,7 +110,7 @@
       jobs.length === 0 ? el("p", { className: "muted" }, "No jobs yet: none has sent a report.")
         : el("table", { id: "jobs" },
           el("thead", {}, el("tr", {}, ...["job", "run", "ranks", "active", "excluded", "stragglers",
-            "unresponsive", "iteration", "step time", "last report"].map((h) => el("th", {}, h)))),
+            "mild", "unresponsive", "iteration", "step time", "last report"].map((h) => el("th", {}, h)))),
           el("tbody", {}, ...rows)));
   }
 
@@ -330,7 +331,8 @@
     const threshold = num(job.policy && job.policy.thresholdFactor) || 1.5;
     const summary = el("div", { className: "summary" },
       ...[["ranks", job.worldSize], ["active", job.activeRanks], ["excluded", job.excludedRanks],
-        ["stragglers", job.stragglerRanks], ["unresponsive", job.unresponsiveRanks],
+        ["stragglers", job.stragglerRanks], ["mild", job.mildRanks || 0],
+        ["unresponsive", job.unresponsiveRanks],
         ["iteration", job.highestIteration], ["step time", fmtSeconds(num(job.stepSeconds))],
         ["baseline", fmtSeconds(num(job.baselineSeconds))], ["threshold", fmtSeconds(num(job.thresholdSeconds))],
         ["policy", enumName(job.policy && job.policy.kind, "POLICY_KIND_")], ["run", job.runId || "–"]]

@@ -41,7 +41,11 @@ namespace straggler::engine {
 // Nanoseconds since the Unix epoch; the engine never reads a clock.
 using Time = std::chrono::nanoseconds;
 
-enum class WorkerState : uint8_t { kPending, kHealthy, kStraggler, kUnresponsive, kFinished };
+// kMild (the peer policy's gray zone, docs/detection.md "States"): persistently
+// above its peers' threshold, below peer_straggler_ratio. Not a straggler:
+// never an exclusion candidate, treated as healthy everywhere else. Last, so
+// the values stored and sent before it keep their meaning.
+enum class WorkerState : uint8_t { kPending, kHealthy, kStraggler, kUnresponsive, kFinished, kMild };
 // kReplica: out with its data-parallel replica, whose culprit is another rank
 // (ExcludedRank::culprit; docs/topology.md, "Exclusion by replica").
 enum class ExclusionReason { kNone, kStraggler, kUnresponsive, kForced, kProbationEnd, kReplica };
@@ -195,6 +199,7 @@ struct JobView {
   uint32_t active_ranks = 0;            // not excluded (pending ranks count)
   uint32_t excluded_ranks = 0;
   uint32_t straggler_ranks = 0;
+  uint32_t mild_ranks = 0;              // in the gray zone (WorkerState::kMild)
   uint32_t unresponsive_ranks = 0;
   uint32_t detached_ranks = 0;          // no stream speaks for them (see Detach)
   uint32_t finished_ranks = 0;          // their trainer closed cleanly (Finish)

@@ -93,6 +93,10 @@ struct PolicyConfig {
   // steps (8 of its last 10) are >= peer_severe_ratio and that many are
   // improbable at the group's own rate of such steps; healthy again after
   // peer_exit_rows rows below half the threshold and below 1.04x.
+  // A rank flagged by those rules whose window stays below
+  // peer_straggler_ratio is `mild` (the gray zone), not a straggler; a
+  // straggler whose window stayed below it for peer_exit_rows rows leaves
+  // the straggler state, to mild or healthy (docs/detection.md, "States").
   double peer_enter_ratio = 1.12;
   double peer_noise_z = 1.5;
   uint32_t peer_window = 10;
@@ -100,6 +104,7 @@ struct PolicyConfig {
   double peer_severe_ratio = 1.35;
   double peer_spike_ratio = 2.5;
   uint32_t peer_exit_rows = 10;
+  double peer_straggler_ratio = 1.25;
   uint32_t peer_min_group = 3;
   uint32_t peer_profile_iterations = 10;
 

@@ -17,6 +17,13 @@
 //    flagged; a flag outlasting an episode is recovery latency, not this).
 //  * No flap (scoring.h): flagged, unflagged and flagged again inside one
 //    episode.
+//  * No stuck rank (issue 33): no rank below kStuckFactor is flagged for
+//    more than its stretch plus the exit window. A flagged row of a rank
+//    whose truth factor there is below kStuckFactor is stuck when more than
+//    kExitWindowRows rows passed since the later of the flag's start and
+//    the rank's last row at kStretchFactor or above (its stretch: a 3x
+//    episode, a 1.2x stretch, a ramp; a rank held at 1.2x is in its stretch
+//    throughout). One per flag run that gets stuck.
 //
 //   Criteria c = CheckCriteria(trace, run.flagged, 5);
 //   if (!c.pass()) for (auto& f : c.failures) puts(f.c_str());
@@ -37,6 +44,11 @@ inline constexpr uint64_t kMildRows = 10;
 inline constexpr double kSevereFactor = 2.0;    // >= this: flagged within kSevereRows
 inline constexpr uint64_t kSevereRows = 5;
 inline constexpr double kRampFactor = 1.5;      // a ramp: flagged by the time it is this slow
+inline constexpr double kStuckFactor = 1.25;    // below this, flagged only for ...
+inline constexpr double kStretchFactor = 1.15;  // ... a stretch at this or above ...
+// ... plus the exit window: the peer policy's long window (20 steps) to
+// forget the stretch, then peer_exit_rows (10) rows below the straggler ratio.
+inline constexpr uint64_t kExitWindowRows = 30;
 
 struct Criteria {
   uint64_t episodes = 0;       // episodes with a deadline
@@ -45,10 +57,13 @@ struct Criteria {
   uint64_t missed = 0;         // never flagged inside the episode
   uint64_t false_alarms = 0;
   uint64_t flaps = 0;
+  uint64_t stuck = 0;          // flag runs held past a stretch plus the exit window
   // One line per failure, e.g. "rank 3 [800, 1800) 1.30x: flagged at 815, deadline 810".
   std::vector<std::string> failures;
-  bool pass() const { return late == 0 && missed == 0 && false_alarms == 0 && flaps == 0; }
-  // "pass", or what failed: "late 1, missed 0, false alarms 2, flaps 0".
+  bool pass() const {
+    return late == 0 && missed == 0 && false_alarms == 0 && flaps == 0 && stuck == 0;
+  }
+  // "pass", or what failed: "late 1, missed 0, false alarms 2, flaps 0, stuck 0".
   std::string Summary() const;
 };
 
