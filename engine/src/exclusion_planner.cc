@@ -213,16 +213,17 @@ size_t ThroughputTake(const PolicyConfig& policy, const PlanInput& in,
 
 // The units PlanExclusion decides on: the ranks grouped by replica, by the
 // caller's layout, or by one of its own when a restored entry names a
-// replica the caller's layout lacks; *hybrid: whether the layout is.
+// replica the caller's layout lacks, kept in `own` (the units' spans point
+// into the layout: `own` must outlive them); *hybrid: whether the layout is.
 std::vector<Unit> PlanUnits(const PolicyConfig& policy, const PlanInput& in,
-                            std::vector<const ExcludedRank*>& current, bool* hybrid) {
+                            std::vector<const ExcludedRank*>& current, ReplicaLayout& own,
+                            bool* hybrid) {
   const uint32_t world = static_cast<uint32_t>(in.ranks.size());
   // The caller's layout holds declared replicas only; a restored entry of a
   // rank not declared yet (a restarted daemon) needs one of its own.
   bool restored = false;
   for (const auto& e : in.current)
     if (e.rank < world && e.replica && !in.ranks[e.rank].replica) restored = true;
-  ReplicaLayout own;
   if (in.layout == nullptr || restored) own = LayoutReplicas(in.ranks, &current);
   const ReplicaLayout& layout = in.layout != nullptr && !restored ? *in.layout : own;
   std::vector<Unit> grouped;
@@ -272,7 +273,8 @@ ExclusionPlan PlanExclusion(const PolicyConfig& policy, const PlanInput& in) {
   for (const auto& e : in.current)
     if (e.rank < world) current[e.rank] = &e;
   bool hybrid = false;
-  const std::vector<Unit> units = PlanUnits(policy, in, current, &hybrid);
+  ReplicaLayout own;
+  const std::vector<Unit> units = PlanUnits(policy, in, current, own, &hybrid);
 
   // The entries of the ranks taken out (each rank once: a replica is taken
   // out at most once), sorted by rank at the end.
