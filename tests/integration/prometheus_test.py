@@ -72,6 +72,7 @@ ALERTS = {
     "GpuThermalThrottling": "any",       # no GPU telemetry without the agent
     "GpuPowerThrottling": "any",
     "JobEndedUnexpectedly": "empty",     # the sim runs: its job is not lost
+    "RanksPersistentlySlow": "empty",    # rank 3 at 3x is a straggler, not mild; the rest healthy
 }
 GPU_METRIC_PREFIX = "straggler_rank_gpu_"
 # Dashboard queries that may return nothing in this scenario, with the reason.
