@@ -8,7 +8,8 @@ namespace straggler::engine::internal {
 void SlicedMedian::Begin(double guess, double scale) {
   // The bins span 16 sigma either side of the guess: a row's median moves far
   // less between rows, and a bin is sigma / 128 wide, so the middle bin holds
-  // some 0.3% of a normal row.
+  // about 0.4 / 128 = 0.3% of a normal row (a density of 0.4 / sigma at its
+  // middle).
   if (std::isfinite(guess) && std::isfinite(scale) && scale > 0.0) {
     const double half = 16.0 * scale;
     base_ = guess - half;

@@ -1,7 +1,7 @@
 // The exact median of a large row's values in passes that a row judged in
 // slices (docs/detection.md, "Large rows") spreads over many calls, so that
-// no one call selects over the whole row (a million-rank row: ~8 ms for
-// nth_element alone). Plain data, one thread at a time (the engine's).
+// no one call selects over the whole row. Plain data, one thread at a time
+// (the engine's).
 #pragma once
 
 #include <cstddef>

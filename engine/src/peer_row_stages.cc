@@ -1,0 +1,255 @@
+// The peer reference's row in stages (docs/detection.md, "Large rows"):
+// JudgeSlice's work - the job's level, the own baselines' steps, each group's
+// logs, median, noise and thresholds, the steps its whole group needs first,
+// the generation check, the verdicts - a budget at a time.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "engine_impl.h"
+#include "reference_peer.h"
+
+namespace straggler::engine::internal {
+
+template <typename F>
+bool PeerReference::Pass(size_t n, size_t per_unit, size_t& budget, F&& f) {
+  if (pos_ < n) {
+    const size_t todo = n - pos_;
+    const size_t units = (todo + per_unit - 1) / per_unit;
+    const size_t end = budget >= units ? n : pos_ + budget * per_unit;
+    budget -= std::min(budget, units);
+    for (; pos_ < end; ++pos_) f(pos_);
+    if (pos_ < n) return false;
+  }
+  pos_ = 0;
+  return true;
+}
+
+void PeerReference::Step(size_t& budget) {
+  const auto& values = row_->values;
+  switch (stage_) {
+    case Stage::kLevelCount:
+      if (!Pass(values.size(), kLogsPerUnit, budget,
+                [&](size_t i) { level_median_.Count(SafeLog(values[i].second)); }))
+        return;
+      level_median_.Plan();
+      stage_ = Stage::kLevelGather;
+      return;
+    case Stage::kLevelGather:
+      if (!Pass(values.size(), kLogsPerUnit, budget,
+                [&](size_t i) { level_median_.Gather(SafeLog(values[i].second)); }))
+        return;
+      level_ = level_median_.Take();
+      have_level_ = have_prev_level_ = true;
+      stage_ = Stage::kOwn;
+      return;
+    case Stage::kOwn:
+      if (!Pass(values.size(), 1, budget,
+                [&](size_t i) { ProfileOwn(values[i].first, values[i].second); }))
+        return;
+      stage_ = Stage::kGroupStart;
+      return;
+    case Stage::kGroupStart:
+      StartGroup();
+      return;
+    default:
+      GroupStep(budget);
+      return;
+  }
+}
+
+void PeerReference::StartGroup() {
+  while (next_candidate_ < candidates_.size()) {
+    const uint32_t g = candidates_[next_candidate_];
+    const size_t n = groups_.Bucket(g).size();
+    if (n < e_.policy.peer_min_group) {  // too few of them reported
+      ++next_candidate_;
+      continue;
+    }
+    GroupXs(g).resize(n);
+    large_ = n >= kSlicedMedianMin;
+    if (large_) {
+      // Around its last row's median; before it has one, the first step.
+      const GroupState& gs = states_[g];
+      const double sigma = gs.have_noise ? std::sqrt(gs.noise2) : 0.0;
+      group_median_.Begin(gs.rows > 0 ? gs.median_log : SafeLog(groups_.Bucket(g)[0].second),
+                          std::max(sigma, kMinScale));
+    }
+    stage_ = Stage::kGroupCount;
+    return;
+  }
+  stage_ = Stage::kDone;
+}
+
+void PeerReference::GroupStep(size_t& budget) {
+  const uint32_t g = candidates_[next_candidate_];
+  const auto& bucket = groups_.Bucket(g);
+  std::vector<double>& xs = GroupXs(g);
+  const size_t n = bucket.size();
+  switch (stage_) {
+    case Stage::kGroupCount:  // one log per report
+      if (!Pass(n, kLogsPerUnit, budget, [&](size_t i) {
+            xs[i] = SafeLog(bucket[i].second);
+            if (large_) group_median_.Count(xs[i]);
+          }))
+        return;
+      if (large_) {
+        group_median_.Plan();
+        stage_ = Stage::kGroupGather;
+        return;
+      }
+      logs_.assign(xs.begin(), xs.end());  // Median reorders
+      StartNoise(g, Median(logs_));
+      return;
+    case Stage::kGroupGather:
+      if (!Pass(n, kCheapPerUnit, budget, [&](size_t i) { group_median_.Gather(xs[i]); }))
+        return;
+      StartNoise(g, group_median_.Take());
+      return;
+    case Stage::kGroupNoise:
+      if (!Pass(n, kCheapPerUnit, budget, [&](size_t i) {
+            xs[i] -= median_;
+            noise_sum_ += GroupState::NoiseTerm(xs[i], logs_p_.spike, noise_cap_);
+          }))
+        return;
+      EndGroupRowWide(g);
+      return;
+    case Stage::kGroupPush:
+      if (!Pass(n, 1, budget, [&](size_t i) { PushStep(g, bucket[i].first, xs[i]); }))
+        return;
+      states_[g].slow_rate = MedianRate(bucket);
+      AfterPush(g);
+      return;
+    case Stage::kGroupGenerations:
+      if (!Pass(n, 1, budget, [&](size_t i) { ProfileMedian(bucket[i].first); })) return;
+      if (SplitGenerations(g)) {
+        ++next_candidate_;  // both parts profile again: no verdicts now
+        stage_ = Stage::kGroupStart;
+        return;
+      }
+      prepared_.push_back(g);
+      stage_ = Stage::kGroupMembers;
+      return;
+    case Stage::kGroupMembers:
+      if (!Pass(n, 1, budget, [&](size_t i) { JudgeMember(g, i); })) return;
+      ++next_candidate_;
+      stage_ = Stage::kGroupStart;
+      return;
+    default:
+      return;
+  }
+}
+
+void PeerReference::StartNoise(uint32_t g, double m) {
+  median_ = m;
+  noise_cap_ = states_[g].NoiseCap();
+  noise_sum_ = 0.0;
+  stage_ = Stage::kGroupNoise;
+}
+
+void PeerReference::EndGroupRowWide(uint32_t g) {
+  const PolicyConfig& p = e_.policy;
+  GroupState& gs = states_[g];
+  gs.AddNoise(noise_sum_, GroupXs(g).size());
+  gs.median = std::exp(median_);
+  gs.median_log = median_;
+  gs.UpdateSteady(median_, steady_);
+  gs.iteration = row_iteration_;
+  gs.rows++;
+  SetThresholds(gs);
+  // Still profiling: steps only (the rate median would not be read before
+  // the profile's last row takes it again).
+  const bool profiling = !gs.profiled && gs.rows < p.peer_profile_iterations;
+  // The rates move over hundreds of steps: a fresh median every
+  // kRateRows rows is enough, and saves a pass over the group.
+  gs.pushed = !profiling && (!gs.profiled || gs.rows % kRateRows == 0);
+  gs.judged = !profiling;
+  if (gs.pushed) {
+    stage_ = Stage::kGroupPush;
+    return;
+  }
+  AfterPush(g);
+}
+
+void PeerReference::AfterPush(uint32_t g) {
+  GroupState& gs = states_[g];
+  if (gs.judged && !gs.profiled) {  // the profile's end
+    gs.profiled = true;
+    if (!groups_.Split(g)) {
+      meds_.clear();
+      stage_ = Stage::kGroupGenerations;
+      return;
+    }
+  }
+  prepared_.push_back(g);
+  stage_ = Stage::kGroupMembers;
+}
+
+void PeerReference::PushStep(uint32_t g, uint32_t rank, double x) {
+  const GroupState& gs = states_[g];
+  PeerRank& pr = ranks_[rank];
+  if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
+  pr.steps.Push(logs_p_, x);
+  if (!gs.profiled) pr.Profiling(e_.policy.peer_profile_iterations).gen.push_back(x);
+}
+
+void PeerReference::JudgeMember(uint32_t g, size_t i) {
+  const GroupState& gs = states_[g];
+  const auto& bucket = groups_.Bucket(g);
+  // Not a structured binding: clang-14 (the fuzz build) cannot capture one.
+  const uint32_t rank = bucket[i].first;
+  const double t = bucket[i].second;
+  if (!gs.pushed) PushStep(g, rank, GroupXs(g)[i]);
+  if (!gs.judged) return;
+  Judge(rank, t, row_iteration_, row_now_, gs, /*alone=*/false,
+        [&](bool to_straggler, double ratio) {
+          return to_straggler
+                     ? absl::StrFormat("rank %u (%s) %.3g× its group's median %.3gs over its "
+                                       "last steps (threshold %.3g×)",
+                                       rank, groups_.Label(g), ratio, gs.median,
+                                       std::exp(gs.threshold))
+                     : absl::StrFormat("rank %u (%s) back to %.3g× its group's median %.3gs",
+                                       rank, groups_.Label(g), ratio, gs.median);
+        });
+}
+
+std::vector<double>& PeerReference::GroupXs(uint32_t g) {
+  if (group_xs_.size() <= g) group_xs_.resize(g + 1);
+  return group_xs_[g];
+}
+
+void PeerReference::ProfileMedian(uint32_t rank) {
+  PeerRank& pr = ranks_[rank];
+  if (!pr.profiles) return;
+  if (!pr.profiles->gen.empty()) meds_.emplace_back(Median(pr.profiles->gen), rank);
+  pr.profiles->gen.clear();
+  pr.profiles->gen.shrink_to_fit();
+  freed_profiles_ += pr.Tidy();
+}
+
+bool PeerReference::SplitGenerations(uint32_t g) {
+  // Slower than peers by the policy's smallest ratio (not the noise-scaled
+  // threshold: two generations in one group inflate the measured noise).
+  const double thr = std::log(e_.policy.peer_enter_ratio);
+  size_t slow = 0;
+  for (auto& [med, rank] : meds_) slow += med >= thr;
+  if (slow < 2 || static_cast<double>(slow) <=
+                      e_.policy.max_excluded_fraction * static_cast<double>(meds_.size()))
+    return false;
+  // Split at the widest gap between neighbouring profile medians.
+  std::sort(meds_.begin(), meds_.end());
+  size_t cut = 1;
+  for (size_t i = 1; i < meds_.size(); ++i)
+    if (meds_[i].first - meds_[i - 1].first > meds_[cut].first - meds_[cut - 1].first) cut = i;
+  std::vector<uint32_t> slower;
+  for (size_t i = cut; i < meds_.size(); ++i) slower.push_back(meds_[i].second);
+  // Both parts profile again (the bucket dies with SplitOff: restart first).
+  for (auto& [rank, t] : groups_.Bucket(g)) ranks_[rank].Restart(Source::kNone, 0);
+  const uint32_t added = groups_.SplitOff(g, slower);
+  states_.resize(groups_.size());
+  states_[g] = GroupState{};
+  states_[added] = GroupState{};
+  return true;
+}
+
+}  // namespace straggler::engine::internal
