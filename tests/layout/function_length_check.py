@@ -152,6 +152,7 @@ def functions(text):
 
 
 def sources(root):
+    """Every production .cc and .h under root (the layout checks share it)."""
     for folder in PRODUCTION:
         for dirpath, _, names in os.walk(os.path.join(root, folder)):
             for n in sorted(names):

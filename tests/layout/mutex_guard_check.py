@@ -35,7 +35,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from function_length_check import PRODUCTION, blank  # noqa: E402
+from function_length_check import blank, sources  # noqa: E402
 
 STD_MUTEX = re.compile(r"\bstd::(?:mutex|shared_mutex|recursive_mutex|timed_mutex|"
                        r"recursive_timed_mutex|shared_timed_mutex)\s+(\w+)\s*[;{=]")
@@ -124,14 +124,6 @@ def check_file(path, root):
             problems.append(f"{rel}:{line} {m.group(1)}: an absl::Mutex member that no "
                             "ABSL_GUARDED_BY / ABSL_*_LOCKS_REQUIRED / ABSL_LOCKS_EXCLUDED names")
     return problems
-
-
-def sources(root):
-    for folder in PRODUCTION:
-        for dirpath, _, names in os.walk(os.path.join(root, folder)):
-            for n in sorted(names):
-                if n.endswith((".cc", ".h")):
-                    yield os.path.join(dirpath, n)
 
 
 def main():
