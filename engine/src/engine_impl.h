@@ -130,6 +130,7 @@ struct EngineImpl {
     Row row;
     Time now{};
     size_t left = 0;        // nonzero while the reference has work left (JudgeSlice)
+    size_t pace = 0;        // units per report (ProcessRow)
     bool evaluate = false;  // an Evaluate waits for the row's end
   };
   SlicedRow sliced;

@@ -147,7 +147,7 @@ IngestResult EngineImpl::Ingest(const Report& rep, Time now) {
     AddToRow(rep, now);
   }
   if (dirty) Evaluate(now);
-  ContinueRow(slice_per_report);
+  ContinueRow(sliced.pace);
   return res;
 }
 

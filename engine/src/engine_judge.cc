@@ -71,6 +71,14 @@ bool EngineImpl::ProcessRow(Row& row, Time now) {
   sliced.now = now;
   sliced.evaluate = false;
   sliced.left = reference->BeginRow(sliced.row, now);
+  // slice_per_report units per report, or as many times that as it takes to
+  // be done within three quarters of a row's reports (the next row's), so
+  // that the next row does not have to finish it at once (the end of a
+  // profile takes about four units a rank).
+  const size_t per_report = std::max<size_t>(slice_per_report, 1);
+  const size_t reports = std::max<size_t>(sliced.row.values.size() * 3 / 4, 1);
+  sliced.pace = per_report * std::max<size_t>(1, (sliced.left + per_report * reports - 1) /
+                                                     (per_report * reports));
   sliced.active = true;
   ContinueRow(0);  // nothing left: ends it now
   return false;

@@ -117,7 +117,31 @@ void PeerReference::GroupStep(size_t& budget) {
     case Stage::kGroupPush:
       if (!Pass(n, 1, budget, [&](size_t i) { PushStep(g, bucket[i].first, xs[i]); }))
         return;
-      states_[g].slow_rate = MedianRate(bucket);
+      if (!large_) {
+        states_[g].slow_rate = MedianRate(bucket);
+        AfterPush(g);
+        return;
+      }
+      // Around the last median rate (rates move over hundreds of steps), or
+      // the prior before there is one.
+      {
+        const double last = states_[g].slow_rate > 0.0 ? states_[g].slow_rate : PeerSteps{}.Rate();
+        rate_median_.Begin(last, last / 8);
+      }
+      stage_ = Stage::kGroupRateCount;
+      return;
+    case Stage::kGroupRateCount:
+      if (!Pass(n, kCheapPerUnit, budget,
+                [&](size_t i) { rate_median_.Count(ranks_[bucket[i].first].steps.Rate()); }))
+        return;
+      rate_median_.Plan();
+      stage_ = Stage::kGroupRateGather;
+      return;
+    case Stage::kGroupRateGather:
+      if (!Pass(n, kCheapPerUnit, budget,
+                [&](size_t i) { rate_median_.Gather(ranks_[bucket[i].first].steps.Rate()); }))
+        return;
+      states_[g].slow_rate = rate_median_.Take();
       AfterPush(g);
       return;
     case Stage::kGroupGenerations:
@@ -190,7 +214,7 @@ void PeerReference::PushStep(uint32_t g, uint32_t rank, double x) {
   PeerRank& pr = ranks_[rank];
   if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
   pr.steps.Push(logs_p_, x);
-  if (!gs.profiled) pr.Profiling(e_.policy.peer_profile_iterations).gen.push_back(x);
+  if (!gs.profiled) profiles_.Push(PeerProfiles::kGen, rank, x, ProfileRoom());
 }
 
 void PeerReference::JudgeMember(uint32_t g, size_t i) {
@@ -219,12 +243,10 @@ std::vector<double>& PeerReference::GroupXs(uint32_t g) {
 }
 
 void PeerReference::ProfileMedian(uint32_t rank) {
-  PeerRank& pr = ranks_[rank];
-  if (!pr.profiles) return;
-  if (!pr.profiles->gen.empty()) meds_.emplace_back(Median(pr.profiles->gen), rank);
-  pr.profiles->gen.clear();
-  pr.profiles->gen.shrink_to_fit();
-  freed_profiles_ += pr.Tidy();
+  const std::span<double> gen = profiles_.Values(PeerProfiles::kGen, rank);
+  if (gen.empty()) return;
+  meds_.emplace_back(Median(gen), rank);
+  profiles_.Clear(PeerProfiles::kGen, rank);
 }
 
 bool PeerReference::SplitGenerations(uint32_t g) {

@@ -7,7 +7,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "peer_steps.h"
@@ -36,32 +35,9 @@ struct PeerRank {
   // before `base`: no bytes more per rank.
   uint32_t gray_rows = 0;
   // Own baseline: log(compute) minus the row's job level, over the rank's
-  // first peer_profile_iterations rows; base = their median (have_base_).
+  // first peer_profile_iterations rows (PeerProfiles::kOwn); base = their
+  // median (have_base_).
   double base = 0.0;
-  // What a rank keeps only while it profiles, apart (a pointer, not two
-  // vectors in every rank: a million-rank job's memory).
-  struct Profiles {
-    std::vector<double> own;  // its own baseline's steps
-    std::vector<double> gen;  // its log ratios in its group's profile (generation check)
-  };
-  std::unique_ptr<Profiles> profiles;
-
-  // Both vectors sized for the whole profile at once: growing them left
-  // freed chunks of every size behind in a million-rank heap.
-  Profiles& Profiling(size_t iterations) {
-    if (!profiles) {
-      profiles = std::make_unique<Profiles>();
-      profiles->own.reserve(std::min<size_t>(iterations, 64));
-      profiles->gen.reserve(std::min<size_t>(iterations, 64));
-    }
-    return *profiles;
-  }
-  // Drops the profiles once both are done with; true when it did.
-  bool Tidy() {
-    if (!profiles || !profiles->own.empty() || !profiles->gen.empty()) return false;
-    profiles.reset();
-    return true;
-  }
 
   void Restart(Source s, uint32_t g) {
     source = s;

@@ -40,7 +40,7 @@ double Tail(size_t n, size_t c, double p) {
 
 }  // namespace
 
-double Median(std::vector<double>& v) {
+double Median(std::span<double> v) {
   const size_t n = v.size();
   auto mid = v.begin() + n / 2;
   std::nth_element(v.begin(), mid, v.end());

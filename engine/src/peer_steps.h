@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "straggler/engine/policy.h"
@@ -129,6 +130,6 @@ class PeerSteps {
 
 // The median of `v` (reordered): the mean of the two middle values for an
 // even count, so that two halves of a group pull it alike.
-double Median(std::vector<double>& v);
+double Median(std::span<double> v);
 
 }  // namespace straggler::engine::internal

@@ -43,8 +43,9 @@ class Reference {
   // the ingest call completing it does not hold the job for the whole row:
   // BeginRow plans the row, JudgeSlice does up to `budget` units of its work
   // (a unit: about one rank's step or verdict), EndRow finishes it (the same
-  // `row`, untouched in between). Both return nonzero while work is left
-  // (its amount is not known ahead: a pass over a group may need another).
+  // `row`, untouched in between). Both return nonzero while work is left;
+  // BeginRow returns at most how many units the row takes (the engine paces
+  // the slices by it), JudgeSlice only whether any are left.
   // Together they do what OnRow does. The default judges the whole row in
   // BeginRow.
   virtual size_t BeginRow(Row& row, Time now) {

@@ -16,12 +16,12 @@ class EwmaReference final : public Reference {
   void OnRow(Row& row, Time now) override {
     const PolicyConfig& p = e_.policy;
     if (groups_.Sync(e_.topology, e_.topology_version)) thresholds_.resize(groups_.size(), 0.0);
-    groups_.BucketizeIfSplit(row);
+    groups_.Bucketize(row);
     std::vector<double>& s = e_.scratch;
     size_t shown = 0;
     bool any = false;
     for (uint32_t g = 0; g < groups_.size(); ++g) {
-      const auto& bucket = groups_.Part(row, g);
+      const auto& bucket = groups_.Bucket(g);
       s.clear();
       for (auto& [rank, t] : bucket)
         if (e_.ranks[rank].samples >= p.ewma_min_samples) s.push_back(e_.ranks[rank].ewma);

@@ -4,10 +4,6 @@
 
 #include <memory>
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-
 #include "absl/strings/str_format.h"
 #include "engine_impl.h"
 
@@ -64,7 +60,25 @@ size_t PeerReference::BeginRow(Row& row, Time now) {
   } else {
     stage_ = Stage::kOwn;
   }
-  return stage_ == Stage::kDone ? 0 : 1;
+  return RowUnits();
+}
+
+size_t PeerReference::RowUnits() const {
+  if (stage_ == Stage::kDone) return 0;
+  const size_t values = row_->values.size();
+  size_t units = 1;
+  if (stage_ == Stage::kLevelCount) units += 2 * (values / kLogsPerUnit);
+  if (stage_ != Stage::kGroupStart) units += values;  // own baselines
+  for (uint32_t g : candidates_) {
+    const size_t n = groups_.Bucket(g).size();
+    const GroupState& gs = states_[g];
+    // Logs, median, noise and verdicts; at most (EndGroupRowWide decides)
+    // steps first and a rate median, and the generation check.
+    units += n / kLogsPerUnit + 2 * (n / kCheapPerUnit) + n + 1;
+    if (!gs.profiled || (gs.rows + 1) % kRateRows == 0) units += n + 2 * (n / kCheapPerUnit);
+    if (!gs.profiled) units += n;
+  }
+  return units;
 }
 
 size_t PeerReference::JudgeSlice(size_t budget) {
@@ -74,7 +88,6 @@ size_t PeerReference::JudgeSlice(size_t budget) {
 
 void PeerReference::EndRow(Row& row, Time now) {
   if (!own_.empty()) JudgeOwn(row, Level(row), now);
-  ReleaseFreedProfiles();
   // Views show one reference: the largest judged group's.
   size_t shown = kNone;
   for (uint32_t g : prepared_)
@@ -170,27 +183,24 @@ bool PeerReference::JudgeAlone(uint32_t rank, const Report& rep, Time now) {
 
 void PeerReference::OnRuleChanged(uint64_t, Time) {
   // Another policy judged meanwhile: start every window over.
-  for (PeerRank& pr : ranks_) pr.Restart(Source::kNone, 0);
+  ranks_.ForEachBuilt([](PeerRank& pr) { pr.Restart(Source::kNone, 0); });
 }
 
-void PeerReference::ReleaseFreedProfiles() {
-  static constexpr size_t kTrimAfter = 65536;
-  if (freed_profiles_ < kTrimAfter) return;
-  freed_profiles_ = 0;
-#ifdef __GLIBC__
-  malloc_trim(0);
-#endif
+size_t PeerReference::ProfileRoom() const {
+  return std::min<size_t>(e_.policy.peer_profile_iterations, 64);
 }
 
 void PeerReference::RefreshLogs() {
   if (!logs_p_.Refresh(e_.policy)) return;
-  for (PeerRank& pr : ranks_) pr.steps.Recount(logs_p_);  // a new peer_severe_ratio
+  // A new peer_severe_ratio (ranks never built have no steps to count).
+  ranks_.ForEachBuilt([&](PeerRank& pr) { pr.steps.Recount(logs_p_); });
 }
 
 void PeerReference::Sync() {
   if (ranks_.size() != e_.world_size) {
     ranks_.resize(e_.world_size);
     have_base_.resize(e_.world_size);
+    profiles_.Resize(e_.world_size);
   }
   if (!groups_.Sync(e_.topology, e_.topology_version)) return;
   // A new group profiles from scratch; a rank that moved starts its window
@@ -198,11 +208,9 @@ void PeerReference::Sync() {
   states_.resize(groups_.size());
   for (uint32_t r = 0; r < ranks_.size(); ++r) {
     if (!groups_.Moved(r)) continue;
-    ranks_[r].Restart(Source::kNone, 0);
-    if (ranks_[r].profiles) {
-      ranks_[r].profiles->gen.clear();
-      ranks_[r].Tidy();
-    }
+    // A job's first Sync moves every rank: those never built are at the start.
+    if (PeerRank* pr = ranks_.Find(r)) pr->Restart(Source::kNone, 0);
+    profiles_.Clear(PeerProfiles::kGen, r);
   }
 }
 
@@ -228,16 +236,12 @@ double PeerReference::Level(const Row& row) {
 void PeerReference::ProfileOwn(uint32_t rank, double t) {
   if (have_base_[rank]) return;  // dense: no visit to a cold PeerRank
   const uint32_t iterations = e_.policy.peer_profile_iterations;
-  PeerRank& pr = ranks_[rank];
-  std::vector<double>& own = pr.Profiling(iterations).own;
-  own.push_back(SafeLog(t) - Level(*row_));
-  if (own.size() < iterations) return;
-  pr.base = Median(own);
+  profiles_.Push(PeerProfiles::kOwn, rank, SafeLog(t) - Level(*row_), ProfileRoom());
+  if (profiles_.Count(PeerProfiles::kOwn, rank) < iterations) return;
+  ranks_[rank].base = Median(profiles_.Values(PeerProfiles::kOwn, rank));
   have_base_[rank] = 1;
   ++based_ranks_;
-  own.clear();
-  own.shrink_to_fit();
-  freed_profiles_ += pr.Tidy();
+  profiles_.Clear(PeerProfiles::kOwn, rank);
 }
 
 void PeerReference::JudgeOwn(const Row& row, double level, Time now) {

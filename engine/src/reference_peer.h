@@ -19,8 +19,10 @@
 
 #include "absl/functional/function_ref.h"
 #include "peer_groups.h"
+#include "peer_profiles.h"
 #include "peer_state.h"
 #include "peer_steps.h"
+#include "rank_chunks.h"
 #include "reference.h"
 #include "sliced_median.h"
 
@@ -33,7 +35,8 @@ class PeerReference final : public Reference {
   void OnRow(Row& row, Time now) override;
 
   // Plans the row: its buckets, which groups are judged, which ranks still
-  // profile their own baselines. The work itself is JudgeSlice's.
+  // profile their own baselines. The work itself is JudgeSlice's; returns
+  // at most how many units it takes (RowUnits).
   size_t BeginRow(Row& row, Time now) override;
 
   // The row's work in order, `budget` units at a time (docs/detection.md,
@@ -72,13 +75,11 @@ class PeerReference final : public Reference {
 
   static double SafeLog(double t) { return std::log(std::max(t, 1e-9)); }
 
-  // Every rank's profiles are freed in the same few rows: in a large job
-  // that leaves hundreds of megabytes free inside the heap, which the
-  // allocator keeps resident; hand them back (once per job start, not per
-  // row: malloc_trim walks the heap).
-  void ReleaseFreedProfiles();
-
   void RefreshLogs();
+
+  // Values per rank and kind a new profile block holds: the policy's
+  // profile length, at most 64 (a longer profile grows its block).
+  size_t ProfileRoom() const;
 
   void Sync();
 
@@ -110,6 +111,8 @@ class PeerReference final : public Reference {
     kGroupGather,
     kGroupNoise,
     kGroupPush,
+    kGroupRateCount,
+    kGroupRateGather,
     kGroupGenerations,
     kGroupMembers,
     kDone,
@@ -135,6 +138,9 @@ class PeerReference final : public Reference {
 
   // One stage's work, or as much of it as `budget` allows.
   void Step(size_t& budget);
+
+  // An upper bound of the planned row's units of work (0: none).
+  size_t RowUnits() const;
 
   // The next candidate group with enough reports in the row, or kDone.
   void StartGroup();
@@ -195,8 +201,8 @@ class PeerReference final : public Reference {
   GroupState own_state_;
   PeerLogs logs_p_;  // the policy's ratios as logs (refreshed per row and per lone report)
   double own_level_ = 0.0;  // log seconds: the job's level + the own-ratio median, newest row
-  std::vector<PeerRank> ranks_;
-  size_t freed_profiles_ = 0;  // since the last ReleaseFreedProfiles
+  RankChunks<PeerRank> ranks_;
+  PeerProfiles profiles_;
   std::vector<uint8_t> have_base_;  // per rank: its own baseline is taken (PeerRank::base)
   size_t based_ranks_ = 0;          // how many have one
   std::vector<std::pair<uint32_t, double>> own_;
@@ -215,8 +221,9 @@ class PeerReference final : public Reference {
   std::vector<uint32_t> candidates_;  // groups large enough to compare within, in order
   size_t next_candidate_ = 0;         // the one being worked on
   std::vector<uint32_t> prepared_;    // those whose ranks got steps or verdicts
-  bool large_ = false;                // its median in two passes (group_median_)
+  bool large_ = false;                // its medians in two passes (group_median_, rate_median_)
   SlicedMedian group_median_;
+  SlicedMedian rate_median_;  // a large group's median rate of severe steps
   double median_ = 0.0;  // its log median in the row
   double noise_cap_ = 0.0, noise_sum_ = 0.0;
   std::vector<std::vector<double>> group_xs_;  // per group: its log ratios in the row

@@ -44,6 +44,10 @@ void SlicedMedian::Plan() {
 
 double SlicedMedian::Take() {
   if (n_ == 0) return 0.0;
+  // Equal values (healthy ranks' rates of severe steps often are): one bin
+  // holds them all, and no selection over them is needed.
+  const auto [lo, hi] = std::minmax_element(kept_.begin(), kept_.end());
+  if (*lo == *hi) return *lo;
   // kept_ holds the values of ranks offset_ .. offset_ + kept_.size() - 1 of
   // the whole sorted row (bins are ordered by value): Median()'s middle.
   const auto mid = kept_.begin() + static_cast<std::ptrdiff_t>(n_ / 2 - offset_);

@@ -30,8 +30,10 @@ struct Run {
 // With `groups`: ranks 0-29 in peer group "a", 30-61 in "b", 62 and 63 in
 // groups of one (too small: judged against their own baselines), and rank 62
 // at 3x from iteration 60 as well.
-Run Drive(uint32_t slices, bool groups = false) {
-  constexpr uint32_t kWorld = 64;
+// `world`: 64 ranks, or one group large enough for its medians in passes
+// (PeerReference::kSlicedMedianMin).
+Run Drive(uint32_t slices, bool groups = false, uint32_t world = 64) {
+  const uint32_t kWorld = world;
   se::PolicyConfig p;  // peer, the default
   se::JobEngine e(kWorld, p, se::Time(0));
   if (slices > 0) e.SetRowSlicing(2, slices);
@@ -111,6 +113,20 @@ TEST_CASE("row slices: peer groups and ranks judged against their own baselines,
   bool solo_flagged = false;  // rank 62, alone in its group
   for (const std::string& ev : whole.events) solo_flagged |= ev.rfind("62 1>2", 0) == 0;
   CHECK(solo_flagged);
+  CHECK(sliced.events == whole.events);
+  CHECK(sliced.excluded == whole.excluded);
+  CHECK(sliced.states == whole.states);
+  CHECK(sliced.first_straggler_report > whole.first_straggler_report);
+}
+
+TEST_CASE("row slices: a group of 5 000, its medians and rate median in passes, sliced alike") {
+  // The row, the group's median and, at the profile's end and every 16th
+  // row, its median rate of severe steps are taken in two passes
+  // (SlicedMedian) in both runs; sliced, each pass is spread over reports
+  // and paced to end within the next row.
+  const Run whole = Drive(0, /*groups=*/false, 5000);
+  const Run sliced = Drive(4, /*groups=*/false, 5000);
+  REQUIRE(whole.first_straggler_report > 0);
   CHECK(sliced.events == whole.events);
   CHECK(sliced.excluded == whole.excluded);
   CHECK(sliced.states == whole.states);

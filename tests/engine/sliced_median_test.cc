@@ -62,6 +62,16 @@ TEST_CASE("sliced median: ties, two clusters and outliers") {
   std::vector<double> spikes = two;
   for (int i = 0; i < 700; ++i) spikes.push_back(i % 2 ? 50.0 : std::log(1e-9));
   CHECK(Sliced(spikes, -2.0, 0.05) == Whole(spikes));
+  // Rates of severe steps: most ranks exactly equal (no severe step), a few
+  // apart, the median among the equal ones or next to them; even and odd.
+  for (size_t n : {4096u, 4097u}) {
+    std::vector<double> rates(n, 0.0123);
+    for (size_t i = 0; i < n / 3; ++i) rates[i * 3] = 0.0123 + 1e-4 * static_cast<double>(i % 7);
+    CHECK(Sliced(rates, 0.01, 0.01 / 8) == Whole(rates));
+    std::vector<double> half(n, 0.01);
+    for (size_t i = 0; i < n / 2; ++i) half[i] = 0.02;
+    CHECK(Sliced(half, 0.01, 0.01 / 8) == Whole(half));
+  }
 }
 
 TEST_CASE("sliced median: a close guess keeps a small share of the row") {

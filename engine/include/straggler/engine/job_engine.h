@@ -221,7 +221,8 @@ class JobEngine {
   // A row of at least kSliceMinValues reports is judged in slices: each
   // Ingest() from the one that completes it on does kSlicePerReport units of
   // the row's work (a unit: about one rank's step or verdict, or a few values
-  // of a pass for a group's median and noise), and any other call that reads
+  // of a pass for a group's median and noise), or a multiple of it that ends
+  // the row within three quarters of a row's reports, and any other call that reads
   // or changes judging does the rest first. A stream of a million-rank job
   // then never waits for a whole row under the job's lock (docs/detection.md,
   // "Large rows"). The verdicts, their order and their events are those of

@@ -1,0 +1,63 @@
+// What the peer reference's ranks keep only while they profile
+// (docs/detection.md, "peer", "Profiles"): per rank, the steps of its own
+// baseline (kOwn) and its log ratios in its group's profile (kGen, the
+// generation check). Every rank of a job profiles in the same few rows, so
+// they live in one block per chunk of 4 096 ranks, mapped from the system
+// when a rank of the chunk first profiles and unmapped when none does:
+// no allocation per rank, nothing left in the heap when a million profiles
+// end in the same row (the per-rank vectors they replace took 256 bytes a
+// rank and a malloc_trim of the whole heap, 236 ms, to give back).
+// Plain data, one thread at a time (the engine's).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace straggler::engine::internal {
+
+class PeerProfiles {
+ public:
+  enum Kind : uint8_t { kOwn = 0, kGen = 1 };
+  static constexpr size_t kShift = 12;
+  static constexpr size_t kChunk = size_t{1} << kShift;
+
+  PeerProfiles();
+  ~PeerProfiles();
+  PeerProfiles(const PeerProfiles&) = delete;
+  PeerProfiles& operator=(const PeerProfiles&) = delete;
+
+  // Ranks past `n` lose their profiles.
+  void Resize(size_t n);
+
+  // Appends v to the rank's profile of `kind`; a new block holds `cap`
+  // values of each kind per rank (the policy's profile length), and grows
+  // if a profile outgrows it.
+  void Push(Kind kind, uint32_t rank, double v, size_t cap);
+
+  // The rank's values of `kind`, in the order pushed (writable: a median
+  // reorders them before Clear).
+  std::span<double> Values(Kind kind, uint32_t rank);
+  size_t Count(Kind kind, uint32_t rank) const;
+
+  // Empties the rank's profile of `kind`; its chunk's block goes back to the
+  // system once no rank of the chunk holds a value.
+  void Clear(Kind kind, uint32_t rank);
+
+  // Bytes mapped now (for tests and the memory benchmark).
+  size_t MappedBytes() const;
+
+ private:
+  struct Block;
+  struct Unmap {
+    void operator()(Block* b) const;
+  };
+  using BlockPtr = std::unique_ptr<Block, Unmap>;
+  static BlockPtr Map(size_t cap);
+
+  std::vector<BlockPtr> blocks_;
+};
+
+}  // namespace straggler::engine::internal

@@ -1,0 +1,100 @@
+// The peer reference's per-rank storage (engine/src/peer_profiles.h,
+// rank_chunks.h): profiles in one mapped block per 4 096 ranks, handed back
+// to the system when the chunk's last profile ends; rank state built a chunk
+// at a time, read as the default state before.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "peer_profiles.h"
+#include "rank_chunks.h"
+
+namespace si = straggler::engine::internal;
+using P = si::PeerProfiles;
+
+TEST_CASE("peer profiles: values kept per rank and kind, block unmapped when the last ends") {
+  P p;
+  p.Resize(10'000);
+  CHECK(p.MappedBytes() == 0);
+  CHECK(p.Values(P::kOwn, 5).empty());
+  p.Push(P::kOwn, 5, 1.5, 4);
+  p.Push(P::kOwn, 5, -2.0, 4);
+  p.Push(P::kGen, 5, 7.0, 4);
+  p.Push(P::kOwn, 4095, 3.0, 4);  // the same chunk
+  p.Push(P::kOwn, 4096, 9.0, 4);  // the next one
+  const size_t two_blocks = p.MappedBytes();
+  CHECK(two_blocks > 0);
+  REQUIRE(p.Count(P::kOwn, 5) == 2);
+  CHECK(p.Values(P::kOwn, 5)[0] == 1.5);
+  CHECK(p.Values(P::kOwn, 5)[1] == -2.0);
+  CHECK(p.Count(P::kGen, 5) == 1);
+  CHECK(p.Values(P::kGen, 5)[0] == 7.0);
+  CHECK(p.Count(P::kOwn, 6) == 0);
+
+  p.Clear(P::kOwn, 4096);  // the second chunk's only profile
+  CHECK(p.MappedBytes() == two_blocks / 2);
+  p.Clear(P::kOwn, 5);  // rank 5 still holds its kGen value
+  CHECK(p.Count(P::kGen, 5) == 1);
+  p.Clear(P::kGen, 5);
+  CHECK(p.MappedBytes() == two_blocks / 2);  // rank 4095 holds the block
+  p.Clear(P::kOwn, 4095);
+  CHECK(p.MappedBytes() == 0);
+  p.Clear(P::kOwn, 4095);  // nothing to clear: no-op
+  CHECK(p.Count(P::kOwn, 4095) == 0);
+}
+
+TEST_CASE("peer profiles: a profile longer than its block's room grows the block, values kept") {
+  P p;
+  p.Resize(8);
+  for (int i = 0; i < 10; ++i) p.Push(P::kOwn, 3, i, 2);
+  p.Push(P::kGen, 7, 42.0, 2);
+  REQUIRE(p.Count(P::kOwn, 3) == 10);
+  for (int i = 0; i < 10; ++i) CHECK(p.Values(P::kOwn, 3)[i] == i);
+  CHECK(p.Values(P::kGen, 7)[0] == 42.0);
+}
+
+TEST_CASE("peer profiles: ranks dropped by a smaller world start with no profile") {
+  P p;
+  p.Resize(100);
+  p.Push(P::kOwn, 90, 1.0, 4);
+  p.Push(P::kOwn, 10, 1.0, 4);
+  p.Resize(50);
+  p.Resize(100);
+  CHECK(p.Count(P::kOwn, 90) == 0);
+  CHECK(p.Count(P::kOwn, 10) == 1);
+  p.Resize(0);
+  CHECK(p.MappedBytes() == 0);
+}
+
+TEST_CASE("rank chunks: default state until written, dropped ranks start over") {
+  struct S {
+    int v = 7;
+  };
+  si::RankChunks<S> c;
+  c.resize(10'000);
+  const auto& cc = c;
+  CHECK(cc[9'999].v == 7);  // never built: the default
+  c[5000].v = 1;
+  CHECK(cc[5000].v == 1);
+  CHECK(cc[5001].v == 7);
+  CHECK(c.Find(100) == nullptr);  // a pass over every rank skips unbuilt chunks
+  REQUIRE(c.Find(5001) != nullptr);
+  CHECK(c.Find(5001)->v == 7);
+  size_t built = 0;
+  c.ForEachBuilt([&](S& s) {
+    ++built;
+    s.v += 1;
+  });
+  CHECK(built == 4096);  // one chunk: ranks 4096..8191
+  CHECK(cc[5000].v == 2);
+  CHECK(cc[100].v == 7);
+  c.resize(4097);  // rank 5000 dropped, rank 4096 kept
+  c.resize(10'000);
+  CHECK(cc[5000].v == 7);
+  CHECK(cc[4096].v == 8);
+  c.resize(4098);
+  built = 0;
+  c.ForEachBuilt([&](S&) { ++built; });
+  CHECK(built == 2);  // only ranks below size()
+}
