@@ -137,6 +137,7 @@ IngestResult EngineImpl::Ingest(const Report& rep, Time now) {
   r.samples++;
   r.reports_total++;
   r.last_report_time = now;
+  NoteSeen(now);
   reports_total++;
   last_report_time = now;
 
@@ -146,8 +147,14 @@ IngestResult EngineImpl::Ingest(const Report& rep, Time now) {
   } else {
     AddToRow(rep, now);
   }
+  NoteReached(r);  // after AddToRow: a rank found far ahead counts where it was
   if (dirty) Evaluate(now);
   ContinueRow(sliced.pace);
+  if (sliced.tick && !sliced.active) {
+    const Time at = *sliced.tick;
+    sliced.tick.reset();
+    Tick(at);
+  }
   return res;
 }
 
@@ -171,6 +178,7 @@ bool EngineImpl::TooFarAhead(uint32_t rank, uint64_t it, Time now) {
     if (ranks[i].ahead) {
       ranks[i].ahead = false;
       SetCounted(i, true);
+      NoteReached(ranks[i]);  // the job moved there
     }
   ahead_ranks = 0;
   have_highest = false;

@@ -103,14 +103,18 @@ uint64_t EngineImpl::Lead() const {
 // highest, then the rest only when it is far past the row progress, so the
 // common case costs one comparison). nullopt before any report.
 std::optional<uint64_t> EngineImpl::ReferenceIteration() const {
-  uint64_t top = 0;
-  bool any = false;
-  for (const auto& r : ranks) {
-    if (!r.has_progress) continue;
-    any = true;
-    top = std::max(top, r.Reached());
+  if (top_stale) {
+    top_reached = 0;
+    top_any = false;
+    for (const auto& r : ranks) {
+      if (!r.has_progress) continue;
+      top_any = true;
+      top_reached = std::max(top_reached, r.Reached());
+    }
+    top_stale = false;
   }
-  if (!any) return std::nullopt;
+  if (!top_any) return std::nullopt;
+  const uint64_t top = top_reached;
   if (!have_highest || top <= highest_active + kMaxRowSpan) return top;
   std::vector<uint64_t> its;
   for (const auto& r : ranks)
@@ -259,6 +263,7 @@ std::vector<ExcludedRank> EngineImpl::TakeOverExcluded(const std::vector<Exclude
         r.state = WorkerState::kStraggler;
         r.counter = Limit();
         if (r.last_report_time < now) r.last_report_time = now;
+        NoteSeen(r.last_report_time);
         break;
       case ExclusionReason::kUnresponsive:
         r.state = WorkerState::kUnresponsive;

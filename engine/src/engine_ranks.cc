@@ -34,16 +34,36 @@ bool EngineImpl::Finished() const {
                      [](const RankState& r) { return r.state == WorkerState::kFinished; });
 }
 
+void EngineImpl::TickOrWait(Time now) {
+  // The ranks' own clock runs on while a row is judged in slices: the tick
+  // can wait for the row's end (paced to come within the next row), and a
+  // million-rank job's stream is not held while the tick finishes the row
+  // at once. A second tick before the row ends (no reports come to end it)
+  // finishes it.
+  if (sliced.active && !sliced.tick) {
+    sliced.tick = now;
+    return;
+  }
+  sliced.tick.reset();
+  FinishRow();
+  Tick(now);
+}
+
 void EngineImpl::Tick(Time now) {
   if (lost) return;  // the job ended: nothing of it is expected any more
   const Time timeout = SaturatingNanoseconds(policy.unresponsive_after_seconds);
+  if (now - tick_earliest <= timeout) return;  // nobody's last report is that old
   bool any = false;
+  Time earliest = Time::max();
   for (uint32_t i = 0; i < world_size; ++i) {
     RankState& r = ranks[i];
     if (r.state == WorkerState::kUnresponsive || r.state == WorkerState::kFinished) continue;
     const bool pending = r.state == WorkerState::kPending;
     const Time last = pending ? std::max(created_at, r.announced_at) : r.last_report_time;
-    if (now - last <= timeout) continue;
+    if (now - last <= timeout) {
+      earliest = std::min(earliest, last);
+      continue;
+    }
     r.straggler_when_silent = r.state == WorkerState::kStraggler;
     ChangeState(i, WorkerState::kUnresponsive, r.last_iteration, r.last_compute, now,
                 pending ? absl::StrFormat("no report %.3gs after the job started",
@@ -53,6 +73,7 @@ void EngineImpl::Tick(Time now) {
     SetCounted(i, false);
     any = true;
   }
+  tick_earliest = earliest;
   if (any) {
     DrainRows(now);
     Evaluate(now);
@@ -66,6 +87,7 @@ void EngineImpl::Announce(uint32_t rank, Time now) {
   lost = false;  // a stream speaks for the job again: it resumes
   if (r.state == WorkerState::kPending) {
     r.announced_at = now;
+    NoteSeen(now);
     SetCounted(rank, true);
   }
   if (dirty) Evaluate(now);
@@ -93,7 +115,9 @@ void EngineImpl::Reset(Time now) {
     r.attached = attached;  // streams are not part of the forgotten state
   }
   counted_ranks = 0;
+  top_stale = true;  // a rank that was ahead counts its last iteration now
   created_at = now;
+  NoteSeen(now);  // every rank pending again: timed from here
   log.ClearCounts();
   rows.Clear();  // rows start afresh with the next reports
   have_epoch = false;

@@ -37,10 +37,7 @@ IngestResult JobEngine::Ingest(const Report& report, Time now) {
   return impl_->Ingest(report, now);
 }
 
-void JobEngine::Tick(Time now) {
-  impl_->FinishRow();
-  impl_->Tick(now);
-}
+void JobEngine::Tick(Time now) { impl_->TickOrWait(now); }
 
 void JobEngine::Announce(uint32_t rank, Time now) {
   impl_->FinishRow();
@@ -68,6 +65,7 @@ void JobEngine::Restart(uint32_t rank) {
   auto& r = d.ranks[rank];
   r.has_progress = false;
   r.last_iteration = 0;
+  d.top_stale = true;
 }
 
 void JobEngine::Finish(uint32_t rank, Time now) {

@@ -40,6 +40,20 @@ TEST_CASE("claims: a hello's version, effective and reported iterations are boun
 
 // Issue 28 item 8: a hello with progress + 10 000 held every later version
 // of a live job there.
+TEST_CASE("claims: the job's progress drops with its ranks' restarts, not held at the old top",
+          "[engine][claims]") {
+  // The bound reads the highest progress kept as reports raise it; ranks
+  // restarted from an earlier checkpoint lower it, and it is taken again.
+  Harness h(4);
+  JobEngine& e = h.engine();
+  h.Rows(0, 500, 0, Uniform(4, 1.0));
+  CHECK(e.CheckClaims(Held(0, 0), 499 + 1'000'000).ok());
+  for (uint32_t r = 0; r < 4; ++r) e.Restart(r);
+  h.Rows(0, 3, 0, Uniform(4, 1.0));  // every rank back at iteration 2
+  CHECK_FALSE(e.CheckClaims(Held(0, 0), 499 + 1'000'000).ok());
+  CHECK(e.CheckClaims(Held(0, 0), 2 + 1'000'000).ok());
+}
+
 TEST_CASE("hello_claim: a live job takes a reported_iteration as a floor only up to its "
           "progress + 1023, a job without reports takes it whole",
           "[engine][claims]") {

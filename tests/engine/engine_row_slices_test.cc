@@ -132,3 +132,60 @@ TEST_CASE("row slices: a group of 5 000, its medians and rate median in passes, 
   CHECK(sliced.states == whole.states);
   CHECK(sliced.first_straggler_report > whole.first_straggler_report);
 }
+
+TEST_CASE("row slices: a tick waits for a sliced row's end, a second one finishes it") {
+  se::PolicyConfig p;
+  p.unresponsive_after_seconds = 1.0;
+  // Enough ranks that the row's work outlasts the report completing it.
+  constexpr uint32_t kWorld = 64;
+  auto unresponsive = [](se::JobEngine& e) {
+    std::vector<uint32_t> ranks;
+    for (const se::Event& ev : e.TakeEvents())
+      if (ev.kind == se::EventKind::kStateChange && ev.to == se::WorkerState::kUnresponsive)
+        ranks.push_back(ev.rank);
+    return ranks;
+  };
+  auto row = [](se::JobEngine& e, uint64_t it, uint32_t ranks, se::Time now) {
+    for (uint32_t r = 0; r < ranks; ++r) {
+      se::Report rep;
+      rep.rank = r;
+      rep.iteration = it;
+      rep.compute_seconds = 0.1 + 0.001 * r;
+      REQUIRE(e.Ingest(rep, now).accepted);
+    }
+  };
+  const se::Time t5(5'000'000'000);
+  SECTION("the row's end runs it") {
+    se::JobEngine e(kWorld, p, se::Time(0));
+    e.SetRowSlicing(2, 1);
+    for (uint32_t r = 0; r < kWorld; ++r) e.Announce(r, se::Time(0));  // a hello
+    row(e, 0, kWorld, se::Time(0));  // complete: judged in slices from here on
+    e.Tick(t5);                      // every rank silent for 5 s, but the row is not done
+    CHECK(unresponsive(e).empty());
+    // Rank 63 stays silent. Some of these reports end row 0, and the tick
+    // runs then, as of 5 s: the ranks that reported by then are not
+    // unresponsive, those still to report and rank 63 are.
+    row(e, 1, kWorld - 1, t5);
+    const std::vector<uint32_t> flagged = unresponsive(e);
+    REQUIRE(!flagged.empty());
+    CHECK(flagged.front() > 0);
+    CHECK(flagged.back() == 63);
+    for (size_t i = 1; i < flagged.size(); ++i) CHECK(flagged[i] == flagged[i - 1] + 1);
+  }
+  SECTION("no reports come: the next tick finishes the row and runs") {
+    se::JobEngine e(kWorld, p, se::Time(0));
+    e.SetRowSlicing(2, 1);
+    for (uint32_t r = 0; r < kWorld; ++r) e.Announce(r, se::Time(0));  // a hello
+    row(e, 0, kWorld, se::Time(0));
+    e.Tick(t5);
+    CHECK(unresponsive(e).empty());
+    e.Tick(t5 + se::Time(1'000'000'000));
+    CHECK(unresponsive(e).size() == kWorld);
+  }
+  SECTION("whole rows: at once") {
+    se::JobEngine e(kWorld, p, se::Time(0));
+    row(e, 0, kWorld, se::Time(0));
+    e.Tick(t5);
+    CHECK(unresponsive(e).size() == kWorld);
+  }
+}
