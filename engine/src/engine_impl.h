@@ -153,8 +153,11 @@ struct EngineImpl {
     size_t pace = 0;        // units per report (ProcessRow)
     bool evaluate = false;  // an Evaluate waits for the row's end
     // A Tick came while the row was judged: it runs when the row ends
-    // (Ingest), or at once with the next Tick if the row is still not done.
+    // (Ingest), or at once with a later Tick if no slice of the row was
+    // judged since (no reports come to end it).
     std::optional<Time> tick;
+    uint64_t slices = 0;       // slices judged (ContinueRow)
+    uint64_t tick_slices = 0;  // `slices` when the tick was put off
   };
   SlicedRow sliced;
   uint32_t slice_min_values = JobEngine::kSliceMinValues;

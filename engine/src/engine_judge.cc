@@ -92,8 +92,10 @@ void EngineImpl::EndRow(Row& row, Time now, bool evaluate) {
 
 void EngineImpl::ContinueRow(size_t budget) {
   if (!sliced.active) return;
-  if (sliced.left > 0 && budget > 0)
+  if (sliced.left > 0 && budget > 0) {
     sliced.left = reference->JudgeSlice(budget);
+    ++sliced.slices;
+  }
   if (sliced.left > 0) return;
   sliced.active = false;
   Row row = std::move(sliced.row);

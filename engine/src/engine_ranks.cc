@@ -38,10 +38,11 @@ void EngineImpl::TickOrWait(Time now) {
   // The ranks' own clock runs on while a row is judged in slices: the tick
   // can wait for the row's end (paced to come within the next row), and a
   // million-rank job's stream is not held while the tick finishes the row
-  // at once. A second tick before the row ends (no reports come to end it)
-  // finishes it.
-  if (sliced.active && !sliced.tick) {
+  // at once. A later tick that finds no slice judged since (no reports
+  // come to end the row) finishes it.
+  if (sliced.active && (!sliced.tick || sliced.slices != sliced.tick_slices)) {
     sliced.tick = now;
+    sliced.tick_slices = sliced.slices;
     return;
   }
   sliced.tick.reset();

@@ -145,8 +145,8 @@ TEST_CASE("row slices: a tick waits for a sliced row's end, a second one finishe
         ranks.push_back(ev.rank);
     return ranks;
   };
-  auto row = [](se::JobEngine& e, uint64_t it, uint32_t ranks, se::Time now) {
-    for (uint32_t r = 0; r < ranks; ++r) {
+  auto row = [](se::JobEngine& e, uint64_t it, uint32_t ranks, se::Time now, uint32_t from = 0) {
+    for (uint32_t r = from; r < ranks; ++r) {
       se::Report rep;
       rep.rank = r;
       rep.iteration = it;
@@ -181,6 +181,22 @@ TEST_CASE("row slices: a tick waits for a sliced row's end, a second one finishe
     CHECK(unresponsive(e).empty());
     e.Tick(t5 + se::Time(1'000'000'000));
     CHECK(unresponsive(e).size() == kWorld);
+  }
+  SECTION("reports keep coming: a later tick waits too, and runs as of its time") {
+    se::JobEngine e(kWorld, p, se::Time(0));
+    e.SetRowSlicing(2, 1);
+    for (uint32_t r = 0; r < kWorld; ++r) e.Announce(r, se::Time(0));
+    row(e, 0, kWorld, se::Time(0));
+    e.Tick(t5);
+    row(e, 1, 2, t5);  // ranks 0 and 1: two slices, the row not done
+    const se::Time t6 = t5 + se::Time(1'000'000'000);
+    e.Tick(t6);
+    CHECK(unresponsive(e).empty());
+    row(e, 1, kWorld - 1, t6, 2);
+    const std::vector<uint32_t> flagged = unresponsive(e);
+    REQUIRE(!flagged.empty());
+    CHECK(flagged.front() > 2);
+    CHECK(flagged.back() == 63);
   }
   SECTION("whole rows: at once") {
     se::JobEngine e(kWorld, p, se::Time(0));
