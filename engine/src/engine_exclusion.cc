@@ -55,8 +55,8 @@ const PlanInput& EngineImpl::Snapshot() {
     s.counter = r.counter;
     s.monitor_only = monitor_only[i];
     if (relayout) {
-      s.replica = topology[i].replica;
-      s.peer_group = topology[i].peer_group;
+      s.replica = topology.Replica(i);
+      s.peer_group = topology.PeerGroup(i);
     }
   }
   if (relayout) {

@@ -28,6 +28,7 @@
 #include "rows.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/engine/policy.h"
+#include "topology_table.h"
 
 namespace straggler::engine::internal {
 
@@ -102,7 +103,7 @@ struct EngineImpl {
   std::vector<RankState> ranks;
   // Each rank's declared place (SetTopology); the references group ranks by
   // it and rebuild their groups when topology_version moves.
-  std::vector<RankTopology> topology;
+  TopologyTable topology;
   uint64_t topology_version = 0;
   // Ranks whose client does not act on membership (SetMonitorOnly); kept
   // apart from RankState, which Reset forgets.

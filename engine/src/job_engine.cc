@@ -189,14 +189,12 @@ bool JobEngine::SetIterationsPerEpoch(uint64_t iterations) {
 void JobEngine::SetTopology(uint32_t rank, const RankTopology& topology) {
   assert(rank < impl_->world_size);
   impl_->FinishRow();
-  if (impl_->topology[rank] == topology) return;
-  impl_->topology[rank] = topology;
-  impl_->topology_version++;
+  if (impl_->topology.Set(rank, topology)) impl_->topology_version++;
 }
 
-const RankTopology& JobEngine::Topology(uint32_t rank) const {
+RankTopology JobEngine::Topology(uint32_t rank) const {
   assert(rank < impl_->world_size);
-  return impl_->topology[rank];
+  return impl_->topology.Get(rank);
 }
 
 void JobEngine::SetMonitorOnly(uint32_t rank, bool monitor_only, Time now) {

@@ -4,7 +4,7 @@
 
 namespace straggler::engine::internal {
 
-bool PeerGroups::Sync(const std::vector<RankTopology>& topology, uint64_t version) {
+bool PeerGroups::Sync(const TopologyTable& topology, uint64_t version) {
   if (synced_ && version == version_ && of_.size() == topology.size()) return false;
   const bool first = !synced_ || of_.size() != topology.size();
   synced_ = true;
@@ -17,16 +17,14 @@ bool PeerGroups::Sync(const std::vector<RankTopology>& topology, uint64_t versio
   }
   moved_.assign(topology.size(), 0);
   bool any = first;
-  const RankTopology* prev = nullptr;
-  uint32_t prev_group = 0;
-  for (size_t r = 0; r < topology.size(); ++r) {
-    const RankTopology& t = topology[r];
-    // Neighbouring ranks mostly share a group (a node, a stage).
-    if (prev == nullptr || t.peer_group != prev->peer_group || t.gpu_model != prev->gpu_model)
-      prev_group = GroupOf(t);
-    prev = &t;
-    if (first || base_[r] != prev_group) {
-      base_[r] = of_[r] = prev_group;
+  constexpr uint32_t kUnseen = UINT32_MAX;
+  key_group_.assign(topology.Keys().size(), kUnseen);
+  for (uint32_t r = 0; r < topology.size(); ++r) {
+    // Groups are numbered in the order of their first rank, as before.
+    uint32_t& group = key_group_[topology.KeyIndex(r)];
+    if (group == kUnseen) group = GroupOf(topology.Keys()[topology.KeyIndex(r)]);
+    if (first || base_[r] != group) {
+      base_[r] = of_[r] = group;
       moved_[r] = 1;
       any = true;
     }
@@ -37,14 +35,13 @@ bool PeerGroups::Sync(const std::vector<RankTopology>& topology, uint64_t versio
   return any;
 }
 
-uint32_t PeerGroups::GroupOf(const RankTopology& t) {
-  const KeyLess::View key{t.peer_group, t.gpu_model};
+uint32_t PeerGroups::GroupOf(const TopologyTable::Key& key) {
   if (auto it = index_.find(key); it != index_.end()) return it->second;
   const auto index = static_cast<uint32_t>(groups_.size());
-  index_.emplace(std::pair{t.peer_group, t.gpu_model}, index);
+  index_.emplace(key, index);
   Group& g = groups_.emplace_back();
-  g.label = t.peer_group.empty() ? "the default group" : absl::StrCat("group ", t.peer_group);
-  if (!t.gpu_model.empty()) absl::StrAppend(&g.label, " on ", t.gpu_model);
+  g.label = key.first.empty() ? "the default group" : absl::StrCat("group ", key.first);
+  if (!key.second.empty()) absl::StrAppend(&g.label, " on ", key.second);
   return index;
 }
 

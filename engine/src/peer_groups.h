@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "rows.h"
 #include "straggler/engine/job_engine.h"
+#include "topology_table.h"
 
 namespace straggler::engine::internal {
 
@@ -26,7 +26,7 @@ class PeerGroups {
   // (new groups are appended), and a rank whose topology did not change keeps
   // its group, a split-off one included: a late joiner's hello moves nobody
   // else.
-  bool Sync(const std::vector<RankTopology>& topology, uint64_t version);
+  bool Sync(const TopologyTable& topology, uint64_t version);
   // Whether the last Sync that returned true moved `rank`.
   bool Moved(uint32_t rank) const { return moved_[rank] != 0; }
 
@@ -64,21 +64,11 @@ class PeerGroups {
   };
   bool synced_ = false;
   uint64_t version_ = 0;
-  // The group a (peer group, GPU model) names, looked up without copying
-  // either string: a million-rank job's first Sync took 250 ms copying two
-  // strings per rank into the key of a lookup.
-  struct KeyLess {
-    using is_transparent = void;
-    using View = std::pair<std::string_view, std::string_view>;
-    static View V(const std::pair<std::string, std::string>& k) { return {k.first, k.second}; }
-    static View V(const View& k) { return k; }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return V(a) < V(b);
-    }
-  };
-  uint32_t GroupOf(const RankTopology& t);
-  std::map<std::pair<std::string, std::string>, uint32_t, KeyLess> index_;  // (group, model) -> group
+  // The group of a (peer group, GPU model) pair, found once per pair per
+  // Sync (the table's pairs), not by two strings per rank.
+  uint32_t GroupOf(const TopologyTable::Key& key);
+  std::vector<uint32_t> key_group_;  // per pair of the table: its group, for the Sync
+  std::map<TopologyTable::Key, uint32_t> index_;  // (group, model) -> group
   std::vector<uint32_t> base_;   // per rank: the group its topology names
   std::vector<uint8_t> moved_;   // per rank, by the last Sync
   std::vector<uint32_t> of_;

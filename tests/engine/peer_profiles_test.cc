@@ -1,14 +1,17 @@
-// The peer reference's per-rank storage (engine/src/peer_profiles.h,
-// rank_chunks.h): profiles in one mapped block per 4 096 ranks, handed back
-// to the system when the chunk's last profile ends; rank state built a chunk
-// at a time, read as the default state before.
+// The engine's per-rank storage at scale (engine/src/peer_profiles.h,
+// rank_chunks.h, topology_table.h): profiles in one mapped block per 4 096
+// ranks, handed back to the system when the chunk's last profile ends; rank
+// state built a chunk at a time, read as the default state before; each
+// rank's topology as an index into the job's distinct pairs.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "peer_profiles.h"
 #include "rank_chunks.h"
+#include "topology_table.h"
 
 namespace si = straggler::engine::internal;
 using P = si::PeerProfiles;
@@ -97,4 +100,24 @@ TEST_CASE("rank chunks: default state until written, dropped ranks start over") 
   built = 0;
   c.ForEachBuilt([&](S&) { ++built; });
   CHECK(built == 2);  // only ranks below size()
+}
+
+TEST_CASE("topology table: ranks share their pairs, renamed ones are let go") {
+  si::TopologyTable t(1000);
+  CHECK(t.Get(5) == straggler::engine::RankTopology{});
+  straggler::engine::RankTopology a{"stage0", 3, "H100"};
+  CHECK(t.Set(5, a));
+  CHECK_FALSE(t.Set(5, a));  // unchanged
+  for (uint32_t r = 0; r < 1000; ++r) t.Set(r, {"stage" + std::to_string(r % 4), r / 8, "H100"});
+  CHECK(t.Keys().size() == 5);  // ("", "") and four stages
+  CHECK(t.Get(6) == (straggler::engine::RankTopology{"stage2", 0, "H100"}));
+  CHECK(t.KeyIndex(2) == t.KeyIndex(6));
+  CHECK(t.PeerGroup(7) == "stage3");
+  REQUIRE(t.Replica(17).has_value());
+  CHECK(*t.Replica(17) == 2);
+  // One rank renamed 10 000 times: the pairs nobody names are dropped.
+  for (int i = 0; i < 10'000; ++i) t.Set(0, {"churn" + std::to_string(i), 0, ""});
+  CHECK(t.Keys().size() <= 2 * 1000 + 64 + 1);
+  CHECK(t.Get(0).peer_group == "churn9999");
+  CHECK(t.Get(6) == (straggler::engine::RankTopology{"stage2", 0, "H100"}));
 }

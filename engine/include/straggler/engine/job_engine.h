@@ -408,7 +408,7 @@ class JobEngine {
   // default group, a replica of its own, model unknown. Reset and StartOver
   // keep it (it is the job's shape, not state). `rank` < world_size.
   void SetTopology(uint32_t rank, const RankTopology& topology);
-  const RankTopology& Topology(uint32_t rank) const;
+  RankTopology Topology(uint32_t rank) const;
 
   // Whether `rank`'s client acts on membership, from its hello
   // (StreamHello.monitor_only_ranks; docs/membership.md, "Monitoring only").
