@@ -20,11 +20,8 @@ A mutex that is a local variable is not a member and not looked at.
 
   mutex_guard_check.py --source-dir S
       status 0 when every member passes, else each one is named (file:line
-      member) and the status is 1.
-  mutex_guard_check.py --source-dir S --not-yet N
-      while issue 32's conversion is under way: status 0 only when exactly N
-      members are refused (each still named), so a new unguarded mutex fails
-      the test and each conversion must lower N; 0 is the end state.
+      member) and the status is 1. There is no allowance: issue 32 converted
+      every member, so any std:: mutex member fails.
   mutex_guard_check.py --source-dir S --file FIXTURE --must-fail N
       FIXTURE must hold exactly N refused members (status 0 when the check
       finds them all, 1 otherwise): proof that the check checks.
@@ -131,8 +128,6 @@ def main():
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--file", help="check this file only")
     ap.add_argument("--must-fail", type=int, help="the number of members FILE must have refused")
-    ap.add_argument("--not-yet", type=int, default=0,
-                    help="members known to be unconverted (issue 32); the count must equal it")
     args = ap.parse_args()
     root = os.path.abspath(args.source_dir)
     files = [os.path.join(root, args.file)] if args.file else list(sources(root))
@@ -152,15 +147,9 @@ def main():
     if not problems:
         print(f"mutex_guard: every mutex member of {len(files)} production files is an "
               "absl::Mutex that guards annotated state")
-        return 0 if args.not_yet == 0 else 1
-    if len(problems) == args.not_yet:
-        print(f"mutex_guard: {len(problems)} members above are not converted yet, as "
-              f"--not-yet {args.not_yet} says; convert them and lower it (0 is done)")
         return 0
-    print(f"mutex_guard: {len(problems)} unguarded mutex members, --not-yet says "
-          f"{args.not_yet}: " + ("a new one must be an annotated absl::Mutex"
-                                 if len(problems) > args.not_yet else
-                                 f"lower --not-yet to {len(problems)}"))
+    print(f"mutex_guard: {len(problems)} unguarded mutex members: each must be an "
+          "absl::Mutex that ABSL_GUARDED_BY (or a lock annotation) names")
     return 1
 
 

@@ -3,7 +3,8 @@
 // and a reader thread that takes the directives.
 //
 // Thread-safety: WritePhase runs on one writer thread, the reader on its
-// own; what they share (in-flight batches, samples) is guarded by mu_. The
+// own; what they share (in-flight batches, samples) is guarded by mu_, and
+// their waits are Mutex::Await conditions on it (no condition variable). The
 // other calls come from the run's thread.
 #pragma once
 
@@ -12,14 +13,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "loadgen.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
@@ -59,7 +60,7 @@ class Stream {
     h->set_client_version("straggler-loadgen");
     hello.set_sequence(next_sequence_++);
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       in_flight_.push_back({hello.sequence(), Clock::now(), 0});
     }
     reader_ = std::thread([this] { ReaderLoop(); });
@@ -74,8 +75,9 @@ class Stream {
     }
     bool ended = false;
     {
-      std::unique_lock lock(mu_);
-      if (cv_.wait_for(lock, kConnectTimeout, [this] { return in_flight_.empty() || done_; }) &&
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(this, &Stream::AckedOrEnded),
+                               absl::FromChrono(kConnectTimeout)) &&
           in_flight_.empty())
         return true;
       ended = done_;
@@ -107,10 +109,9 @@ class Stream {
         next += interval;
       }
       {
-        std::unique_lock lock(mu_);
-        if (!cv_.wait_until(lock, end, [this] {
-              return in_flight_.size() < o_.window || done_;
-            }))
+        absl::MutexLock lock(&mu_);
+        if (!mu_.AwaitWithTimeout(absl::Condition(this, &Stream::RoomOrEnded),
+                                  absl::FromChrono(end - Clock::now())))
           return;  // the phase ended while the window was full
         if (done_) return;
       }
@@ -118,11 +119,11 @@ class Stream {
       Fill();
       const auto t = Clock::now();
       {
-        std::lock_guard lock(mu_);
+        absl::MutexLock lock(&mu_);
         in_flight_.push_back({batch_.sequence(), t, static_cast<uint32_t>(batch_.reports_size())});
       }
       if (!stream_->Write(batch_)) {
-        std::lock_guard lock(mu_);
+        absl::MutexLock lock(&mu_);
         if (failure_.empty()) failure_ = "a write failed (the stream ended)";
         done_ = true;
         return;
@@ -133,8 +134,9 @@ class Stream {
 
   // Waits (bounded) until every written batch is acknowledged.
   bool Drain(std::chrono::milliseconds limit) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, limit, [this] { return in_flight_.empty() || done_; }) &&
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(this, &Stream::AckedOrEnded),
+                                absl::FromChrono(limit)) &&
            in_flight_.empty();
   }
 
@@ -144,7 +146,7 @@ class Stream {
       if (reader_.joinable()) reader_.join();
       grpc::Status status = stream_->Finish();
       if (!status.ok()) {
-        std::lock_guard lock(mu_);
+        absl::MutexLock lock(&mu_);
         if (failure_.empty())
           failure_ = "stream " + std::to_string(index_) + " to the daemon at " + o_.daemon +
                      " ended with " + StatusText(status);
@@ -167,7 +169,7 @@ class Stream {
     uint64_t rate_limited_batches = 0;  // acks with a rate_limited rejection
   };
   Take TakeSamples() {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     Take t;
     t.latencies_ms.swap(latencies_ms_);
     t.accepted = accepted_;
@@ -180,17 +182,17 @@ class Stream {
   }
 
   std::string failure() {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return failure_;
   }
   // The first rejection other than rate_limited, as "reason: message".
   std::string last_rejection() {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return last_rejection_;
   }
   // The first rate_limited rejection's message.
   std::string rate_limit_message() {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     return rate_limit_message_;
   }
 
@@ -200,6 +202,14 @@ class Stream {
     Clock::time_point written;
     uint32_t reports;
   };
+
+  // Await conditions (checked by absl::Mutex as mu_ is released).
+  bool AckedOrEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return in_flight_.empty() || done_;
+  }
+  bool RoomOrEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return in_flight_.size() < o_.window || done_;
+  }
 
   // After Open() failed because the call ended: waits for the reader (its
   // Read has returned or is about to) and returns the call's status.
@@ -244,7 +254,7 @@ class Stream {
     v1::Directive d;
     while (stream_->Read(&d)) {
       const auto now = Clock::now();
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       accepted_ += d.accepted();
       rejected_ += d.rejected();
       duplicates_ += d.duplicates();
@@ -268,12 +278,10 @@ class Stream {
         }
         in_flight_.pop_front();
       }
-      cv_.notify_all();
     }
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     done_ = true;
     if (failure_.empty() && !in_flight_.empty()) failure_ = "the daemon ended the stream";
-    cv_.notify_all();
   }
 
   const Options& o_;
@@ -294,16 +302,18 @@ class Stream {
   uint64_t rng_;
   std::atomic<uint64_t> batches_written_{0};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> in_flight_;     // guarded by mu_
-  std::vector<double> latencies_ms_;  // guarded by mu_
-  uint64_t accepted_ = 0, rejected_ = 0, duplicates_ = 0, acked_batches_ = 0;  // mu_
-  bool done_ = false;                 // guarded by mu_: the reader ended
-  std::string failure_;               // guarded by mu_
-  std::string last_rejection_;        // guarded by mu_
-  std::string rate_limit_message_;    // guarded by mu_
-  uint64_t rate_limited_batches_ = 0;  // guarded by mu_
+  absl::Mutex mu_;
+  std::deque<Pending> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> latencies_ms_ ABSL_GUARDED_BY(mu_);
+  uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t acked_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // the reader ended
+  std::string failure_ ABSL_GUARDED_BY(mu_);
+  std::string last_rejection_ ABSL_GUARDED_BY(mu_);
+  std::string rate_limit_message_ ABSL_GUARDED_BY(mu_);
+  uint64_t rate_limited_batches_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace straggler::loadgen

@@ -165,9 +165,13 @@ std::unique_ptr<NvmlSampler> NvmlSampler::Start(const Options& options) {
     return sampler;
   }
   sampler->library_ = *std::move(library);
-  sampler->latest_.resize(*count);
-  sampler->sequence_.assign(*count, 0);
-  sampler->logged_errors_.resize(*count);
+  {
+    // Uncontended (no thread yet); taken so that the analysis sees the writes.
+    absl::MutexLock lock(&sampler->mu_);
+    sampler->latest_.resize(*count);
+    sampler->sequence_.assign(*count, 0);
+    sampler->logged_errors_.resize(*count);
+  }
   spdlog::info("GPU telemetry on: {} GPU(s) through '{}', sampled every {} ms", *count, path,
                sampler->interval_.count());
   sampler->SampleNow();
@@ -177,28 +181,34 @@ std::unique_ptr<NvmlSampler> NvmlSampler::Start(const Options& options) {
 
 NvmlSampler::~NvmlSampler() {
   {
-    std::lock_guard lock(mu_);
+    // Run's wait sees stop_ as the lock is released: no condition variable.
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
 void NvmlSampler::Run() {
-  std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, interval_, [&] { return stop_; })) {
-    lock.unlock();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::FromChrono(interval_))) return;
+    }
     SampleNow();
-    lock.lock();
   }
 }
 
 void NvmlSampler::SampleNow() {
   if (!library_) return;
-  for (uint32_t i = 0; i < latest_.size(); ++i) {
+  size_t gpus = 0;  // fixed by Start
+  {
+    absl::MutexLock lock(&mu_);
+    gpus = latest_.size();
+  }
+  for (uint32_t i = 0; i < gpus; ++i) {
     // NVML calls without mu_: a slow driver must not stall ForRank.
     absl::StatusOr<GpuSample> s = library_->Sample(i);
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!s.ok()) {
       // The previous sample stays (the daemon ages it out); log once per
       // distinct error, not once per interval.
@@ -215,13 +225,13 @@ void NvmlSampler::SampleNow() {
 }
 
 std::optional<GpuSample> NvmlSampler::Latest(uint32_t gpu_index) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (gpu_index >= latest_.size()) return std::nullopt;
   return latest_[gpu_index];
 }
 
 std::vector<GpuIdentity> NvmlSampler::Gpus() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<GpuIdentity> out;
   for (uint32_t i = 0; i < latest_.size(); ++i) {
     // A GPU never sampled has no UUID yet: matchable by index only.

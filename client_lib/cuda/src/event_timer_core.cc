@@ -69,7 +69,7 @@ bool EventTimerCore::End(void* stream) {
 
 void EventTimerCore::RecordError(const std::string& error) {
   errors_.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(error_mu_);
+  absl::MutexLock lock(&error_mu_);
   last_error_ = error;
 }
 
@@ -82,7 +82,7 @@ EventTimerCore::Counters EventTimerCore::Stats() const {
   c.unmatched = unmatched_.load(std::memory_order_relaxed);
   c.errors = errors_.load(std::memory_order_relaxed);
   c.abandoned = abandoned_.load(std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(error_mu_);
+  absl::MutexLock lock(&error_mu_);
   c.last_error = last_error_;
   return c;
 }

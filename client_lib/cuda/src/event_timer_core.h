@@ -16,11 +16,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::once_flag
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "straggler/client.h"
 
 namespace straggler::detail {
@@ -80,7 +82,7 @@ class EventTimerCore {
   };
 
   void ResolverLoop();
-  void RecordError(const std::string& error);
+  void RecordError(const std::string& error) ABSL_LOCKS_EXCLUDED(error_mu_);
 
   Client& client_;
   std::unique_ptr<EventBackend> backend_;
@@ -105,8 +107,8 @@ class EventTimerCore {
 
   std::atomic<uint64_t> begun_{0}, reported_{0}, report_dropped_{0}, dropped_full_{0},
       unmatched_{0}, errors_{0}, abandoned_{0};
-  mutable std::mutex error_mu_;  // taken only when a CUDA call failed
-  std::string last_error_;
+  mutable absl::Mutex error_mu_;  // taken only when a CUDA call failed (and by Stats)
+  std::string last_error_ ABSL_GUARDED_BY(error_mu_);
 
   std::once_flag shutdown_once_;
   std::thread resolver_;

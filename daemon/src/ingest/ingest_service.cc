@@ -2,9 +2,10 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "api/rpc_util.h"
 #include "ingest/ingest_session.h"
 #include "spdlog/spdlog.h"
@@ -77,19 +78,19 @@ class IngestReactor final
     }
     v1::Directive spare;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       spare = slot_.TakeSpare();
     }
     session_.Apply(
         batch_, WallNow(), std::chrono::steady_clock::now(),
         [this](v1::Directive&& ack) { Offer(std::move(ack)); }, std::move(spare));
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     // No new read once the RPC is being finished (shutdown, broken writes).
     if (!slot_.finishing()) StartRead(&batch_);
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (ok) stats_.directives_written.fetch_add(1, std::memory_order_relaxed);
     Act(slot_.WriteDone(ok));
   }
@@ -119,18 +120,18 @@ class IngestReactor final
 
  private:
   void Offer(v1::Directive d) {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     bool coalesced = false;
     Act(slot_.Offer(std::move(d), &common::MergeDirective, &coalesced));
     if (coalesced) stats_.directives_coalesced.fetch_add(1, std::memory_order_relaxed);
   }
 
   void Finish(grpc::Status status, bool flush) {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     Act(slot_.RequestFinish(std::move(status), flush));
   }
 
-  void Act(common::WriteAction action) {  // mu_ held
+  void Act(common::WriteAction action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     common::CarryOut(action, slot_, static_cast<ServerBidiReactor&>(*this));
   }
 
@@ -144,8 +145,8 @@ class IngestReactor final
   v1::ReportBatch batch_;  // the read chain's buffer
   bool admitted_ = false;  // counted in active_streams (under max_streams)
 
-  std::mutex mu_;
-  common::WriteSlot<v1::Directive> slot_;  // guarded by mu_
+  absl::Mutex mu_;
+  common::WriteSlot<v1::Directive> slot_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

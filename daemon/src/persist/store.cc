@@ -146,7 +146,7 @@ absl::Status Store::Exec(const char* sql) {
 }
 
 absl::Status Store::Init() {
-  std::lock_guard lock(db_mu_);
+  absl::MutexLock lock(&db_mu_);
   const int rc = sqlite3_open_v2(options_.path.c_str(), &db_,
                                  SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                                  nullptr);
@@ -213,12 +213,12 @@ absl::Status Store::Migrate() {
 
 Store::~Store() {
   {
-    std::lock_guard lock(queue_mu_);
+    absl::MutexLock lock(&queue_mu_);
     stopping_ = true;
   }
-  queue_cv_.notify_all();
+  queue_cv_.SignalAll();
   if (writer_.joinable()) writer_.join();
-  std::lock_guard lock(db_mu_);
+  absl::MutexLock lock(&db_mu_);
   sqlite3_finalize(insert_event_);
   // Closing the last connection checkpoints the WAL into the database file.
   sqlite3_close(db_);
@@ -226,7 +226,7 @@ Store::~Store() {
 
 bool Store::EnqueueEvent(const JournalEntry& entry) {
   {
-    std::lock_guard lock(queue_mu_);
+    absl::MutexLock lock(&queue_mu_);
     if (queue_.size() >= options_.event_queue_capacity) {
       events_dropped_.fetch_add(1, std::memory_order_relaxed);
       return false;
@@ -234,28 +234,29 @@ bool Store::EnqueueEvent(const JournalEntry& entry) {
     queue_.push_back(entry);
     ++enqueued_;
   }
-  queue_cv_.notify_one();
+  queue_cv_.Signal();
   return true;
 }
 
 void Store::Flush() {
-  std::unique_lock lock(queue_mu_);
+  absl::MutexLock lock(&queue_mu_);
   const uint64_t target = enqueued_;
-  flushed_cv_.wait(lock, [&] { return done_ >= target || writer_.get_id() == std::thread::id(); });
+  while (done_ < target && writer_.get_id() != std::thread::id()) flushed_cv_.Wait(&queue_mu_);
 }
 
 void Store::WriterLoop() {
-  std::unique_lock lock(queue_mu_);
   for (;;) {
-    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping with nothing left
-    std::vector<JournalEntry> batch(std::make_move_iterator(queue_.begin()),
-                                    std::make_move_iterator(queue_.end()));
-    queue_.clear();
-    lock.unlock();
+    std::vector<JournalEntry> batch;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      while (!stopping_ && queue_.empty()) queue_cv_.Wait(&queue_mu_);
+      if (queue_.empty()) return;  // stopping with nothing left
+      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+      queue_.clear();
+    }
     absl::Status s;
     {
-      std::lock_guard db(db_mu_);
+      absl::MutexLock db(&db_mu_);
       s = WriteEventsLocked(batch);
     }
     if (!s.ok()) {
@@ -264,9 +265,9 @@ void Store::WriterLoop() {
     } else {
       events_written_.fetch_add(batch.size(), std::memory_order_relaxed);
     }
-    lock.lock();
+    absl::MutexLock lock(&queue_mu_);
     done_ += batch.size();
-    flushed_cv_.notify_all();
+    flushed_cv_.SignalAll();
   }
 }
 
@@ -341,7 +342,7 @@ absl::Status Store::UpsertJobLocked(const std::string& job_id, uint32_t world_si
 absl::Status Store::JobTransaction(const std::string& job_id, uint32_t world_size,
                                    uint64_t incarnation, engine::Time updated,
                                    absl::FunctionRef<absl::Status()> body) {
-  std::lock_guard lock(db_mu_);
+  absl::MutexLock lock(&db_mu_);
   if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
   absl::Status s = UpsertJobLocked(job_id, world_size, incarnation, updated);
   if (s.ok()) s = body();
@@ -352,7 +353,8 @@ absl::Status Store::JobTransaction(const std::string& job_id, uint32_t world_siz
 
 absl::Status Store::SaveMembership(const std::string& job_id, uint32_t world_size,
                                    uint64_t incarnation, const engine::Membership& m) {
-  return JobTransaction(job_id, world_size, incarnation, m.created_at, [&]() -> absl::Status {
+  // Runs inside JobTransaction, which holds db_mu_.
+  const auto body = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_) -> absl::Status {
     {
       Stmt st(db_,
               "INSERT OR REPLACE INTO memberships(job_id, version, effective_iteration, world_size, "
@@ -377,12 +379,13 @@ absl::Status Store::SaveMembership(const std::string& job_id, uint32_t world_siz
       if (st.Step() != SQLITE_DONE) return Error("cannot write excluded ranks");
     }
     return absl::OkStatus();
-  });
+  };
+  return JobTransaction(job_id, world_size, incarnation, m.created_at, body);
 }
 
 absl::Status Store::StartRun(const std::string& job_id, uint32_t world_size,
                              uint64_t incarnation, const std::string& run_id, engine::Time now) {
-  return JobTransaction(job_id, world_size, incarnation, now, [&]() -> absl::Status {
+  const auto body = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_) -> absl::Status {
     {
       Stmt st(db_, "UPDATE jobs SET run_id = ?, policy_json = '' WHERE job_id = ?");
       st.Bind(1, run_id).Bind(2, job_id);
@@ -395,14 +398,15 @@ absl::Status Store::StartRun(const std::string& job_id, uint32_t world_size,
       if (del.Step() != SQLITE_DONE) return Error("cannot forget the previous run");
     }
     return absl::OkStatus();
-  });
+  };
+  return JobTransaction(job_id, world_size, incarnation, now, body);
 }
 
 absl::Status Store::SaveOverrides(const std::string& job_id, uint32_t world_size,
                                   uint64_t incarnation, const std::string& policy_json,
                                   const std::vector<StoredOverride>& overrides,
                                   engine::Time now) {
-  return JobTransaction(job_id, world_size, incarnation, now, [&]() -> absl::Status {
+  const auto body = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_) -> absl::Status {
     {
       Stmt st(db_, "UPDATE jobs SET policy_json = ? WHERE job_id = ?");
       st.Bind(1, policy_json).Bind(2, job_id);
@@ -420,7 +424,8 @@ absl::Status Store::SaveOverrides(const std::string& job_id, uint32_t world_size
       if (st.Step() != SQLITE_DONE) return Error("cannot write rank overrides");
     }
     return absl::OkStatus();
-  });
+  };
+  return JobTransaction(job_id, world_size, incarnation, now, body);
 }
 
 }  // namespace straggler::daemon

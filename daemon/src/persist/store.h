@@ -26,19 +26,19 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "registry/attribution.h"
 #include "straggler/engine/job_engine.h"
 
@@ -152,37 +152,45 @@ class Store {
 
  private:
   explicit Store(StoreOptions options);
-  absl::Status Init();
-  absl::Status Migrate();
-  absl::Status Exec(const char* sql);
-  absl::Status Error(const char* what) const;  // names the path and sqlite3_errmsg
+  absl::Status Init() ABSL_LOCKS_EXCLUDED(db_mu_);
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  // Names the path and sqlite3_errmsg.
+  absl::Status Error(const char* what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   // One transaction (under db_mu_): the job's row upserted, then `body`;
-  // rolled back when either fails.
+  // rolled back when either fails. `body` runs with db_mu_ held (a lambda
+  // says so with ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_)).
   absl::Status JobTransaction(const std::string& job_id, uint32_t world_size,
                               uint64_t incarnation, engine::Time updated,
-                              absl::FunctionRef<absl::Status()> body);
+                              absl::FunctionRef<absl::Status()> body)
+      ABSL_LOCKS_EXCLUDED(db_mu_);
   absl::Status UpsertJobLocked(const std::string& job_id, uint32_t world_size,
-                               uint64_t incarnation, engine::Time now);
+                               uint64_t incarnation, engine::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   absl::StatusOr<std::vector<StoredJob>> QueryJobsLocked(const char* where,
                                                          const std::string& arg_text,
-                                                         int64_t arg_int);
-  absl::Status WriteEventsLocked(const std::vector<JournalEntry>& batch);
-  void WriterLoop();
+                                                         int64_t arg_int)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  absl::Status WriteEventsLocked(const std::vector<JournalEntry>& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  void WriterLoop() ABSL_LOCKS_EXCLUDED(queue_mu_, db_mu_);
 
   const StoreOptions options_;
-  int schema_version_ = 0;
+  int schema_version_ = 0;  // written by Init (under db_mu_) before the Store is shared
 
-  std::mutex db_mu_;  // guards db_ and every prepared statement
-  sqlite3* db_ = nullptr;
-  sqlite3_stmt* insert_event_ = nullptr;
+  // The one connection: SQLite allows one writer anyway. Never taken with
+  // queue_mu_ held (the writer releases the queue before it writes).
+  absl::Mutex db_mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(db_mu_) = nullptr;
+  sqlite3_stmt* insert_event_ ABSL_GUARDED_BY(db_mu_) = nullptr;
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;   // writer: work or stop
-  std::condition_variable flushed_cv_; // Flush: done_ advanced
-  std::deque<JournalEntry> queue_;     // guarded by queue_mu_
-  uint64_t enqueued_ = 0;              // guarded by queue_mu_: events accepted so far
-  uint64_t done_ = 0;                  // guarded by queue_mu_: of those, written or failed
-  bool stopping_ = false;              // guarded by queue_mu_
+  absl::Mutex queue_mu_;
+  absl::CondVar queue_cv_;    // writer: work or stop
+  absl::CondVar flushed_cv_;  // Flush: done_ advanced
+  std::deque<JournalEntry> queue_ ABSL_GUARDED_BY(queue_mu_);
+  uint64_t enqueued_ ABSL_GUARDED_BY(queue_mu_) = 0;  // events accepted so far
+  uint64_t done_ ABSL_GUARDED_BY(queue_mu_) = 0;      // of those, written or failed
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   std::thread writer_;
 
   std::atomic<uint64_t> events_written_{0};

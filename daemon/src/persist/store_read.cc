@@ -74,7 +74,7 @@ absl::StatusOr<std::vector<StoredJob>> Store::QueryJobsLocked(const char* where,
 }
 
 absl::StatusOr<std::optional<StoredJob>> Store::LoadJob(const std::string& job_id) {
-  std::lock_guard lock(db_mu_);
+  absl::MutexLock lock(&db_mu_);
   if (job_id.empty()) return std::optional<StoredJob>();
   auto jobs = QueryJobsLocked("job_id = ?", job_id, 0);
   if (!jobs.ok()) return jobs.status();
@@ -83,12 +83,12 @@ absl::StatusOr<std::optional<StoredJob>> Store::LoadJob(const std::string& job_i
 }
 
 absl::StatusOr<std::vector<StoredJob>> Store::LoadJobs(engine::Time since) {
-  std::lock_guard lock(db_mu_);
+  absl::MutexLock lock(&db_mu_);
   return QueryJobsLocked("updated_ns >= ?", "", since.count());
 }
 
 absl::StatusOr<std::vector<JournalEntry>> Store::LoadEvents(size_t limit) {
-  std::lock_guard lock(db_mu_);
+  absl::MutexLock lock(&db_mu_);
   Stmt st(db_,
           "SELECT sequence, job_id, time_ns, kind, rank, from_state, to_state, iteration, "
           "membership_version, message, compute_seconds, threshold_seconds, counter, limit_, "
@@ -127,7 +127,7 @@ absl::StatusOr<std::vector<JournalEntry>> Store::LoadEvents(size_t limit) {
 }
 
 absl::StatusOr<uint64_t> Store::MaxSequence() {
-  std::lock_guard lock(db_mu_);
+  absl::MutexLock lock(&db_mu_);
   Stmt st(db_,
           "SELECT max(coalesce((SELECT max(value) FROM meta "
           "WHERE key IN ('max_sequence', 'reserved_sequence')), 0), "
@@ -137,7 +137,7 @@ absl::StatusOr<uint64_t> Store::MaxSequence() {
 }
 
 absl::Status Store::ReserveSequences(uint64_t upto) {
-  std::lock_guard lock(db_mu_);
+  absl::MutexLock lock(&db_mu_);
   // One statement: its own transaction, committed (in the WAL) on return.
   Stmt st(db_,
           "INSERT INTO meta(key, value) VALUES('reserved_sequence', ?) "
@@ -149,7 +149,7 @@ absl::Status Store::ReserveSequences(uint64_t upto) {
 
 absl::StatusOr<uint64_t> Store::ApplyRetention(engine::Time now, std::chrono::seconds max_age,
                                                uint64_t max_rows, uint32_t keep_versions) {
-  std::lock_guard lock(db_mu_);
+  absl::MutexLock lock(&db_mu_);
   uint64_t deleted = 0;
   if (max_age.count() > 0) {
     Stmt st(db_, "DELETE FROM events WHERE time_ns < ?");

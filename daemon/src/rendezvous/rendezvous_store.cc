@@ -38,15 +38,15 @@ RendezvousStore::RendezvousStore(const RendezvousConfig& config) : config_(confi
 RendezvousStore::~RendezvousStore() {
   Close(absl::UnavailableError("stragglerd is shutting down"));
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   timer_.join();
 }
 
 void RendezvousStore::ApplyConfig(const RendezvousConfig& config) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   config_ = config;
 }
 
@@ -147,7 +147,7 @@ absl::Status RendezvousStore::Set(const std::string& job, const std::string& key
                                   std::optional<std::chrono::milliseconds> ttl) {
   std::vector<Completion> completions;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (absl::Status s = ValidateJobKey(job, key); !s.ok()) return s;
     if (value.size() > config_.max_value_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -170,7 +170,7 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, const std::
   std::vector<Completion> completions;
   int64_t result = 0;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (absl::Status s = ValidateJobKey(job, key); !s.ok()) return s;
     const Clock::time_point now = Clock::now();
     absl::StatusOr<JobKv*> kv = JobForWriteLocked(job, now);
@@ -200,7 +200,7 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, const std::
 
 absl::StatusOr<std::vector<RendezvousStore::KeyValue>> RendezvousStore::Get(
     const std::string& job, const std::vector<std::string>& keys, size_t max_response_bytes) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (keys.empty())
     return absl::InvalidArgumentError(
         absl::StrCat("job ", common::Quoted(job), ": Get of no keys"));
@@ -250,7 +250,7 @@ uint64_t RendezvousStore::Wait(const std::string& job, const std::vector<std::st
                                std::optional<std::chrono::milliseconds> timeout, WaitDone done) {
   absl::Status immediate;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     const Clock::time_point now = Clock::now();
     if (closed_) {
       immediate = *closed_;
@@ -288,7 +288,7 @@ uint64_t RendezvousStore::Wait(const std::string& job, const std::vector<std::st
           deadlines_.emplace(w.deadline, id);
           waiters_.emplace(id, std::move(w));
           (*kv)->waiters.insert(id);
-          cv_.notify_all();
+          cv_.SignalAll();
           return id;
         }
       }
@@ -301,7 +301,7 @@ uint64_t RendezvousStore::Wait(const std::string& job, const std::vector<std::st
 void RendezvousStore::Cancel(uint64_t id) {
   Completion c;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (waiters_.count(id) == 0) return;
     c = TakeWaiterLocked(id, absl::CancelledError("rendezvous Wait cancelled by the client"));
   }
@@ -311,7 +311,7 @@ void RendezvousStore::Cancel(uint64_t id) {
 void RendezvousStore::Close(const absl::Status& status) {
   std::vector<Completion> completions;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!closed_) closed_ = status;
     std::vector<uint64_t> ids;
     for (const auto& [id, w] : waiters_) ids.push_back(id);
@@ -321,7 +321,7 @@ void RendezvousStore::Close(const absl::Status& status) {
 }
 
 size_t RendezvousStore::KeyCount(const std::string& job) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return 0;
   DropExpiredLocked(it->second, Clock::now());
@@ -329,7 +329,7 @@ size_t RendezvousStore::KeyCount(const std::string& job) {
 }
 
 uint64_t RendezvousStore::ByteCount(const std::string& job) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return 0;
   DropExpiredLocked(it->second, Clock::now());
@@ -337,7 +337,7 @@ uint64_t RendezvousStore::ByteCount(const std::string& job) {
 }
 
 size_t RendezvousStore::WaiterCount() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return waiters_.size();
 }
 
@@ -394,12 +394,13 @@ absl::Status RendezvousStore::TimeoutStatus(const Waiter& w,
 }
 
 void RendezvousStore::TimerLoop() {
-  std::unique_lock lock(mu_);
+  mu_.Lock();
   Clock::time_point next_sweep = Clock::now() + kSweepInterval;
   while (!stopping_) {
     Clock::time_point wake = next_sweep;
     if (!deadlines_.empty()) wake = std::min(wake, deadlines_.begin()->first);
-    cv_.wait_until(lock, wake);
+    // The steady-clock deadline as a timeout (absl::Time is the wall clock).
+    cv_.WaitWithTimeout(&mu_, absl::FromChrono(wake - Clock::now()));
     if (stopping_) break;
     const Clock::time_point now = Clock::now();
     std::vector<Completion> completions;
@@ -418,11 +419,12 @@ void RendezvousStore::TimerLoop() {
       next_sweep = now + kSweepInterval;
     }
     if (!completions.empty()) {
-      lock.unlock();
+      mu_.Unlock();
       for (auto& [done, s] : completions) done(s);
-      lock.lock();
+      mu_.Lock();
     }
   }
+  mu_.Unlock();
 }
 
 }  // namespace straggler::daemon

@@ -21,11 +21,9 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -34,8 +32,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "config/config.h"
 
 namespace straggler::daemon {
@@ -55,13 +55,13 @@ class RendezvousStore {
   RendezvousStore& operator=(const RendezvousStore&) = delete;
 
   // New limits for later requests (SIGHUP).
-  void ApplyConfig(const RendezvousConfig& config);
+  void ApplyConfig(const RendezvousConfig& config) ABSL_LOCKS_EXCLUDED(mu_);
 
   // ttl: nullopt or zero = default_ttl_seconds; capped at max_ttl_seconds.
   // RESOURCE_EXHAUSTED when a new key would pass max_keys_per_job or the
   // job's keys and values would pass max_bytes_per_job.
   absl::Status Set(const std::string& job, const std::string& key, std::string value,
-                   std::optional<std::chrono::milliseconds> ttl);
+                   std::optional<std::chrono::milliseconds> ttl) ABSL_LOCKS_EXCLUDED(mu_);
   // The entries of `keys` in the order of their first appearance, each key
   // once (a key asked for twice is answered once: a request of a few bytes
   // must not copy a large value over and over). NOT_FOUND names the first
@@ -71,27 +71,29 @@ class RendezvousStore {
   // `max_response_bytes` (the daemon's limits.max_message_bytes).
   absl::StatusOr<std::vector<KeyValue>> Get(const std::string& job,
                                             const std::vector<std::string>& keys,
-                                            size_t max_response_bytes);
+                                            size_t max_response_bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds `delta` to the decimal counter under `key` (missing = 0).
   absl::StatusOr<int64_t> Add(const std::string& job, const std::string& key, int64_t delta,
-                              std::optional<std::chrono::milliseconds> ttl);
+                              std::optional<std::chrono::milliseconds> ttl)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Calls `done` once (see the file comment): OK when every key is set,
   // DEADLINE_EXCEEDED naming the missing keys after `timeout` (nullopt/zero
   // or longer than max_wait_seconds: max_wait_seconds), CANCELLED after
   // Cancel, UNAVAILABLE after Close, or an error for a bad request. Returns
   // an id for Cancel; 0 when `done` has already run.
   uint64_t Wait(const std::string& job, const std::vector<std::string>& keys,
-                std::optional<std::chrono::milliseconds> timeout, WaitDone done);
+                std::optional<std::chrono::milliseconds> timeout, WaitDone done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the wait `id` with CANCELLED (no-op once it has ended).
-  void Cancel(uint64_t id);
+  void Cancel(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every wait with `status`; later Waits end with it at once.
-  void Close(const absl::Status& status);
+  void Close(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Live (unexpired) keys of `job` and the bytes (keys + values) they hold;
   // for tests and metrics.
-  size_t KeyCount(const std::string& job);
-  uint64_t ByteCount(const std::string& job);
-  size_t WaiterCount();
+  size_t KeyCount(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t ByteCount(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
+  size_t WaiterCount() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Entry {
@@ -112,38 +114,44 @@ class RendezvousStore {
   };
   using Completion = std::pair<WaitDone, absl::Status>;
 
-  absl::Status ValidateJobKey(const std::string& job, const std::string& key) const;
+  absl::Status ValidateJobKey(const std::string& job, const std::string& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // reads config_
   Clock::time_point ExpiryLocked(std::optional<std::chrono::milliseconds> ttl,
-                                 Clock::time_point now) const;
+                                 Clock::time_point now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's entry for a write, creating it within max_jobs.
-  absl::StatusOr<JobKv*> JobForWriteLocked(const std::string& job, Clock::time_point now);
+  absl::StatusOr<JobKv*> JobForWriteLocked(const std::string& job, Clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores key (within max_keys_per_job and max_bytes_per_job, expiring
   // after `ttl` as ExpiryLocked says) and collects the waits it completes.
   // A refusal leaves no empty job behind.
   absl::Status PutLocked(const std::string& job, JobKv& kv, const std::string& key,
                          std::string value, std::optional<std::chrono::milliseconds> ttl,
-                         Clock::time_point now, std::vector<Completion>* completions);
+                         Clock::time_point now, std::vector<Completion>* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `key` with a value of `value_bytes` fits the job's key and byte
   // limits (expired keys still counted), else the refusal naming them.
   absl::Status RoomLocked(const std::string& job, const JobKv& kv, const std::string& key,
-                          size_t value_bytes) const;
+                          size_t value_bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `kv` (a job of jobs_, or null) is read under mu_.
   std::vector<std::string> MissingLocked(const JobKv* kv, const std::vector<std::string>& keys,
-                                         Clock::time_point now) const;
-  void DropExpiredLocked(JobKv& kv, Clock::time_point now);
-  void EraseIfEmptyLocked(const std::string& job);
-  Completion TakeWaiterLocked(uint64_t id, absl::Status status);
+                                         Clock::time_point now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropExpiredLocked(JobKv& kv, Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseIfEmptyLocked(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Completion TakeWaiterLocked(uint64_t id, absl::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status TimeoutStatus(const Waiter& w, const std::vector<std::string>& missing) const;
-  void TimerLoop();
+  void TimerLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::mutex mu_;
-  std::condition_variable cv_;  // wakes the timer thread (new deadline, close)
-  RendezvousConfig config_;
-  std::unordered_map<std::string, JobKv> jobs_;
-  std::unordered_map<uint64_t, Waiter> waiters_;
-  std::multimap<Clock::time_point, uint64_t> deadlines_;
-  uint64_t next_id_ = 1;
-  std::optional<absl::Status> closed_;
-  bool stopping_ = false;
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // with mu_: wakes the timer thread (new deadline, close)
+  RendezvousConfig config_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, JobKv> jobs_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  std::multimap<Clock::time_point, uint64_t> deadlines_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::optional<absl::Status> closed_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread timer_;
 };
 

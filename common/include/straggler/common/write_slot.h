@@ -5,7 +5,7 @@
 // newer message is merged into the pending one, so a slow reader costs one
 // message of memory, never a queue:
 //
-//   std::lock_guard lock(mu_);
+//   absl::MutexLock lock(&mu_);
 //   CarryOut(slot_.Offer(std::move(msg), &Merge), slot_, *this);  // StartWrite or Finish
 //
 // WriteSlot is not thread-safe (the reactor's mutex guards it).

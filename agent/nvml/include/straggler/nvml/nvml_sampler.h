@@ -12,16 +12,16 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "straggler/nvml/telemetry.h"
 
 namespace straggler::nvml {
@@ -83,22 +83,21 @@ class NvmlSampler final : public TelemetrySource {
   std::optional<GpuSample> Latest(uint32_t gpu_index) const;
   std::vector<GpuIdentity> Gpus() const;
   // Samples every GPU now (the thread does this every interval).
-  void SampleNow();
+  void SampleNow() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   NvmlSampler() = default;
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<NvmlLibrary> library_;
   std::string disabled_reason_;
   std::chrono::milliseconds interval_{1000};
 
-  mutable std::mutex mu_;
-  std::vector<std::optional<GpuSample>> latest_;  // by NVML index; guarded by mu_
-  std::vector<uint64_t> sequence_;                // guarded by mu_
-  std::vector<std::string> logged_errors_;        // per GPU, last error logged; guarded by mu_
-  bool stop_ = false;                             // guarded by mu_
-  std::condition_variable cv_;
+  mutable absl::Mutex mu_;
+  std::vector<std::optional<GpuSample>> latest_ ABSL_GUARDED_BY(mu_);  // by NVML index
+  std::vector<uint64_t> sequence_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> logged_errors_ ABSL_GUARDED_BY(mu_);  // per GPU, last error logged
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;  // Run's wait ends when it is set
   std::thread thread_;
 };
 
