@@ -64,7 +64,9 @@ is the input_wait_seconds of the step the batch goes into: the next step to
 start, or the open one (gradient accumulation's further micro-batches),
 summed. Input wait is never compute: where it falls inside a step's compute
 window (begin_step() before the load, micro-batches) it is taken out of
-compute_seconds. monitor(ddp, work=fn) calls fn(batch) on each batch the
+compute_seconds (on GPU: the host's fetch time out of the GPU's span, exact
+when the GPU waited for the batch, too much when it still had queued work;
+clamped at 0). monitor(ddp, work=fn) calls fn(batch) on each batch the
 wrapped loader yields and reports the sum per step as `work` (> 0, the job's
 unit, e.g. the token count from the attention mask); a value that is not a
 finite number > 0, or an exception in fn, leaves that step's work out (one
@@ -234,7 +236,8 @@ class DDPMonitor:
 
     def begin_step(self, iteration=None, epoch=None):
         """Starts a step now (optional; the first forward starts one otherwise).
-        Call it before loading the batch to count data loading as compute.
+        Call it before loading the batch to count data loading as compute
+        (a fetch through mon.loader() is input wait instead, never compute).
         A step already started and not ended is restarted."""
         with self._lock:
             if epoch is not None:
