@@ -65,7 +65,8 @@ namespace {
 namespace v1 = straggler::v1;
 using Clock = std::chrono::steady_clock;
 
-// The same layout as the client's queued report (client.cc): 56 bytes.
+// The same layout as the client's queued report (queued_report.h): 80
+// bytes since issue 31's work and phases (56 before).
 struct QueuedReport {
   uint32_t rank;
   uint64_t epoch;
@@ -74,13 +75,16 @@ struct QueuedReport {
   double step_seconds;
   double collective_wait_seconds;
   int64_t reported_unix_ns;
+  double work;
+  double input_wait_seconds;
+  double optimizer_seconds;
 };
 
 constexpr size_t kQueueCapacity = 4096;  // ClientOptions default
 
 void BM_QueuePushPop(benchmark::State& state) {
   straggler::detail::BoundedQueue<QueuedReport> q(kQueueCapacity);
-  QueuedReport in{3, 0, 0, 0.1, 0, 0, 0}, out{};
+  QueuedReport in{3, 0, 0, 0.1, 0, 0, 0, 0, 0, 0}, out{};
   for (auto _ : state) {
     ++in.iteration;
     benchmark::DoNotOptimize(q.TryPush(in));
@@ -168,13 +172,24 @@ constexpr int kBurst = 1024;
 // `valgrind --tool=callgrind --toggle-collect='*ReportBurst*'` counts the
 // instructions of exactly kBurst Report() calls (plus a few of loop). form 0:
 // Report(rank, epoch, iteration, seconds) (the C ABI's and Python's call);
-// form 1: Report(epoch, iteration, seconds) for the first rank (ComputeTimer's).
+// form 1: Report(epoch, iteration, seconds) for the first rank (ComputeTimer's);
+// form 2: Report(rank, epoch, iteration, seconds, StepDetails) with work,
+// input wait and optimizer time (issue 31; the C ABI's straggler_report_step,
+// Python's report(work=...), ComputeTimer with marks).
 [[gnu::noinline]] uint64_t ReportBurst(straggler::Client& client, int64_t form,
                                        uint64_t* iteration) {
   uint64_t dropped = 0;
   if (form == 0) {
     for (int k = 0; k < kBurst; ++k)
       if (!client.Report(0, 0, (*iteration)++, 0.1)) ++dropped;
+  } else if (form == 2) {
+    straggler::StepDetails details;
+    details.input_wait_seconds = 0.004;
+    details.optimizer_seconds = 0.002;
+    for (int k = 0; k < kBurst; ++k) {
+      details.work = static_cast<double>(4096 + k);
+      if (!client.Report(0, 0, (*iteration)++, 0.1, details)) ++dropped;
+    }
   } else {
     for (int k = 0; k < kBurst; ++k)
       if (!client.Report(0, (*iteration)++, 0.1)) ++dropped;
@@ -214,7 +229,7 @@ void BM_ClientReport_Draining(benchmark::State& state) {
   // best burst of a run is what Report() costs when nothing interferes.
   state.counters["best_ns"] = best_burst * 1e9 / kBurst;
 }
-BENCHMARK(BM_ClientReport_Draining)->ArgName("form")->Arg(0)->Arg(1)->UseManualTime();
+BENCHMARK(BM_ClientReport_Draining)->ArgName("form")->Arg(0)->Arg(1)->Arg(2)->UseManualTime();
 
 double Percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;

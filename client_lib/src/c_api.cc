@@ -123,6 +123,19 @@ straggler_options_t Widened(const straggler_options_t* options, size_t fields_en
   return full;
 }
 
+// straggler_step_t is doubles only, appended one after another; a caller's
+// struct holds at least the first layout's. A field is read or written only
+// when it lies entirely within the caller's size (straggler_c.h's growth
+// rule), so a program built against an older header leaves the newer fields
+// absent and one built against a newer header has its extra fields ignored.
+constexpr size_t kStepFirstLayoutEnd = offsetof(straggler_step_t, work) + sizeof(double);
+static_assert(sizeof(straggler_step_t) % sizeof(double) == 0 &&
+                  alignof(straggler_step_t) == alignof(double),
+              "straggler_step_t holds doubles only");
+
+#define STEP_FIELD_FITS(member, size) \
+  (offsetof(straggler_step_t, member) + sizeof(double) <= (size))
+
 }  // namespace
 
 extern "C" {
@@ -252,6 +265,41 @@ int straggler_report_ex(straggler_client_t* client, uint32_t rank, uint64_t epoc
   try {
     return client->client->Report(rank, epoch, iteration, compute_seconds, Optional(step_seconds),
                                   Optional(collective_wait_seconds))
+               ? STRAGGLER_OK
+               : STRAGGLER_INCOMPLETE;
+  } catch (...) {
+    return STRAGGLER_INCOMPLETE;
+  }
+}
+
+int straggler_step_init_sized(straggler_step_t* step, size_t size) {
+  if (step == nullptr || size < kStepFirstLayoutEnd) return STRAGGLER_EINVAL;
+  const size_t n = std::min(size, sizeof(straggler_step_t)) / sizeof(double);
+  const double absent = std::nan("");
+  for (size_t i = 0; i < n; ++i)  // the struct is doubles only
+    std::memcpy(reinterpret_cast<char*>(step) + i * sizeof(double), &absent, sizeof absent);
+  return STRAGGLER_OK;
+}
+
+int straggler_report_step_sized(straggler_client_t* client, uint32_t rank, uint64_t epoch,
+                                uint64_t iteration, double compute_seconds,
+                                const straggler_step_t* step, size_t size) {
+  if (client == nullptr) return STRAGGLER_EINVAL;
+  if (step == nullptr) return straggler_report(client, rank, epoch, iteration, compute_seconds);
+  if (size < kStepFirstLayoutEnd) return STRAGGLER_EINVAL;
+  straggler::StepDetails d;
+  d.step_seconds = Optional(step->step_seconds);
+  d.collective_wait_seconds = Optional(step->collective_wait_seconds);
+  d.input_wait_seconds = Optional(step->input_wait_seconds);
+  d.optimizer_seconds = Optional(step->optimizer_seconds);
+  d.work = Optional(step->work);
+  // The first layout holds every field so far; a field appended later is
+  // read only when it fits: if (STEP_FIELD_FITS(field, size)) ...
+  static_assert(STEP_FIELD_FITS(work, kStepFirstLayoutEnd) &&
+                    sizeof(straggler_step_t) == kStepFirstLayoutEnd,
+                "straggler_step_t grew: read its new field only where STEP_FIELD_FITS");
+  try {
+    return client->client->Report(rank, epoch, iteration, compute_seconds, d)
                ? STRAGGLER_OK
                : STRAGGLER_INCOMPLETE;
   } catch (...) {

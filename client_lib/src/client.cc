@@ -106,6 +106,15 @@ class ClientImpl final : public Client, private StreamSession::Source {
                    collective_wait_seconds.value_or(std::numeric_limits<double>::quiet_NaN()));
   }
 
+  bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds,
+              const StepDetails& d) override {
+    if (!Serves(rank)) return false;
+    constexpr double kAbsent = std::numeric_limits<double>::quiet_NaN();
+    return Enqueue(rank, epoch, iteration, compute_seconds, d.step_seconds.value_or(kAbsent),
+                   d.collective_wait_seconds.value_or(kAbsent), d.work.value_or(kAbsent),
+                   d.input_wait_seconds.value_or(kAbsent), d.optimizer_seconds.value_or(kAbsent));
+  }
+
   MembershipView CurrentMembership() const override { return tracker_.Current(); }
 
   MembershipView MembershipFor(uint64_t iteration, std::chrono::milliseconds timeout,
@@ -172,13 +181,23 @@ class ClientImpl final : public Client, private StreamSession::Source {
   }
 
   // The enqueue behind both Report() forms (inlined into each).
-  [[gnu::always_inline]] bool Enqueue(uint32_t rank, uint64_t epoch, uint64_t iteration,
-                                      double compute_seconds, double step_seconds,
-                                      double collective_wait_seconds) {
-    const QueuedReport r{rank,         epoch,
-                         iteration,    compute_seconds,
-                         step_seconds, collective_wait_seconds,
-                         detail::CoarseUnixNanos()};
+  // NaN = absent.
+  [[gnu::always_inline]] bool Enqueue(
+      uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds,
+      double step_seconds, double collective_wait_seconds,
+      double work = std::numeric_limits<double>::quiet_NaN(),
+      double input_wait_seconds = std::numeric_limits<double>::quiet_NaN(),
+      double optimizer_seconds = std::numeric_limits<double>::quiet_NaN()) {
+    const QueuedReport r{rank,
+                         epoch,
+                         iteration,
+                         compute_seconds,
+                         step_seconds,
+                         collective_wait_seconds,
+                         detail::CoarseUnixNanos(),
+                         work,
+                         input_wait_seconds,
+                         optimizer_seconds};
     uint64_t position;
     if (!queue_.TryPush(r, &position)) {
       dropped_.fetch_add(1, std::memory_order_relaxed);

@@ -30,6 +30,11 @@ struct QueuedReport {
   double step_seconds;             // NaN = absent
   double collective_wait_seconds;  // NaN = absent
   int64_t reported_unix_ns;        // wall clock when Report() was called
+  // Issue 31 (straggler::StepDetails): NaN = absent. Last, so that the
+  // fields Report()'s short forms write keep their offsets.
+  double work;
+  double input_wait_seconds;
+  double optimizer_seconds;
 };
 
 inline void FillReport(const QueuedReport& q, ::straggler::v1::IterationReport* r) {
@@ -40,6 +45,9 @@ inline void FillReport(const QueuedReport& q, ::straggler::v1::IterationReport* 
   if (!std::isnan(q.step_seconds)) r->set_step_seconds(q.step_seconds);
   if (!std::isnan(q.collective_wait_seconds))
     r->set_collective_wait_seconds(q.collective_wait_seconds);
+  if (!std::isnan(q.work)) r->set_work(q.work);
+  if (!std::isnan(q.input_wait_seconds)) r->set_input_wait_seconds(q.input_wait_seconds);
+  if (!std::isnan(q.optimizer_seconds)) r->set_optimizer_seconds(q.optimizer_seconds);
   // The step started compute_seconds before it was reported. Garbage compute
   // times are the daemon's to reject with a reason; here they only must not
   // corrupt the timestamp.

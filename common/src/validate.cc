@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "straggler/engine/policy.h"
 
 namespace straggler::common {
 namespace {
@@ -182,6 +185,30 @@ absl::Status ValidateTelemetry(const v1::GpuTelemetry& t) {
                         kMaxGpuUuidBytes);
 }
 
+absl::Status ValidateReportPhases(const v1::IterationReport& r, double max_compute_seconds) {
+  auto refuse = [&](const char* field, double v, std::string why) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", r.rank(), " iteration ", r.iteration(),
+                                                   " reported ", field, "=", engine::ExactNumber(v),
+                                                   " (", why, ")"));
+  };
+  if (r.has_work() && !v1::rules::IsValidWork(r.work()))
+    return refuse("work", r.work(), absl::StrCat("must be ", std::string(v1::rules::kWorkAllowed)));
+  // The phases are bounded as step and collective-wait times are (the
+  // engine's check of those): 10 x max_compute_seconds.
+  const double bound = 10 * max_compute_seconds;
+  for (auto [has, field, v] :
+       {std::tuple{r.has_input_wait_seconds(), "input_wait_seconds", r.input_wait_seconds()},
+        std::tuple{r.has_optimizer_seconds(), "optimizer_seconds", r.optimizer_seconds()}}) {
+    if (!has) continue;
+    if (!v1::rules::IsValidPhaseSeconds(v))
+      return refuse(field, v, absl::StrCat("must be ", std::string(v1::rules::kPhaseSecondsAllowed)));
+    if (v > bound)
+      return refuse(field, v,
+                    absl::StrCat("above 10 x max_compute_seconds=", engine::ExactNumber(bound)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RequireHello(const v1::ReportBatch& first) {
   if (first.has_hello()) return absl::OkStatus();
   return absl::InvalidArgumentError("the first ReportBatch of a stream must carry hello");
@@ -214,6 +241,9 @@ engine::Report FromProto(const v1::IterationReport& r) {
   out.compute_seconds = r.compute_seconds();
   if (r.has_step_seconds()) out.step_seconds = r.step_seconds();
   if (r.has_collective_wait_seconds()) out.collective_wait_seconds = r.collective_wait_seconds();
+  if (r.has_work()) out.work = r.work();
+  if (r.has_input_wait_seconds()) out.input_wait_seconds = r.input_wait_seconds();
+  if (r.has_optimizer_seconds()) out.optimizer_seconds = r.optimizer_seconds();
   if (r.start_unix_nanos() != 0) {
     // Above 2^63 - 1 (year 2262) the wire value is no time: the newest one.
     out.start_time = engine::Time(static_cast<int64_t>(

@@ -156,16 +156,29 @@ PYBIND11_MODULE(_straggler, m) {
           "report",
           [](PyClient& c, uint64_t epoch, uint64_t iteration, double compute_seconds,
              std::optional<uint32_t> rank, std::optional<double> step_seconds,
-             std::optional<double> collective_wait_seconds) {
+             std::optional<double> collective_wait_seconds, std::optional<double> work,
+             std::optional<double> input_wait_seconds, std::optional<double> optimizer_seconds) {
             straggler::Client& client = c.Get();
+            const uint32_t r = rank.value_or(client.FirstRank());
             // Never blocks (a lock-free enqueue): no need to release the GIL.
-            return client.Report(rank.value_or(client.FirstRank()), epoch, iteration,
-                                 compute_seconds, step_seconds, collective_wait_seconds);
+            if (!work && !input_wait_seconds && !optimizer_seconds)
+              return client.Report(r, epoch, iteration, compute_seconds, step_seconds,
+                                   collective_wait_seconds);
+            return client.Report(r, epoch, iteration, compute_seconds,
+                                 straggler::StepDetails{step_seconds, collective_wait_seconds,
+                                                        input_wait_seconds, optimizer_seconds,
+                                                        work});
           },
           py::arg("epoch"), py::arg("iteration"), py::arg("compute_seconds"), py::kw_only(),
           py::arg("rank") = py::none(), py::arg("step_seconds") = py::none(),
-          py::arg("collective_wait_seconds") = py::none(),
-          "Enqueue one iteration's compute time; never blocks. False when dropped.")
+          py::arg("collective_wait_seconds") = py::none(), py::arg("work") = py::none(),
+          py::arg("input_wait_seconds") = py::none(), py::arg("optimizer_seconds") = py::none(),
+          "Enqueue one iteration's compute time; never blocks. False when dropped. "
+          "Optional: step_seconds, collective_wait_seconds, work (> 0, the job's unit: tokens, "
+          "samples, ...), input_wait_seconds (blocked on the data loader and the copy to the "
+          "device), optimizer_seconds; none of them is part of compute_seconds "
+          "(docs/python.md). The daemon refuses a bad value, naming it: "
+          "stats().last_rejection.")
       .def(
           "membership_for",
           [](PyClient& c, uint64_t iteration, double timeout, std::optional<uint32_t> rank) {

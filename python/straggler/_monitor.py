@@ -57,6 +57,27 @@ gradient (gradients of inputs that need them) is not compute. The GPU path is
 tested with stand-in events only (python:monitor_only_unit); the CPU path
 with 4 real Gloo ranks (integration:monitor_only).
 
+Input wait and work (issue 31). Wrap the loader the training loop iterates,
+`for batch in mon.loader(loader):` (a DataLoader, any iterable, or an
+iterator): each `__next__` is timed (perf_counter around it), and that time
+is the input_wait_seconds of the step the batch goes into: the next step to
+start, or the open one (gradient accumulation's further micro-batches),
+summed. Input wait is never compute: where it falls inside a step's compute
+window (begin_step() before the load, micro-batches) it is taken out of
+compute_seconds (on GPU: the host's fetch time out of the GPU's span, exact
+when the GPU waited for the batch, too much when it still had queued work;
+clamped at 0). monitor(ddp, work=fn) calls fn(batch) on each batch the
+wrapped loader yields and reports the sum per step as `work` (> 0, the job's
+unit, e.g. the token count from the attention mask); a value that is not a
+finite number > 0, or an exception in fn, leaves that step's work out (one
+warning, counted in `bad_work`) rather than having the daemon refuse the
+step. Why the loader and not the gap after the last gradient bucket: that
+gap holds DDP's all-reduce wait and the optimizer, so healthy ranks waiting
+on a straggler would look input-bound. The optimizer is not timed (torch
+1.13 has no optimizer hooks); pass optimizer_seconds to Client.report
+yourself if you time it. Without mon.loader() no input wait or work is
+reported, as before.
+
 Iterations are counted from `iteration` (default 0), one per synchronizing
 backward, across epochs (the daemon wants iterations that grow);
 begin_step(iteration=...) or set_iteration() renumber, e.g. after restoring a
@@ -66,6 +87,7 @@ checkpoint.
 import atexit
 import collections
 import logging
+import math
 import threading
 import time
 import weakref
@@ -79,9 +101,11 @@ __all__ = ["DDPMonitor", "StepTiming", "monitor"]
 
 StepTiming = collections.namedtuple(
     "StepTiming", ["epoch", "iteration", "compute_seconds", "step_seconds",
-                   "collective_wait_seconds"])
+                   "collective_wait_seconds", "input_wait_seconds", "work"],
+    defaults=(None, None))
 StepTiming.__doc__ = """One reported step. Times in seconds; step_seconds is None for the
-last step (no next start), collective_wait_seconds None on GPU."""
+last step (no next start), collective_wait_seconds None on GPU, input_wait_seconds
+None without mon.loader(), work None without work= (or when it was invalid)."""
 
 _MAX_PENDING = 8  # GPU steps whose events may still be in flight before one is waited for
 _live_monitors = weakref.WeakSet()
@@ -89,11 +113,21 @@ _log = logging.getLogger("straggler")
 _unmonitored_warned = False  # the warning of a monitor without a client, once per process
 
 
+class _Input:
+    """Input wait and work of batches fetched for one step."""
+    __slots__ = ("seconds", "in_step", "work")
+
+    def __init__(self):
+        self.seconds = 0.0   # every timed __next__ of the step's batches
+        self.in_step = 0.0   # of that, fetched while the step was open (inside compute)
+        self.work = None     # sum of work(batch); NaN once one batch's was invalid
+
+
 class _Step:
     __slots__ = ("epoch", "iteration", "wall_start", "start", "ready", "ready_wall", "done",
-                 "step_seconds")
+                 "step_seconds", "input")
 
-    def __init__(self, epoch, iteration, wall_start, start):
+    def __init__(self, epoch, iteration, wall_start, start, input_):
         self.epoch = epoch
         self.iteration = iteration
         self.wall_start = wall_start  # perf_counter: step_seconds, both clocks
@@ -102,6 +136,7 @@ class _Step:
         self.ready_wall = None
         self.done = None              # perf_counter when the last all-reduce completed
         self.step_seconds = None
+        self.input = input_           # _Input, or None without mon.loader()
 
 
 class DDPMonitor:
@@ -121,7 +156,7 @@ class DDPMonitor:
     """
 
     def __init__(self, ddp, client=None, *, epoch=0, iteration=0, process_group=None,
-                 comm_hook=None, comm_state=None):
+                 comm_hook=None, comm_state=None, work=None):
         if not isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
             raise TypeError("monitor(): expected a DistributedDataParallel module, got %s"
                             % type(ddp).__name__)
@@ -160,6 +195,13 @@ class DDPMonitor:
         self.reported = 0      # steps handed to client.report
         self.dropped = 0       # of those, refused by the client (queue full)
         self.unmatched_backwards = 0  # synchronizing backwards without a started step
+        if work is not None and not callable(work):
+            raise TypeError("monitor(): work= must be a callable of the batch, got %s"
+                            % type(work).__name__)
+        self._work_fn = work
+        self._input_next = None  # _Input of batches fetched before the next step starts
+        self.bad_work = 0        # batches whose work(batch) was invalid or raised
+        self._bad_work_warned = False
         if not self.enabled:
             self._closed = True  # every method is then a no-op
             if comm_hook is not None:
@@ -174,6 +216,14 @@ class DDPMonitor:
         self._pre_hook = ddp.module.register_forward_pre_hook(self._on_forward)
         _live_monitors.add(self)
 
+    def loader(self, iterable):
+        """Wraps the loader the training loop iterates (a DataLoader, any
+        iterable, or an iterator) so that each batch's fetch is timed as the
+        input wait of the step it goes into, and work= is called on it (see
+        the module's doc). Iterating the result iterates `iterable`; other
+        attributes (len(), .sampler, .dataset) are the wrapped object's."""
+        return _TimedLoader(self, iterable)
+
     def set_epoch(self, epoch):
         """The epoch of the steps that start from now on."""
         with self._lock:
@@ -186,7 +236,8 @@ class DDPMonitor:
 
     def begin_step(self, iteration=None, epoch=None):
         """Starts a step now (optional; the first forward starts one otherwise).
-        Call it before loading the batch to count data loading as compute.
+        Call it before loading the batch to count data loading as compute
+        (a fetch through mon.loader() is input wait instead, never compute).
         A step already started and not ended is restarted."""
         with self._lock:
             if epoch is not None:
@@ -195,6 +246,12 @@ class DDPMonitor:
                 self._next_iteration = iteration
             elif self._open is not None:
                 self._next_iteration = self._open.iteration  # the same step, restarted
+            if self._open is not None and self._open.input is not None:
+                # Batches fetched for the step restarted now go into the new
+                # one, before its start: not inside its compute.
+                carried = self._open.input
+                carried.in_step = 0.0
+                self._input_next = carried
             self._open = None
         self._start()
 
@@ -302,8 +359,54 @@ class DDPMonitor:
             if self._open is not None or self._closed:
                 return
             start = self._mark_gpu(self._device) if self._cuda else time.perf_counter()
-            self._open = _Step(self._epoch, self._next_iteration, now, start)
+            self._open = _Step(self._epoch, self._next_iteration, now, start, self._input_next)
+            self._input_next = None
             self._next_iteration += 1
+
+    def _fetched(self, seconds, batch):
+        """A batch came out of the wrapped loader after `seconds`."""
+        if self._closed:  # disabled or closed: nothing to report (read again below)
+            return
+        work = self._work_of(batch) if self._work_fn is not None else None
+        with self._lock:
+            if self._closed:
+                return
+            step = self._open
+            if step is not None:
+                if step.input is None:
+                    step.input = _Input()
+                acc = step.input
+                acc.in_step += seconds
+            else:
+                if self._input_next is None:
+                    self._input_next = _Input()
+                acc = self._input_next
+            acc.seconds += seconds
+            if self._work_fn is not None:
+                if work is None:
+                    acc.work = math.nan  # one batch's work unknown: the step's is (NaN stays)
+                elif acc.work is None:
+                    acc.work = work
+                else:
+                    acc.work += work
+
+    def _work_of(self, batch):
+        """work(batch) as a float > 0, else None (warned once, counted)."""
+        try:
+            w = float(self._work_fn(batch))
+            why = None if math.isfinite(w) and w > 0 else "%r is not a finite number > 0" % w
+        except Exception as e:  # noqa: BLE001 - monitoring never stops training
+            why = "work(batch) raised %s: %s" % (type(e).__name__, e)
+        if why is None:
+            return w
+        with self._lock:
+            self.bad_work += 1
+            warn = not self._bad_work_warned
+            self._bad_work_warned = True
+        if warn:
+            _log.warning("straggler.torch.monitor: a step's work is left out: %s "
+                         "(further ones are counted in bad_work)", why)
+        return None
 
     def _mark_gpu(self, device):
         # On the current stream of that device: in the hook, the stream that
@@ -340,15 +443,56 @@ class DDPMonitor:
             else:
                 compute = step.ready - step.start
                 wait_s = None if step.done is None else max(0.0, step.done - step.ready)
+            extra = {}
+            if step.input is not None:
+                compute -= step.input.in_step  # input wait is never compute
+                extra["input_wait_seconds"] = step.input.seconds
+                work = step.input.work
+                if work is not None and math.isfinite(work):
+                    extra["work"] = work
             timing = StepTiming(step.epoch, step.iteration, max(0.0, compute), step.step_seconds,
-                                wait_s)
+                                wait_s, extra.get("input_wait_seconds"), extra.get("work"))
+            # The new keywords only when measured: a client of its own
+            # (tests, wrappers) that predates them keeps working.
             ok = self.client.report(step.epoch, step.iteration, timing.compute_seconds,
                                     step_seconds=timing.step_seconds,
-                                    collective_wait_seconds=timing.collective_wait_seconds)
+                                    collective_wait_seconds=timing.collective_wait_seconds,
+                                    **extra)
             with self._lock:
                 self.last = timing
                 self.reported += 1
                 self.dropped += 0 if ok else 1
+
+
+class _TimedLoader:
+    """What DDPMonitor.loader returns: iterating it iterates the wrapped
+    object, timing each __next__ (see the module's doc)."""
+
+    def __init__(self, monitor, wrapped):
+        self._monitor = monitor
+        self._wrapped = wrapped
+        # An iterator is consumed as it is; an iterable (a DataLoader, one
+        # pass per epoch) gives a fresh iterator to each iter().
+        self._it = wrapped if hasattr(wrapped, "__next__") else None
+
+    def __iter__(self):
+        if self._it is not None:
+            return self
+        return _TimedLoader(self._monitor, iter(self._wrapped))
+
+    def __next__(self):
+        if self._it is None:  # next() on an iterable: as iter() then next()
+            self._it = iter(self._wrapped)
+        t0 = time.perf_counter()
+        batch = next(self._it)  # StopIteration ends the loop: no batch, no wait
+        self._monitor._fetched(time.perf_counter() - t0, batch)
+        return batch
+
+    def __len__(self):
+        return len(self._wrapped)
+
+    def __getattr__(self, name):
+        return getattr(self._wrapped, name)
 
 
 def _warn_unmonitored(error):
@@ -369,7 +513,7 @@ def _monitor_hook(state, bucket):
 
 
 def monitor(ddp, client=None, *, epoch=0, iteration=0, process_group=None, comm_hook=None,
-            comm_state=None):
+            comm_state=None, work=None):
     """Monitoring only: reports every step's compute time of `ddp` (a
     DistributedDataParallel module) to stragglerd, without changing its
     collectives. Returns the DDPMonitor. Call before the first backward.
@@ -388,9 +532,15 @@ def monitor(ddp, client=None, *, epoch=0, iteration=0, process_group=None, comm_
     comm_hook, comm_state: a communication hook to run instead of the default
       all-reduce (e.g. default_hooks.fp16_compress_hook, process_group), since
       DDP takes only one: monitor times the buckets and calls it.
+    work: a callable of a batch returning its work (> 0, one unit for the
+      whole job: tokens, samples, a cost such as the sum of squared sequence
+      lengths), called on each batch of mon.loader(loader); a step reports
+      the sum over its batches. Compute it from data on the CPU (the batch
+      before .to(device)): a GPU tensor's .item() waits for the GPU.
+    Input wait: iterate mon.loader(loader) instead of loader (module doc).
     """
     return DDPMonitor(ddp, client, epoch=epoch, iteration=iteration, process_group=process_group,
-                      comm_hook=comm_hook, comm_state=comm_state)
+                      comm_hook=comm_hook, comm_state=comm_state, work=work)
 
 
 @atexit.register

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
@@ -32,6 +33,10 @@ struct Cell {
   std::string peer_group;
   std::optional<uint32_t> replica;
   std::string gpu_model;
+  // Issue 31's optional columns; NaN = the column is absent or the cell empty.
+  double work = Trace::kNoReport;
+  double input_wait = Trace::kNoReport;
+  double optimizer = Trace::kNoReport;
   size_t line;
 };
 
@@ -47,6 +52,7 @@ bool ValidPeerGroup(absl::string_view g) {
 struct Columns {
   int iteration = -1, rank = -1, compute = -1, epoch = -1;
   int group = -1, replica = -1, gpu = -1;
+  int work = -1, input_wait = -1, optimizer = -1;
   size_t count = 0;  // fields per line
 };
 
@@ -69,6 +75,9 @@ absl::Status ReadHeader(const std::vector<std::string>& fields, const std::strin
                 : name == "peer_group"      ? &col->group
                 : name == "replica"         ? &col->replica
                 : name == "gpu_model"       ? &col->gpu
+                : name == "work"            ? &col->work
+                : name == "input_wait_seconds" ? &col->input_wait
+                : name == "optimizer_seconds"  ? &col->optimizer
                                             : nullptr;
     if (slot == nullptr) continue;  // other columns are ignored
     if (*slot >= 0) return error(line_no, absl::StrCat("column '", name, "' appears twice"));
@@ -132,6 +141,26 @@ absl::StatusOr<Cell> ReadCell(const std::vector<std::string>& fields, const Colu
     c.replica = replica;
   }
   if (col.gpu >= 0) c.gpu_model = fields[col.gpu];
+  // Work and phases, by the wire's rules (wire_rules.h); an empty cell is a
+  // report that did not give it.
+  struct Optional {
+    int column;
+    const char* name;
+    bool (*valid)(double);
+    std::string_view rule;
+    double* out;
+  };
+  for (const Optional& o :
+       {Optional{col.work, "work", v1::rules::IsValidWork, v1::rules::kWorkAllowed, &c.work},
+        Optional{col.input_wait, "input_wait_seconds", v1::rules::IsValidPhaseSeconds,
+                 v1::rules::kPhaseSecondsAllowed, &c.input_wait},
+        Optional{col.optimizer, "optimizer_seconds", v1::rules::IsValidPhaseSeconds,
+                 v1::rules::kPhaseSecondsAllowed, &c.optimizer}}) {
+    if (o.column < 0 || fields[o.column].empty()) continue;
+    if (!absl::SimpleAtod(fields[o.column], o.out) || !o.valid(*o.out))
+      return error(line_no, absl::StrCat(o.name, " '", fields[o.column], "' is not ",
+                                         std::string(o.rule)));
+  }
   return c;
 }
 
@@ -220,6 +249,13 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
                                         " already given at line ", cell_line[idx]));
     cell_line[idx] = c.line;
     t.compute[idx] = c.compute;
+    for (auto [column, value, out] : {std::tuple{col.work, c.work, &t.work},
+                                      std::tuple{col.input_wait, c.input_wait, &t.input_wait},
+                                      std::tuple{col.optimizer, c.optimizer, &t.optimizer}}) {
+      if (column < 0) continue;  // files without the column read as before: no vector
+      if (out->empty()) out->assign(t.compute.size(), Trace::kNoReport);
+      (*out)[idx] = value;
+    }
     if (c.epoch) {
       if (epoch_line[row] != 0 && t.epoch[row] != *c.epoch)
         return error(c.line, absl::StrCat("epoch ", *c.epoch, " for iteration ", c.iteration,

@@ -107,6 +107,34 @@ TEST_CASE("daemon rejections reach the client's stats once, with and without the
   daemon.Shutdown(0ms);
 }
 
+// Issue 31: the agent relays a report's work and phases untouched; the
+// daemon judges them there as it does directly (a bad one refused, named).
+TEST_CASE("work and phases reach the daemon through the agent as directly", "[relay]") {
+  sd::Server daemon;
+  REQUIRE(daemon.Start(DaemonOn("127.0.0.1:0")).ok());
+  const std::string upstream = "127.0.0.1:" + std::to_string(daemon.grpc_port());
+  sa::AgentConfig ac = AgentTo(upstream, "phases");
+  sa::Agent agent(ac);
+  REQUIRE(agent.Start().ok());
+  for (const std::string& endpoint : {ac.listen, upstream}) {
+    INFO("endpoint " << endpoint);
+    auto client = straggler::Client::Create(ClientTo(endpoint, "phases-" + endpoint.substr(0, 4)));
+    REQUIRE(client);
+    REQUIRE(client->Report(0, 0, 0, 0.1,
+                           straggler::StepDetails{.input_wait_seconds = 0.01,
+                                                  .optimizer_seconds = 0.02,
+                                                  .work = 2048}));
+    REQUIRE(client->Report(0, 0, 1, 0.1, straggler::StepDetails{.work = 0}));  // refused
+    REQUIRE(client->Report(0, 2, 0.1));
+    REQUIRE(client->MembershipFor(3, std::chrono::hours(1)).ok);  // as above
+    const straggler::ClientStats s = client->Stats();
+    CHECK(s.rejected == 1);  // (acked is what the agent took there, so not checked)
+    CHECK(s.last_rejection == "rank 0 iteration 1 reported work=0 (must be a finite number > 0)");
+  }
+  agent.Shutdown();
+  daemon.Shutdown(0ms);
+}
+
 TEST_CASE("behind the agent, MembershipFor waits once per daemon outage", "[relay]") {
   auto first = std::make_unique<sd::Server>();
   REQUIRE(first->Start(DaemonOn("127.0.0.1:0")).ok());

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdio>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdlib>
@@ -63,6 +65,7 @@ class FakeIngest final : public pb::IngestService::Service {
       for (const pb::IterationReport& r : batch.reports()) {
         auto [_, fresh] = seen_.insert({r.rank(), r.iteration()});
         if (fresh) ++accepted;  // duplicates are idempotent
+        if (fresh) reports_[{r.rank(), r.iteration()}] = r;
         ++reports_received_;
         uint64_t& p = progress_[r.rank()];
         p = std::max(p, r.iteration());
@@ -102,6 +105,7 @@ class FakeIngest final : public pb::IngestService::Service {
   std::condition_variable cv_;
   std::vector<pb::StreamHello> hellos_;
   std::set<std::pair<uint32_t, uint64_t>> seen_;
+  std::map<std::pair<uint32_t, uint64_t>, pb::IterationReport> reports_;  // as first received
   std::map<uint32_t, uint64_t> progress_;
   std::vector<pb::Membership> memberships_;
   uint64_t reports_received_ = 0;
@@ -218,6 +222,127 @@ TEST_CASE("without Flush or MembershipFor, reports still reach the daemon", "[st
   CHECK(client->Stats().report_wakes == 0);  // no system call on the training thread
   std::unique_lock<std::mutex> lock(s.service.mu_);
   CHECK(s.service.cv_.wait_for(lock, 10s, [&] { return s.service.seen_.size() == 3; }));
+}
+
+// Issue 31: a step's work and phases reach the wire from Report(StepDetails),
+// from ComputeTimer's marks and from the C ABI's straggler_report_step; the
+// short forms send none of them (a daemon of the previous release ignores
+// them either way: docs/api.md, "Wire compatibility").
+TEST_CASE("work and phases: Report(StepDetails), ComputeTimer marks and the C ABI send them",
+          "[stream][c_api]") {
+  Server s;
+  REQUIRE(s.port != 0);
+  auto client = straggler::Client::Create(Options(s.Endpoint()));
+  REQUIRE(client);
+  REQUIRE(client->Report(1, 0, 1, 0.25,
+                         straggler::StepDetails{.step_seconds = 0.5,
+                                                .collective_wait_seconds = 0.05,
+                                                .input_wait_seconds = 0.1,
+                                                .optimizer_seconds = 0.03,
+                                                .work = 2048}));
+  REQUIRE(client->Report(1, 0, 2, 0.25, straggler::StepDetails{.work = 3}));
+  REQUIRE(client->Report(0, 3, 0.25));  // the short form: none
+  CHECK_FALSE(client->Report(2, 0, 4, 0.25, straggler::StepDetails{.work = 3}));  // not served
+  {
+    straggler::ComputeTimer t(*client, 0, 5);
+    std::this_thread::sleep_for(200ms);  // "waiting for the data loader"
+    t.InputReady();
+    t.OptimizerStart();                  // no compute in between
+    std::this_thread::sleep_for(30ms);   // "the optimizer"
+    t.SetWork(7);
+  }
+  { straggler::ComputeTimer t(*client, 0, 6); }  // no marks: as before
+  {
+    straggler::ComputeTimer t(*client, 0, 7);
+    t.SetWork(11);  // work alone: compute is the whole scope
+  }
+  REQUIRE(client->Flush(10s));
+
+  // The C ABI: init sets every field absent; the sized call reads the fields.
+  const std::string endpoint = s.Endpoint();
+  const uint32_t ranks[] = {2};
+  straggler_options_t o;
+  straggler_options_init(&o);
+  o.endpoint = endpoint.c_str();
+  o.job_id = "job";
+  o.ranks = ranks;
+  o.num_ranks = 1;
+  o.world_size = 4;
+  char err[256] = {};
+  straggler_client_t* c = straggler_client_create(&o, err, sizeof err);
+  REQUIRE(c != nullptr);
+  straggler_step_t step;
+  std::memset(&step, 0, sizeof step);
+  REQUIRE(straggler_step_init(&step) == STRAGGLER_OK);
+  for (double v : {step.step_seconds, step.collective_wait_seconds, step.input_wait_seconds,
+                   step.optimizer_seconds, step.work})
+    CHECK(std::isnan(v));
+  step.work = 5;
+  step.input_wait_seconds = 0.125;
+  CHECK(straggler_report_step(c, 2, 0, 10, 0.1, &step) == STRAGGLER_OK);
+  CHECK(straggler_report_step(c, 2, 0, 11, 0.1, nullptr) == STRAGGLER_OK);  // no details
+  CHECK(straggler_report_step(nullptr, 2, 0, 12, 0.1, &step) == STRAGGLER_EINVAL);
+  CHECK(straggler_report_step(c, 3, 0, 12, 0.1, &step) == STRAGGLER_INCOMPLETE);  // not served
+  // Below the first layout: refused, nothing queued or written.
+  CHECK(straggler_report_step_sized(c, 2, 0, 13, 0.1, &step, sizeof(double) * 4) ==
+        STRAGGLER_EINVAL);
+  CHECK(straggler_step_init_sized(&step, sizeof(double) * 4) == STRAGGLER_EINVAL);
+  CHECK(step.work == 5);
+  CHECK(straggler_step_init_sized(nullptr, sizeof step) == STRAGGLER_EINVAL);
+  // A program built against a newer, longer straggler_step_t: the fields
+  // this library knows are read, the rest ignored.
+  double newer[7];
+  std::memcpy(newer, &step, sizeof step);
+  newer[5] = newer[6] = 99;
+  CHECK(straggler_report_step_sized(c, 2, 0, 14, 0.1,
+                                    reinterpret_cast<const straggler_step_t*>(newer),
+                                    sizeof newer) == STRAGGLER_OK);
+  CHECK(straggler_flush(c, 10000) == STRAGGLER_OK);
+  straggler_client_destroy(c);
+
+  std::lock_guard<std::mutex> lock(s.service.mu_);
+  auto at = [&](uint32_t rank, uint64_t it) -> const pb::IterationReport& {
+    auto found = s.service.reports_.find({rank, it});
+    REQUIRE(found != s.service.reports_.end());
+    return found->second;
+  };
+  const pb::IterationReport& full = at(1, 1);
+  CHECK(full.compute_seconds() == 0.25);
+  CHECK(full.step_seconds() == 0.5);
+  CHECK(full.collective_wait_seconds() == 0.05);
+  CHECK(full.input_wait_seconds() == 0.1);
+  CHECK(full.optimizer_seconds() == 0.03);
+  CHECK(full.work() == 2048);
+  const pb::IterationReport& work_only = at(1, 2);
+  CHECK(work_only.work() == 3);
+  CHECK_FALSE(work_only.has_step_seconds());
+  CHECK_FALSE(work_only.has_input_wait_seconds());
+  CHECK_FALSE(work_only.has_optimizer_seconds());
+  for (const pb::IterationReport* r : {&at(1, 3), &at(1, 6)}) {
+    CHECK_FALSE(r->has_work());
+    CHECK_FALSE(r->has_input_wait_seconds());
+    CHECK_FALSE(r->has_optimizer_seconds());
+  }
+  // The timer's phases are apart from compute: 200 ms before InputReady is
+  // input wait, 30 ms after OptimizerStart the optimizer, and compute holds
+  // neither (nothing ran between the marks).
+  const pb::IterationReport& timed = at(1, 5);
+  CHECK(timed.input_wait_seconds() >= 0.2);
+  CHECK(timed.optimizer_seconds() >= 0.03);
+  CHECK(timed.compute_seconds() < 0.2);
+  CHECK(timed.work() == 7);
+  const pb::IterationReport& work_timed = at(1, 7);
+  CHECK(work_timed.work() == 11);
+  CHECK_FALSE(work_timed.has_input_wait_seconds());
+  CHECK_FALSE(work_timed.has_optimizer_seconds());
+  const pb::IterationReport& from_c = at(2, 10);
+  CHECK(from_c.work() == 5);
+  CHECK(from_c.input_wait_seconds() == 0.125);
+  CHECK_FALSE(from_c.has_optimizer_seconds());
+  CHECK_FALSE(from_c.has_step_seconds());
+  CHECK_FALSE(at(2, 11).has_work());
+  CHECK(s.service.reports_.count({2, 13}) == 0);
+  CHECK(at(2, 14).work() == 5);
 }
 
 // Once the trainer asks MembershipFor, its next MembershipFor waits for the

@@ -2,6 +2,7 @@
 // client keeps until the daemon acknowledges them.
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -14,11 +15,13 @@ using straggler::detail::UnackedBatches;
 
 namespace {
 
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // absent
+
 UnackedBatches::Batch MakeBatch(UnackedBatches& u, uint64_t first_iteration, size_t n) {
   UnackedBatches::Batch b;
   b.sequence = u.NextSequence();
   for (size_t i = 0; i < n; ++i)
-    b.reports.push_back(QueuedReport{0, 0, first_iteration + i, 0.1, 0.0, 0.0, 0});
+    b.reports.push_back(QueuedReport{0, 0, first_iteration + i, 0.1, 0.0, 0.0, 0, kNaN, kNaN, kNaN});
   return b;
 }
 

@@ -19,6 +19,8 @@
     callbacks take the GIL begin_iteration released), and a rank alone in a
     2-rank job gets a CollectiveError naming the store within
     collective_timeout, not the store's own timeout.
+  * report()'s work and phases (issue 31) are taken by the daemon when
+    valid and refused naming the value when not.
   * With --agent: a Client behind a straggler-agent whose daemon is
     unreachable shows it in stats().upstream_unavailable (False straight to
     the daemon).
@@ -207,10 +209,40 @@ def test(args):
             except RuntimeError as e:
                 check("Client was closed" in str(e), "closed client: %r" % str(e))
             clients[0].close()
+            check_work_and_phases(straggler, d)
             check(d.stop() == 0, "stragglerd did not exit cleanly")
         if args.agent:
             check_upstream_unavailable(straggler, args.agent, workdir)
     print("2 ranks in 2 threads: %d exact iterations; callbacks saw %s" % (ITERATIONS, seen))
+
+
+def check_work_and_phases(straggler, d):
+    """Issue 31: report()'s work, input_wait_seconds and optimizer_seconds
+    reach the real daemon, which takes valid ones and refuses a bad one,
+    naming it (stats().last_rejection)."""
+    c = straggler.Client(endpoint=d.address, job_id="python-phases", rank=0, world_size=1)
+    check(c.report(0, 1, 0.1, work=4096.0, input_wait_seconds=0.01, optimizer_seconds=0.02,
+                   step_seconds=0.2, collective_wait_seconds=0.03),
+          "report() with work and phases was dropped")
+    check(c.report(0, 2, 0.1), "a report without them was dropped")
+    check(c.flush(10.0), "flush did not complete: %s" % c.stats().last_rejection)
+    st = c.stats()
+    check(st.acked == 2 and st.rejected == 0,
+          "valid work and phases: acked %d, rejected %d (%s)" % (st.acked, st.rejected,
+                                                                 st.last_rejection))
+    for it, kwargs, needle in [(3, dict(work=0.0), "work=0 (must be a finite number > 0)"),
+                               (4, dict(input_wait_seconds=-1.0),
+                                "input_wait_seconds=-1 (must be a finite number >= 0)"),
+                               (5, dict(optimizer_seconds=float("inf")),
+                                "optimizer_seconds=inf (must be a finite number >= 0)")]:
+        c.report(0, it, 0.1, **kwargs)
+        c.flush(10.0)
+        st = c.stats()
+        check(st.last_rejection == "rank 0 iteration %d reported %s" % (it, needle),
+              "report(%s): last_rejection %r" % (kwargs, st.last_rejection))
+    check(c.stats().rejected == 3 and c.stats().acked == 2,
+          "after three bad reports: %r" % c.stats())
+    c.close()
 
 
 def check_own_store(straggler):

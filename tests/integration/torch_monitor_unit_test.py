@@ -15,6 +15,11 @@ and how steps are told apart:
   * on GPU, steps are reported only once their events have passed (query()),
     oldest first, and after 8 pending steps the oldest is waited for
     (fake events stand in for torch.cuda.Event, so this runs on any machine);
+  * mon.loader(): each batch's fetch is input_wait_seconds of the step it
+    goes into (never compute, also after begin_step() or for gradient
+    accumulation's micro-batches), work= is summed per step, an invalid
+    work leaves that step's work out (bad_work); a DataLoader's len() and
+    attributes pass through, and it is iterated once per epoch;
   * a DDP module that has a comm hook already is refused with a ValueError;
   * close() reports the last step (step_seconds None) and closes nothing it
     did not create;
@@ -38,9 +43,11 @@ class RecordingClient:
         self.closed = False
 
     def report(self, epoch, iteration, compute_seconds, step_seconds=None,
-               collective_wait_seconds=None):
+               collective_wait_seconds=None, **extra):
         self.reports.append(dict(epoch=epoch, iteration=iteration, compute=compute_seconds,
-                                 step=step_seconds, wait=collective_wait_seconds))
+                                 step=step_seconds, wait=collective_wait_seconds,
+                                 input=extra.pop("input_wait_seconds", None),
+                                 work=extra.pop("work", None), extra=extra))
         return True
 
     def close(self):
@@ -153,6 +160,81 @@ def test():
           % (client.reports[-1]["step"], client.closed, mon.reported))
     step(ddp)  # after close(): DDP's all-reduce goes on, nothing is reported
     check(mon.reported == 7 and mon.unmatched_backwards == 0, "a step after close() counted")
+
+    check(all(r["input"] is None and r["work"] is None for r in client.reports),
+          "without mon.loader() a step reported input wait or work: %s" % client.reports)
+
+    # --- Input wait and work (issue 31): the wrapped loader's __next__ is
+    # timed, work= is called on each batch; neither is compute.
+    def sleepy(sizes, sleep):
+        for n in sizes:
+            time.sleep(sleep)            # "the data loader"
+            yield torch.ones(n, 8)
+
+    box["sleep"] = 0.0
+    client = RecordingClient()
+    fed = DDP(Model())
+    mon = st.monitor(fed, client, work=lambda batch: 10.0 * batch.shape[0])
+    for x in mon.loader(sleepy([2, 3, 4, 5], 0.060)):  # an iterator (a generator)
+        step(fed, x)
+    mon.flush()
+    got = [(r["iteration"], r["work"]) for r in client.reports]
+    check(got == [(0, 20.0), (1, 30.0), (2, 40.0), (3, 50.0)],
+          "work per step %s, expected 10 x the batch size" % got)
+    check(all(r["input"] is not None and r["input"] >= 0.060 for r in client.reports),
+          "input wait per step %s, each fetch slept 60 ms" % [r["input"] for r in client.reports])
+    check(all(not r["extra"] for r in client.reports), "unexpected keywords %s" % client.reports)
+    # begin_step() before the fetch: the fetch lies in the step's compute
+    # window, and is taken out of compute. Gradient accumulation: two
+    # micro-batches, one step, their waits and works summed.
+    it = iter(mon.loader(sleepy([6, 7, 1], 0.150)))
+    mon.begin_step()
+    step(fed, next(it))
+    mon.flush()
+    last = client.reports[-1]
+    check(last["input"] >= 0.150 and last["compute"] < 0.150 and last["work"] == 60.0,
+          "begin_step before a 150 ms fetch: input %.1f ms, compute %.1f ms (must not hold the "
+          "fetch), work %s" % (last["input"] * 1e3, last["compute"] * 1e3, last["work"]))
+    with fed.no_sync():
+        step(fed, next(it))              # opens the step; the second fetch is inside it
+    step(fed, next(it))
+    mon.flush()
+    last = client.reports[-1]
+    check(last["input"] >= 0.300 and last["work"] == 80.0 and last["compute"] < 0.150,
+          "two micro-batches: input %.1f ms (>= 2 x 150), work %s (70 + 10), compute %.1f ms"
+          % (last["input"] * 1e3, last["work"], last["compute"] * 1e3))
+    # A work that is not > 0 (or raises) leaves that step's work out, counted.
+    bad = {"n": 0}
+
+    def flaky_work(batch):
+        bad["n"] += 1
+        if bad["n"] == 2:
+            return 0.0
+        if bad["n"] == 3:
+            raise KeyError("attention_mask")
+        return 5.0
+    mon2_client = RecordingClient()
+    fed2 = DDP(Model())
+    mon2 = st.monitor(fed2, mon2_client, work=flaky_work)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(8, 8)),
+                                         batch_size=2)
+    wrapped = mon2.loader(loader)
+    check(len(wrapped) == 4 and wrapped.batch_size == 2,
+          "the wrapper hides the DataLoader's len/attributes: %d, %r"
+          % (len(wrapped), getattr(wrapped, "batch_size", None)))
+    for epoch in range(2):               # an iterable: one fresh pass per epoch
+        for (x,) in wrapped:
+            step(fed2, x)
+    mon2.close()
+    works = [r["work"] for r in mon2_client.reports]
+    check(works == [5.0, None, None] + [5.0] * 5 and mon2.bad_work == 2,
+          "works %s (bad_work %d): the 0 and the raising call must leave their step's work out"
+          % (works, mon2.bad_work))
+    try:
+        st.monitor(DDP(Model()), RecordingClient(), work=3)
+        check(False, "work=3 (not callable) was accepted")
+    except TypeError as e:
+        check("work=" in str(e), "the error does not name work=: %s" % e)
 
     # --- One comm hook per DDP module.
     other = DDP(Model())

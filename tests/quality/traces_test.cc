@@ -282,3 +282,60 @@ TEST_CASE("csv: topology: an optional gpu_model column, one model per rank") {
   CHECK(Has(changed, "t.csv:3: rank 0 changes its topology"));
   CHECK(Has(changed, "gpu_model 'A100'"));
 }
+
+TEST_CASE("csv: optional work, input_wait_seconds and optimizer_seconds columns") {
+  // Without the columns a file reads exactly as before: no vectors.
+  auto plain = Csv("iteration,rank,compute_seconds\n0,0,0.1\n0,1,0.2\n");
+  REQUIRE(plain.ok());
+  CHECK(plain->work.empty());
+  CHECK(plain->input_wait.empty());
+  CHECK(plain->optimizer.empty());
+
+  // With them: per report, an empty cell = not given; any column order.
+  auto t = Csv(
+      "optimizer_seconds,iteration,rank,compute_seconds,work,input_wait_seconds\n"
+      "0.02,0,0,0.10,4096,0.005\n"
+      ",0,1,0.20,8192,\n"
+      "0.03,1,1,0.21,,0\n");
+  REQUIRE(t.ok());
+  REQUIRE(t->work.size() == t->compute.size());
+  REQUIRE(t->input_wait.size() == t->compute.size());
+  REQUIRE(t->optimizer.size() == t->compute.size());
+  auto cell = [&](const std::vector<double>& v, uint64_t row, uint32_t rank) {
+    return v[static_cast<size_t>(row) * t->ranks + rank];
+  };
+  CHECK(cell(t->work, 0, 0) == 4096);
+  CHECK(cell(t->work, 0, 1) == 8192);
+  CHECK(std::isnan(cell(t->work, 1, 1)));        // empty cell
+  CHECK(std::isnan(cell(t->work, 1, 0)));        // no report at all
+  CHECK(cell(t->input_wait, 0, 0) == 0.005);
+  CHECK(std::isnan(cell(t->input_wait, 0, 1)));
+  CHECK(cell(t->input_wait, 1, 1) == 0);
+  CHECK(cell(t->optimizer, 0, 0) == 0.02);
+  CHECK(std::isnan(cell(t->optimizer, 0, 1)));
+  CHECK(cell(t->optimizer, 1, 1) == 0.03);
+  CHECK(t->At(1, 1) == Approx(0.21));  // compute as before
+
+  // One column alone makes only its vector.
+  auto only_work = Csv("iteration,rank,compute_seconds,work\n0,0,0.1,3\n");
+  REQUIRE(only_work.ok());
+  CHECK(only_work->work == std::vector<double>{3});
+  CHECK(only_work->input_wait.empty());
+}
+
+TEST_CASE("csv: a bad work or phase names the line, the column and the value") {
+  CHECK(CsvError("iteration,rank,compute_seconds,work\n0,0,0.1,0\n") ==
+        "t.csv:2: work '0' is not a finite number > 0");
+  CHECK(CsvError("iteration,rank,compute_seconds,work\n0,0,0.1,-3\n") ==
+        "t.csv:2: work '-3' is not a finite number > 0");
+  CHECK(CsvError("iteration,rank,compute_seconds,work\n0,0,0.1,many\n") ==
+        "t.csv:2: work 'many' is not a finite number > 0");
+  CHECK(CsvError("iteration,rank,compute_seconds,input_wait_seconds\n0,0,0.1,0\n0,1,0.1,-0.5\n") ==
+        "t.csv:3: input_wait_seconds '-0.5' is not a finite number >= 0");
+  CHECK(CsvError("iteration,rank,compute_seconds,optimizer_seconds\n0,0,0.1,inf\n") ==
+        "t.csv:2: optimizer_seconds 'inf' is not a finite number >= 0");
+  CHECK(CsvError("iteration,rank,compute_seconds,optimizer_seconds\n0,0,0.1,nan\n") ==
+        "t.csv:2: optimizer_seconds 'nan' is not a finite number >= 0");
+  CHECK(Has(CsvError("iteration,rank,compute_seconds,work,WORK\n0,0,0.1,1,1\n"),
+            "column 'work' appears twice"));
+}

@@ -124,6 +124,20 @@ struct ClientOptions {
   std::string Validate() const;
 };
 
+// What a trainer may say about a step beside its compute time; unset = not
+// measured. The times are apart from compute_seconds (forward + backward)
+// and from each other: step - compute - collective wait holds input wait +
+// optimizer + the rest (docs/client.md, "Work and phases").
+struct StepDetails {
+  std::optional<double> step_seconds;             // this step's start to the next's, waits included
+  std::optional<double> collective_wait_seconds;  // blocked in collectives on slower peers
+  std::optional<double> input_wait_seconds;       // blocked on the data loader and the copy to the device
+  std::optional<double> optimizer_seconds;        // the optimizer step
+  // The step's work, > 0, in a unit the job chooses and every rank uses:
+  // tokens, samples, or a cost such as the sum of squared sequence lengths.
+  std::optional<double> work;
+};
+
 struct ExcludedRankInfo {
   uint32_t rank = 0;
   // "straggler", "unresponsive", "forced", "probation_end", "replica" (out
@@ -187,6 +201,16 @@ class Client {
   virtual bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds,
                       std::optional<double> step_seconds,
                       std::optional<double> collective_wait_seconds = std::nullopt) = 0;
+  // The same with any of StepDetails (work, input wait, optimizer time; the
+  // daemon refuses a report whose work is not > 0 or whose phase is
+  // negative or not finite, naming the value: Stats().last_rejection).
+  // Never blocks. This default forwards step and collective-wait times to
+  // the call above and drops the rest; the library's client sends them all.
+  virtual bool Report(uint32_t rank, uint64_t epoch, uint64_t iteration, double compute_seconds,
+                      const StepDetails& details) {
+    return Report(rank, epoch, iteration, compute_seconds, details.step_seconds,
+                  details.collective_wait_seconds);
+  }
   // The same without step and collective-wait times (one virtual call, see
   // ReportForRank). A separate overload rather than defaulted arguments:
   // GCC builds a std::optional argument with a one-byte store and passes it
@@ -270,27 +294,69 @@ class Client {
 };
 
 // Measures the wall time of a scope on the calling thread and reports it as
-// the compute time of (epoch, iteration) when the scope ends.
+// the compute time of (epoch, iteration) when the scope ends. Two optional
+// marks split the scope into phases (docs/client.md, "Work and phases"):
+//
+//   {
+//     straggler::ComputeTimer t(*client, epoch, it);
+//     Batch b = loader.next();      // input wait: construction -> InputReady()
+//     t.InputReady();
+//     forward_backward(b);          // compute: InputReady() -> OptimizerStart()
+//     t.OptimizerStart();
+//     optimizer.step();             // optimizer: OptimizerStart() -> scope end
+//     t.SetWork(b.tokens());
+//   }
+//
+// Without marks or work it reports as before (the short Report(), no
+// details). Not thread-safe: one timer belongs to one thread's scope.
 class ComputeTimer {
  public:
+  using Clock = std::chrono::steady_clock;
+
   ComputeTimer(Client& client, uint64_t epoch, uint64_t iteration)
-      : client_(client), epoch_(epoch), iteration_(iteration),
-        start_(std::chrono::steady_clock::now()) {}
+      : client_(client), epoch_(epoch), iteration_(iteration), start_(Clock::now()) {}
   ~ComputeTimer() {
-    if (!cancelled_) {
-      std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
-      client_.Report(epoch_, iteration_, d.count());
+    if (cancelled_) return;
+    const Clock::time_point end = Clock::now();
+    if (!input_ready_ && !optimizer_start_ && !work_) {
+      client_.Report(epoch_, iteration_, Seconds(start_, end));
+      return;
     }
+    const Clock::time_point compute_start = input_ready_.value_or(start_);
+    const Clock::time_point compute_end = optimizer_start_.value_or(end);
+    StepDetails details;
+    if (input_ready_) details.input_wait_seconds = Seconds(start_, *input_ready_);
+    if (optimizer_start_) details.optimizer_seconds = Seconds(*optimizer_start_, end);
+    details.work = work_;
+    client_.Report(client_.FirstRank(), epoch_, iteration_, Seconds(compute_start, compute_end),
+                   details);
   }
+  // The input phase ends now (the batch is on the device): the time since
+  // construction is the step's input wait, not compute. Once; a second call
+  // moves the mark.
+  void InputReady() { input_ready_ = Clock::now(); }
+  // The optimizer step starts now: the time from here to the scope's end is
+  // the step's optimizer time, not compute.
+  void OptimizerStart() { optimizer_start_ = Clock::now(); }
+  // The step's work (> 0, the job's unit; see StepDetails::work).
+  void SetWork(double work) { work_ = work; }
   void Cancel() { cancelled_ = true; }
   ComputeTimer(const ComputeTimer&) = delete;
   ComputeTimer& operator=(const ComputeTimer&) = delete;
 
  private:
+  // Never negative: marks made out of order count as zero.
+  static double Seconds(Clock::time_point from, Clock::time_point to) {
+    return to > from ? std::chrono::duration<double>(to - from).count() : 0.0;
+  }
+
   Client& client_;
   uint64_t epoch_;
   uint64_t iteration_;
-  std::chrono::steady_clock::time_point start_;
+  Clock::time_point start_;
+  std::optional<Clock::time_point> input_ready_;
+  std::optional<Clock::time_point> optimizer_start_;
+  std::optional<double> work_;
   bool cancelled_ = false;
 };
 

@@ -203,6 +203,44 @@ int straggler_report_ex(straggler_client_t* client, uint32_t rank, uint64_t epoc
                         uint64_t iteration, double compute_seconds, double step_seconds,
                         double collective_wait_seconds);
 
+/* A step's optional details (straggler::StepDetails, docs/client.md "Work
+ * and phases"): NaN = absent. Call straggler_step_init(&s) first (every field
+ * NaN), then set what was measured. The times are apart from compute_seconds
+ * and from each other; work is > 0 in the job's unit (tokens, samples, ...);
+ * the daemon refuses a report with a work <= 0 or a negative or infinite
+ * phase, naming the value (straggler_stats' last_rejection).
+ *
+ * The struct only grows at its end. straggler_step_init and
+ * straggler_report_step are macros that pass sizeof(straggler_step_t) as this
+ * program sees it; the library reads and writes only the fields that lie
+ * entirely within that size: a field the program's struct lacks is absent,
+ * and fields of a newer header than the library's are not read (as a daemon
+ * of the previous release ignores new report fields). Sizes below the first
+ * layout's (5 doubles, 40 bytes) are STRAGGLER_EINVAL. */
+typedef struct straggler_step {
+  double step_seconds;             /* this step's start to the next's, waits included */
+  double collective_wait_seconds;  /* blocked in collectives on slower peers */
+  double input_wait_seconds;       /* blocked on the data loader and the copy to the device */
+  double optimizer_seconds;        /* the optimizer step */
+  double work;                     /* > 0, in the job's unit */
+} straggler_step_t;
+
+/* Sets the first `size` bytes' fields of *step to NaN (absent). 0, or
+ * STRAGGLER_EINVAL for a NULL step or a size below the first layout. */
+int straggler_step_init_sized(straggler_step_t* step, size_t size);
+
+/* straggler_report with a step's details (`step` NULL: none). Never blocks.
+ * Returns as straggler_report; STRAGGLER_EINVAL also for a size below the
+ * first layout. */
+int straggler_report_step_sized(straggler_client_t* client, uint32_t rank, uint64_t epoch,
+                                uint64_t iteration, double compute_seconds,
+                                const straggler_step_t* step, size_t size);
+
+#define straggler_step_init(step) straggler_step_init_sized((step), sizeof(straggler_step_t))
+#define straggler_report_step(client, rank, epoch, iteration, compute_seconds, step)          \
+  straggler_report_step_sized((client), (rank), (epoch), (iteration), (compute_seconds), (step), \
+                              sizeof(straggler_step_t))
+
 /* The membership in force at `iteration` for `rank`, waiting up to
  * `timeout_ms` until it is certain (see Client::MembershipFor); on timeout
  * out->ok is 0 and the rest is the best known answer. Set out->ranks and

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -110,6 +111,18 @@ absl::Status RequireHello(const v1::ReportBatch& first);
 // uuid that is too long or not printable (a broken sender; the sample is
 // dropped, nothing else of the batch).
 absl::Status ValidateTelemetry(const v1::GpuTelemetry& t);
+
+// A report's work and phases (IterationReport.work, input_wait_seconds,
+// optimizer_seconds; issue 31), by the wire's rules (wire_rules.h
+// IsValidWork, IsValidPhaseSeconds), the phases also at most 10 x
+// `max_compute_seconds` (the job policy's; the bound of step and
+// collective-wait times): "rank 3 iteration 17 reported work=-2 (must be a
+// finite number > 0)". Absent fields pass. The engine checks compute, step
+// and wait times itself (JobEngine::Ingest); the ingest stream refuses a
+// report that fails here as invalid_value before the engine sees it.
+absl::Status ValidateReportPhases(
+    const v1::IterationReport& r,
+    double max_compute_seconds = std::numeric_limits<double>::infinity());
 
 // SetRankOverride's reason (kept in the state database and logged): at most
 // kMaxReasonBytes, no ASCII control characters (protobuf has checked UTF-8).

@@ -90,6 +90,13 @@ struct Report {
   std::optional<double> step_seconds;
   std::optional<double> collective_wait_seconds;
   Time start_time{0};
+  // The step's work (job's unit, > 0) and its input-wait and optimizer
+  // phases (>= 0), where the trainer reports them (docs/client.md, "Work and
+  // phases"). Carried from the wire; the daemon checks them
+  // (common::ValidateReportPhases) before Ingest, and nothing judges them yet.
+  std::optional<double> work;
+  std::optional<double> input_wait_seconds;
+  std::optional<double> optimizer_seconds;
 };
 
 // Why a report was not taken. kDuplicate and kStale are not errors of the

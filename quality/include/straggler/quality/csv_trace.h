@@ -2,7 +2,10 @@
 // a header naming the columns `iteration`, `rank`, `compute_seconds` and
 // optionally `epoch`, `peer_group`, `replica` and `gpu_model` (a rank's
 // declared topology, docs/topology.md: the same on every row of a rank; an
-// empty cell = not declared), in any order (other columns are ignored), then one row per
+// empty cell = not declared) and `work`, `input_wait_seconds`,
+// `optimizer_seconds` (a report's work and phases, docs/client.md "Work and
+// phases"; an empty cell = not given; Trace::work etc. stay empty without the
+// column), in any order (other columns are ignored), then one row per
 // report. Blank lines and lines starting with '#' are skipped.
 //
 //   std::ifstream in("job.csv");

@@ -72,6 +72,13 @@ struct Trace {
   double base_seconds = 0.0;
   std::vector<double> compute;   // [row * ranks + rank]; NaN = no report
   std::vector<uint64_t> epoch;   // per row
+  // The step's work and phases where the trace gives them (a CSV's `work`,
+  // `input_wait_seconds`, `optimizer_seconds` columns; docs/client.md, "Work
+  // and phases"): [row * ranks + rank], NaN = not given for that report;
+  // empty = the trace has no such column.
+  std::vector<double> work;
+  std::vector<double> input_wait;
+  std::vector<double> optimizer;
   bool has_truth = false;
   RankMatrix truth;              // straggler per (rank, row), when has_truth
   // With truth: each cell's truth factor (how much slower than its peers,
