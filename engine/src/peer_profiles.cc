@@ -8,17 +8,18 @@
 
 namespace straggler::engine::internal {
 
-// A chunk's profiles: counts per rank and kind, then cap values per rank and
-// kind. Mapped anonymous memory starts zeroed (every count 0) and is only
-// backed where written.
+// A chunk's profiles: counts per rank and kind, then per kind cap columns
+// of kChunk values (column j: the chunk's ranks' j-th values). Mapped
+// anonymous memory starts zeroed (every count 0) and is only backed where
+// written.
 struct PeerProfiles::Block {
   size_t bytes;
   uint32_t cap;
   uint32_t live;  // ranks of the chunk holding a value of either kind
   uint32_t count[kChunk][2];
 
-  double* At(size_t i, Kind kind) {
-    return reinterpret_cast<double*>(this + 1) + (i * 2 + kind) * cap;
+  double& At(size_t i, Kind kind, size_t j) {
+    return reinterpret_cast<double*>(this + 1)[(kind * size_t{cap} + j) * kChunk + i];
   }
 };
 
@@ -60,22 +61,22 @@ void PeerProfiles::Push(Kind kind, uint32_t rank, double v, size_t cap) {
     BlockPtr grown = Map(size_t{b->cap} * 2);
     grown->live = b->live;
     std::memcpy(grown->count, b->count, sizeof(b->count));
-    for (size_t j = 0; j < kChunk; ++j)
+    for (size_t r = 0; r < kChunk; ++r)
       for (Kind k : {kOwn, kGen})
-        if (b->count[j][k] > 0)
-          std::memcpy(grown->At(j, k), b->At(j, k), b->count[j][k] * sizeof(double));
+        for (size_t j = 0; j < b->count[r][k]; ++j) grown->At(r, k, j) = b->At(r, k, j);
     b = std::move(grown);
   }
   uint32_t(&n)[2] = b->count[i];
   if (n[kOwn] == 0 && n[kGen] == 0) ++b->live;
-  b->At(i, kind)[n[kind]++] = v;
+  b->At(i, kind, n[kind]++) = v;
 }
 
-std::span<double> PeerProfiles::Values(Kind kind, uint32_t rank) {
+void PeerProfiles::CopyTo(Kind kind, uint32_t rank, std::vector<double>& out) const {
+  out.clear();
   Block* b = blocks_[rank >> kShift].get();
-  if (b == nullptr) return {};
+  if (b == nullptr) return;
   const size_t i = rank & (kChunk - 1);
-  return {b->At(i, kind), b->count[i][kind]};
+  for (size_t j = 0; j < b->count[i][kind]; ++j) out.push_back(b->At(i, kind, j));
 }
 
 size_t PeerProfiles::Count(Kind kind, uint32_t rank) const {

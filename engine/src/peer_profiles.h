@@ -6,14 +6,16 @@
 // when a rank of the chunk first profiles and unmapped when none does:
 // no allocation per rank, nothing left in the heap when a million profiles
 // end in the same row (the per-rank vectors they replace took 256 bytes a
-// rank and a malloc_trim of the whole heap, 236 ms, to give back).
+// rank and a malloc_trim of the whole heap, 236 ms, to give back). A block
+// holds a column per step of the profile: a row's steps of neighbouring
+// ranks lie side by side, and the job's first row touches the pages of the
+// first column only, not the whole profile's.
 // Plain data, one thread at a time (the engine's).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <vector>
 
 namespace straggler::engine::internal {
@@ -37,9 +39,8 @@ class PeerProfiles {
   // if a profile outgrows it.
   void Push(Kind kind, uint32_t rank, double v, size_t cap);
 
-  // The rank's values of `kind`, in the order pushed (writable: a median
-  // reorders them before Clear).
-  std::span<double> Values(Kind kind, uint32_t rank);
+  // The rank's values of `kind`, in the order pushed, into `out` (replaced).
+  void CopyTo(Kind kind, uint32_t rank, std::vector<double>& out) const;
   size_t Count(Kind kind, uint32_t rank) const;
 
   // Empties the rank's profile of `kind`; its chunk's block goes back to the

@@ -243,9 +243,9 @@ std::vector<double>& PeerReference::GroupXs(uint32_t g) {
 }
 
 void PeerReference::ProfileMedian(uint32_t rank) {
-  const std::span<double> gen = profiles_.Values(PeerProfiles::kGen, rank);
-  if (gen.empty()) return;
-  meds_.emplace_back(Median(gen), rank);
+  profiles_.CopyTo(PeerProfiles::kGen, rank, scratch_);
+  if (scratch_.empty()) return;
+  meds_.emplace_back(Median(scratch_), rank);
   profiles_.Clear(PeerProfiles::kGen, rank);
 }
 

@@ -238,7 +238,8 @@ void PeerReference::ProfileOwn(uint32_t rank, double t) {
   const uint32_t iterations = e_.policy.peer_profile_iterations;
   profiles_.Push(PeerProfiles::kOwn, rank, SafeLog(t) - Level(*row_), ProfileRoom());
   if (profiles_.Count(PeerProfiles::kOwn, rank) < iterations) return;
-  ranks_[rank].base = Median(profiles_.Values(PeerProfiles::kOwn, rank));
+  profiles_.CopyTo(PeerProfiles::kOwn, rank, scratch_);
+  ranks_[rank].base = Median(scratch_);
   have_base_[rank] = 1;
   ++based_ranks_;
   profiles_.Clear(PeerProfiles::kOwn, rank);

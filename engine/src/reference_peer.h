@@ -206,7 +206,7 @@ class PeerReference final : public Reference {
   std::vector<uint8_t> have_base_;  // per rank: its own baseline is taken (PeerRank::base)
   size_t based_ranks_ = 0;          // how many have one
   std::vector<std::pair<uint32_t, double>> own_;
-  std::vector<double> logs_, xs_, rates_, steady_;
+  std::vector<double> logs_, xs_, rates_, steady_, scratch_;
   // The row being judged (BeginRow .. EndRow; the engine keeps it in place)
   // and where JudgeSlice is in it.
   const Row* row_ = nullptr;

@@ -4,6 +4,7 @@
 // grows.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -84,4 +85,19 @@ TEST_CASE("sliced median: a close guess keeps a small share of the row") {
   CHECK(Sliced(v, 2.0, 0.05, &far) == Whole(v));  // 40 sigma off: all below the bins
   CHECK(near < v.size() / 100);
   CHECK(far > v.size() / 2);
+}
+
+TEST_CASE("median: a few values, with ties, give the middle values of a full sort") {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> pick(0, 6);  // ties on purpose
+  for (size_t n = 1; n <= 40; ++n) {
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<double> v(n);
+      for (double& x : v) x = -2.3 + 0.01 * pick(rng) + (trial % 2 ? 1e-7 * pick(rng) : 0.0);
+      std::vector<double> s = v;
+      std::sort(s.begin(), s.end());
+      const double want = n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2] + s[n / 2 - 1]);
+      CHECK(Whole(v) == want);
+    }
+  }
 }
