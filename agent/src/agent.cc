@@ -57,6 +57,7 @@ struct Agent::Impl {
   BatchDecorator user_decorator;  // SetBatchDecorator's
   BatchDecorator decorator;       // telemetry, then user_decorator
   std::unique_ptr<nvml::NvmlSampler> sampler;  // null when telemetry is disabled
+  std::unique_ptr<HostSampler> host;           // null when host telemetry is disabled
   std::atomic<uint64_t> telemetry_sent{0};
   std::atomic<bool> ready{false};
   AgentStats stats;
@@ -102,15 +103,25 @@ absl::Status Agent::Start() {
   } else {
     spdlog::info("GPU telemetry off (telemetry.enabled=false)");
   }
+  if (c.host_telemetry_enabled) {
+    HostSampler::Options o;
+    o.proc_root = c.proc_root;
+    o.interval = std::chrono::milliseconds(c.host_telemetry_interval_ms);
+    // Logs its line: on, and what this kernel does not provide.
+    m.host = HostSampler::Start(o);
+  } else {
+    spdlog::info("host telemetry off (host_telemetry.enabled=false)");
+  }
   {
     Impl* impl = impl_.get();
     const bool telemetry_on = m.sampler && m.sampler->enabled();
-    if (telemetry_on || m.user_decorator) {
+    if (telemetry_on || m.host || m.user_decorator) {
       m.decorator = [impl, telemetry_on](const BatchContext& ctx, v1::ReportBatch& batch) {
         if (telemetry_on) {
           impl->telemetry_sent.fetch_add(AttachTelemetry(*impl->sampler, ctx, batch),
                                          std::memory_order_relaxed);
         }
+        if (impl->host) AttachHostTelemetry(*impl->host, ctx, batch);
         if (impl->user_decorator) impl->user_decorator(ctx, batch);
       };
     }
@@ -260,6 +271,11 @@ void Agent::Reload(const AgentConfig& next) {
       m.config.telemetry_interval_ms != next.telemetry_interval_ms ||
       m.config.nvml_library != next.nvml_library) {
     spdlog::warn("SIGHUP: telemetry changed: takes effect after a restart");
+  }
+  if (m.config.host_telemetry_enabled != next.host_telemetry_enabled ||
+      m.config.host_telemetry_interval_ms != next.host_telemetry_interval_ms ||
+      m.config.proc_root != next.proc_root) {
+    spdlog::warn("SIGHUP: host_telemetry changed: takes effect after a restart");
   }
   m.config = applied;
   common::ApplyLogLevel(applied.log_level);
