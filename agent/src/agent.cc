@@ -21,6 +21,7 @@
 #include "agent_stats.h"
 #include "downstream.h"
 #include "job_table.h"
+#include "peer_listener.h"
 #include "spdlog/spdlog.h"
 #include "straggler/common/http_deadline.h"
 #include "straggler/common/service_main.h"  // ApplyLogLevel
@@ -64,6 +65,8 @@ struct Agent::Impl {
   std::unique_ptr<JobTable> table;
   std::unique_ptr<IngestProxy> service;
   std::unique_ptr<grpc::Server> server;
+  // The unix socket (after `server`: stopped and destroyed before it).
+  std::unique_ptr<UnixPeerListener> unix_listener;
   std::unique_ptr<httplib::Server> http;
   std::thread http_thread;
   int tcp_port = 0;
@@ -149,7 +152,13 @@ absl::Status Agent::Start() {
   auto channel = grpc::CreateCustomChannel(c.upstream, credentials, args);
   m.table = std::make_unique<JobTable>(channel, c.node.empty() ? HostName() : c.node, m.stats,
                                        &m.decorator, LiveConfig::From(c));
-  m.service = std::make_unique<IngestProxy>(*m.table, m.stats);
+  {
+    Impl* impl = impl_.get();
+    // unix_listener is set before the server starts, so before any call.
+    m.service = std::make_unique<IngestProxy>(*m.table, m.stats, [impl](const std::string& peer) {
+      return impl->unix_listener ? impl->unix_listener->PidOf(peer) : int64_t{0};
+    });
+  }
 
   // The same standard services as stragglerd, so a client (or a probe such
   // as grpc_health_probe) cannot tell the agent from the daemon.
@@ -162,7 +171,15 @@ absl::Status Agent::Start() {
   // umask is process-wide; no other thread creates files at this point.
   const mode_t old_umask = umask(0117);
   // The unix socket is plaintext: its file mode decides who may connect.
-  builder.AddListeningPort(c.listen, grpc::InsecureServerCredentials());
+  // The agent accepts on it itself, to learn each trainer's process
+  // (SO_PEERCRED, for the host telemetry), and hands the connections to
+  // gRPC.
+  absl::StatusOr<std::unique_ptr<UnixPeerListener>> unix_listener = UnixPeerListener::Bind(path);
+  if (!unix_listener.ok()) {
+    umask(old_umask);
+    return unix_listener.status();
+  }
+  m.unix_listener = *std::move(unix_listener);
   if (!c.listen_tcp.empty()) {
     builder.AddListeningPort(c.listen_tcp, tcp_credentials, &m.tcp_port);
   }
@@ -177,6 +194,7 @@ absl::Status Agent::Start() {
                                                c.listen_tcp.empty() ? "" : " / listen_tcp=",
                                                c.listen_tcp));
   }
+  m.unix_listener->Serve(m.server.get());
   grpc::HealthCheckServiceInterface* health = m.server->GetHealthCheckService();
   health->SetServingStatus("", true);
   health->SetServingStatus(straggler::v1::IngestService::service_full_name(), true);
@@ -296,6 +314,7 @@ void Agent::Shutdown() {
   // No new streams; ending the open ones lets clients reconnect elsewhere
   // (or to the next agent) with what they hold.
   const auto jobs = m.table->Close();
+  if (m.unix_listener) m.unix_listener->Stop();  // no connection added to a stopping server
   if (m.server) m.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   const auto deadline = Clock::now() + std::chrono::milliseconds(m.config.shutdown_flush_ms);
   for (const auto& j : jobs) j->Stop(deadline);

@@ -1,7 +1,8 @@
 // The agent's host telemetry (docs/agent.md#host-telemetry): the /proc
 // parsers, the sampler over an injected /proc root of fake files (normal,
 // a kernel without PSI, malformed files), the decorator's once-per-sample
-// rule, and one reading of the real /proc of this test process.
+// rule, one reading of the real /proc of this test process, and the real
+// agent learning a trainer's process from its unix socket (SO_PEERCRED).
 #include <catch2/catch.hpp>
 
 #include <pthread.h>
@@ -16,7 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "agent.h"
 #include "agent_config.h"
+#include "config/config.h"
+#include "server/server.h"
+#include "straggler/client.h"
 #include "host_procfs.h"
 #include "host_sampler.h"
 #include "telemetry_attach.h"
@@ -342,4 +347,64 @@ TEST_CASE("host_telemetry config: keys, and an empty proc_root is an error") {
   auto zero = sa::ParseAgentConfig("host_telemetry:\n  interval_ms: 0\n", "a.yaml");
   REQUIRE_FALSE(zero.ok());
   CHECK_THAT(std::string(zero.status().message()), Contains("host_telemetry.interval_ms=0"));
+}
+
+TEST_CASE("host telemetry through the real agent: the trainer's process from its unix socket") {
+  namespace sd = straggler::daemon;
+  sd::DaemonConfig dc;
+  dc.grpc_address = "127.0.0.1:0";
+  dc.http_address = "127.0.0.1:0";
+  dc.log_level = "warn";
+  sd::Server daemon;
+  REQUIRE(daemon.Start(dc).ok());
+
+  sa::AgentConfig ac;
+  ac.listen = "unix:///tmp/straggler-agent-host-" + std::to_string(getpid()) + ".sock";
+  ac.upstream = "127.0.0.1:" + std::to_string(daemon.grpc_port());
+  ac.http_address = "";
+  ac.telemetry_enabled = false;
+  ac.host_telemetry_interval_ms = 20;
+  sa::Agent agent(ac);
+  // Runs after the host decorator: sees what it attached.
+  absl::Mutex mu;
+  std::map<uint32_t, int64_t> pids;
+  std::vector<v1::ProcessTelemetry> processes;
+  int hosts = 0;
+  agent.SetBatchDecorator([&](const sa::BatchContext& ctx, v1::ReportBatch& batch) {
+    absl::MutexLock lock(&mu);
+    pids = ctx.pids;
+    for (const auto& p : batch.processes()) processes.push_back(p);
+    hosts += batch.has_host() ? 1 : 0;
+  });
+  REQUIRE(agent.Start().ok());
+
+  straggler::ClientOptions o;
+  o.endpoint = ac.listen;
+  o.job_id = "host";
+  o.ranks = {5};
+  o.world_size = 8;
+  auto client = straggler::Client::Create(o);
+  REQUIRE(client);
+  // Report until a process sample of rank 5 went upstream (ctest's timeout
+  // fails a test that never gets there).
+  for (uint64_t it = 0;; ++it) {
+    REQUIRE(client->Report(5, it, 0.01));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    absl::MutexLock lock(&mu);
+    if (!processes.empty()) break;
+  }
+  client.reset();
+  agent.Shutdown();
+  daemon.Shutdown(std::chrono::milliseconds(0));
+
+  absl::MutexLock lock(&mu);
+  CHECK(pids == std::map<uint32_t, int64_t>{{5, ::getpid()}});
+  CHECK(hosts >= 1);
+  const v1::ProcessTelemetry& p = processes.front();
+  CHECK(p.rank() == 5);
+  CHECK(p.pid() == static_cast<uint32_t>(::getpid()));
+  CHECK(p.reading() == v1::HOST_READING_AVAILABLE);
+  CHECK(p.period_seconds() > 0);
+  CHECK(p.has_run_delay_seconds_per_second());
+  CHECK(p.has_involuntary_switches_per_second());
 }
