@@ -54,6 +54,44 @@ struct Agent::Impl {
     return RenderAgentMetrics(table->Jobs(), stats, sampler.get(), telemetry_sent.load());
   }
 
+  // GPU and host telemetry (each logs its line: on, or why not) and the
+  // decorator that attaches them, then user_decorator, to upstream batches.
+  void StartTelemetry() {
+    const AgentConfig& c = config;
+    if (c.telemetry_enabled) {
+      nvml::NvmlSampler::Options o;
+      o.library = c.nvml_library;
+      o.interval = std::chrono::milliseconds(c.telemetry_interval_ms);
+      // Logs its one line: on (GPUs, library, interval), or off on a GPU-less host.
+      sampler = nvml::NvmlSampler::Start(o);
+    } else {
+      spdlog::info("GPU telemetry off (telemetry.enabled=false)");
+    }
+    if (c.host_telemetry_enabled) {
+      HostSampler::Options o;
+      o.proc_root = c.proc_root;
+      o.interval = std::chrono::milliseconds(c.host_telemetry_interval_ms);
+      // Logs its line: on, and what this kernel does not provide.
+      host = HostSampler::Start(o);
+    } else {
+      spdlog::info("host telemetry off (host_telemetry.enabled=false)");
+    }
+    {
+      Impl* impl = this;
+      const bool telemetry_on = sampler && sampler->enabled();
+      if (telemetry_on || host || user_decorator) {
+        decorator = [impl, telemetry_on](const BatchContext& ctx, v1::ReportBatch& batch) {
+          if (telemetry_on) {
+            impl->telemetry_sent.fetch_add(AttachTelemetry(*impl->sampler, ctx, batch),
+                                           std::memory_order_relaxed);
+          }
+          if (impl->host) AttachHostTelemetry(*impl->host, ctx, batch);
+          if (impl->user_decorator) impl->user_decorator(ctx, batch);
+        };
+      }
+    }
+  }
+
   AgentConfig config;
   BatchDecorator user_decorator;  // SetBatchDecorator's
   BatchDecorator decorator;       // telemetry, then user_decorator
@@ -97,38 +135,7 @@ absl::Status Agent::Start() {
                                                       c.listen, ": ", ec.message()));
   }
 
-  if (c.telemetry_enabled) {
-    nvml::NvmlSampler::Options o;
-    o.library = c.nvml_library;
-    o.interval = std::chrono::milliseconds(c.telemetry_interval_ms);
-    // Logs its one line: on (GPUs, library, interval), or off on a GPU-less host.
-    m.sampler = nvml::NvmlSampler::Start(o);
-  } else {
-    spdlog::info("GPU telemetry off (telemetry.enabled=false)");
-  }
-  if (c.host_telemetry_enabled) {
-    HostSampler::Options o;
-    o.proc_root = c.proc_root;
-    o.interval = std::chrono::milliseconds(c.host_telemetry_interval_ms);
-    // Logs its line: on, and what this kernel does not provide.
-    m.host = HostSampler::Start(o);
-  } else {
-    spdlog::info("host telemetry off (host_telemetry.enabled=false)");
-  }
-  {
-    Impl* impl = impl_.get();
-    const bool telemetry_on = m.sampler && m.sampler->enabled();
-    if (telemetry_on || m.host || m.user_decorator) {
-      m.decorator = [impl, telemetry_on](const BatchContext& ctx, v1::ReportBatch& batch) {
-        if (telemetry_on) {
-          impl->telemetry_sent.fetch_add(AttachTelemetry(*impl->sampler, ctx, batch),
-                                         std::memory_order_relaxed);
-        }
-        if (impl->host) AttachHostTelemetry(*impl->host, ctx, batch);
-        if (impl->user_decorator) impl->user_decorator(ctx, batch);
-      };
-    }
-  }
+  m.StartTelemetry();
 
   grpc::ChannelArguments args;
   // Reconnect quickly after a daemon restart; the agent's own backoff paces

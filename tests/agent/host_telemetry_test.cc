@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -21,7 +22,11 @@
 #include "agent_config.h"
 #include "config/config.h"
 #include "server/server.h"
+#include "straggler/common/validate.h"
 #include "straggler/client.h"
+#include "straggler/v1/straggler.grpc.pb.h"
+
+#include <grpcpp/grpcpp.h>
 #include "host_procfs.h"
 #include "host_sampler.h"
 #include "telemetry_attach.h"
@@ -385,16 +390,27 @@ TEST_CASE("host telemetry through the real agent: the trainer's process from its
   o.world_size = 8;
   auto client = straggler::Client::Create(o);
   REQUIRE(client);
-  // Report until a process sample of rank 5 went upstream (ctest's timeout
-  // fails a test that never gets there).
+  // Report until the daemon shows a process sample of rank 5 (ctest's
+  // timeout fails a test that never gets there): the daemon keeps the
+  // latest per rank and shows it in the rank's Worker.
+  auto query = v1::QueryService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(daemon.grpc_port()), grpc::InsecureChannelCredentials()));
+  v1::Worker w;
   for (uint64_t it = 0;; ++it) {
     REQUIRE(client->Report(5, it, 0.01));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    absl::MutexLock lock(&mu);
-    if (!processes.empty()) break;
+    grpc::ClientContext qctx;
+    v1::GetWorkerRequest req;
+    req.set_job_id("host");
+    req.set_rank(5);
+    if (query->GetWorker(&qctx, req, &w).ok() && w.has_process()) break;
   }
   client.reset();
   agent.Shutdown();
+  CHECK(w.process().pid() == static_cast<uint32_t>(::getpid()));
+  CHECK(w.process().reading() == v1::HOST_READING_AVAILABLE);
+  CHECK(w.host().steal_reading() == v1::HOST_READING_AVAILABLE);
+  CHECK_FALSE(w.host_stale());
   daemon.Shutdown(std::chrono::milliseconds(0));
 
   absl::MutexLock lock(&mu);
@@ -407,4 +423,27 @@ TEST_CASE("host telemetry through the real agent: the trainer's process from its
   CHECK(p.period_seconds() > 0);
   CHECK(p.has_run_delay_seconds_per_second());
   CHECK(p.has_involuntary_switches_per_second());
+}
+
+TEST_CASE("host telemetry the daemon refuses: shares outside [0, 1], NaN rates, named") {
+  v1::HostTelemetry h;
+  h.set_period_seconds(1);
+  h.mutable_cpu_pressure()->set_some_share(0.5);
+  CHECK(straggler::common::ValidateHostTelemetry(h).ok());
+  h.mutable_io_pressure()->set_some_share(1.5);
+  absl::Status s = straggler::common::ValidateHostTelemetry(h);
+  CHECK_THAT(std::string(s.message()), Contains("io_pressure.some_share=1.5"));
+  h.mutable_io_pressure()->clear_some_share();
+  h.set_cpu_steal_share(-0.1);
+  CHECK_THAT(std::string(straggler::common::ValidateHostTelemetry(h).message()),
+             Contains("cpu_steal_share=-0.1"));
+
+  v1::ProcessTelemetry p;
+  p.set_rank(3);
+  p.set_period_seconds(1);
+  p.set_run_delay_seconds_per_second(2.5);  // several threads waiting: above 1 is fine
+  CHECK(straggler::common::ValidateProcessTelemetry(p).ok());
+  p.set_involuntary_switches_per_second(std::nan(""));
+  CHECK_THAT(std::string(straggler::common::ValidateProcessTelemetry(p).message()),
+             Contains("rank 3") && Contains("involuntary_switches_per_second=nan"));
 }
