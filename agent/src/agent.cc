@@ -21,6 +21,7 @@
 #include "agent_stats.h"
 #include "downstream.h"
 #include "job_table.h"
+#include "peer_listener.h"
 #include "spdlog/spdlog.h"
 #include "straggler/common/http_deadline.h"
 #include "straggler/common/service_main.h"  // ApplyLogLevel
@@ -53,16 +54,57 @@ struct Agent::Impl {
     return RenderAgentMetrics(table->Jobs(), stats, sampler.get(), telemetry_sent.load());
   }
 
+  // GPU and host telemetry (each logs its line: on, or why not) and the
+  // decorator that attaches them, then user_decorator, to upstream batches.
+  void StartTelemetry() {
+    const AgentConfig& c = config;
+    if (c.telemetry_enabled) {
+      nvml::NvmlSampler::Options o;
+      o.library = c.nvml_library;
+      o.interval = std::chrono::milliseconds(c.telemetry_interval_ms);
+      // Logs its one line: on (GPUs, library, interval), or off on a GPU-less host.
+      sampler = nvml::NvmlSampler::Start(o);
+    } else {
+      spdlog::info("GPU telemetry off (telemetry.enabled=false)");
+    }
+    if (c.host_telemetry_enabled) {
+      HostSampler::Options o;
+      o.proc_root = c.proc_root;
+      o.interval = std::chrono::milliseconds(c.host_telemetry_interval_ms);
+      // Logs its line: on, and what this kernel does not provide.
+      host = HostSampler::Start(o);
+    } else {
+      spdlog::info("host telemetry off (host_telemetry.enabled=false)");
+    }
+    {
+      Impl* impl = this;
+      const bool telemetry_on = sampler && sampler->enabled();
+      if (telemetry_on || host || user_decorator) {
+        decorator = [impl, telemetry_on](const BatchContext& ctx, v1::ReportBatch& batch) {
+          if (telemetry_on) {
+            impl->telemetry_sent.fetch_add(AttachTelemetry(*impl->sampler, ctx, batch),
+                                           std::memory_order_relaxed);
+          }
+          if (impl->host) AttachHostTelemetry(*impl->host, ctx, batch);
+          if (impl->user_decorator) impl->user_decorator(ctx, batch);
+        };
+      }
+    }
+  }
+
   AgentConfig config;
   BatchDecorator user_decorator;  // SetBatchDecorator's
   BatchDecorator decorator;       // telemetry, then user_decorator
   std::unique_ptr<nvml::NvmlSampler> sampler;  // null when telemetry is disabled
+  std::unique_ptr<HostSampler> host;           // null when host telemetry is disabled
   std::atomic<uint64_t> telemetry_sent{0};
   std::atomic<bool> ready{false};
   AgentStats stats;
   std::unique_ptr<JobTable> table;
   std::unique_ptr<IngestProxy> service;
   std::unique_ptr<grpc::Server> server;
+  // The unix socket (after `server`: stopped and destroyed before it).
+  std::unique_ptr<UnixPeerListener> unix_listener;
   std::unique_ptr<httplib::Server> http;
   std::thread http_thread;
   int tcp_port = 0;
@@ -93,28 +135,7 @@ absl::Status Agent::Start() {
                                                       c.listen, ": ", ec.message()));
   }
 
-  if (c.telemetry_enabled) {
-    nvml::NvmlSampler::Options o;
-    o.library = c.nvml_library;
-    o.interval = std::chrono::milliseconds(c.telemetry_interval_ms);
-    // Logs its one line: on (GPUs, library, interval), or off on a GPU-less host.
-    m.sampler = nvml::NvmlSampler::Start(o);
-  } else {
-    spdlog::info("GPU telemetry off (telemetry.enabled=false)");
-  }
-  {
-    Impl* impl = impl_.get();
-    const bool telemetry_on = m.sampler && m.sampler->enabled();
-    if (telemetry_on || m.user_decorator) {
-      m.decorator = [impl, telemetry_on](const BatchContext& ctx, v1::ReportBatch& batch) {
-        if (telemetry_on) {
-          impl->telemetry_sent.fetch_add(AttachTelemetry(*impl->sampler, ctx, batch),
-                                         std::memory_order_relaxed);
-        }
-        if (impl->user_decorator) impl->user_decorator(ctx, batch);
-      };
-    }
-  }
+  m.StartTelemetry();
 
   grpc::ChannelArguments args;
   // Reconnect quickly after a daemon restart; the agent's own backoff paces
@@ -138,7 +159,13 @@ absl::Status Agent::Start() {
   auto channel = grpc::CreateCustomChannel(c.upstream, credentials, args);
   m.table = std::make_unique<JobTable>(channel, c.node.empty() ? HostName() : c.node, m.stats,
                                        &m.decorator, LiveConfig::From(c));
-  m.service = std::make_unique<IngestProxy>(*m.table, m.stats);
+  {
+    Impl* impl = impl_.get();
+    // unix_listener is set before the server starts, so before any call.
+    m.service = std::make_unique<IngestProxy>(*m.table, m.stats, [impl](const std::string& peer) {
+      return impl->unix_listener ? impl->unix_listener->PidOf(peer) : int64_t{0};
+    });
+  }
 
   // The same standard services as stragglerd, so a client (or a probe such
   // as grpc_health_probe) cannot tell the agent from the daemon.
@@ -151,7 +178,15 @@ absl::Status Agent::Start() {
   // umask is process-wide; no other thread creates files at this point.
   const mode_t old_umask = umask(0117);
   // The unix socket is plaintext: its file mode decides who may connect.
-  builder.AddListeningPort(c.listen, grpc::InsecureServerCredentials());
+  // The agent accepts on it itself, to learn each trainer's process
+  // (SO_PEERCRED, for the host telemetry), and hands the connections to
+  // gRPC.
+  absl::StatusOr<std::unique_ptr<UnixPeerListener>> unix_listener = UnixPeerListener::Bind(path);
+  if (!unix_listener.ok()) {
+    umask(old_umask);
+    return unix_listener.status();
+  }
+  m.unix_listener = *std::move(unix_listener);
   if (!c.listen_tcp.empty()) {
     builder.AddListeningPort(c.listen_tcp, tcp_credentials, &m.tcp_port);
   }
@@ -166,6 +201,7 @@ absl::Status Agent::Start() {
                                                c.listen_tcp.empty() ? "" : " / listen_tcp=",
                                                c.listen_tcp));
   }
+  m.unix_listener->Serve(m.server.get());
   grpc::HealthCheckServiceInterface* health = m.server->GetHealthCheckService();
   health->SetServingStatus("", true);
   health->SetServingStatus(straggler::v1::IngestService::service_full_name(), true);
@@ -261,6 +297,11 @@ void Agent::Reload(const AgentConfig& next) {
       m.config.nvml_library != next.nvml_library) {
     spdlog::warn("SIGHUP: telemetry changed: takes effect after a restart");
   }
+  if (m.config.host_telemetry_enabled != next.host_telemetry_enabled ||
+      m.config.host_telemetry_interval_ms != next.host_telemetry_interval_ms ||
+      m.config.proc_root != next.proc_root) {
+    spdlog::warn("SIGHUP: host_telemetry changed: takes effect after a restart");
+  }
   m.config = applied;
   common::ApplyLogLevel(applied.log_level);
   if (m.table) m.table->SetLive(LiveConfig::From(applied));
@@ -280,6 +321,7 @@ void Agent::Shutdown() {
   // No new streams; ending the open ones lets clients reconnect elsewhere
   // (or to the next agent) with what they hold.
   const auto jobs = m.table->Close();
+  if (m.unix_listener) m.unix_listener->Stop();  // no connection added to a stopping server
   if (m.server) m.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   const auto deadline = Clock::now() + std::chrono::milliseconds(m.config.shutdown_flush_ms);
   for (const auto& j : jobs) j->Stop(deadline);

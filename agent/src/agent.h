@@ -42,6 +42,11 @@
 //  * GPU telemetry (config telemetry.*): NVML is sampled on its own thread;
 //    each upstream batch carries, per rank with a known device, that GPU's
 //    latest sample when it is new to the current upstream stream.
+//  * Host telemetry (config host_telemetry.*): /proc is read on its own
+//    thread; each upstream batch carries the node's latest sample
+//    (pressure, steal) and, per rank whose trainer connected on the unix
+//    socket, its process's (run delay, involuntary context switches), each
+//    when it is new to the current upstream stream.
 //  * Idle jobs: a job with no downstream stream and an empty buffer for
 //    jobs.idle_timeout_ms is removed (state freed);
 //    its next trainer stream starts it afresh.
@@ -78,6 +83,13 @@ struct BatchContext {
   // the sequence of the last telemetry sample sent); cleared whenever a new
   // upstream stream starts, so a restarted daemon gets everything again.
   std::map<uint32_t, uint64_t>& marks;
+  // Each rank's trainer process id, as the agent's unix socket learned it
+  // (SO_PEERCRED, docs/agent.md#host-telemetry); ranks on TCP have none.
+  const std::map<uint32_t, int64_t>& pids;
+  // The host telemetry's marks, cleared with `marks`: the node sample's
+  // sequence last sent (0 = none) and each rank's process sample's.
+  uint64_t& host_mark;
+  std::map<uint32_t, uint64_t>& process_marks;
 };
 
 // Called on an upstream batch just before it is written (per job, on that

@@ -63,6 +63,8 @@ class Parser : public ConfigReader {
         s = Section(kv.second, key, {{"idle_timeout_ms", &c.idle_job_timeout_ms}});
       } else if (key == "telemetry") {
         s = Telemetry(kv.second, c);
+      } else if (key == "host_telemetry") {
+        s = HostTelemetry(kv.second, c);
       } else if (key == "upstream_tls") {
         s = UpstreamTls(kv.second, c);
       } else {
@@ -77,6 +79,8 @@ class Parser : public ConfigReader {
           std::tuple{"reconnect.initial_ms", c.reconnect_initial_ms, "reconnect"},
           std::tuple{"reconnect.max_ms", c.reconnect_max_ms, "reconnect"},
           std::tuple{"telemetry.interval_ms", c.telemetry_interval_ms, "telemetry"},
+          std::tuple{"host_telemetry.interval_ms", c.host_telemetry_interval_ms,
+                     "host_telemetry"},
           std::tuple{"jobs.idle_timeout_ms", c.idle_job_timeout_ms, "jobs"},
           std::tuple{"http.threads", c.http_threads, "http"},
           std::tuple{"http.read_timeout_seconds", c.http_read_timeout_seconds, "http"},
@@ -115,6 +119,33 @@ class Parser : public ConfigReader {
             c.telemetry_interval_ms = *v;
           } else if (key == "nvml_library") {
             return Str(value, "telemetry.nvml_library", c.nvml_library);
+          } else {
+            return common::UnknownKey();
+          }
+          return absl::OkStatus();
+        });
+  }
+
+  // host_telemetry: {enabled: BOOL, interval_ms: N, proc_root: PATH}
+  absl::Status HostTelemetry(const YAML::Node& node, AgentConfig& c) const {
+    return common::ReadSection(
+        *this, node, "host_telemetry",
+        [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+          if (key == "enabled") {
+            auto v = Bool(value, "host_telemetry.enabled");
+            if (!v.ok()) return v.status();
+            c.host_telemetry_enabled = *v;
+          } else if (key == "interval_ms") {
+            auto v = Uint(value, "host_telemetry.interval_ms");
+            if (!v.ok()) return v.status();
+            c.host_telemetry_interval_ms = *v;
+          } else if (key == "proc_root") {
+            if (absl::Status s = Str(value, "host_telemetry.proc_root", c.proc_root); !s.ok()) {
+              return s;
+            }
+            if (c.proc_root.empty()) {
+              return Error(value.Mark(), "host_telemetry.proc_root='' must name a directory");
+            }
           } else {
             return common::UnknownKey();
           }

@@ -56,6 +56,12 @@ struct AgentConfig {
   bool telemetry_enabled = true;
   uint32_t telemetry_interval_ms = 1000;
   std::string nvml_library;
+  // Host telemetry (restart needed for a change; docs/agent.md#host-telemetry):
+  // pressure, steal and the trainers' run delay read from proc_root every
+  // host_telemetry_interval_ms.
+  bool host_telemetry_enabled = true;
+  uint32_t host_telemetry_interval_ms = 1000;
+  std::string proc_root = "/proc";
   // Live on SIGHUP.
   std::string log_level = "info";
   uint32_t batch_max_reports = 256;     // an upstream batch is sent at this size...

@@ -1,6 +1,7 @@
 // DownstreamReactor: see downstream.h.
 #include "downstream.h"
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "straggler/common/directive.h"
 #include "straggler/common/grpc_status.h"
@@ -8,9 +9,11 @@
 
 namespace straggler::agent {
 
-DownstreamReactor::DownstreamReactor(JobTable& jobs, AgentStats& stats, std::string peer)
+DownstreamReactor::DownstreamReactor(JobTable& jobs, AgentStats& stats, std::string peer,
+                                     int64_t pid)
     : jobs_(jobs), stats_(stats), peer_(std::move(peer)),
       link_(std::make_shared<DownLink>(this)) {
+  link_->pid = pid;
   stats_.downstream_streams.fetch_add(1, std::memory_order_relaxed);
   stats_.downstream_streams_total.fetch_add(1, std::memory_order_relaxed);
   StartRead(&batch_);
@@ -66,7 +69,8 @@ absl::Status DownstreamReactor::Hello() {
   auto job = jobs_.Attach(batch_.hello(), link_);
   if (!job.ok()) return job.status();
   job_ = *std::move(job);
-  spdlog::info("job={} downstream stream from {} ranks={}", job_->id(), peer_,
+  spdlog::info("job={} downstream stream from {}{} ranks={}", job_->id(), peer_,
+               link_->pid > 0 ? absl::StrCat(" (pid ", link_->pid, ")") : "",
                batch_.hello().ranks_size());
   return absl::OkStatus();
 }

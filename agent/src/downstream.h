@@ -12,6 +12,7 @@
 // deletes itself in OnDone.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,7 +33,8 @@ namespace straggler::agent {
 // IngestReactor seen from the client, with the agent's buffer behind it.
 class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive> {
  public:
-  DownstreamReactor(JobTable& jobs, AgentStats& stats, std::string peer);
+  // `pid`: the trainer process on the other end (0 = unknown, e.g. TCP).
+  DownstreamReactor(JobTable& jobs, AgentStats& stats, std::string peer, int64_t pid);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -62,15 +64,22 @@ class DownstreamReactor final : public grpc::ServerBidiReactor<v1::ReportBatch, 
 // The IngestService the agent serves: one DownstreamReactor per stream.
 class IngestProxy final : public v1::IngestService::CallbackService {
  public:
-  IngestProxy(JobTable& jobs, AgentStats& stats) : jobs_(jobs), stats_(stats) {}
+  // `pid_of`: the process of a gRPC peer (UnixPeerListener::PidOf), 0 when
+  // unknown; called on gRPC threads.
+  using PidOf = std::function<int64_t(const std::string& peer)>;
+  IngestProxy(JobTable& jobs, AgentStats& stats, PidOf pid_of)
+      : jobs_(jobs), stats_(stats), pid_of_(std::move(pid_of)) {}
   grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive>* Stream(
       grpc::CallbackServerContext* context) override {
-    return new DownstreamReactor(jobs_, stats_, context->peer());
+    std::string peer = context->peer();
+    const int64_t pid = pid_of_ ? pid_of_(peer) : 0;
+    return new DownstreamReactor(jobs_, stats_, std::move(peer), pid);
   }
 
  private:
   JobTable& jobs_;
   AgentStats& stats_;
+  const PidOf pid_of_;
 };
 
 }  // namespace straggler::agent

@@ -107,6 +107,13 @@ absl::Status UpstreamJob::Attach(const v1::StreamHello& hello,
     changed |= fresh && d.incarnation != 0;
     it->second = d;
   }
+  for (uint32_t r : ranks) {
+    if (link->pid > 0) {
+      pids_[r] = link->pid;
+    } else {
+      pids_.erase(r);  // its earlier process's id would now name another
+    }
+  }
   ++devices_version_;
   changed |= NoteMonitorOnlyLocked(hello, ranks);
   if (changed) {
@@ -330,6 +337,8 @@ void UpstreamJob::Opening(std::vector<v1::ReportBatch>* out) {
   }
   stats_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
   marks_.clear();  // a new stream (maybe a new daemon) has seen nothing
+  host_mark_ = 0;
+  process_marks_.clear();
   TakeBatch(&out->emplace_back());
 }
 
@@ -367,11 +376,12 @@ void UpstreamJob::TakeBatch(v1::ReportBatch* batch) {
     if (batch->has_hello()) FillHelloLocked(*batch);
     if (run_devices_version_ != devices_version_) {
       run_devices_ = devices_;
+      run_pids_ = pids_;
       run_devices_version_ = devices_version_;
     }
   }
   if (decorator_ != nullptr && *decorator_) {
-    (*decorator_)(BatchContext{id_, run_devices_, marks_}, *batch);
+    (*decorator_)(BatchContext{id_, run_devices_, marks_, run_pids_, host_mark_, process_marks_}, *batch);
   }
 }
 

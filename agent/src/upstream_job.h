@@ -60,6 +60,9 @@ struct DownLink {
 
   absl::Mutex mu;
   DownstreamReactor* reactor ABSL_GUARDED_BY(mu);
+  // The trainer process on the other end (SO_PEERCRED of the agent's unix
+  // socket; 0 = unknown, a TCP stream). Set before Attach, then constant.
+  int64_t pid = 0;
   std::vector<uint32_t> ranks;           // ascending; job mutex
   std::set<uint64_t> sent_versions;      // job mutex
   uint64_t last_acked_sequence = 0;      // job mutex
@@ -210,6 +213,9 @@ class UpstreamJob final : private stream::StreamSession::Source {
   // From downstream hellos, by rank; devices_version_ grows on every change.
   std::map<uint32_t, nvml::RankDevice> devices_ ABSL_GUARDED_BY(mu_);
   uint64_t devices_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Each rank's trainer process (DownLink::pid of its newest hello's link);
+  // changes bump devices_version_ too.
+  std::map<uint32_t, int64_t> pids_ ABSL_GUARDED_BY(mu_);
   std::optional<Clock::time_point> idle_since_ ABSL_GUARDED_BY(mu_);  // no links, empty buffer
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
@@ -221,8 +227,11 @@ class UpstreamJob final : private stream::StreamSession::Source {
   // The session's sender thread only: its copy of devices_, and the
   // decorator's marks (cleared per stream: a new daemon has seen nothing).
   std::map<uint32_t, nvml::RankDevice> run_devices_;
+  std::map<uint32_t, int64_t> run_pids_;
   uint64_t run_devices_version_ = ~uint64_t{0};
   std::map<uint32_t, uint64_t> marks_;
+  uint64_t host_mark_ = 0;
+  std::map<uint32_t, uint64_t> process_marks_;
 
   // Last: its threads use everything above.
   stream::StreamSession session_;

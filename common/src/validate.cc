@@ -205,8 +205,59 @@ absl::Status ValidateReportPhases(const v1::IterationReport& r, double max_compu
     if (v > bound)
       return refuse(field, v,
                     absl::StrCat("above 10 x max_compute_seconds=", engine::ExactNumber(bound)));
+
+namespace {
+
+// `value` (when `has`) within [0, max]; NaN is outside.
+absl::Status CheckRange(absl::string_view what, absl::string_view name, bool has, double value,
+                        double max) {
+  if (has && !(value >= 0 && value <= max)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", name, "=", value, " is outside [0, ", max, "]"));
   }
   return absl::OkStatus();
+}
+
+
+}  // namespace
+
+absl::Status ValidateHostTelemetry(const v1::HostTelemetry& t) {
+  constexpr double kInf = std::numeric_limits<double>::max();
+  constexpr absl::string_view kWhat = "host telemetry";
+  absl::Status s = CheckRange(kWhat, "period_seconds", true, t.period_seconds(), kInf);
+  for (const auto& [name, p] : {std::pair{"cpu_pressure", &t.cpu_pressure()},
+                                std::pair{"memory_pressure", &t.memory_pressure()},
+                                std::pair{"io_pressure", &t.io_pressure()}}) {
+    if (!s.ok()) return s;
+    s = CheckRange(kWhat, absl::StrCat(name, ".some_avg10"), p->has_some_avg10(),
+                   p->some_avg10(), 1);
+    if (s.ok()) {
+      s = CheckRange(kWhat, absl::StrCat(name, ".some_share"), p->has_some_share(),
+                     p->some_share(), 1);
+    }
+    if (s.ok()) s = CheckPrintable(absl::StrCat(kWhat, ": ", name, ".detail"), p->detail(),
+                                   kMaxHostDetailBytes);
+  }
+  if (!s.ok()) return s;
+  s = CheckRange(kWhat, "cpu_steal_share", t.has_cpu_steal_share(), t.cpu_steal_share(), 1);
+  if (!s.ok()) return s;
+  return CheckPrintable(absl::StrCat(kWhat, ": steal_detail"), t.steal_detail(),
+                        kMaxHostDetailBytes);
+}
+
+absl::Status ValidateProcessTelemetry(const v1::ProcessTelemetry& p) {
+  constexpr double kInf = std::numeric_limits<double>::max();
+  const std::string what = absl::StrCat("process telemetry of rank ", p.rank());
+  for (absl::Status s :
+       {CheckRange(what, "period_seconds", true, p.period_seconds(), kInf),
+        CheckRange(what, "run_delay_seconds_per_second", p.has_run_delay_seconds_per_second(),
+                   p.run_delay_seconds_per_second(), kInf),
+        CheckRange(what, "involuntary_switches_per_second",
+                   p.has_involuntary_switches_per_second(), p.involuntary_switches_per_second(),
+                   kInf)}) {
+    if (!s.ok()) return s;
+  }
+  return CheckPrintable(absl::StrCat(what, ": detail"), p.detail(), kMaxHostDetailBytes);
 }
 
 absl::Status RequireHello(const v1::ReportBatch& first) {

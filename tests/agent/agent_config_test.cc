@@ -49,6 +49,9 @@ TEST_CASE("deploy/straggler-agent.yaml parses and equals the built-in defaults")
   CHECK(parsed->telemetry_enabled == d.telemetry_enabled);
   CHECK(parsed->telemetry_interval_ms == d.telemetry_interval_ms);
   CHECK(parsed->nvml_library == d.nvml_library);
+  CHECK(parsed->host_telemetry_enabled == d.host_telemetry_enabled);
+  CHECK(parsed->host_telemetry_interval_ms == d.host_telemetry_interval_ms);
+  CHECK(parsed->proc_root == d.proc_root);
   CHECK(parsed->upstream_tls.ca_file == d.upstream_tls.ca_file);
   CHECK(parsed->upstream_tls.cert_file == d.upstream_tls.cert_file);
   CHECK(parsed->upstream_tls.key_file == d.upstream_tls.key_file);

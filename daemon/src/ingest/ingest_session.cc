@@ -138,6 +138,35 @@ void IngestSession::StoreTelemetryLocked(Job::Locked& job, v1::ReportBatch& batc
     stats_.telemetry_accepted.fetch_add(1, std::memory_order_relaxed);
     job->StoreTelemetry(t.rank(), std::move(*t.mutable_gpu()), now);
   }
+  // Host telemetry (docs/agent.md#host-telemetry): the node's sample is every
+  // rank's of the stream, a process's its rank's. Counted with the GPU's.
+  auto invalid = [&](const absl::Status& s) {
+    stats_.telemetry_rejected_invalid.fetch_add(1, std::memory_order_relaxed);
+    if (spdlog::should_log(spdlog::level::debug))
+      spdlog::debug("job={} {}", job_->id, std::string(s.message()));
+  };
+  if (batch.has_host()) {
+    if (absl::Status s = common::ValidateHostTelemetry(batch.host()); !s.ok()) {
+      invalid(s);
+    } else {
+      stats_.telemetry_accepted.fetch_add(1, std::memory_order_relaxed);
+      auto node = std::make_shared<const v1::HostTelemetry>(std::move(*batch.mutable_host()));
+      for (uint32_t rank : ranks_) job->StoreHostNode(rank, node, now);
+    }
+  }
+  for (v1::ProcessTelemetry& p : *batch.mutable_processes()) {
+    if (!IndexOf(p.rank())) {
+      stats_.telemetry_rejected_rank.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (absl::Status s = common::ValidateProcessTelemetry(p); !s.ok()) {
+      invalid(s);
+      continue;
+    }
+    stats_.telemetry_accepted.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t rank = p.rank();  // before the move: argument order is unspecified
+    job->StoreProcess(rank, std::move(p), now);
+  }
 }
 
 // The first `granted` reports through the engine (between its BeginBatch and

@@ -51,6 +51,19 @@ struct RankGpu {
   bool Fresh(engine::Time now) const { return now - received <= kTelemetryStaleAfter; }
 };
 
+// A rank's latest host telemetry (ReportBatch.host, .processes): the node
+// sample is shared by the ranks of the stream it came with.
+struct RankHost {
+  std::shared_ptr<const v1::HostTelemetry> node;
+  engine::Time node_received{0};
+  std::optional<v1::ProcessTelemetry> process;
+  engine::Time process_received{0};
+  bool Fresh(engine::Time now) const {
+    return (node && now - node_received <= kTelemetryStaleAfter) ||
+           (process && now - process_received <= kTelemetryStaleAfter);
+  }
+};
+
 // One accepted report as ExportReports returns it.
 struct RecentReport {
   uint64_t epoch = 0;
@@ -157,11 +170,25 @@ struct JobState {
   // Latest GPU telemetry per rank (ReportBatch.telemetry): empty until the
   // first sample arrives, then world_size slots, so bounded by the job.
   std::vector<std::optional<RankGpu>> gpu;
+  // Latest host telemetry per rank, likewise: empty until the first sample.
+  std::vector<RankHost> host;
 
   // `rank` < the job's world_size.
   void StoreTelemetry(uint32_t rank, v1::GpuTelemetry telemetry, engine::Time now) {
     if (gpu.empty()) gpu.resize(nodes.size());  // nodes: one per rank
     gpu[rank] = RankGpu{std::move(telemetry), now};
+  }
+  // `rank` < the job's world_size.
+  void StoreHostNode(uint32_t rank, std::shared_ptr<const v1::HostTelemetry> node,
+                     engine::Time now) {
+    if (host.empty()) host.resize(nodes.size());
+    host[rank].node = std::move(node);
+    host[rank].node_received = now;
+  }
+  void StoreProcess(uint32_t rank, v1::ProcessTelemetry process, engine::Time now) {
+    if (host.empty()) host.resize(nodes.size());
+    host[rank].process = std::move(process);
+    host[rank].process_received = now;
   }
   // The rank's telemetry if it is fresh at `now`, else null.
   const v1::GpuTelemetry* FreshTelemetry(uint32_t rank, engine::Time now) const {

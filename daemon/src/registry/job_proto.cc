@@ -50,6 +50,12 @@ void ToProto(const engine::WorkerView& w, const Job::Locked& job, v1::Worker* ou
     *out->mutable_gpu() = job->gpu[w.rank]->telemetry;
     out->set_gpu_stale(!job->gpu[w.rank]->Fresh(WallNow()));
   }
+  if (w.rank < job->host.size()) {
+    const RankHost& h = job->host[w.rank];
+    if (h.node) *out->mutable_host() = *h.node;
+    if (h.process) *out->mutable_process() = *h.process;
+    if (h.node || h.process) out->set_host_stale(!h.Fresh(WallNow()));
+  }
   if (w.rank < job.world_size) {
     const DeclaredTopology& t = job->topology.Of(w.rank);
     out->set_peer_group(t.peer_group);

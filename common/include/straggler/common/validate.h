@@ -124,6 +124,13 @@ absl::Status ValidateReportPhases(
     const v1::IterationReport& r,
     double max_compute_seconds = std::numeric_limits<double>::infinity());
 
+// Host telemetry (docs/agent.md#host-telemetry): a share outside [0, 1], a
+// negative or NaN period or rate, or a detail longer than
+// kMaxHostDetailBytes or not printable. Dropped like a bad GPU sample.
+inline constexpr size_t kMaxHostDetailBytes = 512;
+absl::Status ValidateHostTelemetry(const v1::HostTelemetry& t);
+absl::Status ValidateProcessTelemetry(const v1::ProcessTelemetry& p);
+
 // SetRankOverride's reason (kept in the state database and logged): at most
 // kMaxReasonBytes, no ASCII control characters (protobuf has checked UTF-8).
 absl::Status ValidateReason(absl::string_view reason);
