@@ -205,6 +205,9 @@ absl::Status ValidateReportPhases(const v1::IterationReport& r, double max_compu
     if (v > bound)
       return refuse(field, v,
                     absl::StrCat("above 10 x max_compute_seconds=", engine::ExactNumber(bound)));
+  }
+  return absl::OkStatus();
+}
 
 namespace {
 
@@ -217,7 +220,6 @@ absl::Status CheckRange(absl::string_view what, absl::string_view name, bool has
   }
   return absl::OkStatus();
 }
-
 
 }  // namespace
 
