@@ -25,19 +25,25 @@ bool PeerReference::Pass(size_t n, size_t per_unit, size_t& budget, F&& f) {
   return true;
 }
 
+template <typename V>
+bool PeerReference::MedianPasses(SlicedMedian& m, size_t n, size_t per_unit, size_t& budget,
+                                 V&& value) {
+  if (!gathering_) {
+    if (!Pass(n, per_unit, budget, [&](size_t i) { m.Count(value(i)); })) return false;
+    m.Plan();
+    gathering_ = true;
+  }
+  if (!Pass(n, per_unit, budget, [&](size_t i) { m.Gather(value(i)); })) return false;
+  gathering_ = false;
+  return true;
+}
+
 void PeerReference::Step(size_t& budget) {
   const auto& values = row_->values;
   switch (stage_) {
-    case Stage::kLevelCount:
-      if (!Pass(values.size(), kLogsPerUnit, budget,
-                [&](size_t i) { level_median_.Count(SafeLog(values[i].second)); }))
-        return;
-      level_median_.Plan();
-      stage_ = Stage::kLevelGather;
-      return;
-    case Stage::kLevelGather:
-      if (!Pass(values.size(), kLogsPerUnit, budget,
-                [&](size_t i) { level_median_.Gather(SafeLog(values[i].second)); }))
+    case Stage::kLevel:
+      if (!MedianPasses(level_median_, values.size(), kLogsPerUnit, budget,
+                        [&](size_t i) { return SafeLog(values[i].second); }))
         return;
       level_ = level_median_.Take();
       have_level_ = have_prev_level_ = true;
@@ -128,18 +134,11 @@ void PeerReference::GroupStep(size_t& budget) {
         const double last = states_[g].slow_rate > 0.0 ? states_[g].slow_rate : PeerSteps{}.Rate();
         rate_median_.Begin(last, last / 8);
       }
-      stage_ = Stage::kGroupRateCount;
+      stage_ = Stage::kGroupRates;
       return;
-    case Stage::kGroupRateCount:
-      if (!Pass(n, kCheapPerUnit, budget,
-                [&](size_t i) { rate_median_.Count(ranks_[bucket[i].first].steps.Rate()); }))
-        return;
-      rate_median_.Plan();
-      stage_ = Stage::kGroupRateGather;
-      return;
-    case Stage::kGroupRateGather:
-      if (!Pass(n, kCheapPerUnit, budget,
-                [&](size_t i) { rate_median_.Gather(ranks_[bucket[i].first].steps.Rate()); }))
+    case Stage::kGroupRates:
+      if (!MedianPasses(rate_median_, n, kCheapPerUnit, budget,
+                        [&](size_t i) { return ranks_[bucket[i].first].steps.Rate(); }))
         return;
       states_[g].slow_rate = rate_median_.Take();
       AfterPush(g);

@@ -56,7 +56,7 @@ size_t PeerReference::BeginRow(Row& row, Time now) {
   } else if (row.values.size() >= kSlicedMedianMin) {
     level_median_.Begin(have_prev_level_ ? level_ : SafeLog(row.values.front().second),
                         kLevelScale);
-    stage_ = Stage::kLevelCount;
+    stage_ = Stage::kLevel;
   } else {
     stage_ = Stage::kOwn;
   }
@@ -67,7 +67,7 @@ size_t PeerReference::RowUnits() const {
   if (stage_ == Stage::kDone) return 0;
   const size_t values = row_->values.size();
   size_t units = 1;
-  if (stage_ == Stage::kLevelCount) units += 2 * (values / kLogsPerUnit);
+  if (stage_ == Stage::kLevel) units += 2 * (values / kLogsPerUnit);
   if (stage_ != Stage::kGroupStart) units += values;  // own baselines
   for (uint32_t g : candidates_) {
     const size_t n = groups_.Bucket(g).size();

@@ -103,16 +103,14 @@ class PeerReference final : public Reference {
   // two passes), its noise, its steps where the whole group needs them
   // first, the generation check at the end of its profile, its verdicts.
   enum class Stage : uint8_t {
-    kLevelCount,
-    kLevelGather,
+    kLevel,
     kOwn,
     kGroupStart,
     kGroupCount,
     kGroupGather,
     kGroupNoise,
     kGroupPush,
-    kGroupRateCount,
-    kGroupRateGather,
+    kGroupRates,
     kGroupGenerations,
     kGroupMembers,
     kDone,
@@ -135,6 +133,11 @@ class PeerReference final : public Reference {
   // unit of `budget`; true when it reached n (pos_ starts over).
   template <typename F>
   bool Pass(size_t n, size_t per_unit, size_t& budget, F&& f);
+
+  // Both passes of `m` (SlicedMedian) over value(i) for i < n, a Pass each;
+  // true once m.Take() may be called.
+  template <typename V>
+  bool MedianPasses(SlicedMedian& m, size_t n, size_t per_unit, size_t& budget, V&& value);
 
   // One stage's work, or as much of it as `budget` allows.
   void Step(size_t& budget);
@@ -214,6 +217,7 @@ class PeerReference final : public Reference {
   Time row_now_{};
   Stage stage_ = Stage::kDone;
   size_t pos_ = 0;  // the stage's next value
+  bool gathering_ = false;  // MedianPasses is in its second pass
   bool have_level_ = false;
   bool have_prev_level_ = false;  // level_ holds an earlier row's (SlicedMedian's guess)
   double level_ = 0.0;
