@@ -78,14 +78,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   engine.BeginBatch();
   for (const v1::IterationReport& r : batch.reports()) {
     now += Time(1'000'000);
-    // The daemon checks work and phases before the engine (ingest_session.cc).
-    if (absl::Status s = straggler::common::ValidateReportPhases(
-            r, engine.policy().max_compute_seconds);
-        !s.ok()) {
-      Require(s.code() == absl::StatusCode::kInvalidArgument && !s.message().empty(),
-              "work or a phase refused without INVALID_ARGUMENT and a message");
-      continue;
-    }
     straggler::engine::IngestResult result = engine.Ingest(straggler::common::FromProto(r), now);
     Require(result.accepted || !result.message.empty(), "a rejected report without a message");
     Require(!result.accepted || r.rank() < hello.world_size, "a report of a rank out of range");

@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <limits>
 #include <string_view>
-#include <tuple>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "straggler/engine/policy.h"
 
 namespace straggler::common {
 namespace {
@@ -183,30 +181,6 @@ absl::Status ValidateTelemetry(const v1::GpuTelemetry& t) {
   }
   return CheckPrintable(absl::StrCat("telemetry of gpu ", t.gpu_index(), ": uuid"), t.uuid(),
                         kMaxGpuUuidBytes);
-}
-
-absl::Status ValidateReportPhases(const v1::IterationReport& r, double max_compute_seconds) {
-  auto refuse = [&](const char* field, double v, std::string why) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", r.rank(), " iteration ", r.iteration(),
-                                                   " reported ", field, "=", engine::ExactNumber(v),
-                                                   " (", why, ")"));
-  };
-  if (r.has_work() && !v1::rules::IsValidWork(r.work()))
-    return refuse("work", r.work(), absl::StrCat("must be ", std::string(v1::rules::kWorkAllowed)));
-  // The phases are bounded as step and collective-wait times are (the
-  // engine's check of those): 10 x max_compute_seconds.
-  const double bound = 10 * max_compute_seconds;
-  for (auto [has, field, v] :
-       {std::tuple{r.has_input_wait_seconds(), "input_wait_seconds", r.input_wait_seconds()},
-        std::tuple{r.has_optimizer_seconds(), "optimizer_seconds", r.optimizer_seconds()}}) {
-    if (!has) continue;
-    if (!v1::rules::IsValidPhaseSeconds(v))
-      return refuse(field, v, absl::StrCat("must be ", std::string(v1::rules::kPhaseSecondsAllowed)));
-    if (v > bound)
-      return refuse(field, v,
-                    absl::StrCat("above 10 x max_compute_seconds=", engine::ExactNumber(bound)));
-  }
-  return absl::OkStatus();
 }
 
 namespace {

@@ -45,6 +45,20 @@ IngestResult EngineImpl::Validate(const Report& rep) const {
     if (auto m = check("collective_wait_seconds", *rep.collective_wait_seconds, step_bound,
                        "10 x max_compute_seconds"))
       return bad(*m);
+  // The phases bounded as step times are (issue 31).
+  if (rep.input_wait_seconds)
+    if (auto m = check("input_wait_seconds", *rep.input_wait_seconds, step_bound,
+                       "10 x max_compute_seconds"))
+      return bad(*m);
+  if (rep.optimizer_seconds)
+    if (auto m = check("optimizer_seconds", *rep.optimizer_seconds, step_bound,
+                       "10 x max_compute_seconds"))
+      return bad(*m);
+  // Work in the job's own unit: no bound, but a step of no work has no time
+  // per unit of work (the wire's rule, straggler/v1/wire_rules.h IsValidWork).
+  if (rep.work && !(*rep.work > 0 && std::isfinite(*rep.work)))
+    return bad(absl::StrCat("rank ", rep.rank, " iteration ", rep.iteration, " reported work=",
+                            ExactNumber(*rep.work), " (must be a finite number > 0)"));
   const RankState& r = ranks[rep.rank];
   // The O(ranks) reference only for a report that is far past the rows
   // (rare); the common case is one comparison.

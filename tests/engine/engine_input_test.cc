@@ -83,6 +83,46 @@ TEST_CASE("input: bad optional times are rejected", "[engine][input]") {
   CHECK(h.Send(good).accepted);
 }
 
+TEST_CASE("input: work and phases - each bound refused naming the value, absent passes",
+          "[engine][input]") {
+  // Issue 31: work > 0 and finite; input wait and optimizer time finite,
+  // >= 0 and at most 10 x max_compute_seconds, like step times.
+  Harness h(4);
+  auto base = MakeReport(2, 0, 9, 0.1);
+  for (double bad : {0.0, -1.0, kInf, kNaN}) {
+    auto rep = base;
+    rep.work = bad;
+    const IngestResult r = h.Send(rep);
+    CHECK(r.reason == RejectReason::kInvalidValue);
+    CHECK_THAT(r.message, Catch::StartsWith("rank 2 iteration 9 reported work=") &&
+                              Catch::EndsWith("(must be a finite number > 0)"));
+  }
+  for (double bad : {-1e-12, kInf, -kInf, kNaN}) {
+    auto rep = base;
+    rep.input_wait_seconds = bad;
+    CHECK_THAT(h.Send(rep).message, Catch::Contains("reported input_wait_seconds=") &&
+                                        Catch::EndsWith("(must be a finite number >= 0)"));
+    rep = base;
+    rep.optimizer_seconds = bad;
+    CHECK_THAT(h.Send(rep).message, Catch::Contains("reported optimizer_seconds=") &&
+                                        Catch::EndsWith("(must be a finite number >= 0)"));
+  }
+  auto over = base;
+  over.optimizer_seconds = 10 * PolicyConfig{}.max_compute_seconds * 1.5;
+  CHECK_THAT(h.Send(over).message, Catch::Contains("(above 10 x max_compute_seconds="));
+  auto neg = base;
+  neg.input_wait_seconds = -0.25;
+  CHECK(h.Send(neg).message ==
+        "rank 2 iteration 9 reported input_wait_seconds=-0.25 (must be a finite number >= 0)");
+  CHECK_FALSE(h.engine().Progress(2).has_value());
+  auto good = base;
+  good.work = 1e-9;
+  good.input_wait_seconds = 0.0;
+  good.optimizer_seconds = 0.25;
+  CHECK(h.Send(good).accepted);
+  CHECK(h.Send(MakeReport(3, 0, 9, 0.1)).accepted);  // none of them: as before
+}
+
 TEST_CASE("input: rank out of range names the rank and the world size", "[engine][input]") {
   Harness h(6);
   for (uint32_t rank : {6u, 9u}) {

@@ -180,7 +180,6 @@ std::optional<uint64_t> IngestSession::IngestReportsLocked(Job::Locked& job,
   // The baseline and step time the ring records with each report (O(1)).
   const float scored_reference = static_cast<float>(job->engine.baseline_seconds());
   const float scored_step = static_cast<float>(job->engine.step_seconds());
-  const double max_compute_seconds = job->engine.policy().max_compute_seconds;
   for (int i = 0; i < granted; ++i) {
     const v1::IterationReport& report = batch.reports(i);
     const std::optional<size_t> slot = IndexOf(report.rank());
@@ -196,16 +195,6 @@ std::optional<uint64_t> IngestSession::IngestReportsLocked(Job::Locked& job,
     if (touched_stamp_[index] != batch_stamp_) {
       touched_stamp_[index] = batch_stamp_;
       touched_.push_back(static_cast<uint32_t>(index));
-    }
-    // Work and phases (issue 31) are checked here, the engine's own
-    // fields in Ingest: a refusal reads and counts the same (invalid_value).
-    if (absl::Status s = common::ValidateReportPhases(report, max_compute_seconds); !s.ok())
-        [[unlikely]] {
-      stats_.CountRejected(engine::RejectReason::kInvalidValue);
-      tally.Reject(report.rank(), report.iteration(),
-                   std::string(engine::RejectReasonName(engine::RejectReason::kInvalidValue)),
-                   std::string(s.message()));
-      continue;
     }
     engine::IngestResult result = job->engine.Ingest(FromProto(report), now);
     if (result.accepted) {

@@ -62,8 +62,8 @@ inline constexpr std::size_t kMaxGpuModelBytes = 96;
 // finite and > 0 (a step of no work has no time per unit of work).
 // IterationReport.input_wait_seconds and optimizer_seconds: finite and >= 0.
 // NaN fails both (every comparison with it is false). The daemon refuses a
-// report that breaks them (common::ValidateReportPhases, which also bounds
-// the phases by the job's policy); the C++ Report() does not check (it never
+// report that breaks them (JobEngine::Ingest, which also bounds the phases
+// by the job's policy); the C++ Report() does not check (it never
 // branches on values), and trace CSVs are read by the same rules.
 constexpr bool IsValidWork(double v) { return v > 0 && v <= 1.7976931348623157e308; }
 constexpr bool IsValidPhaseSeconds(double v) { return v >= 0 && v <= 1.7976931348623157e308; }

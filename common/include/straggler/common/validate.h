@@ -112,18 +112,6 @@ absl::Status RequireHello(const v1::ReportBatch& first);
 // dropped, nothing else of the batch).
 absl::Status ValidateTelemetry(const v1::GpuTelemetry& t);
 
-// A report's work and phases (IterationReport.work, input_wait_seconds,
-// optimizer_seconds; issue 31), by the wire's rules (wire_rules.h
-// IsValidWork, IsValidPhaseSeconds), the phases also at most 10 x
-// `max_compute_seconds` (the job policy's; the bound of step and
-// collective-wait times): "rank 3 iteration 17 reported work=-2 (must be a
-// finite number > 0)". Absent fields pass. The engine checks compute, step
-// and wait times itself (JobEngine::Ingest); the ingest stream refuses a
-// report that fails here as invalid_value before the engine sees it.
-absl::Status ValidateReportPhases(
-    const v1::IterationReport& r,
-    double max_compute_seconds = std::numeric_limits<double>::infinity());
-
 // Host telemetry (docs/agent.md#host-telemetry): a share outside [0, 1], a
 // negative or NaN period or rate, or a detail longer than
 // kMaxHostDetailBytes or not printable. Dropped like a bad GPU sample.

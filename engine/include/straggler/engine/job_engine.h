@@ -92,8 +92,9 @@ struct Report {
   Time start_time{0};
   // The step's work (job's unit, > 0) and its input-wait and optimizer
   // phases (>= 0), where the trainer reports them (docs/client.md, "Work and
-  // phases"). Carried from the wire; the daemon checks them
-  // (common::ValidateReportPhases) before Ingest, and nothing judges them yet.
+  // phases"). Ingest refuses a non-finite or negative phase, one above 10 x
+  // max_compute_seconds, and work that is not > 0 (kInvalidValue); nothing
+  // judges them yet.
   std::optional<double> work;
   std::optional<double> input_wait_seconds;
   std::optional<double> optimizer_seconds;
