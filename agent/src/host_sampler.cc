@@ -73,9 +73,9 @@ void HostSampler::Run() {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
-      // Wakes early only to stop.
-      mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::FromChrono(options_.interval));
-      if (stop_) return;
+      // Wakes early only to stop (true: stop_ is set).
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::FromChrono(options_.interval)))
+        return;
     }
     SampleNow();
   }

@@ -56,6 +56,7 @@
 #include <thread>
 #include <vector>
 
+#include "queued_report.h"
 #include "report_queue.h"
 #include "straggler/client.h"
 #include "straggler/v1/straggler.grpc.pb.h"
@@ -65,20 +66,8 @@ namespace {
 namespace v1 = straggler::v1;
 using Clock = std::chrono::steady_clock;
 
-// The same layout as the client's queued report (queued_report.h): 80
-// bytes since issue 31's work and phases (56 before).
-struct QueuedReport {
-  uint32_t rank;
-  uint64_t epoch;
-  uint64_t iteration;
-  double compute_seconds;
-  double step_seconds;
-  double collective_wait_seconds;
-  int64_t reported_unix_ns;
-  double work;
-  double input_wait_seconds;
-  double optimizer_seconds;
-};
+// The client's own queued report (80 bytes since issue 31's work and phases; 56 before).
+using straggler::detail::QueuedReport;
 
 constexpr size_t kQueueCapacity = 4096;  // ClientOptions default
 

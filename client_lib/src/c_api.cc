@@ -133,9 +133,6 @@ static_assert(sizeof(straggler_step_t) % sizeof(double) == 0 &&
                   alignof(straggler_step_t) == alignof(double),
               "straggler_step_t holds doubles only");
 
-#define STEP_FIELD_FITS(member, size) \
-  (offsetof(straggler_step_t, member) + sizeof(double) <= (size))
-
 }  // namespace
 
 extern "C" {
@@ -294,10 +291,9 @@ int straggler_report_step_sized(straggler_client_t* client, uint32_t rank, uint6
   d.optimizer_seconds = Optional(step->optimizer_seconds);
   d.work = Optional(step->work);
   // The first layout holds every field so far; a field appended later is
-  // read only when it fits: if (STEP_FIELD_FITS(field, size)) ...
-  static_assert(STEP_FIELD_FITS(work, kStepFirstLayoutEnd) &&
-                    sizeof(straggler_step_t) == kStepFirstLayoutEnd,
-                "straggler_step_t grew: read its new field only where STEP_FIELD_FITS");
+  // read only where offsetof(straggler_step_t, field) + sizeof(double) <= size.
+  static_assert(sizeof(straggler_step_t) == kStepFirstLayoutEnd,
+                "straggler_step_t grew: read its new field only where it fits the caller's size");
   try {
     return client->client->Report(rank, epoch, iteration, compute_seconds, d)
                ? STRAGGLER_OK

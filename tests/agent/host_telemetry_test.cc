@@ -390,13 +390,15 @@ TEST_CASE("host telemetry through the real agent: the trainer's process from its
   o.world_size = 8;
   auto client = straggler::Client::Create(o);
   REQUIRE(client);
-  // Report until the daemon shows a process sample of rank 5 (ctest's
-  // timeout fails a test that never gets there): the daemon keeps the
-  // latest per rank and shows it in the rank's Worker.
+  // Report until the daemon shows a process sample of rank 5, at most 20 s:
+  // the daemon keeps the latest per rank and shows it in the rank's Worker.
   auto query = v1::QueryService::NewStub(grpc::CreateChannel(
       "127.0.0.1:" + std::to_string(daemon.grpc_port()), grpc::InsecureChannelCredentials()));
   v1::Worker w;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   for (uint64_t it = 0;; ++it) {
+    if (std::chrono::steady_clock::now() > deadline)
+      FAIL("no process sample of rank 5 in the daemon's Worker within 20 s");
     REQUIRE(client->Report(5, it, 0.01));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     grpc::ClientContext qctx;
