@@ -65,6 +65,7 @@ GRAY = ("  - {type: slow, rank: 2, factor: 1.05}\n"
         "  - {type: slow, rank: 5, factor: 2.0, from: 700, to: 760}\n"
         "  - {type: slow, rank: 5, factor: 1.7, from: 760, to: 780}\n"
         "  - {type: slow, rank: 5, factor: 2.35, from: 780, to: 840}\n")
+WORK = "work: {sequences: 8, sigma: %s, attention: 1.0, overhead: 0.2, report: %s}\n"
 FAMILIES = {
     "noise 10%": "noise: 0.10\neffects: []\n",
     "noise 15%": "noise: 0.15\neffects: []\n",
@@ -96,6 +97,25 @@ FAMILIES = {
                              "  - {type: slow, ranks: [3], factor: 1.1, from: 400}\n"
                              "  - {type: slow, ranks: [9], factor: 2.0, from: 700, to: 1000}\n"
                              "  - {type: slow, ranks: [9], factor: 1.1, from: 1000}\n",
+    # Issue 31: per-step work from 8 log-normal sequence lengths with an attention term
+    # (about +-30% per step), time = (overhead + work) x factor x (1 + 5% noise).
+    "work σ0.6 reported, 1.3x": "noise: 0.05\ntruth_min_factor: 1.3\n" + WORK % (0.6, "cost")
+                                + "effects:\n" + TWO % (1.3, 1.3),
+    "work σ0.9 reported, 1.3x": "noise: 0.05\ntruth_min_factor: 1.3\n" + WORK % (0.9, "cost")
+                                + "effects:\n" + TWO % (1.3, 1.3),
+    "work σ0.6 as tokens (cost has Σs²), 1.3x": "noise: 0.05\ntruth_min_factor: 1.3\n"
+                                                + WORK % (0.6, "tokens") + "effects:\n"
+                                                + TWO % (1.3, 1.3),
+    "work σ0.9 as tokens, 1.3x": "noise: 0.05\ntruth_min_factor: 1.3\n" + WORK % (0.9, "tokens")
+                                 + "effects:\n" + TWO % (1.3, 1.3),
+    "work σ0.6 reported, spikes 6x p=0.05, 2x": "noise: 0.05\n" + WORK % (0.6, "cost")
+                                                + "effects:\n" + TWO % (2.0, 2.0)
+                                                + "  - {type: spike, ranks: all, factor: 6.0, "
+                                                  "probability: 0.05}\n",
+    "work σ0.6 not reported, 1.3x": "noise: 0.05\ntruth_min_factor: 1.3\n"
+                                    + WORK % (0.6, "none") + "effects:\n" + TWO % (1.3, 1.3),
+    "work σ0.9 reported, healthy": "noise: 0.05\n" + WORK % (0.9, "cost") + "effects: []\n",
+    "work σ0.9 as tokens, healthy": "noise: 0.05\n" + WORK % (0.9, "tokens") + "effects: []\n",
 }
 
 

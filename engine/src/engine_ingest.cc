@@ -145,9 +145,8 @@ IngestResult EngineImpl::Ingest(const Report& rep, Time now) {
   r.last_iteration = rep.iteration;
   r.epoch = rep.epoch;
   r.last_compute = rep.compute_seconds;
-  r.ewma = r.samples == 0
-               ? rep.compute_seconds
-               : policy.ewma_alpha * rep.compute_seconds + (1 - policy.ewma_alpha) * r.ewma;
+  const double own = rep.OwnSeconds();
+  r.ewma = r.samples == 0 ? own : policy.ewma_alpha * own + (1 - policy.ewma_alpha) * r.ewma;
   r.samples++;
   r.reports_total++;
   r.last_report_time = now;

@@ -124,8 +124,8 @@ size_t EngineImpl::JudgeRow(Row& row, Time now, bool global_shift_guard) {
 // that arrived after their row was judged.
 void EngineImpl::JudgeSingle(uint32_t rank, const Report& rep, Time now) {
   if (reference->JudgeAlone(rank, rep, now)) return;
-  ApplyVerdict(rank, reference->Single(rank, rep.compute_seconds), rep.iteration,
-               rep.compute_seconds, now);
+  const double own = rep.OwnSeconds();
+  ApplyVerdict(rank, reference->Single(rank, rep), rep.iteration, own, now);
 }
 
 bool EngineImpl::CooledDown(const RankState& r, uint64_t iteration) const {

@@ -73,6 +73,7 @@ void PeerReference::StartGroup() {
       continue;
     }
     GroupXs(g).resize(n);
+    if (row_work_) FitWork(g);
     large_ = n >= kSlicedMedianMin;
     if (large_) {
       // Around its last row's median; before it has one, the first step.
@@ -96,6 +97,7 @@ void PeerReference::GroupStep(size_t& budget) {
     case Stage::kGroupCount:  // one log per report
       if (!Pass(n, kLogsPerUnit, budget, [&](size_t i) {
             xs[i] = SafeLog(bucket[i].second);
+            if (row_work_) xs[i] -= WorkLog(states_[g], bucket[i].first);
             if (large_) group_median_.Count(xs[i]);
           }))
         return;
@@ -165,7 +167,11 @@ void PeerReference::GroupStep(size_t& budget) {
 
 void PeerReference::StartNoise(uint32_t g, double m) {
   median_ = m;
-  noise_cap_ = states_[g].NoiseCap();
+  // Judged per unit of work: what the work does not explain (a unit that
+  // misses part of the cost) has a heavy tail, which is the group's noise,
+  // not a spike to winsorize (docs/detection.md, "Own time and work").
+  noise_cap_ = row_work_ && states_[g].work.active() ? std::numeric_limits<double>::infinity()
+                                                      : states_[g].NoiseCap();
   noise_sum_ = 0.0;
   stage_ = Stage::kGroupNoise;
 }
@@ -227,12 +233,12 @@ void PeerReference::JudgeMember(uint32_t g, size_t i) {
   Judge(rank, t, row_iteration_, row_now_, gs, /*alone=*/false,
         [&](bool to_straggler, double ratio) {
           return to_straggler
-                     ? absl::StrFormat("rank %u (%s) %.3g× its group's median %.3gs over its "
+                     ? absl::StrFormat("rank %u (%s) %.3g× its group's median %s over its "
                                        "last steps (threshold %.3g×)",
-                                       rank, groups_.Label(g), ratio, gs.median,
+                                       rank, groups_.Label(g), ratio, MedianText(gs),
                                        std::exp(gs.threshold))
-                     : absl::StrFormat("rank %u (%s) back to %.3g× its group's median %.3gs",
-                                       rank, groups_.Label(g), ratio, gs.median);
+                     : absl::StrFormat("rank %u (%s) back to %.3g× its group's median %s",
+                                       rank, groups_.Label(g), ratio, MedianText(gs));
         });
 }
 

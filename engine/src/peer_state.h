@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "peer_steps.h"
+#include "work_fit.h"
 
 namespace straggler::engine::internal {
 
@@ -79,6 +80,8 @@ struct GroupState {
   size_t recent_count = 0;
   size_t recent_next = 0;
   double steady_log = 0.0;
+  // Its time per unit of work, where the job reports work (work_fit.h).
+  WorkFit work;
 
   // A judged row's log median `m` into the steady median and its drift (how
   // far `m` lands from the steady median of the rows before it); `scratch`

@@ -58,8 +58,9 @@ class Reference {
   }
   virtual void EndRow(Row& row, Time now) { (void)row, (void)now; }
   // The verdict on one report judged alone: an excluded rank in shadow
-  // recovery, or a report whose row was judged without it.
-  virtual Verdict Single(uint32_t rank, double compute_seconds) const = 0;
+  // recovery, or a report whose row was judged without it. Its time is
+  // report.OwnSeconds().
+  virtual Verdict Single(uint32_t rank, const Report& report) const = 0;
   // A reference that judges such a report with its own evidence (peer: the
   // rank's window) does so here and returns true; Single is then not asked.
   virtual bool JudgeAlone(uint32_t rank, const Report& report, Time now) {

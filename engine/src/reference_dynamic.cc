@@ -38,13 +38,14 @@ class DynamicReference final : public Reference {
     Publish();
   }
 
-  Verdict Single(uint32_t rank, double compute_seconds) const override {
+  Verdict Single(uint32_t rank, const Report& report) const override {
     // (`rank` < world size: the engine checked it at Ingest.)
-    if (groups_state_.empty()) return e_.VerdictFor(compute_seconds);
+    const double t = report.OwnSeconds();
+    if (groups_state_.empty()) return e_.VerdictFor(t);
     const GroupDyn& st = groups_state_[groups_.Of(rank)];
     if (!st.have_threshold) return Verdict::kNone;
-    if (compute_seconds > st.threshold) return Verdict::kSlow;
-    if (compute_seconds < st.threshold) return Verdict::kFast;
+    if (t > st.threshold) return Verdict::kSlow;
+    if (t < st.threshold) return Verdict::kFast;
     return Verdict::kNone;
   }
 

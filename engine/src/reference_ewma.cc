@@ -50,7 +50,7 @@ class EwmaReference final : public Reference {
   }
 
   // Against the last reference of the rank's group (ratio x its last median).
-  Verdict Single(uint32_t rank, double) const override {
+  Verdict Single(uint32_t rank, const Report&) const override {
     const RankState& r = e_.ranks[rank];
     if (r.samples < e_.policy.ewma_min_samples) return Verdict::kNone;
     const uint32_t g = groups_.size() > 0 ? groups_.Of(rank) : 0;

@@ -18,7 +18,29 @@ constexpr double kExitShare = 0.5;
 constexpr double kExitRatio = 1.04;
 const double kLogExitRatio = std::log(kExitRatio);
 
+// " at W units of work" where a group judges per unit of work (its
+// median is then the time at the reference work W).
+std::string PerWork(const WorkFit& fit) {
+  return fit.active() ? absl::StrFormat(" at %.4g units of work", fit.reference_work())
+                      : std::string();
+}
+
 }  // namespace
+
+std::string PeerReference::MedianText(const GroupState& gs) const {
+  return absl::StrFormat("%.3gs%s", gs.median, PerWork(gs.work));
+}
+
+void PeerReference::FitWork(uint32_t g) {
+  const auto& bucket = groups_.Bucket(g);
+  const size_t stride = (bucket.size() + WorkFit::kMaxPoints - 1) / WorkFit::kMaxPoints;
+  fit_points_.clear();
+  for (size_t i = 0; i < bucket.size(); i += stride) {
+    const double w = work_[bucket[i].first];
+    if (w > 0 && std::isfinite(w)) fit_points_.emplace_back(SafeLog(bucket[i].second), w);
+  }
+  states_[g].work.AddRow(fit_points_);
+}
 
 void PeerReference::OnRow(Row& row, Time now) {
   BeginRow(row, now);
@@ -32,6 +54,12 @@ size_t PeerReference::BeginRow(Row& row, Time now) {
   RefreshLogs();
   groups_.Bucketize(row);
   row_ = &row;
+  row_work_ = !row.work.empty();
+  if (row_work_) {
+    if (work_.size() < e_.world_size) work_.resize(e_.world_size);
+    for (size_t i = 0; i < row.values.size(); ++i)
+      work_[row.values[i].first] = static_cast<float>(row.work[i]);
+  }
   row_iteration_ = row.iteration;
   row_now_ = now;
   have_level_ = false;
@@ -106,13 +134,14 @@ void PeerReference::EndRow(Row& row, Time now) {
   }
 }
 
-Verdict PeerReference::Single(uint32_t rank, double compute_seconds) const {
+Verdict PeerReference::Single(uint32_t rank, const Report& rep) const {
   const double ref = BaselineOf(rank);
   if (ref <= 0.0) return Verdict::kNone;
   const PeerRank& pr = ranks_[rank];
-  const double thr =
-      pr.source == Source::kGroup ? states_[pr.group].threshold : own_state_.threshold;
-  const double x = SafeLog(compute_seconds) - SafeLog(ref);
+  const bool in_group = pr.source == Source::kGroup && pr.group < states_.size();
+  const double thr = in_group ? states_[pr.group].threshold : own_state_.threshold;
+  const double cost = in_group && rep.work ? states_[pr.group].work.LogCost(*rep.work) : 0.0;
+  const double x = SafeLog(rep.OwnSeconds()) - cost - SafeLog(ref);
   if (x >= thr) return Verdict::kSlow;
   if (x < kExitShare * thr) return Verdict::kFast;
   return Verdict::kNone;
@@ -152,25 +181,26 @@ bool PeerReference::JudgeAlone(uint32_t rank, const Report& rep, Time now) {
          Excludes(e_.Newest(), rank)))
       pr.Restart(Source::kGroup, g);
   }
-  const double x = SafeLog(rep.compute_seconds);
+  const double own = rep.OwnSeconds();
+  const double x = SafeLog(own);
   if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
     const GroupState& gs = states_[pr.group];
     const double steady = gs.steady_log;
-    pr.steps.Push(logs_p_, x - steady);
+    pr.steps.Push(logs_p_, x - (rep.work ? gs.work.LogCost(*rep.work) : 0.0) - steady);
     const uint32_t g = pr.group;
-    Judge(rank, rep.compute_seconds, rep.iteration, now, gs, /*alone=*/true,
+    Judge(rank, own, rep.iteration, now, gs, /*alone=*/true,
           [&](bool to_straggler, double ratio) {
-            return absl::StrFormat("rank %u (%s) %s %.3g× its group's recent median %.3gs, "
+            return absl::StrFormat("rank %u (%s) %s %.3g× its group's recent median %.3gs%s, "
                                    "judged alone",
                                    rank, groups_.Label(g), to_straggler ? "at" : "back to",
-                                   ratio, std::exp(steady));
+                                   ratio, std::exp(steady), PerWork(gs.work));
           });
     return true;
   }
   if (pr.source == Source::kOwn && have_base_[rank] && own_state_.profiled) {
     const double ref = own_level_ + pr.base;
     pr.steps.Push(logs_p_, x - ref);
-    Judge(rank, rep.compute_seconds, rep.iteration, now, own_state_, /*alone=*/true,
+    Judge(rank, own, rep.iteration, now, own_state_, /*alone=*/true,
           [&](bool to_straggler, double ratio) {
             return absl::StrFormat("rank %u (%s) %s %.3g× its own baseline %.3gs, judged alone",
                                    rank, groups_.Label(groups_.Of(rank)),

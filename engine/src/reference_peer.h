@@ -54,7 +54,7 @@ class PeerReference final : public Reference {
 
   // A report judged alone (shadow recovery, a late report): against the
   // reference its rank had in the newest row, one step at a time.
-  Verdict Single(uint32_t rank, double compute_seconds) const override;
+  Verdict Single(uint32_t rank, const Report& rep) const override;
 
   double BaselineOf(uint32_t rank) const override;
 
@@ -148,6 +148,18 @@ class PeerReference final : public Reference {
   // The next candidate group with enough reports in the row, or kDone.
   void StartGroup();
 
+  // Group g's WorkFit takes the row (at most WorkFit::kMaxPoints of its
+  // steps, evenly spread) before its steps are judged with it.
+  void FitWork(uint32_t g);
+  // What is taken off the log time of `rank`'s step in group g's row for its
+  // work (0 in a row without work).
+  double WorkLog(const GroupState& gs, uint32_t rank) const {
+    return row_work_ ? gs.work.LogCost(work_[rank]) : 0.0;
+  }
+  // How a message names group g's median: "0.41s", or "0.41s at 5e+03
+  // units of work" where it judges per unit of work.
+  std::string MedianText(const GroupState& gs) const;
+
   // A group's stages (kGroupCount .. kGroupMembers).
   void GroupStep(size_t& budget);
 
@@ -232,6 +244,11 @@ class PeerReference final : public Reference {
   double noise_cap_ = 0.0, noise_sum_ = 0.0;
   std::vector<std::vector<double>> group_xs_;  // per group: its log ratios in the row
   std::vector<std::pair<double, uint32_t>> meds_;
+  // Per rank: the work of its step in the row being judged (row_work_: the
+  // row has work; the column is allocated with the first such row).
+  std::vector<float> work_;
+  bool row_work_ = false;
+  std::vector<std::pair<double, double>> fit_points_;
 };
 
 }  // namespace straggler::engine::internal

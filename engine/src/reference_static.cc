@@ -1,5 +1,5 @@
 // The static reference (docs/detection.md, "static"): a step is slow when
-// compute_seconds > static_threshold_seconds. The baseline shown is the
+// its own time (Report::OwnSeconds) > static_threshold_seconds. The baseline shown is the
 // row's lower median, for views and slowdown ratios only.
 #include <algorithm>
 
@@ -23,11 +23,10 @@ class StaticReference final : public Reference {
   }
 
   // Against the configured threshold, whether or not a row set it yet.
-  Verdict Single(uint32_t, double compute_seconds) const override {
+  Verdict Single(uint32_t, const Report& report) const override {
     const double t = e_.policy.static_threshold_seconds;
-    return compute_seconds > t ? Verdict::kSlow
-           : compute_seconds < t ? Verdict::kFast
-                                 : Verdict::kNone;
+    const double own = report.OwnSeconds();
+    return own > t ? Verdict::kSlow : own < t ? Verdict::kFast : Verdict::kNone;
   }
 
 };

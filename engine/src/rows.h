@@ -23,12 +23,21 @@ struct Row {
   // The slowest reported step of the row (step_seconds, else compute):
   // what the synchronous step of this iteration cost the job.
   double step_max = 0.0;
-  std::vector<std::pair<uint32_t, double>> values;  // (rank, compute_seconds)
+  std::vector<std::pair<uint32_t, double>> values;  // (rank, Report::OwnSeconds)
+  // Each value's work, in step with `values` (NaN: that report had none);
+  // empty while no report of the row has work, so a job without work pays
+  // nothing.
+  std::vector<double> work;
 
   void Add(const Report& rep) {
-    values.emplace_back(rep.rank, rep.compute_seconds);
-    min = std::min(min, rep.compute_seconds);
-    step_max = std::max(step_max, rep.step_seconds.value_or(rep.compute_seconds));
+    const double own = rep.OwnSeconds();
+    values.emplace_back(rep.rank, own);
+    if (rep.work || !work.empty()) {
+      work.resize(values.size() - 1, std::numeric_limits<double>::quiet_NaN());
+      work.push_back(rep.work.value_or(std::numeric_limits<double>::quiet_NaN()));
+    }
+    min = std::min(min, own);
+    step_max = std::max(step_max, rep.step_seconds.value_or(own));
     epoch = std::max(epoch, rep.epoch);
   }
 };
@@ -82,6 +91,7 @@ class RowQueue {
       row = std::move(spare_.back());
       spare_.pop_back();
       row.values.clear();
+      row.work.clear();
     }
     row.iteration = iteration;
     row.epoch = 0;

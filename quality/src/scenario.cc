@@ -97,6 +97,9 @@ bool Reports(const Scenario& s, uint32_t rank, uint64_t i) {
 
 namespace {
 
+// A work model's mean sequence length (WorkModel).
+constexpr double kMeanSequence = 512.0;
+
 // The times of one rank, and its own factor (OwnFactor) where it reports.
 void GenerateRank(const Scenario& s, uint32_t r, Trace& t, std::vector<double>& own) {
   // Independent streams per rank, so adding a spike effect does not change
@@ -105,6 +108,10 @@ void GenerateRank(const Scenario& s, uint32_t r, Trace& t, std::vector<double>& 
   uint64_t noise_state = SplitMix64(mix);
   uint64_t spike_state = SplitMix64(mix);
   uint64_t variation_state = SplitMix64(mix);
+  // Drawn only with a work model: scenarios without one keep their times.
+  uint64_t work_state = s.work.enabled ? SplitMix64(mix) : 0;
+  const WorkModel& wm = s.work;
+  const double mean_cost = kMeanSequence * (1.0 + wm.attention * std::exp(wm.sigma * wm.sigma));
   double fixed = s.topology.empty() ? 1.0 : s.topology[r].cost;
   for (const auto& e : s.effects)
     if (e.type == EffectType::kGeneration && Has(e, r)) fixed *= e.factor;
@@ -142,8 +149,19 @@ void GenerateRank(const Scenario& s, uint32_t r, Trace& t, std::vector<double>& 
       }
     }
     if (s.variation > 0) f *= 1.0 + s.variation * (2.0 * UnitUniform(variation_state) - 1.0);
+    double tokens = 0.0, cost = 0.0;
+    if (wm.enabled) {
+      for (uint32_t q = 0; q < wm.sequences; ++q) {
+        const double len = kMeanSequence * std::exp(wm.sigma * StandardNormal(work_state) -
+                                                    wm.sigma * wm.sigma / 2);
+        tokens += len;
+        cost += len + wm.attention * len * len / kMeanSequence;
+      }
+      f *= wm.overhead + (1.0 - wm.overhead) * cost / (mean_cost * wm.sequences);
+    }
     if (!Reports(s, r, i)) continue;
     const size_t cell = static_cast<size_t>(i) * s.ranks + r;
+    if (!t.work.empty()) t.work[cell] = wm.report == WorkModel::Reported::kCost ? cost : tokens;
     const double jitter = std::max(0.05, 1.0 + s.noise * z);
     t.compute[cell] = s.base_seconds * f * jitter;
     own[cell] = OwnFactor(s, r, i);
@@ -163,6 +181,8 @@ Trace Generate(const Scenario& s) {
   t.base_seconds = s.base_seconds;
   const size_t cells = static_cast<size_t>(s.iterations) * s.ranks;
   t.compute.assign(cells, Trace::kNoReport);
+  if (s.work.enabled && s.work.report != WorkModel::Reported::kNone)
+    t.work.assign(cells, Trace::kNoReport);
   t.epoch.resize(s.iterations);
   t.has_truth = true;
   t.truth = RankMatrix(s.ranks, s.iterations);

@@ -401,6 +401,44 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // `work: {sequences: N, sigma: S, attention: A, overhead: O, report:
+  // cost|tokens|none}` (WorkModel; every key optional).
+  absl::Status ParseWork(const YAML::Node& n, WorkModel& w) const {
+    if (!n.IsMap()) return Error(n, "work must be a map");
+    for (const auto& kv : n) {
+      const std::string key = kv.first.Scalar();
+      if (key == "sequences") {
+        auto v = Uint(kv.second, "work.sequences");
+        if (!v.ok()) return v.status();
+        if (*v < 1 || *v > 4096)
+          return Error(kv.second, absl::StrCat("work.sequences=", *v, " must be in [1, 4096]"));
+        w.sequences = static_cast<uint32_t>(*v);
+      } else if (key == "sigma" || key == "attention" || key == "overhead") {
+        auto v = Double(kv.second, absl::StrCat("work.", key));
+        if (!v.ok()) return v.status();
+        const double hi = key == "sigma" ? 2.0 : key == "attention" ? 100.0 : 1.0;
+        if (*v < 0 || *v > hi || (key == "overhead" && *v >= 1))
+          return Error(kv.second, absl::StrCat("work.", key, "=", *v, " must be in [0, ", hi,
+                                               key == "overhead" ? ")" : "]"));
+        (key == "sigma" ? w.sigma : key == "attention" ? w.attention : w.overhead) = *v;
+      } else if (key == "report") {
+        const std::string r = kv.second.Scalar();
+        if (r == "cost") w.report = WorkModel::Reported::kCost;
+        else if (r == "tokens") w.report = WorkModel::Reported::kTokens;
+        else if (r == "none") w.report = WorkModel::Reported::kNone;
+        else
+          return Error(kv.second, absl::StrCat("work.report='", r,
+                                               "' must be cost, tokens or none"));
+      } else {
+        return Error(kv.first, absl::StrCat("unknown key '", key,
+                                            "' in work (sequences, sigma, attention, overhead, "
+                                            "report)"));
+      }
+    }
+    w.enabled = true;
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Scenario> Parse(const YAML::Node& root) const {
     if (!root.IsMap()) return Error(root, "a scenario must be a map");
     Scenario s;
@@ -408,7 +446,7 @@ class Parser {
     const std::set<std::string> known = {"name",   "description", "ranks", "iterations",
                                          "iterations_per_epoch", "base_seconds", "noise",
                                          "variation", "seed", "truth_min_factor", "topology",
-                                         "effects"};
+                                         "effects", "work"};
     for (const auto& kv : root) {
       const std::string key = kv.first.Scalar();
       if (!known.count(key)) return Error(kv.first, absl::StrCat("unknown key '", key, "'"));
@@ -468,6 +506,8 @@ class Parser {
     }
     if (root["topology"])
       if (auto st = ParseTopology(root["topology"], s); !st.ok()) return st;
+    if (root["work"])
+      if (auto st = ParseWork(root["work"], s.work); !st.ok()) return st;
     if (root["effects"]) {
       const YAML::Node effects = root["effects"];
       if (!effects.IsSequence() && !effects.IsNull())

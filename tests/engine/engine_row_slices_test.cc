@@ -25,8 +25,9 @@ struct Run {
 
 // 64 ranks in one peer group, 160 iterations of 0.1 s +-3% (a fixed
 // pseudo-random draw), rank 40 at 2x from iteration 40 to 100, rank 50 at
-// 1.5x from 70 on (late in their row's bucket, which is in rank order); `slices` = 0: rows judged whole; else that many verdicts per
-// later report, every row sliced.
+// 1.5x from 70 on (late in their row's bucket, which is in rank order);
+// `slices` = 0: rows judged whole; else that many verdicts per later
+// report, every row sliced.
 // With `groups`: ranks 0-29 in peer group "a", 30-61 in "b", 62 and 63 in
 // groups of one (too small: judged against their own baselines), and rank 62
 // at 3x from iteration 60 as well.
@@ -36,7 +37,7 @@ Run Drive(uint32_t slices, bool groups = false, uint32_t world = 64) {
   const uint32_t kWorld = world;
   se::PolicyConfig p;  // peer, the default
   se::JobEngine e(kWorld, p, se::Time(0));
-  if (slices > 0) e.SetRowSlicing(2, slices);
+  e.SetRowSlicing(2, slices);  // 0: every row whole, however large
   if (groups) {
     for (uint32_t r = 0; r < kWorld; ++r) {
       se::RankTopology t;

@@ -339,3 +339,51 @@ TEST_CASE("csv: a bad work or phase names the line, the column and the value") {
   CHECK(Has(CsvError("iteration,rank,compute_seconds,work,WORK\n0,0,0.1,1,1\n"),
             "column 'work' appears twice"));
 }
+
+TEST_CASE("scenario: a work model varies each step with its work and reports it") {
+  // No noise, no effects: every step's time is base x (0.2 + 0.8 x cost /
+  // mean cost), so time over (0.2 + 0.8 cost/mean) is the same everywhere.
+  const Scenario s = Must(
+      "work: {sequences: 4, sigma: 0.6, attention: 1.0, overhead: 0.2, report: cost}\n"
+      "effects: []\n");
+  const Trace t = Generate(s);
+  REQUIRE(t.work.size() == t.compute.size());
+  double lo = 1e9, hi = 0;
+  for (size_t i = 0; i < t.compute.size(); ++i) {
+    lo = std::min(lo, t.compute[i]);
+    hi = std::max(hi, t.compute[i]);
+  }
+  CHECK(hi / lo > 1.5);  // the work moves the times
+  // Steps of more work take longer: time is increasing in the reported cost.
+  for (size_t i = 0; i < t.compute.size(); ++i)
+    for (size_t j = 0; j < t.compute.size(); ++j)
+      if (t.work[i] > t.work[j]) CHECK(t.compute[i] > t.compute[j]);
+  // Without a work model the times are what they were (no draw added).
+  const Trace plain = Generate(Must("effects: []\n"));
+  CHECK(plain.work.empty());
+  for (double c : plain.compute) CHECK(c == 1.0);
+  // report: none: the same times, no work in the trace.
+  const Trace hidden = Generate(Must(
+      "work: {sequences: 4, sigma: 0.6, attention: 1.0, overhead: 0.2, report: none}\n"
+      "effects: []\n"));
+  CHECK(hidden.work.empty());
+  CHECK(hidden.compute == t.compute);
+  // report: tokens: a unit that misses the attention term.
+  const Trace tokens = Generate(Must(
+      "work: {sequences: 4, sigma: 0.6, attention: 1.0, overhead: 0.2, report: tokens}\n"
+      "effects: []\n"));
+  CHECK(tokens.compute == t.compute);
+  CHECK(tokens.work != t.work);
+}
+
+TEST_CASE("scenario: work model errors name the key and the value") {
+  auto err = [](const std::string& work) {
+    auto s = ParseScenario(std::string(kBase) + work + "effects: []\n", "t.yaml");
+    REQUIRE_FALSE(s.ok());
+    return std::string(s.status().message());
+  };
+  CHECK(Has(err("work: {report: bytes}\n"), "work.report='bytes' must be cost, tokens or none"));
+  CHECK(Has(err("work: {overhead: 1}\n"), "work.overhead=1 must be in [0, 1)"));
+  CHECK(Has(err("work: {sequences: 0}\n"), "work.sequences=0 must be in [1, 4096]"));
+  CHECK(Has(err("work: {size: 3}\n"), "unknown key 'size' in work"));
+}

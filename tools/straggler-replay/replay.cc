@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <optional>
 
 #include "straggler/engine/job_engine.h"
 
@@ -74,6 +76,14 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
       rep.epoch = t.epoch[row];
       rep.iteration = t.Iteration(row);
       rep.compute_seconds = t.At(row, r);
+      // Work and phases where the trace has them (NaN: not in this report).
+      const size_t cell = static_cast<size_t>(row) * t.ranks + r;
+      auto field = [&](const std::vector<double>& v) -> std::optional<double> {
+        return v.empty() || std::isnan(v[cell]) ? std::nullopt : std::optional<double>(v[cell]);
+      };
+      rep.work = field(t.work);
+      rep.input_wait_seconds = field(t.input_wait);
+      rep.optimizer_seconds = field(t.optimizer);
       rep.start_time = now;
       ++run.reports;
       const auto res = job.Ingest(rep, now);

@@ -93,11 +93,19 @@ struct Report {
   // The step's work (job's unit, > 0) and its input-wait and optimizer
   // phases (>= 0), where the trainer reports them (docs/client.md, "Work and
   // phases"). Ingest refuses a non-finite or negative phase, one above 10 x
-  // max_compute_seconds, and work that is not > 0 (kInvalidValue); nothing
-  // judges them yet.
+  // max_compute_seconds, and work that is not > 0 (kInvalidValue). Every
+  // policy judges OwnSeconds(); the peer policy judges it per unit of work
+  // where the job reports work (docs/detection.md, "Own time and work").
   std::optional<double> work;
   std::optional<double> input_wait_seconds;
   std::optional<double> optimizer_seconds;
+
+  // The rank's own time: everything but the collective wait - input wait +
+  // compute + optimizer, a phase not reported counting as zero (so exactly
+  // compute_seconds without phases).
+  double OwnSeconds() const {
+    return compute_seconds + input_wait_seconds.value_or(0.0) + optimizer_seconds.value_or(0.0);
+  }
 };
 
 // Why a report was not taken. kDuplicate and kStale are not errors of the
@@ -236,7 +244,7 @@ class JobEngine {
   // "Large rows"). The verdicts, their order and their events are those of
   // the whole row at once; a membership change they cause is planned once
   // all are in.
-  static constexpr uint32_t kSliceMinValues = 16384;
+  static constexpr uint32_t kSliceMinValues = 4096;
   static constexpr uint32_t kSlicePerReport = 4;
   // Membership versions kept for clients that are behind.
   static constexpr size_t kMembershipHistory = 32;

@@ -61,6 +61,23 @@ struct RankPlace {
   double cost = 1.0;                // x every step (a stage slower by design): never truth
 };
 
+// Data-dependent work per step (issue 31): each rank's step holds
+// `sequences` sequences of log-normal length (median-free mean 512 tokens,
+// sigma `sigma`), its cost = tokens + attention * sum(s^2) / 512, and it
+// takes base_seconds * (overhead + (1 - overhead) * cost / mean cost) before
+// the effects and noise: a fixed part and a part in proportion to the work.
+// `report` says what the trace reports as the step's work: the cost, the
+// tokens (a unit that misses the attention term), or nothing.
+struct WorkModel {
+  enum class Reported { kCost, kTokens, kNone };
+  bool enabled = false;
+  uint32_t sequences = 8;
+  double sigma = 0.6;
+  double attention = 0.0;
+  double overhead = 0.2;
+  Reported report = Reported::kCost;
+};
+
 // Peer groups smaller than this are judged against the rank's own earlier
 // steps in the ground truth (its own slow/ramp factor), not against a peer
 // median (issue 17: groups of 1 and 2).
@@ -76,6 +93,7 @@ struct Scenario {
   double base_seconds = 0.0;
   double noise = 0.0;      // relative sigma of every step's time
   double variation = 0.0;  // every step x uniform(1 - variation, 1 + variation)
+  WorkModel work;          // `work:` (none: every step the same work)
   uint64_t seed = 0;
   double truth_min_factor = 1.5;
   std::vector<Effect> effects;

@@ -1,0 +1,151 @@
+// Own time and time per unit of work (issue 31, docs/detection.md, "Own time
+// and work"): every policy judges input wait + compute + optimizer; the peer
+// policy judges a job that reports work per unit of work.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "straggler/engine/job_engine.h"
+#include "straggler/engine/policy.h"
+#include "work_fit.h"
+
+namespace se = straggler::engine;
+
+namespace {
+
+constexpr uint32_t kWorld = 16;
+
+// A fixed pseudo-random draw in [0, 1).
+double Unit(uint64_t& s) {
+  s = s * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<double>(s >> 11) / static_cast<double>(1ull << 53);
+}
+
+struct Outcome {
+  std::vector<se::WorkerState> states;
+  std::vector<std::string> straggler_messages;  // of every change to straggler
+};
+
+// 16 ranks, 200 iterations of the default policy. `step(rank, it, rep)`
+// fills the report's times and optional fields.
+template <typename F>
+Outcome Drive(F&& step) {
+  se::JobEngine e(kWorld, se::PolicyConfig{}, se::Time(0));
+  Outcome out;
+  for (uint64_t it = 0; it < 200; ++it) {
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      se::Report rep;
+      rep.rank = r;
+      rep.iteration = it;
+      step(r, it, rep);
+      REQUIRE(e.Ingest(rep, se::Time(static_cast<int64_t>(it) * 100'000'000 + r)).accepted);
+    }
+    for (const se::Event& ev : e.TakeEvents())
+      if (ev.kind == se::EventKind::kStateChange && ev.to == se::WorkerState::kStraggler)
+        out.straggler_messages.push_back(ev.message);
+  }
+  for (uint32_t r = 0; r < kWorld; ++r) out.states.push_back(e.Worker(r).state);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("own time: a rank slow in its input wait is a straggler like a slow GPU") {
+  // Every rank: compute 0.1 s +-3%, input wait 5 ms; rank 5's input wait
+  // grows to 0.1 s from iteration 60 (its own time 1.9x, compute unchanged).
+  auto run = [](bool report_input) {
+    uint64_t s = 11;
+    return Drive([&](uint32_t r, uint64_t it, se::Report& rep) {
+      rep.compute_seconds = 0.1 * (0.97 + 0.06 * Unit(s));
+      if (report_input) rep.input_wait_seconds = r == 5 && it >= 60 ? 0.1 : 0.005;
+    });
+  };
+  const Outcome with = run(true);
+  CHECK(with.states[5] == se::WorkerState::kStraggler);
+  for (uint32_t r = 0; r < kWorld; ++r)
+    if (r != 5) CHECK(with.states[r] == se::WorkerState::kHealthy);
+  // Compute alone (the input wait not reported): nobody is slow.
+  const Outcome without = run(false);
+  for (uint32_t r = 0; r < kWorld; ++r) CHECK(without.states[r] == se::WorkerState::kHealthy);
+}
+
+TEST_CASE("work: more work is no straggler, a rank slower per unit of work is one") {
+  // Work per step 500-2000 units; time = (0.02 s + 0.1 ms per unit) x 1 +-2%.
+  // Rank 7 always draws 1.6x the work (longer sequences); rank 3 is 1.3x
+  // slower per unit of work from iteration 80.
+  auto run = [](bool report_work) {
+    uint64_t s = 5;
+    return Drive([&](uint32_t r, uint64_t it, se::Report& rep) {
+      double w = 500 + 1500 * Unit(s);
+      if (r == 7) w *= 1.6;
+      double t = (0.02 + 1e-4 * w) * (0.98 + 0.04 * Unit(s));
+      if (r == 3 && it >= 80) t *= 1.3;
+      rep.compute_seconds = t;
+      if (report_work) rep.work = w;
+    });
+  };
+  const Outcome with = run(true);
+  CHECK(with.states[3] == se::WorkerState::kStraggler);
+  CHECK(with.states[7] == se::WorkerState::kHealthy);
+  for (uint32_t r = 0; r < kWorld; ++r)
+    if (r != 3) CHECK(with.states[r] == se::WorkerState::kHealthy);
+  REQUIRE(with.straggler_messages.size() == 1);
+  CHECK(with.straggler_messages[0].find("units of work") != std::string::npos);
+  // On time alone rank 7's extra work looks like a straggler's, and rank
+  // 3's 1.3x drowns in the variation the work explained.
+  const Outcome without = run(false);
+  CHECK(without.states[7] == se::WorkerState::kStraggler);
+  for (const std::string& m : without.straggler_messages)
+    CHECK(m.find("units of work") == std::string::npos);
+}
+
+TEST_CASE("work fit: the overhead and exponent that explain the steps, or time alone") {
+  namespace si = se::internal;
+  uint64_t s = 3;
+  std::vector<std::pair<double, double>> points;
+  SECTION("time = 0.5 + w, in proportion beyond the overhead") {
+    si::WorkFit fit;
+    for (int row = 0; row < 20; ++row) {
+      points.clear();
+      for (int i = 0; i < 16; ++i) {
+        const double w = 0.25 + 2 * Unit(s);
+        points.emplace_back(std::log((0.5 + w) * (0.99 + 0.02 * Unit(s))), w);
+      }
+      fit.AddRow(points);
+    }
+    REQUIRE(fit.active());
+    // Nearby candidates (g, p) describe almost the same curve; what counts
+    // is the prediction: over the range of work, the expected ratio of two
+    // steps' times within 5% of (0.5 + w2) / (0.5 + w1) (the grid's
+    // resolution, at the ends of the range).
+    for (double w : {0.25, 0.5, 1.0, 1.5, 2.25}) {
+      const double predicted = fit.LogCost(w) - fit.LogCost(1.0);
+      INFO("g " << fit.overhead() << " p " << fit.exponent());
+      CHECK(std::abs(predicted - std::log((0.5 + w) / 1.5)) < 0.05);
+    }
+    const double g = fit.overhead(), p = fit.exponent();
+    CHECK(fit.LogCost(2 * fit.reference_work()) ==
+          Approx(std::log((g + std::pow(2.0, p)) / (g + 1))));
+    CHECK(fit.LogCost(std::nan("")) == 0.0);
+  }
+  SECTION("time that does not follow the work: judged on time alone") {
+    si::WorkFit fit;
+    for (int row = 0; row < 20; ++row) {
+      points.clear();
+      for (int i = 0; i < 16; ++i)
+        points.emplace_back(std::log(1.0 + 0.05 * Unit(s)), 0.25 + 2 * Unit(s));
+      fit.AddRow(points);
+    }
+    CHECK_FALSE(fit.active());
+    CHECK(fit.LogCost(3.0) == 0.0);
+  }
+  SECTION("fewer than three steps say nothing") {
+    si::WorkFit fit;
+    points = {{0.0, 1.0}, {0.1, 2.0}};
+    fit.AddRow(points);
+    CHECK_FALSE(fit.active());
+  }
+}
