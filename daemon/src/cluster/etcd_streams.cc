@@ -1,0 +1,289 @@
+#include "cluster/etcd_streams.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+
+namespace straggler::cluster::detail {
+namespace {
+
+namespace pb = ::etcdserverpb;
+
+class Keeper final : public LeaseKeeper {
+ public:
+  Keeper(std::shared_ptr<grpc::Channel> channel, std::string endpoint, const Lease& lease)
+      : channel_(channel),
+        stub_(pb::Lease::NewStub(channel)),
+        endpoint_(std::move(endpoint)),
+        id_(lease.id),
+        // etcd's own client renews every TTL/3: two requests may be lost
+        // before the lease is at risk.
+        interval_(std::chrono::milliseconds(lease.ttl_seconds * 1000 / 3)),
+        deadline_(lease.sent + std::chrono::seconds(lease.ttl_seconds)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  ~Keeper() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      if (ctx_ != nullptr) ctx_->TryCancel();
+    }
+    thread_.join();
+  }
+
+  int64_t id() const override { return id_; }
+  Clock::time_point Deadline() const override {
+    absl::MutexLock lock(&mu_);
+    return deadline_;
+  }
+  bool Lost() const override {
+    absl::MutexLock lock(&mu_);
+    return lost_;
+  }
+  int64_t Renewals() const override {
+    absl::MutexLock lock(&mu_);
+    return renewals_;
+  }
+  absl::Status LastError() const override {
+    absl::MutexLock lock(&mu_);
+    return last_error_;
+  }
+
+ private:
+  // Streams until stopped or the lease is lost; a broken stream is reopened
+  // after a backoff that doubles from 100 ms up to the renewal interval, so
+  // an etcd back from a restart is found within one interval.
+  void Run() {
+    std::chrono::milliseconds backoff(100);
+    while (true) {
+      grpc::ClientContext ctx;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_ || lost_) return;
+        ctx_ = &ctx;
+      }
+      bool renewed = Stream(ctx);
+      {
+        absl::MutexLock lock(&mu_);
+        ctx_ = nullptr;
+        if (stopping_ || lost_) return;
+      }
+      if (renewed) backoff = std::chrono::milliseconds(100);
+      if (WaitStop(backoff)) return;
+      backoff = std::min(backoff * 2, std::max(interval_, std::chrono::milliseconds(100)));
+      // Polls the channel until it connects (or one interval passes). A new
+      // stream alone was seen to leave a connection to a restarted etcd
+      // unnoticed for 5-20 s: with the synchronous API, nothing polls the
+      // connecting socket but gRPC's 5 s backup poller (docs/cluster.md).
+      channel_->WaitForConnected(std::chrono::system_clock::now() + interval_);
+    }
+  }
+
+  // One LeaseKeepAlive stream: request, answer, wait, until it breaks, the
+  // lease is gone or the keeper stops. True when etcd renewed at least once.
+  bool Stream(grpc::ClientContext& ctx) {
+    auto stream = stub_->LeaseKeepAlive(&ctx);
+    pb::LeaseKeepAliveRequest req;
+    req.set_id(id_);
+    bool renewed = false;
+    bool broken = false;
+    while (true) {
+      // Taken before the write: etcd renews when it handles the request,
+      // later than this, so sent + TTL is not past etcd's expiry.
+      Clock::time_point sent = Clock::now();
+      pb::LeaseKeepAliveResponse resp;
+      if (!stream->Write(req) || !stream->Read(&resp)) {
+        broken = true;
+        break;
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        if (resp.ttl() <= 0) {
+          lost_ = true;
+          last_error_ = absl::NotFoundError(
+              absl::StrCat("etcd ", endpoint_, " LeaseKeepAlive: lease ", id_, " is gone"));
+          break;
+        }
+        deadline_ = std::max(deadline_, sent + std::chrono::seconds(resp.ttl()));
+        ++renewals_;
+        renewed = true;
+      }
+      if (WaitStop(interval_)) break;
+    }
+    if (!broken) ctx.TryCancel();
+    grpc::Status s = stream->Finish();
+    if (broken && !s.ok()) {
+      absl::MutexLock lock(&mu_);
+      if (!stopping_) last_error_ = CallError(endpoint_, "LeaseKeepAlive", s);
+    }
+    return renewed;
+  }
+
+  // Waits `d` or until the keeper stops; true when it stops.
+  bool WaitStop(std::chrono::milliseconds d) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(d));
+  }
+
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<pb::Lease::Stub> stub_;
+  const std::string endpoint_;
+  const int64_t id_;
+  const std::chrono::milliseconds interval_;
+  mutable absl::Mutex mu_;
+  Clock::time_point deadline_ ABSL_GUARDED_BY(mu_);
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t renewals_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread thread_;
+};
+
+WatchEvent FromProto(const ::mvccpb::Event& e) {
+  const ::mvccpb::KeyValue& kv = e.kv();
+  return WatchEvent{e.type() == ::mvccpb::Event::DELETE ? WatchEvent::Type::kDelete
+                                                        : WatchEvent::Type::kPut,
+                    KeyValue{kv.key(), kv.value(), kv.create_revision(), kv.mod_revision(),
+                             kv.version(), kv.lease()}};
+}
+
+class WatchStream final : public Watch {
+ public:
+  WatchStream(std::shared_ptr<grpc::Channel> channel, std::string endpoint, OnEvents on_events,
+              OnEnd on_end)
+      : stub_(pb::Watch::NewStub(channel)),
+        endpoint_(std::move(endpoint)),
+        on_events_(std::move(on_events)),
+        on_end_(std::move(on_end)) {}
+
+  ~WatchStream() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    ctx_.TryCancel();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Sends the create request and waits for etcd's confirmation.
+  absl::Status Start(absl::string_view prefix, int64_t start_revision,
+                     std::chrono::milliseconds timeout) {
+    stream_ = stub_->Watch(&ctx_);
+    pb::WatchRequest req;
+    pb::WatchCreateRequest* create = req.mutable_create_request();
+    create->set_key(std::string(prefix));
+    create->set_range_end(PrefixRangeEnd(prefix));
+    create->set_start_revision(start_revision);
+    if (!stream_->Write(req)) {
+      return CallError(endpoint_, absl::StrCat("Watch ", prefix), stream_->Finish());
+    }
+    thread_ = std::thread([this] { Run(); });
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(this, &WatchStream::Settled),
+                              absl::FromChrono(timeout))) {
+      return absl::DeadlineExceededError(absl::StrCat("etcd ", endpoint_, " Watch ", prefix,
+                                                      ": not created within ", timeout.count(),
+                                                      " ms"));
+    }
+    return created_ ? absl::OkStatus() : status_;
+  }
+
+  absl::Status Status() const override {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  void Run() {
+    absl::Status reason;
+    pb::WatchResponse resp;
+    while (stream_->Read(&resp)) {
+      if (resp.created()) {
+        absl::MutexLock lock(&mu_);
+        created_ = true;
+      }
+      if (resp.canceled() || resp.compact_revision() != 0) {
+        reason = absl::AbortedError(absl::StrCat(
+            "etcd ", endpoint_, " Watch canceled: ", resp.cancel_reason(),
+            resp.compact_revision() != 0
+                ? absl::StrCat(" (compacted, oldest revision ", resp.compact_revision(), ")")
+                : ""));
+        break;
+      }
+      if (resp.events_size() == 0) continue;
+      std::vector<WatchEvent> events;
+      events.reserve(resp.events_size());
+      for (const ::mvccpb::Event& e : resp.events()) events.push_back(FromProto(e));
+      on_events_(resp.header().revision(), events);
+    }
+    // A canceled or compacted watch leaves the stream open: end it.
+    ctx_.TryCancel();
+    grpc::Status s = stream_->Finish();
+    bool report;
+    {
+      absl::MutexLock lock(&mu_);
+      if (reason.ok()) {
+        if (stopping_) {
+          reason = absl::CancelledError(absl::StrCat("etcd ", endpoint_, " Watch closed"));
+        } else if (!s.ok()) {
+          reason = CallError(endpoint_, "Watch", s);
+        } else {
+          reason = absl::UnavailableError(absl::StrCat("etcd ", endpoint_, " Watch: stream ended"));
+        }
+      }
+      status_ = reason;
+      ended_ = true;
+      // Not before the watch was confirmed: WatchPrefix returns that error.
+      report = created_ && !stopping_;
+    }
+    if (report && on_end_) on_end_(reason);
+  }
+
+  bool Settled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return created_ || ended_; }
+
+  const std::unique_ptr<pb::Watch::Stub> stub_;
+  const std::string endpoint_;
+  const OnEvents on_events_;
+  const OnEnd on_end_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>> stream_;
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool created_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace
+
+absl::Status CallError(absl::string_view endpoint, absl::string_view call, const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat("etcd ", endpoint, " ", call, ": ", s.error_message()));
+}
+
+std::unique_ptr<LeaseKeeper> StartLeaseKeeper(std::shared_ptr<grpc::Channel> channel,
+                                              std::string endpoint, const Lease& lease) {
+  return std::make_unique<Keeper>(std::move(channel), std::move(endpoint), lease);
+}
+
+absl::StatusOr<std::unique_ptr<Watch>> StartWatch(std::shared_ptr<grpc::Channel> channel,
+                                                  std::string endpoint, absl::string_view prefix,
+                                                  int64_t start_revision,
+                                                  std::chrono::milliseconds create_timeout,
+                                                  Watch::OnEvents on_events, Watch::OnEnd on_end) {
+  auto watch = std::make_unique<WatchStream>(std::move(channel), std::move(endpoint),
+                                             std::move(on_events), std::move(on_end));
+  if (absl::Status s = watch->Start(prefix, start_revision, create_timeout); !s.ok()) return s;
+  return watch;
+}
+
+}  // namespace straggler::cluster::detail
