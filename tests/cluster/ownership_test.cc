@@ -4,7 +4,9 @@
 // lease after etcd restarts.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <mutex>
+#include <thread>
 
 #include "cluster/ownership.h"
 #include "etcd_harness.h"
@@ -128,6 +130,51 @@ TEST_CASE("ownership: one owner per job, a stale claim's write is refused by etc
   REQUIRE(r2->FencedPut(*b, "membership", "v2").ok());
   CHECK(client->Get(r1->JobKey("job-a", "membership"))->kvs.at(0).value == "v2");
   CHECK(r1->Owner("job-a")->owner == "r2");
+}
+
+TEST_CASE("ownership: replicas racing for the same new jobs get exactly one owner each",
+          "[cluster]") {
+  auto etcd = StartEtcd();
+  constexpr int kReplicas = 3;
+  constexpr int kJobs = 20;
+  std::vector<std::unique_ptr<Replica>> replicas;
+  for (int r = 0; r < kReplicas; ++r) {
+    // Each with a client of its own, as separate processes would have.
+    replicas.push_back(Join(Connect(etcd->endpoint()), "r" + std::to_string(r), 5));
+  }
+  // Every replica tries every job at once (issue 30's test C, many times).
+  std::vector<std::vector<absl::StatusOr<JobClaim>>> claims(kReplicas);
+  std::vector<std::thread> threads;
+  std::atomic<bool> go{false};
+  for (int r = 0; r < kReplicas; ++r) {
+    threads.emplace_back([&, r] {
+      while (!go) std::this_thread::yield();
+      for (int j = 0; j < kJobs; ++j) {
+        claims[r].push_back(replicas[r]->TakeJob("job-" + std::to_string(j)));
+      }
+    });
+  }
+  go = true;
+  for (std::thread& t : threads) t.join();
+  for (int j = 0; j < kJobs; ++j) {
+    INFO("job-" << j);
+    int owners = 0;
+    std::string owner;
+    for (int r = 0; r < kReplicas; ++r) {
+      const absl::StatusOr<JobClaim>& c = claims[r][j];
+      REQUIRE(c.ok());
+      if (c->owned) {
+        ++owners;
+        CHECK(c->owner == replicas[r]->id());
+      }
+      if (owner.empty()) owner = c->owner;
+      CHECK(c->owner == owner);  // everyone names the same owner
+    }
+    CHECK(owners == 1);
+    auto stored = replicas[0]->Owner("job-" + std::to_string(j));
+    REQUIRE(stored.ok());
+    CHECK(stored->owner == owner);
+  }
 }
 
 TEST_CASE("ownership: a partitioned owner stops deciding, then another replica takes its job",
