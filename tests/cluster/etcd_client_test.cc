@@ -174,28 +174,93 @@ TEST_CASE("etcd client: a watch sees a prefix's puts and deletes in order", "[cl
   CHECK((*watch)->Status().ok());
 }
 
-TEST_CASE("etcd client: a watch ends with the reason when etcd goes away", "[cluster]") {
-  Started s = StartEtcd();
+// What a watch callback saw, for the tests below.
+struct Seen {
   std::mutex mu;
-  absl::Status ended;
-  bool called = false;
-  auto watch = s.client->WatchPrefix(
-      "/t/", 0, [](int64_t, const std::vector<WatchEvent>&) {},
-      [&](const absl::Status& reason) {
-        std::lock_guard<std::mutex> lock(mu);
-        ended = reason;
-        called = true;
-      });
-  REQUIRE(watch.ok());
-  s.etcd->Kill();
-  REQUIRE(PollUntil(10s, [&] {
+  std::vector<WatchEvent> events;
+  std::vector<absl::Status> ends;
+
+  Watch::OnEvents OnEvents() {
+    return [this](int64_t, const std::vector<WatchEvent>& batch) {
+      std::lock_guard<std::mutex> lock(mu);
+      events.insert(events.end(), batch.begin(), batch.end());
+    };
+  }
+  Watch::OnEnd OnEnd() {
+    return [this](const absl::Status& reason) {
+      std::lock_guard<std::mutex> lock(mu);
+      ends.push_back(reason);
+    };
+  }
+  std::vector<std::string> Values() {
     std::lock_guard<std::mutex> lock(mu);
-    return called;
-  }));
-  std::lock_guard<std::mutex> lock(mu);
-  CHECK_FALSE(ended.ok());
-  CHECK_THAT(std::string(ended.message()), Catch::Contains(s.etcd->endpoint()));
-  CHECK((*watch)->Status() == ended);
+    std::vector<std::string> out;
+    for (const WatchEvent& e : events) out.push_back(e.kv.value);
+    return out;
+  }
+};
+
+TEST_CASE("etcd client: a watch resumes after etcd restarts, each event once", "[cluster]") {
+  Started s = StartEtcd();
+  Seen seen;
+  auto watch = s.client->WatchPrefix("/t/", 0, seen.OnEvents(), seen.OnEnd());
+  REQUIRE(watch.ok());
+  REQUIRE(s.client->Put("/t/a", "before").ok());
+  REQUIRE(PollUntil(5s, [&] { return seen.Values().size() == 1; }));
+
+  s.etcd->Kill();
+  REQUIRE(PollUntil(5s, [&] { return !(*watch)->Status().ok(); }));
+  CHECK_THAT(std::string((*watch)->Status().message()), Catch::Contains(s.etcd->endpoint()));
+  absl::Status restarted = s.etcd->Restart();
+  INFO(restarted.message());
+  REQUIRE(restarted.ok());
+  // Written as soon as etcd is back, maybe before the watch is: it must
+  // still arrive, once, after "before".
+  auto after = s.client->Put("/t/b", "after");
+  REQUIRE(after.ok());
+  REQUIRE(PollUntil(10s, [&] { return seen.Values().size() >= 2; }));
+  CHECK((*watch)->Status().ok());
+  CHECK((*watch)->Resumes() == 1);
+  REQUIRE(s.client->Put("/t/c", "later").ok());
+  REQUIRE(PollUntil(5s, [&] { return seen.Values().size() >= 3; }));
+  CHECK(seen.Values() == std::vector<std::string>{"before", "after", "later"});
+  std::lock_guard<std::mutex> lock(seen.mu);
+  CHECK(seen.events[1].kv.mod_revision == *after);
+  CHECK(seen.ends.empty());
+}
+
+TEST_CASE("etcd client: a watch from a compacted revision ends with the reason", "[cluster]") {
+  Started s = StartEtcd();
+  auto first = s.client->Put("/t/k", "1");
+  REQUIRE(first.ok());
+  auto last = s.client->Put("/t/k", "2");
+  REQUIRE(last.ok());
+  REQUIRE(s.client->Compact(*last).ok());
+  Seen seen;
+  auto watch = s.client->WatchPrefix("/t/", *first, seen.OnEvents(), seen.OnEnd());
+  // etcd may refuse it at once (WatchPrefix's error) or confirm then cancel
+  // it (on_end): either way, the reason names the compaction.
+  absl::Status reason;
+  if (!watch.ok()) {
+    reason = watch.status();
+  } else {
+    REQUIRE(PollUntil(5s, [&] {
+      std::lock_guard<std::mutex> lock(seen.mu);
+      return !seen.ends.empty();
+    }));
+    std::lock_guard<std::mutex> lock(seen.mu);
+    REQUIRE(seen.ends.size() == 1);
+    reason = seen.ends[0];
+    CHECK((*watch)->Status() == reason);
+  }
+  CHECK(reason.code() == absl::StatusCode::kAborted);
+  CHECK_THAT(std::string(reason.message()), Catch::Contains("compacted"));
+  CHECK(seen.Values().empty());
+  // A later revision is still watchable.
+  Seen fresh;
+  auto again = s.client->WatchPrefix("/t/", *last, fresh.OnEvents(), fresh.OnEnd());
+  REQUIRE(again.ok());
+  REQUIRE(PollUntil(5s, [&] { return fresh.Values() == std::vector<std::string>{"2"}; }));
 }
 
 TEST_CASE("etcd client: errors name the endpoint and the call", "[cluster]") {

@@ -191,6 +191,17 @@ class Client final : public EtcdClient {
     return out;
   }
 
+  absl::Status Compact(int64_t revision) override {
+    pb::CompactionRequest req;
+    req.set_revision(revision);
+    pb::CompactionResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    grpc::Status s = kv_->Compact(&ctx, req, &resp);
+    if (!s.ok()) return detail::CallError(endpoint_, absl::StrCat("Compact ", revision), s);
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Lease> GrantLease(int64_t ttl_seconds) override {
     if (ttl_seconds <= 0) {
       return absl::InvalidArgumentError(

@@ -58,6 +58,9 @@ class EtcdClient {
   virtual absl::StatusOr<TxnResult> Txn(const std::vector<Compare>& compares,
                                         const std::vector<TxnOp>& success,
                                         const std::vector<TxnOp>& failure) = 0;
+  // Drops the history before `revision`: a watch from an older revision is
+  // canceled by etcd.
+  virtual absl::Status Compact(int64_t revision) = 0;
 
   virtual absl::StatusOr<Lease> GrantLease(int64_t ttl_seconds) = 0;
   // Deletes the lease and every key attached to it.

@@ -155,41 +155,37 @@ WatchEvent FromProto(const ::mvccpb::Event& e) {
                              kv.version(), kv.lease()}};
 }
 
+// One watch over as many Watch streams as it takes: a stream that breaks
+// after etcd confirmed the watch is reopened from the revision after the
+// last one delivered, so no event is lost or repeated.
 class WatchStream final : public Watch {
  public:
-  WatchStream(std::shared_ptr<grpc::Channel> channel, std::string endpoint, OnEvents on_events,
-              OnEnd on_end)
-      : stub_(pb::Watch::NewStub(channel)),
+  WatchStream(std::shared_ptr<grpc::Channel> channel, std::string endpoint, std::string prefix,
+              int64_t start_revision, OnEvents on_events, OnEnd on_end)
+      : channel_(channel),
+        stub_(pb::Watch::NewStub(channel)),
         endpoint_(std::move(endpoint)),
+        prefix_(std::move(prefix)),
         on_events_(std::move(on_events)),
-        on_end_(std::move(on_end)) {}
+        on_end_(std::move(on_end)),
+        next_revision_(start_revision) {}
 
   ~WatchStream() override {
     {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
+      if (ctx_ != nullptr) ctx_->TryCancel();
     }
-    ctx_.TryCancel();
     if (thread_.joinable()) thread_.join();
   }
 
-  // Sends the create request and waits for etcd's confirmation.
-  absl::Status Start(absl::string_view prefix, int64_t start_revision,
-                     std::chrono::milliseconds timeout) {
-    stream_ = stub_->Watch(&ctx_);
-    pb::WatchRequest req;
-    pb::WatchCreateRequest* create = req.mutable_create_request();
-    create->set_key(std::string(prefix));
-    create->set_range_end(PrefixRangeEnd(prefix));
-    create->set_start_revision(start_revision);
-    if (!stream_->Write(req)) {
-      return CallError(endpoint_, absl::StrCat("Watch ", prefix), stream_->Finish());
-    }
+  // Starts the watch's thread and waits for etcd's confirmation.
+  absl::Status Start(std::chrono::milliseconds timeout) {
     thread_ = std::thread([this] { Run(); });
     absl::MutexLock lock(&mu_);
     if (!mu_.AwaitWithTimeout(absl::Condition(this, &WatchStream::Settled),
                               absl::FromChrono(timeout))) {
-      return absl::DeadlineExceededError(absl::StrCat("etcd ", endpoint_, " Watch ", prefix,
+      return absl::DeadlineExceededError(absl::StrCat("etcd ", endpoint_, " Watch ", prefix_,
                                                       ": not created within ", timeout.count(),
                                                       " ms"));
     }
@@ -201,65 +197,127 @@ class WatchStream final : public Watch {
     return status_;
   }
 
+  int64_t Resumes() const override {
+    absl::MutexLock lock(&mu_);
+    return resumes_;
+  }
+
  private:
+  enum class Outcome { kBroken, kStopped, kFatal };
+
   void Run() {
-    absl::Status reason;
-    pb::WatchResponse resp;
-    while (stream_->Read(&resp)) {
-      if (resp.created()) {
+    std::chrono::milliseconds backoff(100);
+    while (true) {
+      absl::Status reason;
+      Outcome outcome = Stream(reason);
+      bool report = false;
+      {
         absl::MutexLock lock(&mu_);
-        created_ = true;
-      }
-      if (resp.canceled() || resp.compact_revision() != 0) {
-        reason = absl::AbortedError(absl::StrCat(
-            "etcd ", endpoint_, " Watch canceled: ", resp.cancel_reason(),
-            resp.compact_revision() != 0
-                ? absl::StrCat(" (compacted, oldest revision ", resp.compact_revision(), ")")
-                : ""));
-        break;
-      }
-      if (resp.events_size() == 0) continue;
-      std::vector<WatchEvent> events;
-      events.reserve(resp.events_size());
-      for (const ::mvccpb::Event& e : resp.events()) events.push_back(FromProto(e));
-      on_events_(resp.header().revision(), events);
-    }
-    // A canceled or compacted watch leaves the stream open: end it.
-    ctx_.TryCancel();
-    grpc::Status s = stream_->Finish();
-    bool report;
-    {
-      absl::MutexLock lock(&mu_);
-      if (reason.ok()) {
-        if (stopping_) {
-          reason = absl::CancelledError(absl::StrCat("etcd ", endpoint_, " Watch closed"));
-        } else if (!s.ok()) {
-          reason = CallError(endpoint_, "Watch", s);
-        } else {
-          reason = absl::UnavailableError(absl::StrCat("etcd ", endpoint_, " Watch: stream ended"));
+        status_ = reason;
+        // Before etcd confirmed the watch, WatchPrefix returns the error.
+        if (outcome != Outcome::kBroken || !created_) {
+          ended_ = true;
+          report = outcome == Outcome::kFatal && created_;
         }
       }
-      status_ = reason;
-      ended_ = true;
-      // Not before the watch was confirmed: WatchPrefix returns that error.
-      report = created_ && !stopping_;
+      if (report && on_end_) on_end_(reason);
+      {
+        absl::MutexLock lock(&mu_);
+        if (ended_) return;
+        if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff))) return;
+      }
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      // Polls the channel until it connects (see Keeper::Run).
+      channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
     }
-    if (report && on_end_) on_end_(reason);
+  }
+
+  // One Watch stream from next_revision_ until it breaks, the watch stops,
+  // or etcd cancels it (kFatal: compaction, or etcd's own reason).
+  Outcome Stream(absl::Status& reason) {
+    grpc::ClientContext ctx;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) {
+        reason = absl::CancelledError(absl::StrCat("etcd ", endpoint_, " Watch closed"));
+        return Outcome::kStopped;
+      }
+      ctx_ = &ctx;
+    }
+    auto stream = stub_->Watch(&ctx);
+    pb::WatchRequest req;
+    pb::WatchCreateRequest* create = req.mutable_create_request();
+    create->set_key(prefix_);
+    create->set_range_end(PrefixRangeEnd(prefix_));
+    create->set_start_revision(next_revision_);
+    Outcome outcome = Outcome::kBroken;
+    pb::WatchResponse resp;
+    if (stream->Write(req)) {
+      while (stream->Read(&resp)) {
+        if (resp.canceled() || resp.compact_revision() != 0) {
+          reason = absl::AbortedError(absl::StrCat(
+              "etcd ", endpoint_, " Watch ", prefix_, " canceled: ", resp.cancel_reason(),
+              resp.compact_revision() != 0
+                  ? absl::StrCat(" (compacted, oldest revision ", resp.compact_revision(), ")")
+                  : ""));
+          outcome = Outcome::kFatal;
+          break;
+        }
+        if (resp.created()) Created(resp.header().revision());
+        Deliver(resp);
+      }
+    }
+    ctx.TryCancel();  // a canceled watch leaves the stream open
+    grpc::Status s = stream->Finish();
+    absl::MutexLock lock(&mu_);
+    ctx_ = nullptr;
+    if (stopping_) {
+      reason = absl::CancelledError(absl::StrCat("etcd ", endpoint_, " Watch closed"));
+      return Outcome::kStopped;
+    }
+    if (outcome == Outcome::kBroken) {
+      reason = !s.ok() ? CallError(endpoint_, absl::StrCat("Watch ", prefix_), s)
+                       : absl::UnavailableError(absl::StrCat("etcd ", endpoint_, " Watch ",
+                                                             prefix_, ": stream ended"));
+    }
+    return outcome;
+  }
+
+  // A watch "from now" resumes after the revision etcd created it at.
+  void Created(int64_t revision) {
+    absl::MutexLock lock(&mu_);
+    if (created_) ++resumes_;
+    created_ = true;
+    status_ = absl::OkStatus();
+    if (next_revision_ == 0) next_revision_ = revision + 1;
+  }
+
+  void Deliver(const pb::WatchResponse& resp) {
+    if (resp.events_size() == 0) return;
+    std::vector<WatchEvent> events;
+    events.reserve(resp.events_size());
+    for (const ::mvccpb::Event& e : resp.events()) events.push_back(FromProto(e));
+    // Only this thread writes next_revision_ once the stream runs.
+    next_revision_ = events.back().kv.mod_revision + 1;
+    on_events_(resp.header().revision(), events);
   }
 
   bool Settled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return created_ || ended_; }
 
+  const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<pb::Watch::Stub> stub_;
   const std::string endpoint_;
+  const std::string prefix_;
   const OnEvents on_events_;
   const OnEnd on_end_;
-  grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>> stream_;
+  int64_t next_revision_;  // the watch thread's alone
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool created_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t resumes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread thread_;
 };
 
@@ -281,8 +339,9 @@ absl::StatusOr<std::unique_ptr<Watch>> StartWatch(std::shared_ptr<grpc::Channel>
                                                   std::chrono::milliseconds create_timeout,
                                                   Watch::OnEvents on_events, Watch::OnEnd on_end) {
   auto watch = std::make_unique<WatchStream>(std::move(channel), std::move(endpoint),
+                                             std::string(prefix), start_revision,
                                              std::move(on_events), std::move(on_end));
-  if (absl::Status s = watch->Start(prefix, start_revision, create_timeout); !s.ok()) return s;
+  if (absl::Status s = watch->Start(create_timeout); !s.ok()) return s;
   return watch;
 }
 

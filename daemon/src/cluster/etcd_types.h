@@ -119,19 +119,24 @@ class LeaseKeeper {
   virtual absl::Status LastError() const = 0;
 };
 
-// A watch of a key prefix on its own Watch stream and thread. Events arrive
-// in revision order through the callback given to WatchPrefix, called on the
-// watch's thread, never after the Watch is destroyed. No reconnect: when the
-// stream ends (etcd unreachable, the watch canceled or compacted) `on_end`
-// runs once with the reason and the caller starts a new watch from the last
-// revision it saw + 1. Thread-safe.
+// A watch of a key prefix on its own thread. Events arrive in revision
+// order through the callback given to WatchPrefix, called on the watch's
+// thread, never after the Watch is destroyed (so the callback must not
+// destroy it). When the stream breaks (etcd restarted or unreachable) the
+// watch reopens it, with backoff up to 1 s, from the revision after the last
+// event delivered: each event arrives once. It ends only when etcd cancels
+// it, e.g. because that revision was compacted away: then `on_end` runs
+// once with the reason and the caller reads the state afresh. Destroying it
+// may wait up to 1 s for a reconnect attempt. Thread-safe.
 class Watch {
  public:
   using OnEvents = std::function<void(int64_t revision, const std::vector<WatchEvent>& events)>;
   using OnEnd = std::function<void(const absl::Status& reason)>;
   virtual ~Watch() = default;
-  // OK while the stream runs; then why it ended.
+  // OK while the stream runs; why it broke while reconnecting; why it ended.
   virtual absl::Status Status() const = 0;
+  // Times a broken stream was reopened and etcd confirmed the watch again.
+  virtual int64_t Resumes() const = 0;
 };
 
 // The end of etcd's range of every key starting with `prefix`: the prefix
