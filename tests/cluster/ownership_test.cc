@@ -1,13 +1,14 @@
 // Replica registration and job ownership against a real etcd: one owner per
 // job, take-over after the owner's lease expires, fenced writes of an old
 // owner refused (by its local deadline, and by etcd's compare), a renewed
-// lease after etcd restarts.
+// lease after etcd restarts; the ClusterView every replica routes by.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <mutex>
 #include <thread>
 
+#include "cluster/cluster_view.h"
 #include "cluster/ownership.h"
 #include "etcd_harness.h"
 
@@ -269,6 +270,46 @@ TEST_CASE("ownership: an owner stops deciding while etcd is down and resumes aft
   CHECK(owner->owned);
   CHECK(owner->create_revision == a->create_revision);
   CHECK(r1->FencedPut(*a, "membership", "after restart").ok());
+}
+
+TEST_CASE("ownership: the cluster view follows registrations and owners", "[cluster]") {
+  auto etcd = StartEtcd();
+  auto client = Connect(etcd->endpoint());
+  auto r1 = Join(client, "r1", 5);
+  auto a = r1->TakeJob("job-a");
+  REQUIRE(a.ok());
+  REQUIRE(client->Put("/elsewhere/owners/job-x", "not ours").ok());
+
+  // Read at start: r1 and its job.
+  auto view = ClusterView::Start(client, "/stragglerd/");
+  REQUIRE(view.ok());
+  ClusterView& v = **view;
+  CHECK(v.OwnerOf("job-a") == std::optional<std::string>("r1"));
+  REQUIRE(v.ReplicaById("r1").has_value());
+  CHECK(v.ReplicaById("r1")->grpc_address == "r1.example:50051");
+  CHECK(v.ReplicaById("r1")->http_address == "r1.example:8080");
+  CHECK_FALSE(v.OwnerOf("job-x").has_value());
+  const int64_t start = v.Revision();
+
+  // Then watched: a new replica and its job...
+  auto r2 = Join(client, "r2", 5);
+  auto b = r2->TakeJob("job-b");
+  REQUIRE(b.ok());
+  REQUIRE(PollUntil(5s, [&] { return v.OwnerOf("job-b").has_value(); }));
+  CHECK(*v.OwnerOf("job-b") == "r2");
+  CHECK(v.Replicas().size() == 2);
+  CHECK(v.Revision() >= b->create_revision);
+  // ...and a replica leaving takes its registration and its jobs along.
+  REQUIRE(r1->Leave().ok());
+  REQUIRE(PollUntil(5s, [&] { return !v.OwnerOf("job-a").has_value(); }));
+  CHECK_FALSE(v.ReplicaById("r1").has_value());
+  REQUIRE(v.Replicas().size() == 1);
+  CHECK(v.Replicas()[0].id == "r2");
+  CHECK(v.Owners() == std::map<std::string, std::string>{{"job-b", "r2"}});
+  CHECK(v.Revision() > start);
+  CHECK(v.Status().ok());
+  CHECK(ClusterView::Start(client, "/no-slash").status().code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

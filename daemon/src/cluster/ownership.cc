@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "straggler/common/validate.h"
 
 namespace straggler::cluster {
@@ -13,15 +13,6 @@ namespace {
 
 std::string RegistrationValue(const Replica::Options& o) {
   return absl::StrCat("grpc=", o.grpc_address, " http=", o.http_address);
-}
-
-ReplicaInfo ParseRegistration(absl::string_view id, const KeyValue& kv) {
-  ReplicaInfo info{std::string(id), {}, {}, kv.lease};
-  for (absl::string_view field : absl::StrSplit(kv.value, ' ', absl::SkipEmpty())) {
-    if (absl::ConsumePrefix(&field, "grpc=")) info.grpc_address = std::string(field);
-    if (absl::ConsumePrefix(&field, "http=")) info.http_address = std::string(field);
-  }
-  return info;
 }
 
 absl::Status CheckOptions(const Replica::Options& o) {
@@ -48,6 +39,15 @@ absl::Status CheckOptions(const Replica::Options& o) {
 }
 
 }  // namespace
+
+ReplicaInfo ParseRegistration(absl::string_view id, const KeyValue& kv) {
+  ReplicaInfo info{std::string(id), {}, {}, kv.lease};
+  for (absl::string_view field : absl::StrSplit(kv.value, ' ', absl::SkipEmpty())) {
+    if (absl::ConsumePrefix(&field, "grpc=")) info.grpc_address = std::string(field);
+    if (absl::ConsumePrefix(&field, "http=")) info.http_address = std::string(field);
+  }
+  return info;
+}
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Join(std::shared_ptr<EtcdClient> etcd,
                                                        Options options) {

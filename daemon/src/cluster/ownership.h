@@ -60,6 +60,10 @@ struct JobClaim {
   int64_t lease = 0;            // of the ownership key
 };
 
+// A registration read back: `id` from the key, the addresses from `kv`'s
+// value ("grpc=<address> http=<address>"), the lease from `kv`.
+ReplicaInfo ParseRegistration(absl::string_view id, const KeyValue& kv);
+
 class Replica {
  public:
   struct Options {
