@@ -23,7 +23,7 @@ Started StartEtcd() {
   auto etcd = EtcdProcess::Start();
   INFO((etcd.ok() ? std::string() : std::string(etcd.status().message())));
   REQUIRE(etcd.ok());
-  auto client = EtcdClient::Connect({.endpoint = (*etcd)->endpoint()});
+  auto client = EtcdClient::Connect({.endpoints = (*etcd)->endpoint()});
   REQUIRE(client.ok());
   return {*std::move(etcd), *std::move(client)};
 }
@@ -264,21 +264,32 @@ TEST_CASE("etcd client: a watch from a compacted revision ends with the reason",
 }
 
 TEST_CASE("etcd client: errors name the endpoint and the call", "[cluster]") {
-  auto bad = EtcdClient::Connect({.endpoint = "etcd-without-port"});
+  auto bad = EtcdClient::Connect({.endpoints = "etcd-without-port"});
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("'etcd-without-port'"));
-  CHECK(EtcdClient::Connect({.endpoint = "https://127.0.0.1:2379"}).status().code() ==
+  CHECK(EtcdClient::Connect({.endpoints = "https://127.0.0.1:2379"}).status().code() ==
         absl::StatusCode::kUnimplemented);
-  CHECK(EtcdClient::Connect({.endpoint = "a:1,b:2"}).status().code() ==
+  auto names = EtcdClient::Connect({.endpoints = "a:1,b:2"});
+  CHECK(names.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(names.status().message()), Catch::Contains("one DNS name"));
+  CHECK(EtcdClient::Connect({.endpoints = "10.0.0.1:2379,[::1]:2379"}).status().code() ==
         absl::StatusCode::kInvalidArgument);
-  auto ok = EtcdClient::Connect({.endpoint = "http://127.0.0.1:2379/"});
+  CHECK_THAT(std::string(EtcdClient::Connect({.endpoints = "10.0.0.1:2379,10.0.0.2"})
+                             .status()
+                             .message()),
+             Catch::Contains("'10.0.0.2' is not host:port"));
+  auto several = EtcdClient::Connect({.endpoints = "http://10.0.0.1:2379, 10.0.0.2:2379"});
+  REQUIRE(several.ok());
+  CHECK((*several)->endpoint() == "10.0.0.1:2379,10.0.0.2:2379");
+  CHECK(EtcdClient::Connect({.endpoints = "[::1]:2379,[::1]:2380"}).ok());
+  auto ok = EtcdClient::Connect({.endpoints = "http://127.0.0.1:2379/"});
   REQUIRE(ok.ok());
   CHECK((*ok)->endpoint() == "127.0.0.1:2379");
 
   // Nothing listens there: the call fails at once, naming where and what.
   const std::string nobody = "127.0.0.1:" + std::to_string(testing::FreePort());
-  auto client = EtcdClient::Connect({.endpoint = nobody, .call_timeout = 2s});
+  auto client = EtcdClient::Connect({.endpoints = nobody, .call_timeout = 2s});
   REQUIRE(client.ok());
   auto got = (*client)->Get("/some/key");
   REQUIRE_FALSE(got.ok());
@@ -286,6 +297,21 @@ TEST_CASE("etcd client: errors name the endpoint and the call", "[cluster]") {
   CHECK_THAT(std::string(got.status().message()),
              Catch::Contains("etcd " + nobody + " Range /some/key"));
   CHECK_THAT(std::string((*client)->GrantLease(0).status().message()), Catch::Contains(nobody));
+}
+
+TEST_CASE("etcd client: of several members, the one that answers serves", "[cluster]") {
+  Started s = StartEtcd();
+  // A member that is down first: calls go to the next one.
+  const std::string down = "127.0.0.1:" + std::to_string(testing::FreePort());
+  auto client = EtcdClient::Connect({.endpoints = down + "," + s.etcd->endpoint()});
+  REQUIRE(client.ok());
+  CHECK((*client)->endpoint() == down + "," + s.etcd->endpoint());
+  absl::Status last;
+  REQUIRE(PollUntil(5s, [&] {
+    last = (*client)->Put("/t/k", "v").status();
+    return last.ok();
+  }));
+  CHECK((*client)->Get("/t/k")->kvs.at(0).value == "v");
 }
 
 TEST_CASE("etcd client: PrefixRangeEnd", "[cluster]") {

@@ -130,7 +130,7 @@ absl::Status EtcdProcess::WaitReady() {
     }
     if (client == nullptr) {
       if (Log().find("serving client traffic", log_start_) == std::string::npos) return false;
-      auto connected = EtcdClient::Connect({.endpoint = endpoint_, .call_timeout = 2s});
+      auto connected = EtcdClient::Connect({.endpoints = endpoint_, .call_timeout = 2s});
       if (!connected.ok()) {
         last = connected.status();
         return true;

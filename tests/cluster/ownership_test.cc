@@ -28,7 +28,7 @@ std::unique_ptr<EtcdProcess> StartEtcd() {
 }
 
 std::shared_ptr<EtcdClient> Connect(const std::string& endpoint) {
-  auto client = EtcdClient::Connect({.endpoint = endpoint});
+  auto client = EtcdClient::Connect({.endpoints = endpoint});
   REQUIRE(client.ok());
   return std::shared_ptr<EtcdClient>(*std::move(client));
 }

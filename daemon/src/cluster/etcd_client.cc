@@ -1,5 +1,10 @@
 #include "cluster/etcd_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
@@ -8,6 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cluster/etcd_streams.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
@@ -75,25 +82,51 @@ void ToProto(const TxnOp& op, pb::RequestOp* out) {
   }
 }
 
-// "host:port" from the option, or an error naming what was given.
-absl::StatusOr<std::string> CheckEndpoint(std::string endpoint) {
-  absl::string_view e = absl::StripAsciiWhitespace(endpoint);
+// One member's host:port (an http:// prefix and a trailing / dropped), or an
+// error naming it.
+absl::StatusOr<std::string> CheckMember(absl::string_view given) {
+  absl::string_view e = absl::StripAsciiWhitespace(given);
   if (absl::StartsWith(e, "https://")) {
     return absl::UnimplementedError(
-        absl::StrCat("etcd endpoint '", endpoint, "': TLS to etcd is not supported yet"));
+        absl::StrCat("etcd endpoint '", given, "': TLS to etcd is not supported yet"));
   }
   absl::ConsumePrefix(&e, "http://");
   absl::ConsumeSuffix(&e, "/");
   size_t colon = e.rfind(':');
   uint32_t port = 0;
   if (colon == absl::string_view::npos || colon == 0 ||
-      !absl::SimpleAtoi(e.substr(colon + 1), &port) || port == 0 || port > 65535 ||
-      e.find(',') != absl::string_view::npos) {
+      !absl::SimpleAtoi(e.substr(colon + 1), &port) || port == 0 || port > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat("etcd endpoint '", endpoint, "' is not host:port (one member, e.g. ",
-                     "127.0.0.1:2379)"));
+        absl::StrCat("etcd endpoint '", given, "' is not host:port (e.g. 127.0.0.1:2379)"));
   }
   return std::string(e);
+}
+
+bool IsIp(absl::string_view member, int family) {
+  std::string host(member.substr(0, member.rfind(':')));
+  if (family == AF_INET6) {
+    if (host.size() < 2 || host.front() != '[' || host.back() != ']') return false;
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(family, host.c_str(), buf) == 1;
+}
+
+// The gRPC target of the members: one as it is (a DNS name's every record
+// is tried), several only as IP literals of one family ("ipv4:a:1,b:2"):
+// gRPC C++ has no resolver for a list of names. Members are tried in order.
+absl::StatusOr<std::string> Target(const std::vector<std::string>& members,
+                                   absl::string_view given) {
+  if (members.size() == 1) return members[0];
+  for (int family : {AF_INET, AF_INET6}) {
+    if (std::all_of(members.begin(), members.end(),
+                    [&](const std::string& m) { return IsIp(m, family); })) {
+      return absl::StrCat(family == AF_INET ? "ipv4:" : "ipv6:", absl::StrJoin(members, ","));
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("etcd endpoints '", given, "': several members must all be IPv4 or all ",
+                   "IPv6 addresses; for names, give one DNS name with a record per member"));
 }
 
 grpc::ChannelArguments ChannelArgs() {
@@ -119,10 +152,10 @@ grpc::ChannelArguments ChannelArgs() {
 
 class Client final : public EtcdClient {
  public:
-  Client(std::string endpoint, std::chrono::milliseconds timeout)
-      : endpoint_(std::move(endpoint)),
+  Client(std::string endpoints, const std::string& target, std::chrono::milliseconds timeout)
+      : endpoint_(std::move(endpoints)),
         timeout_(timeout),
-        channel_(grpc::CreateCustomChannel(endpoint_, grpc::InsecureChannelCredentials(),
+        channel_(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
                                            ChannelArgs())),
         kv_(pb::KV::NewStub(channel_)),
         lease_(pb::Lease::NewStub(channel_)) {}
@@ -297,14 +330,21 @@ class Client final : public EtcdClient {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(Options options) {
-  absl::StatusOr<std::string> endpoint = CheckEndpoint(options.endpoint);
-  if (!endpoint.ok()) return endpoint.status();
+  std::vector<std::string> members;
+  for (absl::string_view given : absl::StrSplit(options.endpoints, ',')) {
+    absl::StatusOr<std::string> member = CheckMember(given);
+    if (!member.ok()) return member.status();
+    members.push_back(*std::move(member));
+  }
+  absl::StatusOr<std::string> target = Target(members, options.endpoints);
+  if (!target.ok()) return target.status();
+  const std::string endpoints = absl::StrJoin(members, ",");
   if (options.call_timeout <= std::chrono::milliseconds(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("etcd ", *endpoint, ": call timeout ",
+    return absl::InvalidArgumentError(absl::StrCat("etcd ", endpoints, ": call timeout ",
                                                    options.call_timeout.count(),
                                                    " ms must be > 0"));
   }
-  return std::make_unique<Client>(*std::move(endpoint), options.call_timeout);
+  return std::make_unique<Client>(endpoints, *std::move(target), options.call_timeout);
 }
 
 }  // namespace straggler::cluster

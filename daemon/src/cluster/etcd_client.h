@@ -2,7 +2,7 @@
 // 30, docs/cluster.md): KV reads and writes, transactions with compares,
 // leases kept alive over their stream, and watches of a key prefix.
 //
-//   auto etcd = EtcdClient::Connect({.endpoint = "127.0.0.1:2379"});
+//   auto etcd = EtcdClient::Connect({.endpoints = "127.0.0.1:2379"});
 //   auto lease = (*etcd)->GrantLease(3);            // etcd may raise the TTL
 //   auto keeper = (*etcd)->KeepAlive(*lease);       // renews from its own thread
 //   TxnResult r = *(*etcd)->Txn({Compare::Absent("/k")}, {TxnOp::Put("/k", "v", lease->id)}, {});
@@ -32,9 +32,11 @@ namespace straggler::cluster {
 class EtcdClient {
  public:
   struct Options {
-    // host:port of one etcd member's client URL; an "http://" prefix is
-    // accepted and dropped. https and several members: not yet.
-    std::string endpoint;
+    // The client URLs of etcd's members, comma-separated: host:port each,
+    // an "http://" prefix accepted and dropped; several only as IP
+    // addresses (one DNS name may hold a record per member), tried in
+    // order. https: not yet.
+    std::string endpoints;
     // Bound of each unary call and of a watch's creation.
     std::chrono::milliseconds call_timeout{2000};
   };
@@ -44,6 +46,7 @@ class EtcdClient {
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(Options options);
   virtual ~EtcdClient() = default;
 
+  // The members as checked ("10.0.0.1:2379,10.0.0.2:2379"): what errors name.
   virtual const std::string& endpoint() const = 0;
 
   virtual absl::StatusOr<RangeResult> Get(absl::string_view key) = 0;

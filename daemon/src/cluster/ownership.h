@@ -2,7 +2,7 @@
 // the design and the reasoning: docs/cluster.md). Not wired into the daemon
 // yet: this is the ownership primitive the daemon will call.
 //
-//   auto etcd = EtcdClient::Connect({.endpoint = "127.0.0.1:2379"});
+//   auto etcd = EtcdClient::Connect({.endpoints = "127.0.0.1:2379"});
 //   auto replica = Replica::Join(*std::move(etcd), {.id = "r1", .grpc_address = "10.0.0.1:50051",
 //                                                   .http_address = "10.0.0.1:8080"});
 //   auto claim = (*replica)->TakeJob("job-a");   // owned, or who owns it
