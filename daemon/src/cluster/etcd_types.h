@@ -101,7 +101,8 @@ struct WatchEvent {
 // its own: one request every TTL/3, the next only once the answer to the
 // previous came back. A broken stream is reopened with backoff until etcd
 // answers that the lease is gone (Lost()) or the keeper is destroyed.
-// Destroying it stops the renewals but does not revoke the lease.
+// Destroying it stops the renewals but does not revoke the lease; it may
+// wait up to TTL/3 for a reconnect attempt to end.
 // Thread-safe.
 class LeaseKeeper {
  public:
