@@ -59,6 +59,12 @@ TEST_CASE("etcd client: put, get, prefix and delete", "[cluster]") {
   CHECK(c.Get("/t/b")->kvs.size() == 1);
   CHECK(*c.Delete("/t/b") == 1);
   CHECK(*c.Delete("/t/b") == 0);
+
+  // 10 calls above, every one answered and timed.
+  CHECK(c.stats().calls() == 10);
+  CHECK(c.stats().errors() == 0);
+  CHECK(c.stats().round_trip_seconds().Collect().histogram.sample_count == 10);
+  CHECK(c.stats().round_trip_seconds().Collect().histogram.sample_sum > 0);
 }
 
 TEST_CASE("etcd client: a transaction runs one branch by its compares", "[cluster]") {
@@ -127,6 +133,7 @@ TEST_CASE("etcd client: an expired lease takes its keys, a kept one does not", "
   }));
   CHECK(c.Get("/t/kept")->kvs.size() == 1);
   CHECK(keeper->Renewals() >= 2);
+  CHECK(c.stats().calls() >= static_cast<uint64_t>(keeper->Renewals()));
   CHECK(keeper->Deadline() > first_deadline);
   CHECK(keeper->Deadline() > std::chrono::steady_clock::now());
   CHECK_FALSE(keeper->Lost());
@@ -221,6 +228,7 @@ TEST_CASE("etcd client: a watch resumes after etcd restarts, each event once", "
   REQUIRE(PollUntil(10s, [&] { return seen.Values().size() >= 2; }));
   CHECK((*watch)->Status().ok());
   CHECK((*watch)->Resumes() == 1);
+  CHECK(s.client->stats().streams_broken() >= 1);
   REQUIRE(s.client->Put("/t/c", "later").ok());
   REQUIRE(PollUntil(5s, [&] { return seen.Values().size() >= 3; }));
   CHECK(seen.Values() == std::vector<std::string>{"before", "after", "later"});
@@ -296,6 +304,10 @@ TEST_CASE("etcd client: errors name the endpoint and the call", "[cluster]") {
   CHECK(got.status().code() == absl::StatusCode::kUnavailable);
   CHECK_THAT(std::string(got.status().message()),
              Catch::Contains("etcd " + nobody + " Range /some/key"));
+  // Counted as an error, kept out of the round-trip times.
+  CHECK((*client)->stats().calls() == 1);
+  CHECK((*client)->stats().errors() == 1);
+  CHECK((*client)->stats().round_trip_seconds().Collect().histogram.sample_count == 0);
   CHECK_THAT(std::string((*client)->GrantLease(0).status().message()), Catch::Contains(nobody));
 }
 

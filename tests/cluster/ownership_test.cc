@@ -50,7 +50,9 @@ std::unique_ptr<Replica> Join(std::shared_ptr<EtcdClient> etcd, const std::strin
   return *std::move(replica);
 }
 
-int Port(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
+int Port(const std::string& endpoint) {
+  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+}
 
 TEST_CASE("ownership: replicas register their addresses, an id is taken once", "[cluster]") {
   auto etcd = StartEtcd();
@@ -256,7 +258,8 @@ TEST_CASE("ownership: an owner stops deciding while etcd is down and resumes aft
   REQUIRE(a->owned);
 
   etcd->Kill();
-  REQUIRE(PollUntil(std::chrono::seconds(r1->ttl_seconds()) + 1s, [&] { return !r1->MayDecide(); }));
+  REQUIRE(PollUntil(std::chrono::seconds(r1->ttl_seconds()) + 1s,
+                    [&] { return !r1->MayDecide(); }));
   CHECK(r1->TakeJob("job-b").status().code() == absl::StatusCode::kUnavailable);
 
   // etcd restores leases on restart with a fresh TTL: the keeper renews it

@@ -182,9 +182,8 @@ class Client final : public EtcdClient {
     req.set_value(std::string(value));
     req.set_lease(lease);
     pb::PutResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    grpc::Status s = kv_->Put(&ctx, req, &resp);
+    grpc::Status s = Timed(
+        [&](grpc::ClientContext& ctx) { return kv_->Put(&ctx, req, &resp); });
     if (!s.ok()) return detail::CallError(endpoint_, absl::StrCat("Put ", key), s);
     return resp.header().revision();
   }
@@ -210,9 +209,8 @@ class Client final : public EtcdClient {
     for (const TxnOp& op : success) ToProto(op, req.add_success());
     for (const TxnOp& op : failure) ToProto(op, req.add_failure());
     pb::TxnResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    grpc::Status s = kv_->Txn(&ctx, req, &resp);
+    grpc::Status s = Timed(
+        [&](grpc::ClientContext& ctx) { return kv_->Txn(&ctx, req, &resp); });
     if (!s.ok()) return detail::CallError(endpoint_, "Txn", s);
     TxnResult out;
     out.succeeded = resp.succeeded();
@@ -228,9 +226,8 @@ class Client final : public EtcdClient {
     pb::CompactionRequest req;
     req.set_revision(revision);
     pb::CompactionResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    grpc::Status s = kv_->Compact(&ctx, req, &resp);
+    grpc::Status s = Timed(
+        [&](grpc::ClientContext& ctx) { return kv_->Compact(&ctx, req, &resp); });
     if (!s.ok()) return detail::CallError(endpoint_, absl::StrCat("Compact ", revision), s);
     return absl::OkStatus();
   }
@@ -243,11 +240,10 @@ class Client final : public EtcdClient {
     pb::LeaseGrantRequest req;
     req.set_ttl(ttl_seconds);
     pb::LeaseGrantResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
     Lease lease;
     lease.sent = Clock::now();
-    grpc::Status s = lease_->LeaseGrant(&ctx, req, &resp);
+    grpc::Status s = Timed(
+        [&](grpc::ClientContext& ctx) { return lease_->LeaseGrant(&ctx, req, &resp); });
     if (!s.ok()) return detail::CallError(endpoint_, "LeaseGrant", s);
     if (!resp.error().empty() || resp.ttl() <= 0) {
       return absl::InternalError(absl::StrCat("etcd ", endpoint_, " LeaseGrant ttl=", ttl_seconds,
@@ -262,9 +258,8 @@ class Client final : public EtcdClient {
     pb::LeaseRevokeRequest req;
     req.set_id(id);
     pb::LeaseRevokeResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    grpc::Status s = lease_->LeaseRevoke(&ctx, req, &resp);
+    grpc::Status s = Timed(
+        [&](grpc::ClientContext& ctx) { return lease_->LeaseRevoke(&ctx, req, &resp); });
     if (!s.ok()) return detail::CallError(endpoint_, absl::StrCat("LeaseRevoke ", id), s);
     return absl::OkStatus();
   }
@@ -274,9 +269,8 @@ class Client final : public EtcdClient {
     req.set_id(id);
     req.set_keys(true);
     pb::LeaseTimeToLiveResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    grpc::Status s = lease_->LeaseTimeToLive(&ctx, req, &resp);
+    grpc::Status s = Timed(
+        [&](grpc::ClientContext& ctx) { return lease_->LeaseTimeToLive(&ctx, req, &resp); });
     if (!s.ok()) return detail::CallError(endpoint_, absl::StrCat("LeaseTimeToLive ", id), s);
     LeaseStatus out;
     out.ttl_seconds = resp.ttl();
@@ -286,36 +280,43 @@ class Client final : public EtcdClient {
   }
 
   std::unique_ptr<LeaseKeeper> KeepAlive(const Lease& lease) override {
-    return detail::StartLeaseKeeper(channel_, endpoint_, lease);
+    return detail::StartLeaseKeeper(channel_, endpoint_, lease, stats_);
   }
+
+  const EtcdStats& stats() const override { return *stats_; }
 
   absl::StatusOr<std::unique_ptr<Watch>> WatchPrefix(absl::string_view prefix,
                                                      int64_t start_revision,
                                                      Watch::OnEvents on_events,
                                                      Watch::OnEnd on_end) override {
-    return detail::StartWatch(channel_, endpoint_, prefix, start_revision, timeout_,
+    return detail::StartWatch(channel_, endpoint_, prefix, start_revision, timeout_, stats_,
                               std::move(on_events), std::move(on_end));
   }
 
  private:
-  void SetDeadline(grpc::ClientContext& ctx) const {
+  // One unary call bounded by the call timeout, timed into stats_.
+  template <typename Call>
+  grpc::Status Timed(Call&& call) {
+    grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + timeout_);
+    const Clock::time_point start = Clock::now();
+    grpc::Status s = call(ctx);
+    stats_->Record(Clock::now() - start, s.ok());
+    return s;
   }
 
   absl::StatusOr<RangeResult> Range(const pb::RangeRequest& req, absl::string_view call) {
     pb::RangeResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    grpc::Status s = kv_->Range(&ctx, req, &resp);
+    grpc::Status s = Timed(
+        [&](grpc::ClientContext& ctx) { return kv_->Range(&ctx, req, &resp); });
     if (!s.ok()) return detail::CallError(endpoint_, absl::StrCat(call, " ", req.key()), s);
     return RangeResult{resp.header().revision(), FromProto(resp.kvs())};
   }
 
   absl::StatusOr<int64_t> DeleteRange(const pb::DeleteRangeRequest& req) {
     pb::DeleteRangeResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    grpc::Status s = kv_->DeleteRange(&ctx, req, &resp);
+    grpc::Status s = Timed(
+        [&](grpc::ClientContext& ctx) { return kv_->DeleteRange(&ctx, req, &resp); });
     if (!s.ok()) return detail::CallError(endpoint_, absl::StrCat("DeleteRange ", req.key()), s);
     return resp.deleted();
   }
@@ -325,6 +326,8 @@ class Client final : public EtcdClient {
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<pb::KV::Stub> kv_;
   const std::unique_ptr<pb::Lease::Stub> lease_;
+  // Shared with the streams, which may outlive the client.
+  const std::shared_ptr<EtcdStats> stats_ = std::make_shared<EtcdStats>();
 };
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "cluster/etcd_stats.h"
 #include "cluster/etcd_types.h"
 
 namespace straggler::cluster {
@@ -48,6 +49,9 @@ class EtcdClient {
 
   // The members as checked ("10.0.0.1:2379,10.0.0.2:2379"): what errors name.
   virtual const std::string& endpoint() const = 0;
+  // Round trips and errors of this client's calls and of its keepers and
+  // watches, for /metrics.
+  virtual const EtcdStats& stats() const = 0;
 
   virtual absl::StatusOr<RangeResult> Get(absl::string_view key) = 0;
   virtual absl::StatusOr<RangeResult> GetPrefix(absl::string_view prefix) = 0;

@@ -17,8 +17,10 @@ namespace pb = ::etcdserverpb;
 
 class Keeper final : public LeaseKeeper {
  public:
-  Keeper(std::shared_ptr<grpc::Channel> channel, std::string endpoint, const Lease& lease)
+  Keeper(std::shared_ptr<grpc::Channel> channel, std::string endpoint, const Lease& lease,
+         std::shared_ptr<EtcdStats> stats)
       : channel_(channel),
+        stats_(std::move(stats)),
         stub_(pb::Lease::NewStub(channel)),
         endpoint_(std::move(endpoint)),
         id_(lease.id),
@@ -103,6 +105,7 @@ class Keeper final : public LeaseKeeper {
         broken = true;
         break;
       }
+      stats_->Record(Clock::now() - sent, true);
       {
         absl::MutexLock lock(&mu_);
         if (resp.ttl() <= 0) {
@@ -121,7 +124,10 @@ class Keeper final : public LeaseKeeper {
     grpc::Status s = stream->Finish();
     if (broken && !s.ok()) {
       absl::MutexLock lock(&mu_);
-      if (!stopping_) last_error_ = CallError(endpoint_, "LeaseKeepAlive", s);
+      if (!stopping_) {
+        last_error_ = CallError(endpoint_, "LeaseKeepAlive", s);
+        stats_->StreamBroken();
+      }
     }
     return renewed;
   }
@@ -133,6 +139,7 @@ class Keeper final : public LeaseKeeper {
   }
 
   const std::shared_ptr<grpc::Channel> channel_;
+  const std::shared_ptr<EtcdStats> stats_;
   const std::unique_ptr<pb::Lease::Stub> stub_;
   const std::string endpoint_;
   const int64_t id_;
@@ -161,8 +168,10 @@ WatchEvent FromProto(const ::mvccpb::Event& e) {
 class WatchStream final : public Watch {
  public:
   WatchStream(std::shared_ptr<grpc::Channel> channel, std::string endpoint, std::string prefix,
-              int64_t start_revision, OnEvents on_events, OnEnd on_end)
+              int64_t start_revision, std::shared_ptr<EtcdStats> stats, OnEvents on_events,
+              OnEnd on_end)
       : channel_(channel),
+        stats_(std::move(stats)),
         stub_(pb::Watch::NewStub(channel)),
         endpoint_(std::move(endpoint)),
         prefix_(std::move(prefix)),
@@ -276,6 +285,7 @@ class WatchStream final : public Watch {
       return Outcome::kStopped;
     }
     if (outcome == Outcome::kBroken) {
+      stats_->StreamBroken();
       reason = !s.ok() ? CallError(endpoint_, absl::StrCat("Watch ", prefix_), s)
                        : absl::UnavailableError(absl::StrCat("etcd ", endpoint_, " Watch ",
                                                              prefix_, ": stream ended"));
@@ -305,6 +315,7 @@ class WatchStream final : public Watch {
   bool Settled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return created_ || ended_; }
 
   const std::shared_ptr<grpc::Channel> channel_;
+  const std::shared_ptr<EtcdStats> stats_;
   const std::unique_ptr<pb::Watch::Stub> stub_;
   const std::string endpoint_;
   const std::string prefix_;
@@ -329,18 +340,22 @@ absl::Status CallError(absl::string_view endpoint, absl::string_view call, const
 }
 
 std::unique_ptr<LeaseKeeper> StartLeaseKeeper(std::shared_ptr<grpc::Channel> channel,
-                                              std::string endpoint, const Lease& lease) {
-  return std::make_unique<Keeper>(std::move(channel), std::move(endpoint), lease);
+                                              std::string endpoint, const Lease& lease,
+                                              std::shared_ptr<EtcdStats> stats) {
+  return std::make_unique<Keeper>(std::move(channel), std::move(endpoint), lease,
+                                  std::move(stats));
 }
 
 absl::StatusOr<std::unique_ptr<Watch>> StartWatch(std::shared_ptr<grpc::Channel> channel,
                                                   std::string endpoint, absl::string_view prefix,
                                                   int64_t start_revision,
                                                   std::chrono::milliseconds create_timeout,
+                                                  std::shared_ptr<EtcdStats> stats,
                                                   Watch::OnEvents on_events, Watch::OnEnd on_end) {
   auto watch = std::make_unique<WatchStream>(std::move(channel), std::move(endpoint),
                                              std::string(prefix), start_revision,
-                                             std::move(on_events), std::move(on_end));
+                                             std::move(stats), std::move(on_events),
+                                             std::move(on_end));
   if (absl::Status s = watch->Start(create_timeout); !s.ok()) return s;
   return watch;
 }

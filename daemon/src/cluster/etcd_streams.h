@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "cluster/etcd_stats.h"
 #include "cluster/etcd_types.h"
 
 namespace straggler::cluster::detail {
@@ -19,12 +20,14 @@ namespace straggler::cluster::detail {
 absl::Status CallError(absl::string_view endpoint, absl::string_view call, const grpc::Status& s);
 
 std::unique_ptr<LeaseKeeper> StartLeaseKeeper(std::shared_ptr<grpc::Channel> channel,
-                                              std::string endpoint, const Lease& lease);
+                                              std::string endpoint, const Lease& lease,
+                                              std::shared_ptr<EtcdStats> stats);
 
 absl::StatusOr<std::unique_ptr<Watch>> StartWatch(std::shared_ptr<grpc::Channel> channel,
                                                   std::string endpoint, absl::string_view prefix,
                                                   int64_t start_revision,
                                                   std::chrono::milliseconds create_timeout,
+                                                  std::shared_ptr<EtcdStats> stats,
                                                   Watch::OnEvents on_events, Watch::OnEnd on_end);
 
 }  // namespace straggler::cluster::detail

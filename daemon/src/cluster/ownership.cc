@@ -79,9 +79,9 @@ Replica::~Replica() = default;
 
 absl::Status Replica::Register() {
   const std::string key = ReplicasPrefix() + options_.id;
-  absl::StatusOr<TxnResult> r = etcd_->Txn({Compare::Absent(key)},
-                                           {TxnOp::Put(key, RegistrationValue(options_), lease_.id)},
-                                           {TxnOp::Get(key)});
+  absl::StatusOr<TxnResult> r =
+      etcd_->Txn({Compare::Absent(key)},
+                 {TxnOp::Put(key, RegistrationValue(options_), lease_.id)}, {TxnOp::Get(key)});
   if (!r.ok()) return r.status();
   if (r->succeeded) return absl::OkStatus();
   // The failure branch's Get runs in the same transaction: the key is there.
