@@ -28,6 +28,10 @@ PACKAGES=(
   # tests and benchmarks; prometheus ships /usr/bin/prometheus and promtool for
   # the observability tests, which start their own server (never the service)
   catch2 libbenchmark-dev prometheus
+  # the replicas' etcd (issue 30, docs/cluster.md): the cluster: tests start
+  # their own etcd on free loopback ports, never the packaged service;
+  # etcdctl (etcd-client) to look at the keys by hand
+  etcd-server etcd-client
   # the web console's browser test (integration:console_browser) drives
   # headless Chromium over the DevTools protocol
   chromium
@@ -90,11 +94,12 @@ fi
 APT=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get
      -o Acquire::Retries=3 -o DPkg::Lock::Timeout=300)
 
-# Packages with a service (prometheus) start it from their postinst. Where no
-# init system runs (a container, a chroot) that start can only fail, so keep
-# invoke-rc.d from trying for the duration of the install, unless the image
-# already has a policy (Docker's Debian images do). With systemd running, the
-# service is left to the package's defaults; the tests never use it.
+# Packages with a service (prometheus, etcd-server) start it from their
+# postinst. Where no init system runs (a container, a chroot) that start can
+# only fail, so keep invoke-rc.d from trying for the duration of the
+# install, unless the image already has a policy (Docker's Debian images do).
+# With systemd running, the services are left to the packages' defaults; the
+# tests never use them.
 POLICY_RC=/usr/sbin/policy-rc.d
 if [[ ! -d /run/systemd/system && ! -e "$POLICY_RC" ]]; then
   log "no init system running: disabling service starts during the install ($POLICY_RC)"
