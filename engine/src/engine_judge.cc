@@ -13,10 +13,10 @@ namespace straggler::engine::internal {
 
 std::unique_ptr<Reference> MakeReference(EngineImpl& engine) {
   switch (engine.policy.kind) {
-    case PolicyKind::kDynamic: return MakeDynamicReference(engine);
-    case PolicyKind::kEwma: return MakeEwmaReference(engine);
-    case PolicyKind::kStatic: return MakeStaticReference(engine);
-    case PolicyKind::kPeer: return MakePeerReference(engine);
+#define STRAGGLER_POLICY_KIND(Name, name) \
+  case PolicyKind::k##Name:               \
+    return Make##Name##Reference(engine);
+#include "straggler/engine/policy_table.inc"
   }
   return MakeDynamicReference(engine);
 }

@@ -39,10 +39,10 @@ std::string Choices(const E (&all)[N], std::string_view (*name_of)(E)) {
 
 std::string_view PolicyKindName(PolicyKind kind) {
   switch (kind) {
-    case PolicyKind::kDynamic: return "dynamic";
-    case PolicyKind::kEwma: return "ewma";
-    case PolicyKind::kStatic: return "static";
-    case PolicyKind::kPeer: return "peer";
+#define STRAGGLER_POLICY_KIND(Name, name) \
+  case PolicyKind::k##Name:               \
+    return name;
+#include "straggler/engine/policy_table.inc"
   }
   return "unknown";
 }
@@ -149,53 +149,16 @@ uint32_t PolicyConfig::EffectiveLimit(uint64_t iterations_per_epoch) const {
 
 namespace {
 
-// The one place every field's range is written (docs/security.md#limits-and-input-validation and
-// deploy/stragglerd.yaml quote it). Counts of iterations stay below 10^7 so
-// that iteration + count never nears 2^64; durations below kMaxPolicySeconds.
+// The kMax* bounds policy_table.inc's rows name (with policy.h's
+// kMaxPolicySeconds).
 constexpr double kMaxIterations = 10'000'000;
 constexpr double kMaxRanks = 10'000'000;
 constexpr double kMaxFactor = 1000;
 
 const PolicyField kPolicyFields[] = {
-    {"kind", &PolicyConfig::kind},
-    {"limit", &PolicyConfig::limit, 1, 100000},
-    // 0 = use limit.
-    {"limit_fraction", &PolicyConfig::limit_fraction, 0, 1},
-    // Also below limit (Validate).
-    {"rejoin_mark", &PolicyConfig::rejoin_mark, 0, 99999},
-    {"profile_iterations", &PolicyConfig::profile_iterations, 1, 100000},
-    {"threshold_factor", &PolicyConfig::threshold_factor, 1, kMaxFactor, true},
-    // 0 = off.
-    {"window_iterations", &PolicyConfig::window_iterations, 0, kMaxIterations},
-    {"recovery", &PolicyConfig::recovery},
-    {"global_shift_fraction", &PolicyConfig::global_shift_fraction, 0, 1, true},
-    {"ewma_alpha", &PolicyConfig::ewma_alpha, 0, 1, true},
-    {"ewma_ratio", &PolicyConfig::ewma_ratio, 1, kMaxFactor, true},
-    {"ewma_min_samples", &PolicyConfig::ewma_min_samples, 1, 100000},
-    // Also > 0 for the static policy (Validate).
-    {"static_threshold_seconds", &PolicyConfig::static_threshold_seconds, 0, kMaxPolicySeconds},
-    {"peer_enter_ratio", &PolicyConfig::peer_enter_ratio, 1, kMaxFactor, true},
-    {"peer_noise_z", &PolicyConfig::peer_noise_z, 0, 100},
-    // At least 3: one step of the window is trimmed, two must remain.
-    {"peer_window", &PolicyConfig::peer_window, 3, 1000},
-    {"peer_enter_rows", &PolicyConfig::peer_enter_rows, 1, 1000},
-    {"peer_severe_ratio", &PolicyConfig::peer_severe_ratio, 1, kMaxFactor, true},
-    {"peer_spike_ratio", &PolicyConfig::peer_spike_ratio, 1, kMaxFactor, true},
-    {"peer_exit_rows", &PolicyConfig::peer_exit_rows, 1, 1000},
-    {"peer_straggler_ratio", &PolicyConfig::peer_straggler_ratio, 1, kMaxFactor, true},
-    // A median needs 3 ranks to outvote one slow rank.
-    {"peer_min_group", &PolicyConfig::peer_min_group, 3, kMaxRanks},
-    {"peer_profile_iterations", &PolicyConfig::peer_profile_iterations, 1, 100000},
-    {"max_excluded_fraction", &PolicyConfig::max_excluded_fraction, 0, 1},
-    {"min_active_ranks", &PolicyConfig::min_active_ranks, 1, kMaxRanks},
-    {"min_active_replicas", &PolicyConfig::min_active_replicas, 1, kMaxRanks},
-    {"cooldown_iterations", &PolicyConfig::cooldown_iterations, 0, kMaxIterations},
-    {"min_throughput_gain", &PolicyConfig::min_throughput_gain, -1, 10},
-    {"lead_iterations", &PolicyConfig::lead_iterations, 1, 1000},
-    {"unresponsive_after_seconds", &PolicyConfig::unresponsive_after_seconds, 0,
-     kMaxPolicySeconds, true},
-    {"exclusion_enabled", &PolicyConfig::exclusion_enabled},
-    {"max_compute_seconds", &PolicyConfig::max_compute_seconds, 0, kMaxPolicySeconds, true},
+#define STRAGGLER_POLICY_FIELD(type, name, default_value, ...) \
+  {#name, &PolicyConfig::name __VA_OPT__(, ) __VA_ARGS__},
+#include "straggler/engine/policy_table.inc"
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The reference a policy judges steps against (docs/detection.md,
 // "Policies"): one implementation per PolicyKind, behind this interface. A
-// new policy is one reference_<name>.cc, one PolicyKind value, one
-// PolicyFields() row for its parameters and one case in MakeReference.
+// new policy is one reference_<name>.cc defining Make<Name>Reference, and its
+// rows in straggler/engine/policy_table.inc (docs/detection.md, "Adding a
+// policy").
 //
 // A reference owns its own bookkeeping (profiles, windows) and publishes the
 // threshold and baseline it judges with in the engine's `judge` state
@@ -88,9 +89,9 @@ class Reference {
 // The reference of engine.policy.kind, reading engine.policy live (a
 // changed parameter applies from the next row).
 std::unique_ptr<Reference> MakeReference(EngineImpl& engine);
-std::unique_ptr<Reference> MakeDynamicReference(EngineImpl& engine);
-std::unique_ptr<Reference> MakeEwmaReference(EngineImpl& engine);
-std::unique_ptr<Reference> MakeStaticReference(EngineImpl& engine);
-std::unique_ptr<Reference> MakePeerReference(EngineImpl& engine);
+// Each kind's, defined in its reference_<name>.cc.
+#define STRAGGLER_POLICY_KIND(Name, name) \
+  std::unique_ptr<Reference> Make##Name##Reference(EngineImpl& engine);
+#include "straggler/engine/policy_table.inc"
 
 }  // namespace straggler::engine::internal

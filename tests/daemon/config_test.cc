@@ -403,8 +403,11 @@ TEST_CASE("a bad value is an error naming the key and the value") {
   }
   SECTION("unknown policy kind") {
     const std::string error = RefusedConfig("policy:\n  kind: fancy\n", "x.yaml");
-    // The message lists every kind, the default (peer) included.
-    CHECK_THAT(error, Catch::Contains("policy.kind=fancy is not peer, dynamic, ewma or static"));
+    // The message lists every kind, the default (peer) first (the list
+    // itself: engine:"policy: ParsePolicyKind and ParseRecoveryMode").
+    CHECK_THAT(error, Catch::Contains("policy.kind=fancy is not " +
+                                      straggler::engine::PolicyKindChoices()));
+    CHECK_THAT(error, Catch::Contains("policy.kind=fancy is not peer, "));
   }
   SECTION("unknown recovery mode") {
     const std::string error = RefusedConfig("policy:\n  recovery: sometimes\n", "x.yaml");

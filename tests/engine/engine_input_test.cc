@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string>
+#include <string_view>
 
 #include "engine_test_util.h"
 
@@ -230,18 +233,34 @@ TEST_CASE("policy: Validate names the bad field and value", "[engine][input][pol
 }
 
 TEST_CASE("policy: ParsePolicyKind and ParseRecoveryMode", "[engine][input][policy]") {
-  for (auto k :
-       {PolicyKind::kPeer, PolicyKind::kDynamic, PolicyKind::kEwma, PolicyKind::kStatic}) {
+  // Every kind of the table (policy_table.inc) reads back from its own name,
+  // and no two share one: the list, in kPolicyKinds' order, as messages give it.
+  std::set<std::string_view> names;
+  std::string listed;
+  for (PolicyKind k : kPolicyKinds) {
+    INFO("kind " << PolicyKindName(k));
     auto parsed = ParsePolicyKind(PolicyKindName(k));
     REQUIRE(parsed.ok());
     CHECK(*parsed == k);
+    names.insert(PolicyKindName(k));
+    listed += (listed.empty() ? "" : ", ") + std::string(PolicyKindName(k));
   }
+  CHECK(names.size() == std::size(kPolicyKinds));
+  CHECK(names.count("unknown") == 0);
+  CHECK(PolicyKindName(static_cast<PolicyKind>(999)) == "unknown");
+  // The default first.
+  CHECK(kPolicyKinds[0] == PolicyConfig{}.kind);
+  CHECK(PolicyKindName(kPolicyKinds[0]) == "peer");
   CHECK(ParsePolicyKind("dynamic").value() == PolicyKind::kDynamic);
   CHECK(ParsePolicyKind("ewma").value() == PolicyKind::kEwma);
   CHECK(ParsePolicyKind("static").value() == PolicyKind::kStatic);
   const auto bad = ParsePolicyKind("bogus");
   REQUIRE_FALSE(bad.ok());
-  CHECK(bad.status().message() == "policy kind 'bogus' is not one of peer, dynamic, ewma, static");
+  CHECK(bad.status().message() == "policy kind 'bogus' is not one of " + listed);
+  // The same list as a sentence: "peer, dynamic, ewma or static".
+  const size_t last = listed.rfind(", ");
+  REQUIRE(last != std::string::npos);
+  CHECK(PolicyKindChoices() == listed.substr(0, last) + " or " + listed.substr(last + 2));
 
   CHECK(ParseRecoveryMode("shadow").value() == RecoveryMode::kShadow);
   CHECK(ParseRecoveryMode("probation").value() == RecoveryMode::kProbation);
@@ -251,7 +270,6 @@ TEST_CASE("policy: ParsePolicyKind and ParseRecoveryMode", "[engine][input][poli
   for (auto m : {RecoveryMode::kShadow, RecoveryMode::kProbation}) {
     CHECK(ParseRecoveryMode(RecoveryModeName(m)).value() == m);
   }
-  CHECK(PolicyKindChoices() == "peer, dynamic, ewma or static");
   CHECK(RecoveryModeChoices() == "shadow or probation");
 }
 

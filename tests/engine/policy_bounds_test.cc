@@ -89,7 +89,9 @@ TEST_CASE("policy bounds: every numeric field has an upper bound, accepted at it
       CHECK(absl::IsInvalidArgument(inf));
     }
   }
-  CHECK(numeric == 29);  // peer_straggler_ratio (issue 33) the newest
+  // The loop saw the table: at least the 29 numeric fields of issue 33's
+  // (a new policy's parameters add to them; docs/detection.md, "Adding a policy").
+  CHECK(numeric >= 29);
 }
 
 TEST_CASE("policy bounds: unresponsive_after_seconds past int64 nanoseconds is refused",
