@@ -292,8 +292,10 @@ TEST_CASE("cause: host when the rank's process waits for a CPU", "[attribution]"
   // Under the 0.05 s/s floor, or under 2 x the others' median: not host.
   const v1::ProcessTelemetry light = Process(4242, 0.04, 50);
   a = sd::AttributeLikelyCause({nullptr, nullptr, &light, nullptr, "node-a"}, job.Others());
-  CHECK(a.cause == sd::LikelyCause::kNoneVisible);
-  CHECK(a.detail == "its host telemetry is like the other ranks'");
+  CHECK(a.cause == sd::LikelyCause::kNoneVisible);  // with the numbers looked at
+  CHECK(a.detail ==
+        "process 4242: run delay 0.04 s/s vs the other ranks' median 0.01 s/s, 50 involuntary "
+        "switches/s vs 10/s");
   std::vector<v1::ProcessTelemetry> busy = {Process(1, 0.06, 10), Process(2, 0.06, 10),
                                             Process(3, 0.06, 10)};
   std::vector<sd::RankEvidence> others = job.Others();
@@ -326,6 +328,7 @@ TEST_CASE("cause: host when the rank's node is under pressure the other nodes ar
   }
   a = sd::AttributeLikelyCause({nullptr, nullptr, nullptr, &pressed, "node-a"}, same_node);
   CHECK(a.cause == sd::LikelyCause::kNoneVisible);
+  CHECK(a.detail == "nothing in its host telemetry stands out");
 
   // A kernel without PSI: steal alone; under its 5% floor nothing.
   v1::HostTelemetry no_psi;

@@ -113,11 +113,17 @@ bool HasRunDelay(const v1::ProcessTelemetry* p) {
          p->has_run_delay_seconds_per_second();
 }
 
-// Rule 4: "process 4242: run delay 0.48 s/s vs the other ranks' median
-// 0.01 s/s, 310 involuntary switches/s vs 12/s", or "" when it does not
-// stand out (or no other rank's process is known).
-std::string ProcessStandsOut(const RankEvidence& rank, const std::vector<RankEvidence>& others) {
-  if (!HasRunDelay(rank.process)) return "";
+// Rule 4's numbers: "process 4242: run delay 0.48 s/s vs the other ranks'
+// median 0.01 s/s, 310 involuntary switches/s vs 10/s" ("" when the rank's
+// run delay is not known), and whether it stands out (never when no other
+// rank's process is known).
+struct ProcessFinding {
+  bool stands_out = false;
+  std::string detail;
+};
+
+ProcessFinding JudgeProcess(const RankEvidence& rank, const std::vector<RankEvidence>& others) {
+  if (!HasRunDelay(rank.process)) return {};
   std::vector<double> delays, switches;
   for (const RankEvidence& e : others) {
     if (!HasRunDelay(e.process)) continue;
@@ -127,15 +133,16 @@ std::string ProcessStandsOut(const RankEvidence& rank, const std::vector<RankEvi
   }
   const std::optional<double> median = Median(delays);
   const double delay = rank.process->run_delay_seconds_per_second();
-  if (!median || delay < kRunDelayFloor || delay < kHostRatio * *median) return "";
-  std::string d = absl::StrFormat("process %u: run delay %.2f s/s vs the other ranks' median %.2f s/s",
-                                  rank.process->pid(), delay, *median);
+  ProcessFinding f;
+  f.stands_out = median && delay >= kRunDelayFloor && delay >= kHostRatio * *median;
+  f.detail = absl::StrFormat("process %u: run delay %.2f s/s", rank.process->pid(), delay);
+  if (median) absl::StrAppendFormat(&f.detail, " vs the other ranks' median %.2f s/s", *median);
   if (rank.process->has_involuntary_switches_per_second()) {
-    absl::StrAppendFormat(&d, ", %.0f involuntary switches/s",
+    absl::StrAppendFormat(&f.detail, ", %.0f involuntary switches/s",
                           rank.process->involuntary_switches_per_second());
-    if (std::optional<double> m = Median(switches)) absl::StrAppendFormat(&d, " vs %.0f/s", *m);
+    if (std::optional<double> m = Median(switches)) absl::StrAppendFormat(&f.detail, " vs %.0f/s", *m);
   }
-  return d;
+  return f;
 }
 
 // A node's share for one resource: the period's some_share, else avg10.
@@ -281,9 +288,9 @@ Attribution AttributeLikelyCause(const RankEvidence& rank, const std::vector<Ran
   for (const RankEvidence& e : others)
     if (e.gpu != nullptr) gpus.push_back(e.gpu);
   const PhaseVerdict phases = JudgePhases(rank, others);
-  const std::string process = ProcessStandsOut(rank, others);
+  const ProcessFinding process = JudgeProcess(rank, others);
   const std::string node = NodeStandsOut(rank, others);
-  const std::string host = Join(process, node);
+  const std::string host = Join(process.stands_out ? process.detail : "", node);
 
   if (phases.kind == PhaseVerdict::kInput) {
     if (!host.empty()) return {LikelyCause::kHost, Join(host, phases.detail)};
@@ -309,9 +316,9 @@ Attribution AttributeLikelyCause(const RankEvidence& rank, const std::vector<Ran
                                     : absl::StrCat("no GPU reason visible (", gpu.detail, ")"))};
   }
   if (gpu.cause == LikelyCause::kLowUtilization) return {gpu.cause, Join(gpu.detail, phases.detail)};
-  // Something is known and nothing in it stands out.
-  std::string d = Join(rank.gpu != nullptr ? gpu.detail : "", phases.detail);
-  if (d.empty()) d = "its host telemetry is like the other ranks'";
+  // Something is known and nothing in it stands out: what was looked at.
+  std::string d = Join(Join(rank.gpu != nullptr ? gpu.detail : "", phases.detail), process.detail);
+  if (d.empty()) d = "nothing in its host telemetry stands out";
   return {LikelyCause::kNoneVisible, d};
 }
 

@@ -112,8 +112,8 @@ struct Attribution {
 
 // A rank's recent phase levels, exponentially weighted (kPhaseEwmaAlpha):
 // the per-rank column JobState keeps for jobs that report phases (16 bytes a
-// rank). `reports` counts the reports with a phase; a phase never reported
-// stays 0, which is what judging counts it as.
+// rank). `reports` counts the reports folded in since the job's column
+// exists; a phase a report lacks counts as 0, as judging counts it.
 struct RankPhases {
   float input_wait = 0;
   float compute = 0;
