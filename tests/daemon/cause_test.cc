@@ -16,6 +16,9 @@
 #include "config/config.h"
 #include "daemon_test_util.h"
 #include "http_daemon.h"
+#include "persist/store.h"
+#include "registry/job_proto.h"
+#include "registry_test_util.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace sd = straggler::daemon;
@@ -186,4 +189,66 @@ TEST_CASE("cause: a rank whose input wait grows is a straggler with cause input 
                  Catch::Contains(" vs the other ranks' median 0.006 s, compute 0.100 s vs 0.100 s") &&
                  Catch::Contains("input wait holds 100% of its"));
   CHECK(WorkerOf(*d.query, "cause-input", 3).likely_cause() == v1::LIKELY_CAUSE_INPUT_PIPELINE);
+}
+
+// A daemon restarted on its state database restores the excluded straggler
+// (the engine) and, from the journal, the cause found at its detection.
+TEST_CASE("cause: a straggler restored from the state database keeps its cause", "[cause]") {
+  spdlog::set_level(spdlog::level::err);
+  TempDir dir;
+  const std::string path = dir.path + "/state.db";
+  auto config = std::make_shared<sd::DaemonConfig>();
+  config->policy.kind = straggler::engine::PolicyKind::kDynamic;
+  sd::DaemonStats stats;
+  auto worker3 = [](std::shared_ptr<sd::Job> job) {
+    sd::Job::Locked locked(*job);
+    v1::Worker w;
+    sd::ToProto(locked->engine.Worker(3), locked, &w);
+    return w;
+  };
+  std::string detail;
+  {
+    auto store = sd::Store::Open({.path = path});
+    REQUIRE(store.ok());
+    sd::JobRegistry registry(config, stats, store->get());
+    auto stream = std::make_shared<RecordingSubscriber>();
+    auto job = registry.Attach(RegistryHello("cause-restored", kWorld, {0, 1, 2, 3}), stream,
+                               sd::WallNow());
+    REQUIRE(job.ok());
+    {
+      sd::Job::Locked locked(**job);
+      for (uint32_t r = 0; r < kWorld; ++r) {
+        v1::ProcessTelemetry p;
+        p.set_rank(r);
+        p.set_pid(700 + r);
+        p.set_reading(v1::HOST_READING_AVAILABLE);
+        p.set_run_delay_seconds_per_second(r == 3 ? 0.6 : 0.01);
+        locked->StoreProcess(r, p, sd::WallNow());
+      }
+    }
+    for (uint64_t it = 1; it <= 12; ++it) {
+      for (uint32_t r = 0; r < kWorld; ++r) IngestLocked(**job, r, it, r == 3 ? 0.3 : 0.1, sd::WallNow());
+    }
+    {
+      sd::Job::Locked locked(**job);
+      registry.CommitLocked(locked);
+    }
+    const v1::Worker w = worker3(*job);
+    REQUIRE(w.state() == v1::WORKER_STATE_STRAGGLER);
+    REQUIRE(w.excluded());
+    REQUIRE(w.likely_cause() == v1::LIKELY_CAUSE_HOST);
+    detail = w.likely_cause_detail();
+    CHECK(detail == "process 703: run delay 0.60 s/s vs the other ranks' median 0.01 s/s");
+    (*store)->Flush();
+  }
+  auto store = sd::Store::Open({.path = path});
+  REQUIRE(store.ok());
+  sd::JobRegistry registry(config, stats, store->get());
+  REQUIRE(registry.Restore(sd::WallNow()).ok());
+  auto job = registry.Find("cause-restored");
+  REQUIRE(job);
+  const v1::Worker w = worker3(job);
+  REQUIRE(w.state() == v1::WORKER_STATE_STRAGGLER);
+  CHECK(w.likely_cause() == v1::LIKELY_CAUSE_HOST);
+  CHECK(w.likely_cause_detail() == detail);
 }
