@@ -163,14 +163,11 @@ TEST_CASE("cause: a rank slow in compute with phases reported has cause compute"
 // Issue 31's input-bound rank: normal compute, an input wait that grows
 // from about 5% of its own time until its own time is 1.5x and more of its
 // peers'. Found by the judging of own time (input wait + compute +
-// optimizer); the cause says where the time went.
-// Hidden ([.own_time]: run it with `daemon_tests [own_time]`) until
-// JobEngine::Ingest judges own time: on compute alone nothing flags rank 3
-// and it fails ("no detection event"). With own time fed to the engine in
-// place of compute_seconds it passes; drop the "." when judging lands.
+// optimizer); the cause says where the time went. (Before own time was
+// judged it failed: "no detection event for rank 3".)
 TEST_CASE("cause: a rank whose input wait grows is a straggler with cause input pipeline",
-          "[cause][.own_time]") {
-  // The peer policy (the daemon's default) judges own time.
+          "[cause]") {
+  // The daemon's default policy, peer.
   LoopbackDaemon d({}, spdlog::level::warn, straggler::engine::PolicyKind::kPeer);
   OpenStream stream(*d.ingest);
   v1::ReportBatch b = Hello("cause-input", kWorld, {0, 1, 2, 3}, "node-a");
