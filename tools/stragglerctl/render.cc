@@ -196,19 +196,28 @@ std::string ExcludedText(const v1::Worker& w) {
   return w.monitor_only() ? "no (monitoring only)" : "no";
 }
 
+// A straggler's likely cause found at its detection ("input_pipeline"), "-"
+// for the others; a cause this build does not know shows its number.
+std::string CauseName(const v1::Worker& w) {
+  if (w.likely_cause() == v1::LIKELY_CAUSE_UNSPECIFIED) return "-";
+  const std::string& name = v1::LikelyCause_Name(w.likely_cause());
+  return name.empty() ? std::to_string(w.likely_cause()) : ShortName(name, "LIKELY_CAUSE_");
+}
+
 }  // namespace
 
 void PrintWorkers(const v1::ListWorkersResponse& r, std::ostream& out) {
   // GROUP and REPLICA: the declared topology (docs/topology.md); "-" for the
   // default group and for a rank that is a replica of its own. GPU last: a
   // model name may hold spaces.
-  Table t({"RANK", "STATE", "EXCLUDED", "COUNTER", "EPOCH", "ITERATION", "LAST", "EWMA", "SLOWDOWN",
-           "REPORTS", "OVERRIDE", "GROUP", "REPLICA", "NODE", "GPU"},
-          {Align::kRight, Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
+  Table t({"RANK", "STATE", "CAUSE", "EXCLUDED", "COUNTER", "EPOCH", "ITERATION", "LAST", "EWMA",
+           "SLOWDOWN", "REPORTS", "OVERRIDE", "GROUP", "REPLICA", "NODE", "GPU"},
+          {Align::kRight, Align::kLeft, Align::kLeft, Align::kLeft, Align::kRight, Align::kRight,
+           Align::kRight,
            Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft,
            Align::kRight, Align::kLeft, Align::kLeft});
   for (const auto& w : r.workers()) {
-    t.AddRow({std::to_string(w.rank()), StateName(w.state()),
+    t.AddRow({std::to_string(w.rank()), StateName(w.state()), CauseName(w),
               ExcludedText(w),
               std::to_string(w.counter()) + "/" + std::to_string(w.limit()),
               std::to_string(w.epoch()), std::to_string(w.last_iteration()),
@@ -239,6 +248,11 @@ void PrintWorker(const v1::Worker& w, std::ostream& out) {
   t.AddRow({"last compute", Millis(w.last_compute_seconds())});
   t.AddRow({"ewma compute", Millis(w.ewma_compute_seconds())});
   t.AddRow({"slowdown", w.slowdown_ratio() > 0 ? Num(w.slowdown_ratio(), 2) + "x" : "-"});
+  if (w.likely_cause() != v1::LIKELY_CAUSE_UNSPECIFIED) {
+    t.AddRow({"likely cause", CauseName(w) + (w.likely_cause_detail().empty()
+                                                  ? std::string()
+                                                  : ": " + w.likely_cause_detail())});
+  }
   t.AddRow({"reports", std::to_string(w.reports_total())});
   t.AddRow({"last report", TimeText(w.last_report_time())});
   if (w.has_gpu()) {
@@ -321,7 +335,7 @@ void PrintMembershipLine(const v1::Membership& m, std::ostream& out) {
       << m.effective_iteration() << "  excluded " << ExcludedList(m) << '\n';
 }
 
-// The event's message, and on a detection the likely cause from GPU telemetry.
+// The event's message, and on a detection the likely cause (docs/detection.md).
 std::string MessageWithCause(const v1::Event& e) {
   std::string m = e.message();
   if (e.has_evidence() && e.evidence().likely_cause() != v1::LIKELY_CAUSE_UNSPECIFIED) {

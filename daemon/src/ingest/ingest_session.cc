@@ -202,6 +202,15 @@ std::optional<uint64_t> IngestSession::IngestReportsLocked(Job::Locked& job,
       max_accepted = std::max(max_accepted, std::optional<uint64_t>(report.iteration()));
       job->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
                        report.rank(), scored_reference, scored_step});
+      // The phase levels attribution reads (a branch for jobs without phases).
+      job->NotePhases(report.rank(),
+                      report.has_input_wait_seconds()
+                          ? std::optional<double>(report.input_wait_seconds())
+                          : std::nullopt,
+                      report.compute_seconds(),
+                      report.has_optimizer_seconds()
+                          ? std::optional<double>(report.optimizer_seconds())
+                          : std::nullopt);
     } else if (result.reason == engine::RejectReason::kDuplicate ||
                (result.reason == engine::RejectReason::kStale &&
                 report.iteration() < replay_mark_[index])) {

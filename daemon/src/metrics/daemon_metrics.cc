@@ -43,6 +43,7 @@ struct RankRow {
   DeclaredTopology topology;  // labels peer_group, replica ("" = own replica)
   engine::WorkerView w;
   std::optional<v1::GpuTelemetry> gpu;  // fresh telemetry only
+  std::optional<LikelyCause> cause;     // a straggler's, found at its detection
 };
 
 struct JobRow {
@@ -104,6 +105,10 @@ std::optional<JobRow> Copy(Job& job, uint32_t per_rank_max_ranks) {
       // Stale telemetry is left out: a GPU whose agent went silent must not
       // keep an alert firing on its last reading.
       if (const v1::GpuTelemetry* t = st.FreshTelemetry(r, now)) row.ranks[r].gpu = *t;
+    }
+    for (const auto& [rank, cause] : st.straggler_causes) {
+      if (rank < row.ranks.size() && row.ranks[rank].w.state == engine::WorkerState::kStraggler)
+        row.ranks[rank].cause = cause.cause;
     }
   }
   return row;
@@ -352,6 +357,13 @@ void LabelledFamilies(const DaemonStats& stats, std::vector<MetricFamily>& out) 
     AddSample(events, {{"kind", std::string(engine::EventKindName(kind))}},
               Load(stats.events_by_kind[static_cast<size_t>(kind)]));
   }
+  auto& causes = AddFamily(out, "straggler_detections_total", MetricType::Counter,
+                           "Ranks turned straggler, by the likely cause found then "
+                           "(docs/detection.md, \"Likely cause\").");
+  for (size_t i = 0; i < kLikelyCauses; ++i) {
+    AddSample(causes, {{"cause", std::string(LikelyCauseName(static_cast<LikelyCause>(i)))}},
+              Load(stats.detections_by_cause[i]));
+  }
   auto& grpc = AddFamily(out, "straggler_grpc_refused_total", MetricType::Counter,
                          "Unary gRPC calls (query, admin, rendezvous) ended with an error, by "
                          "service and status code; a series appears with its first refusal.");
@@ -415,6 +427,18 @@ void PerRankFamilies(const std::vector<JobRow>& jobs, std::vector<MetricFamily>&
         AddSample(state, with(base[j][r], "state", std::string(engine::WorkerStateName(s))),
                   jobs[j].ranks[r].w.state == s ? 1 : 0);
       }
+    }
+  }
+  // One series per straggler, none for the others: the cause label stays
+  // bounded (kLikelyCauses values) and the family costs nothing in a
+  // healthy job.
+  auto& cause = AddFamily(out, "straggler_rank_likely_cause", MetricType::Gauge,
+                          "1 for each straggler rank, labelled with the likely cause found at "
+                          "its detection (docs/detection.md, \"Likely cause\").");
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (size_t r = 0; r < jobs[j].ranks.size(); ++r) {
+      if (const auto& c = jobs[j].ranks[r].cause)
+        AddSample(cause, with(base[j][r], "cause", std::string(LikelyCauseName(*c))), 1);
     }
   }
   for (const GpuFamily& f : kGpuFamilies) {

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "ingest/rank_topology.h"
 #include "metrics/buckets.h"
+#include "registry/attribution.h"
 #include "straggler/common/atomic_histogram.h"
 #include "straggler/common/rate_limit.h"
 #include "straggler/engine/job_engine.h"
@@ -104,6 +105,8 @@ struct DaemonStats {
   std::atomic<uint64_t> directives_coalesced{0};  // merged into a pending write
   std::atomic<uint64_t> events_total{0};
   std::array<std::atomic<uint64_t>, kEventKinds> events_by_kind{};
+  // Transitions to straggler journaled, by the likely cause found then.
+  std::array<std::atomic<uint64_t>, kLikelyCauses> detections_by_cause{};
   // ReportBatch.telemetry samples kept, and refused (a rank the stream does
   // not speak for, a value out of range).
   std::atomic<uint64_t> telemetry_accepted{0};

@@ -1,11 +1,37 @@
-// Likely cause of a straggler, from its GPU telemetry against the other
-// ranks'. Attached to the detection event's evidence and its log line.
+// Likely cause of a slow rank, from what the daemon knows of it against the
+// other ranks: its recent phases (IterationReport.input_wait_seconds,
+// compute_seconds, optimizer_seconds), its process's and node's host
+// telemetry and its GPU telemetry. Attached to the detection event's
+// evidence, the Worker and the event's log line, with the numbers behind it.
 //
-//   Attribution a = AttributeLikelyCause(&gpu_of_rank3, {&gpu_of_rank0, &gpu_of_rank1});
-//   // a.cause == LikelyCause::kThermalThrottle,
-//   // a.detail == "thermal slowdown (reasons 0x20), 91 C; SM clock 1.10 GHz, 62% of ..."
+//   RankEvidence rank3{.gpu = &gpu3, .phases = &phases3, .process = &proc3};
+//   Attribution a = AttributeLikelyCause(rank3, {rank0, rank1, rank2});
+//   // a.cause == LikelyCause::kInputPipeline,
+//   // a.detail == "input wait 0.400 s vs the other ranks' median 0.010 s, ..."
 //
-// The rule, first match wins (thresholds below, pinned by tests/daemon/attribution_test.cc):
+// The rule, first match wins (docs/detection.md, "Likely cause"; thresholds
+// below, pinned by tests/daemon/attribution_test.cc). "Stands out" always
+// means against the other ranks, never against the rank's own past: the
+// straggler was judged against its peers, and the cause explains that
+// difference (an input stall of every rank is nobody's cause).
+//  1. nothing known of the rank (no GPU sample, no phases, no host sample)
+//                                                      -> unspecified
+//  2. its input wait holds most of its excess time over the other ranks and
+//     its compute did not grow:                         -> host when its
+//     process's run delay or its node's pressure/steal stands out (they slow
+//     the loader), else input_pipeline
+//  3. a GPU reason (rules 2-5 of the GPU rule below)   -> that reason
+//  4. its process's run delay stands out               -> host
+//  5. its node's CPU/memory/IO pressure or CPU steal stands out against the
+//     other nodes' (a slow node, not a rank)            -> host
+//  6. its compute holds most of its excess time        -> low_utilization when
+//     the GPU rule's rule 6 holds, else compute ("no GPU reason visible")
+//  7. the GPU rule's low_utilization                   -> low_utilization
+//  8. otherwise                                         -> none_visible
+// `data` (slow on time, not per unit of work) is never chosen here: the
+// policy that judges per unit of work decides it (job_journal.cc).
+//
+// The GPU rule alone (AttributeGpu), first match wins:
 //  1. no telemetry for the rank                       -> unspecified
 //  2. a thermal reason bit (0x20 SW, 0x40 HW)         -> thermal_throttle
 //  3. a power reason bit (0x4 SW cap, 0x80 HW brake) that at most half of the
@@ -17,10 +43,11 @@
 //     median at least kBusyUtilization                -> low_utilization
 //  7. otherwise                                       -> none_visible
 // Callers pass only fresh samples (the daemon drops those older than
-// kTelemetryStaleAfter). Pure function; thread-compatible.
+// kTelemetryStaleAfter). Pure functions; thread-compatible.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +65,30 @@ inline constexpr double kClockDropRatio = 0.85;
 inline constexpr double kLowUtilizationRatio = 0.6;
 inline constexpr double kBusyUtilization = 0.5;
 
+// Phases. A phase's excess is its level above the other ranks' median; a
+// phase "holds most" of the rank's excess time at kPhaseShare of the sum of
+// the three phases' excesses, and only when that sum is at least
+// kPhaseExcessFloor of the other ranks' median own time (below it the phases
+// do not show the rank slow). Compute "did not grow" below kComputeGrowRatio
+// x the other ranks' median compute.
+inline constexpr double kPhaseShare = 0.6;
+inline constexpr double kPhaseExcessFloor = 0.1;
+inline constexpr double kComputeGrowRatio = 1.15;
+// Each report moves a rank's phase levels this far toward its values: the
+// levels follow a change within the few iterations a detection takes.
+inline constexpr float kPhaseEwmaAlpha = 0.3f;
+
+// Host. A process's run delay (s runnable but not running, per s) stands out
+// at kRunDelayFloor and kHostRatio x the other ranks' median; a node's
+// pressure (share of time some task stalled) or steal share at
+// kNodePressureFloor / kStealFloor and kHostRatio x the median of the ranks
+// on other nodes.
+inline constexpr double kRunDelayFloor = 0.05;
+inline constexpr double kNodePressureFloor = 0.10;
+inline constexpr double kStealFloor = 0.05;
+inline constexpr double kHostRatio = 2.0;
+
+// Values are the wire's order (proto LikelyCause): new causes are appended.
 enum class LikelyCause {
   kUnspecified,
   kNoneVisible,
@@ -46,17 +97,48 @@ enum class LikelyCause {
   kHwSlowdown,
   kClockDrop,
   kLowUtilization,
+  kInputPipeline,  // input wait grew, compute did not
+  kCompute,        // compute grew, no GPU reason visible
+  kHost,           // its process waits for a CPU, or its node is under pressure
+  kData,           // slow on time, not per unit of work (set by the judging)
 };
-std::string_view LikelyCauseName(LikelyCause c);  // "thermal_throttle", ...
+inline constexpr size_t kLikelyCauses = static_cast<size_t>(LikelyCause::kData) + 1;
+std::string_view LikelyCauseName(LikelyCause c);  // "thermal_throttle", "input_pipeline", ...
 
 struct Attribution {
   LikelyCause cause = LikelyCause::kUnspecified;
   std::string detail;  // "" for unspecified
 };
 
-// `rank`: the straggler's latest fresh sample, or null. `others`: the other
-// ranks' fresh samples (never null entries).
-Attribution AttributeLikelyCause(const v1::GpuTelemetry* rank,
-                                 const std::vector<const v1::GpuTelemetry*>& others);
+// A rank's recent phase levels, exponentially weighted (kPhaseEwmaAlpha):
+// the per-rank column JobState keeps for jobs that report phases (16 bytes a
+// rank). `reports` counts the reports folded in since the job's column
+// exists; a phase a report lacks counts as 0, as judging counts it.
+struct RankPhases {
+  float input_wait = 0;
+  float compute = 0;
+  float optimizer = 0;
+  uint32_t reports = 0;
+  // One accepted report; input/optimizer < 0 = not reported.
+  void Add(double input, double compute_seconds, double optimizer_seconds);
+};
+
+// What the daemon knows of one rank; null = not known (or stale). `node`
+// names the rank's node: host samples of ranks on the same node are one
+// node's, and a node is compared with the other nodes only.
+struct RankEvidence {
+  const v1::GpuTelemetry* gpu = nullptr;
+  const RankPhases* phases = nullptr;               // null or reports == 0: none
+  const v1::ProcessTelemetry* process = nullptr;
+  const v1::HostTelemetry* host = nullptr;
+  std::string_view node;
+};
+
+Attribution AttributeLikelyCause(const RankEvidence& rank, const std::vector<RankEvidence>& others);
+
+// The GPU rule alone. `rank`: the straggler's latest fresh sample, or null.
+// `others`: the other ranks' fresh samples (never null entries).
+Attribution AttributeGpu(const v1::GpuTelemetry* rank,
+                         const std::vector<const v1::GpuTelemetry*>& others);
 
 }  // namespace straggler::daemon

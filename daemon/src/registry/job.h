@@ -172,6 +172,14 @@ struct JobState {
   std::vector<std::optional<RankGpu>> gpu;
   // Latest host telemetry per rank, likewise: empty until the first sample.
   std::vector<RankHost> host;
+  // Each rank's recent phase levels (attribution.h): empty until the first
+  // report with input_wait_seconds or optimizer_seconds, then world_size x
+  // 16 bytes; a job that reports no phases pays nothing.
+  std::vector<RankPhases> phases;
+  // The likely cause found when each rank now a straggler was detected
+  // (shown on its Worker and as straggler_rank_likely_cause); an entry
+  // leaves when its rank leaves the straggler state.
+  std::unordered_map<uint32_t, Attribution> straggler_causes;
 
   // `rank` < the job's world_size.
   void StoreTelemetry(uint32_t rank, v1::GpuTelemetry telemetry, engine::Time now) {
@@ -190,13 +198,24 @@ struct JobState {
     host[rank].process = std::move(process);
     host[rank].process_received = now;
   }
+  // An accepted report's phases; `rank` < the job's world_size.
+  void NotePhases(uint32_t rank, std::optional<double> input_wait, double compute,
+                  std::optional<double> optimizer) {
+    if (phases.empty()) {
+      if (!input_wait && !optimizer) return;
+      phases.resize(nodes.size());
+    }
+    phases[rank].Add(input_wait.value_or(0), compute, optimizer.value_or(0));
+  }
   // The rank's telemetry if it is fresh at `now`, else null.
   const v1::GpuTelemetry* FreshTelemetry(uint32_t rank, engine::Time now) const {
     if (rank >= gpu.size() || !gpu[rank] || !gpu[rank]->Fresh(now)) return nullptr;
     return &gpu[rank]->telemetry;
   }
-  // The likely cause of `rank` being slow, from its fresh telemetry against
-  // the other ranks' fresh telemetry (attribution.h).
+  // What is known of `rank` at `now`: fresh telemetry only (attribution.h).
+  RankEvidence EvidenceOf(uint32_t rank, engine::Time now) const;
+  // The likely cause of `rank` being slow, from what is known of it against
+  // the other ranks (attribution.h).
   Attribution Attribute(uint32_t rank, engine::Time now) const;
 };
 

@@ -22,6 +22,11 @@ std::string DescribeMembership(const engine::Membership& m) {
                       ": excluded [", absl::StrJoin(parts, ", "), "]");
 }
 
+// The states a rank is slow in: a transition to one gets a likely cause.
+bool SlowState(engine::WorkerState s) {
+  return s == engine::WorkerState::kStraggler || s == engine::WorkerState::kMild;
+}
+
 // One line per event, the operator's view of what the engine decided.
 std::string DescribeEvent(const Job::Locked& job, const engine::Event& e,
                           const Attribution& cause) {
@@ -38,9 +43,9 @@ std::string DescribeEvent(const Job::Locked& job, const engine::Event& e,
                               ev.threshold_seconds, ev.counter, ev.limit);
       }
       if (!e.message.empty()) absl::StrAppend(&line, ": ", e.message);
-      if (e.to == engine::WorkerState::kStraggler) {
+      if (SlowState(e.to)) {
         absl::StrAppend(&line, "; likely cause ", std::string(LikelyCauseName(cause.cause)),
-                        cause.detail.empty() ? absl::string_view(" (no GPU telemetry)")
+                        cause.detail.empty() ? absl::string_view(" (no telemetry, no phases)")
                                              : absl::string_view(": "),
                         cause.detail);
       }
@@ -91,23 +96,49 @@ void JobRegistry::CommitLocked(Job::Locked& job, const JobSubscriber* skip) {
   }
 }
 
-Attribution JobState::Attribute(uint32_t rank, engine::Time now) const {
-  std::vector<const v1::GpuTelemetry*> others;
-  for (uint32_t r = 0; r < gpu.size(); ++r) {
-    if (r == rank) continue;
-    if (const v1::GpuTelemetry* t = FreshTelemetry(r, now)) others.push_back(t);
+RankEvidence JobState::EvidenceOf(uint32_t rank, engine::Time now) const {
+  RankEvidence e;
+  e.gpu = FreshTelemetry(rank, now);
+  if (rank < phases.size()) e.phases = &phases[rank];
+  if (rank < host.size()) {
+    const RankHost& h = host[rank];
+    if (h.process && now - h.process_received <= kTelemetryStaleAfter) e.process = &*h.process;
+    if (h.node && now - h.node_received <= kTelemetryStaleAfter) e.host = h.node.get();
   }
-  return AttributeLikelyCause(FreshTelemetry(rank, now), others);
+  e.node = nodes[rank];
+  return e;
+}
+
+Attribution JobState::Attribute(uint32_t rank, engine::Time now) const {
+  std::vector<RankEvidence> others;
+  if (!gpu.empty() || !phases.empty() || !host.empty()) {
+    others.reserve(nodes.size());
+    for (uint32_t r = 0; r < nodes.size(); ++r) {
+      if (r == rank) continue;
+      // Only ranks something is known of: a job without telemetry pays nothing.
+      const RankEvidence e = EvidenceOf(r, now);
+      if (e.gpu || (e.phases && e.phases->reports > 0) || e.process || e.host) others.push_back(e);
+    }
+  }
+  return AttributeLikelyCause(EvidenceOf(rank, now), others);
 }
 
 void JobRegistry::JournalLocked(Job::Locked& job, std::vector<engine::Event> events) {
   std::vector<Attribution> causes(events.size());
   for (size_t i = 0; i < events.size(); ++i) {
     const engine::Event& e = events[i];
-    if (e.kind == engine::EventKind::kStateChange && e.to == engine::WorkerState::kStraggler) {
+    if (e.kind != engine::EventKind::kStateChange) continue;
+    if (SlowState(e.to)) {
       // Judged at the daemon's clock now, not the event's: the telemetry's
       // freshness is measured on the daemon's receive clock too.
       causes[i] = job->Attribute(e.rank, WallNow());
+    }
+    if (e.to == engine::WorkerState::kStraggler) {
+      job->straggler_causes[e.rank] = causes[i];
+      stats_.detections_by_cause[static_cast<size_t>(causes[i].cause)].fetch_add(
+          1, std::memory_order_relaxed);
+    } else if (e.from == engine::WorkerState::kStraggler) {
+      job->straggler_causes.erase(e.rank);
     }
   }
   for (size_t i = 0; i < events.size(); ++i) {

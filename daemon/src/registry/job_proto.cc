@@ -56,6 +56,12 @@ void ToProto(const engine::WorkerView& w, const Job::Locked& job, v1::Worker* ou
     if (h.process) *out->mutable_process() = *h.process;
     if (h.node || h.process) out->set_host_stale(!h.Fresh(WallNow()));
   }
+  if (w.state == engine::WorkerState::kStraggler) {
+    if (auto it = job->straggler_causes.find(w.rank); it != job->straggler_causes.end()) {
+      out->set_likely_cause(ToProto(it->second.cause));
+      out->set_likely_cause_detail(it->second.detail);
+    }
+  }
   if (w.rank < job.world_size) {
     const DeclaredTopology& t = job->topology.Of(w.rank);
     out->set_peer_group(t.peer_group);

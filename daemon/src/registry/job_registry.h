@@ -233,6 +233,10 @@ class JobRegistry {
   void ApplyRetention(engine::Time now);
   void JournalLocked(Job::Locked& job, std::vector<engine::Event> events)
       ABSL_LOCKS_EXCLUDED(events_mu_);
+  // A restored job's straggler causes, from its newest transitions among
+  // the journal's events up to sequence `upto` (those of the previous run:
+  // the engine restores the stragglers, not why they were slow).
+  void RestoreCausesLocked(Job::Locked& job, uint64_t upto) ABSL_LOCKS_EXCLUDED(events_mu_);
 
   DaemonStats& stats_;
   Store* const store_;  // null: no persistence

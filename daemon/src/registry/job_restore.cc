@@ -125,10 +125,27 @@ absl::Status JobRegistry::Restore(engine::Time now) {
     }
     Job::Locked locked(*job);
     CommitLocked(locked);  // journals and persists the restored version
+    // After it: the restored transitions it journals know no cause.
+    RestoreCausesLocked(locked, *max_sequence);
   }
   spdlog::info("state database {}: {} events (next sequence {}), {} jobs restored",
                store_->path(), events->size(), *max_sequence + 1, jobs->size());
   return absl::OkStatus();
+}
+
+void JobRegistry::RestoreCausesLocked(Job::Locked& job, uint64_t upto) {
+  absl::MutexLock lock(&events_mu_);
+  for (const JournalEntry& e : events_) {  // oldest first: the newest transition wins
+    if (e.sequence > upto) break;
+    if (e.job_id != job.id || e.run_id != job.run_id ||
+        e.event.kind != engine::EventKind::kStateChange || e.event.rank >= job.world_size)
+      continue;
+    if (e.event.to == engine::WorkerState::kStraggler) {
+      job->straggler_causes[e.event.rank] = Attribution{e.likely_cause, e.likely_cause_detail};
+    } else if (e.event.from == engine::WorkerState::kStraggler) {
+      job->straggler_causes.erase(e.event.rank);
+    }
+  }
 }
 
 void JobRegistry::ApplyRetention(engine::Time now) {

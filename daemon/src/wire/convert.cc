@@ -104,6 +104,10 @@ v1::LikelyCause ToProto(LikelyCause c) {
     case LikelyCause::kHwSlowdown: return v1::LIKELY_CAUSE_HW_SLOWDOWN;
     case LikelyCause::kClockDrop: return v1::LIKELY_CAUSE_CLOCK_DROP;
     case LikelyCause::kLowUtilization: return v1::LIKELY_CAUSE_LOW_UTILIZATION;
+    case LikelyCause::kInputPipeline: return v1::LIKELY_CAUSE_INPUT_PIPELINE;
+    case LikelyCause::kCompute: return v1::LIKELY_CAUSE_COMPUTE;
+    case LikelyCause::kHost: return v1::LIKELY_CAUSE_HOST;
+    case LikelyCause::kData: return v1::LIKELY_CAUSE_DATA;
   }
   return v1::LIKELY_CAUSE_UNSPECIFIED;
 }

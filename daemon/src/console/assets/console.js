@@ -58,6 +58,8 @@
 
   const jobPath = (id) => "/v1/jobs/" + encodeURIComponent(id);
   const enumName = (v, prefix) => String(v || "").replace(prefix, "").toLowerCase();
+  // "input_pipeline"; "" for none (docs/detection.md, "Likely cause").
+  const causeName = (v) => (v && v !== "LIKELY_CAUSE_UNSPECIFIED" ? enumName(v, "LIKELY_CAUSE_") : "");
   const fmtSeconds = (s) => (s > 0 ? (s >= 1 ? s.toFixed(2) + " s" : (s * 1000).toFixed(1) + " ms") : "–");
   const fmtRatio = (r) => (r > 0 ? r.toFixed(2) + "×" : "–");
   const fmtTime = (t) => (t ? new Date(t).toLocaleTimeString() : "–");
@@ -249,7 +251,10 @@
           (w.replica !== undefined ? " / r" + num(w.replica) : "")),
         el("td", { className: "state state-" + state }, state,
           // Its client does not act on membership: a straggler it stays in.
-          w.monitorOnly ? el("div", { className: "muted monitor-only" }, "monitoring only") : null),
+          w.monitorOnly ? el("div", { className: "muted monitor-only" }, "monitoring only") : null,
+          // A straggler's likely cause, the numbers behind it on hover.
+          causeName(w.likelyCause) ? el("div", { className: "cause", title: w.likelyCauseDetail || "" },
+            "cause: " + causeName(w.likelyCause)) : null),
         el("td", { className: "num" }, num(w.counter) + " / " + num(w.limit)),
         el("td", { className: "num ratio" }, fmtRatio(num(w.slowdownRatio))),
         el("td", { className: "num" }, fmtSeconds(num(w.lastComputeSeconds))),
@@ -312,7 +317,10 @@
       el("td", { className: "num" }, e.rank === undefined ? "–" : e.rank),
       el("td", {}, e.from || e.to ? enumName(e.from, "WORKER_STATE_") + " → " + enumName(e.to, "WORKER_STATE_") : ""),
       el("td", { className: "num" }, e.iteration),
-      el("td", { className: "message" }, e.message)));
+      el("td", { className: "message" }, e.message,
+        e.evidence && causeName(e.evidence.likelyCause) ? el("div", { className: "cause" },
+          "likely cause " + causeName(e.evidence.likelyCause) +
+          (e.evidence.likelyCauseDetail ? ": " + e.evidence.likelyCauseDetail : "")) : null)));
     return el("table", { id: "events" },
       el("thead", {}, el("tr", {}, ...["#", "time", "kind", "rank", "state", "iteration", "message"].map((h) => el("th", {}, h)))),
       el("tbody", {}, ...rows));
