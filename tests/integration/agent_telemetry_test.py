@@ -10,9 +10,10 @@ agent (each rank's LOCAL_RANK is its rank, so rank r maps to NVML GPU r).
 2. The state file turns every GPU healthy; a second job with the same slow
    rank gets likely_cause NONE_VISIBLE (telemetry seen, nothing in it).
 3. Both jobs end; with jobs.idle_timeout_ms at 1 s the agent removes them.
-4. An agent whose NVML library cannot be loaded (a GPU-less host) says so in
-   one log line, runs, reports telemetry off in /metrics, and a third job's
-   detection carries likely_cause UNSPECIFIED (no telemetry).
+4. An agent whose NVML library cannot be loaded (a GPU-less host), with host
+   telemetry off, says so in one log line, runs, reports telemetry off in
+   /metrics, and a third job's detection carries likely_cause UNSPECIFIED (no
+   telemetry).
 5. SIGHUP on that agent: a bad config file is rejected and the running one
    kept (the finished job stays under the 10-minute idle timeout); a good
    one with jobs.idle_timeout_ms 200 applies live (the job is removed).
@@ -143,7 +144,10 @@ def gpu_less_phase(args, work, d):
     sock = os.path.join(work, "agent-nogpu.sock")
     config = os.path.join(work, "agent-nogpu.yaml")
     with open(config, "w") as f:
-        f.write("jobs:\n  idle_timeout_ms: 600000\n")
+        # Host telemetry off too: this phase is the rank with no telemetry at
+        # all (a host sample, when it beats the detection, makes the cause
+        # none_visible: "nothing in its host telemetry stands out").
+        f.write("jobs:\n  idle_timeout_ms: 600000\nhost_telemetry:\n  enabled: false\n")
     agent = Agent(args.agent, work, sock, d.address, name="agent-nogpu", env=env,
                   extra_args=["--config", config])
     try:
