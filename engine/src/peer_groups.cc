@@ -32,6 +32,7 @@ bool PeerGroups::Sync(const TopologyTable& topology, uint64_t version) {
   for (Group& g : groups_) g.members = 0;
   for (uint32_t g : of_) groups_[g].members++;
   buckets_.resize(groups_.size());
+  work_buckets_.resize(groups_.size());
   return any;
 }
 
@@ -59,16 +60,21 @@ uint32_t PeerGroups::SplitOff(uint32_t group, const std::vector<uint32_t>& ranks
     groups_[added].members++;
   }
   buckets_.resize(groups_.size());
+  work_buckets_.resize(groups_.size());
   return added;
 }
 
 void PeerGroups::Bucketize(const Row& row) {
   for (auto& b : buckets_) b.clear();
+  for (auto& b : work_buckets_) b.clear();
   whole_ = groups_.size() == 1 ? &row : nullptr;
   if (whole_ != nullptr) return;
   // Sized for every member at once: no copies while a large bucket grows.
   for (uint32_t g = 0; g < groups_.size(); ++g) buckets_[g].reserve(groups_[g].members);
   for (const auto& [rank, t] : row.values) buckets_[of_[rank]].emplace_back(rank, t);
+  if (row.work.empty()) return;
+  for (size_t i = 0; i < row.values.size(); ++i)
+    work_buckets_[of_[row.values[i].first]].push_back(row.work[i]);
 }
 
 }  // namespace straggler::engine::internal

@@ -55,6 +55,11 @@ class PeerGroups {
   const std::vector<std::pair<uint32_t, double>>& Bucket(uint32_t group) const {
     return whole_ != nullptr && group == 0 ? whole_->values : buckets_[group];
   }
+  // Each bucket value's work, in step with Bucket(group) (Row::work: empty
+  // when the row has no work); the row's own column in a job of one group.
+  const std::vector<double>& BucketWork(uint32_t group) const {
+    return whole_ != nullptr && group == 0 ? whole_->work : work_buckets_[group];
+  }
 
  private:
   struct Group {
@@ -74,6 +79,7 @@ class PeerGroups {
   std::vector<uint32_t> of_;
   std::vector<Group> groups_;
   std::vector<std::vector<std::pair<uint32_t, double>>> buckets_;
+  std::vector<std::vector<double>> work_buckets_;  // filled only for a row with work
   const Row* whole_ = nullptr;  // the row, when group 0 holds every rank
 };
 

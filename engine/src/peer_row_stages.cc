@@ -97,7 +97,7 @@ void PeerReference::GroupStep(size_t& budget) {
     case Stage::kGroupCount:  // one log per report
       if (!Pass(n, kLogsPerUnit, budget, [&](size_t i) {
             xs[i] = SafeLog(bucket[i].second);
-            if (row_work_) xs[i] -= WorkLog(states_[g], bucket[i].first);
+            if (row_work_) xs[i] -= WorkLog(g, i);
             if (large_) group_median_.Count(xs[i]);
           }))
         return;

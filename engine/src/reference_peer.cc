@@ -33,12 +33,12 @@ std::string PeerReference::MedianText(const GroupState& gs) const {
 
 void PeerReference::FitWork(uint32_t g) {
   const auto& bucket = groups_.Bucket(g);
+  const auto& work = groups_.BucketWork(g);
   const size_t stride = (bucket.size() + WorkFit::kMaxPoints - 1) / WorkFit::kMaxPoints;
   fit_points_.clear();
-  for (size_t i = 0; i < bucket.size(); i += stride) {
-    const double w = work_[bucket[i].first];
-    if (w > 0 && std::isfinite(w)) fit_points_.emplace_back(SafeLog(bucket[i].second), w);
-  }
+  for (size_t i = 0; i < bucket.size(); i += stride)
+    if (work[i] > 0 && std::isfinite(work[i]))
+      fit_points_.emplace_back(SafeLog(bucket[i].second), work[i]);
   states_[g].work.AddRow(fit_points_);
 }
 
@@ -55,11 +55,6 @@ size_t PeerReference::BeginRow(Row& row, Time now) {
   groups_.Bucketize(row);
   row_ = &row;
   row_work_ = !row.work.empty();
-  if (row_work_) {
-    if (work_.size() < e_.world_size) work_.resize(e_.world_size);
-    for (size_t i = 0; i < row.values.size(); ++i)
-      work_[row.values[i].first] = static_cast<float>(row.work[i]);
-  }
   row_iteration_ = row.iteration;
   row_now_ = now;
   have_level_ = false;
@@ -140,7 +135,7 @@ Verdict PeerReference::Single(uint32_t rank, const Report& rep) const {
   const PeerRank& pr = ranks_[rank];
   const bool in_group = pr.source == Source::kGroup && pr.group < states_.size();
   const double thr = in_group ? states_[pr.group].threshold : own_state_.threshold;
-  const double cost = in_group && rep.work ? states_[pr.group].work.LogCost(*rep.work) : 0.0;
+  const double cost = in_group ? states_[pr.group].work.LogCost(rep.work) : 0.0;
   const double x = SafeLog(rep.OwnSeconds()) - cost - SafeLog(ref);
   if (x >= thr) return Verdict::kSlow;
   if (x < kExitShare * thr) return Verdict::kFast;
@@ -186,7 +181,7 @@ bool PeerReference::JudgeAlone(uint32_t rank, const Report& rep, Time now) {
   if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
     const GroupState& gs = states_[pr.group];
     const double steady = gs.steady_log;
-    pr.steps.Push(logs_p_, x - (rep.work ? gs.work.LogCost(*rep.work) : 0.0) - steady);
+    pr.steps.Push(logs_p_, x - gs.work.LogCost(rep.work) - steady);
     const uint32_t g = pr.group;
     Judge(rank, own, rep.iteration, now, gs, /*alone=*/true,
           [&](bool to_straggler, double ratio) {

@@ -151,10 +151,10 @@ class PeerReference final : public Reference {
   // Group g's WorkFit takes the row (at most WorkFit::kMaxPoints of its
   // steps, evenly spread) before its steps are judged with it.
   void FitWork(uint32_t g);
-  // What is taken off the log time of `rank`'s step in group g's row for its
-  // work (0 in a row without work).
-  double WorkLog(const GroupState& gs, uint32_t rank) const {
-    return row_work_ ? gs.work.LogCost(work_[rank]) : 0.0;
+  // What is taken off the log time of the i-th step of group g's bucket for
+  // its work (0 in a row without work).
+  double WorkLog(uint32_t g, size_t i) const {
+    return row_work_ ? states_[g].work.LogCost(groups_.BucketWork(g)[i]) : 0.0;
   }
   // How a message names group g's median: "0.41s", or "0.41s at 5e+03
   // units of work" where it judges per unit of work.
@@ -244,10 +244,7 @@ class PeerReference final : public Reference {
   double noise_cap_ = 0.0, noise_sum_ = 0.0;
   std::vector<std::vector<double>> group_xs_;  // per group: its log ratios in the row
   std::vector<std::pair<double, uint32_t>> meds_;
-  // Per rank: the work of its step in the row being judged (row_work_: the
-  // row has work; the column is allocated with the first such row).
-  std::vector<float> work_;
-  bool row_work_ = false;
+  bool row_work_ = false;  // the row being judged has work (Row::work)
   std::vector<std::pair<double, double>> fit_points_;
 };
 

@@ -29,8 +29,7 @@ void WorkFit::AddRow(std::vector<std::pair<double, double>>& points) {
     } else {
       const double g = kOverheads[k / kExponents.size()];
       const double* u_p = &pow_[(k % kExponents.size()) * n];
-      const double norm = std::log(g + 1.0);
-      for (size_t i = 0; i < n; ++i) xs_.push_back(points[i].first - std::log(g + u_p[i]) + norm);
+      for (size_t i = 0; i < n; ++i) xs_.push_back(points[i].first - Cost(g, u_p[i]));
     }
     std::nth_element(xs_.begin(), xs_.begin() + n / 2, xs_.end());
     const double median = xs_[n / 2];

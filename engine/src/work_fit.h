@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -51,8 +52,10 @@ class WorkFit {
   // for a step without work (w not finite: judged as if at W).
   double LogCost(double w) const {
     if (!active() || !(w > 0) || !std::isfinite(w)) return 0.0;
-    return Cost(best_, std::log(w / reference_));
+    return Cost(overhead(), std::exp(exponent() * std::log(w / reference_)));
   }
+  // A report's work (none: 0, judged as if at W).
+  double LogCost(const std::optional<double>& w) const { return w ? LogCost(*w) : 0.0; }
 
   // Whether steps are judged per unit of work (a row scored, a candidate
   // other than time alone chosen).
@@ -75,12 +78,8 @@ class WorkFit {
   // stragglers add a constant, not their size.
   static constexpr double kClip = 0.5;
 
-  // Candidate k's log((g + u^p) / (g + 1)) at log u = `log_u`.
-  static double Cost(size_t k, double log_u) {
-    const double g = kOverheads[k / kExponents.size()];
-    const double p = kExponents[k % kExponents.size()];
-    return std::log((g + std::exp(p * log_u)) / (g + 1.0));
-  }
+  // log((g + u^p) / (g + 1)), given u^p.
+  static double Cost(double g, double u_p) { return std::log((g + u_p) / (g + 1.0)); }
 
   std::array<double, kCandidates> score_{};
   std::vector<double> xs_, pow_;  // scratch

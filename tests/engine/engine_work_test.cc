@@ -30,10 +30,17 @@ struct Outcome {
 };
 
 // 16 ranks, 200 iterations of the default policy. `step(rank, it, rep)`
-// fills the report's times and optional fields.
+// fills the report's times and optional fields. `groups`: ranks 0-7 in
+// peer group "a", 8-15 in "b" (each group's work in a bucket of its own).
 template <typename F>
-Outcome Drive(F&& step) {
+Outcome Drive(F&& step, bool groups = false) {
   se::JobEngine e(kWorld, se::PolicyConfig{}, se::Time(0));
+  if (groups)
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      se::RankTopology t;
+      t.peer_group = r < 8 ? "a" : "b";
+      e.SetTopology(r, t);
+    }
   Outcome out;
   for (uint64_t it = 0; it < 200; ++it) {
     for (uint32_t r = 0; r < kWorld; ++r) {
@@ -76,17 +83,28 @@ TEST_CASE("work: more work is no straggler, a rank slower per unit of work is on
   // Work per step 500-2000 units; time = (0.02 s + 0.1 ms per unit) x 1 +-2%.
   // Rank 7 always draws 1.6x the work (longer sequences); rank 3 is 1.3x
   // slower per unit of work from iteration 80.
-  auto run = [](bool report_work) {
+  // With `groups`, group "b" runs 2x slower per unit of work than "a".
+  auto run = [](bool report_work, bool groups = false) {
     uint64_t s = 5;
-    return Drive([&](uint32_t r, uint64_t it, se::Report& rep) {
-      double w = 500 + 1500 * Unit(s);
-      if (r == 7) w *= 1.6;
-      double t = (0.02 + 1e-4 * w) * (0.98 + 0.04 * Unit(s));
-      if (r == 3 && it >= 80) t *= 1.3;
-      rep.compute_seconds = t;
-      if (report_work) rep.work = w;
-    });
+    return Drive(
+        [&](uint32_t r, uint64_t it, se::Report& rep) {
+          double w = 500 + 1500 * Unit(s);
+          if (r == 7) w *= 1.6;
+          double t = (0.02 + 1e-4 * w) * (0.98 + 0.04 * Unit(s));
+          if (r == 3 && it >= 80) t *= 1.3;
+          if (groups && r >= 8) t *= 2;
+          rep.compute_seconds = t;
+          if (report_work) rep.work = w;
+        },
+        groups);
   };
+  for (bool groups : {false, true}) {
+    INFO("peer groups: " << groups);
+    const Outcome with = run(true, groups);
+    CHECK(with.states[3] == se::WorkerState::kStraggler);
+    for (uint32_t r = 0; r < kWorld; ++r)
+      if (r != 3) CHECK(with.states[r] == se::WorkerState::kHealthy);
+  }
   const Outcome with = run(true);
   CHECK(with.states[3] == se::WorkerState::kStraggler);
   CHECK(with.states[7] == se::WorkerState::kHealthy);
