@@ -24,15 +24,10 @@ namespace {
 
 namespace pb = ::etcdserverpb;
 
-KeyValue FromProto(const ::mvccpb::KeyValue& kv) {
-  return KeyValue{kv.key(), kv.value(), kv.create_revision(), kv.mod_revision(), kv.version(),
-                  kv.lease()};
-}
-
 std::vector<KeyValue> FromProto(const google::protobuf::RepeatedPtrField<::mvccpb::KeyValue>& kvs) {
   std::vector<KeyValue> out;
   out.reserve(kvs.size());
-  for (const auto& kv : kvs) out.push_back(FromProto(kv));
+  for (const auto& kv : kvs) out.push_back(detail::FromProto(kv));
   return out;
 }
 

@@ -155,11 +155,9 @@ class Keeper final : public LeaseKeeper {
 };
 
 WatchEvent FromProto(const ::mvccpb::Event& e) {
-  const ::mvccpb::KeyValue& kv = e.kv();
   return WatchEvent{e.type() == ::mvccpb::Event::DELETE ? WatchEvent::Type::kDelete
                                                         : WatchEvent::Type::kPut,
-                    KeyValue{kv.key(), kv.value(), kv.create_revision(), kv.mod_revision(),
-                             kv.version(), kv.lease()}};
+                    detail::FromProto(e.kv())};
 }
 
 // One watch over as many Watch streams as it takes: a stream that breaks
@@ -333,6 +331,11 @@ class WatchStream final : public Watch {
 };
 
 }  // namespace
+
+KeyValue FromProto(const ::mvccpb::KeyValue& kv) {
+  return KeyValue{kv.key(), kv.value(), kv.create_revision(), kv.mod_revision(), kv.version(),
+                  kv.lease()};
+}
 
 absl::Status CallError(absl::string_view endpoint, absl::string_view call, const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
