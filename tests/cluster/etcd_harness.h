@@ -31,7 +31,9 @@ class EtcdProcess {
   static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start();
   ~EtcdProcess();
 
-  const std::string& endpoint() const { return endpoint_; }
+  // "127.0.0.1:<client port>".
+  std::string endpoint() const;
+  int client_port() const { return client_port_; }
   // SIGKILL, and waits for the exit.
   void Kill();
   // Starts it again on the same ports and data dir, waiting until it answers.
@@ -47,7 +49,6 @@ class EtcdProcess {
   std::string dir_;
   int client_port_;
   int peer_port_;
-  std::string endpoint_;
   pid_t pid_ = -1;
   size_t log_start_ = 0;  // where this run's lines start in etcd.log
 };

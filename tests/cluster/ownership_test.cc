@@ -50,10 +50,6 @@ std::unique_ptr<Replica> Join(std::shared_ptr<EtcdClient> etcd, const std::strin
   return *std::move(replica);
 }
 
-int Port(const std::string& endpoint) {
-  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
-}
-
 TEST_CASE("ownership: replicas register their addresses, an id is taken once", "[cluster]") {
   auto etcd = StartEtcd();
   auto client = Connect(etcd->endpoint());
@@ -184,7 +180,7 @@ TEST_CASE("ownership: a partitioned owner stops deciding, then another replica t
           "[cluster]") {
   auto etcd = StartEtcd();
   auto direct = Connect(etcd->endpoint());
-  auto proxy = TcpProxy::Start(Port(etcd->endpoint()));
+  auto proxy = TcpProxy::Start(etcd->client_port());
   REQUIRE(proxy.ok());
   auto r1 = Join(Connect((*proxy)->endpoint()), "r1");  // r1 reaches etcd through the proxy
   auto r2 = Join(direct, "r2");
