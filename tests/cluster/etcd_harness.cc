@@ -131,8 +131,8 @@ absl::Status EtcdProcess::Spawn() {
 
 absl::Status EtcdProcess::WaitReady() {
   // A gRPC connection made while etcd starts (its port bound, its server not
-  // yet serving) stalls about 10 s in the HTTP/2 handshake (measured here):
-  // wait for etcd's "serving client traffic" line before the first call.
+  // yet serving) was seen to stall for seconds in the HTTP/2 handshake
+  // (docs/cluster.md, "Threads and connections"): wait for etcd's "serving client traffic" line before the first call.
   absl::Status last = absl::UnavailableError("etcd never said it serves client traffic");
   std::unique_ptr<EtcdClient> client;
   bool ready = PollUntil(std::chrono::seconds(20), [&] {

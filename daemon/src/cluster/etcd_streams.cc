@@ -82,8 +82,8 @@ class Keeper final : public LeaseKeeper {
       backoff = std::min(backoff * 2, std::max(interval_, std::chrono::milliseconds(100)));
       // Polls the channel until it connects (or one interval passes). A new
       // stream alone was seen to leave a connection to a restarted etcd
-      // unnoticed for 5-20 s: with the synchronous API, nothing polls the
-      // connecting socket but gRPC's 5 s backup poller (docs/cluster.md).
+      // unnoticed for seconds: with the synchronous API, nothing polls the
+      // connecting socket but gRPC's backup poller (docs/cluster.md).
       channel_->WaitForConnected(std::chrono::system_clock::now() + interval_);
     }
   }
