@@ -51,6 +51,43 @@ int FreePort() {
   return port;
 }
 
+Watch::OnEvents WatchRecorder::OnEvents() {
+  return [this](int64_t revision, const std::vector<WatchEvent>& batch) {
+    absl::MutexLock lock(&mu_);
+    events_.insert(events_.end(), batch.begin(), batch.end());
+    revisions_.push_back(revision);
+  };
+}
+
+Watch::OnEnd WatchRecorder::OnEnd() {
+  return [this](const absl::Status& reason) {
+    absl::MutexLock lock(&mu_);
+    ends_.push_back(reason);
+  };
+}
+
+std::vector<WatchEvent> WatchRecorder::Events() const {
+  absl::MutexLock lock(&mu_);
+  return events_;
+}
+
+std::vector<std::string> WatchRecorder::Values() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const WatchEvent& e : events_) out.push_back(e.kv.value);
+  return out;
+}
+
+std::vector<absl::Status> WatchRecorder::Ends() const {
+  absl::MutexLock lock(&mu_);
+  return ends_;
+}
+
+std::vector<int64_t> WatchRecorder::Revisions() const {
+  absl::MutexLock lock(&mu_);
+  return revisions_;
+}
+
 bool PollUntil(std::chrono::milliseconds limit, const std::function<bool()>& done) {
   auto end = std::chrono::steady_clock::now() + limit;
   while (true) {

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "cluster/etcd_types.h"
 
 namespace straggler::cluster::testing {
 
@@ -78,6 +79,25 @@ class TcpProxy {
   std::vector<int> open_fds_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
   std::thread acceptor_;
+};
+
+// What a watch delivered, read by the test's thread while the watch's thread
+// adds to it. Thread-safe.
+class WatchRecorder {
+ public:
+  Watch::OnEvents OnEvents();
+  Watch::OnEnd OnEnd();
+  std::vector<WatchEvent> Events() const;
+  std::vector<std::string> Values() const;  // each event's kv.value, in order
+  std::vector<absl::Status> Ends() const;   // on_end's reasons
+  // The revision given with each batch of events, in order.
+  std::vector<int64_t> Revisions() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<WatchEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Status> ends_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> revisions_ ABSL_GUARDED_BY(mu_);
 };
 
 // A free TCP port on 127.0.0.1 (bound, read, released).
