@@ -2,7 +2,7 @@
 // their compares, leases and their expiry, keep-alive, watches, errors.
 #include <catch2/catch.hpp>
 
-#include <mutex>
+#include <algorithm>
 
 #include "cluster/etcd_client.h"
 #include "etcd_harness.h"
@@ -13,6 +13,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::EtcdProcess;
 using testing::PollUntil;
+using testing::WatchRecorder;
 
 struct Started {
   std::unique_ptr<EtcdProcess> etcd;
@@ -119,7 +120,10 @@ TEST_CASE("etcd client: an expired lease takes its keys, a kept one does not", "
   CHECK(ttl->keys == std::vector<std::string>{"/t/expiring"});
   CHECK(c.Get("/t/expiring")->kvs.at(0).lease == expiring->id);
 
-  auto keeper = c.KeepAlive(*kept);
+  // The keeper on a client of its own, so that its stats count renewals alone.
+  auto keeper_client = EtcdClient::Connect({.endpoints = s.etcd->endpoint()});
+  REQUIRE(keeper_client.ok());
+  auto keeper = (*keeper_client)->KeepAlive(*kept);
   const auto first_deadline = keeper->Deadline();
   CHECK(first_deadline >= kept->sent + std::chrono::seconds(kept->ttl_seconds));
   // etcd revokes expired leases on a 500 ms sweep: TTL + 3 s is ample.
@@ -133,7 +137,6 @@ TEST_CASE("etcd client: an expired lease takes its keys, a kept one does not", "
   }));
   CHECK(c.Get("/t/kept")->kvs.size() == 1);
   CHECK(keeper->Renewals() >= 2);
-  CHECK(c.stats().calls() >= static_cast<uint64_t>(keeper->Renewals()));
   CHECK(keeper->Deadline() > first_deadline);
   CHECK(keeper->Deadline() > std::chrono::steady_clock::now());
   CHECK_FALSE(keeper->Lost());
@@ -143,33 +146,28 @@ TEST_CASE("etcd client: an expired lease takes its keys, a kept one does not", "
   CHECK(c.Get("/t/kept")->kvs.empty());
   REQUIRE(PollUntil(3s, [&] { return keeper->Lost(); }));
   CHECK(keeper->LastError().code() == absl::StatusCode::kNotFound);
+  // Every renewal was a timed round trip, and so was etcd's "gone" answer.
+  const EtcdStats& renewals = (*keeper_client)->stats();
+  CHECK(renewals.calls() == static_cast<uint64_t>(keeper->Renewals()) + 1);
+  CHECK(renewals.errors() == 0);
+  CHECK(renewals.round_trip_seconds().Collect().histogram.sample_count == renewals.calls());
 }
 
 TEST_CASE("etcd client: a watch sees a prefix's puts and deletes in order", "[cluster]") {
   Started s = StartEtcd();
   EtcdClient& c = *s.client;
-  std::mutex mu;
-  std::vector<WatchEvent> seen;
-  std::vector<int64_t> revisions;
+  WatchRecorder recorder;
   REQUIRE(c.Put("/t/w/before", "not seen").ok());
-  auto watch = c.WatchPrefix(
-      "/t/w/", 0,
-      [&](int64_t revision, const std::vector<WatchEvent>& events) {
-        std::lock_guard<std::mutex> lock(mu);
-        seen.insert(seen.end(), events.begin(), events.end());
-        revisions.push_back(revision);
-      },
-      nullptr);
+  auto watch = c.WatchPrefix("/t/w/", 0, recorder.OnEvents(), nullptr);
   REQUIRE(watch.ok());
   auto put = c.Put("/t/w/a", "1");
   REQUIRE(put.ok());
   REQUIRE(c.Put("/t/other", "not watched").ok());
-  REQUIRE(c.Delete("/t/w/a").ok());
-  REQUIRE(PollUntil(5s, [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return seen.size() >= 2;
-  }));
-  std::lock_guard<std::mutex> lock(mu);
+  auto deleted = c.Delete("/t/w/a");
+  REQUIRE(deleted.ok());
+  const int64_t last_write = c.Get("/t/other")->revision;
+  REQUIRE(PollUntil(5s, [&] { return recorder.Events().size() >= 2; }));
+  const std::vector<WatchEvent> seen = recorder.Events();
   REQUIRE(seen.size() == 2);
   CHECK(seen[0].type == WatchEvent::Type::kPut);
   CHECK(seen[0].kv.key == "/t/w/a");
@@ -178,38 +176,19 @@ TEST_CASE("etcd client: a watch sees a prefix's puts and deletes in order", "[cl
   CHECK(seen[1].type == WatchEvent::Type::kDelete);
   CHECK(seen[1].kv.key == "/t/w/a");
   CHECK(seen[1].kv.mod_revision > *put);
+  // Each batch comes with etcd's revision when it was sent: at least its
+  // events' (what ClusterView::Revision() reports), at most the last write.
+  const std::vector<int64_t> revisions = recorder.Revisions();
+  REQUIRE_FALSE(revisions.empty());
+  CHECK(revisions.back() >= seen[1].kv.mod_revision);
+  CHECK(revisions.back() <= last_write);
+  CHECK(std::is_sorted(revisions.begin(), revisions.end()));
   CHECK((*watch)->Status().ok());
 }
 
-// What a watch callback saw, for the tests below.
-struct Seen {
-  std::mutex mu;
-  std::vector<WatchEvent> events;
-  std::vector<absl::Status> ends;
-
-  Watch::OnEvents OnEvents() {
-    return [this](int64_t, const std::vector<WatchEvent>& batch) {
-      std::lock_guard<std::mutex> lock(mu);
-      events.insert(events.end(), batch.begin(), batch.end());
-    };
-  }
-  Watch::OnEnd OnEnd() {
-    return [this](const absl::Status& reason) {
-      std::lock_guard<std::mutex> lock(mu);
-      ends.push_back(reason);
-    };
-  }
-  std::vector<std::string> Values() {
-    std::lock_guard<std::mutex> lock(mu);
-    std::vector<std::string> out;
-    for (const WatchEvent& e : events) out.push_back(e.kv.value);
-    return out;
-  }
-};
-
 TEST_CASE("etcd client: a watch resumes after etcd restarts, each event once", "[cluster]") {
   Started s = StartEtcd();
-  Seen seen;
+  WatchRecorder seen;
   auto watch = s.client->WatchPrefix("/t/", 0, seen.OnEvents(), seen.OnEnd());
   REQUIRE(watch.ok());
   REQUIRE(s.client->Put("/t/a", "before").ok());
@@ -232,9 +211,8 @@ TEST_CASE("etcd client: a watch resumes after etcd restarts, each event once", "
   REQUIRE(s.client->Put("/t/c", "later").ok());
   REQUIRE(PollUntil(5s, [&] { return seen.Values().size() >= 3; }));
   CHECK(seen.Values() == std::vector<std::string>{"before", "after", "later"});
-  std::lock_guard<std::mutex> lock(seen.mu);
-  CHECK(seen.events[1].kv.mod_revision == *after);
-  CHECK(seen.ends.empty());
+  CHECK(seen.Events()[1].kv.mod_revision == *after);
+  CHECK(seen.Ends().empty());
 }
 
 TEST_CASE("etcd client: a watch from a compacted revision ends with the reason", "[cluster]") {
@@ -244,7 +222,7 @@ TEST_CASE("etcd client: a watch from a compacted revision ends with the reason",
   auto last = s.client->Put("/t/k", "2");
   REQUIRE(last.ok());
   REQUIRE(s.client->Compact(*last).ok());
-  Seen seen;
+  WatchRecorder seen;
   auto watch = s.client->WatchPrefix("/t/", *first, seen.OnEvents(), seen.OnEnd());
   // etcd may refuse it at once (WatchPrefix's error) or confirm then cancel
   // it (on_end): either way, the reason names the compaction.
@@ -252,20 +230,16 @@ TEST_CASE("etcd client: a watch from a compacted revision ends with the reason",
   if (!watch.ok()) {
     reason = watch.status();
   } else {
-    REQUIRE(PollUntil(5s, [&] {
-      std::lock_guard<std::mutex> lock(seen.mu);
-      return !seen.ends.empty();
-    }));
-    std::lock_guard<std::mutex> lock(seen.mu);
-    REQUIRE(seen.ends.size() == 1);
-    reason = seen.ends[0];
+    REQUIRE(PollUntil(5s, [&] { return !seen.Ends().empty(); }));
+    REQUIRE(seen.Ends().size() == 1);
+    reason = seen.Ends()[0];
     CHECK((*watch)->Status() == reason);
   }
   CHECK(reason.code() == absl::StatusCode::kAborted);
   CHECK_THAT(std::string(reason.message()), Catch::Contains("compacted"));
   CHECK(seen.Values().empty());
   // A later revision is still watchable.
-  Seen fresh;
+  WatchRecorder fresh;
   auto again = s.client->WatchPrefix("/t/", *last, fresh.OnEvents(), fresh.OnEnd());
   REQUIRE(again.ok());
   REQUIRE(PollUntil(5s, [&] { return fresh.Values() == std::vector<std::string>{"2"}; }));

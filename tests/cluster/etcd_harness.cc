@@ -21,19 +21,71 @@ namespace straggler::cluster::testing {
 
 using namespace std::chrono_literals;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// A TCP socket bound to 127.0.0.1 on a port the kernel picks, listening
+// when `backlog` > 0; -1 on failure.
+int BindLoopback(int backlog, int* port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
   if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      (backlog > 0 && listen(fd, backlog) != 0) ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     if (fd >= 0) close(fd);
     return -1;
   }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+}  // namespace
+
+int FreePort() {
+  int port = -1;
+  int fd = BindLoopback(0, &port);
+  if (fd < 0) return -1;
   close(fd);
-  return ntohs(addr.sin_port);
+  return port;
+}
+
+Watch::OnEvents WatchRecorder::OnEvents() {
+  return [this](int64_t revision, const std::vector<WatchEvent>& batch) {
+    absl::MutexLock lock(&mu_);
+    events_.insert(events_.end(), batch.begin(), batch.end());
+    revisions_.push_back(revision);
+  };
+}
+
+Watch::OnEnd WatchRecorder::OnEnd() {
+  return [this](const absl::Status& reason) {
+    absl::MutexLock lock(&mu_);
+    ends_.push_back(reason);
+  };
+}
+
+std::vector<WatchEvent> WatchRecorder::Events() const {
+  absl::MutexLock lock(&mu_);
+  return events_;
+}
+
+std::vector<std::string> WatchRecorder::Values() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const WatchEvent& e : events_) out.push_back(e.kv.value);
+  return out;
+}
+
+std::vector<absl::Status> WatchRecorder::Ends() const {
+  absl::MutexLock lock(&mu_);
+  return ends_;
+}
+
+std::vector<int64_t> WatchRecorder::Revisions() const {
+  absl::MutexLock lock(&mu_);
+  return revisions_;
 }
 
 bool PollUntil(std::chrono::milliseconds limit, const std::function<bool()>& done) {
@@ -69,8 +121,9 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start() {
 EtcdProcess::EtcdProcess(std::string dir, int client_port, int peer_port)
     : dir_(std::move(dir)),
       client_port_(client_port),
-      peer_port_(peer_port),
-      endpoint_(absl::StrCat("127.0.0.1:", client_port)) {}
+      peer_port_(peer_port) {}
+
+std::string EtcdProcess::endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
 
 EtcdProcess::~EtcdProcess() {
   Kill();
@@ -115,8 +168,8 @@ absl::Status EtcdProcess::Spawn() {
 
 absl::Status EtcdProcess::WaitReady() {
   // A gRPC connection made while etcd starts (its port bound, its server not
-  // yet serving) stalls about 10 s in the HTTP/2 handshake (measured here):
-  // wait for etcd's "serving client traffic" line before the first call.
+  // yet serving) was seen to stall for seconds in the HTTP/2 handshake
+  // (docs/cluster.md, "Threads and connections"): wait for etcd's "serving client traffic" line before the first call.
   absl::Status last = absl::UnavailableError("etcd never said it serves client traffic");
   std::unique_ptr<EtcdClient> client;
   bool ready = PollUntil(std::chrono::seconds(20), [&] {
@@ -130,7 +183,7 @@ absl::Status EtcdProcess::WaitReady() {
     }
     if (client == nullptr) {
       if (Log().find("serving client traffic", log_start_) == std::string::npos) return false;
-      auto connected = EtcdClient::Connect({.endpoints = endpoint_, .call_timeout = 2s});
+      auto connected = EtcdClient::Connect({.endpoints = endpoint(), .call_timeout = 2s});
       if (!connected.ok()) {
         last = connected.status();
         return true;
@@ -172,17 +225,10 @@ absl::Status EtcdProcess::Restart() {
 }
 
 absl::StatusOr<std::unique_ptr<TcpProxy>> TcpProxy::Start(int upstream_port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(fd, 16) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) close(fd);
-    return absl::InternalError("proxy: cannot listen on 127.0.0.1");
-  }
-  return std::unique_ptr<TcpProxy>(new TcpProxy(fd, ntohs(addr.sin_port), upstream_port));
+  int port = -1;
+  int fd = BindLoopback(16, &port);
+  if (fd < 0) return absl::InternalError("proxy: cannot listen on 127.0.0.1");
+  return std::unique_ptr<TcpProxy>(new TcpProxy(fd, port, upstream_port));
 }
 
 TcpProxy::TcpProxy(int listen_fd, int port, int upstream_port)

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "cluster/etcd_types.h"
 
 namespace straggler::cluster::testing {
 
@@ -31,7 +32,9 @@ class EtcdProcess {
   static absl::StatusOr<std::unique_ptr<EtcdProcess>> Start();
   ~EtcdProcess();
 
-  const std::string& endpoint() const { return endpoint_; }
+  // "127.0.0.1:<client port>".
+  std::string endpoint() const;
+  int client_port() const { return client_port_; }
   // SIGKILL, and waits for the exit.
   void Kill();
   // Starts it again on the same ports and data dir, waiting until it answers.
@@ -47,7 +50,6 @@ class EtcdProcess {
   std::string dir_;
   int client_port_;
   int peer_port_;
-  std::string endpoint_;
   pid_t pid_ = -1;
   size_t log_start_ = 0;  // where this run's lines start in etcd.log
 };
@@ -77,6 +79,25 @@ class TcpProxy {
   std::vector<int> open_fds_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
   std::thread acceptor_;
+};
+
+// What a watch delivered, read by the test's thread while the watch's thread
+// adds to it. Thread-safe.
+class WatchRecorder {
+ public:
+  Watch::OnEvents OnEvents();
+  Watch::OnEnd OnEnd();
+  std::vector<WatchEvent> Events() const;
+  std::vector<std::string> Values() const;  // each event's kv.value, in order
+  std::vector<absl::Status> Ends() const;   // on_end's reasons
+  // The revision given with each batch of events, in order.
+  std::vector<int64_t> Revisions() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<WatchEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Status> ends_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> revisions_ ABSL_GUARDED_BY(mu_);
 };
 
 // A free TCP port on 127.0.0.1 (bound, read, released).

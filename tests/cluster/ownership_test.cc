@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
-#include <mutex>
 #include <thread>
 
 #include "cluster/cluster_view.h"
@@ -48,10 +47,6 @@ std::unique_ptr<Replica> Join(std::shared_ptr<EtcdClient> etcd, const std::strin
   INFO((replica.ok() ? std::string() : std::string(replica.status().message())));
   REQUIRE(replica.ok());
   return *std::move(replica);
-}
-
-int Port(const std::string& endpoint) {
-  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
 }
 
 TEST_CASE("ownership: replicas register their addresses, an id is taken once", "[cluster]") {
@@ -184,19 +179,13 @@ TEST_CASE("ownership: a partitioned owner stops deciding, then another replica t
           "[cluster]") {
   auto etcd = StartEtcd();
   auto direct = Connect(etcd->endpoint());
-  auto proxy = TcpProxy::Start(Port(etcd->endpoint()));
+  auto proxy = TcpProxy::Start(etcd->client_port());
   REQUIRE(proxy.ok());
   auto r1 = Join(Connect((*proxy)->endpoint()), "r1");  // r1 reaches etcd through the proxy
   auto r2 = Join(direct, "r2");
 
-  std::mutex mu;
-  std::vector<WatchEvent> events;
-  auto watch = direct->WatchPrefix(r2->OwnersPrefix(), 0,
-                                   [&](int64_t, const std::vector<WatchEvent>& batch) {
-                                     std::lock_guard<std::mutex> lock(mu);
-                                     events.insert(events.end(), batch.begin(), batch.end());
-                                   },
-                                   nullptr);
+  testing::WatchRecorder recorder;
+  auto watch = direct->WatchPrefix(r2->OwnersPrefix(), 0, recorder.OnEvents(), nullptr);
   REQUIRE(watch.ok());
 
   auto a = r1->TakeJob("job-a");
@@ -234,11 +223,8 @@ TEST_CASE("ownership: a partitioned owner stops deciding, then another replica t
   CHECK(direct->Get(r2->JobKey("job-a", "membership"))->kvs.at(0).value == "v2");
 
   // The watch saw the job go from r1 to nobody to r2, in that order.
-  REQUIRE(PollUntil(5s, [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return events.size() >= 3;
-  }));
-  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(PollUntil(5s, [&] { return recorder.Events().size() >= 3; }));
+  const std::vector<WatchEvent> events = recorder.Events();
   REQUIRE(events.size() == 3);
   CHECK(events[0].type == WatchEvent::Type::kPut);
   CHECK(events[0].kv.value == "r1");

@@ -4,16 +4,12 @@
 #include <utility>
 
 #include "absl/strings/strip.h"
-#include "absl/strings/str_cat.h"
 
 namespace straggler::cluster {
 
 absl::StatusOr<std::unique_ptr<ClusterView>> ClusterView::Start(std::shared_ptr<EtcdClient> etcd,
                                                                 std::string prefix) {
-  if (prefix.empty() || prefix.back() != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cluster key prefix '", prefix, "' must end with '/'"));
-  }
+  if (absl::Status s = CheckKeyPrefix(prefix); !s.ok()) return s;
   absl::StatusOr<RangeResult> read = etcd->GetPrefix(prefix);
   if (!read.ok()) return read.status();
   std::unique_ptr<ClusterView> view(new ClusterView(std::move(prefix)));

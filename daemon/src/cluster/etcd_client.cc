@@ -24,15 +24,10 @@ namespace {
 
 namespace pb = ::etcdserverpb;
 
-KeyValue FromProto(const ::mvccpb::KeyValue& kv) {
-  return KeyValue{kv.key(), kv.value(), kv.create_revision(), kv.mod_revision(), kv.version(),
-                  kv.lease()};
-}
-
 std::vector<KeyValue> FromProto(const google::protobuf::RepeatedPtrField<::mvccpb::KeyValue>& kvs) {
   std::vector<KeyValue> out;
   out.reserve(kvs.size());
-  for (const auto& kv : kvs) out.push_back(FromProto(kv));
+  for (const auto& kv : kvs) out.push_back(detail::FromProto(kv));
   return out;
 }
 
@@ -138,8 +133,8 @@ grpc::ChannelArguments ChannelArgs() {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // gRPC takes this as the connect timeout too (default 20 s). An attempt
   // made while etcd restarts (its port bound, not yet serving) was seen to
-  // stall 5-10 s on SYN retries and the HTTP/2 settings: cut it after 1 s
-  // and try again. (100 ms cut handshakes with a busy etcd short.)
+  // stall for seconds (docs/cluster.md, "Threads and connections"): cut it
+  // after 1 s and try again. (100 ms cut handshakes with a busy etcd short.)
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
   // A connection that stalls without breaking (packets dropped) is found
   // by pings rather than after TCP's minutes: every 10 s while a call is

@@ -15,11 +15,58 @@ namespace {
 
 namespace pb = ::etcdserverpb;
 
-class Keeper final : public LeaseKeeper {
+// What a Keeper and a WatchStream share: a thread that runs one stream after
+// another over `channel_`, and how it stops. The derived destructor calls
+// StopAndJoin() first, while the members the thread uses still exist.
+class StreamThread {
+ public:
+  StreamThread(const StreamThread&) = delete;
+  StreamThread& operator=(const StreamThread&) = delete;
+
+ protected:
+  explicit StreamThread(std::shared_ptr<grpc::Channel> channel) : channel_(std::move(channel)) {}
+  ~StreamThread() = default;
+
+  // Stops the thread: cancels the stream in flight (ctx_) and joins.
+  void StopAndJoin() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      if (ctx_ != nullptr) ctx_->TryCancel();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Waits `d` or until stopping; true when stopping.
+  bool WaitStop(std::chrono::milliseconds d) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(d));
+  }
+
+  // Between a broken stream and the next: waits `backoff`, then polls the
+  // channel until it connects or `poll` passes. A new stream alone was seen
+  // to leave a connection to a restarted etcd unnoticed for seconds: with
+  // the synchronous API, nothing polls the connecting socket but gRPC's
+  // backup poller (docs/cluster.md). True when stopping.
+  bool PauseBeforeReopen(std::chrono::milliseconds backoff, std::chrono::milliseconds poll) {
+    if (WaitStop(backoff)) return true;
+    channel_->WaitForConnected(std::chrono::system_clock::now() + poll);
+    return false;
+  }
+
+  const std::shared_ptr<grpc::Channel> channel_;
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The stream in flight, for StopAndJoin to cancel; the thread sets it.
+  grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread thread_;
+};
+
+class Keeper final : public LeaseKeeper, private StreamThread {
  public:
   Keeper(std::shared_ptr<grpc::Channel> channel, std::string endpoint, const Lease& lease,
          std::shared_ptr<EtcdStats> stats)
-      : channel_(channel),
+      : StreamThread(channel),
         stats_(std::move(stats)),
         stub_(pb::Lease::NewStub(channel)),
         endpoint_(std::move(endpoint)),
@@ -31,14 +78,7 @@ class Keeper final : public LeaseKeeper {
     thread_ = std::thread([this] { Run(); });
   }
 
-  ~Keeper() override {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-      if (ctx_ != nullptr) ctx_->TryCancel();
-    }
-    thread_.join();
-  }
+  ~Keeper() override { StopAndJoin(); }
 
   int64_t id() const override { return id_; }
   Clock::time_point Deadline() const override {
@@ -78,13 +118,8 @@ class Keeper final : public LeaseKeeper {
         if (stopping_ || lost_) return;
       }
       if (renewed) backoff = std::chrono::milliseconds(100);
-      if (WaitStop(backoff)) return;
+      if (PauseBeforeReopen(backoff, interval_)) return;
       backoff = std::min(backoff * 2, std::max(interval_, std::chrono::milliseconds(100)));
-      // Polls the channel until it connects (or one interval passes). A new
-      // stream alone was seen to leave a connection to a restarted etcd
-      // unnoticed for 5-20 s: with the synchronous API, nothing polls the
-      // connecting socket but gRPC's 5 s backup poller (docs/cluster.md).
-      channel_->WaitForConnected(std::chrono::system_clock::now() + interval_);
     }
   }
 
@@ -132,45 +167,32 @@ class Keeper final : public LeaseKeeper {
     return renewed;
   }
 
-  // Waits `d` or until the keeper stops; true when it stops.
-  bool WaitStop(std::chrono::milliseconds d) {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(d));
-  }
-
-  const std::shared_ptr<grpc::Channel> channel_;
   const std::shared_ptr<EtcdStats> stats_;
   const std::unique_ptr<pb::Lease::Stub> stub_;
   const std::string endpoint_;
   const int64_t id_;
   const std::chrono::milliseconds interval_;
-  mutable absl::Mutex mu_;
   Clock::time_point deadline_ ABSL_GUARDED_BY(mu_);
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t renewals_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
-  grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::thread thread_;
 };
 
 WatchEvent FromProto(const ::mvccpb::Event& e) {
-  const ::mvccpb::KeyValue& kv = e.kv();
   return WatchEvent{e.type() == ::mvccpb::Event::DELETE ? WatchEvent::Type::kDelete
                                                         : WatchEvent::Type::kPut,
-                    KeyValue{kv.key(), kv.value(), kv.create_revision(), kv.mod_revision(),
-                             kv.version(), kv.lease()}};
+                    detail::FromProto(e.kv())};
 }
 
 // One watch over as many Watch streams as it takes: a stream that breaks
 // after etcd confirmed the watch is reopened from the revision after the
 // last one delivered, so no event is lost or repeated.
-class WatchStream final : public Watch {
+class WatchStream final : public Watch, private StreamThread {
  public:
   WatchStream(std::shared_ptr<grpc::Channel> channel, std::string endpoint, std::string prefix,
               int64_t start_revision, std::shared_ptr<EtcdStats> stats, OnEvents on_events,
               OnEnd on_end)
-      : channel_(channel),
+      : StreamThread(channel),
         stats_(std::move(stats)),
         stub_(pb::Watch::NewStub(channel)),
         endpoint_(std::move(endpoint)),
@@ -179,14 +201,7 @@ class WatchStream final : public Watch {
         on_end_(std::move(on_end)),
         next_revision_(start_revision) {}
 
-  ~WatchStream() override {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-      if (ctx_ != nullptr) ctx_->TryCancel();
-    }
-    if (thread_.joinable()) thread_.join();
-  }
+  ~WatchStream() override { StopAndJoin(); }
 
   // Starts the watch's thread and waits for etcd's confirmation.
   absl::Status Start(std::chrono::milliseconds timeout) {
@@ -233,11 +248,9 @@ class WatchStream final : public Watch {
       {
         absl::MutexLock lock(&mu_);
         if (ended_) return;
-        if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff))) return;
       }
+      if (PauseBeforeReopen(backoff, std::chrono::seconds(1))) return;
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-      // Polls the channel until it connects (see Keeper::Run).
-      channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
     }
   }
 
@@ -314,7 +327,6 @@ class WatchStream final : public Watch {
 
   bool Settled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return created_ || ended_; }
 
-  const std::shared_ptr<grpc::Channel> channel_;
   const std::shared_ptr<EtcdStats> stats_;
   const std::unique_ptr<pb::Watch::Stub> stub_;
   const std::string endpoint_;
@@ -322,17 +334,18 @@ class WatchStream final : public Watch {
   const OnEvents on_events_;
   const OnEnd on_end_;
   int64_t next_revision_;  // the watch thread's alone
-  mutable absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool created_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   int64_t resumes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-  grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::thread thread_;
 };
 
 }  // namespace
+
+KeyValue FromProto(const ::mvccpb::KeyValue& kv) {
+  return KeyValue{kv.key(), kv.value(), kv.create_revision(), kv.mod_revision(), kv.version(),
+                  kv.lease()};
+}
 
 absl::Status CallError(absl::string_view endpoint, absl::string_view call, const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),

@@ -1,5 +1,6 @@
 // Private to the etcd client (etcd_client.cc): the stream objects behind
-// EtcdClient::KeepAlive and WatchPrefix, and the error text every call shares.
+// EtcdClient::KeepAlive and WatchPrefix, and what every call shares: the
+// error text and the KeyValue conversion.
 #pragma once
 
 #include <chrono>
@@ -14,7 +15,15 @@
 #include "cluster/etcd_stats.h"
 #include "cluster/etcd_types.h"
 
+namespace mvccpb {
+class KeyValue;
+}
+
 namespace straggler::cluster::detail {
+
+// etcd's mvccpb.KeyValue as the client's KeyValue (unary reads and watch
+// events alike).
+KeyValue FromProto(const ::mvccpb::KeyValue& kv);
 
 // "etcd <endpoint> <call>: <gRPC's message>", with gRPC's code.
 absl::Status CallError(absl::string_view endpoint, absl::string_view call, const grpc::Status& s);

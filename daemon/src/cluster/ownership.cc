@@ -16,10 +16,7 @@ std::string RegistrationValue(const Replica::Options& o) {
 }
 
 absl::Status CheckOptions(const Replica::Options& o) {
-  if (o.prefix.empty() || o.prefix.back() != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cluster key prefix '", o.prefix, "' must end with '/'"));
-  }
+  if (absl::Status s = CheckKeyPrefix(o.prefix); !s.ok()) return s;
   if (absl::Status s = common::ValidateJobId("replica id", o.id); !s.ok()) return s;
   for (const std::string* address : {&o.grpc_address, &o.http_address}) {
     if (address->find(' ') != std::string::npos) {
@@ -39,6 +36,14 @@ absl::Status CheckOptions(const Replica::Options& o) {
 }
 
 }  // namespace
+
+absl::Status CheckKeyPrefix(absl::string_view prefix) {
+  if (prefix.empty() || prefix.back() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster key prefix '", prefix, "' must end with '/'"));
+  }
+  return absl::OkStatus();
+}
 
 ReplicaInfo ParseRegistration(absl::string_view id, const KeyValue& kv) {
   ReplicaInfo info{std::string(id), {}, {}, kv.lease};

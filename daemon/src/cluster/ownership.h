@@ -60,6 +60,10 @@ struct JobClaim {
   int64_t lease = 0;            // of the ownership key
 };
 
+// OK when `prefix` can be the cluster's key prefix (ends with '/'); else
+// INVALID_ARGUMENT naming it. Replica::Join and ClusterView::Start check it.
+absl::Status CheckKeyPrefix(absl::string_view prefix);
+
 // A registration read back: `id` from the key, the addresses from `kv`'s
 // value ("grpc=<address> http=<address>"), the lease from `kv`.
 ReplicaInfo ParseRegistration(absl::string_view id, const KeyValue& kv);
