@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "registry/attribution.h"
+#include "straggler/v1/enum_names.h"
+#include "wire/convert.h"
 
 namespace sd = straggler::daemon;
 namespace v1 = straggler::v1;
@@ -365,4 +367,16 @@ TEST_CASE("cause names are distinct and the wire's order", "[attribution]") {
   CHECK(sd::LikelyCauseName(sd::LikelyCause::kData) == "data");
   CHECK(static_cast<int>(sd::LikelyCause::kHost) == v1::LIKELY_CAUSE_HOST);
   CHECK(static_cast<int>(sd::LikelyCause::kData) == v1::LIKELY_CAUSE_DATA);
+  // Every cause, not two: the v1 value of the same number and short name
+  // (the database stores the number, metrics and logs the name), and no v1
+  // value the daemon lacks.
+  const auto* wire = v1::LikelyCause_descriptor();
+  CHECK(static_cast<size_t>(wire->value_count()) == sd::kLikelyCauses);
+  for (size_t i = 1; i < sd::kLikelyCauses; ++i) {
+    const auto c = static_cast<sd::LikelyCause>(i);
+    INFO("cause " << i << " " << sd::LikelyCauseName(c));
+    CHECK(sd::ToProto(c) == static_cast<int>(i));
+    CHECK(v1::EnumShortName(wire, static_cast<int>(i)) == sd::LikelyCauseName(c));
+  }
+  CHECK(sd::ToProto(sd::LikelyCause::kUnspecified) == v1::LIKELY_CAUSE_UNSPECIFIED);
 }

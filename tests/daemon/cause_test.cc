@@ -62,22 +62,6 @@ void SetNode(v1::ReportBatch& b, double cpu_pressure, double steal) {
   h->set_cpu_steal_share(steal);
 }
 
-// The healthy -> straggler event of `rank`.
-v1::Event Detection(v1::QueryService::Stub& query, const std::string& job, uint32_t rank) {
-  grpc::ClientContext ctx;
-  v1::ListEventsRequest req;
-  req.set_job_id(job);
-  v1::ListEventsResponse resp;
-  REQUIRE(query.ListEvents(&ctx, req, &resp).ok());
-  for (const v1::Event& e : resp.events()) {
-    if (e.kind() == v1::EVENT_KIND_STATE_CHANGE && e.rank() == rank &&
-        e.to() == v1::WORKER_STATE_STRAGGLER)
-      return e;
-  }
-  FAIL("no detection event for rank " << rank << " of job " << job);
-  return {};
-}
-
 v1::Worker RestWorker(HttpDaemon& d, const std::string& job, uint32_t rank) {
   auto res = d.Http()->Get("/v1/jobs/" + job + "/workers/" + std::to_string(rank));
   REQUIRE(res);
@@ -101,7 +85,7 @@ TEST_CASE("cause: a rank whose process waits for a CPU is a straggler with cause
   AddRank3Slower(b, kWorld);  // rank 3 at 0.3 s, a straggler at iteration 10
   REQUIRE(stream.Send(b, 1).accepted() == 12 * kWorld);
 
-  const v1::Event e = Detection(*d.query, "cause-host", 3);
+  const v1::Event e = DetectionOf(*d.query, "cause-host", 3);
   CHECK(e.evidence().likely_cause() == v1::LIKELY_CAUSE_HOST);
   CHECK(e.evidence().likely_cause_detail() ==
         "process 4003: run delay 0.52 s/s vs the other ranks' median 0.01 s/s, 420 involuntary "
@@ -137,7 +121,7 @@ TEST_CASE("cause: a rank on a node under CPU pressure and steal is a straggler w
   }
   REQUIRE(calm.Send(a, 1).accepted() == 24);
   REQUIRE(pressed.Send(b, 1).accepted() == 24);
-  const v1::Event e = Detection(*d.query, "cause-node", 3);
+  const v1::Event e = DetectionOf(*d.query, "cause-node", 3);
   CHECK(e.evidence().likely_cause() == v1::LIKELY_CAUSE_HOST);
   CHECK(e.evidence().likely_cause_detail() ==
         "node node-b: CPU pressure 40% vs 2% on the other nodes (median), CPU steal 15% vs 0% on "
@@ -152,7 +136,7 @@ TEST_CASE("cause: a rank slow in compute with phases reported has cause compute"
     for (uint32_t r = 0; r < kWorld; ++r) AddPhases(b, r, it, r == 3 ? 0.3 : 0.1, 0.01, 0.02);
   }
   REQUIRE(stream.Send(b, 1).accepted() == 12 * kWorld);
-  const v1::Event e = Detection(*d.query, "cause-compute", 3);
+  const v1::Event e = DetectionOf(*d.query, "cause-compute", 3);
   CHECK(e.evidence().likely_cause() == v1::LIKELY_CAUSE_COMPUTE);
   CHECK_THAT(e.evidence().likely_cause_detail(),
              Catch::StartsWith("input wait 0.010 s vs the other ranks' median 0.010 s, compute ") &&
@@ -179,7 +163,7 @@ TEST_CASE("cause: a rank whose input wait grows is a straggler with cause input 
     }
   }
   REQUIRE(stream.Send(b, 1).accepted() == 40 * kWorld);
-  const v1::Event e = Detection(*d.query, "cause-input", 3);
+  const v1::Event e = DetectionOf(*d.query, "cause-input", 3);
   CHECK(e.evidence().likely_cause() == v1::LIKELY_CAUSE_INPUT_PIPELINE);
   CHECK_THAT(e.evidence().likely_cause_detail(),
              Catch::StartsWith("input wait ") &&

@@ -260,6 +260,24 @@ inline v1::Membership MembershipOf(v1::QueryService::Stub& query, const std::str
   return out;
 }
 
+// The job's first transition of `rank` to straggler (its detection event);
+// fails the test when there is none.
+inline v1::Event DetectionOf(v1::QueryService::Stub& query, const std::string& job,
+                             uint32_t rank) {
+  grpc::ClientContext ctx;
+  v1::ListEventsRequest req;
+  req.set_job_id(job);
+  v1::ListEventsResponse resp;
+  REQUIRE(query.ListEvents(&ctx, req, &resp).ok());
+  for (const v1::Event& e : resp.events()) {
+    if (e.kind() == v1::EVENT_KIND_STATE_CHANGE && e.rank() == rank &&
+        e.to() == v1::WORKER_STATE_STRAGGLER)
+      return e;
+  }
+  FAIL("no detection event for rank " << rank << " of job " << job);
+  return {};
+}
+
 // Forces `rank` of `job` out and returns the version that did it.
 inline v1::Membership ForceExclude(v1::AdminService::Stub& admin, const std::string& job,
                                    uint32_t rank, const std::string& reason = "test") {

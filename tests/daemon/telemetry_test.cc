@@ -70,22 +70,6 @@ struct Fixture : LoopbackDaemon {
     return SendAlone(*ingest, b);
   }
 
-  // The job's healthy -> straggler event of rank 3.
-  v1::Event Detection(const std::string& job) {
-    grpc::ClientContext ctx;
-    v1::ListEventsRequest req;
-    req.set_job_id(job);
-    v1::ListEventsResponse resp;
-    REQUIRE(query->ListEvents(&ctx, req, &resp).ok());
-    for (const v1::Event& e : resp.events()) {
-      if (e.kind() == v1::EVENT_KIND_STATE_CHANGE && e.rank() == 3 &&
-          e.to() == v1::WORKER_STATE_STRAGGLER)
-        return e;
-    }
-    FAIL("no detection event for rank 3 of job " << job);
-    return {};
-  }
-
   std::unique_ptr<httplib::Client> http;
 };
 
@@ -161,18 +145,19 @@ TEST_CASE("telemetry: the detection event carries the likely cause", "[telemetry
   Fixture f;
   SECTION("thermal throttling on the straggler's GPU") {
     f.Feed("tele-thermal", Gpu(3, 1.10, 0x20, 91));
-    const v1::Event e = f.Detection("tele-thermal");
+    const v1::Event e = DetectionOf(*f.query, "tele-thermal", 3);
     CHECK(e.evidence().likely_cause() == v1::LIKELY_CAUSE_THERMAL_THROTTLE);
     CHECK_THAT(e.evidence().likely_cause_detail(),
                Catch::Contains("91 C") && Catch::Contains("62% of the other ranks' median 1.77 GHz"));
   }
   SECTION("a GPU that looks like the others") {
     f.Feed("tele-none", Gpu(3, 1.76, 0, 65));
-    CHECK(f.Detection("tele-none").evidence().likely_cause() == v1::LIKELY_CAUSE_NONE_VISIBLE);
+    CHECK(DetectionOf(*f.query, "tele-none", 3).evidence().likely_cause() ==
+          v1::LIKELY_CAUSE_NONE_VISIBLE);
   }
   SECTION("no telemetry at all") {
     f.Feed("tele-absent", std::nullopt, /*others=*/false);
-    const v1::Event e = f.Detection("tele-absent");
+    const v1::Event e = DetectionOf(*f.query, "tele-absent", 3);
     CHECK(e.evidence().likely_cause() == v1::LIKELY_CAUSE_UNSPECIFIED);
     CHECK(e.evidence().likely_cause_detail().empty());
   }

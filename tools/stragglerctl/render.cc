@@ -196,12 +196,12 @@ std::string ExcludedText(const v1::Worker& w) {
   return w.monitor_only() ? "no (monitoring only)" : "no";
 }
 
-// A straggler's likely cause found at its detection ("input_pipeline"), "-"
-// for the others; a cause this build does not know shows its number.
-std::string CauseName(const v1::Worker& w) {
-  if (w.likely_cause() == v1::LIKELY_CAUSE_UNSPECIFIED) return "-";
-  const std::string& name = v1::LikelyCause_Name(w.likely_cause());
-  return name.empty() ? std::to_string(w.likely_cause()) : ShortName(name, "LIKELY_CAUSE_");
+// A likely cause ("input_pipeline"), "-" for none (a worker that is no
+// straggler); a cause this build does not know shows its number.
+std::string CauseName(v1::LikelyCause c) {
+  if (c == v1::LIKELY_CAUSE_UNSPECIFIED) return "-";
+  const std::string& name = v1::LikelyCause_Name(c);
+  return name.empty() ? std::to_string(c) : ShortName(name, "LIKELY_CAUSE_");
 }
 
 }  // namespace
@@ -217,7 +217,7 @@ void PrintWorkers(const v1::ListWorkersResponse& r, std::ostream& out) {
            Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kLeft, Align::kLeft,
            Align::kRight, Align::kLeft, Align::kLeft});
   for (const auto& w : r.workers()) {
-    t.AddRow({std::to_string(w.rank()), StateName(w.state()), CauseName(w),
+    t.AddRow({std::to_string(w.rank()), StateName(w.state()), CauseName(w.likely_cause()),
               ExcludedText(w),
               std::to_string(w.counter()) + "/" + std::to_string(w.limit()),
               std::to_string(w.epoch()), std::to_string(w.last_iteration()),
@@ -249,9 +249,8 @@ void PrintWorker(const v1::Worker& w, std::ostream& out) {
   t.AddRow({"ewma compute", Millis(w.ewma_compute_seconds())});
   t.AddRow({"slowdown", w.slowdown_ratio() > 0 ? Num(w.slowdown_ratio(), 2) + "x" : "-"});
   if (w.likely_cause() != v1::LIKELY_CAUSE_UNSPECIFIED) {
-    t.AddRow({"likely cause", CauseName(w) + (w.likely_cause_detail().empty()
-                                                  ? std::string()
-                                                  : ": " + w.likely_cause_detail())});
+    const std::string& detail = w.likely_cause_detail();
+    t.AddRow({"likely cause", CauseName(w.likely_cause()) + (detail.empty() ? "" : ": " + detail)});
   }
   t.AddRow({"reports", std::to_string(w.reports_total())});
   t.AddRow({"last report", TimeText(w.last_report_time())});
@@ -340,7 +339,7 @@ std::string MessageWithCause(const v1::Event& e) {
   std::string m = e.message();
   if (e.has_evidence() && e.evidence().likely_cause() != v1::LIKELY_CAUSE_UNSPECIFIED) {
     if (!m.empty()) m += "; ";
-    m += "likely cause " + ShortName(v1::LikelyCause_Name(e.evidence().likely_cause()), "LIKELY_CAUSE_");
+    m += "likely cause " + CauseName(e.evidence().likely_cause());
     if (!e.evidence().likely_cause_detail().empty()) m += ": " + e.evidence().likely_cause_detail();
   }
   return m.empty() ? "-" : m;

@@ -13,11 +13,16 @@ constexpr uint64_t kThermal = 0x20 | 0x40;  // SW / HW thermal slowdown
 constexpr uint64_t kPower = 0x4 | 0x80;     // SW power cap / HW power brake
 constexpr uint64_t kHwSlowdown = 0x8;
 
+// The median of `v`, the mean of the two middle values for an even count (as
+// the engine's Median, engine/src/peer_steps.h). O(n): a decision at a
+// million ranks takes several medians of a million values each.
 std::optional<double> Median(std::vector<double> v) {
   if (v.empty()) return std::nullopt;
-  std::sort(v.begin(), v.end());
   const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  const auto mid = v.begin() + n / 2;
+  std::nth_element(v.begin(), mid, v.end());
+  if (n % 2 == 1) return *mid;
+  return (*std::max_element(v.begin(), mid) + *mid) / 2;
 }
 
 template <class Get>

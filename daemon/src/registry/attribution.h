@@ -28,8 +28,9 @@
 //     the GPU rule's rule 6 holds, else compute ("no GPU reason visible")
 //  7. the GPU rule's low_utilization                   -> low_utilization
 //  8. otherwise                                         -> none_visible
-// `data` (slow on time, not per unit of work) is never chosen here: the
-// policy that judges per unit of work decides it (job_journal.cc).
+// `data` (slow on time, not per unit of work) is never chosen here. It is
+// reserved: nothing in the daemon or the engine sets it yet (issue 31 wants
+// it shown where the judging per unit of work decided so).
 //
 // The GPU rule alone (AttributeGpu), first match wins:
 //  1. no telemetry for the rank                       -> unspecified
@@ -100,7 +101,7 @@ enum class LikelyCause {
   kInputPipeline,  // input wait grew, compute did not
   kCompute,        // compute grew, no GPU reason visible
   kHost,           // its process waits for a CPU, or its node is under pressure
-  kData,           // slow on time, not per unit of work (set by the judging)
+  kData,           // slow on time, not per unit of work (reserved, never set)
 };
 inline constexpr size_t kLikelyCauses = static_cast<size_t>(LikelyCause::kData) + 1;
 std::string_view LikelyCauseName(LikelyCause c);  // "thermal_throttle", "input_pipeline", ...
