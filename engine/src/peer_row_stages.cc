@@ -117,7 +117,9 @@ void PeerReference::GroupStep(size_t& budget) {
     case Stage::kGroupNoise:
       if (!Pass(n, kCheapPerUnit, budget, [&](size_t i) {
             xs[i] -= median_;
-            noise_sum_ += GroupState::NoiseTerm(xs[i], logs_p_.spike, noise_cap_);
+            const double term = GroupState::NoiseTerm(xs[i], logs_p_.spike, noise_cap_);
+            noise_sum_ += term;
+            if (per_work_ && xs[i] > 0) upper_sum_ += 2 * term;
           }))
         return;
       EndGroupRowWide(g);
@@ -170,9 +172,9 @@ void PeerReference::StartNoise(uint32_t g, double m) {
   // Judged per unit of work: what the work does not explain (a unit that
   // misses part of the cost) has a heavy tail, which is the group's noise,
   // not a spike to winsorize (docs/detection.md, "Own time and work").
-  noise_cap_ = row_work_ && states_[g].work.active() ? std::numeric_limits<double>::infinity()
-                                                      : states_[g].NoiseCap();
-  noise_sum_ = 0.0;
+  per_work_ = row_work_ && states_[g].work.active();
+  noise_cap_ = per_work_ ? std::numeric_limits<double>::infinity() : states_[g].NoiseCap();
+  noise_sum_ = upper_sum_ = 0.0;
   stage_ = Stage::kGroupNoise;
 }
 
@@ -180,6 +182,7 @@ void PeerReference::EndGroupRowWide(uint32_t g) {
   const PolicyConfig& p = e_.policy;
   GroupState& gs = states_[g];
   gs.AddNoise(noise_sum_, GroupXs(g).size());
+  if (per_work_) gs.AddUpper(upper_sum_, GroupXs(g).size());
   gs.median = std::exp(median_);
   gs.median_log = median_;
   gs.UpdateSteady(median_, steady_);

@@ -49,4 +49,12 @@ void GroupState::AddNoise(double sum, size_t n) {
   have_noise = true;
 }
 
+void GroupState::AddUpper(double sum, size_t n) {
+  if (n < 2) return;
+  const double v = sum / static_cast<double>(n - 1);
+  const double a = std::max(kNoiseAlpha, 1.0 / static_cast<double>(++upper_rows));
+  upper2 = have_upper ? (1 - a) * upper2 + a * v : v;
+  have_upper = true;
+}
+
 }  // namespace straggler::engine::internal

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -59,6 +60,16 @@ struct GroupState {
   bool have_noise = false;
   double noise2 = 0.0;      // variance of a step's log ratio
   uint64_t noise_rows = 0;
+  // Judged per unit of work only: twice the mean square of the steps above
+  // the median (the slow side's variance; noise2 where the spread is
+  // symmetric). A unit that misses part of the cost (tokens where attention
+  // grows as the square of a sequence) leaves residuals with a long slow
+  // tail: a step that drew one long sequence is slower than its tokens say.
+  // The thresholds, a one-sided test for slowness, are set from the larger
+  // of the two (SigmaForThresholds).
+  double upper2 = 0.0;
+  bool have_upper = false;
+  uint64_t upper_rows = 0;
   uint64_t rows = 0;        // rows of the group with enough ranks
   bool profiled = false;    // past its first peer_profile_iterations rows
   double median = 0.0;     // seconds, its newest row
@@ -98,6 +109,15 @@ struct GroupState {
     return std::min(c * c, cap);
   }
   void AddNoise(double sum, size_t n);
+  // A row's sum of 2 NoiseTerm(x) over its steps with x > 0, of n steps,
+  // into upper2 (forgotten as noise2 is).
+  void AddUpper(double sum, size_t n);
+  // The spread the thresholds scale with: sqrt(noise2), or sqrt(upper2)
+  // where the group judges per unit of work and its slow side is wider.
+  double SigmaForThresholds() const {
+    const bool upper = have_upper && work.active() && upper2 > noise2;
+    return std::sqrt(upper ? upper2 : noise2);
+  }
 };
 
 }  // namespace straggler::engine::internal

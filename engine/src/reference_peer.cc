@@ -241,9 +241,10 @@ void PeerReference::Sync() {
 
 void PeerReference::SetThresholds(GroupState& gs) const {
   const PolicyConfig& p = e_.policy;
-  gs.threshold = std::max(std::log(p.peer_enter_ratio), p.peer_noise_z * std::sqrt(gs.noise2));
+  const double sigma = gs.SigmaForThresholds();
+  gs.threshold = std::max(std::log(p.peer_enter_ratio), p.peer_noise_z * sigma);
   gs.threshold_long = std::max(
-      logs_p_.enter, p.peer_noise_z * std::sqrt(gs.noise2) *
+      logs_p_.enter, p.peer_noise_z * sigma *
                          std::sqrt(static_cast<double>(std::max<size_t>(p.peer_window, 2) - 1) /
                                    static_cast<double>(kLong - kLongTrim)));
 }

@@ -242,6 +242,10 @@ class PeerReference final : public Reference {
   SlicedMedian rate_median_;  // a large group's median rate of severe steps
   double median_ = 0.0;  // its log median in the row
   double noise_cap_ = 0.0, noise_sum_ = 0.0;
+  // The row's slow-side sum (GroupState::AddUpper), taken only where the
+  // group judges per unit of work.
+  double upper_sum_ = 0.0;
+  bool per_work_ = false;
   std::vector<std::vector<double>> group_xs_;  // per group: its log ratios in the row
   std::vector<std::pair<double, uint32_t>> meds_;
   bool row_work_ = false;  // the row being judged has work (Row::work)

@@ -167,3 +167,37 @@ TEST_CASE("work fit: the overhead and exponent that explain the steps, or time a
     CHECK_FALSE(fit.active());
   }
 }
+
+TEST_CASE("work: a long slow tail the unit misses raises the threshold, a fast one does not") {
+  // Time = 0.1 ms per unit of work x exp(e): e is +0.45 on one step in ten
+  // and -0.05 otherwise (mean 0), like tokens reported where one long
+  // sequence's attention makes a step slower than its tokens say; mirrored,
+  // the same spread on the fast side. Both have the same variance; the
+  // thresholds, a test for slowness, follow the slow side's spread.
+  auto threshold_ratio = [](double sign) {
+    uint64_t s = 17;
+    se::JobEngine e(kWorld, se::PolicyConfig{}, se::Time(0));
+    for (uint64_t it = 0; it < 150; ++it)
+      for (uint32_t r = 0; r < kWorld; ++r) {
+        se::Report rep;
+        rep.rank = r;
+        rep.iteration = it;
+        const double w = 500 + 1500 * Unit(s);
+        const double tail = Unit(s) < 0.1 ? 0.45 : -0.05;
+        rep.compute_seconds = 1e-4 * w * std::exp(sign * tail);
+        rep.work = w;
+        REQUIRE(e.Ingest(rep, se::Time(static_cast<int64_t>(it) * 100'000'000 + r)).accepted);
+      }
+    const se::JobView v = e.View();
+    REQUIRE(v.baseline_seconds > 0);
+    return v.threshold_seconds / v.baseline_seconds;
+  };
+  const double slow_tail = threshold_ratio(+1), fast_tail = threshold_ratio(-1);
+  INFO("threshold / median: slow tail " << slow_tail << ", fast tail " << fast_tail);
+  // Around the median (-0.05): the variance is 0.1 x 0.5^2 = 0.025, so the
+  // fast tail's threshold is exp(1.5 x 0.158) ~ 1.27; the slow side's,
+  // twice its mean square above the median, is 0.05: exp(1.5 x 0.224) ~ 1.40.
+  CHECK(slow_tail > 1.05 * fast_tail);
+  CHECK(fast_tail == Approx(std::exp(1.5 * std::sqrt(0.025))).epsilon(0.05));
+  CHECK(slow_tail == Approx(std::exp(1.5 * std::sqrt(0.05))).epsilon(0.05));
+}
