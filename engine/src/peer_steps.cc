@@ -105,7 +105,9 @@ void PeerSteps::Resum() {
 void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
   raw_[raw_next_] = x;
   severe_bits_ = static_cast<uint16_t>((severe_bits_ << 1 | (x >= p.severe)) & ((1u << kRaw) - 1));
-  raw_next_ = static_cast<uint8_t>((raw_next_ + 1) % kRaw);
+  // Ring indices wrap by a compare, not %: kRaw, kLong and the window are
+  // no powers of two, and a division per ring was a tenth of a report's cost.
+  if (++raw_next_ == kRaw) raw_next_ = 0;
   raw_count_ = static_cast<uint8_t>(std::min<size_t>(raw_count_ + 1, kRaw));
   const double cut = p.spike;
   if (x >= cut) return;  // a spike: not evidence of a lasting slowdown
@@ -114,7 +116,7 @@ void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
   if (long_count_ == kLong) long_sum_ -= long_[long_next_];
   long_[long_next_] = v;
   long_sum_ += v;
-  long_next_ = static_cast<uint8_t>((long_next_ + 1) % kLong);
+  if (++long_next_ == kLong) long_next_ = 0;
   long_count_ = static_cast<uint8_t>(std::min<size_t>(long_count_ + 1, kLong));
   bool wrapped = long_next_ == 0;
   if (window_.size() < p.window) {
@@ -129,7 +131,7 @@ void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
     }
     window_sum_ += v - window_[window_next_];
     window_[window_next_] = v;
-    window_next_ = static_cast<uint16_t>((window_next_ + 1) % window_.size());
+    if (++window_next_ == window_.size()) window_next_ = 0;
     wrapped |= window_next_ == 0;
   }
   if (wrapped) Resum();
@@ -187,6 +189,10 @@ bool PeerSteps::Severe(double rate, size_t* recent) const {
     for (size_t i = 1; i < t.size(); ++i) t[i] = static_cast<uint8_t>(t[i / 2] + (i & 1));
     return t;
   }();
+  if (severe_bits_ == 0) {  // most ranks: no severe step among the last kRaw
+    *recent = 0;
+    return false;
+  }
   const auto count = [&](size_t n) { return size_t{kOnes[severe_bits_ & ((1u << n) - 1)]}; };
   const size_t all = count(kRaw), span = count(kSevereSpan);
   *recent = count(kSevereRun);

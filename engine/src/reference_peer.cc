@@ -403,6 +403,12 @@ void PeerReference::Judge(uint32_t rank, double compute, uint64_t iteration, Tim
       if (enter && pr.above_rows > logs.window) calm = WorkerState::kMild;
     }
     counter = straggling ? lim : std::min(lim - 1, pr.above_rows);
+    // Most ranks, most rows: healthy and staying so, with nothing counted.
+    // SetCounter would change nothing (a limit is >= 1) and neither would
+    // what follows it.
+    if (counter == 0 && state == WorkerState::kHealthy && calm == WorkerState::kHealthy &&
+        e_.ranks[rank].counter == 0)
+      return;
   }
   // What a message shows: the median ratio of its last steps.
   e_.SetCounter(
