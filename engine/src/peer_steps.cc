@@ -20,10 +20,6 @@ constexpr double kPriorSteps = 50.0;
 constexpr size_t kEpisodeSteps = 10;
 constexpr double kFastExitZ = 4.5;
 constexpr size_t kFastExitMin = 3;
-// How far a running sum's mean may be off the exact one: its terms are log
-// ratios clipped to +-log(peer_spike_ratio) (at most ~7), summed at most
-// 2 x 1000 times between exact sums, an error near 1e-12; 1e-9 leaves room.
-constexpr double kSumSlack = 1e-9;
 
 // P(X >= c) for X ~ Binomial(n, p).
 double Tail(size_t n, size_t c, double p) {
@@ -138,21 +134,6 @@ void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
 }
 
 double PeerSteps::Rate() const { return (slow_steps_ + kPriorSlow) / (steps_ + kPriorSteps); }
-
-bool PeerSteps::HaveWindow(const PeerLogs& p) const {
-  // Too few non-spike steps give no mild verdict (a rank 3x slow from its
-  // start has none at all); the severe rule still applies.
-  return window_.size() >= std::max<size_t>(3, p.window / 2);
-}
-
-bool PeerSteps::TrimmedMayReach(double thr) const {
-  return window_sum_ / static_cast<double>(window_.size()) + kSumSlack >= thr;
-}
-
-bool PeerSteps::LongMayReach(double thr) const {
-  if (long_count_ < 2 * kLong / 3) return false;  // LongTrimmed() is -inf
-  return long_sum_ / static_cast<double>(long_count_) + kSumSlack >= thr;
-}
 
 double PeerSteps::Trimmed() const {
   double sum = 0.0, top = -std::numeric_limits<double>::infinity();

@@ -5,6 +5,7 @@
 // time (the engine's).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,10 @@ inline constexpr double kSevereAlpha = 1e-7;
 // how many more steps it averages.
 inline constexpr size_t kLong = 20;
 inline constexpr size_t kLongTrim = 2;  // its largest values left out
+// How far a running sum's mean may be off the exact one: its terms are log
+// ratios clipped to +-log(peer_spike_ratio) (at most ~7), summed at most
+// 2 x 1000 times between exact sums, an error near 1e-12; 1e-9 leaves room.
+inline constexpr double kSumSlack = 1e-9;
 
 // The policy's ratios as log ratios, and its window length: taken once per
 // policy, not per step (five log() calls per report were 7% of a daemon
@@ -70,8 +75,13 @@ class PeerSteps {
   // Its rate of steps >= peer_severe_ratio, about the last 500 steps, with a
   // prior of 1% before it has its own.
   double Rate() const;
-  // Whether the short window holds enough steps for a mild verdict.
-  bool HaveWindow(const PeerLogs& p) const;
+  // Whether the short window holds enough steps for a mild verdict: too few
+  // non-spike steps give none (a rank 3x slow from its start has none at
+  // all); the severe rule still applies. Inline, as the two below: every
+  // rank's verdict asks them, and a call each was a tenth of peer's cost.
+  bool HaveWindow(const PeerLogs& p) const {
+    return window_.size() >= std::max<size_t>(3, p.window / 2);
+  }
   // The short window's mean without its largest value.
   double Trimmed() const;
   // The long window's mean without its kLongTrim largest values, or -inf
@@ -81,8 +91,13 @@ class PeerSteps {
   // false only when they are surely below it. O(1), from running sums: a
   // trimmed mean is at most the plain mean, and a healthy rank's plain mean
   // sits far below any threshold, so most ranks skip both passes.
-  bool TrimmedMayReach(double thr) const;
-  bool LongMayReach(double thr) const;
+  bool TrimmedMayReach(double thr) const {
+    return window_sum_ / static_cast<double>(window_.size()) + kSumSlack >= thr;
+  }
+  bool LongMayReach(double thr) const {
+    if (long_count_ < 2 * kLong / 3) return false;  // LongTrimmed() is -inf
+    return long_sum_ / static_cast<double>(long_count_) + kSumSlack >= thr;
+  }
   // The severe rule at the group's rate of severe steps `rate`; `recent`:
   // how many of the last kSevereRun steps are severe (>= PeerLogs::severe as
   // of their Push or the last Recount).

@@ -31,11 +31,12 @@ class RankChunks {
     size_ = n;
   }
 
-  // Builds the rank's chunk on first use.
+  // Builds the rank's chunk on first use (out of line: the lookup itself
+  // inlines into every verdict).
   T& operator[](size_t i) {
     std::unique_ptr<T[]>& c = chunks_[i >> kShift];
     if (!c) [[unlikely]]
-      c = std::make_unique<T[]>(kChunk);
+      Build(c);
     return c[i & (kChunk - 1)];
   }
 
@@ -63,6 +64,7 @@ class RankChunks {
   }
 
  private:
+  [[gnu::noinline]] static void Build(std::unique_ptr<T[]>& c) { c = std::make_unique<T[]>(kChunk); }
   static const T& Default() {
     static const T kDefault{};
     return kDefault;
