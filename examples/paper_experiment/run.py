@@ -8,7 +8,7 @@ the real stragglerd and PyTorch DDP (see README.md in this directory).
 Cases (4 ranks, rank 3 the straggler):
   baseline      no straggler, DDP all-reduce
   half-ddp      3x slower in the first half of every epoch, DDP all-reduce
-  half-sd       the same, straggler.torch hook + stragglerd (default `dynamic`)
+  half-sd       the same, straggler.torch hook + stragglerd (its default policy)
   whole5-ddp    5x slower for the whole run, DDP all-reduce
   whole5-sd     the same with stragglerd
 Detection is the daemon's own (default config): no overrides.
