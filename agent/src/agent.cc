@@ -23,6 +23,7 @@
 #include "job_table.h"
 #include "peer_listener.h"
 #include "spdlog/spdlog.h"
+#include "straggler/stream/channel_pool.h"
 #include "straggler/common/http_deadline.h"
 #include "straggler/common/service_main.h"  // ApplyLogLevel
 #include "straggler/common/tls.h"
@@ -156,8 +157,12 @@ absl::Status Agent::Start() {
     if (!tls.ok()) return tls.status();
     tcp_credentials = common::GrpcServerCredentials(*tls);
   }
-  auto channel = grpc::CreateCustomChannel(c.upstream, credentials, args);
-  m.table = std::make_unique<JobTable>(channel, c.node.empty() ? HostName() : c.node, m.stats,
+  // One channel per replica address, shared by the jobs' streams (each
+  // job's stream follows its own owner: docs/cluster.md, "Clients").
+  absl::StatusOr<std::shared_ptr<stream::ChannelPool>> pool =
+      stream::ChannelPool::Make(c.upstream, credentials, args);
+  if (!pool.ok()) return pool.status();
+  m.table = std::make_unique<JobTable>(*pool, c.node.empty() ? HostName() : c.node, m.stats,
                                        &m.decorator, LiveConfig::From(c));
   {
     Impl* impl = impl_.get();

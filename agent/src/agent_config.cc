@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "straggler/stream/channel_pool.h"
 #include "straggler/common/config_reader.h"
 #include "straggler/common/config_sections.h"
 
@@ -246,8 +247,15 @@ absl::StatusOr<AgentConfig> LoadAgentConfig(const AgentSources& flags,
         "listen_tcp_tls.cert_file=", config.listen_tcp_tls.cert_file,
         " is set but listen_tcp is empty: TLS applies only to the TCP listener"));
   }
-  if (absl::Status s = common::ValidateAddress("upstream", config.upstream, true); !s.ok()) {
-    return s;
+  // One address, or several replicas comma-separated (docs/cluster.md,
+  // "Clients"): each is checked.
+  absl::StatusOr<std::vector<std::string>> upstreams = stream::SplitEndpoints(config.upstream);
+  if (!upstreams.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upstream: ", upstreams.status().message()));
+  }
+  for (const std::string& address : *upstreams) {
+    if (absl::Status s = common::ValidateAddress("upstream", address, true); !s.ok()) return s;
   }
   if (!config.http_address.empty()) {
     if (absl::Status s = common::ValidateAddress("http_address", config.http_address, false);

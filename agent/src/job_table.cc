@@ -10,9 +10,9 @@
 
 namespace straggler::agent {
 
-JobTable::JobTable(std::shared_ptr<grpc::Channel> channel, std::string node, AgentStats& stats,
+JobTable::JobTable(std::shared_ptr<stream::ChannelPool> pool, std::string node, AgentStats& stats,
                    const BatchDecorator* decorator, LiveConfig live)
-    : channel_(std::move(channel)),
+    : pool_(std::move(pool)),
       node_(std::move(node)),
       stats_(stats),
       decorator_(decorator),
@@ -43,7 +43,7 @@ absl::StatusOr<std::shared_ptr<UpstreamJob>> JobTable::Find(const v1::StreamHell
   auto& job = jobs_[{hello.job_id(), hello.run_id()}];
   if (!job) {
     job = std::make_shared<UpstreamJob>(hello.job_id(), hello.run_id(), hello.world_size(),
-                                        hello.iterations_per_epoch(), channel_, node_, live_,
+                                        hello.iterations_per_epoch(), pool_, node_, live_,
                                         stats_, decorator_);
     spdlog::info("job={} run='{}' first stream: upstream stream opened (world_size={})",
                  hello.job_id(), hello.run_id(), hello.world_size());

@@ -30,7 +30,7 @@ class JobTable {
  public:
   // `decorator` is read by every job's upstream thread; it must outlive the
   // table and not change after the first job is made.
-  JobTable(std::shared_ptr<grpc::Channel> channel, std::string node, AgentStats& stats,
+  JobTable(std::shared_ptr<stream::ChannelPool> pool, std::string node, AgentStats& stats,
            const BatchDecorator* decorator, LiveConfig live);
   ~JobTable() { StopSweeper(); }
 
@@ -61,7 +61,7 @@ class JobTable {
   // it (at most once a second), so a job goes within 1.25x the timeout.
   void Sweep() ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<stream::ChannelPool> pool_;
   const std::string node_;
   AgentStats& stats_;
   const BatchDecorator* decorator_;

@@ -74,7 +74,9 @@ int main(int argc, char** argv) {
                  "(default: no TCP); plaintext unless the config file's "
                  "listen_tcp_tls gives a certificate");
   app.add_option("--upstream", sources.upstream,
-                 "stragglerd gRPC address HOST:PORT (default 127.0.0.1:7070)");
+                 "stragglerd gRPC address HOST:PORT, or several replicas "
+                 "comma-separated: each job's stream follows its owner (default "
+                 "127.0.0.1:7070)");
   app.add_option("--http-address", sources.http_address,
                  "HTTP HOST:PORT for /metrics, /healthz and /readyz, port 0 picks a "
                  "free port (default 0.0.0.0:7072)");

@@ -38,7 +38,8 @@ stream::StreamSession::Options UpstreamJob::SessionOptions(const std::string& id
                                                            const std::string& run_id,
                                                            const LiveConfig& live) {
   stream::StreamSession::Options o;
-  o.endpoint = "stragglerd";  // the agent's channel names its upstream in its own log lines
+  // The session names the replica address it uses in its log lines.
+  o.endpoint = "stragglerd";
   o.name = absl::StrCat("job=", id, " run='", run_id, "' upstream");
   o.backoff = BackoffOf(live);
   o.max_send_delay = std::chrono::milliseconds(0);  // ReadyAt names every batching deadline
@@ -55,7 +56,7 @@ stream::StreamSession::Options UpstreamJob::SessionOptions(const std::string& id
 }
 
 UpstreamJob::UpstreamJob(std::string job_id, std::string run_id, uint32_t world_size,
-                         uint64_t iterations_per_epoch, std::shared_ptr<grpc::Channel> channel,
+                         uint64_t iterations_per_epoch, std::shared_ptr<stream::ChannelPool> pool,
                          std::string node, LiveConfig live, AgentStats& stats,
                          const BatchDecorator* decorator)
     : id_(std::move(job_id)),
@@ -67,7 +68,7 @@ UpstreamJob::UpstreamJob(std::string job_id, std::string run_id, uint32_t world_
       iterations_per_epoch_(iterations_per_epoch),
       live_(live),
       buffer_(live.buffer_max_reports),
-      session_(std::move(channel), SessionOptions(id_, run_id_, live), *this) {}
+      session_(std::move(pool), SessionOptions(id_, run_id_, live), *this) {}
 
 void UpstreamJob::Snapshot::Add(const Snapshot& o) {
   buffered += o.buffered;

@@ -72,7 +72,7 @@ struct DownLink {
 class UpstreamJob final : private stream::StreamSession::Source {
  public:
   UpstreamJob(std::string job_id, std::string run_id, uint32_t world_size,
-              uint64_t iterations_per_epoch, std::shared_ptr<grpc::Channel> channel,
+              uint64_t iterations_per_epoch, std::shared_ptr<stream::ChannelPool> pool,
               std::string node, LiveConfig live, AgentStats& stats,
               const BatchDecorator* decorator);
   ~UpstreamJob() { Join(); }

@@ -34,6 +34,7 @@
 #include "queued_report.h"
 #include "report_queue.h"
 #include "straggler/client.h"
+#include "straggler/stream/channel_pool.h"
 #include "straggler/stream/stream_session.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 #include "unacked_batches.h"
@@ -77,7 +78,9 @@ class ClientImpl final : public Client, private StreamSession::Source {
         unacked_(queue_.capacity(), options_.max_batch),
         tracker_(options_.world_size, options_.ranks),
         incarnation_(NewIncarnation()),
-        session_(StreamSession::MakeChannel(SessionOptions(options_), std::move(credentials)),
+        session_(stream::ChannelPool::Make(options_.endpoint, std::move(credentials),
+                                           StreamSession::ChannelArgs(SessionOptions(options_)))
+                     .value(),  // Validate checked the list
                  SessionOptions(options_), *this) {
     // A power of two no larger than a batch or a quarter of the queue: a
     // burst wakes the sender while there is still room.

@@ -2,6 +2,8 @@
 // that Client::Create runs before it starts anything.
 #include "client_options.h"
 
+#include "straggler/stream/channel_pool.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -156,6 +158,8 @@ ClientOptions ClientOptions::FromEnv() {
 std::string ClientOptions::Validate() const {
   if (!env_error.empty()) return env_error;
   if (endpoint.empty()) return "endpoint is empty (set STRAGGLER_ENDPOINT)";
+  // Several replicas: "a:7070,b:7070" (docs/cluster.md, "Clients").
+  if (auto list = stream::SplitEndpoints(endpoint); !list.ok()) return std::string(list.status().message());
   if (job_id.empty())
     return "job_id is empty (set STRAGGLER_JOB_ID; under torchrun, --rdzv_id or --standalone "
            "name the job through TORCHELASTIC_RUN_ID)";

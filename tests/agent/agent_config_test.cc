@@ -283,3 +283,23 @@ TEST_CASE("yaml_bomb: the agent's config bounds alias expansion and names an unc
   REQUIRE(c.ok());
   CHECK_FALSE(c->empty_file);
 }
+
+TEST_CASE("upstream: several replicas comma-separated, each checked") {
+  auto load = [](const std::string& upstream) {
+    sa::AgentSources flags;
+    flags.upstream = upstream;
+    return sa::LoadAgentConfig(flags, FakeEnv({}));
+  };
+  auto two = load("a.example:7070,b.example:7070");
+  REQUIRE(two.ok());
+  CHECK(two->upstream == "a.example:7070,b.example:7070");
+  auto empty = load("a.example:7070,,b.example:7070");
+  REQUIRE_FALSE(empty.ok());
+  CHECK_THAT(std::string(empty.status().message()),
+             Catch::Contains("upstream: endpoint 'a.example:7070,,b.example:7070' has an empty "
+                             "address"));
+  auto no_port = load("a.example:7070,b.example");
+  REQUIRE_FALSE(no_port.ok());
+  CHECK_THAT(std::string(no_port.status().message()),
+             Catch::Contains("upstream=b.example is not HOST:PORT"));
+}

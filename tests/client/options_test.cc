@@ -257,3 +257,16 @@ TEST_CASE("FromEnv takes the TLS files, half a client certificate and unreadable
   o.endpoint = "unix:///run/straggler/agent.sock";
   CHECK(straggler::Client::Create(o, &error) != nullptr);
 }
+
+TEST_CASE("Validate: several daemon replicas comma-separated, none empty", "[options]") {
+  ClientOptions o;
+  o.job_id = "j";
+  o.world_size = 2;
+  o.ranks = {0};
+  o.endpoint = "10.0.0.1:7070, 10.0.0.2:7070";
+  CHECK(o.Validate().empty());
+  o.endpoint = "10.0.0.1:7070,";
+  CHECK(o.Validate() ==
+        "endpoint '10.0.0.1:7070,' has an empty address (one address, or several separated by "
+        "commas)");
+}

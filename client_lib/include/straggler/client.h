@@ -37,7 +37,9 @@
 namespace straggler {
 
 struct ClientOptions {
-  // "host:port", "dns:///host:port" or "unix:///run/straggler/agent.sock".
+  // "host:port", "dns:///host:port" or "unix:///run/straggler/agent.sock";
+  // or several daemon replicas comma-separated (docs/client.md, "The stream
+  // session": a random first one, redirects to a job's owner followed).
   std::string endpoint = "127.0.0.1:7070";
   // FromEnv: STRAGGLER_JOB_ID, else TORCHELASTIC_RUN_ID when torchrun names
   // a launch there (--rdzv_id, --standalone; not "none") and it is a valid

@@ -35,8 +35,7 @@ bool IsSet(std::atomic<bool>* flag) { return flag->load(); }
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> StreamSession::MakeChannel(
-    const Options& options, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+grpc::ChannelArguments StreamSession::ChannelArgs(const Options& options) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
@@ -46,17 +45,69 @@ std::shared_ptr<grpc::Channel> StreamSession::MakeChannel(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.max.count()));
-  return grpc::CreateCustomChannel(options.endpoint, std::move(credentials), args);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> StreamSession::MakeChannel(
+    const Options& options, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return grpc::CreateCustomChannel(options.endpoint, std::move(credentials), ChannelArgs(options));
+}
+
+StreamSession::StreamSession(std::shared_ptr<ChannelPool> pool, Options options, Source& source)
+    : options_(std::move(options)),
+      source_(source),
+      pool_(std::move(pool)),
+      backoff_(options_.backoff),
+      rng_(std::random_device{}()) {
+  // A random first address: the processes of a site spread over replicas.
+  index_ = std::uniform_int_distribution<size_t>(0, pool_->addresses().size() - 1)(rng_);
+  SwitchTo(pool_->addresses()[index_]);
 }
 
 StreamSession::StreamSession(std::shared_ptr<grpc::Channel> channel, Options options,
                              Source& source)
-    : options_(std::move(options)),
-      source_(source),
-      channel_(std::move(channel)),
-      stub_(pb::IngestService::NewStub(channel_)),
-      backoff_(options_.backoff),
-      rng_(std::random_device{}()) {}
+    : StreamSession(ChannelPool::Of(options.endpoint, std::move(channel)), options, source) {}
+
+std::string StreamSession::Address() const {
+  absl::MutexLock lock(&address_mu_);
+  return address_;
+}
+
+void StreamSession::SwitchTo(const std::string& address) {
+  {
+    absl::MutexLock lock(&address_mu_);
+    if (address == address_ && channel_) return;
+    address_ = address;
+  }
+  channel_ = pool_->Get(address);
+  stub_ = pb::IngestService::NewStub(channel_);
+}
+
+bool StreamSession::ChooseNext(grpc::ClientContext& ctx, bool was_connected) {
+  if (was_connected) redirects_in_a_row_ = 0;
+  const auto& trailing = ctx.GetServerTrailingMetadata();
+  const auto it = trailing.find(kOwnerMetadataKey);
+  const std::string current = Address();
+  if (it != trailing.end()) {
+    const std::string owner(it->second.data(), it->second.size());
+    if (!owner.empty() && owner != current && redirects_in_a_row_ < kMaxRedirects) {
+      ++redirects_in_a_row_;
+      redirects_.fetch_add(1, std::memory_order_relaxed);
+      Log(LogLevel::kInfo, absl::StrCat(current, " redirected the stream to the job's owner ",
+                                        owner));
+      SwitchTo(owner);
+      return true;
+    }
+  }
+  // Any other end: the next address of the list (from a redirect's owner,
+  // the one after the list address used last).
+  const auto& list = pool_->addresses();
+  if (list.size() > 1 || current != list[index_]) {
+    if (current == list[index_]) index_ = (index_ + 1) % list.size();
+    SwitchTo(list[index_]);
+  }
+  return false;
+}
 
 StreamSession::~StreamSession() { Join(); }
 
@@ -262,8 +313,16 @@ void StreamSession::SenderLoop() {
       attempt = 0;
       outage_logged_ = false;
     }
+    const std::string failed = Address();
+    if (ChooseNext(ctx, was_connected)) {
+      // Straight to the owner: it is up (the replica that redirected knows
+      // it holds the job's lease).
+      reconnects_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     const Clock::time_point failed_at = Clock::now();
-    const Clock::time_point retry_at = failed_at + RetryDelay(status, was_connected, attempt);
+    const Clock::time_point retry_at =
+        failed_at + RetryDelay(failed, status, was_connected, attempt);
     // The call failed because the channel was down (not a refusal on a live
     // connection): gRPC reconnects it in the background, on its own backoff
     // bounded by ours (MakeChannel). Once it is READY again the daemon is
@@ -294,7 +353,8 @@ void StreamSession::SenderLoop() {
   sender_exited_ = true;
 }
 
-std::chrono::milliseconds StreamSession::RetryDelay(const grpc::Status& status,
+std::chrono::milliseconds StreamSession::RetryDelay(const std::string& address,
+                                                    const grpc::Status& status,
                                                     bool was_connected, uint32_t& attempt) {
   const std::string why =
       absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
@@ -308,7 +368,7 @@ std::chrono::milliseconds StreamSession::RetryDelay(const grpc::Status& status,
     }
     if (status.error_message() != last_refusal_) {
       last_refusal_ = status.error_message();
-      Log(LogLevel::kWarning, absl::StrCat(options_.endpoint, " rejected the stream (", why,
+      Log(LogLevel::kWarning, absl::StrCat(address, " rejected the stream (", why,
                                            "); retrying every ", max.count(), " ms"));
     }
     return max;
@@ -319,7 +379,7 @@ std::chrono::milliseconds StreamSession::RetryDelay(const grpc::Status& status,
                      : status.error_code() == grpc::StatusCode::FAILED_PRECONDITION
                          ? "refused by "
                          : "cannot reach ";
-  std::string line = absl::StrCat(what, options_.endpoint, " (", why, ")");
+  std::string line = absl::StrCat(what, address, " (", why, ")");
   if (std::string state = source_.Describe(); !state.empty()) absl::StrAppend(&line, ", ", state);
   if (!outage_logged_) {
     outage_logged_ = true;
@@ -364,7 +424,7 @@ void StreamSession::ReaderLoop(Stream* stream) {
       upstream_unavailable_.store(d.has_upstream_unavailable() && d.upstream_unavailable());
       connections_.fetch_add(1);
       connected_.store(true);
-      std::string line = absl::StrCat("connected to ", options_.endpoint);
+      std::string line = absl::StrCat("connected to ", Address());
       if (std::string state = source_.Describe(); !state.empty())
         absl::StrAppend(&line, " (", state, ")");
       Log(LogLevel::kInfo, line);

@@ -39,11 +39,17 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "straggler/stream/channel_pool.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler::stream {
 
 using Clock = std::chrono::steady_clock;
+
+// The trailing-metadata key of a redirect (docs/cluster.md, "Redirects"): a
+// replica that does not own the job ends the stream with UNAVAILABLE and the
+// owner's gRPC address under this key; the session goes straight there.
+inline constexpr char kOwnerMetadataKey[] = "straggler-owner";
 
 // How long to wait before the next connection attempt after a failed one:
 // `initial`, doubling per failure up to `max`, with jitter. Reset once a
@@ -75,7 +81,9 @@ using LogSink = std::function<void(LogLevel, const std::string&)>;
 class StreamSession {
  public:
   struct Options {
-    std::string endpoint;  // named in log lines
+    // Named in log lines when the session was given a channel; with a
+    // ChannelPool the address in use is named instead.
+    std::string endpoint;
     std::string name;      // who speaks in log lines: "straggler client (job 'j')"
     Backoff backoff;
     // Longest the sender sleeps when nothing wakes it and the Source names
@@ -140,12 +148,23 @@ class StreamSession {
   // The least time Join lets a stopping sender close politely.
   static constexpr std::chrono::milliseconds kStopGrace{500};
 
-  // A channel for `endpoint` with the session's keepalive, and gRPC's own
-  // reconnect backoff bounded by ours.
+  // The session's channel arguments: keepalive, and gRPC's own reconnect
+  // backoff bounded by ours.
+  static grpc::ChannelArguments ChannelArgs(const Options& options);
+  // A channel for `endpoint` (one address) with ChannelArgs.
   static std::shared_ptr<grpc::Channel> MakeChannel(
       const Options& options, std::shared_ptr<grpc::ChannelCredentials> credentials);
 
+  // Over the pool's addresses (docs/cluster.md, "Clients"): the first
+  // connection goes to a random one of them, so that the processes of a
+  // site spread over the replicas; a stream that ends with a redirect
+  // (kOwnerMetadataKey) reconnects straight to the owner it names, without
+  // the backoff (after kMaxRedirects redirects in a row without a directive,
+  // with it: two replicas that disagree must not be ping-ponged between); any
+  // other failure moves to the next address of the list, with the backoff.
   // `source` must outlive the session; nothing runs before Start().
+  StreamSession(std::shared_ptr<ChannelPool> pool, Options options, Source& source);
+  // One address and its channel (ChannelPool::Of(options.endpoint, channel)).
   StreamSession(std::shared_ptr<grpc::Channel> channel, Options options, Source& source);
   ~StreamSession();  // Stop() unless stopped; Join()
   StreamSession(const StreamSession&) = delete;
@@ -195,6 +214,12 @@ class StreamSession {
   // Streams opened (attempts, the first included).
   uint64_t Attempts() const { return attempts_.load(std::memory_order_relaxed); }
   uint64_t Reconnects() const { return reconnects_.load(std::memory_order_relaxed); }
+  // Streams ended with a redirect that was followed.
+  uint64_t Redirects() const { return redirects_.load(std::memory_order_relaxed); }
+  // The address the session connects to now (the sender's; a copy).
+  std::string Address() const ABSL_LOCKS_EXCLUDED(address_mu_);
+
+  static constexpr uint32_t kMaxRedirects = 3;
   uint64_t Sent() const { return sent_.load(std::memory_order_relaxed); }
 
  private:
@@ -216,16 +241,27 @@ class StreamSession {
   Clock::time_point StopDeadline() const ABSL_LOCKS_EXCLUDED(stop_mu_);
   void WaitForWork(Clock::time_point idle_due);
   void WaitForReader(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(reader_mu_);
-  // After a failed connection: logs it (once per outage) and says how long
-  // to wait; `attempt` counts the failures of this outage.
-  std::chrono::milliseconds RetryDelay(const grpc::Status& status, bool was_connected,
-                                       uint32_t& attempt);
+  // After a failed connection to `address`: logs it (once per outage) and
+  // says how long to wait; `attempt` counts the failures of this outage.
+  std::chrono::milliseconds RetryDelay(const std::string& address, const grpc::Status& status,
+                                       bool was_connected, uint32_t& attempt);
   std::chrono::milliseconds BackoffDelay(uint32_t attempt) ABSL_LOCKS_EXCLUDED(backoff_mu_);
   std::chrono::milliseconds InitialBackoff() ABSL_LOCKS_EXCLUDED(backoff_mu_);
   void Log(LogLevel level, const std::string& message) const;
 
+  // After a connection ended: the address to try next (a redirect's owner,
+  // the next of the list, or the same). True when it follows a redirect.
+  bool ChooseNext(grpc::ClientContext& ctx, bool was_connected);
+  void SwitchTo(const std::string& address);
+
   const Options options_;
   Source& source_;
+  const std::shared_ptr<ChannelPool> pool_;
+  // The sender's connection target; address_ is also read by Address().
+  size_t index_ = 0;  // position in pool_->addresses() of the last list address used
+  uint32_t redirects_in_a_row_ = 0;
+  mutable absl::Mutex address_mu_;
+  std::string address_ ABSL_GUARDED_BY(address_mu_);
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<::straggler::v1::IngestService::Stub> stub_;
 
@@ -242,6 +278,7 @@ class StreamSession {
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> attempts_{0};
   std::atomic<uint64_t> reconnects_{0};
+  std::atomic<uint64_t> redirects_{0};
   std::atomic<bool> connected_{false};
   // Reset per connection from its first directive; written by the reader.
   std::atomic<bool> upstream_unavailable_{false};

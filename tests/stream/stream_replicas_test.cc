@@ -1,0 +1,246 @@
+// stream::StreamSession over several daemon addresses (issue 30, docs/
+// cluster.md "Clients"): a list with an address nobody listens on reaches
+// the live one; a stream ended with a redirect (UNAVAILABLE, the owner under
+// kOwnerMetadataKey in the trailing metadata) goes straight to the owner,
+// without the backoff; redirects that only point at each other fall back to
+// the backoff; a list with an empty entry is refused naming it. The live
+// daemon is the real stragglerd in process; the replica that redirects is a
+// small IngestService of the test's own that only redirects (a replica of a
+// cluster does that for jobs it does not own; cluster:* tests run the real
+// ones against etcd).
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/synchronization/mutex.h"
+#include "daemon_test_util.h"
+#include "straggler/stream/channel_pool.h"
+#include "straggler/stream/stream_session.h"
+
+namespace v1 = straggler::v1;
+namespace ss = straggler::stream;
+namespace tu = straggler::daemon::testutil;
+using namespace std::chrono_literals;
+
+namespace {
+
+template <typename F>
+bool Eventually(F done, std::chrono::milliseconds timeout = 10s) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+std::string DeadEndpoint() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  close(fd);
+  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+}
+
+// One rank's reports, all of them in every connection's opening batch with
+// the hello (the daemon drops the duplicates): a stream that ended before
+// they were acknowledged loses none.
+class Source : public ss::StreamSession::Source {
+ public:
+  explicit Source(std::string job = "replicas") : job_(std::move(job)) {}
+  void Queue(uint64_t first, uint64_t last) {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t it = first; it <= last; ++it) reports_.push_back(it);
+  }
+  uint64_t accepted() const {
+    absl::MutexLock lock(&mu_);
+    return accepted_;
+  }
+  void Opening(std::vector<v1::ReportBatch>* out) override {
+    absl::MutexLock lock(&mu_);
+    v1::ReportBatch& b = out->emplace_back();
+    b.set_sequence(next_++);
+    *b.mutable_hello() = tu::Hello(job_, 2, {0}).hello();
+    for (uint64_t it : reports_) tu::AddReport(b, 0, it, 0.1);
+  }
+  bool NextBatch(v1::ReportBatch*) override { return false; }
+  ss::Clock::time_point ReadyAt() const override { return ss::Clock::time_point::max(); }
+  void OnDirective(const v1::Directive& d) override {
+    absl::MutexLock lock(&mu_);
+    accepted_ += d.accepted();
+  }
+
+ private:
+  const std::string job_;
+  mutable absl::Mutex mu_;
+  std::vector<uint64_t> reports_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A replica that owns no job: every stream ends UNAVAILABLE naming `owner`.
+class Redirector final : public v1::IngestService::CallbackService {
+ public:
+  explicit Redirector(std::string owner) : owner_(std::move(owner)) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~Redirector() override { server_->Shutdown(std::chrono::system_clock::now()); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  void SetOwner(std::string owner) {
+    absl::MutexLock lock(&mu_);
+    owner_ = std::move(owner);
+  }
+  int streams() const { return streams_.load(); }
+
+  grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive>* Stream(
+      grpc::CallbackServerContext* ctx) override {
+    ++streams_;
+    std::string owner;
+    {
+      absl::MutexLock lock(&mu_);
+      owner = owner_;
+    }
+    ctx->AddTrailingMetadata(ss::kOwnerMetadataKey, owner);
+    class Refuse : public grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive> {
+     public:
+      explicit Refuse(const std::string& owner) {
+        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "job 'replicas' is owned by " + owner));
+      }
+      void OnDone() override { delete this; }
+    };
+    return new Refuse(owner);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::string owner_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> streams_{0};
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+ss::StreamSession::Options Options() {
+  ss::StreamSession::Options o;
+  o.name = "replicas-test";
+  // A backoff long enough to tell "straight to the owner" from "after the
+  // backoff": 3 s at least between two attempts that are not a redirect.
+  o.backoff = {3000ms, 3000ms, ss::Backoff::Jitter::kNarrow};
+  o.max_send_delay = 0ms;
+  o.log = [](ss::LogLevel, const std::string&) {};
+  return o;
+}
+
+std::shared_ptr<ss::ChannelPool> Pool(const std::string& endpoints) {
+  auto pool = ss::ChannelPool::Make(endpoints, grpc::InsecureChannelCredentials(),
+                                    ss::StreamSession::ChannelArgs(Options()));
+  REQUIRE(pool.ok());
+  return *pool;
+}
+
+}  // namespace
+
+TEST_CASE("a list of addresses: a random first one, a dead one passed over for the next",
+          "[stream][replicas]") {
+  tu::LoopbackDaemon daemon;
+  const std::string live = daemon.server.grpc_dial_address();
+  const std::string dead = DeadEndpoint();
+  auto o = Options();
+  o.backoff = {20ms, 50ms, ss::Backoff::Jitter::kNarrow};
+  // Sessions not started yet: where each would connect first. The processes
+  // of a site spread over the replicas (64 draws of a fair coin land within
+  // 16..48 but for about 5 in 100 000).
+  Source idle;
+  std::vector<std::unique_ptr<ss::StreamSession>> sessions;
+  auto pool = Pool(dead + "," + live);
+  int at_dead = 0;
+  for (int i = 0; i < 64; ++i) {
+    sessions.push_back(std::make_unique<ss::StreamSession>(pool, o, idle));
+    at_dead += sessions.back()->Address() == dead;
+  }
+  CHECK(at_dead >= 16);
+  CHECK(at_dead <= 48);
+  sessions.clear();
+  // One that starts at the dead address reaches the live one, in either
+  // order of the list.
+  int n = 0;
+  for (const std::string& list : {dead + "," + live, live + " , " + dead}) {
+    INFO("endpoints " << list);
+    Source source("replicas-" + std::to_string(++n));
+    source.Queue(1, 5);
+    auto p = Pool(list);
+    std::unique_ptr<ss::StreamSession> session;
+    while (!session || session->Address() != dead)
+      session = std::make_unique<ss::StreamSession>(p, o, source);
+    session->Start();
+    REQUIRE(Eventually([&] { return source.accepted() == 5; }));
+    CHECK(session->Address() == live);
+    CHECK(session->Attempts() >= 2);
+    session->Stop();
+  }
+}
+
+TEST_CASE("a redirect goes straight to the owner, without the backoff", "[stream][replicas]") {
+  tu::LoopbackDaemon daemon;
+  const std::string owner = daemon.server.grpc_dial_address();
+  Redirector replica(owner);
+  Source source;
+  source.Queue(1, 5);
+  ss::StreamSession session(Pool(replica.address()), Options(), source);
+  const auto start = ss::Clock::now();
+  session.Start();
+  REQUIRE(Eventually([&] { return source.accepted() == 5; }));
+  const auto took = ss::Clock::now() - start;
+  CHECK(replica.streams() == 1);
+  CHECK(session.Redirects() == 1);
+  CHECK(session.Address() == owner);
+  // Well under the 3 s backoff a failure without a redirect waits.
+  CHECK(took < 2s);
+  session.Stop();
+}
+
+TEST_CASE("redirects that only point at each other fall back to the backoff",
+          "[stream][replicas]") {
+  Redirector a("unset"), b("unset");
+  a.SetOwner(b.address());
+  b.SetOwner(a.address());
+  Source source;
+  source.Queue(1, 1);
+  auto o = Options();
+  o.backoff = {300ms, 300ms, ss::Backoff::Jitter::kNarrow};
+  ss::StreamSession session(Pool(a.address()), o, source);
+  session.Start();
+  std::this_thread::sleep_for(1500ms);
+  session.Stop();
+  // kMaxRedirects followed, then one attempt per backoff (300 ms +-20%):
+  // far from the hundreds a loop without the bound makes in 1.5 s.
+  const int streams = a.streams() + b.streams();
+  INFO("streams " << streams << ", redirects " << session.Redirects());
+  CHECK(session.Redirects() >= ss::StreamSession::kMaxRedirects);
+  CHECK(streams <= static_cast<int>(ss::StreamSession::kMaxRedirects) + 8);
+}
+
+TEST_CASE("a list with an empty entry is refused, naming it", "[stream][replicas]") {
+  auto bad = ss::ChannelPool::Make("a:1,,b:2", grpc::InsecureChannelCredentials(), {});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(bad.status().message()).find("'a:1,,b:2'") != std::string::npos);
+  auto ok = ss::SplitEndpoints(" a:1 , unix:/run/x.sock ");
+  REQUIRE(ok.ok());
+  CHECK(*ok == std::vector<std::string>{"a:1", "unix:/run/x.sock"});
+}
