@@ -8,9 +8,6 @@
 // small IngestService of the test's own that only redirects (a replica of a
 // cluster does that for jobs it does not own; cluster:* tests run the real
 // ones against etcd).
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -25,6 +22,7 @@
 #include "daemon_test_util.h"
 #include "straggler/stream/channel_pool.h"
 #include "straggler/stream/stream_session.h"
+#include "stream_test_util.h"
 
 namespace v1 = straggler::v1;
 namespace ss = straggler::stream;
@@ -33,27 +31,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-template <typename F>
-bool Eventually(F done, std::chrono::milliseconds timeout = 10s) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
-
-std::string DeadEndpoint() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  close(fd);
-  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-}
+using straggler::stream::testutil::DeadEndpoint;
+using straggler::stream::testutil::Eventually;
 
 // One rank's reports, all of them in every connection's opening batch with
 // the hello (the daemon drops the duplicates): a stream that ended before

@@ -10,9 +10,6 @@
 //  * SetBackoff: the next reconnect uses the new delay.
 //  * late_daemon: sessions with the client's default backoff, failing for
 //    seconds, reach a daemon that starts late within about the backoff cap.
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon_test_util.h"
 #include "straggler/stream/stream_session.h"
+#include "stream_test_util.h"
 
 namespace v1 = straggler::v1;
 namespace ss = straggler::stream;
@@ -36,30 +34,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Polls `done` every 5 ms for up to `timeout`.
-template <typename F>
-bool Eventually(F done, std::chrono::milliseconds timeout = 10s) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
-
-// A loopback address nothing listens on (a port the kernel handed out and
-// took back).
-std::string DeadEndpoint() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  close(fd);
-  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-}
+using straggler::stream::testutil::DeadEndpoint;
+using straggler::stream::testutil::Eventually;
 
 // A Source as small as the client's: queued reports of one rank go out in
 // one batch, kept until acknowledged and resent (with the hello) on a new
