@@ -267,6 +267,31 @@ def daemon_get(daemon, path, **params):
     return text if path == "/metrics" else json.loads(text)
 
 
+class WorkerWatch:
+    """Polls GET /v1/jobs/JOB/workers/RANK while the job runs, keeping every
+    answer (the daemon's view of the rank over time)."""
+
+    def __init__(self, daemon, job, rank):
+        self.daemon, self.job, self.rank = daemon, job, rank
+        self.seen = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.seen.append(daemon_get(self.daemon, "/v1/jobs/%s/workers/%d"
+                                            % (self.job, self.rank)))
+            except Exception:  # noqa: BLE001 - the job does not exist yet (404)
+                pass
+            time.sleep(0.05)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+
 def daemon_metric(daemon, name, labels):
     """The value of the daemon's sample of `name` whose labels include
     `labels`, or None."""

@@ -35,11 +35,9 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Daemon, RankProcesses, check, ctl, daemon_get, main,  # noqa: E402
+from harness import (Daemon, RankProcesses, WorkerWatch, check, ctl, main,  # noqa: E402
                      require_torch)
 
 WORLD = 4
@@ -53,31 +51,6 @@ SLOW_FROM = 20
 ITERATIONS = 34
 DETECT_WITHIN = 10
 DEADLINE_S = 120
-
-
-class WorkerWatch:
-    """Polls GET /v1/jobs/JOB/workers/RANK while the job runs, keeping every
-    answer (the daemon's view of the rank over time)."""
-
-    def __init__(self, daemon, job, rank):
-        self.daemon, self.job, self.rank = daemon, job, rank
-        self.seen = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        while not self._stop.is_set():
-            try:
-                self.seen.append(daemon_get(self.daemon, "/v1/jobs/%s/workers/%d"
-                                            % (self.job, self.rank)))
-            except Exception:  # noqa: BLE001 - the job does not exist yet (404)
-                pass
-            time.sleep(0.05)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join()
 
 
 def run_case(args, name, slow_from):
