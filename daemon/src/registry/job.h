@@ -201,11 +201,7 @@ struct JobState {
   // An accepted report's phases; `rank` < the job's world_size.
   void NotePhases(uint32_t rank, std::optional<double> input_wait, double compute,
                   std::optional<double> optimizer) {
-    if (phases.empty()) {
-      if (!input_wait && !optimizer) return;
-      phases.resize(nodes.size());
-    }
-    phases[rank].Add(input_wait.value_or(0), compute, optimizer.value_or(0));
+    straggler::daemon::NotePhases(phases, nodes.size(), rank, input_wait, compute, optimizer);
   }
   // The rank's telemetry if it is fresh at `now`, else null.
   const v1::GpuTelemetry* FreshTelemetry(uint32_t rank, engine::Time now) const {
