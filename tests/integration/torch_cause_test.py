@@ -12,7 +12,9 @@ on loopback, under the daemon's default policy (peer).
     input_pipeline (event and REST worker, "input wait ... vs the other
     ranks' median ..."; the rule also needs rank 3's compute below 1.15x its
     peers': the monitor kept the fetch out of compute_seconds), and flags no
-    other rank (straggler or mild). --no-loader runs the same job without
+    other rank (straggler or mild). `stragglerctl export` carries the input
+    wait, and straggler-replay over that trace detects rank 3 with the same
+    cause and nobody else. --no-loader runs the same job without
     mon.loader() (must FAIL: rank 3's compute is normal, and nothing else
     reaches the daemon).
   --case work: variable-length batches (8 log-normal sequences, about +-25%
@@ -36,7 +38,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Daemon, RankProcesses, WorkerWatch, check, ctl, main,  # noqa: E402
-                     require_torch)
+                     require_torch, run)
 
 WORLD = 4
 SLOW_RANK = 3
@@ -57,7 +59,7 @@ WORK_COMPUTE_MS = 80
 
 def run_job(args, job, rank_args):
     """Runs the 4-rank job; returns (ranks, the daemon's events, what REST
-    said of the slow rank while it ran)."""
+    said of the slow rank while it ran, `stragglerctl export`'s CSV)."""
     here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory(prefix="torch-cause-") as workdir:
         with Daemon(args.stragglerd, workdir) as d:
@@ -76,13 +78,14 @@ def run_job(args, job, rank_args):
                 ranks.kill()
             events = json.loads(ctl(args.ctl, d.address, "--output", "json", "events", job,
                                     "--limit", "10000")).get("events", [])
+            csv = ctl(args.ctl, d.address, "export", job, "--format", "csv")
             check(d.stop() == 0, "stragglerd did not exit cleanly")
     for r in range(WORLD):
         final = ranks.final[r]["final"]
         check(final["dropped"] == 0 and final["bad_work"] == 0,
               "rank %d: %d reports dropped, %d batches' work invalid"
               % (r, final["dropped"], final["bad_work"]))
-    return ranks, events, watch.seen
+    return ranks, events, watch.seen, csv
 
 
 def transitions(events):
@@ -119,7 +122,7 @@ def test_input():
             extra += ["--slow-from", str(INPUT_SLOW_FROM), "--slow-input-ms", "60"]
         return extra
 
-    ranks, events, seen = run_job(args, "cause-input", rank_args)
+    ranks, events, seen, csv = run_job(args, "cause-input", rank_args)
     # The premise: the slow rank's fetches were slow, the others' not.
     slow_its = range(INPUT_SLOW_FROM, INPUT_ITERATIONS)
     fetch = {r: sorted(row["fetch"] for row in ranks.lines[r] if row["it"] in slow_its)
@@ -137,6 +140,30 @@ def test_input():
     print("REST view of rank %d as a straggler: causes %s" % (SLOW_RANK, sorted(causes)))
     check(causes == {"LIKELY_CAUSE_INPUT_PIPELINE"},
           "rank %d as a straggler in REST showed causes %s" % (SLOW_RANK, sorted(causes)))
+    check_replayed(csv)
+
+
+def check_replayed(csv):
+    """`stragglerctl export` carries each report's input wait, and
+    straggler-replay judges the exported trace as the daemon did: rank 3 is
+    detected, its likely cause input_pipeline (the daemon's rule over the
+    trace's phases), nobody else is."""
+    header = csv.splitlines()[0].split(",")
+    check("input_wait_seconds" in header, "export csv: no input wait column: %r" % header)
+    with tempfile.TemporaryDirectory(prefix="torch-cause-trace-") as d:
+        path = os.path.join(d, "trace.csv")
+        with open(path, "w") as f:
+            f.write(csv)
+        res = run([args.replay, path, "--format", "json"], 60)
+    check(res.returncode == 0, "straggler-replay: %s" % res.stderr)
+    ranks = {r["rank"]: r for r in json.loads(res.stdout)["ranks"]}
+    print("replayed: %s" % {r: (v["detected_at"], v.get("detected_cause")) for r, v in
+                            ranks.items() if v["detected_at"]})
+    check(ranks[SLOW_RANK]["detected_at"] and
+          set(ranks[SLOW_RANK].get("detected_cause", [])) == {"input_pipeline"},
+          "the replayed trace: rank %d %r" % (SLOW_RANK, ranks[SLOW_RANK]))
+    others = [r for r, v in ranks.items() if r != SLOW_RANK and v["detected_at"]]
+    check(not others, "the replayed trace flags ranks %s" % others)
 
 
 def test_work():
@@ -149,7 +176,7 @@ def test_work():
             extra += ["--slow-from", "0", "--slow-factor", str(WORK_FACTOR)]
         return extra
 
-    ranks, events, _ = run_job(args, "cause-work", rank_args)
+    ranks, events, _, _ = run_job(args, "cause-work", rank_args)
     # The premise: the tokens vary from step to step as much as the slowdown.
     n = sorted(row["tokens"] for r in range(WORLD) for row in ranks.lines[r])
     print("tokens per step: min %d, median %d, max %d" % (n[0], n[len(n) // 2], n[-1]))
@@ -180,6 +207,7 @@ if __name__ == "__main__":
     parser.add_argument("--ctl", required=True)
     parser.add_argument("--python", required=True, help="an interpreter that imports torch")
     parser.add_argument("--pythonpath", required=True, help="the build's python/ directory")
+    parser.add_argument("--replay", required=True, help="straggler-replay")
     parser.add_argument("--case", choices=["input", "work"], required=True)
     parser.add_argument("--no-work", action="store_true",
                         help="work case without work= (must fail)")
