@@ -292,6 +292,32 @@ class WorkerWatch:
         self._thread.join()
 
 
+def run_monitored_job(args, daemon, workdir, job, script, world, rank_args, deadline_s,
+                      watch_rank):
+    """Runs `world` processes of integration/SCRIPT (a straggler.torch rank:
+    --store FILESTORE + rank_args(r), the client's options from the
+    environment as in the recipe) against `daemon` to their end, polling
+    REST for `watch_rank` meanwhile. args: the driver's --python and
+    --pythonpath. Returns (RankProcesses, what REST said of watch_rank, the
+    daemon's events of the job)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1",
+               STRAGGLER_ENDPOINT=daemon.address, STRAGGLER_JOB_ID=job,
+               WORLD_SIZE=str(world))
+    cmds = [["env", "RANK=%d" % r, args.python, os.path.join(here, script),
+             "--store", os.path.join(workdir, "ddp.store")] + rank_args(r) for r in range(world)]
+    ranks = RankProcesses(cmds, workdir, deadline_s, env=env, err_tail=3000)
+    watch = WorkerWatch(daemon, job, watch_rank)
+    try:
+        ranks.finish()
+    finally:
+        watch.stop()
+        ranks.kill()
+    events = json.loads(ctl(args.ctl, daemon.address, "--output", "json", "events", job,
+                            "--limit", "10000")).get("events", [])
+    return ranks, watch.seen, events
+
+
 def daemon_metric(daemon, name, labels):
     """The value of the daemon's sample of `name` whose labels include
     `labels`, or None."""

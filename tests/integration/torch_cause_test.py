@@ -37,8 +37,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Daemon, RankProcesses, WorkerWatch, check, ctl, main,  # noqa: E402
-                     require_torch, run)
+from harness import (Daemon, check, ctl, main, require_torch, run,  # noqa: E402
+                     run_monitored_job)
 
 WORLD = 4
 SLOW_RANK = 3
@@ -60,24 +60,10 @@ WORK_COMPUTE_MS = 80
 def run_job(args, job, rank_args):
     """Runs the 4-rank job; returns (ranks, the daemon's events, what REST
     said of the slow rank while it ran, `stragglerctl export`'s CSV)."""
-    here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory(prefix="torch-cause-") as workdir:
         with Daemon(args.stragglerd, workdir) as d:
-            env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1",
-                       STRAGGLER_ENDPOINT=d.address, STRAGGLER_JOB_ID=job,
-                       WORLD_SIZE=str(WORLD))
-            cmds = [["env", "RANK=%d" % r, args.python, os.path.join(here, "torch_cause_rank.py"),
-                     "--store", os.path.join(workdir, "ddp.store")] + rank_args(r)
-                    for r in range(WORLD)]
-            ranks = RankProcesses(cmds, workdir, DEADLINE_S, env=env, err_tail=3000)
-            watch = WorkerWatch(d, job, SLOW_RANK)
-            try:
-                ranks.finish()
-            finally:
-                watch.stop()
-                ranks.kill()
-            events = json.loads(ctl(args.ctl, d.address, "--output", "json", "events", job,
-                                    "--limit", "10000")).get("events", [])
+            ranks, seen, events = run_monitored_job(args, d, workdir, job, "torch_cause_rank.py",
+                                                    WORLD, rank_args, DEADLINE_S, SLOW_RANK)
             csv = ctl(args.ctl, d.address, "export", job, "--format", "csv")
             check(d.stop() == 0, "stragglerd did not exit cleanly")
     for r in range(WORLD):
@@ -85,7 +71,7 @@ def run_job(args, job, rank_args):
         check(final["dropped"] == 0 and final["bad_work"] == 0,
               "rank %d: %d reports dropped, %d batches' work invalid"
               % (r, final["dropped"], final["bad_work"]))
-    return ranks, events, watch.seen, csv
+    return ranks, events, seen, csv
 
 
 def transitions(events):
