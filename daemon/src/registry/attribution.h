@@ -44,7 +44,9 @@
 //     median at least kBusyUtilization                -> low_utilization
 //  7. otherwise                                       -> none_visible
 // Callers pass only fresh samples (the daemon drops those older than
-// kTelemetryStaleAfter). Pure functions; thread-compatible.
+// kTelemetryStaleAfter). Pure functions; thread-compatible. A library of
+// its own (straggler::attribution): straggler-replay applies the same rule
+// to a trace's phases (tools/straggler-replay/replay.cc).
 #pragma once
 
 #include <chrono>
