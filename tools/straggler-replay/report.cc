@@ -51,10 +51,10 @@ std::string Fmt(const std::optional<double>& v, int digits) {
 
 nlohmann::json CriteriaJson(const Criteria& c) {
   nlohmann::json j = {{"pass", c.pass()},         {"summary", c.Summary()},
-          {"episodes", c.episodes},   {"in_time", c.in_time},
-          {"late", c.late},           {"missed", c.missed},
-          {"false_alarms", c.false_alarms}, {"flaps", c.flaps},
-          {"stuck", c.stuck},         {"failures", c.failures}};
+                      {"episodes", c.episodes},   {"in_time", c.in_time},
+                      {"late", c.late},           {"missed", c.missed},
+                      {"false_alarms", c.false_alarms}, {"flaps", c.flaps},
+                      {"stuck", c.stuck},         {"failures", c.failures}};
   if (c.cause_checked) j["wrong_cause"] = c.wrong_cause;  // the scenario names a cause
   return j;
 }
