@@ -65,6 +65,11 @@ GRAY = ("  - {type: slow, rank: 2, factor: 1.05}\n"
         "  - {type: slow, rank: 5, factor: 2.0, from: 700, to: 760}\n"
         "  - {type: slow, rank: 5, factor: 1.7, from: 760, to: 780}\n"
         "  - {type: slow, rank: 5, factor: 2.35, from: 780, to: 840}\n")
+# Issue 31's input pipeline: 5% of a healthy step's own time is input wait; phase: input
+# effects multiply it (x21: own time 2x, x41: 3x, compute normal).
+INPUT = "input: {share: 0.05, noise: 0.2}\n"
+TWO_INPUT = "  - {type: slow, ranks: [3], factor: %s, from: 200, to: 400, phase: input}\n" \
+            "  - {type: slow, ranks: [9], factor: %s, from: 700, to: 1000, phase: input}\n"
 WORK = "work: {sequences: 8, sigma: %s, attention: 1.0, overhead: 0.2, report: %s}\n"
 FAMILIES = {
     "noise 10%": "noise: 0.10\neffects: []\n",
@@ -116,6 +121,22 @@ FAMILIES = {
                                     + WORK % (0.6, "none") + "effects:\n" + TWO % (1.3, 1.3),
     "work σ0.9 reported, healthy": "noise: 0.05\n" + WORK % (0.9, "cost") + "effects: []\n",
     "work σ0.9 as tokens, healthy": "noise: 0.05\n" + WORK % (0.9, "tokens") + "effects: []\n",
+    # Issue 31: a rank's input pipeline (appended: the families above keep their seeds). The
+    # replay attributes each detection as the daemon does; `cause` makes a detection with
+    # another likely cause a failure of the criteria.
+    "input 2x (input wait 5% -> 52% of own time)": "noise: 0.05\n" + INPUT
+                                                   + "cause: input_pipeline\neffects:\n"
+                                                   + TWO_INPUT % (21, 21),
+    "input 3x (input wait 5% -> 68%)": "noise: 0.05\n" + INPUT + "cause: input_pipeline\n"
+                                       "effects:\n" + TWO_INPUT % (41, 41),
+    "input wait ramp to 1.55x own time": "noise: 0.05\n" + INPUT + "cause: input_pipeline\n"
+                                         "effects:\n  - {type: ramp, ranks: [5], from: 200, "
+                                         "to: 300, end_factor: 12, hold_until: 500, "
+                                         "phase: input}\n",
+    "input stalls 40x p=0.01 on every rank, healthy": "noise: 0.05\n" + INPUT + "effects:\n"
+                                                      "  - {type: spike, ranks: all, "
+                                                      "factor: 40, probability: 0.01, "
+                                                      "phase: input}\n",
 }
 
 

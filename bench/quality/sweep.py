@@ -81,7 +81,7 @@ def rows(replay, scenarios):
 
 
 CRITERIA_HEADER = ("| policy | scenarios meeting the criteria | episodes in time | late | missed | "
-                   "false alarms | flaps | stuck | scenarios that miss them |")
+                   "false alarms | flaps | stuck | wrong cause | scenarios that miss them |")
 
 
 def criteria_rows(replay, scenarios):
@@ -98,14 +98,15 @@ def criteria_rows(replay, scenarios):
             c = x["criteria"]
             t = totals.setdefault(x["policy"], {"pass": 0, "in_time": 0, "episodes": 0, "late": 0,
                                                 "missed": 0, "false_alarms": 0, "flaps": 0,
-                                                "stuck": 0, "failing": []})
+                                                "stuck": 0, "wrong_cause": 0, "failing": []})
             t["pass"] += c["pass"]
             for k in ("in_time", "episodes", "late", "missed", "false_alarms", "flaps", "stuck"):
                 t[k] += c[k]
+            t["wrong_cause"] += c.get("wrong_cause", 0)  # where the scenario names a cause
             if not c["pass"]:
                 t["failing"].append(d["name"])
     return [f"| {policy} | {t['pass']}/{len(files)} | {t['in_time']}/{t['episodes']} | {t['late']} | "
-            f"{t['missed']} | {t['false_alarms']} | {t['flaps']} | {t['stuck']} | "
+            f"{t['missed']} | {t['false_alarms']} | {t['flaps']} | {t['stuck']} | {t['wrong_cause']} | "
             f"{', '.join(t['failing']) or '-'} |"
             for policy, t in totals.items()]
 
@@ -118,7 +119,7 @@ def main():
     a = ap.parse_args()
     if a.criteria:
         print(CRITERIA_HEADER)
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for row in criteria_rows(a.replay, a.scenarios):
             print(row)
         return

@@ -11,7 +11,24 @@ namespace straggler::quality {
 std::string Criteria::Summary() const {
   if (pass()) return "pass";
   return absl::StrCat("FAIL: late ", late, ", missed ", missed, ", false alarms ", false_alarms,
-                      ", flaps ", flaps, ", stuck ", stuck);
+                      ", flaps ", flaps, ", stuck ", stuck,
+                      cause_checked ? absl::StrCat(", wrong cause ", wrong_cause) : "");
+}
+
+void CheckCauses(const Trace& t, const std::vector<std::vector<uint64_t>>& detected_at,
+                 const std::vector<std::vector<std::string>>& causes, Criteria& c) {
+  if (t.expected_cause.empty() || causes.empty()) return;
+  c.cause_checked = true;
+  for (uint32_t r = 0; r < t.ranks && r < detected_at.size(); ++r)
+    for (size_t k = 0; k < detected_at[r].size() && k < causes[r].size(); ++k) {
+      const uint64_t i = detected_at[r][k];
+      if (i < t.first_iteration || i - t.first_iteration >= t.iterations ||
+          !t.truth.at(r, i - t.first_iteration) || causes[r][k] == t.expected_cause)
+        continue;
+      ++c.wrong_cause;
+      c.failures.push_back(absl::StrFormat("rank %d detected at %d: likely cause %s, expected %s",
+                                           r, i, causes[r][k], t.expected_cause));
+    }
 }
 
 namespace {

@@ -54,22 +54,24 @@ double StandardNormal(uint64_t& state) {
 }
 
 double OwnFactor(const Scenario& s, uint32_t rank, uint64_t i) {
-  double f = 1.0;
+  double f = 1.0, input = 1.0;  // of the compute, of the input wait
   for (const auto& e : s.effects) {
     if (!Has(e, rank)) continue;
+    double& x = e.input ? input : f;
     if (e.type == EffectType::kSlow) {
       if (i < e.from || i >= e.to) continue;
       if (e.truth_average) {
         const double k = e.pattern_slow, n = e.pattern_every;
-        f *= (k * e.factor + (n - k)) / n;
+        x *= (k * e.factor + (n - k)) / n;
       } else if (InPattern(e, i)) {
-        f *= e.factor;
+        x *= e.factor;
       }
     } else if (e.type == EffectType::kRamp) {
-      f *= RampFactor(e, i);
+      x *= RampFactor(e, i);
     }
   }
-  return f;
+  if (!s.input.enabled) return f;
+  return (1.0 - s.input.share) * f + s.input.share * input;
 }
 
 bool Ramping(const Scenario& s, uint32_t rank, uint64_t i) {
@@ -110,6 +112,8 @@ void GenerateRank(const Scenario& s, uint32_t r, Trace& t, std::vector<double>& 
   uint64_t variation_state = SplitMix64(mix);
   // Drawn only with a work model: scenarios without one keep their times.
   uint64_t work_state = s.work.enabled ? SplitMix64(mix) : 0;
+  // Likewise with an input model only.
+  uint64_t input_state = s.input.enabled ? SplitMix64(mix) : 0;
   const WorkModel& wm = s.work;
   const double mean_cost = kMeanSequence * (1.0 + wm.attention * std::exp(wm.sigma * wm.sigma));
   double fixed = s.topology.empty() ? 1.0 : s.topology[r].cost;
@@ -118,23 +122,25 @@ void GenerateRank(const Scenario& s, uint32_t r, Trace& t, std::vector<double>& 
   for (uint64_t i = 0; i < s.iterations; ++i) {
     const double z = StandardNormal(noise_state);
     double f = fixed;
+    double input = 1.0;  // the input wait's factor (`phase: input` effects)
     for (const auto& e : s.effects) {
+      double& x = e.input ? input : f;
       switch (e.type) {
         case EffectType::kSlow:
-          if (Has(e, r) && i >= e.from && i < e.to && InPattern(e, i)) f *= e.factor;
+          if (Has(e, r) && i >= e.from && i < e.to && InPattern(e, i)) x *= e.factor;
           break;
         case EffectType::kSpike: {
           if (!Has(e, r)) break;
           const bool hit = e.every > 0 ? i >= e.offset && (i - e.offset) % e.every == 0
                                        : UnitUniform(spike_state) < e.probability;
           if (hit)
-            f *= e.max_factor > 0
+            x *= e.max_factor > 0
                      ? e.factor + UnitUniform(spike_state) * (e.max_factor - e.factor)
                      : e.factor;
           break;
         }
         case EffectType::kRamp:
-          if (Has(e, r)) f *= RampFactor(e, i);
+          if (Has(e, r)) x *= RampFactor(e, i);
           break;
         case EffectType::kGlobal:
           if (i >= e.from && i < e.to && InPattern(e, i)) f *= e.factor;
@@ -159,11 +165,18 @@ void GenerateRank(const Scenario& s, uint32_t r, Trace& t, std::vector<double>& 
       }
       f *= wm.overhead + (1.0 - wm.overhead) * cost / (mean_cost * wm.sequences);
     }
+    const double input_jitter =
+        s.input.enabled ? std::max(0.05, 1.0 + s.input.noise * StandardNormal(input_state)) : 0.0;
     if (!Reports(s, r, i)) continue;
     const size_t cell = static_cast<size_t>(i) * s.ranks + r;
     if (!t.work.empty()) t.work[cell] = wm.report == WorkModel::Reported::kCost ? cost : tokens;
     const double jitter = std::max(0.05, 1.0 + s.noise * z);
-    t.compute[cell] = s.base_seconds * f * jitter;
+    if (s.input.enabled) {
+      t.compute[cell] = s.base_seconds * (1.0 - s.input.share) * f * jitter;
+      t.input_wait[cell] = s.base_seconds * s.input.share * input * input_jitter;
+    } else {
+      t.compute[cell] = s.base_seconds * f * jitter;
+    }
     own[cell] = OwnFactor(s, r, i);
     if (Ramping(s, r, i)) t.ramping.set(r, i, true);
   }
@@ -179,10 +192,12 @@ Trace Generate(const Scenario& s) {
   t.iterations = s.iterations;
   t.iterations_per_epoch = s.iterations_per_epoch;
   t.base_seconds = s.base_seconds;
+  t.expected_cause = s.cause;
   const size_t cells = static_cast<size_t>(s.iterations) * s.ranks;
   t.compute.assign(cells, Trace::kNoReport);
   if (s.work.enabled && s.work.report != WorkModel::Reported::kNone)
     t.work.assign(cells, Trace::kNoReport);
+  if (s.input.enabled) t.input_wait.assign(cells, Trace::kNoReport);
   t.epoch.resize(s.iterations);
   t.has_truth = true;
   t.truth = RankMatrix(s.ranks, s.iterations);

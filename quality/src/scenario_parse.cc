@@ -94,15 +94,17 @@ class Parser {
     std::set<std::string>& required = *required_keys;
     if (t == "slow") {
       e->type = EffectType::kSlow;
-      allowed = {"ranks", "rank", "factor", "from", "to", "pattern", "truth"};
+      allowed = {"ranks", "rank", "factor", "from", "to", "pattern", "truth", "phase"};
       required = {"factor"};
     } else if (t == "spike") {
       e->type = EffectType::kSpike;
-      allowed = {"ranks", "rank", "factor", "max_factor", "probability", "every", "offset"};
+      allowed = {"ranks", "rank", "factor", "max_factor", "probability", "every", "offset",
+                 "phase"};
       required = {"factor"};
     } else if (t == "ramp") {
       e->type = EffectType::kRamp;
-      allowed = {"ranks", "rank", "from", "to", "start_factor", "end_factor", "hold_until"};
+      allowed = {"ranks", "rank", "from", "to", "start_factor", "end_factor", "hold_until",
+                 "phase"};
       required = {"from", "to", "end_factor"};
     } else if (t == "global") {
       e->type = EffectType::kGlobal;
@@ -165,6 +167,15 @@ class Parser {
       }
     }
     if (e.type == EffectType::kRamp && !n["hold_until"]) e.hold_until = e.to;
+    if (n["phase"]) {  // compute (the default) or input (the input model's wait)
+      auto phase = Scalar(n["phase"], ctx + ".phase");
+      if (!phase.ok()) return phase.status();
+      if (*phase != "compute" && *phase != "input")
+        return Error(n["phase"], absl::StrCat(ctx, ".phase=", *phase, " is not compute or input"));
+      e.input = *phase == "input";
+      if (e.input && !s.input.enabled)
+        return Error(n["phase"], absl::StrCat(ctx, ".phase=input needs the scenario's `input:`"));
+    }
     if (e.factor <= 0)
       return Error(n["factor"], absl::StrCat(ctx, ".factor=", e.factor, " must be > 0"));
     if (e.start_factor <= 0)
@@ -439,6 +450,24 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // `input: {share: S, noise: N}` (InputModel; every key optional).
+  absl::Status ParseInput(const YAML::Node& n, InputModel& in) const {
+    if (!n.IsMap()) return Error(n, "input must be a map");
+    for (const auto& kv : n) {
+      const std::string key = kv.first.Scalar();
+      if (key != "share" && key != "noise")
+        return Error(kv.first, absl::StrCat("unknown key '", key, "' in input (share, noise)"));
+      auto v = Double(kv.second, absl::StrCat("input.", key));
+      if (!v.ok()) return v.status();
+      if (key == "share" ? !(*v > 0 && *v < 1) : !(*v >= 0 && *v <= 1))
+        return Error(kv.second, absl::StrCat("input.", key, "=", *v, " must be in ",
+                                             key == "share" ? "(0, 1)" : "[0, 1]"));
+      (key == "share" ? in.share : in.noise) = *v;
+    }
+    in.enabled = true;
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Scenario> Parse(const YAML::Node& root) const {
     if (!root.IsMap()) return Error(root, "a scenario must be a map");
     Scenario s;
@@ -446,7 +475,7 @@ class Parser {
     const std::set<std::string> known = {"name",   "description", "ranks", "iterations",
                                          "iterations_per_epoch", "base_seconds", "noise",
                                          "variation", "seed", "truth_min_factor", "topology",
-                                         "effects", "work"};
+                                         "effects", "work", "input", "cause"};
     for (const auto& kv : root) {
       const std::string key = kv.first.Scalar();
       if (!known.count(key)) return Error(kv.first, absl::StrCat("unknown key '", key, "'"));
@@ -508,6 +537,16 @@ class Parser {
       if (auto st = ParseTopology(root["topology"], s); !st.ok()) return st;
     if (root["work"])
       if (auto st = ParseWork(root["work"], s.work); !st.ok()) return st;
+    if (root["input"])
+      if (auto st = ParseInput(root["input"], s.input); !st.ok()) return st;
+    if (root["cause"]) {  // what a trace's phases can show (no telemetry in a scenario)
+      auto c = Scalar(root["cause"], "cause");
+      if (!c.ok()) return c.status();
+      if (*c != "input_pipeline" && *c != "compute" && *c != "none_visible")
+        return Error(root["cause"], absl::StrCat("cause=", *c,
+                                                 " is not input_pipeline, compute or none_visible"));
+      s.cause = *c;
+    }
     if (root["effects"]) {
       const YAML::Node effects = root["effects"];
       if (!effects.IsSequence() && !effects.IsNull())

@@ -125,6 +125,32 @@ TEST_CASE("ExportReports returns accepted reports by (iteration, rank), with sin
   CHECK(stream.Close().ok());
 }
 
+TEST_CASE("ExportReports keeps a report's work and phases where it has them (issue 31)") {
+  static_assert(sizeof(sd::RecentReport) == 48);
+  Fixture f(100);
+  OpenStream stream(*f.ingest);
+  v1::ReportBatch b = Hello("exp-work", 2, {0, 1});
+  Add(b, 0, 1, 0.1);
+  b.mutable_reports(0)->set_work(4096);
+  b.mutable_reports(0)->set_input_wait_seconds(0.25);
+  b.mutable_reports(0)->set_optimizer_seconds(0.125);
+  Add(b, 1, 1, 0.1);
+  b.mutable_reports(1)->set_input_wait_seconds(0);  // zero is a value, not absent
+  CHECK(stream.Send(b, 1).accepted() == 2);
+  v1::ExportReportsResponse r = f.Export("exp-work");
+  REQUIRE(r.reports_size() == 2);
+  const v1::IterationReport& full = r.reports(0);
+  CHECK(full.work() == 4096);  // exact in a float, as are the phases
+  CHECK(full.input_wait_seconds() == 0.25);
+  CHECK(full.optimizer_seconds() == 0.125);
+  const v1::IterationReport& part = r.reports(1);
+  CHECK_FALSE(part.has_work());
+  REQUIRE(part.has_input_wait_seconds());
+  CHECK(part.input_wait_seconds() == 0);
+  CHECK_FALSE(part.has_optimizer_seconds());
+  CHECK(stream.Close().ok());
+}
+
 TEST_CASE("ExportReports: an overflowing ring keeps the newest, dropped_before counts the rest") {
   Fixture f(10);
   OpenStream stream(*f.ingest);

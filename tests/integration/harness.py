@@ -267,6 +267,57 @@ def daemon_get(daemon, path, **params):
     return text if path == "/metrics" else json.loads(text)
 
 
+class WorkerWatch:
+    """Polls GET /v1/jobs/JOB/workers/RANK while the job runs, keeping every
+    answer (the daemon's view of the rank over time)."""
+
+    def __init__(self, daemon, job, rank):
+        self.daemon, self.job, self.rank = daemon, job, rank
+        self.seen = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.seen.append(daemon_get(self.daemon, "/v1/jobs/%s/workers/%d"
+                                            % (self.job, self.rank)))
+            except Exception:  # noqa: BLE001 - the job does not exist yet (404)
+                pass
+            time.sleep(0.05)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+
+def run_monitored_job(args, daemon, workdir, job, script, world, rank_args, deadline_s,
+                      watch_rank):
+    """Runs `world` processes of integration/SCRIPT (a straggler.torch rank:
+    --store FILESTORE + rank_args(r), the client's options from the
+    environment as in the recipe) against `daemon` to their end, polling
+    REST for `watch_rank` meanwhile. args: the driver's --python and
+    --pythonpath. Returns (RankProcesses, what REST said of watch_rank, the
+    daemon's events of the job)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1",
+               STRAGGLER_ENDPOINT=daemon.address, STRAGGLER_JOB_ID=job,
+               WORLD_SIZE=str(world))
+    cmds = [["env", "RANK=%d" % r, args.python, os.path.join(here, script),
+             "--store", os.path.join(workdir, "ddp.store")] + rank_args(r) for r in range(world)]
+    ranks = RankProcesses(cmds, workdir, deadline_s, env=env, err_tail=3000)
+    watch = WorkerWatch(daemon, job, watch_rank)
+    try:
+        ranks.finish()
+    finally:
+        watch.stop()
+        ranks.kill()
+    events = json.loads(ctl(args.ctl, daemon.address, "--output", "json", "events", job,
+                            "--limit", "10000")).get("events", [])
+    return ranks, watch.seen, events
+
+
 def daemon_metric(daemon, name, labels):
     """The value of the daemon's sample of `name` whose labels include
     `labels`, or None."""

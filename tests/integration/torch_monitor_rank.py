@@ -37,20 +37,6 @@ import torch_rank
 IN, HIDDEN, OUT, BATCH = 64, 512, 8, 16
 
 
-class SleepInBackward(torch.autograd.Function):
-    """Identity; its backward sleeps `seconds` (read at backward time)."""
-
-    @staticmethod
-    def forward(ctx, x, box):
-        ctx.box = box
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        time.sleep(ctx.box["seconds"])
-        return grad, None
-
-
 class Model(torch.nn.Module):
     def __init__(self, box):
         super().__init__()
@@ -60,7 +46,7 @@ class Model(torch.nn.Module):
         self.out = torch.nn.Linear(HIDDEN, OUT)
 
     def forward(self, x):
-        h = SleepInBackward.apply(torch.tanh(self.first(x)), self.box)
+        h = torch_rank.SleepInBackward.apply(torch.tanh(self.first(x)), self.box)
         return self.out(torch.tanh(self.second(h)))
 
 

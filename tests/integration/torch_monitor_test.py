@@ -35,12 +35,10 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Daemon, RankProcesses, check, ctl, daemon_get, main,  # noqa: E402
-                     require_torch)
+from harness import (Daemon, check, ctl, main, require_torch,  # noqa: E402
+                     run_monitored_job)
 
 WORLD = 4
 SLOW_RANK = 3
@@ -55,36 +53,10 @@ DETECT_WITHIN = 10
 DEADLINE_S = 120
 
 
-class WorkerWatch:
-    """Polls GET /v1/jobs/JOB/workers/RANK while the job runs, keeping every
-    answer (the daemon's view of the rank over time)."""
-
-    def __init__(self, daemon, job, rank):
-        self.daemon, self.job, self.rank = daemon, job, rank
-        self.seen = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        while not self._stop.is_set():
-            try:
-                self.seen.append(daemon_get(self.daemon, "/v1/jobs/%s/workers/%d"
-                                            % (self.job, self.rank)))
-            except Exception:  # noqa: BLE001 - the job does not exist yet (404)
-                pass
-            time.sleep(0.05)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join()
-
-
 def run_case(args, name, slow_from):
     """Runs one 4-rank job; returns its ranks' rows, the daemon's events,
     membership and accepted reports {(iteration, rank): compute_seconds},
     and what the daemon's REST API said of the slow rank while it ran."""
-    here = os.path.dirname(os.path.abspath(__file__))
     job = "monitor-" + name
     with tempfile.TemporaryDirectory(prefix="torch-monitor-") as workdir:
         config = os.path.join(workdir, "stragglerd.yaml")
@@ -94,25 +66,12 @@ def run_case(args, name, slow_from):
             if args.exclusion == "off":
                 f.write("  exclusion_enabled: false\n")
         with Daemon(args.stragglerd, workdir, extra_args=["--config", config]) as d:
-            # The client's options come from the environment, as in the recipe.
-            env = dict(os.environ, PYTHONPATH=args.pythonpath, OMP_NUM_THREADS="1",
-                       STRAGGLER_ENDPOINT=d.address, STRAGGLER_JOB_ID=job,
-                       WORLD_SIZE=str(WORLD))
-            cmds = [["env", "RANK=%d" % r, args.python, os.path.join(here, "torch_monitor_rank.py"),
-                     "--store", os.path.join(workdir, "ddp.store"),
-                     "--iterations", str(ITERATIONS), "--timing", args.timing,
-                     "--epoch-iterations", str(EPOCH_ITERATIONS),
-                     "--slow-from", str(slow_from if r == SLOW_RANK else -1)]
-                    for r in range(WORLD)]
-            ranks = RankProcesses(cmds, workdir, DEADLINE_S, env=env, err_tail=3000)
-            watch = WorkerWatch(d, job, SLOW_RANK)
-            try:
-                ranks.finish()
-            finally:
-                watch.stop()
-                ranks.kill()
-            events = json.loads(ctl(args.ctl, d.address, "--output", "json", "events", job,
-                                    "--limit", "10000")).get("events", [])
+            ranks, seen, events = run_monitored_job(
+                args, d, workdir, job, "torch_monitor_rank.py", WORLD,
+                lambda r: ["--iterations", str(ITERATIONS), "--timing", args.timing,
+                           "--epoch-iterations", str(EPOCH_ITERATIONS),
+                           "--slow-from", str(slow_from if r == SLOW_RANK else -1)],
+                DEADLINE_S, SLOW_RANK)
             membership = json.loads(ctl(args.ctl, d.address, "--output", "json", "membership",
                                         job))
             csv = ctl(args.ctl, d.address, "export", job, "--format", "csv").splitlines()
@@ -121,7 +80,7 @@ def run_case(args, name, slow_from):
     for line in csv[1:]:  # epoch,iteration,rank,compute_seconds
         _, it, rank, compute = line.split(",")
         reports[(int(it), int(rank))] = float(compute)
-    return ranks, events, membership, reports, watch.seen
+    return ranks, events, membership, reports, seen
 
 
 def flagged(events):

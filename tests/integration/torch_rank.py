@@ -1,7 +1,8 @@
 """Lines every torch rank script shares (torch_ddp_rank.py,
-torch_monitor_rank.py, torch_no_daemon_rank.py): the Gloo process group
-bootstrapped through the driver's FileStore, and the entry point that puts a
-failure on stderr, naming the rank, for the driver to read.
+torch_monitor_rank.py, torch_cause_rank.py, torch_no_daemon_rank.py): the
+Gloo process group bootstrapped through the driver's FileStore, the entry
+point that puts a failure on stderr, naming the rank, for the driver to
+read, and the sleep in backward that stands for a GPU's compute.
 
     def main():
         rank, world = torch_rank.init_gloo(a.store)
@@ -12,9 +13,29 @@ failure on stderr, naming the rank, for the driver to read.
 
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
+
+
+class SleepInBackward(torch.autograd.Function):
+    """Identity; its backward sleeps box["seconds"] (read at backward time):
+    a rank's compute that stands for a GPU's (the CPU idles, as it would
+    while a GPU computes; 4 ranks share a small machine).
+
+        h = SleepInBackward.apply(torch.tanh(layer(x)), box)
+    """
+
+    @staticmethod
+    def forward(ctx, x, box):
+        ctx.box = box
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.box["seconds"])
+        return grad, None
 
 
 def init_gloo(store, rank=None, world=None):

@@ -202,3 +202,34 @@ TEST_CASE("criteria: no rank below 1.25x stays flagged past its stretch plus the
   CHECK(c.failures.back() ==
         "rank 0 still a straggler at 1.08x at 151, 31 rows after its flag at 120 (exit window 30)");
 }
+
+TEST_CASE("criteria: a scenario's cause - each detection of a true episode must have it") {
+  Trace t = Blank(4, 40);
+  Slow(t, 1, 10, 30, 2.0f);
+  RankMatrix flagged(4, 40);
+  flagged.Fill(1, 12, 30, true);
+  flagged.Fill(2, 20, 22, true);  // a false alarm: its cause is not the point
+  std::vector<std::vector<uint64_t>> at = {{}, {112}, {120}, {}};
+  std::vector<std::vector<std::string>> causes = {{}, {"compute"}, {"compute"}, {}};
+  // No cause named: not checked, and the JSON says nothing of it.
+  Criteria c = CheckCriteria(t, flagged, 5);
+  CheckCauses(t, at, causes, c);
+  CHECK_FALSE(c.cause_checked);
+  CHECK(c.wrong_cause == 0);
+  t.expected_cause = "input_pipeline";
+  c = CheckCriteria(t, flagged, 5);
+  CheckCauses(t, at, causes, c);
+  CHECK(c.cause_checked);
+  CHECK(c.wrong_cause == 1);  // rank 1's; rank 2's detection is of no true episode
+  CHECK_FALSE(c.pass());
+  CHECK(c.failures.back() == "rank 1 detected at 112: likely cause compute, expected input_pipeline");
+  CHECK(c.Summary() == "FAIL: late 0, missed 0, false alarms 1, flaps 0, stuck 0, wrong cause 1");
+  causes[1][0] = "input_pipeline";
+  c = CheckCriteria(t, flagged, 5);
+  CheckCauses(t, at, causes, c);
+  CHECK(c.wrong_cause == 0);
+  // A run without causes (a reference rule) is not checked.
+  c = CheckCriteria(t, flagged, 5);
+  CheckCauses(t, at, {}, c);
+  CHECK_FALSE(c.cause_checked);
+}

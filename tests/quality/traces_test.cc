@@ -387,3 +387,65 @@ TEST_CASE("scenario: work model errors name the key and the value") {
   CHECK(Has(err("work: {sequences: 0}\n"), "work.sequences=0 must be in [1, 4096]"));
   CHECK(Has(err("work: {size: 3}\n"), "unknown key 'size' in work"));
 }
+
+TEST_CASE("scenario: an input model splits the own time, phase: input slows the input wait") {
+  // No noise: compute 0.95 and input wait 0.05 of base_seconds everywhere;
+  // rank 1's input wait x21 on [10, 20): its own time 0.95 + 1.05 = 2x,
+  // compute unchanged, a straggler of truth factor 2.
+  const Scenario s = Must(
+      "input: {share: 0.05, noise: 0}\n"
+      "effects:\n  - {type: slow, rank: 1, factor: 21, from: 10, to: 20, phase: input}\n");
+  const Trace t = Generate(s);
+  REQUIRE(t.input_wait.size() == t.compute.size());
+  auto at = [&](const std::vector<double>& v, uint64_t row, uint32_t r) {
+    return v[static_cast<size_t>(row) * t.ranks + r];
+  };
+  CHECK(at(t.compute, 5, 1) == Approx(0.95));
+  CHECK(at(t.input_wait, 5, 1) == Approx(0.05));
+  CHECK(at(t.compute, 12, 1) == Approx(0.95));
+  CHECK(at(t.input_wait, 12, 1) == Approx(1.05));
+  CHECK(t.TruthFactorAt(12, 1) == Approx(2.0f));
+  CHECK(t.truth.at(1, 12));
+  CHECK_FALSE(t.truth.at(1, 5));
+  CHECK_FALSE(t.truth.at(0, 12));
+  // A compute effect beside it scales the compute part only.
+  const Trace both = Generate(Must(
+      "input: {share: 0.05, noise: 0}\n"
+      "effects:\n  - {type: slow, rank: 2, factor: 2, from: 10, to: 20}\n"));
+  CHECK(at(both.compute, 12, 2) == Approx(1.9));
+  CHECK(at(both.input_wait, 12, 2) == Approx(0.05));
+  CHECK(both.TruthFactorAt(12, 2) == Approx(1.95f));
+  // Input stalls on every rank: spikes of the input wait, never truth.
+  const Trace stalls = Generate(Must(
+      "input: {share: 0.05, noise: 0}\n"
+      "effects:\n  - {type: spike, ranks: all, factor: 40, every: 7, phase: input}\n"));
+  CHECK(at(stalls.input_wait, 7, 3) == Approx(2.0));
+  CHECK(at(stalls.compute, 7, 3) == Approx(0.95));
+  CHECK(stalls.truth.Count() == 0);
+  // Without an input model: no input wait, and the times are what they were.
+  const Trace plain = Generate(Must("effects: []\n"));
+  CHECK(plain.input_wait.empty());
+  for (double c : plain.compute) CHECK(c == 1.0);
+  // `cause` travels to the trace for the criteria (CheckCauses).
+  CHECK(Generate(Must("input: {}\ncause: input_pipeline\neffects: []\n")).expected_cause ==
+        "input_pipeline");
+}
+
+TEST_CASE("scenario: input model, phase and cause errors name the key and the value") {
+  auto err = [](const std::string& rest) {
+    auto s = ParseScenario(std::string(kBase) + rest, "t.yaml");
+    REQUIRE_FALSE(s.ok());
+    return std::string(s.status().message());
+  };
+  CHECK(Has(err("input: {share: 1}\neffects: []\n"), "input.share=1 must be in (0, 1)"));
+  CHECK(Has(err("input: {noise: -1}\neffects: []\n"), "input.noise=-1 must be in [0, 1]"));
+  CHECK(Has(err("input: {size: 3}\neffects: []\n"), "unknown key 'size' in input"));
+  CHECK(Has(err("effects:\n  - {type: slow, rank: 1, factor: 2, phase: input}\n"),
+            "effects[0].phase=input needs the scenario's `input:`"));
+  CHECK(Has(err("input: {}\neffects:\n  - {type: slow, rank: 1, factor: 2, phase: disk}\n"),
+            "effects[0].phase=disk is not compute or input"));
+  CHECK(Has(err("input: {}\neffects:\n  - {type: global, factor: 2, phase: input}\n"),
+            "unknown key 'phase' in effects[0] (global)"));
+  CHECK(Has(err("cause: host\neffects: []\n"),
+            "cause=host is not input_pipeline, compute or none_visible"));
+}

@@ -108,6 +108,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Options& o) {
   app.add_flag("--timestamp-start", o.timestamp_start,
                "date reports with the start_time Timestamp of 0.1 clients instead of "
                "start_unix_nanos");
+  app.add_flag("--work-fields", o.work_fields,
+               "each report also carries work, input_wait_seconds and optimizer_seconds "
+               "(issue 31): what the daemon pays for them");
   app.add_option("--json", o.json_file, "write the results as JSON to this file");
   app.add_flag("--quiet", o.quiet, "print nothing but errors");
   try {

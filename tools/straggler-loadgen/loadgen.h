@@ -50,6 +50,9 @@ struct Options {
   // Date reports the way a 0.1 client did (a Timestamp sub-message), to
   // measure what a daemon pays for older clients (docs/api.md).
   bool timestamp_start = false;
+  // Every report carries work and both phases (IterationReport fields 9-11):
+  // the daemon's cost of a job that reports them, against one that does not.
+  bool work_fields = false;
   std::string json_file;
   bool quiet = false;
   // From STRAGGLER_TLS_CA/_CERT/_KEY (plaintext when none is set).

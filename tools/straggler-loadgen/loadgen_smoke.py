@@ -1,6 +1,7 @@
 """bench:loadgen_smoke - a real stragglerd (127.0.0.1:0, --ready-file) driven by
 straggler-loadgen for ~3 s with 1000 ranks: exit 0, reports accepted, none
-rejected, the JSON well-formed; then the soak mode for 3 s (--soak-minutes
+rejected, the JSON well-formed; --work-fields reports carry work and both
+phases, which the daemon keeps (its export shows them); then the soak mode for 3 s (--soak-minutes
 0.05 --soak-interval 1): one line and one JSON sample per second, each with
 the daemon's VmRSS. Then what a user sees when things go wrong: --help shows
 the defaults; an unreachable --daemon is named with the gRPC status; a daemon
@@ -51,6 +52,19 @@ def main():
             check(r["memory"]["daemon_pid"] == d.proc.pid,
                   "the pid was not read from the ready file: %r" % r["memory"])
             check(r["memory"]["rss_after_kib"] is not None, "VmRSS not read: %r" % r["memory"])
+
+            # --work-fields: every report carries work and both phases, and
+            # the daemon keeps them (its export shows them).
+            cmd = [args.loadgen, "--ready-file", d.ready_file, "--ranks", "1000",
+                   "--streams", "2", "--batch", "250", "--rate", "20000", "--duration", "1",
+                   "--job", "smoke-work", "--work-fields", "--quiet"]
+            p = harness.run(cmd, timeout=60)
+            check(p.returncode == 0, "straggler-loadgen --work-fields exited %d:\n%s\n%s"
+                  % (p.returncode, p.stdout, p.stderr))
+            kept = harness.daemon_get(d, "/v1/jobs/smoke-work/reports", limit=1)["reports"]
+            check(kept and kept[0].get("work", 0) >= 4096 and "inputWaitSeconds" in kept[0]
+                  and abs(kept[0].get("optimizerSeconds", 0) - 0.01) < 1e-6,  # kept as a float
+                  "--work-fields: the daemon kept %r" % kept[:1])
 
             # The soak mode, shortened: 3 samples of 1 s, each with the
             # daemon's VmRSS (BENCHMARKS.md "Soak" has the 10-minute run).

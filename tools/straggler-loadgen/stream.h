@@ -236,6 +236,11 @@ class Stream {
       r->set_epoch(0);
       r->set_iteration(cursor_iteration_);
       r->set_compute_seconds(compute);
+      if (o_.work_fields) {  // about what straggler.torch.monitor sends
+        r->set_work(4096.0 + static_cast<double>(rng_ >> 52));
+        r->set_input_wait_seconds(0.004 * (0.5 + u));
+        r->set_optimizer_seconds(0.010);
+      }
       const int64_t start_ns = now_ns - static_cast<int64_t>(compute * 1e9);
       if (o_.timestamp_start) {
         r->mutable_start_time()->set_seconds(start_ns / 1'000'000'000);

@@ -301,6 +301,7 @@ std::string RunPolicy(const std::string& name, const Trace& trace, const Setting
     const uint32_t first_profile = name == "peer" ? settings.policy.peer_profile_iterations
                                                   : settings.policy.profile_iterations;
     res->criteria = CheckCriteria(trace, res->run.flagged, first_profile);
+    CheckCauses(trace, res->run.detected_at, res->run.detected_cause, *res->criteria);
   }
   return "";
 }

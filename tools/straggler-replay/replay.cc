@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 
+#include "registry/attribution.h"
 #include "straggler/engine/job_engine.h"
 
 namespace straggler::replay {
@@ -47,6 +48,21 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
   for (uint32_t r = 0; r < t.ranks; ++r)
     if (joins_at(r) == 0) hello(r, t0);
 
+  // The daemon's phase column (JobState::phases) and its likely cause of a
+  // detection (JobState::Attribute, with phases alone: a trace has no
+  // telemetry).
+  const bool phased = !t.input_wait.empty() || !t.optimizer.empty();
+  if (phased) run.detected_cause.resize(t.ranks);
+  std::vector<daemon::RankPhases> phases;
+  auto cause_of = [&](uint32_t rank) {
+    std::vector<daemon::RankEvidence> others;
+    for (uint32_t r = 0; r < phases.size(); ++r)
+      if (r != rank && phases[r].reports > 0) others.push_back({.phases = &phases[r]});
+    daemon::RankEvidence mine;
+    if (rank < phases.size()) mine.phases = &phases[rank];
+    return std::string(daemon::LikelyCauseName(daemon::AttributeLikelyCause(mine, others).cause));
+  };
+
   // Per rank: (row, flagged from that row on), in emission order.
   std::vector<std::vector<std::pair<uint64_t, bool>>> changes(t.ranks);
   auto collect = [&] {
@@ -55,6 +71,7 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
       const uint64_t row = e.iteration >= t.first_iteration ? e.iteration - t.first_iteration : 0;
       if (e.to == WorkerState::kStraggler) {
         run.detected_at[e.rank].push_back(e.iteration);
+        if (phased) run.detected_cause[e.rank].push_back(cause_of(e.rank));
         changes[e.rank].push_back({row, true});
       } else if (e.from == WorkerState::kStraggler) {
         // Back to healthy, or to the gray zone (mild): the flag ends either way.
@@ -89,6 +106,9 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
       const auto res = job.Ingest(rep, now);
       if (!res.accepted) {
         if (run.rejected++ == 0) run.first_rejection = res.message;
+      } else if (phased) {
+        daemon::NotePhases(phases, t.ranks, r, rep.input_wait_seconds, rep.compute_seconds,
+                           rep.optimizer_seconds);
       }
     }
     job.Tick(now);

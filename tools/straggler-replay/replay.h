@@ -8,7 +8,10 @@
 // All ranks are announced at T0 (as the client's hello does), a rank that
 // joins late (Trace::join_row) just before its first report, each with the
 // topology the trace declares (JobEngine::SetTopology), and the epoch length
-// is announced when the trace knows it.
+// is announced when the trace knows it. A trace with phases (input wait,
+// optimizer) keeps each rank's phase levels as the daemon does, and each
+// detection gets the daemon's likely cause from them (no telemetry: the
+// trace has none).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,11 @@ struct PolicyRun {
   quality::RankMatrix flagged;
   // Absolute iterations, per rank.
   std::vector<std::vector<uint64_t>> detected_at, recovered_at, unresponsive_at;
+  // Per rank, each detection's likely cause ("input_pipeline"), parallel to
+  // detected_at: the daemon's rule (daemon/src/registry/attribution.h) over
+  // the phases the trace reports. Empty for a trace without phases (the
+  // daemon says "unspecified" there) and for a reference rule.
+  std::vector<std::vector<std::string>> detected_cause;
   uint64_t reports = 0;
   uint64_t rejected = 0;
   std::string first_rejection;  // message of the first rejected report

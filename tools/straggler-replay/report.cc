@@ -50,11 +50,13 @@ std::string Fmt(const std::optional<double>& v, int digits) {
 
 
 nlohmann::json CriteriaJson(const Criteria& c) {
-  return {{"pass", c.pass()},         {"summary", c.Summary()},
-          {"episodes", c.episodes},   {"in_time", c.in_time},
-          {"late", c.late},           {"missed", c.missed},
-          {"false_alarms", c.false_alarms}, {"flaps", c.flaps},
-          {"stuck", c.stuck},         {"failures", c.failures}};
+  nlohmann::json j = {{"pass", c.pass()},         {"summary", c.Summary()},
+                      {"episodes", c.episodes},   {"in_time", c.in_time},
+                      {"late", c.late},           {"missed", c.missed},
+                      {"false_alarms", c.false_alarms}, {"flaps", c.flaps},
+                      {"stuck", c.stuck},         {"failures", c.failures}};
+  if (c.cause_checked) j["wrong_cause"] = c.wrong_cause;  // the scenario names a cause
+  return j;
 }
 
 // A trace without ground truth has no scores to tabulate: its markdown row
@@ -86,6 +88,7 @@ std::string MarkdownCriteria(const Criteria& c) {
   add(c.false_alarms, "alarms");
   add(c.flaps, "flaps");
   add(c.stuck, "stuck");
+  add(c.wrong_cause, "wrong cause");
   return out;
 }
 
@@ -120,6 +123,8 @@ nlohmann::json ReportJson(const std::string& input, const Trace& trace,
                        {"detected_at", res.run.detected_at[r]},
                        {"recovered_at", res.run.recovered_at[r]},
                        {"unresponsive_at", res.run.unresponsive_at[r]}});
+      if (!res.run.detected_cause.empty())
+        ranks.back()["detected_cause"] = res.run.detected_cause[r];
       // The topology the trace declares for the rank (docs/topology.md): for
       // an engine policy, what the engine holds after the replay
       // (JobEngine::Topology), so the report shows what it judged by.

@@ -423,12 +423,28 @@ void PrintPolicy(const v1::PolicyConfig& p, std::ostream& out) {
 }
 
 void PrintReportsCsv(const v1::ExportReportsResponse& r, std::ostream& out) {
-  out << "epoch,iteration,rank,compute_seconds\n";
-  char compute[32];
+  // The work and phase columns only where some report has them: a trace of
+  // a job that reports none keeps its four columns.
+  bool extra = false;
+  for (const v1::IterationReport& report : r.reports())
+    extra = extra || report.has_work() || report.has_input_wait_seconds() ||
+            report.has_optimizer_seconds();
+  out << "epoch,iteration,rank,compute_seconds"
+      << (extra ? ",work,input_wait_seconds,optimizer_seconds\n" : "\n");
+  char v[32];
+  auto num = [&](double x) {
+    std::snprintf(v, sizeof v, "%.9g", x);
+    return std::string(v);
+  };
   for (const v1::IterationReport& report : r.reports()) {
-    std::snprintf(compute, sizeof compute, "%.9g", report.compute_seconds());
     out << report.epoch() << ',' << report.iteration() << ',' << report.rank() << ','
-        << compute << '\n';
+        << num(report.compute_seconds());
+    if (extra) {  // an empty cell: not in this report
+      out << ',' << (report.has_work() ? num(report.work()) : "") << ','
+          << (report.has_input_wait_seconds() ? num(report.input_wait_seconds()) : "") << ','
+          << (report.has_optimizer_seconds() ? num(report.optimizer_seconds()) : "");
+    }
+    out << '\n';
   }
 }
 

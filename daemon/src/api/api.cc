@@ -1,6 +1,7 @@
 #include "api/api.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,12 @@ absl::StatusOr<v1::ExportReportsResponse> ExportReports(
     out->set_epoch(kept[i].epoch);
     out->set_iteration(kept[i].iteration);
     out->set_compute_seconds(kept[i].compute_seconds);
+    // Work and phases as kept (floats), where the report had them.
+    if (!std::isnan(kept[i].work)) out->set_work(kept[i].work);
+    if (!std::isnan(kept[i].input_wait_seconds))
+      out->set_input_wait_seconds(kept[i].input_wait_seconds);
+    if (!std::isnan(kept[i].optimizer_seconds))
+      out->set_optimizer_seconds(kept[i].optimizer_seconds);
     v1::ReportScore* score = response.add_scores();
     score->set_reference_seconds(kept[i].reference_seconds);
     score->set_ratio(kept[i].reference_seconds > 0

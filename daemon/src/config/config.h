@@ -46,7 +46,7 @@ struct Limits {
   // default unresponsive_after_seconds (30), so the ranks have gone
   // unresponsive first.
   uint32_t job_lost_after_seconds = 120;
-  // Accepted reports kept per job for ExportReports (a ring, ~40 bytes each,
+  // Accepted reports kept per job for ExportReports (a ring, 48 bytes each,
   // filled on use); 0 keeps none. A change applies to jobs created after it.
   uint32_t recent_reports_per_job = 65536;
   // Ingest streams open at once, all jobs; one more is refused with

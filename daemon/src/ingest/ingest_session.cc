@@ -200,8 +200,14 @@ std::optional<uint64_t> IngestSession::IngestReportsLocked(Job::Locked& job,
     if (result.accepted) {
       ++tally.accepted;
       max_accepted = std::max(max_accepted, std::optional<uint64_t>(report.iteration()));
+      auto kept = [](bool has, double v) {
+        return has ? static_cast<float>(v) : RecentReport::kAbsent;
+      };
       job->recent.Add({report.epoch(), report.iteration(), report.compute_seconds(),
-                       report.rank(), scored_reference, scored_step});
+                       report.rank(), scored_reference, scored_step,
+                       kept(report.has_work(), report.work()),
+                       kept(report.has_input_wait_seconds(), report.input_wait_seconds()),
+                       kept(report.has_optimizer_seconds(), report.optimizer_seconds())});
       // The phase levels attribution reads (a branch for jobs without phases).
       job->NotePhases(report.rank(),
                       report.has_input_wait_seconds()

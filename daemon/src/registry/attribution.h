@@ -44,11 +44,14 @@
 //     median at least kBusyUtilization                -> low_utilization
 //  7. otherwise                                       -> none_visible
 // Callers pass only fresh samples (the daemon drops those older than
-// kTelemetryStaleAfter). Pure functions; thread-compatible.
+// kTelemetryStaleAfter). Pure functions; thread-compatible. A library of
+// its own (straggler::attribution): straggler-replay applies the same rule
+// to a trace's phases (tools/straggler-replay/replay.cc).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -123,6 +126,14 @@ struct RankPhases {
   // One accepted report; input/optimizer < 0 = not reported.
   void Add(double input, double compute_seconds, double optimizer_seconds);
 };
+
+// A job's phase column: empty until its first report with a phase (a job
+// that reports none pays nothing), then one RankPhases per rank of `ranks`,
+// each folding in every accepted report of its rank from then on (a phase
+// the report lacks counts as 0). `rank` < ranks.
+void NotePhases(std::vector<RankPhases>& column, size_t ranks, uint32_t rank,
+                std::optional<double> input_wait, double compute,
+                std::optional<double> optimizer);
 
 // What the daemon knows of one rank; null = not known (or stale). `node`
 // names the rank's node: host samples of ranks on the same node are one

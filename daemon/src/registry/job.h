@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -71,10 +72,17 @@ struct RecentReport {
   double compute_seconds = 0;
   uint32_t rank = 0;
   // The job's baseline and step time when it was accepted (JobView); floats
-  // keep an entry at 40 bytes, and a heatmap colour needs no more precision.
+  // keep an entry small, and a heatmap colour needs no more precision.
   float reference_seconds = 0;
   float job_step_seconds = 0;
+  // The report's work and phases (issue 31), NaN where it has none: floats,
+  // 7 digits, enough for a trace (stragglerctl export); 48 bytes an entry.
+  static constexpr float kAbsent = std::numeric_limits<float>::quiet_NaN();
+  float work = kAbsent;
+  float input_wait_seconds = kAbsent;
+  float optimizer_seconds = kAbsent;
 };
+static_assert(sizeof(RecentReport) == 48, "limits.recent_reports_per_job's cost, docs/configuration.md");
 
 // A job's most recent accepted reports, oldest overwritten first: a vector
 // used as a ring. It grows (amortized) to `capacity` on first use and is then
@@ -201,11 +209,7 @@ struct JobState {
   // An accepted report's phases; `rank` < the job's world_size.
   void NotePhases(uint32_t rank, std::optional<double> input_wait, double compute,
                   std::optional<double> optimizer) {
-    if (phases.empty()) {
-      if (!input_wait && !optimizer) return;
-      phases.resize(nodes.size());
-    }
-    phases[rank].Add(input_wait.value_or(0), compute, optimizer.value_or(0));
+    straggler::daemon::NotePhases(phases, nodes.size(), rank, input_wait, compute, optimizer);
   }
   // The rank's telemetry if it is fresh at `now`, else null.
   const v1::GpuTelemetry* FreshTelemetry(uint32_t rank, engine::Time now) const {

@@ -17,6 +17,8 @@
 //    flagged; a flag outlasting an episode is recovery latency, not this).
 //  * No flap (scoring.h): flagged, unflagged and flagged again inside one
 //    episode.
+//  * The likely cause (issue 31), where the scenario names one (`cause`):
+//    every detection inside a true episode has it (CheckCauses).
 //  * No stuck rank (issue 33): no rank below kStuckFactor is flagged for
 //    more than its stretch plus the exit window. A flagged row of a rank
 //    whose truth factor there is below kStuckFactor is stuck when more than
@@ -58,16 +60,27 @@ struct Criteria {
   uint64_t false_alarms = 0;
   uint64_t flaps = 0;
   uint64_t stuck = 0;          // flag runs held past a stretch plus the exit window
+  bool cause_checked = false;  // the scenario names a cause and the run has causes
+  uint64_t wrong_cause = 0;    // detections of a true episode with another cause
   // One line per failure, e.g. "rank 3 [800, 1800) 1.30x: flagged at 815, deadline 810".
   std::vector<std::string> failures;
   bool pass() const {
-    return late == 0 && missed == 0 && false_alarms == 0 && flaps == 0 && stuck == 0;
+    return late == 0 && missed == 0 && false_alarms == 0 && flaps == 0 && stuck == 0 &&
+           wrong_cause == 0;
   }
-  // "pass", or what failed: "late 1, missed 0, false alarms 2, flaps 0, stuck 0".
+  // "pass", or what failed: "late 1, missed 0, false alarms 2, flaps 0, stuck 0"
+  // (+ ", wrong cause N" where the cause was checked).
   std::string Summary() const;
 };
 
 // `flagged` is per (rank, row) of `t`; t must have truth (Generate()).
 Criteria CheckCriteria(const Trace& t, const RankMatrix& flagged, uint64_t first_profile_rows);
+
+// Where t.expected_cause is set and `causes` is not empty (per rank,
+// parallel to `detected_at`, absolute iterations): each detection at a row
+// where its rank is a true straggler must have that cause; each one that
+// has another counts in c.wrong_cause, with a failure line.
+void CheckCauses(const Trace& t, const std::vector<std::vector<uint64_t>>& detected_at,
+                 const std::vector<std::vector<std::string>>& causes, Criteria& c);
 
 }  // namespace straggler::quality

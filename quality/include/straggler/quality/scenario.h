@@ -49,6 +49,7 @@ struct Effect {
   bool linear = false;           // warmup: factor decays linearly to 1 at `to` (else constant)
   double start_factor = 1.0;     // ramp
   double end_factor = 1.0;       // ramp
+  bool input = false;            // slow, spike, ramp with `phase: input`: on the input wait
 };
 
 // A rank's declared place in the job (docs/topology.md) and its by-design
@@ -78,6 +79,19 @@ struct WorkModel {
   Reported report = Reported::kCost;
 };
 
+// The input phase (issue 31): a healthy step's own time is base_seconds,
+// `share` of it the input wait (IterationReport.input_wait_seconds, blocked
+// on the data loader) and the rest compute. The input wait has its own
+// relative gaussian noise; effects with `phase: input` multiply it instead
+// of the compute (a slow loader: compute normal, own time 1 + share x
+// (factor - 1) of a healthy step's). Global, warmup, generation, cost,
+// variation and work apply to the compute only.
+struct InputModel {
+  bool enabled = false;
+  double share = 0.05;
+  double noise = 0.2;
+};
+
 // Peer groups smaller than this are judged against the rank's own earlier
 // steps in the ground truth (its own slow/ramp factor), not against a peer
 // median (issue 17: groups of 1 and 2).
@@ -94,6 +108,10 @@ struct Scenario {
   double noise = 0.0;      // relative sigma of every step's time
   double variation = 0.0;  // every step x uniform(1 - variation, 1 + variation)
   WorkModel work;          // `work:` (none: every step the same work)
+  InputModel input;        // `input:` (none: no input wait reported)
+  // `cause`: the likely cause each detection of a true episode must have
+  // (Trace::expected_cause); "" = not checked.
+  std::string cause;
   uint64_t seed = 0;
   double truth_min_factor = 1.5;
   std::vector<Effect> effects;
@@ -108,7 +126,9 @@ absl::StatusOr<Scenario> LoadScenario(const std::string& path);
 
 // The rank's own slowdown at `iteration`: the product of its slow
 // (pattern-averaged where truth_average) and ramp effects. Global,
-// generation, warmup, spike, cost, variation and noise are not in it.
+// generation, warmup, spike, cost, variation and noise are not in it. With
+// an input model, (1 - share) x that of the compute effects + share x that
+// of the `phase: input` ones: how much longer its own time is.
 double OwnFactor(const Scenario& s, uint32_t rank, uint64_t iteration);
 // Whether a ramp of the rank is still rising at `iteration` (a gradual
 // slowdown: its criterion is "flagged by the time it is 1.5x").

@@ -79,6 +79,9 @@ struct Trace {
   std::vector<double> work;
   std::vector<double> input_wait;
   std::vector<double> optimizer;
+  // The likely cause every detection of a true episode must have (a
+  // scenario's `cause`, e.g. "input_pipeline"); "" = not checked.
+  std::string expected_cause;
   bool has_truth = false;
   RankMatrix truth;              // straggler per (rank, row), when has_truth
   // With truth: each cell's truth factor (how much slower than its peers,
