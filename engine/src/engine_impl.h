@@ -46,8 +46,9 @@ inline constexpr size_t kMinRanksForMajority = 4;
 inline constexpr uint64_t kAbsurd = uint64_t{1} << 62;
 
 struct RankState {
-  // Eight-byte fields first, then the narrow ones: a million-rank job keeps
-  // one of these per rank (136 bytes when interleaved, 104 now).
+  // Eight-byte fields first, then the narrow ones, the flags and counts as
+  // bits: a million-rank job keeps one of these per rank (136 bytes when
+  // interleaved, 104 packed, 88 with the bit-fields).
   uint64_t last_iteration = 0;
   uint64_t epoch = 0;
   double last_compute = 0.0;
@@ -58,24 +59,28 @@ struct RankState {
   uint64_t episode_start = 0;     // iteration at which the counter left 0
   uint64_t before_ahead = 0;      // its newest iteration before it went ahead
   Time announced_at{0};
-  uint32_t samples = 0;
-  uint32_t counter = 0;
-  WorkerState state = WorkerState::kPending;
-  RankOverride override = RankOverride::kNone;
-  bool has_progress = false;
-  bool flipped = false;
-  bool guard_blocked = false;
-  bool on_probation = false;
-  bool probation_failed = false;  // still slow when its probation ended
-  bool counted = false;           // rows wait for this rank (see counted_ranks)
+  // Bit-fields with the flags below: `samples` is held at kMaxSamples (far
+  // above ewma_min_samples, at most 100 000, the only value it is compared
+  // with besides 0); `counter` is at most the limit (<= 100 000 < 2^17).
+  static constexpr uint32_t kMaxSamples = (1u << 21) - 1;
+  uint64_t samples : 21 = 0;
+  uint64_t counter : 17 = 0;
+  bool has_progress : 1 = false;
+  bool flipped : 1 = false;
+  bool guard_blocked : 1 = false;
+  bool on_probation : 1 = false;
+  bool probation_failed : 1 = false;  // still slow when its probation ended
+  bool counted : 1 = false;           // rows wait for this rank (see counted_ranks)
   // A stream speaks for this rank, so it hears new versions (Announce and
   // reports set it, Detach clears it). See the membership gate.
-  bool attached = false;
-  bool ahead = false;             // last report was far ahead of the job
-  bool progress_before_ahead = false;  // it had reported before it went ahead
+  bool attached : 1 = false;
+  bool ahead : 1 = false;             // last report was far ahead of the job
+  bool progress_before_ahead : 1 = false;  // it had reported before it went ahead
   // It was a straggler when it fell silent: reporting again does not clear
   // that (only its reports, judged as always, show recovery).
-  bool straggler_when_silent = false;
+  bool straggler_when_silent : 1 = false;
+  WorkerState state = WorkerState::kPending;
+  RankOverride override = RankOverride::kNone;
 
   // The iteration the rank has really reached: a far-ahead report (judged
   // alone, see TooFarAhead) does not count until the rank's reports catch up.
@@ -87,6 +92,7 @@ struct RankState {
     return Reached();
   }
 };
+static_assert(sizeof(RankState) <= 88, "a million-rank job keeps one per rank");
 
 struct EngineImpl {
   EngineImpl(uint32_t world, PolicyConfig p, Time now);

@@ -147,7 +147,7 @@ IngestResult EngineImpl::Ingest(const Report& rep, Time now) {
   r.last_compute = rep.compute_seconds;
   const double own = rep.OwnSeconds();
   r.ewma = r.samples == 0 ? own : policy.ewma_alpha * own + (1 - policy.ewma_alpha) * r.ewma;
-  r.samples++;
+  if (r.samples < RankState::kMaxSamples) r.samples++;
   r.reports_total++;
   r.last_report_time = now;
   NoteSeen(now);
@@ -206,7 +206,7 @@ void EngineImpl::AddToRow(const Report& rep, Time now) {
     JudgeSingle(rep.rank, rep, now);
     return;
   }
-  rows.At(it).Add(rep);
+  rows.At(it, [&] { return Expected(it); }).Add(rep);
   if (!have_highest || it > highest_active) {
     highest_active = it;
     have_highest = true;

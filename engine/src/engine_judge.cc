@@ -192,7 +192,7 @@ bool EngineImpl::Transition(uint32_t rank, uint64_t iteration, double compute, T
 
 void EngineImpl::ClampCounters() {
   const uint32_t lim = Limit();
-  for (auto& r : ranks) r.counter = std::min(r.counter, lim);
+  for (auto& r : ranks) r.counter = std::min<uint32_t>(r.counter, lim);
 }
 
 // Probation recovery: at each new epoch, straggler-excluded ranks are

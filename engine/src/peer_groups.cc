@@ -15,7 +15,7 @@ bool PeerGroups::Sync(const TopologyTable& topology, uint64_t version) {
     base_.assign(topology.size(), 0);
     of_.assign(topology.size(), 0);
   }
-  moved_.assign(topology.size(), 0);
+  moved_.assign(topology.size(), false);
   bool any = first;
   constexpr uint32_t kUnseen = UINT32_MAX;
   key_group_.assign(topology.Keys().size(), kUnseen);
@@ -25,7 +25,7 @@ bool PeerGroups::Sync(const TopologyTable& topology, uint64_t version) {
     if (group == kUnseen) group = GroupOf(topology.Keys()[topology.KeyIndex(r)]);
     if (first || base_[r] != group) {
       base_[r] = of_[r] = group;
-      moved_[r] = 1;
+      moved_[r] = true;
       any = true;
     }
   }

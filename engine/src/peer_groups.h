@@ -28,7 +28,7 @@ class PeerGroups {
   // else.
   bool Sync(const TopologyTable& topology, uint64_t version);
   // Whether the last Sync that returned true moved `rank`.
-  bool Moved(uint32_t rank) const { return moved_[rank] != 0; }
+  bool Moved(uint32_t rank) const { return moved_[rank]; }
 
   // Whether Sync has filed the ranks at least once (Of() is valid).
   bool synced() const { return synced_; }
@@ -75,7 +75,7 @@ class PeerGroups {
   std::vector<uint32_t> key_group_;  // per pair of the table: its group, for the Sync
   std::map<TopologyTable::Key, uint32_t> index_;  // (group, model) -> group
   std::vector<uint32_t> base_;   // per rank: the group its topology names
-  std::vector<uint8_t> moved_;   // per rank, by the last Sync
+  std::vector<bool> moved_;      // per rank, by the last Sync
   std::vector<uint32_t> of_;
   std::vector<Group> groups_;
   std::vector<std::vector<std::pair<uint32_t, double>>> buckets_;

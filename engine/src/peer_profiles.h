@@ -11,7 +11,10 @@
 // heap to give back). A block
 // holds a column per step of the profile: a row's steps of neighbouring
 // ranks lie side by side, and the job's first row touches the pages of the
-// first column only, not the whole profile's.
+// first column only, not the whole profile's. The values are floats, as in
+// PeerSteps' rings: half the bytes of a profiling million-rank job's
+// largest part (the scenarios and the seed sweep give byte-identical
+// reports).
 // Plain data, one thread at a time (the engine's).
 #pragma once
 
@@ -36,7 +39,7 @@ class PeerProfiles {
   // Ranks past `n` lose their profiles.
   void Resize(size_t n);
 
-  // Appends v to the rank's profile of `kind`; a new block holds `cap`
+  // Appends v (as a float) to the rank's profile of `kind`; a new block holds `cap`
   // values of each kind per rank (the policy's profile length), and grows
   // if a profile outgrows it.
   void Push(Kind kind, uint32_t rank, double v, size_t cap);

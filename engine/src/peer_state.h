@@ -25,21 +25,23 @@ enum class Source : uint8_t { kNone, kGroup, kOwn };
 
 struct PeerRank {
   Source source = Source::kNone;
+  bool was_straggler = false;  // its state when this reference last judged it
   uint32_t group = 0;
   PeerSteps steps;
-  uint32_t above_rows = 0;  // consecutive rows with a window at the threshold or above
-  // Consecutive rows: while a straggler, healthy ones; while mild, ones
-  // with a full window below the threshold.
-  uint32_t below_rows = 0;
-  bool was_straggler = false;  // its state when this reference last judged it
-  // While a straggler: consecutive rows with its window below
-  // peer_straggler_ratio (it leaves at peer_exit_rows). In the padding
-  // before `base`: no bytes more per rank.
-  uint32_t gray_rows = 0;
-  // Own baseline: log(compute) minus the row's job level, over the rank's
-  // first peer_profile_iterations rows (PeerProfiles::kOwn); base = their
-  // median (have_base_).
-  double base = 0.0;
+  // Consecutive rows, held at kMaxRows (Bump): far above every value they
+  // are compared with (limit, peer_enter_rows, peer_exit_rows, peer_window:
+  // at most 100 000), so they give the same verdicts as unbounded counts in
+  // 8 bytes, not 12 (a million-rank job keeps one PeerRank per rank).
+  static constexpr uint64_t kMaxRows = (uint64_t{1} << 21) - 1;
+  static uint64_t Bump(uint64_t rows) { return rows < kMaxRows ? rows + 1 : rows; }
+  uint64_t above_rows : 21 = 0;  // with a window at the threshold or above
+  // While a straggler, healthy ones; while mild, ones with a full window
+  // below the threshold.
+  uint64_t below_rows : 21 = 0;
+  // While a straggler: ones with its window below peer_straggler_ratio (it
+  // leaves at peer_exit_rows). (The own baseline is not here:
+  // PeerReference::bases_, built only for ranks that take one.)
+  uint64_t gray_rows : 21 = 0;
 
   void Restart(Source s, uint32_t g) {
     source = s;
@@ -55,6 +57,8 @@ struct PeerRank {
     was_straggler = false;
   }
 };
+
+static_assert(sizeof(PeerRank) <= 232, "a million-rank job keeps one per rank");
 
 struct GroupState {
   bool have_noise = false;

@@ -44,6 +44,24 @@ double Median(std::span<double> v) {
   return 0.5 * (*mid + *std::max_element(v.begin(), mid));
 }
 
+WindowFloats& WindowFloats::operator=(const WindowFloats& o) {
+  if (this == &o) return *this;
+  size_ = 0;
+  reserve(o.size_);
+  std::copy(o.begin(), o.end(), data());
+  size_ = o.size_;
+  return *this;
+}
+
+void WindowFloats::Grow(size_t n) {
+  n = std::max<size_t>(n, kInPlace + 1);
+  float* to = new float[n];
+  std::copy(begin(), end(), to);
+  Free();
+  cap_ = static_cast<uint16_t>(n);
+  SetHeap(to);
+}
+
 bool PeerLogs::Refresh(const PolicyConfig& p) {
   window = p.peer_window;
   if (p.peer_straggler_ratio != straggler_ratio_) {  // no step counts by it: no Recount

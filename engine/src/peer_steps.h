@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -56,6 +57,60 @@ struct PeerLogs {
 
  private:
   double severe_ratio_ = 0.0, spike_ratio_ = 0.0, enter_ratio_ = 0.0, straggler_ratio_ = 0.0;
+};
+
+// The short window's values: in place up to kInPlace of them (the default
+// peer_window is 10), on the heap for a longer window. A std::vector took a
+// heap block per rank (48 bytes for 10 floats, besides its own 24) in a
+// million-rank job. The few vector calls PeerSteps makes, with a vector's
+// values and order.
+class WindowFloats {
+ public:
+  static constexpr uint16_t kInPlace = 10;
+
+  WindowFloats() = default;
+  WindowFloats(const WindowFloats& o) { *this = o; }
+  WindowFloats& operator=(const WindowFloats& o);
+  ~WindowFloats() { Free(); }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void clear() { size_ = 0; }
+  void reserve(size_t n) {
+    if (n > cap_) Grow(n);
+  }
+  void push_back(float v) {
+    if (size_ == cap_) Grow(size_t{cap_} * 2);
+    data()[size_++] = v;
+  }
+  // Only ever shrinks (the window was made shorter).
+  void resize(size_t n) { size_ = static_cast<uint16_t>(std::min<size_t>(n, size_)); }
+  float& operator[](size_t i) { return data()[i]; }
+  float operator[](size_t i) const { return data()[i]; }
+  const float* begin() const { return data(); }
+  const float* end() const { return data() + size_; }
+
+ private:
+  bool OnHeap() const { return cap_ > kInPlace; }
+  // On the heap, the block's address lies in in_place_'s first bytes: no
+  // pointer member, so the whole is 44 bytes aligned to 4, not 48.
+  float* Heap() const {
+    float* p;
+    std::memcpy(&p, in_place_, sizeof p);
+    return p;
+  }
+  void SetHeap(float* p) { std::memcpy(in_place_, &p, sizeof p); }
+  float* data() { return OnHeap() ? Heap() : in_place_; }
+  const float* data() const { return OnHeap() ? Heap() : in_place_; }
+  void Grow(size_t n);
+  void Free() {
+    if (OnHeap()) delete[] Heap();
+  }
+
+  float in_place_[kInPlace];
+  uint16_t size_ = 0;
+  uint16_t cap_ = kInPlace;  // peer_window <= 1000
+  static_assert(sizeof(float*) <= sizeof(float) * kInPlace);
 };
 
 class PeerSteps {
@@ -119,12 +174,6 @@ class PeerSteps {
   double Newest(size_t back = 0) const { return raw_[(raw_next_ + kRaw - 1 - back) % kRaw]; }
   static_assert(kRaw <= 16 && kLong < 256, "severe_bits_ and the ring counters are narrow");
 
-  // The rings hold floats: a log ratio's 7 significant digits are far finer
-  // than any threshold, and half the bytes count in a million-rank job (the
-  // 58 scenarios and 280 seed-sweep runs give byte-identical reports).
-  std::vector<float> window_;  // ring of the last peer_window non-spike log ratios
-  std::array<float, kRaw> raw_{};  // ring of the last kRaw log ratios, spikes included
-  std::array<float, kLong> long_{};  // ring of the last kLong non-spike log ratios
   // Running sums of window_ and long_, summed exactly again each time a
   // ring wraps, so their rounding error stays below kSumSlack.
   double window_sum_ = 0.0;
@@ -132,6 +181,13 @@ class PeerSteps {
   double slow_steps_ = 0.0;  // forgotten counts for the rate of severe steps
   double steps_ = 0.0;
   double episode_sum_ = 0.0;  // log ratios (spikes clipped) since it was flagged
+  // The rings after the doubles, the narrow fields last: no padding. The
+  // rings hold floats: a log ratio's 7 significant digits are far finer
+  // than any threshold, and half the bytes count in a million-rank job (the
+  // 58 scenarios and 280 seed-sweep runs give byte-identical reports).
+  WindowFloats window_;  // ring of the last peer_window non-spike log ratios
+  std::array<float, kRaw> raw_{};  // ring of the last kRaw log ratios, spikes included
+  std::array<float, kLong> long_{};  // ring of the last kLong non-spike log ratios
   uint32_t episode_steps_ = 0;
   // Bit i: the step i before the newest in raw_ is >= PeerLogs::severe (Severe
   // counts them with a table instead of a pass over the ring).

@@ -148,7 +148,7 @@ double PeerReference::BaselineOf(uint32_t rank) const {
   if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled)
     return states_[pr.group].median;
   if (pr.source == Source::kOwn && have_base_[rank] && own_state_.profiled)
-    return std::exp(own_level_ + pr.base);
+    return std::exp(own_level_ + bases_[rank]);
   return 0.0;
 }
 
@@ -193,7 +193,7 @@ bool PeerReference::JudgeAlone(uint32_t rank, const Report& rep, Time now) {
     return true;
   }
   if (pr.source == Source::kOwn && have_base_[rank] && own_state_.profiled) {
-    const double ref = own_level_ + pr.base;
+    const double ref = own_level_ + bases_[rank];
     pr.steps.Push(logs_p_, x - ref);
     Judge(rank, own, rep.iteration, now, own_state_, /*alone=*/true,
           [&](bool to_straggler, double ratio) {
@@ -224,6 +224,7 @@ void PeerReference::RefreshLogs() {
 void PeerReference::Sync() {
   if (ranks_.size() != e_.world_size) {
     ranks_.resize(e_.world_size);
+    bases_.resize(e_.world_size);
     have_base_.resize(e_.world_size);
     profiles_.Resize(e_.world_size);
   }
@@ -265,8 +266,8 @@ void PeerReference::ProfileOwn(uint32_t rank, double t) {
   profiles_.Push(PeerProfiles::kOwn, rank, SafeLog(t) - Level(*row_), ProfileRoom());
   if (profiles_.Count(PeerProfiles::kOwn, rank) < iterations) return;
   profiles_.CopyTo(PeerProfiles::kOwn, rank, scratch_);
-  ranks_[rank].base = Median(scratch_);
-  have_base_[rank] = 1;
+  bases_[rank] = Median(scratch_);
+  have_base_[rank] = true;
   ++based_ranks_;
   profiles_.Clear(PeerProfiles::kOwn, rank);
 }
@@ -274,7 +275,7 @@ void PeerReference::ProfileOwn(uint32_t rank, double t) {
 void PeerReference::JudgeOwn(const Row& row, double level, Time now) {
   logs_.clear();
   for (auto& [rank, t] : row.values)
-    if (have_base_[rank]) logs_.push_back(SafeLog(t) - level - ranks_[rank].base);
+    if (have_base_[rank]) logs_.push_back(SafeLog(t) - level - bases_[rank]);
   if (logs_.size() < 2) return;
   xs_ = logs_;
   const double norm = Median(logs_);
@@ -293,9 +294,9 @@ void PeerReference::JudgeOwn(const Row& row, double level, Time now) {
     PeerRank& pr = ranks_[rank];
     if (!have_base_[rank]) continue;
     if (pr.source != Source::kOwn) pr.Restart(Source::kOwn, 0);
-    own_state_.median = std::exp(own_level_ + pr.base);
+    own_state_.median = std::exp(own_level_ + bases_[rank]);
     const double base_seconds = own_state_.median;
-    pr.steps.Push(logs_p_, SafeLog(t) - level - pr.base - norm);
+    pr.steps.Push(logs_p_, SafeLog(t) - level - bases_[rank] - norm);
     Judge(rank, t, row.iteration, now, own_state_, /*alone=*/false,
           [&](bool to_straggler, double ratio) {
             return to_straggler
@@ -339,7 +340,7 @@ void PeerReference::Judge(uint32_t rank, double compute, uint64_t iteration, Tim
   const bool above =
       (have_window && pr.steps.TrimmedMayReach(thr) && pr.steps.Trimmed() >= thr) ||
       (pr.steps.LongMayReach(thr_long) && pr.steps.LongTrimmed() >= thr_long);
-  pr.above_rows = above ? pr.above_rows + 1 : 0;
+  pr.above_rows = above ? PeerRank::Bump(pr.above_rows) : 0;
   const uint32_t lim = e_.Limit();
   const WorkerState state = e_.ranks[rank].state;
   // Taken only where a rule reads them: most ranks are healthy and skip
@@ -359,14 +360,14 @@ void PeerReference::Judge(uint32_t rank, double compute, uint64_t iteration, Tim
   uint32_t counter;
   if (state == WorkerState::kStraggler) {
     const double tm = trimmed();
-    pr.below_rows = tm < level_back && recent <= 1 ? pr.below_rows + 1 : 0;
+    pr.below_rows = tm < level_back && recent <= 1 ? PeerRank::Bump(pr.below_rows) : 0;
     // Out for good: both windows below the straggler ratio by three
     // standard errors (a 1.3x rank in noisy steps is not let go and
     // flagged again) and at most one severe step of 5 (a 3x rank's steps
     // are spikes, left out of its windows).
     const bool gray = recent <= 1 && std::max(tm, pr.steps.LongTrimmed()) <
                                          logs.straggler - 3 * error();
-    pr.gray_rows = gray ? pr.gray_rows + 1 : 0;
+    pr.gray_rows = gray ? PeerRank::Bump(pr.gray_rows) : 0;
     pr.steps.AddToEpisode(logs);
     // Alone, the step and its reference come from different times: their
     // difference also holds how far the group's level moves between rows.
@@ -393,16 +394,16 @@ void PeerReference::Judge(uint32_t rank, double compute, uint64_t iteration, Tim
       straggling = level >= logs.straggler - allowance;
     }
     if (state == WorkerState::kMild) {
-      pr.below_rows = have_window && !above ? pr.below_rows + 1 : 0;
+      pr.below_rows = have_window && !above ? PeerRank::Bump(pr.below_rows) : 0;
       if (pr.below_rows >= p.peer_exit_rows) calm = WorkerState::kHealthy;
     } else {
-      pr.below_rows =
-          pr.gray_rows > 0 && have_window && trimmed() < level_back ? pr.below_rows + 1 : 0;
+      const bool back_below = pr.gray_rows > 0 && have_window && trimmed() < level_back;
+      pr.below_rows = back_below ? PeerRank::Bump(pr.below_rows) : 0;
       if (pr.below_rows >= p.peer_exit_rows) pr.gray_rows = pr.below_rows = 0;
       // Mild once persistently so: a detection is not preceded by a mild event.
       if (enter && pr.above_rows > logs.window) calm = WorkerState::kMild;
     }
-    counter = straggling ? lim : std::min(lim - 1, pr.above_rows);
+    counter = straggling ? lim : std::min<uint32_t>(lim - 1, pr.above_rows);
     // Most ranks, most rows: healthy and staying so, with nothing counted.
     // SetCounter would change nothing (a limit is >= 1) and neither would
     // what follows it.

@@ -218,7 +218,12 @@ class PeerReference final : public Reference {
   double own_level_ = 0.0;  // log seconds: the job's level + the own-ratio median, newest row
   RankChunks<PeerRank> ranks_;
   PeerProfiles profiles_;
-  std::vector<uint8_t> have_base_;  // per rank: its own baseline is taken (PeerRank::base)
+  // Own baseline: log(compute) minus the row's job level, over the rank's
+  // first peer_profile_iterations rows (PeerProfiles::kOwn); its base = their
+  // median. Apart from PeerRank, in chunks built on first use: a job whose
+  // groups are all large enough takes none (8 bytes a rank less).
+  RankChunks<double> bases_;
+  std::vector<bool> have_base_;  // per rank: its own baseline is taken (bases_)
   size_t based_ranks_ = 0;          // how many have one
   std::vector<std::pair<uint32_t, double>> own_;
   std::vector<double> logs_, xs_, rates_, steady_, scratch_;

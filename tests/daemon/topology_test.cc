@@ -55,7 +55,8 @@ std::vector<std::string> Rejections(const v1::Directive& ack, const std::string&
 }  // namespace
 
 TEST_CASE("topology: RankTopologies checks claims and keeps one per incarnation", "[topology]") {
-  RankTopologies t(8);
+  engine::JobEngine e(8, engine::PolicyConfig{}, engine::Time(0));
+  RankTopologies t(e, 8);
   auto claim = [](uint32_t rank, uint64_t inc, std::string g, std::optional<uint32_t> rep) {
     return TopologyClaim{rank, inc, DeclaredTopology{std::move(g), rep, ""}};
   };

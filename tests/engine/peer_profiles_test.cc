@@ -2,7 +2,9 @@
 // rank_chunks.h, topology_table.h): profiles in one mapped block per 4 096
 // ranks, handed back to the system when the chunk's last profile ends; rank
 // state built a chunk at a time, read as the default state before; each
-// rank's topology as an index into the job's distinct pairs.
+// rank's topology as an index into the job's distinct pairs; a short window
+// in place (peer_steps.h) and row counters held far above what they are
+// compared with (peer_state.h).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -10,6 +12,8 @@
 #include <vector>
 
 #include "peer_profiles.h"
+#include "peer_state.h"
+#include "peer_steps.h"
 #include "rank_chunks.h"
 #include "topology_table.h"
 
@@ -131,4 +135,46 @@ TEST_CASE("topology table: ranks share their pairs, renamed ones are let go") {
   CHECK(t.Keys().size() <= 2 * 1000 + 64 + 1);
   CHECK(t.Get(0).peer_group == "churn9999");
   CHECK(t.Get(6) == (straggler::engine::RankTopology{"stage2", 0, "H100"}));
+}
+
+TEST_CASE("window floats: a vector's values in place, on the heap past 10, copied and shrunk") {
+  si::WindowFloats w;
+  std::vector<float> ref;
+  for (int i = 0; i < 25; ++i) {  // in place up to 10, then two growths on the heap
+    w.push_back(static_cast<float>(i) * 0.5f);
+    ref.push_back(static_cast<float>(i) * 0.5f);
+    REQUIRE(w.size() == ref.size());
+    CHECK(std::vector<float>(w.begin(), w.end()) == ref);
+  }
+  w[3] = -1.0f;
+  ref[3] = -1.0f;
+  si::WindowFloats copy = w;  // a heap copy of its own
+  w[4] = 9.0f;
+  CHECK(std::vector<float>(copy.begin(), copy.end()) == ref);
+  w.resize(7);  // the window made shorter keeps the first values
+  ref[4] = 9.0f;
+  ref.resize(7);
+  CHECK(std::vector<float>(w.begin(), w.end()) == ref);
+  si::WindowFloats small;
+  small.push_back(1.0f);
+  copy = small;  // from the heap back to few values
+  CHECK(copy.size() == 1);
+  CHECK(copy[0] == 1.0f);
+  small = w;  // in place, taking a longer one
+  CHECK(std::vector<float>(small.begin(), small.end()) == ref);
+  small.clear();
+  CHECK(small.empty());
+}
+
+TEST_CASE("peer rank: row counters are held at their bound, not wrapped") {
+  si::PeerRank pr;
+  pr.above_rows = si::PeerRank::kMaxRows - 1;
+  pr.above_rows = si::PeerRank::Bump(pr.above_rows);
+  CHECK(pr.above_rows == si::PeerRank::kMaxRows);
+  pr.above_rows = si::PeerRank::Bump(pr.above_rows);
+  CHECK(pr.above_rows == si::PeerRank::kMaxRows);  // a plain +1 would wrap to 0
+  CHECK(si::PeerRank::kMaxRows > 100000);           // above every limit and row count compared
+  pr.below_rows = 5;
+  pr.gray_rows = 7;
+  CHECK(pr.above_rows == si::PeerRank::kMaxRows);  // the fields share a word, not bits
 }

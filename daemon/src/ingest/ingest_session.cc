@@ -28,7 +28,7 @@ absl::Status IngestSession::Open(const v1::ReportBatch& first, engine::Time now)
   // ranks_ must be in place before Attach subscribes the link: a push may
   // arrive from another thread right after.
   ranks_ = hello.ranks;
-  touched_stamp_.assign(ranks_.size(), 0);
+  touched_mark_.assign(ranks_.size(), false);
   auto job = registry_.Attach(hello, link_, now, &topology_refused_);
   if (!job.ok()) return job.status();
   job_ = *std::move(job);
@@ -71,9 +71,14 @@ void IngestSession::RecheckClaimLocked(Job::Locked& job, std::optional<uint64_t>
 // the mark came from a live client going backwards (docs/runs.md, "The
 // iteration rule"): stale, logged and counted for alerting.
 void IngestSession::MarkReplaysLocked(const Job::Locked& job) {
-  replay_mark_.assign(ranks_.size(), 0);
+  // Sized at the first rank with progress: a new job's streams keep none
+  // (8 bytes a rank of a million-rank job).
+  std::vector<uint64_t>().swap(replay_mark_);
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (auto p = job->engine.Progress(ranks_[i])) replay_mark_[i] = *p + 1;
+    if (auto p = job->engine.Progress(ranks_[i])) {
+      if (replay_mark_.empty()) replay_mark_.assign(ranks_.size(), 0);
+      replay_mark_[i] = *p + 1;
+    }
   }
 }
 
@@ -192,8 +197,8 @@ std::optional<uint64_t> IngestSession::IngestReportsLocked(Job::Locked& job,
       continue;
     }
     const size_t index = *slot;
-    if (touched_stamp_[index] != batch_stamp_) {
-      touched_stamp_[index] = batch_stamp_;
+    if (!touched_mark_[index]) {
+      touched_mark_[index] = true;
       touched_.push_back(static_cast<uint32_t>(index));
     }
     engine::IngestResult result = job->engine.Ingest(FromProto(report), now);
@@ -218,7 +223,7 @@ std::optional<uint64_t> IngestSession::IngestReportsLocked(Job::Locked& job,
                           ? std::optional<double>(report.optimizer_seconds())
                           : std::nullopt);
     } else if (result.reason == engine::RejectReason::kDuplicate ||
-               (result.reason == engine::RejectReason::kStale &&
+               (result.reason == engine::RejectReason::kStale && index < replay_mark_.size() &&
                 report.iteration() < replay_mark_[index])) {
       // A replay (reconnect, agent buffer): idempotent, not the sender's error.
       stats_.CountRejected(engine::RejectReason::kDuplicate);
@@ -261,12 +266,10 @@ void IngestSession::Apply(v1::ReportBatch& batch, engine::Time now, SteadyTime s
   BatchTally tally;
 
   // Ranks (as indices into ranks_) with a report in this batch: the ack
-  // carries their progress only. A per-slot stamp, no clearing per batch.
+  // carries their progress only. A bit per slot, the last batch's cleared
+  // through its list.
+  for (uint32_t index : touched_) touched_mark_[index] = false;
   touched_.clear();
-  if (++batch_stamp_ == 0) {  // wrapped: forget the old stamps
-    std::fill(touched_stamp_.begin(), touched_stamp_.end(), 0);
-    batch_stamp_ = 1;
-  }
 
   Job::Locked job(*job_);
   ApplyHelloLocked(job, batch, now, tally);
@@ -352,10 +355,9 @@ absl::Status IngestSession::AddRanksLocked(Job::Locked& job, const v1::ReportBat
   std::sort(ranks_.begin(), ranks_.end());
   ranks_.erase(std::unique(ranks_.begin(), ranks_.end()), ranks_.end());
   if (ranks_.size() == before) return absl::OkStatus();
-  // Indices into ranks_ moved: the stamps restart with the new layout.
-  touched_stamp_.assign(ranks_.size(), 0);
+  // Indices into ranks_ moved: the marks restart with the new layout.
+  touched_mark_.assign(ranks_.size(), false);
   MarkReplaysLocked(job);
-  batch_stamp_ = 1;
   offered_version_.reset();
   spdlog::info("job={} stream from {} node='{}' now speaks for {} ranks", job_->id, peer_,
                hello.node, ranks_.size());

@@ -124,14 +124,14 @@ class IngestSession {
   std::vector<uint32_t> ranks_;  // ascending, unique
   // The last hello's refused topology claims, until its batch is acknowledged.
   std::vector<TopologyRefusal> topology_refused_;
-  // Per ranks_ index: progress + 1 at hello (MarkReplaysLocked).
+  // Per ranks_ index: progress + 1 at hello (MarkReplaysLocked); empty
+  // when every one is 0.
   std::vector<uint64_t> replay_mark_;
   std::optional<uint64_t> claimed_reported_;  // the hello's, until RecheckClaimLocked
   // Per batch: indices into ranks_ of the ranks with a report (touched_),
-  // found through touched_stamp_[index] == batch_stamp_.
+  // found through touched_mark_[index] (a bit, not a 4-byte stamp per rank).
   std::vector<uint32_t> touched_;
-  std::vector<uint32_t> touched_stamp_;
-  uint32_t batch_stamp_ = 0;
+  std::vector<bool> touched_mark_;
   bool first_batch_ = true;           // the batch that carried the opening hello
   // Written and read only by the *Locked methods, i.e. under the job's lock.
   uint64_t last_acked_sequence_ = 0;

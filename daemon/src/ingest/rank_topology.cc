@@ -57,7 +57,7 @@ std::string Describe(const DeclaredTopology& t) {
 std::vector<TopologyRefusal> RankTopologies::Apply(const std::vector<TopologyClaim>& claims,
                                                    const std::vector<uint32_t>& ranks) {
   std::vector<TopologyRefusal> refused;
-  const uint32_t world = static_cast<uint32_t>(entries_.size());
+  const uint32_t world = static_cast<uint32_t>(claimed_.size());
   std::vector<uint32_t> sorted = ranks;  // a later hello's are as sent
   std::sort(sorted.begin(), sorted.end());
   for (const TopologyClaim& c : claims) {
@@ -66,22 +66,27 @@ std::vector<TopologyRefusal> RankTopologies::Apply(const std::vector<TopologyCla
       refused.push_back(*std::move(r));
       continue;
     }
-    Entry& e = entries_[c.rank];
-    if (e.claimed && e.incarnation == c.incarnation && !(e.topology == c.topology)) {
+    if (claimed_[c.rank] && incarnation_[c.rank] == c.incarnation && !(Of(c.rank) == c.topology)) {
       // One trainer process has one place in the job: a second answer is a
       // bug (or a forged hello), and detection must not regroup the rank.
       refused.push_back({c.rank, TopologyRefuseReason::kChanged,
                          absl::StrCat("rank ", c.rank, ": ", Describe(c.topology),
-                                      " differs from the ", Describe(e.topology),
+                                      " differs from the ", Describe(Of(c.rank)),
                                       " its client process declared before; a rank changes "
                                       "its topology only as a new trainer process")});
       continue;
     }
-    e.topology = c.topology;
-    e.incarnation = c.incarnation;
-    e.claimed = true;
+    engine_.SetTopology(c.rank, engine::RankTopology{c.topology.peer_group, c.topology.replica,
+                                                     c.topology.gpu_model});
+    incarnation_[c.rank] = c.incarnation;
+    claimed_[c.rank] = true;
   }
   return refused;
+}
+
+DeclaredTopology RankTopologies::Of(uint32_t rank) const {
+  engine::RankTopology t = engine_.Topology(rank);
+  return DeclaredTopology{std::move(t.peer_group), t.replica, std::move(t.gpu_model)};
 }
 
 }  // namespace straggler::daemon

@@ -3,7 +3,7 @@
 // hello. Checked (charset, length, replica < world size) and kept per rank;
 // one client incarnation cannot change it, a new one may.
 //
-//   RankTopologies table(world_size);
+//   RankTopologies table(engine, world_size);
 //   for (const TopologyRefusal& r : table.Apply(hello.topologies, hello.ranks))
 //     ...tell the client r.message, count r.reason...
 //   table.Of(rank).peer_group;
@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "straggler/common/validate.h"  // DeclaredTopology, TopologyClaim
+#include "straggler/engine/job_engine.h"
 
 namespace straggler::daemon {
 
@@ -45,26 +46,28 @@ struct TopologyRefusal {
 
 class RankTopologies {
  public:
-  explicit RankTopologies(uint32_t world_size) : entries_(world_size) {}
+  // The topologies themselves live in `engine` (JobEngine::SetTopology,
+  // JobEngine::Topology), which detection groups ranks by: a second copy here
+  // was 8 bytes more of every rank (88 as two strings each). This table adds
+  // which client incarnation declared them. `engine` must outlive it.
+  RankTopologies(engine::JobEngine& engine, uint32_t world_size)
+      : engine_(engine), incarnation_(world_size, 0), claimed_(world_size, false) {}
 
   // Takes the claims of the ranks in `ranks` (others are ignored,
   // as are ranks >= world size): a valid claim of a rank's first or a new
-  // incarnation replaces what the rank had; a claim that is invalid, or
-  // that differs from what the same incarnation declared before, is refused
-  // and the rank keeps its topology.
+  // incarnation replaces what the rank had (in the engine); a claim that is
+  // invalid, or that differs from what the same incarnation declared
+  // before, is refused and the rank keeps its topology.
   std::vector<TopologyRefusal> Apply(const std::vector<TopologyClaim>& claims,
                                      const std::vector<uint32_t>& ranks);
 
   // What `rank` declared (the default before any claim). `rank` < world size.
-  const DeclaredTopology& Of(uint32_t rank) const { return entries_[rank].topology; }
+  DeclaredTopology Of(uint32_t rank) const;
 
  private:
-  struct Entry {
-    DeclaredTopology topology;
-    uint64_t incarnation = 0;
-    bool claimed = false;
-  };
-  std::vector<Entry> entries_;
+  engine::JobEngine& engine_;
+  std::vector<uint64_t> incarnation_;  // of the client that claimed it
+  std::vector<bool> claimed_;
 };
 
 }  // namespace straggler::daemon

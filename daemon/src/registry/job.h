@@ -35,6 +35,7 @@
 #include "metrics/buckets.h"
 #include "prometheus/histogram.h"
 #include "registry/attribution.h"
+#include "straggler/engine/intern_table.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
 
@@ -125,6 +126,26 @@ class RecentReports {
   uint64_t dropped_max_iteration_ = 0;
 };
 
+// The node that last spoke for each rank: an index per rank into the job's
+// distinct names (a std::string per rank was 32 bytes of every rank of a
+// million-rank job, more for a name past the small-string buffer). Not
+// thread-safe (a JobState member: the job's mutex).
+class RankNodes {
+ public:
+  explicit RankNodes(uint32_t world) : of_(world, 0) {}
+  size_t size() const { return of_.size(); }
+  // "" before a hello named the rank; valid until the next Set.
+  const std::string& operator[](uint32_t rank) const { return names_[of_[rank]]; }
+  void Set(uint32_t rank, const std::string& node) {
+    of_[rank] = names_.Intern(node);
+    names_.CompactIfBloated(of_);
+  }
+
+ private:
+  engine::InternTable<std::string> names_;
+  std::vector<uint32_t> of_;
+};
+
 // What a job's mutex guards. Reached only through Job::Locked.
 struct JobState {
   JobState(uint32_t world, engine::PolicyConfig policy, engine::Time now,
@@ -134,12 +155,12 @@ struct JobState {
         rank_streams(world, 0),
         lineage_incarnation(world, 0),
         restarted(world, false),
-        topology(world),
+        topology(engine, world),
         last_activity(now),
         recent(recent_reports_capacity) {}
 
   engine::JobEngine engine;
-  std::vector<std::string> nodes;  // node that last spoke for each rank
+  RankNodes nodes;  // node that last spoke for each rank
   std::vector<std::shared_ptr<JobSubscriber>> subscribers;
   uint32_t streams = 0;
   // Open streams speaking for each rank, and the ranks of each stream: a

@@ -148,7 +148,7 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
                  job.id, job.run_id, hello.node, hello.ranks.size());
   }
   for (uint32_t r : hello.ranks) {
-    job->nodes[r] = hello.node;
+    job->nodes.Set(r, hello.node);
     if (auto at = std::lower_bound(mine.begin(), mine.end(), r); at == mine.end() || *at != r) {
       mine.insert(at, r);
       ++job->rank_streams[r];
@@ -175,15 +175,13 @@ std::vector<TopologyRefusal> JobRegistry::AdmitLocked(Job::Locked& job,
                           TopologyRefuseReasonName(r.reason), "): ", r.message);
     });
   }
-  // Detection judges each rank against its peers (docs/detection.md, "Peer
-  // groups"): the engine learns what the table now holds for these ranks.
+  // (The accepted topologies are the engine's now: detection judges each
+  // rank against its peers, docs/detection.md "Peer groups".)
   // One batch: a changed monitor-only mark re-plans the excluded set, once
   // for the hello, not once per rank (an agent's hello names hundreds).
   job->engine.BeginBatch();
   for (uint32_t r : hello.ranks) {
     if (r >= job.world_size) continue;
-    const DeclaredTopology& t = job->topology.Of(r);
-    job->engine.SetTopology(r, engine::RankTopology{t.peer_group, t.replica, t.gpu_model});
     // Whether its client acts on membership: each hello says so for each of
     // its ranks, so a client that starts asking for membership clears the
     // mark with its next hello (docs/membership.md, "Monitoring only").

@@ -422,7 +422,8 @@ class JobEngine {
   // only with a new incarnation; the engine re-files the rank under its new
   // group (its own-baseline profile starts over). Every rank starts in the
   // default group, a replica of its own, model unknown. Reset and StartOver
-  // keep it (it is the job's shape, not state). `rank` < world_size.
+  // keep it (it is the job's shape, not state). `rank` < world_size; a
+  // replica is < world_size too (2^32 - 1 reads back as none).
   void SetTopology(uint32_t rank, const RankTopology& topology);
   RankTopology Topology(uint32_t rank) const;
 
