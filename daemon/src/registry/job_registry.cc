@@ -434,4 +434,19 @@ void JobRegistry::CloseAll(const absl::Status& status) {
   }
 }
 
+void JobRegistry::Drop(absl::string_view job_id, const absl::Status& status) {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (!job) return;
+  {
+    // Removed under its lock, as the idle sweep does: Attach and Watch then
+    // treat it as absent.
+    Job::Locked locked(*job);
+    locked.MarkRemoved();
+    for (const auto& sub : locked->subscribers) sub->CloseLocked(status);
+    locked->subscribers.clear();
+  }
+  absl::MutexLock lock(&jobs_mu_);
+  if (auto it = jobs_.find(job->id); it != jobs_.end() && it->second == job) jobs_.erase(it);
+}
+
 }  // namespace straggler::daemon

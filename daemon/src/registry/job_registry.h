@@ -164,6 +164,13 @@ class JobRegistry {
     return max_batch_reports_.load(std::memory_order_relaxed);
   }
 
+  // The job is no longer this daemon's to serve (another replica owns it,
+  // docs/cluster.md): closes its subscribers with `status` and forgets it as
+  // the idle sweep does (its events stay); /metrics stops exporting it. A
+  // later hello that this daemon may serve creates it afresh. No-op for an
+  // unknown job.
+  void Drop(absl::string_view job_id, const absl::Status& status) ABSL_LOCKS_EXCLUDED(jobs_mu_);
+
   // Refuses new subscribers from now on and closes every current one.
   void CloseAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(jobs_mu_);
 
