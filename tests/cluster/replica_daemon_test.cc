@@ -13,7 +13,7 @@
 
 #include "cluster/etcd_client.h"
 #include "daemon_test_util.h"
-#include "etcd_harness.h"
+#include "etcd_catch.h"
 #include "registry/job_registry.h"
 #include "server/cluster_member.h"
 
@@ -21,17 +21,10 @@ namespace straggler::daemon {
 namespace {
 
 using namespace std::chrono_literals;
-using cluster::testing::EtcdProcess;
+using cluster::testing::RequireEtcd;
 using cluster::testing::PollUntil;
 using cluster::testing::TcpProxy;
 using testutil::LoopbackDaemon;
-
-std::unique_ptr<EtcdProcess> StartEtcd() {
-  auto etcd = EtcdProcess::Start();
-  INFO((etcd.ok() ? std::string() : std::string(etcd.status().message())));
-  REQUIRE(etcd.ok());
-  return *std::move(etcd);
-}
 
 // A replica of the cluster on `endpoint` with the shortest lease etcd grants
 // (its minimum is 1 s with the harness's settings).
@@ -85,7 +78,7 @@ std::string OwnerKeyValue(const std::string& endpoint, const std::string& job) {
 }
 
 TEST_CASE("replicas: a replica registers its gRPC and HTTP addresses", "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra"));
   REQUIRE(a.server.cluster() != nullptr);
   CHECK(a.server.cluster()->MayDecide());
@@ -139,7 +132,7 @@ TEST_CASE("replicas: etcd that cannot be reached stops the start, naming it", "[
 TEST_CASE("replicas: two replicas get hellos for the same new job at once: one owns it, the "
           "other redirects to it",
           "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra"));
   LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
   int won_by_a = 0;
@@ -187,7 +180,7 @@ TEST_CASE("replicas: two replicas get hellos for the same new job at once: one o
 
 TEST_CASE("replicas: admin and rendezvous calls about another replica's job are redirected",
           "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra"));
   LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
   REQUIRE(SendHello(*a.ingest, "job-a").acked);
@@ -242,10 +235,59 @@ TEST_CASE("replicas: admin and rendezvous calls about another replica's job are 
   }
 }
 
+std::optional<v1::Job> SavedState(const std::string& endpoint, const std::string& job) {
+  auto etcd = cluster::EtcdClient::Connect({.endpoints = endpoint});
+  REQUIRE(etcd.ok());
+  auto r = (*etcd)->Get("/stragglerd/jobs/" + job + "/membership");
+  REQUIRE(r.ok());
+  if (r->kvs.empty()) return std::nullopt;
+  v1::Job state;
+  REQUIRE(state.ParseFromString(r->kvs[0].value));
+  return state;
+}
+
+TEST_CASE("replicas: a new owner starts from the membership its last owner wrote to etcd",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra"));
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  testutil::FeedRank3Slower(*a.ingest, "job-t", 4);  // rank 3 excluded at iteration 10
+  const v1::Membership at_a = testutil::MembershipOf(*a.query, "job-t");
+  REQUIRE(at_a.version() >= 1);
+  REQUIRE(at_a.excluded_size() == 1);
+  CHECK(at_a.excluded(0).rank() == 3);
+  // In etcd before any client saw it.
+  std::optional<v1::Job> saved = SavedState(etcd->endpoint(), "job-t");
+  REQUIRE(saved);
+  CHECK(saved->world_size() == 4);
+  CHECK(saved->membership().version() == at_a.version());
+  CHECK(saved->membership().effective_iteration() == at_a.effective_iteration());
+  REQUIRE(saved->membership().excluded_size() == 1);
+  CHECK(saved->membership().excluded(0).rank() == 3);
+  CHECK(saved->membership().excluded(0).reason() == v1::EXCLUSION_REASON_STRAGGLER);
+
+  a.server.Shutdown(std::chrono::milliseconds(0));  // leaves: the job is free at once
+  // Ranks that hold no membership (none sent in the hello) come to rb: it
+  // takes the job over above the old owner's version, rank 3 still out.
+  testutil::OpenStream stream(*b.ingest);
+  stream.Send(testutil::Hello("job-t", 4, {0, 1, 2, 3}), 1);
+  CHECK(OwnerKeyValue(etcd->endpoint(), "job-t") == "rb");
+  const v1::Membership at_b = testutil::MembershipOf(*b.query, "job-t");
+  CHECK(at_b.version() > at_a.version());
+  CHECK(at_b.effective_iteration() > at_a.effective_iteration());
+  REQUIRE(at_b.excluded_size() == 1);
+  CHECK(at_b.excluded(0).rank() == 3);
+  const v1::Worker rank3 = testutil::WorkerOf(*b.query, "job-t", 3);
+  CHECK(rank3.state() == v1::WORKER_STATE_STRAGGLER);
+  saved = SavedState(etcd->endpoint(), "job-t");
+  REQUIRE(saved);
+  CHECK(saved->membership().version() == at_b.version());
+}
+
 TEST_CASE("replicas: an owner cut off from etcd stops deciding, and drops the job and "
           "redirects once another replica owns it",
           "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   auto proxy = TcpProxy::Start(etcd->client_port());
   REQUIRE(proxy.ok());
   LoopbackDaemon a(ReplicaConfig((*proxy)->endpoint(), "ra"));

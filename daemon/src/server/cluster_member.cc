@@ -42,6 +42,9 @@ std::string Advertised(const std::string& configured, const std::string& listeni
   return absl::StrCat(host, ":", port);
 }
 
+// jobs/<job>/<name> of a job's membership (SharedJobState).
+constexpr char kMembershipName[] = "membership";
+
 // A failed etcd call, or the replica past its deadline: the client should
 // try again (here later, or another replica), so UNAVAILABLE whatever gRPC
 // code etcd's call ended with; a bad job id stays INVALID_ARGUMENT.
@@ -306,6 +309,48 @@ absl::Status ClusterMember::CheckMayDecide(absl::string_view job_id) const {
     replica = replica_;
   }
   return replica->CheckMayDecide(absl::StrCat("serve job '", job_id, "'"));
+}
+
+absl::Status ClusterMember::SaveMembership(const v1::Job& state) {
+  std::shared_ptr<Replica> replica;
+  JobClaim claim;
+  {
+    absl::MutexLock lock(&mu_);
+    if (leaving_ || !replica_) {
+      return absl::UnavailableError(absl::StrCat("stragglerd replica '", id_,
+                                                 "' does not serve job '", state.job_id(), "' now"));
+    }
+    auto it = claims_.find(state.job_id());
+    if (it == claims_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", state.job_id(), "' is not owned by stragglerd replica '", id_, "'"));
+    }
+    replica = replica_;
+    claim = it->second;
+  }
+  absl::StatusOr<int64_t> written =
+      replica->FencedPut(claim, kMembershipName, state.SerializeAsString());
+  return written.status();
+}
+
+absl::StatusOr<std::optional<v1::Job>> ClusterMember::LoadMembership(const std::string& job_id) {
+  std::shared_ptr<Replica> replica;
+  {
+    absl::MutexLock lock(&mu_);
+    replica = replica_;
+  }
+  if (!replica) return absl::UnavailableError("not joined to the cluster");
+  const std::string key = replica->JobKey(job_id, kMembershipName);
+  absl::StatusOr<cluster::RangeResult> r = etcd_->Get(key);
+  if (!r.ok()) return r.status();
+  if (r->kvs.empty()) return std::optional<v1::Job>();
+  v1::Job state;
+  if (!state.ParseFromString(r->kvs[0].value) || state.job_id() != job_id) {
+    return absl::DataLossError(absl::StrCat("etcd ", etcd_->endpoint(), " ", key,
+                                            " does not hold a straggler.v1.Job of job '", job_id,
+                                            "'"));
+  }
+  return std::optional<v1::Job>(std::move(state));
 }
 
 int64_t ClusterMember::ttl_seconds() const {

@@ -18,7 +18,10 @@
 //     callers must not change a membership while it is false;
 //   * TakeLostJobs() hands back, once each, the jobs it served whose
 //     ownership key is gone or another's (the watch saw it), so the caller
-//     stops serving and exporting them.
+//     stops serving and exporting them;
+//   * as the registry's SharedJobState, a job's membership is written to
+//     jobs/<job>/membership only by a fenced write under the job's claim:
+//     never after another replica took the job.
 //
 // Thread safety: thread-safe; every method may be called from any thread.
 #pragma once
@@ -37,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cluster/ownership.h"
 #include "config/config.h"
+#include "registry/shared_state.h"
 #include "server/redirect.h"
 
 namespace straggler::cluster {
@@ -45,12 +49,12 @@ class ClusterView;
 
 namespace straggler::daemon {
 
-class ClusterMember {
+class ClusterMember final : public SharedJobState {
  public:
   // Checks the config and opens the channel to etcd (no call yet).
   // INVALID_ARGUMENT names a bad endpoint, id or prefix.
   static absl::StatusOr<std::unique_ptr<ClusterMember>> Create(const ClusterConfig& config);
-  ~ClusterMember();
+  ~ClusterMember() override;
 
   // Registers this replica with the addresses it listens on (host:port with
   // the real ports; cluster.advertise_* override them, a wildcard host
@@ -81,6 +85,14 @@ class ClusterMember {
   // Stops serving for good (Serve refuses, MayDecide false) and revokes the
   // lease: every job this replica owned is free at once.
   void Leave();
+
+  // SharedJobState: the job's state as a straggler.v1.Job (job_id, run_id,
+  // world_size, membership) in etcd under jobs/<job>/membership.
+  // SaveMembership: FAILED_PRECONDITION when the job is not this replica's
+  // (never taken, or taken over since), UNAVAILABLE past the lease's local
+  // deadline or when etcd cannot be reached.
+  absl::Status SaveMembership(const v1::Job& state) override;
+  absl::StatusOr<std::optional<v1::Job>> LoadMembership(const std::string& job_id) override;
 
   const std::string& replica_id() const { return id_; }
   // The granted lease TTL (0 before Join).

@@ -130,6 +130,9 @@ absl::Status Server::Start(const DaemonConfig& config) {
   }
   registry_ = std::make_unique<JobRegistry>(std::make_shared<const DaemonConfig>(config), stats_,
                                             store_.get());
+  // In a cluster each new membership goes to etcd before it is published,
+  // and a job taken over starts from its last owner's (docs/cluster.md).
+  registry_->SetSharedState(cluster_.get());
   if (absl::Status s = registry_->Restore(WallNow()); !s.ok()) return s;
   ingest_ = std::make_unique<IngestServiceImpl>(*registry_, stats_, cluster_.get());
   query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_, *auth_);
