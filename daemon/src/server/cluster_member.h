@@ -79,7 +79,8 @@ class ClusterMember final : public SharedJobState {
   // said the lease is gone), each with the status to close its streams with
   // (a redirect when the new owner is known). Forgets them. Also restarts a
   // view that etcd cancelled and joins again under a new lease when the old
-  // one is gone.
+  // one is gone (etcd round trips made under the member's lock: Serve waits
+  // for them meanwhile, which is rare and bounded by the calls' timeouts).
   std::vector<std::pair<std::string, absl::Status>> TakeLostJobs();
 
   // Stops serving for good (Serve refuses, MayDecide false) and revokes the
