@@ -292,6 +292,14 @@ engine::ExclusionReason FromProto(v1::ExclusionReason r) {
   }
 }
 
+engine::ExcludedRank FromProto(const v1::ExcludedRank& e) {
+  engine::ExcludedRank x{e.rank(), FromProto(e.reason()), e.detail(), e.since_iteration()};
+  if (e.has_culprit_rank()) x.culprit = e.culprit_rank();
+  x.culprit_group = e.culprit_peer_group();
+  if (e.has_replica()) x.replica = e.replica();
+  return x;
+}
+
 StreamHello FromProto(const v1::StreamHello& h) {
   StreamHello out;
   out.job_id = h.job_id();
@@ -313,11 +321,7 @@ StreamHello FromProto(const v1::StreamHello& h) {
   out.known_effective_iteration = h.known_effective_iteration();
   out.known_incarnation = h.known_incarnation();
   for (const v1::ExcludedRank& e : h.known_excluded()) {
-    engine::ExcludedRank& x = out.known_excluded.emplace_back(
-        engine::ExcludedRank{e.rank(), FromProto(e.reason()), e.detail(), e.since_iteration()});
-    if (e.has_culprit_rank()) x.culprit = e.culprit_rank();
-    x.culprit_group = e.culprit_peer_group();
-    if (e.has_replica()) x.replica = e.replica();
+    out.known_excluded.push_back(FromProto(e));
     out.known_excluded_wire_reasons.push_back(static_cast<int>(e.reason()));
   }
   if (h.has_reported_iteration()) out.reported_iteration = h.reported_iteration();

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "cluster/etcd_client.h"
-#include "etcd_harness.h"
+#include "etcd_catch.h"
 
 namespace straggler::cluster {
 namespace {
@@ -21,12 +21,10 @@ struct Started {
 };
 
 Started StartEtcd() {
-  auto etcd = EtcdProcess::Start();
-  INFO((etcd.ok() ? std::string() : std::string(etcd.status().message())));
-  REQUIRE(etcd.ok());
-  auto client = EtcdClient::Connect({.endpoints = (*etcd)->endpoint()});
+  auto etcd = testing::RequireEtcd();
+  auto client = EtcdClient::Connect({.endpoints = etcd->endpoint()});
   REQUIRE(client.ok());
-  return {*std::move(etcd), *std::move(client)};
+  return {std::move(etcd), *std::move(client)};
 }
 
 TEST_CASE("etcd client: put, get, prefix and delete", "[cluster]") {

@@ -9,22 +9,15 @@
 
 #include "cluster/cluster_view.h"
 #include "cluster/ownership.h"
-#include "etcd_harness.h"
+#include "etcd_catch.h"
 
 namespace straggler::cluster {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::EtcdProcess;
+using testing::RequireEtcd;
 using testing::PollUntil;
 using testing::TcpProxy;
-
-std::unique_ptr<EtcdProcess> StartEtcd() {
-  auto etcd = EtcdProcess::Start();
-  INFO((etcd.ok() ? std::string() : std::string(etcd.status().message())));
-  REQUIRE(etcd.ok());
-  return *std::move(etcd);
-}
 
 std::shared_ptr<EtcdClient> Connect(const std::string& endpoint) {
   auto client = EtcdClient::Connect({.endpoints = endpoint});
@@ -50,7 +43,7 @@ std::unique_ptr<Replica> Join(std::shared_ptr<EtcdClient> etcd, const std::strin
 }
 
 TEST_CASE("ownership: replicas register their addresses, an id is taken once", "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   auto client = Connect(etcd->endpoint());
   auto r1 = Join(client, "r1");
   auto r2 = Join(client, "r2");
@@ -86,7 +79,7 @@ TEST_CASE("ownership: replicas register their addresses, an id is taken once", "
 }
 
 TEST_CASE("ownership: one owner per job, a stale claim's write is refused by etcd", "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   auto client = Connect(etcd->endpoint());
   auto r1 = Join(client, "r1", 5);
   auto r2 = Join(client, "r2", 5);
@@ -132,7 +125,7 @@ TEST_CASE("ownership: one owner per job, a stale claim's write is refused by etc
 
 TEST_CASE("ownership: replicas racing for the same new jobs get exactly one owner each",
           "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   constexpr int kReplicas = 3;
   constexpr int kJobs = 20;
   std::vector<std::unique_ptr<Replica>> replicas;
@@ -177,7 +170,7 @@ TEST_CASE("ownership: replicas racing for the same new jobs get exactly one owne
 
 TEST_CASE("ownership: a partitioned owner stops deciding, then another replica takes its job",
           "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   auto direct = Connect(etcd->endpoint());
   auto proxy = TcpProxy::Start(etcd->client_port());
   REQUIRE(proxy.ok());
@@ -236,7 +229,7 @@ TEST_CASE("ownership: a partitioned owner stops deciding, then another replica t
 }
 
 TEST_CASE("ownership: an owner stops deciding while etcd is down and resumes after", "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   auto client = Connect(etcd->endpoint());
   auto r1 = Join(client, "r1");
   auto a = r1->TakeJob("job-a");
@@ -262,7 +255,7 @@ TEST_CASE("ownership: an owner stops deciding while etcd is down and resumes aft
 }
 
 TEST_CASE("ownership: the cluster view follows registrations and owners", "[cluster]") {
-  auto etcd = StartEtcd();
+  auto etcd = RequireEtcd();
   auto client = Connect(etcd->endpoint());
   auto r1 = Join(client, "r1", 5);
   auto a = r1->TakeJob("job-a");

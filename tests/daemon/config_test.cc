@@ -125,6 +125,13 @@ TEST_CASE("deploy/stragglerd.yaml parses and documents exactly the defaults") {
   CHECK(p.events_max_rows == defaults.persistence.events_max_rows);
   CHECK(p.membership_versions_kept == defaults.persistence.membership_versions_kept);
   CHECK(p.retention_interval_seconds == defaults.persistence.retention_interval_seconds);
+  const sd::ClusterConfig& c = cfg->cluster;
+  CHECK(c.etcd_endpoints == defaults.cluster.etcd_endpoints);
+  CHECK(c.replica_id == defaults.cluster.replica_id);
+  CHECK(c.key_prefix == defaults.cluster.key_prefix);
+  CHECK(c.advertise_grpc_address == defaults.cluster.advertise_grpc_address);
+  CHECK(c.advertise_http_address == defaults.cluster.advertise_http_address);
+  CHECK(c.lease_ttl_seconds == defaults.cluster.lease_ttl_seconds);
   CHECK(cfg->tls.cert_file == defaults.tls.cert_file);
   CHECK(cfg->tls.key_file == defaults.tls.key_file);
   CHECK(cfg->tls.client_ca_file == defaults.tls.client_ca_file);
@@ -265,6 +272,40 @@ TEST_CASE("persistence keys parse, --state-db wins, and bad values name the key"
   loaded = sd::LoadConfig(sd::ConfigSources{}, FakeEnv({{"STRAGGLERD_STATE_DB", "/env.db"}}));
   REQUIRE(loaded.ok());
   CHECK(loaded->persistence.path == "/env.db");
+}
+
+TEST_CASE("cluster keys parse, the flag beats the environment, bad ones name the key") {
+  auto cfg = sd::ParseConfig(
+      "cluster:\n  etcd_endpoints: 10.0.0.1:2379\n  replica_id: r-1\n  key_prefix: /s/\n"
+      "  advertise_grpc_address: a:1\n  advertise_http_address: a:2\n  lease_ttl_seconds: 5\n",
+      "c.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->cluster.etcd_endpoints == "10.0.0.1:2379");
+  CHECK(cfg->cluster.replica_id == "r-1");
+  CHECK(cfg->cluster.key_prefix == "/s/");
+  CHECK(cfg->cluster.advertise_grpc_address == "a:1");
+  CHECK(cfg->cluster.advertise_http_address == "a:2");
+  CHECK(cfg->cluster.lease_ttl_seconds == 5);
+  for (const auto& [yaml, message] : std::vector<std::pair<std::string, std::string>>{
+           {"cluster:\n  key_prefix: /s\n", "cluster.key_prefix=/s must end with '/'"},
+           {"cluster:\n  lease_ttl_seconds: 0\n", "cluster.lease_ttl_seconds=0 must be > 0"},
+           {"cluster:\n  etcd: x\n", "unknown key 'etcd' in cluster"}}) {
+    auto bad = sd::ParseConfig(yaml, "c.yaml");
+    REQUIRE_FALSE(bad.ok());
+    CHECK_THAT(std::string(bad.status().message()), Catch::Contains(message));
+  }
+  sd::ConfigSources flags;
+  flags.etcd_endpoints = "10.0.0.9:2379";
+  auto loaded =
+      sd::LoadConfig(flags, FakeEnv({{"STRAGGLERD_ETCD_ENDPOINTS", "10.0.0.8:2379"}}));
+  REQUIRE(loaded.ok());
+  CHECK(loaded->cluster.etcd_endpoints == "10.0.0.9:2379");
+  loaded = sd::LoadConfig(sd::ConfigSources{},
+                          FakeEnv({{"STRAGGLERD_ETCD_ENDPOINTS", "10.0.0.8:2379"}}));
+  REQUIRE(loaded.ok());
+  CHECK(loaded->cluster.etcd_endpoints == "10.0.0.8:2379");
+  CHECK(sd::RestartOnlyChanges(sd::DaemonConfig{}, *loaded) ==
+        std::vector<std::string>{"cluster.etcd_endpoints ( -> 10.0.0.8:2379)"});
 }
 
 TEST_CASE("rendezvous limits parse and bad ones name the key") {

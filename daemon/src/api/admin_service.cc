@@ -9,21 +9,30 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContex
                                                       const v1::SetPolicyRequest* request,
                                                       v1::Job* response) {
   return Authorized(ctx, Access::kAdmin, response,
-                    [&] { return api::SetPolicy(registry_, *request, ctx->peer()); });
+                    [&]() -> absl::StatusOr<v1::Job> {
+                      if (absl::Status s = Route(request->job_id()); !s.ok()) return s;
+                      return api::SetPolicy(registry_, *request, ctx->peer());
+                    });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetRankOverride(
     grpc::CallbackServerContext* ctx, const v1::SetRankOverrideRequest* request,
     v1::Membership* response) {
   return Authorized(ctx, Access::kAdmin, response,
-                    [&] { return api::SetRankOverride(registry_, *request, ctx->peer()); });
+                    [&]() -> absl::StatusOr<v1::Membership> {
+                      if (absl::Status s = Route(request->job_id()); !s.ok()) return s;
+                      return api::SetRankOverride(registry_, *request, ctx->peer());
+                    });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ResetJob(grpc::CallbackServerContext* ctx,
                                                      const v1::ResetJobRequest* request,
                                                      v1::Job* response) {
   return Authorized(ctx, Access::kAdmin, response,
-                    [&] { return api::ResetJob(registry_, *request, ctx->peer()); });
+                    [&]() -> absl::StatusOr<v1::Job> {
+                      if (absl::Status s = Route(request->job_id()); !s.ok()) return s;
+                      return api::ResetJob(registry_, *request, ctx->peer());
+                    });
 }
 
 }  // namespace straggler::daemon

@@ -21,10 +21,24 @@
 #include "auth/auth.h"
 #include "registry/job_registry.h"
 #include "metrics/stats.h"
+#include "server/redirect.h"
 #include "straggler/common/grpc_status.h"
 #include "straggler/common/write_slot.h"
 
 namespace straggler::daemon {
+
+// A redirect's trailing metadata (server/redirect.h) when `status` names a
+// job's owner; nothing otherwise. Before the call's Finish.
+inline void AddRedirectMetadata(const absl::Status& status, grpc::ServerContextBase* ctx) {
+  if (status.ok()) return;
+  std::optional<OwnerAddress> owner = OwnerOf(status);
+  if (!owner) return;
+  ctx->AddTrailingMetadata(kOwnerGrpcMetadata, owner->grpc_address);
+  if (!owner->http_address.empty()) {
+    ctx->AddTrailingMetadata(kOwnerHttpMetadata, owner->http_address);
+  }
+  if (!owner->id.empty()) ctx->AddTrailingMetadata(kOwnerIdMetadata, owner->id);
+}
 
 // Ends a unary callback RPC with `status` (the response was filled by the
 // caller). Every refusal of a unary call ends here (or, for the calls that
@@ -33,6 +47,7 @@ namespace straggler::daemon {
 inline grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
                                              const absl::Status& status, CallOf call) {
   call.stats.CountGrpcRefused(call.service, status.code());
+  AddRedirectMetadata(status, ctx);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(common::ToGrpcStatus(status));
   return reactor;

@@ -103,6 +103,8 @@ Clock::time_point Replica::DecideUntil() const {
   return keeper_->Deadline() - options_.safety_margin;
 }
 
+bool Replica::LeaseLost() const { return keeper_->Lost(); }
+
 bool Replica::MayDecide() const { return !keeper_->Lost() && Clock::now() < DecideUntil(); }
 
 absl::Status Replica::CheckMayDecide(absl::string_view what) const {

@@ -1,6 +1,6 @@
 // A stragglerd replica in a cluster on etcd, and the jobs it owns (issue 30;
-// the design and the reasoning: docs/cluster.md). Not wired into the daemon
-// yet: this is the ownership primitive the daemon will call.
+// the design and the reasoning: docs/cluster.md). The primitive; nothing of the daemon
+// here: the daemon's side is server/cluster_member.h.
 //
 //   auto etcd = EtcdClient::Connect({.endpoints = "127.0.0.1:2379"});
 //   auto replica = Replica::Join(*std::move(etcd), {.id = "r1", .grpc_address = "10.0.0.1:50051",
@@ -104,6 +104,12 @@ class Replica {
   Clock::time_point DecideUntil() const;
   // Before DecideUntil(), and etcd has not said the lease is gone.
   bool MayDecide() const;
+  // etcd said the lease is gone (it expired): this replica's registration and
+  // every ownership key it held are gone for good; only a new Join serves.
+  bool LeaseLost() const;
+  // Why MayDecide() is false (UNAVAILABLE naming the replica and `what` it
+  // cannot do); OK while it is true.
+  absl::Status CheckMayDecide(absl::string_view what) const;
 
   // Every registered replica, this one included, ordered by id.
   absl::StatusOr<std::vector<ReplicaInfo>> Replicas() const;
@@ -127,7 +133,6 @@ class Replica {
  private:
   Replica(std::shared_ptr<EtcdClient> etcd, Options options, Lease lease);
   absl::Status Register();
-  absl::Status CheckMayDecide(absl::string_view what) const;
   // The fence of a write for `claim`: its ownership key unchanged.
   absl::Status CheckClaim(const JobClaim& claim) const;
   std::vector<Compare> Fence(const JobClaim& claim) const;

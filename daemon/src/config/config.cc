@@ -18,6 +18,7 @@
 #include "straggler/common/channel_security.h"
 #include "straggler/common/config_reader.h"
 #include "straggler/common/config_sections.h"
+#include "straggler/common/validate.h"
 #include "yaml-cpp/yaml.h"
 
 namespace straggler::daemon {
@@ -230,6 +231,35 @@ class Parser : public common::ConfigReader {
     return absl::OkStatus();
   }
 
+  absl::Status ApplyCluster(const YAML::Node& node, ClusterConfig& c) const {
+    return common::ReadSection(
+        *this, node, "cluster",
+        [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+          const std::string qualified = absl::StrCat("cluster.", key);
+          if (key == "lease_ttl_seconds") {
+            auto v = Uint(value, qualified);
+            if (!v.ok()) return v.status();
+            if (*v == 0) return Error(value.Mark(), absl::StrCat(qualified, "=0 must be > 0"));
+            c.lease_ttl_seconds = *v;
+            return absl::OkStatus();
+          }
+          std::string* target = key == "etcd_endpoints"           ? &c.etcd_endpoints
+                                : key == "replica_id"             ? &c.replica_id
+                                : key == "key_prefix"             ? &c.key_prefix
+                                : key == "advertise_grpc_address" ? &c.advertise_grpc_address
+                                : key == "advertise_http_address" ? &c.advertise_http_address
+                                                                  : nullptr;
+          if (target == nullptr) return common::UnknownKey();
+          auto v = String(value, qualified);
+          if (!v.ok()) return v.status();
+          if (key == "key_prefix" && (v->empty() || v->back() != '/')) {
+            return Error(value.Mark(), absl::StrCat(qualified, "=", *v, " must end with '/'"));
+          }
+          *target = *v;
+          return absl::OkStatus();
+        });
+  }
+
   absl::Status ApplyJobs(const YAML::Node& node, DaemonConfig& config) const {
     if (node.IsNull()) return absl::OkStatus();
     if (!node.IsSequence()) {
@@ -317,6 +347,8 @@ class Parser : public common::ConfigReader {
                                     config.tls);
       } else if (key == "auth") {
         s = ApplyAuth(kv.second, config.auth);
+      } else if (key == "cluster") {
+        s = ApplyCluster(kv.second, config.cluster);
       } else if (key == "security") {
         s = common::ReadSection(
             *this, kv.second, "security",
@@ -399,6 +431,8 @@ absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const common
   common::Override(config.http_address, env("STRAGGLERD_HTTP_ADDRESS"), flags.http_address);
   common::Override(config.log_level, env("STRAGGLERD_LOG_LEVEL"), flags.log_level);
   common::Override(config.persistence.path, env("STRAGGLERD_STATE_DB"), flags.state_db);
+  common::Override(config.cluster.etcd_endpoints, env("STRAGGLERD_ETCD_ENDPOINTS"),
+                   flags.etcd_endpoints);
 
   if (absl::Status s =
           common::ValidateAddress("grpc_address", config.grpc_address, /*allow_unix=*/true);
@@ -411,6 +445,12 @@ absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const common
     return s;
   }
   if (absl::Status s = common::ValidateLogLevel(config.log_level); !s.ok()) return s;
+  if (!config.cluster.replica_id.empty()) {
+    if (absl::Status s = common::ValidateJobId("cluster.replica_id", config.cluster.replica_id);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (!config.auth.token_file.empty()) {
     std::string token, error;
     if (!ReadBearerToken(config.auth.token_file, &token, &error)) {
@@ -466,6 +506,13 @@ std::vector<std::string> RestartOnlyChanges(const DaemonConfig& running,
   cmp_bool("tls.grpc", t0.grpc, t1.grpc);
   cmp_bool("tls.http", t0.http, t1.http);
   cmp("tls.reload_seconds", t0.reload_seconds, t1.reload_seconds);
+  const ClusterConfig &c0 = running.cluster, &c1 = next.cluster;
+  cmp("cluster.etcd_endpoints", c0.etcd_endpoints, c1.etcd_endpoints);
+  cmp("cluster.replica_id", c0.replica_id, c1.replica_id);
+  cmp("cluster.key_prefix", c0.key_prefix, c1.key_prefix);
+  cmp("cluster.advertise_grpc_address", c0.advertise_grpc_address, c1.advertise_grpc_address);
+  cmp("cluster.advertise_http_address", c0.advertise_http_address, c1.advertise_http_address);
+  cmp("cluster.lease_ttl_seconds", c0.lease_ttl_seconds, c1.lease_ttl_seconds);
   return out;
 }
 

@@ -118,6 +118,23 @@ struct PersistenceConfig {
   uint32_t retention_interval_seconds = 60;  // how often retention runs
 };
 
+// Replicas on etcd (docs/cluster.md). etcd_endpoints "" (the default): the
+// daemon runs alone, as before. Every key needs a restart.
+struct ClusterConfig {
+  // etcd's client URLs, comma-separated host:port (http:// accepted).
+  std::string etcd_endpoints;
+  // This replica's id (job-id characters); "" = <hostname>-<gRPC port>.
+  std::string replica_id;
+  std::string key_prefix = "/stragglerd/";  // must end with '/'
+  // The addresses other replicas and clients are redirected to; "" = the
+  // listen address, a wildcard host replaced by this host's name.
+  std::string advertise_grpc_address;
+  std::string advertise_http_address;
+  // The lease's TTL asked for (etcd may raise it): a dead replica's jobs are
+  // taken over within about this long.
+  uint32_t lease_ttl_seconds = 3;
+};
+
 // Bearer-token authorization (docs/security.md; reloadable: a SIGHUP
 // re-reads token_file, and an unreadable one keeps the running config).
 struct AuthConfig {
@@ -161,6 +178,7 @@ struct DaemonConfig {
   common::TlsConfig tls;
   AuthConfig auth;
   SecurityConfig security;
+  ClusterConfig cluster;
   std::string config_file;                   // "" = embedded defaults only
   // The file held no key (empty, comments only): all defaults. Accepted at
   // start; a reload refuses it (common::ServeUntilStopped).
@@ -183,6 +201,7 @@ struct ConfigSources {
   std::optional<std::string> http_address;
   std::optional<std::string> log_level;
   std::optional<std::string> state_db;  // --state-db: persistence.path
+  std::optional<std::string> etcd_endpoints;  // --etcd-endpoints: cluster.etcd_endpoints
 };
 
 // Parses YAML text. `source_name` prefixes error messages ("file:line: ...").
@@ -190,7 +209,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text,
                                          absl::string_view source_name);
 
 // Defaults <- file (flag --config, else STRAGGLERD_CONFIG, else none)
-//          <- STRAGGLERD_GRPC_ADDRESS / _HTTP_ADDRESS / _LOG_LEVEL <- flags.
+//          <- STRAGGLERD_GRPC_ADDRESS / _HTTP_ADDRESS / _LOG_LEVEL / _STATE_DB
+//             / _ETCD_ENDPOINTS <- flags.
 // Then reads auth.token_file into auth.token_sha256; an unreadable, empty or
 // malformed token file is an error naming the path (never the contents).
 absl::StatusOr<DaemonConfig> LoadConfig(const ConfigSources& flags, const common::EnvLookup& env);
@@ -201,7 +221,7 @@ bool GlobMatch(absl::string_view pattern, absl::string_view text);
 
 // The keys that only a restart applies (addresses, http.*, tls.*,
 // persistence.path/synchronous/event_queue_capacity,
-// limits.max_message_bytes) whose value differs between the running
+// limits.max_message_bytes, cluster.*) whose value differs between the running
 // config and a reloaded one, each as "key (old -> new)", in file order.
 std::vector<std::string> RestartOnlyChanges(const DaemonConfig& running,
                                             const DaemonConfig& next);

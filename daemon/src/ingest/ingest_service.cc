@@ -21,9 +21,12 @@ namespace {
 class IngestReactor final
     : public grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive> {
  public:
-  IngestReactor(JobRegistry& registry, DaemonStats& stats, std::string peer)
+  IngestReactor(JobRegistry& registry, DaemonStats& stats, ClusterMember* cluster,
+                grpc::CallbackServerContext* context, std::string peer)
       : registry_(registry),
         stats_(stats),
+        cluster_(cluster),
+        context_(context),
         peer_(std::move(peer)),
         link_(std::make_shared<ReactorLink<IngestReactor>>(this)),
         limits_(registry.config()->limits),
@@ -60,9 +63,16 @@ class IngestReactor final
       return;
     }
     if (!session_.job()) {
-      absl::Status s = session_.Open(batch_, WallNow());
+      // In a cluster the hello's job must be this replica's (taken now when
+      // nobody owns it: the first hello decides, docs/cluster.md).
+      absl::Status s = cluster_ != nullptr && batch_.has_hello()
+                           ? cluster_->Serve(batch_.hello().job_id(), /*take=*/true)
+                           : absl::OkStatus();
+      const bool served = s.ok();
+      if (served) s = session_.Open(batch_, WallNow());
       if (!s.ok()) {
-        stats_.CountRefused(s.code() == absl::StatusCode::kResourceExhausted
+        stats_.CountRefused(!served ? StreamRefuseReason::kNotOwner
+                            : s.code() == absl::StatusCode::kResourceExhausted
                                 ? StreamRefuseReason::kTooManyJobs
                             : s.code() == absl::StatusCode::kUnavailable
                                 ? StreamRefuseReason::kShuttingDown
@@ -72,7 +82,16 @@ class IngestReactor final
         // One client retrying a refused hello wrote 99 000 of these.
         spdlog::log(stats_.refused_log.Level(std::chrono::steady_clock::now()),
                     "ingest stream from {} refused: {}", peer_, std::string(s.message()));
+        AddRedirectMetadata(s, context_);
         Finish(common::ToGrpcStatus(s), /*flush=*/false);
+        return;
+      }
+    } else if (cluster_ != nullptr) {
+      // Past the lease's local deadline another replica may soon own the
+      // job: no report may move its membership here. The client keeps its
+      // last membership and its unacknowledged reports, and reconnects.
+      if (absl::Status s = cluster_->CheckMayDecide(session_.job()->id); !s.ok()) {
+        Finish(common::ToGrpcStatus(s), /*flush=*/true);
         return;
       }
     }
@@ -116,7 +135,13 @@ class IngestReactor final
 
   // Reached through ReactorLink under the job's lock.
   void PushLocked(const Job::Locked& job) { Offer(session_.PushLocked(job)); }
-  void Close(const absl::Status& status) { Finish(common::ToGrpcStatus(status), /*flush=*/true); }
+  // A job dropped because another replica owns it now closes its streams
+  // with a redirect (JobRegistry::Drop).
+  void Close(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (!slot_.finishing()) AddRedirectMetadata(status, context_);
+    Act(slot_.RequestFinish(common::ToGrpcStatus(status), /*flush=*/true));
+  }
 
  private:
   void Offer(v1::Directive d) {
@@ -137,6 +162,8 @@ class IngestReactor final
 
   JobRegistry& registry_;
   DaemonStats& stats_;
+  ClusterMember* const cluster_;  // null: alone
+  grpc::CallbackServerContext* const context_;  // for a redirect's trailing metadata
   const std::string peer_;
   const std::shared_ptr<ReactorLink<IngestReactor>> link_;
   // The limits as of the stream's opening (a reload applies to later streams).
@@ -153,7 +180,7 @@ class IngestReactor final
 
 grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive>* IngestServiceImpl::Stream(
     grpc::CallbackServerContext* context) {
-  return new IngestReactor(registry_, stats_, context->peer());
+  return new IngestReactor(registry_, stats_, cluster_, context, context->peer());
 }
 
 }  // namespace straggler::daemon

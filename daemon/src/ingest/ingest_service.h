@@ -15,20 +15,28 @@
 // version its ranks may still need; later ones only the versions it has not
 // carried yet (often none).
 //
-// Thread-safe: gRPC calls Stream() from its own threads; the registry and
-// stats must outlive the server.
+// In a cluster (`cluster` not null, docs/cluster.md) a stream's hello is
+// served only when this replica owns the job (taking it when nobody does);
+// otherwise the stream ends UNAVAILABLE, naming the owner in its trailing
+// metadata (server/redirect.h). Each later batch is applied only while the
+// replica may decide (ClusterMember::MayDecide), else the stream ends
+// UNAVAILABLE and the client comes back once the replica may again.
+//
+// Thread-safe: gRPC calls Stream() from its own threads; the registry,
+// stats and cluster member must outlive the server.
 #pragma once
 
 #include "registry/job_registry.h"
 #include "metrics/stats.h"
+#include "server/cluster_member.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler::daemon {
 
 class IngestServiceImpl final : public straggler::v1::IngestService::CallbackService {
  public:
-  IngestServiceImpl(JobRegistry& registry, DaemonStats& stats)
-      : registry_(registry), stats_(stats) {}
+  IngestServiceImpl(JobRegistry& registry, DaemonStats& stats, ClusterMember* cluster = nullptr)
+      : registry_(registry), stats_(stats), cluster_(cluster) {}
 
   grpc::ServerBidiReactor<straggler::v1::ReportBatch, straggler::v1::Directive>* Stream(
       grpc::CallbackServerContext* context) override;
@@ -36,6 +44,7 @@ class IngestServiceImpl final : public straggler::v1::IngestService::CallbackSer
  private:
   JobRegistry& registry_;
   DaemonStats& stats_;
+  ClusterMember* const cluster_;  // null: alone
 };
 
 }  // namespace straggler::daemon

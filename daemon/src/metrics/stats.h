@@ -35,9 +35,12 @@ enum class StreamRefuseReason {
   kTooManyJobs,
   kTooManyStreams,
   kShuttingDown,
-  kRunLive
+  kRunLive,
+  // A replica that does not serve the job (docs/cluster.md): another owns it
+  // (a redirect), or this one may not decide now.
+  kNotOwner
 };
-inline constexpr size_t kStreamRefuseReasons = 5;
+inline constexpr size_t kStreamRefuseReasons = 6;
 // engine::RejectReason runs kNone..kTooFarAhead.
 inline constexpr size_t kEngineRejectReasons =
     static_cast<size_t>(engine::RejectReason::kTooFarAhead) + 1;
@@ -200,6 +203,7 @@ inline const char* StreamRefuseReasonName(StreamRefuseReason r) {
     case StreamRefuseReason::kTooManyStreams: return "too_many_streams";
     case StreamRefuseReason::kShuttingDown: return "shutting_down";
     case StreamRefuseReason::kRunLive: return "run_live";
+    case StreamRefuseReason::kNotOwner: return "not_owner";
   }
   return "unknown";
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "registry/job_proto.h"
 #include "registry/job_registry.h"
 #include "spdlog/spdlog.h"
 #include "wire/convert.h"
@@ -88,6 +89,24 @@ void JobRegistry::CommitLocked(Job::Locked& job, const JobSubscriber* skip) {
         spdlog::error("job={} membership v{} not persisted: {}", job.id, m.version,
                       std::string(s.message()));
       }
+    }
+  }
+  if (shared_ != nullptr) {
+    // A daemon that takes the job over starts above this version
+    // (docs/cluster.md): written before anyone sees it, as to the store.
+    v1::Job state;
+    state.set_job_id(job.id);
+    state.set_run_id(job.run_id);
+    state.set_world_size(job.world_size);
+    ToProto(job->engine.membership(), job, state.mutable_membership());
+    if (absl::Status s = shared_->SaveMembership(state); !s.ok()) {
+      // Another daemon may own the job now: nothing more is published here.
+      spdlog::error("job={} membership v{} not published: {}; this daemon stops serving the job",
+                    job.id, version, std::string(s.message()));
+      job.MarkRemoved();
+      for (const auto& sub : job->subscribers) sub->CloseLocked(s);
+      job->subscribers.clear();
+      return;
     }
   }
   job->pushed_version = version;

@@ -432,4 +432,23 @@ void JobRegistry::CloseAll(const absl::Status& status) {
   }
 }
 
+void JobRegistry::Drop(absl::string_view job_id, const absl::Status& status) {
+  std::shared_ptr<Job> job;
+  {
+    // Out of the map first (also a job already removed, e.g. one whose
+    // membership could not be shared): nothing finds it from now on.
+    absl::MutexLock lock(&jobs_mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    job = std::move(it->second);
+    jobs_.erase(it);
+  }
+  // Removed under its lock, as the idle sweep does: an Attach or Watch that
+  // found it before is refused or closed here.
+  Job::Locked locked(*job);
+  locked.MarkRemoved();
+  for (const auto& sub : locked->subscribers) sub->CloseLocked(status);
+  locked->subscribers.clear();
+}
+
 }  // namespace straggler::daemon

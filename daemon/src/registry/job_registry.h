@@ -58,6 +58,7 @@
 #include "metrics/stats.h"
 #include "persist/store.h"
 #include "registry/job.h"
+#include "registry/shared_state.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/v1/straggler.pb.h"
 #include "straggler/common/validate.h"
@@ -164,8 +165,22 @@ class JobRegistry {
     return max_batch_reports_.load(std::memory_order_relaxed);
   }
 
+  // The job is no longer this daemon's to serve (another replica owns it,
+  // docs/cluster.md): closes its subscribers with `status` and forgets it as
+  // the idle sweep does (its events stay); /metrics stops exporting it. A
+  // later hello that this daemon may serve creates it afresh. No-op for an
+  // unknown job.
+  void Drop(absl::string_view job_id, const absl::Status& status) ABSL_LOCKS_EXCLUDED(jobs_mu_);
+
   // Refuses new subscribers from now on and closes every current one.
   void CloseAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(jobs_mu_);
+
+  // Once, before Restore and serving: where each new membership is written
+  // before it is published, and what a new job starts from (a cluster on
+  // etcd, docs/cluster.md). A membership that cannot be written there is not
+  // published: the job is removed and its subscribers closed with the
+  // error. `shared` must outlive the registry; null (the default): none.
+  void SetSharedState(SharedJobState* shared) { shared_ = shared; }
 
   // Once, before serving, with a store: the journal's newest
   // limits.events_retained events and the sequence after the highest ever
@@ -225,10 +240,17 @@ class JobRegistry {
   void LoseLocked(Job::Locked& job, engine::Time now, std::chrono::seconds after)
       ABSL_LOCKS_EXCLUDED(events_mu_);
 
-  // A new Job for `job_id`, restored from the store when it knows the job.
+  // A new Job for `job_id`, restored from the store when it knows the job,
+  // else from the shared state (the job's last owner in a cluster).
   std::shared_ptr<Job> MakeJob(const std::string& job_id, uint32_t world_size,
                                const std::string& run_id, const DaemonConfig& config,
                                engine::Time now);
+  // MakeJob's: the store's state of the job's run; whether a membership was
+  // restored.
+  bool RestoreStoredLocked(Job::Locked& job, engine::Time now);
+  // MakeJob's: the membership the job's last owner saved (SharedJobState),
+  // restored as a restart restores the store's (JobEngine::RestoreMembership).
+  void RestoreSharedLocked(Job::Locked& job, engine::Time now);
   void SaveOverridesLocked(const Job::Locked& job, engine::Time now);
   void ApplyRetention(engine::Time now);
   void JournalLocked(Job::Locked& job, std::vector<engine::Event> events)
@@ -240,6 +262,7 @@ class JobRegistry {
 
   DaemonStats& stats_;
   Store* const store_;  // null: no persistence
+  SharedJobState* shared_ = nullptr;  // null: no cluster (set before serving)
   engine::Time last_retention_{0};  // TickAll's thread only
   const uint64_t incarnation_;  // see Job::incarnation
 

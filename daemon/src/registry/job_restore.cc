@@ -36,15 +36,24 @@ std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t wo
                                           engine::Time now) {
   auto job = std::make_shared<Job>(job_id, world_size, config.PolicyFor(job_id), now,
                                    incarnation_, config.limits.recent_reports_per_job, run_id);
-  if (store_ == nullptr) return job;
+  if (store_ == nullptr && shared_ == nullptr) return job;
   // Not in the map yet, so nobody else can hold its lock (the caller may
   // hold jobs_mu_): restoring it cannot wait on anyone.
   Job::Locked locked(*job);
+  const bool restored = store_ != nullptr && RestoreStoredLocked(locked, now);
+  if (!restored && shared_ != nullptr) RestoreSharedLocked(locked, now);
+  return job;
+}
+
+bool JobRegistry::RestoreStoredLocked(Job::Locked& locked, engine::Time now) {
+  const std::string& job_id = locked.id;
+  const std::string& run_id = locked.run_id;
+  const uint32_t world_size = locked.world_size;
   auto loaded = store_->LoadJob(job_id);
   if (!loaded.ok()) {
     stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("job={} not restored: {}", job_id, std::string(loaded.status().message()));
-    return job;
+    return false;
   }
   if (loaded->has_value() && (*loaded)->run_id == run_id) {
     // The same run after a daemon restart: restored below.
@@ -54,7 +63,7 @@ std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t wo
       stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
       spdlog::error("job={} run='{}' not recorded: {}", job_id, run_id, std::string(s.message()));
     }
-    return job;
+    return false;
   }
   const StoredJob& stored = **loaded;
   if (!stored.policy_json.empty()) {
@@ -73,7 +82,7 @@ std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t wo
       locked->policy_overridden = true;
     }
   }
-  if (!stored.membership) return job;
+  if (!stored.membership) return false;
   const engine::Membership& m = *stored.membership;
   if (stored.world_size != world_size) {
     // Another run of the job at another scale: the excluded ranks mean
@@ -84,7 +93,7 @@ std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t wo
     engine::Membership floor = m;
     floor.excluded.clear();
     locked->engine.AdoptVersionFloor(floor, now);
-    return job;
+    return true;
   }
   std::vector<std::pair<uint32_t, engine::RankOverride>> overrides;
   for (const StoredOverride& o : stored.overrides) {
@@ -96,7 +105,39 @@ std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t wo
                job_id, store_->path(), m.version, locked->engine.membership().version,
                m.excluded.size(), overrides.size(),
                locked->policy_overridden ? ", admin policy" : "");
-  return job;
+  return true;
+}
+
+void JobRegistry::RestoreSharedLocked(Job::Locked& locked, engine::Time now) {
+  absl::StatusOr<std::optional<v1::Job>> loaded = shared_->LoadMembership(locked.id);
+  if (!loaded.ok()) {
+    // The hellos' held versions still keep versions growing (AdoptVersionFloor).
+    spdlog::error("job={} starts afresh: its last owner's state could not be read: {}",
+                  locked.id, std::string(loaded.status().message()));
+    return;
+  }
+  if (!loaded->has_value() || (*loaded)->run_id() != locked.run_id) return;  // another run
+  const v1::Job& state = **loaded;
+  engine::Membership m;
+  m.version = state.membership().version();
+  m.effective_iteration = state.membership().effective_iteration();
+  m.world_size = state.membership().world_size();
+  m.lead_iterations = state.membership().lead_iterations();
+  m.created_at = common::FromProto(state.membership().created_at());
+  for (const v1::ExcludedRank& e : state.membership().excluded()) {
+    m.excluded.push_back(common::FromProto(e));
+  }
+  if (state.world_size() != locked.world_size) {
+    // As for the store above: versions grow, exclusions do not carry over.
+    m.excluded.clear();
+    locked->engine.AdoptVersionFloor(m, now);
+    return;
+  }
+  // Operators' overrides are not shared yet (docs/cluster.md): a rank forced
+  // out is held as a straggler, released by its own reports.
+  locked->engine.RestoreMembership(m, {}, now);
+  spdlog::info("job={} taken over from its last owner's state: membership v{} -> v{}, {} excluded",
+               locked.id, m.version, locked->engine.membership().version, m.excluded.size());
 }
 
 absl::Status JobRegistry::Restore(engine::Time now) {
@@ -112,6 +153,9 @@ absl::Status JobRegistry::Restore(engine::Time now) {
     next_sequence_ = *max_sequence + 1;
     reserved_sequence_ = *max_sequence;  // the first event reserves a block
   }
+  // In a cluster a job is this replica's only once it takes it (a hello):
+  // MakeJob restores it then.
+  if (shared_ != nullptr) return absl::OkStatus();
   auto jobs = store_->LoadJobs(now - std::chrono::seconds(config->limits.job_idle_ttl_seconds));
   if (!jobs.ok()) return jobs.status();
   for (const StoredJob& stored : *jobs) {

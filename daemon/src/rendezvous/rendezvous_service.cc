@@ -78,6 +78,7 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext* ctx,
                                                      const v1::RendezvousSetRequest* request,
                                                      v1::RendezvousSetResponse*) {
+  if (absl::Status s = Route(request->job_id()); !s.ok()) return FinishUnary(ctx, s, call_);
   auto ttl = ToMillis(request->has_ttl(), request->ttl(), "ttl");
   if (!ttl.ok()) return FinishUnary(ctx, ttl.status(), call_);
   return FinishUnary(ctx, store_.Set(request->job_id(), request->key(), request->value(), *ttl),
@@ -87,6 +88,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext* ctx,
                                                      const v1::RendezvousGetRequest* request,
                                                      v1::RendezvousGetResponse* response) {
+  if (absl::Status s = Route(request->job_id()); !s.ok()) return FinishUnary(ctx, s, call_);
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   absl::StatusOr<std::vector<RendezvousStore::KeyValue>> entries =
       store_.Get(request->job_id(), keys, max_response_bytes_);
@@ -103,6 +105,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Wait(grpc::CallbackServerContext* ctx,
                                                       const v1::RendezvousWaitRequest* request,
                                                       v1::RendezvousWaitResponse*) {
+  if (absl::Status s = Route(request->job_id()); !s.ok()) return FinishUnary(ctx, s, call_);
   auto timeout = ToMillis(request->has_timeout(), request->timeout(), "timeout");
   if (!timeout.ok()) return FinishUnary(ctx, timeout.status(), call_);
   auto* reactor = new WaitReactor(store_, stats_);
@@ -113,6 +116,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Wait(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext* ctx,
                                                      const v1::RendezvousAddRequest* request,
                                                      v1::RendezvousAddResponse* response) {
+  if (absl::Status s = Route(request->job_id()); !s.ok()) return FinishUnary(ctx, s, call_);
   auto ttl = ToMillis(request->has_ttl(), request->ttl(), "ttl");
   if (!ttl.ok()) return FinishUnary(ctx, ttl.status(), call_);
   absl::StatusOr<int64_t> v = store_.Add(request->job_id(), request->key(), request->delta(), *ttl);

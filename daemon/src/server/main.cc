@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
       "stragglerd - finds slow ranks of synchronous data-parallel training jobs and\n"
       "publishes, per job, the versioned membership that leaves them out.\n\n"
       "Precedence: flags > environment (STRAGGLERD_GRPC_ADDRESS, STRAGGLERD_HTTP_ADDRESS,\n"
-      "STRAGGLERD_LOG_LEVEL, STRAGGLERD_STATE_DB, STRAGGLERD_CONFIG) > config file >\n"
-      "built-in defaults.\n"
+      "STRAGGLERD_LOG_LEVEL, STRAGGLERD_STATE_DB, STRAGGLERD_ETCD_ENDPOINTS,\n"
+      "STRAGGLERD_CONFIG) > config file > built-in defaults.\n"
       "Signals: SIGHUP reloads the config file, SIGTERM/SIGINT drain (7 s at most) and exit 0.\n"
       "TLS, mutual TLS and the admin bearer token: tls.* and auth.* in the config file\n"
       "(docs/security.md); without auth.token_file admin calls are open (warned at start).",
@@ -72,6 +72,11 @@ int main(int argc, char** argv) {
   app.add_option("--state-db", sources.state_db,
                  "SQLite state database (default: $STRAGGLERD_STATE_DB, else persistence.path, "
                  "else none: nothing survives a restart)");
+  app.add_option("--etcd-endpoints", sources.etcd_endpoints,
+                 "join the stragglerd replicas on this etcd, HOST:PORT[,HOST:PORT...]: each "
+                 "job is served by the replica that owns it, the others redirect (default: "
+                 "$STRAGGLERD_ETCD_ENDPOINTS, else cluster.etcd_endpoints, else none: run alone; "
+                 "docs/cluster.md)");
   if (std::optional<int> rc =
           straggler::common::ParseCommandLine(app, argc, argv, STRAGGLERD_VERSION)) {
     return *rc;

@@ -23,6 +23,7 @@
 #include "api/query_service.h"
 #include "rendezvous/rendezvous_service.h"
 #include "rendezvous/rendezvous_store.h"
+#include "server/cluster_member.h"
 #include "spdlog/spdlog.h"
 #include "persist/store.h"
 #include "straggler/common/service_main.h"  // ApplyLogLevel
@@ -120,15 +121,25 @@ absl::Status Server::Start(const DaemonConfig& config) {
     spdlog::warn("no auth.token_file: AdminService and mutating REST calls are open to anyone "
                  "who can connect (docs/security.md)");
   }
+  if (!config.cluster.etcd_endpoints.empty()) {
+    // Connected before the services exist, joined once the ports are known:
+    // until then every job-scoped call is refused (not joined yet).
+    absl::StatusOr<std::unique_ptr<ClusterMember>> member = ClusterMember::Create(config.cluster);
+    if (!member.ok()) return member.status();
+    cluster_ = *std::move(member);
+  }
   registry_ = std::make_unique<JobRegistry>(std::make_shared<const DaemonConfig>(config), stats_,
                                             store_.get());
+  // In a cluster each new membership goes to etcd before it is published,
+  // and a job taken over starts from its last owner's (docs/cluster.md).
+  registry_->SetSharedState(cluster_.get());
   if (absl::Status s = registry_->Restore(WallNow()); !s.ok()) return s;
-  ingest_ = std::make_unique<IngestServiceImpl>(*registry_, stats_);
+  ingest_ = std::make_unique<IngestServiceImpl>(*registry_, stats_, cluster_.get());
   query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_, *auth_);
-  admin_ = std::make_unique<AdminServiceImpl>(*registry_, stats_, *auth_);
+  admin_ = std::make_unique<AdminServiceImpl>(*registry_, stats_, *auth_, cluster_.get());
   rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
-  rendezvous_ = std::make_unique<RendezvousServiceImpl>(*rendezvous_store_, stats_,
-                                                        config.limits.max_message_bytes);
+  rendezvous_ = std::make_unique<RendezvousServiceImpl>(
+      *rendezvous_store_, stats_, config.limits.max_message_bytes, cluster_.get());
   started_config_ = config;
   for (const std::string& w : config.warnings) spdlog::warn("{}", w);
 
@@ -182,7 +193,9 @@ absl::Status Server::Start(const DaemonConfig& config) {
 
   http_ = std::make_unique<HttpServer>(*registry_, stats_, *auth_);
   const bool http_tls = tls && config.tls.http;
-  if (absl::Status s = http_->Start(config, http_tls ? &*tls : nullptr); !s.ok()) {
+  absl::Status s = http_->Start(config, http_tls ? &*tls : nullptr);
+  if (s.ok() && cluster_) s = cluster_->Join(grpc_address_, http_->address());
+  if (!s.ok()) {
     http_.reset();
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
@@ -266,7 +279,15 @@ void Server::TickLoop() {
       if (tick_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(kTickInterval)))
         break;
     }
-    registry_->TickAll(WallNow());
+    if (cluster_) {
+      // Jobs another replica owns now are no longer served or exported here;
+      // and no job is ticked (no rank turns unresponsive, no membership
+      // moves) while this replica may not decide.
+      for (const auto& [job, status] : cluster_->TakeLostJobs()) registry_->Drop(job, status);
+      if (cluster_->MayDecide()) registry_->TickAll(WallNow());
+    } else {
+      registry_->TickAll(WallNow());
+    }
     if (const long resident = ResidentBytes(); resident > resident_seen + kTrimGrowthBytes) {
       malloc_trim(0);
       resident_seen = ResidentBytes();
@@ -321,6 +342,9 @@ void Server::Shutdown(std::chrono::milliseconds grace) {
   // balancers stop sending new work while we drain.
   if (http_) http_->SetPhase(HttpServer::Phase::kDraining);
   server_->GetHealthCheckService()->Shutdown();
+  // Stops deciding, then frees every job at once: the streams closed below
+  // find another replica that may take them without waiting out the lease.
+  if (cluster_) cluster_->Leave();
   registry_->CloseAll(absl::UnavailableError("stragglerd is shutting down"));
   // Held Waits end now (UNAVAILABLE) rather than holding the drain for their timeout.
   rendezvous_store_->Close(absl::UnavailableError("stragglerd is shutting down"));

@@ -47,6 +47,7 @@ class RendezvousStore;
 class RendezvousServiceImpl;
 class HttpServer;
 class Store;
+class ClusterMember;
 
 class Server {
  public:
@@ -55,6 +56,11 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
+  // With cluster.etcd_endpoints set, connects to etcd first (a bad endpoint:
+  // FAILED_PRECONDITION) and, once both listeners are bound, joins the
+  // replicas there with the addresses it listens on (etcd unreachable:
+  // UNAVAILABLE naming it; docs/cluster.md). Without it nothing of the
+  // cluster exists.
   // Opens the state database when persistence.path is set (and restores the
   // journal and jobs from it: JobRegistry::Restore; an error there is
   // FAILED_PRECONDITION naming the path), reads and checks the TLS files of
@@ -85,7 +91,9 @@ class Server {
     stats_.config_reloads_rejected.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // /readyz turns 503 (and REST answers 503) first; then stops accepting gRPC,
+  // /readyz turns 503 (and REST answers 503) first; in a cluster the replica
+  // stops deciding and leaves (its jobs are free for the other replicas at
+  // once); then stops accepting gRPC,
   // tells every stream and watcher to go (UNAVAILABLE, so clients reconnect
   // elsewhere or later), waits up to `grace` for calls to end, cancels the
   // rest, joins the tick thread, and stops HTTP last (/metrics and /healthz
@@ -112,6 +120,7 @@ class Server {
   RendezvousStore& rendezvous() { return *rendezvous_store_; }
   const DaemonStats& stats() const { return stats_; }
   const Store* store() const { return store_.get(); }  // null without persistence
+  ClusterMember* cluster() { return cluster_.get(); }  // null without cluster.etcd_endpoints
 
  private:
   void TickLoop();
@@ -120,6 +129,7 @@ class Server {
   // Before registry_: the registry writes into it until it is destroyed.
   std::unique_ptr<Store> store_;
   std::unique_ptr<Authorizer> auth_;  // before the services that hold a reference
+  std::unique_ptr<ClusterMember> cluster_;  // likewise; null: alone
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<IngestServiceImpl> ingest_;
   std::unique_ptr<QueryServiceImpl> query_;

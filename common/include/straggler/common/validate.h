@@ -139,6 +139,8 @@ std::string Quoted(absl::string_view value, size_t max = 64);
 engine::Time FromProto(const google::protobuf::Timestamp& t);  // saturates past 2262
 engine::Report FromProto(const v1::IterationReport& r);
 engine::ExclusionReason FromProto(v1::ExclusionReason r);
+// The entry as the wire has it (not validated: ValidateHello checks a hello's).
+engine::ExcludedRank FromProto(const v1::ExcludedRank& e);
 StreamHello FromProto(const v1::StreamHello& h);  // ranks, monitor_only_ranks sorted and unique
 
 }  // namespace straggler::common

@@ -1,0 +1,368 @@
+#include "server/cluster_member.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "cluster/cluster_view.h"
+#include "cluster/etcd_client.h"
+#include "spdlog/spdlog.h"
+#include "straggler/common/validate.h"
+
+namespace straggler::daemon {
+namespace {
+
+using cluster::ClusterView;
+using cluster::EtcdClient;
+using cluster::JobClaim;
+using cluster::Replica;
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+// "host:port" split at its last colon; unix: addresses have no host part.
+std::pair<std::string, std::string> SplitHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return {address, ""};
+  return {address.substr(0, colon), address.substr(colon + 1)};
+}
+
+// What other replicas and clients dial: `configured` when set, else the
+// listen address with a wildcard host replaced by this host's name.
+std::string Advertised(const std::string& configured, const std::string& listening) {
+  if (!configured.empty()) return configured;
+  if (listening.rfind("unix:", 0) == 0) return listening;
+  auto [host, port] = SplitHostPort(listening);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = HostName();
+  return absl::StrCat(host, ":", port);
+}
+
+// jobs/<job>/<name> of a job's membership (SharedJobState).
+constexpr char kMembershipName[] = "membership";
+
+// A failed etcd call, or the replica past its deadline: the client should
+// try again (here later, or another replica), so UNAVAILABLE whatever gRPC
+// code etcd's call ended with; a bad job id stays INVALID_ARGUMENT.
+absl::Status AsUnavailable(const absl::Status& s) {
+  if (s.ok() || s.code() == absl::StatusCode::kInvalidArgument ||
+      s.code() == absl::StatusCode::kUnavailable) {
+    return s;
+  }
+  return absl::UnavailableError(s.message());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ClusterMember>> ClusterMember::Create(const ClusterConfig& config) {
+  // The config's own problems are configuration errors (exit 2), as a bad key.
+  auto config_error = [](const absl::Status& s) {
+    return absl::FailedPreconditionError(absl::StrCat("cluster: ", s.message()));
+  };
+  if (absl::Status s = cluster::CheckKeyPrefix(config.key_prefix); !s.ok()) {
+    return config_error(s);
+  }
+  if (!config.replica_id.empty()) {
+    if (absl::Status s = common::ValidateJobId("cluster.replica_id", config.replica_id); !s.ok()) {
+      return config_error(s);
+    }
+  }
+  absl::StatusOr<std::unique_ptr<EtcdClient>> etcd =
+      EtcdClient::Connect({.endpoints = config.etcd_endpoints});
+  if (!etcd.ok()) return config_error(etcd.status());
+  return std::unique_ptr<ClusterMember>(
+      new ClusterMember(std::shared_ptr<EtcdClient>(*std::move(etcd)), config, config.replica_id));
+}
+
+ClusterMember::ClusterMember(std::shared_ptr<EtcdClient> etcd, ClusterConfig config,
+                             std::string id)
+    : etcd_(std::move(etcd)), config_(std::move(config)), id_(std::move(id)) {}
+
+// The view first: its watch thread must stop before the replica (and the
+// client both share) go.
+ClusterMember::~ClusterMember() {
+  absl::MutexLock lock(&mu_);
+  view_.reset();
+  replica_.reset();
+}
+
+absl::Status ClusterMember::Join(const std::string& grpc_address,
+                                 const std::string& http_address) {
+  absl::MutexLock lock(&mu_);
+  grpc_address_ = Advertised(config_.advertise_grpc_address, grpc_address);
+  http_address_ = Advertised(config_.advertise_http_address, http_address);
+  if (id_.empty()) {
+    // Stable across restarts on one host (a StatefulSet pod keeps its name),
+    // distinct for replicas sharing a host on different ports.
+    id_ = absl::StrCat(HostName(), "-", SplitHostPort(grpc_address).second);
+    if (absl::Status s = common::ValidateJobId("replica id", id_); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cluster: the default replica id (<hostname>-<port>) is not valid: ", s.message(),
+          "; set cluster.replica_id"));
+    }
+  }
+  return JoinLocked();
+}
+
+absl::Status ClusterMember::JoinLocked() {
+  const Replica::Options options{.prefix = config_.key_prefix,
+                                 .id = id_,
+                                 .grpc_address = grpc_address_,
+                                 .http_address = http_address_,
+                                 .ttl_seconds = config_.lease_ttl_seconds};
+  // A previous run of this id (a restart on the same host) holds the
+  // registration until its lease expires: wait that out, at most two TTLs
+  // (etcd may have raised the TTL it granted).
+  const auto give_up = std::chrono::steady_clock::now() +
+                       std::chrono::seconds(2 * config_.lease_ttl_seconds + 2);
+  absl::StatusOr<std::unique_ptr<Replica>> joined;
+  while (true) {
+    joined = Replica::Join(etcd_, options);
+    if (joined.ok() || joined.status().code() != absl::StatusCode::kAlreadyExists ||
+        std::chrono::steady_clock::now() > give_up) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  if (!joined.ok()) {
+    const absl::Status& s = joined.status();
+    return s.code() == absl::StatusCode::kInvalidArgument
+               ? absl::FailedPreconditionError(absl::StrCat("cluster: ", s.message()))
+               : absl::UnavailableError(absl::StrCat("cluster: cannot join: ", s.message()));
+  }
+  absl::StatusOr<std::unique_ptr<ClusterView>> view = ClusterView::Start(etcd_, config_.key_prefix);
+  if (!view.ok()) {
+    (void)(*joined)->Leave();
+    return absl::UnavailableError(
+        absl::StrCat("cluster: cannot watch ", config_.key_prefix, ": ", view.status().message()));
+  }
+  replica_ = std::shared_ptr<Replica>(*std::move(joined));
+  view_ = std::shared_ptr<ClusterView>(*std::move(view));
+  spdlog::info("joined the cluster on etcd {} as replica '{}' (grpc={} http={}, lease {} with a "
+               "TTL of {} s granted)",
+               etcd_->endpoint(), id_, grpc_address_, http_address_, replica_->lease_id(),
+               replica_->ttl_seconds());
+  return absl::OkStatus();
+}
+
+absl::Status ClusterMember::Redirect(absl::string_view job_id, const std::string& owner_id) const {
+  std::shared_ptr<ClusterView> view;
+  {
+    absl::MutexLock lock(&mu_);
+    view = view_;
+  }
+  std::optional<cluster::ReplicaInfo> owner =
+      view ? view->ReplicaById(owner_id) : std::optional<cluster::ReplicaInfo>();
+  absl::Status s = absl::UnavailableError(absl::StrCat(
+      "job '", job_id, "' is owned by stragglerd replica '", owner_id, "'",
+      owner ? absl::StrCat(" at ", owner->grpc_address, " (trailing metadata ",
+                           kOwnerGrpcMetadata, ")")
+            : std::string(" (its address not known here yet; retry)")));
+  if (!owner) return s;
+  return WithOwner(std::move(s), {owner_id, owner->grpc_address, owner->http_address});
+}
+
+absl::Status ClusterMember::Serve(absl::string_view job_id, bool take) {
+  std::shared_ptr<Replica> replica;
+  std::shared_ptr<ClusterView> view;
+  {
+    absl::MutexLock lock(&mu_);
+    if (leaving_) {
+      return absl::UnavailableError(
+          absl::StrCat("stragglerd replica '", id_, "' is leaving the cluster"));
+    }
+    if (!replica_) {
+      return absl::UnavailableError("this stragglerd replica has not joined the cluster yet");
+    }
+    replica = replica_;
+    view = view_;
+    if (claims_.find(job_id) != claims_.end()) {
+      return replica->CheckMayDecide(absl::StrCat("serve job '", job_id, "'"));
+    }
+  }
+  // Another owner in the view: redirect without a round trip to etcd. The
+  // view may lag; a stale answer sends the client to a replica that
+  // redirects it again or refuses until the key is gone.
+  if (std::optional<std::string> owner = view->OwnerOf(job_id); owner && *owner != id_) {
+    return Redirect(job_id, *owner);
+  }
+  absl::StatusOr<JobClaim> claim = take ? replica->TakeJob(job_id) : replica->Owner(job_id);
+  if (!claim.ok()) return AsUnavailable(claim.status());
+  if (claim->owned) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (leaving_ || replica_ != replica) {
+        return absl::UnavailableError(absl::StrCat("stragglerd replica '", id_,
+                                                   "' lost its lease while taking job '", job_id,
+                                                   "'"));
+      }
+      if (claims_.emplace(std::string(job_id), *claim).second) {
+        spdlog::info("job={} owned by this replica ('{}', ownership key created at revision {})",
+                     std::string(job_id), id_, claim->create_revision);
+      }
+    }
+    return replica->CheckMayDecide(absl::StrCat("serve job '", job_id, "'"));
+  }
+  if (claim->owner.empty()) return absl::OkStatus();  // nobody owns it, and not taken
+  return Redirect(job_id, claim->owner);
+}
+
+bool ClusterMember::MayDecide() const {
+  absl::MutexLock lock(&mu_);
+  return !leaving_ && replica_ && replica_->MayDecide();
+}
+
+std::vector<std::pair<std::string, absl::Status>> ClusterMember::TakeLostJobs() {
+  std::vector<std::pair<std::string, absl::Status>> lost;
+  std::vector<std::pair<std::string, std::string>> taken;  // job, new owner
+  {
+    absl::MutexLock lock(&mu_);
+    if (leaving_ || !replica_) return lost;
+    if (replica_->LeaseLost()) {
+      // etcd deleted the lease with every key on it: all jobs are free and
+      // may already be another's. Serve again only under a new lease.
+      spdlog::error("replica '{}': etcd says its lease {} is gone; dropping its {} jobs and "
+                    "joining again",
+                    id_, replica_->lease_id(), claims_.size());
+      for (auto& [job, claim] : claims_) {
+        lost.emplace_back(job, absl::UnavailableError(absl::StrCat(
+                                   "stragglerd replica '", id_, "' lost its etcd lease; job '",
+                                   job, "' is free for another replica")));
+      }
+      claims_.clear();
+      view_.reset();
+      replica_.reset();
+      if (absl::Status s = JoinLocked(); !s.ok()) {
+        spdlog::error("replica '{}': {} (next try at the next tick)", id_,
+                      std::string(s.message()));
+      }
+      return lost;
+    }
+    if (!view_->Status().ok()) {
+      // etcd cancelled the watch (its revision compacted away): read afresh.
+      spdlog::warn("replica '{}': cluster watch ended ({}); reading the cluster again", id_,
+                   std::string(view_->Status().message()));
+      absl::StatusOr<std::unique_ptr<ClusterView>> view =
+          ClusterView::Start(etcd_, config_.key_prefix);
+      if (!view.ok()) return lost;
+      view_ = std::shared_ptr<ClusterView>(*std::move(view));
+    }
+    const int64_t seen = view_->Revision();
+    for (auto it = claims_.begin(); it != claims_.end();) {
+      // The view has not caught up with the take yet: nothing to judge.
+      if (seen < it->second.create_revision) {
+        ++it;
+        continue;
+      }
+      std::optional<std::string> owner = view_->OwnerOf(it->first);
+      if (owner == id_) {
+        ++it;
+        continue;
+      }
+      taken.emplace_back(it->first, owner.value_or(""));
+      it = claims_.erase(it);
+    }
+  }
+  for (auto& [job, owner] : taken) {
+    spdlog::warn("job={} no longer owned by this replica ('{}'): {}", job, id_,
+                 owner.empty() ? std::string("its ownership key is gone")
+                               : absl::StrCat("replica '", owner, "' owns it"));
+    lost.emplace_back(job, owner.empty()
+                               ? absl::UnavailableError(absl::StrCat(
+                                     "job '", job, "' is no longer owned by stragglerd replica '",
+                                     id_, "'"))
+                               : Redirect(job, owner));
+  }
+  return lost;
+}
+
+void ClusterMember::Leave() {
+  std::shared_ptr<Replica> replica;
+  {
+    absl::MutexLock lock(&mu_);
+    if (leaving_) return;
+    leaving_ = true;
+    claims_.clear();
+    replica = replica_;
+  }
+  if (!replica) return;
+  if (absl::Status s = replica->Leave(); !s.ok()) {
+    spdlog::warn("replica '{}' could not revoke its lease ({}): its jobs are free once it expires",
+                 id_, std::string(s.message()));
+  } else {
+    spdlog::info("replica '{}' left the cluster: its jobs are free", id_);
+  }
+}
+
+absl::Status ClusterMember::CheckMayDecide(absl::string_view job_id) const {
+  std::shared_ptr<Replica> replica;
+  {
+    absl::MutexLock lock(&mu_);
+    if (leaving_ || !replica_) {
+      return absl::UnavailableError(absl::StrCat("stragglerd replica '", id_,
+                                                 "' does not serve job '", job_id, "' now"));
+    }
+    replica = replica_;
+  }
+  return replica->CheckMayDecide(absl::StrCat("serve job '", job_id, "'"));
+}
+
+absl::Status ClusterMember::SaveMembership(const v1::Job& state) {
+  std::shared_ptr<Replica> replica;
+  JobClaim claim;
+  {
+    absl::MutexLock lock(&mu_);
+    if (leaving_ || !replica_) {
+      return absl::UnavailableError(absl::StrCat("stragglerd replica '", id_,
+                                                 "' does not serve job '", state.job_id(), "' now"));
+    }
+    auto it = claims_.find(state.job_id());
+    if (it == claims_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", state.job_id(), "' is not owned by stragglerd replica '", id_, "'"));
+    }
+    replica = replica_;
+    claim = it->second;
+  }
+  absl::StatusOr<int64_t> written =
+      replica->FencedPut(claim, kMembershipName, state.SerializeAsString());
+  return written.status();
+}
+
+absl::StatusOr<std::optional<v1::Job>> ClusterMember::LoadMembership(const std::string& job_id) {
+  std::shared_ptr<Replica> replica;
+  {
+    absl::MutexLock lock(&mu_);
+    replica = replica_;
+  }
+  if (!replica) return absl::UnavailableError("not joined to the cluster");
+  const std::string key = replica->JobKey(job_id, kMembershipName);
+  absl::StatusOr<cluster::RangeResult> r = etcd_->Get(key);
+  if (!r.ok()) return r.status();
+  if (r->kvs.empty()) return std::optional<v1::Job>();
+  v1::Job state;
+  if (!state.ParseFromString(r->kvs[0].value) || state.job_id() != job_id) {
+    return absl::DataLossError(absl::StrCat("etcd ", etcd_->endpoint(), " ", key,
+                                            " does not hold a straggler.v1.Job of job '", job_id,
+                                            "'"));
+  }
+  return std::optional<v1::Job>(std::move(state));
+}
+
+int64_t ClusterMember::ttl_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return replica_ ? replica_->ttl_seconds() : 0;
+}
+
+std::vector<std::string> ClusterMember::OwnedJobs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [job, claim] : claims_) out.push_back(job);
+  return out;
+}
+
+}  // namespace straggler::daemon

@@ -1,0 +1,128 @@
+// The daemon's side of a cluster of replicas on etcd (issue 30,
+// docs/cluster.md): with cluster.etcd_endpoints set, the Server makes one,
+// joins once it listens, and every job-scoped call asks it whether this
+// replica serves the job. Without it nothing here exists and the daemon runs
+// alone.
+//
+//   auto member = ClusterMember::Create(config.cluster);   // connects, joins nothing yet
+//   ... bind the servers ...
+//   (*member)->Join(grpc_address, http_address);          // registers, watches owners
+//   absl::Status s = (*member)->Serve(job_id, /*take=*/true);  // a hello: take if free
+//   if (!s.ok()) ...  // UNAVAILABLE; with the owner attached (redirect.h) when another owns it
+//
+// What it promises:
+//   * Serve is OK only for a job this replica owns in etcd (taking it when
+//     nobody does and `take` is set), and only while MayDecide();
+//   * MayDecide() is false before the replica's lease could expire in etcd
+//     (cluster::Replica's local deadline), after Leave(), and before Join;
+//     callers must not change a membership while it is false;
+//   * TakeLostJobs() hands back, once each, the jobs it served whose
+//     ownership key is gone or another's (the watch saw it), so the caller
+//     stops serving and exporting them;
+//   * as the registry's SharedJobState, a job's membership is written to
+//     jobs/<job>/membership only by a fenced write under the job's claim:
+//     never after another replica took the job.
+//
+// Thread safety: thread-safe; every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "cluster/ownership.h"
+#include "config/config.h"
+#include "registry/shared_state.h"
+#include "server/redirect.h"
+
+namespace straggler::cluster {
+class ClusterView;
+}  // namespace straggler::cluster
+
+namespace straggler::daemon {
+
+class ClusterMember final : public SharedJobState {
+ public:
+  // Checks the config and opens the channel to etcd (no call yet).
+  // INVALID_ARGUMENT names a bad endpoint, id or prefix.
+  static absl::StatusOr<std::unique_ptr<ClusterMember>> Create(const ClusterConfig& config);
+  ~ClusterMember() override;
+
+  // Registers this replica with the addresses it listens on (host:port with
+  // the real ports; cluster.advertise_* override them, a wildcard host
+  // becomes this host's name) and starts watching the cluster. A previous
+  // run of the same id still registered is waited out (at most two TTLs).
+  // UNAVAILABLE when etcd cannot be reached, naming it.
+  absl::Status Join(const std::string& grpc_address, const std::string& http_address);
+
+  // Whether this replica serves `job_id` now (see above). Refusals are
+  // UNAVAILABLE: owned by another replica (the owner attached, redirect.h),
+  // or this replica may not decide (not joined, leaving, lease not renewed
+  // in time), or etcd could not be asked. An invalid job id is
+  // INVALID_ARGUMENT naming it.
+  absl::Status Serve(absl::string_view job_id, bool take);
+
+  bool MayDecide() const;
+  // OK while MayDecide(); else UNAVAILABLE saying why, naming `job_id`.
+  absl::Status CheckMayDecide(absl::string_view job_id) const;
+
+  // From the tick: the jobs served here whose ownership this replica lost
+  // (its key gone or another's, as the watch saw it; every job when etcd
+  // said the lease is gone), each with the status to close its streams with
+  // (a redirect when the new owner is known). Forgets them. Also restarts a
+  // view that etcd cancelled and joins again under a new lease when the old
+  // one is gone (etcd round trips made under the member's lock: Serve waits
+  // for them meanwhile, which is rare and bounded by the calls' timeouts).
+  std::vector<std::pair<std::string, absl::Status>> TakeLostJobs();
+
+  // Stops serving for good (Serve refuses, MayDecide false) and revokes the
+  // lease: every job this replica owned is free at once.
+  void Leave();
+
+  // SharedJobState: the job's state as a straggler.v1.Job (job_id, run_id,
+  // world_size, membership) in etcd under jobs/<job>/membership.
+  // SaveMembership: FAILED_PRECONDITION when the job is not this replica's
+  // (never taken, or taken over since), UNAVAILABLE past the lease's local
+  // deadline or when etcd cannot be reached.
+  absl::Status SaveMembership(const v1::Job& state) override;
+  absl::StatusOr<std::optional<v1::Job>> LoadMembership(const std::string& job_id) override;
+
+  const std::string& replica_id() const { return id_; }
+  // The granted lease TTL (0 before Join).
+  int64_t ttl_seconds() const;
+  // Jobs served here, ascending.
+  std::vector<std::string> OwnedJobs() const;
+
+ private:
+  ClusterMember(std::shared_ptr<cluster::EtcdClient> etcd, ClusterConfig config, std::string id);
+  absl::Status JoinLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // UNAVAILABLE for `job_id`, owned by `owner_id`, with its addresses when
+  // the view knows them.
+  absl::Status Redirect(absl::string_view job_id, const std::string& owner_id) const;
+
+  const std::shared_ptr<cluster::EtcdClient> etcd_;
+  const ClusterConfig config_;
+  // cluster.replica_id, or the default Join makes before any replica_
+  // exists; read without mu_ only after replica_ was seen set.
+  std::string id_;
+
+  mutable absl::Mutex mu_;
+  std::string grpc_address_ ABSL_GUARDED_BY(mu_);  // as registered
+  std::string http_address_ ABSL_GUARDED_BY(mu_);
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
+  // Replaced (never destroyed while a Serve uses it: shared) on a re-join.
+  std::shared_ptr<cluster::Replica> replica_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<cluster::ClusterView> view_ ABSL_GUARDED_BY(mu_);
+  // Jobs served here: their claims (the fencing token of later writes).
+  std::map<std::string, cluster::JobClaim, std::less<>> claims_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace straggler::daemon
