@@ -1,7 +1,7 @@
 // stream::StreamSession over several daemon addresses (issue 30, docs/
 // cluster.md "Clients"): a list with an address nobody listens on reaches
 // the live one; a stream ended with a redirect (UNAVAILABLE, the owner under
-// kOwnerMetadataKey in the trailing metadata) goes straight to the owner,
+// kOwnerGrpcMetadata in the trailing metadata) goes straight to the owner,
 // without the backoff; redirects that only point at each other fall back to
 // the backoff; a list with an empty entry is refused naming it. The live
 // daemon is the real stragglerd in process; the replica that redirects is a
@@ -95,7 +95,7 @@ class Redirector final : public v1::IngestService::CallbackService {
       absl::MutexLock lock(&mu_);
       owner = owner_;
     }
-    ctx->AddTrailingMetadata(ss::kOwnerMetadataKey, owner);
+    ctx->AddTrailingMetadata(ss::kOwnerGrpcMetadata, owner);
     class Refuse : public grpc::ServerBidiReactor<v1::ReportBatch, v1::Directive> {
      public:
       explicit Refuse(const std::string& owner) {

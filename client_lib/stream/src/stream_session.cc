@@ -86,7 +86,7 @@ void StreamSession::SwitchTo(const std::string& address) {
 bool StreamSession::ChooseNext(grpc::ClientContext& ctx, bool was_connected) {
   if (was_connected) redirects_in_a_row_ = 0;
   const auto& trailing = ctx.GetServerTrailingMetadata();
-  const auto it = trailing.find(kOwnerMetadataKey);
+  const auto it = trailing.find(kOwnerGrpcMetadata);
   const std::string current = Address();
   if (it != trailing.end()) {
     const std::string owner(it->second.data(), it->second.size());

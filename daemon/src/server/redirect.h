@@ -16,13 +16,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
+#include "straggler/v1/wire_rules.h"
 
 namespace straggler::daemon {
 
-// The trailing-metadata keys of a redirect (lower case, as gRPC requires).
-inline constexpr char kOwnerGrpcMetadata[] = "straggler-owner";        // host:port (gRPC)
-inline constexpr char kOwnerHttpMetadata[] = "straggler-owner-http";   // host:port (HTTP)
-inline constexpr char kOwnerIdMetadata[] = "straggler-owner-id";       // the replica's id
+// The trailing-metadata keys of a redirect: the wire's, shared with the
+// clients (straggler/v1/wire_rules.h).
+using v1::rules::kOwnerGrpcMetadata;
+using v1::rules::kOwnerHttpMetadata;
+using v1::rules::kOwnerIdMetadata;
 
 struct OwnerAddress {
   std::string id;

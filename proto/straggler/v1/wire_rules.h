@@ -70,4 +70,12 @@ constexpr bool IsValidPhaseSeconds(double v) { return v >= 0 && v <= 1.797693134
 inline constexpr std::string_view kWorkAllowed = "a finite number > 0";
 inline constexpr std::string_view kPhaseSecondsAllowed = "a finite number >= 0";
 
+// A redirect's trailing metadata (docs/cluster.md, "Redirects"): a replica
+// that does not own a job ends the job's call with UNAVAILABLE and names the
+// owner under these keys (lower case, as gRPC requires); clients and agents
+// reconnect to kOwnerGrpcMetadata's address.
+inline constexpr char kOwnerGrpcMetadata[] = "straggler-owner";       // host:port (gRPC)
+inline constexpr char kOwnerHttpMetadata[] = "straggler-owner-http";  // host:port (HTTP)
+inline constexpr char kOwnerIdMetadata[] = "straggler-owner-id";      // the replica's id
+
 }  // namespace straggler::v1::rules

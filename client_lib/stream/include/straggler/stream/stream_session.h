@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "straggler/stream/channel_pool.h"
 #include "straggler/v1/straggler.grpc.pb.h"
+#include "straggler/v1/wire_rules.h"
 
 namespace straggler::stream {
 
@@ -49,7 +50,7 @@ using Clock = std::chrono::steady_clock;
 // The trailing-metadata key of a redirect (docs/cluster.md, "Redirects"): a
 // replica that does not own the job ends the stream with UNAVAILABLE and the
 // owner's gRPC address under this key; the session goes straight there.
-inline constexpr char kOwnerMetadataKey[] = "straggler-owner";
+using ::straggler::v1::rules::kOwnerGrpcMetadata;
 
 // How long to wait before the next connection attempt after a failed one:
 // `initial`, doubling per failure up to `max`, with jitter. Reset once a
@@ -158,7 +159,7 @@ class StreamSession {
   // Over the pool's addresses (docs/cluster.md, "Clients"): the first
   // connection goes to a random one of them, so that the processes of a
   // site spread over the replicas; a stream that ends with a redirect
-  // (kOwnerMetadataKey) reconnects straight to the owner it names, without
+  // (kOwnerGrpcMetadata) reconnects straight to the owner it names, without
   // the backoff (after kMaxRedirects redirects in a row without a directive,
   // with it: two replicas that disagree must not be ping-ponged between); any
   // other failure moves to the next address of the list, with the backoff.
