@@ -16,6 +16,7 @@
 #include "etcd_catch.h"
 #include "registry/job_registry.h"
 #include "server/cluster_member.h"
+#include "stream_test_util.h"
 
 namespace straggler::daemon {
 namespace {
@@ -25,6 +26,8 @@ using cluster::testing::RequireEtcd;
 using cluster::testing::PollUntil;
 using cluster::testing::TcpProxy;
 using testutil::LoopbackDaemon;
+using stream::testutil::PoolOf;
+using stream::testutil::ReplayingRank;
 
 // A replica of the cluster on `endpoint` with the shortest lease etcd grants
 // (its minimum is 1 s with the harness's settings).
@@ -337,6 +340,70 @@ TEST_CASE("replicas: an owner cut off from etcd stops deciding, and drops the jo
   CHECK(at_a.owner == b.server.grpc_address());
   // ra serves new jobs again.
   CHECK(SendHello(*a.ingest, "job-after").acked);
+}
+
+// A stream session's options for the client tests below: a short backoff,
+// no log.
+stream::StreamSession::Options SessionOptions() {
+  stream::StreamSession::Options o;
+  o.name = "replica-clients-test";
+  o.backoff = {50ms, 200ms, stream::Backoff::Jitter::kNarrow};
+  o.max_send_delay = 0ms;
+  o.log = [](stream::LogLevel, const std::string&) {};
+  return o;
+}
+
+// Clients following a job's owner (item 3; docs/client.md "The stream
+// session"): a stream::StreamSession - the client library's and the agent's
+// stream - given only the replica that does not own the job reaches the
+// owner through its redirect; given both addresses, whichever it starts at.
+// Every report is accepted once.
+TEST_CASE("replicas: a client's stream follows the redirect to the job's owner", "[cluster]") {
+  auto etcd = RequireEtcd();
+  LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra"));
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  const std::string owner = a.server.grpc_dial_address();
+  const std::string other = b.server.grpc_dial_address();
+
+  // Rank 0 says hello to `a` first: `a` owns the job.
+  ReplayingRank first("job-follow", 0);
+  first.Queue(1, 5);
+  stream::StreamSession s0(PoolOf(owner, SessionOptions()), SessionOptions(), first);
+  s0.Start();
+  REQUIRE(PollUntil(10s, [&] { return first.accepted() == 5; }));
+
+  SECTION("given only the replica that does not own the job") {
+    ReplayingRank second("job-follow", 1);
+    second.Queue(1, 5);
+    stream::StreamSession s1(PoolOf(other, SessionOptions()), SessionOptions(), second);
+    s1.Start();
+    REQUIRE(PollUntil(10s, [&] { return second.accepted() == 5; }));
+    CHECK(s1.Redirects() == 1);
+    CHECK(s1.Address() == owner);
+    s1.Stop();
+  }
+  SECTION("given both replicas, whichever it starts at") {
+    for (int i = 0; i < 4; ++i) {
+      ReplayingRank rank("job-follow-" + std::to_string(i), 0);
+      rank.Queue(1, 5);
+      // This job is new: whichever replica the session reaches first takes
+      // it; a second rank given both addresses then reaches the same owner.
+      stream::StreamSession first_rank(PoolOf(owner + "," + other, SessionOptions()),
+                                       SessionOptions(), rank);
+      first_rank.Start();
+      REQUIRE(PollUntil(10s, [&] { return rank.accepted() == 5; }));
+      ReplayingRank rank1("job-follow-" + std::to_string(i), 1);
+      rank1.Queue(1, 5);
+      stream::StreamSession second_rank(PoolOf(other + "," + owner, SessionOptions()),
+                                        SessionOptions(), rank1);
+      second_rank.Start();
+      REQUIRE(PollUntil(10s, [&] { return rank1.accepted() == 5; }));
+      CHECK(second_rank.Address() == first_rank.Address());
+      second_rank.Stop();
+      first_rank.Stop();
+    }
+  }
+  s0.Stop();
 }
 
 }  // namespace

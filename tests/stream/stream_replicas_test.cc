@@ -33,42 +33,7 @@ namespace {
 
 using straggler::stream::testutil::DeadEndpoint;
 using straggler::stream::testutil::Eventually;
-
-// One rank's reports, all of them in every connection's opening batch with
-// the hello (the daemon drops the duplicates): a stream that ended before
-// they were acknowledged loses none.
-class Source : public ss::StreamSession::Source {
- public:
-  explicit Source(std::string job = "replicas") : job_(std::move(job)) {}
-  void Queue(uint64_t first, uint64_t last) {
-    absl::MutexLock lock(&mu_);
-    for (uint64_t it = first; it <= last; ++it) reports_.push_back(it);
-  }
-  uint64_t accepted() const {
-    absl::MutexLock lock(&mu_);
-    return accepted_;
-  }
-  void Opening(std::vector<v1::ReportBatch>* out) override {
-    absl::MutexLock lock(&mu_);
-    v1::ReportBatch& b = out->emplace_back();
-    b.set_sequence(next_++);
-    *b.mutable_hello() = tu::Hello(job_, 2, {0}).hello();
-    for (uint64_t it : reports_) tu::AddReport(b, 0, it, 0.1);
-  }
-  bool NextBatch(v1::ReportBatch*) override { return false; }
-  ss::Clock::time_point ReadyAt() const override { return ss::Clock::time_point::max(); }
-  void OnDirective(const v1::Directive& d) override {
-    absl::MutexLock lock(&mu_);
-    accepted_ += d.accepted();
-  }
-
- private:
-  const std::string job_;
-  mutable absl::Mutex mu_;
-  std::vector<uint64_t> reports_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
-};
+using Source = straggler::stream::testutil::ReplayingRank;
 
 // A replica that owns no job: every stream ends UNAVAILABLE naming `owner`.
 class Redirector final : public v1::IngestService::CallbackService {
@@ -126,10 +91,7 @@ ss::StreamSession::Options Options() {
 }
 
 std::shared_ptr<ss::ChannelPool> Pool(const std::string& endpoints) {
-  auto pool = ss::ChannelPool::Make(endpoints, grpc::InsecureChannelCredentials(),
-                                    ss::StreamSession::ChannelArgs(Options()));
-  REQUIRE(pool.ok());
-  return *pool;
+  return straggler::stream::testutil::PoolOf(endpoints, Options());
 }
 
 }  // namespace
@@ -144,7 +106,7 @@ TEST_CASE("a list of addresses: a random first one, a dead one passed over for t
   // Sessions not started yet: where each would connect first. The processes
   // of a site spread over the replicas (64 draws of a fair coin land within
   // 16..48 but for about 5 in 100 000).
-  Source idle;
+  Source idle("idle", 0);
   std::vector<std::unique_ptr<ss::StreamSession>> sessions;
   auto pool = Pool(dead + "," + live);
   int at_dead = 0;
@@ -160,7 +122,7 @@ TEST_CASE("a list of addresses: a random first one, a dead one passed over for t
   int n = 0;
   for (const std::string& list : {dead + "," + live, live + " , " + dead}) {
     INFO("endpoints " << list);
-    Source source("replicas-" + std::to_string(++n));
+    Source source("replicas-" + std::to_string(++n), 0);
     source.Queue(1, 5);
     auto p = Pool(list);
     std::unique_ptr<ss::StreamSession> session;
@@ -178,7 +140,7 @@ TEST_CASE("a redirect goes straight to the owner, without the backoff", "[stream
   tu::LoopbackDaemon daemon;
   const std::string owner = daemon.server.grpc_dial_address();
   Redirector replica(owner);
-  Source source;
+  Source source("replicas", 0);
   source.Queue(1, 5);
   ss::StreamSession session(Pool(replica.address()), Options(), source);
   const auto start = ss::Clock::now();
@@ -198,7 +160,7 @@ TEST_CASE("redirects that only point at each other fall back to the backoff",
   Redirector a("unset"), b("unset");
   a.SetOwner(b.address());
   b.SetOwner(a.address());
-  Source source;
+  Source source("replicas", 0);
   source.Queue(1, 1);
   auto o = Options();
   o.backoff = {300ms, 300ms, ss::Backoff::Jitter::kNarrow};
