@@ -66,6 +66,15 @@ bind /sys sys
 bind /dev dev
 bind /dev/pts dev/pts
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# The host's own name must resolve, as Debian's installer makes it (127.0.1.1
+# in /etc/hosts; debootstrap writes no such line): torchrun's c10d rendezvous
+# looks it up (integration:job_id_missing_run_id hung 180 s on "gai error -2"
+# in the first run of this check, 2026-11-29). The chroot shares this host's
+# name.
+if ! grep -qsw -- "$(hostname)" "$ROOT/etc/hosts"; then
+  grep -qs localhost "$ROOT/etc/hosts" || printf '127.0.0.1\tlocalhost\n' >> "$ROOT/etc/hosts"
+  printf '127.0.1.1\t%s\n' "$(hostname)" >> "$ROOT/etc/hosts"
+fi
 
 rm -rf "$ROOT/src"
 mkdir -p "$ROOT/src"
