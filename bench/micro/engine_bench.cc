@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_inputs.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/engine/policy.h"
 
@@ -33,24 +34,8 @@ using straggler::engine::PolicyKind;
 using straggler::engine::Report;
 using straggler::engine::Time;
 
-PolicyConfig Policy(PolicyKind kind) {
-  PolicyConfig p;
-  p.kind = kind;
-  if (kind == PolicyKind::kStatic) p.static_threshold_seconds = 0.5;
-  return p;
-}
-
-// 4096 deterministic compute times around 100 ms (+-5 %), from a 64-bit LCG.
-std::vector<double> NoiseTable() {
-  std::vector<double> t(4096);
-  uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (double& v : t) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    const double u = static_cast<double>(x >> 11) / static_cast<double>(uint64_t{1} << 53);
-    v = 0.100 * (0.95 + 0.10 * u);
-  }
-  return t;
-}
+using straggler::bench::NoiseTable;
+using straggler::bench::Policy;
 
 void BM_EngineIngest(benchmark::State& state, PolicyKind kind) {
   const uint32_t ranks = static_cast<uint32_t>(state.range(0));

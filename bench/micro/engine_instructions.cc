@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_inputs.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/engine/policy.h"
 
@@ -36,14 +37,10 @@ struct Job {
   se::Time now{1'700'000'000'000'000'000};
 
   Job(uint32_t n, const se::PolicyConfig& p, double slow_factor)
-      : engine(n, p, se::Time{1'700'000'000'000'000'000}), ranks(n), slow(slow_factor) {
-    uint64_t x = 0x9E3779B97F4A7C15ull;  // engine_bench's NoiseTable
-    for (int i = 0; i < 4096; ++i) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      noise.push_back(0.100 * (0.95 + 0.10 * static_cast<double>(x >> 11) /
-                                          static_cast<double>(uint64_t{1} << 53)));
-    }
-  }
+      : engine(n, p, se::Time{1'700'000'000'000'000'000}),
+        ranks(n),
+        slow(slow_factor),
+        noise(straggler::bench::NoiseTable()) {}
   void Row() {
     for (uint32_t r = 0; r < ranks; ++r) {
       se::Report rep;
@@ -96,9 +93,7 @@ int main(int argc, char** argv) {
                  policy.c_str());
     return 2;
   }
-  se::PolicyConfig p;
-  p.kind = *kind;
-  if (p.kind == se::PolicyKind::kStatic) p.static_threshold_seconds = 0.5;
+  se::PolicyConfig p = straggler::bench::Policy(*kind);
   if (planned) p.min_throughput_gain = 1e9;
   Job job(ranks, p, planned ? 3.0 : 1.0);
   for (uint64_t i = 0; i < warm; ++i) job.Row();

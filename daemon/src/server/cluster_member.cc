@@ -308,6 +308,8 @@ absl::Status ClusterMember::CheckMayDecide(absl::string_view job_id) const {
     }
     replica = replica_;
   }
+  // Every ingest batch asks: the refusal's message only when refusing.
+  if (replica->MayDecide()) return absl::OkStatus();
   return replica->CheckMayDecide(absl::StrCat("serve job '", job_id, "'"));
 }
 
