@@ -38,7 +38,6 @@ stream::StreamSession::Options UpstreamJob::SessionOptions(const std::string& id
                                                            const std::string& run_id,
                                                            const LiveConfig& live) {
   stream::StreamSession::Options o;
-  // No endpoint: the session names the replica address it uses (its pool's).
   o.name = absl::StrCat("job=", id, " run='", run_id, "' upstream");
   o.backoff = BackoffOf(live);
   o.max_send_delay = std::chrono::milliseconds(0);  // ReadyAt names every batching deadline

@@ -52,7 +52,6 @@ using stream::StreamSession;
 
 StreamSession::Options SessionOptions(const ClientOptions& o) {
   StreamSession::Options s;
-  s.endpoint = o.endpoint;
   s.name = "straggler client (job '" + o.job_id + "')";
   s.backoff = {o.backoff_initial, o.backoff_max, stream::Backoff::Jitter::kSpread};
   s.max_send_delay = o.max_send_delay;

@@ -36,6 +36,7 @@ namespace {
 
 using straggler::stream::testutil::DeadEndpoint;
 using straggler::stream::testutil::Eventually;
+using straggler::stream::testutil::PoolOf;
 
 // A Source as small as the client's: queued reports of one rank go out in
 // one batch, kept until acknowledged and resent (with the hello) on a new
@@ -156,9 +157,8 @@ struct Lines {
   }
 };
 
-ss::StreamSession::Options OptionsFor(const std::string& endpoint, Lines& lines) {
+ss::StreamSession::Options OptionsFor(Lines& lines) {
   ss::StreamSession::Options o;
-  o.endpoint = endpoint;
   o.name = "session-test";
   o.backoff = {10ms, 50ms, ss::Backoff::Jitter::kNarrow};
   o.max_send_delay = 0ms;  // the test source names every due time
@@ -167,9 +167,6 @@ ss::StreamSession::Options OptionsFor(const std::string& endpoint, Lines& lines)
   return o;
 }
 
-std::shared_ptr<grpc::Channel> ChannelTo(const std::string& endpoint) {
-  return grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
-}
 
 }  // namespace
 
@@ -179,7 +176,7 @@ TEST_CASE("a stream is open only while the source wants one, and idles out", "[s
   TestSource source;
   source.SetWants(false);
   const std::string endpoint = daemon.server.grpc_dial_address();
-  ss::StreamSession session(ChannelTo(endpoint), OptionsFor(endpoint, lines), source);
+  ss::StreamSession session(PoolOf(endpoint, OptionsFor(lines)), OptionsFor(lines), source);
   session.Start();
 
   std::this_thread::sleep_for(200ms);
@@ -224,7 +221,7 @@ TEST_CASE("Stop delivers what is outstanding before the stream closes", "[stream
   Lines lines;
   TestSource source;
   const std::string endpoint = daemon.server.grpc_dial_address();
-  ss::StreamSession session(ChannelTo(endpoint), OptionsFor(endpoint, lines), source);
+  ss::StreamSession session(PoolOf(endpoint, OptionsFor(lines)), OptionsFor(lines), source);
   session.Start();
   for (uint64_t it = 1; it <= 2000; it += 100) {
     source.Queue(it, it + 99);
@@ -246,7 +243,7 @@ TEST_CASE("without a daemon the session retries quietly and Stop ends by its dea
   source.NeverDrained();
   source.Queue(1, 5);
   const std::string endpoint = DeadEndpoint();
-  ss::StreamSession session(ChannelTo(endpoint), OptionsFor(endpoint, lines), source);
+  ss::StreamSession session(PoolOf(endpoint, OptionsFor(lines)), OptionsFor(lines), source);
   session.Start();
   REQUIRE(Eventually([&] { return session.Reconnects() >= 4; }));
   CHECK(source.connected() == 0);
@@ -272,7 +269,7 @@ TEST_CASE("a refused hello is logged once and retried at the backoff maximum", "
   Lines lines;
   TestSource source(/*world_size=*/0);  // the daemon refuses world_size=0
   const std::string endpoint = daemon.server.grpc_dial_address();
-  ss::StreamSession session(ChannelTo(endpoint), OptionsFor(endpoint, lines), source);
+  ss::StreamSession session(PoolOf(endpoint, OptionsFor(lines)), OptionsFor(lines), source);
   session.Start();
   REQUIRE(Eventually([&] { return source.disconnects().size() >= 3; }));
   session.Stop();
@@ -291,9 +288,9 @@ TEST_CASE("SetBackoff applies to the next reconnect", "[stream][no_daemon]") {
   Lines lines;
   TestSource source;
   const std::string endpoint = DeadEndpoint();
-  auto options = OptionsFor(endpoint, lines);
+  auto options = OptionsFor(lines);
   options.backoff = {5ms, 5ms, ss::Backoff::Jitter::kNarrow};
-  ss::StreamSession session(ChannelTo(endpoint), options, source);
+  ss::StreamSession session(PoolOf(endpoint, options), options, source);
   session.Start();
   REQUIRE(Eventually([&] { return session.Reconnects() >= 5; }));
   session.SetBackoff({10s, 10s, ss::Backoff::Jitter::kNarrow});
@@ -330,12 +327,12 @@ TEST_CASE("late_daemon: sessions at their backoff cap reach a daemon that starts
   for (int i = 0; i < kSessions; ++i) {
     sources.push_back(std::make_unique<TestSource>(2, "late-" + std::to_string(i)));
     sources.back()->Queue(1, 3);
-    auto o = OptionsFor(endpoint, lines);
+    auto o = OptionsFor(lines);
     o.backoff = defaults;  // kSpread, as the client's
     // One channel per session, made as the client makes its own: separate
     // connections, gRPC's reconnect backoff bounded by the session's.
     sessions.push_back(std::make_unique<ss::StreamSession>(
-        ss::StreamSession::MakeChannel(o, grpc::InsecureChannelCredentials()), o,
+        PoolOf(endpoint, o), o,
         *sources.back()));
     sessions.back()->Start();
   }

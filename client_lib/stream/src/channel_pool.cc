@@ -34,15 +34,6 @@ absl::StatusOr<std::shared_ptr<ChannelPool>> ChannelPool::Make(
       new ChannelPool(*std::move(list), std::move(credentials), std::move(args)));
 }
 
-std::shared_ptr<ChannelPool> ChannelPool::Of(std::string address,
-                                             std::shared_ptr<grpc::Channel> channel) {
-  std::shared_ptr<ChannelPool> pool(
-      new ChannelPool({address}, grpc::InsecureChannelCredentials(), grpc::ChannelArguments()));
-  absl::MutexLock lock(&pool->mu_);
-  pool->channels_[std::move(address)] = std::move(channel);
-  return pool;
-}
-
 std::shared_ptr<grpc::Channel> ChannelPool::Get(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<grpc::Channel>& ch = channels_[address];

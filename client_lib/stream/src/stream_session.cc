@@ -48,11 +48,6 @@ grpc::ChannelArguments StreamSession::ChannelArgs(const Options& options) {
   return args;
 }
 
-std::shared_ptr<grpc::Channel> StreamSession::MakeChannel(
-    const Options& options, std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  return grpc::CreateCustomChannel(options.endpoint, std::move(credentials), ChannelArgs(options));
-}
-
 StreamSession::StreamSession(std::shared_ptr<ChannelPool> pool, Options options, Source& source)
     : options_(std::move(options)),
       source_(source),
@@ -63,10 +58,6 @@ StreamSession::StreamSession(std::shared_ptr<ChannelPool> pool, Options options,
   index_ = std::uniform_int_distribution<size_t>(0, pool_->addresses().size() - 1)(rng_);
   SwitchTo(pool_->addresses()[index_]);
 }
-
-StreamSession::StreamSession(std::shared_ptr<grpc::Channel> channel, Options options,
-                             Source& source)
-    : StreamSession(ChannelPool::Of(options.endpoint, std::move(channel)), options, source) {}
 
 std::string StreamSession::Address() const {
   absl::MutexLock lock(&address_mu_);
@@ -325,7 +316,7 @@ void StreamSession::SenderLoop() {
         failed_at + RetryDelay(failed, status, was_connected, attempt);
     // The call failed because the channel was down (not a refusal on a live
     // connection): gRPC reconnects it in the background, on its own backoff
-    // bounded by ours (MakeChannel). Once it is READY again the daemon is
+    // bounded by ours (ChannelArgs). Once it is READY again the daemon is
     // back, and waiting out the rest of our delay only adds to it (issue 28:
     // the two backoffs added up to 9.6 s). Not before `initial` though, so a
     // daemon that accepts connections and drops them is not hammered.

@@ -36,12 +36,6 @@ class ChannelPool {
   static absl::StatusOr<std::shared_ptr<ChannelPool>> Make(
       std::string_view endpoints, std::shared_ptr<grpc::ChannelCredentials> credentials,
       grpc::ChannelArguments args);
-  // One address and a channel already made for it (tests; a caller with a
-  // channel of its own). Get(address) returns `channel`; any other address
-  // gets a channel with insecure credentials.
-  static std::shared_ptr<ChannelPool> Of(std::string address,
-                                         std::shared_ptr<grpc::Channel> channel);
-
   // The list, in the order given; never empty.
   const std::vector<std::string>& addresses() const { return addresses_; }
   // The channel to `address` (one of addresses() or any other, such as a

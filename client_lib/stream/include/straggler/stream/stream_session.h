@@ -9,7 +9,8 @@
 // is open, its wake-ups, its backoff, its log lines and a bounded shutdown.
 // docs/client.md#the-stream-session describes both users.
 //
-//   StreamSession session(StreamSession::MakeChannel(o, credentials), o, source);
+//   auto pool = ChannelPool::Make(endpoints, credentials, StreamSession::ChannelArgs(o));
+//   StreamSession session(*pool, o, source);
 //   session.Start();
 //   ... the source has work ...  session.Wake();
 //   session.Stop(deadline);  // delivers what it can (Source::Drained) until then
@@ -82,9 +83,6 @@ using LogSink = std::function<void(LogLevel, const std::string&)>;
 class StreamSession {
  public:
   struct Options {
-    // Named in log lines when the session was given a channel; with a
-    // ChannelPool the address in use is named instead.
-    std::string endpoint;
     std::string name;      // who speaks in log lines: "straggler client (job 'j')"
     Backoff backoff;
     // Longest the sender sleeps when nothing wakes it and the Source names
@@ -149,12 +147,9 @@ class StreamSession {
   // The least time Join lets a stopping sender close politely.
   static constexpr std::chrono::milliseconds kStopGrace{500};
 
-  // The session's channel arguments: keepalive, and gRPC's own reconnect
-  // backoff bounded by ours.
+  // The session's channel arguments (for its ChannelPool): keepalive, and
+  // gRPC's own reconnect backoff bounded by ours.
   static grpc::ChannelArguments ChannelArgs(const Options& options);
-  // A channel for `endpoint` (one address) with ChannelArgs.
-  static std::shared_ptr<grpc::Channel> MakeChannel(
-      const Options& options, std::shared_ptr<grpc::ChannelCredentials> credentials);
 
   // Over the pool's addresses (docs/cluster.md, "Clients"): the first
   // connection goes to a random one of them, so that the processes of a
@@ -165,8 +160,6 @@ class StreamSession {
   // other failure moves to the next address of the list, with the backoff.
   // `source` must outlive the session; nothing runs before Start().
   StreamSession(std::shared_ptr<ChannelPool> pool, Options options, Source& source);
-  // One address and its channel (ChannelPool::Of(options.endpoint, channel)).
-  StreamSession(std::shared_ptr<grpc::Channel> channel, Options options, Source& source);
   ~StreamSession();  // Stop() unless stopped; Join()
   StreamSession(const StreamSession&) = delete;
   StreamSession& operator=(const StreamSession&) = delete;
