@@ -32,14 +32,16 @@ std::string PeerReference::MedianText(const GroupState& gs) const {
 }
 
 void PeerReference::FitWork(uint32_t g) {
+  WorkFit& fit = states_[g].work;
+  if (!fit.WantsRow()) return fit.SkipRow();
   const auto& bucket = groups_.Bucket(g);
   const auto& work = groups_.BucketWork(g);
   const size_t stride = (bucket.size() + WorkFit::kMaxPoints - 1) / WorkFit::kMaxPoints;
   fit_points_.clear();
-  for (size_t i = 0; i < bucket.size(); i += stride)
+  for (size_t i = fit.Offset(stride); i < bucket.size(); i += stride)
     if (work[i] > 0 && std::isfinite(work[i]))
       fit_points_.emplace_back(SafeLog(bucket[i].second), work[i]);
-  states_[g].work.AddRow(fit_points_);
+  fit.AddRow(fit_points_);
 }
 
 void PeerReference::OnRow(Row& row, Time now) {

@@ -9,6 +9,9 @@ namespace straggler::engine::internal {
 void WorkFit::AddRow(std::vector<std::pair<double, double>>& points) {
   const size_t n = points.size();
   if (n < 3) return;
+  // A row scored after skipped ones forgets as much as the rows between.
+  const double forget = rows_ < kWarmRows ? kForget : kForgetEvery;
+  ++seen_;
   if (rows_ == 0) {
     xs_.clear();
     for (const auto& [log_t, w] : points) xs_.push_back(w);
@@ -35,7 +38,7 @@ void WorkFit::AddRow(std::vector<std::pair<double, double>>& points) {
     const double median = xs_[n / 2];
     double dev = 0.0;
     for (double x : xs_) dev += std::min(std::abs(x - median), kClip);
-    score_[k] = kForget * score_[k] + dev / static_cast<double>(n);
+    score_[k] = forget * score_[k] + dev / static_cast<double>(n);
   }
   rows_++;
   // Least spread; time alone unless a candidate does strictly better.
