@@ -160,6 +160,27 @@ TEST_CASE("work fit: the overhead and exponent that explain the steps, or time a
     CHECK_FALSE(fit.active());
     CHECK(fit.LogCost(3.0) == 0.0);
   }
+  SECTION("past its first rows, the fit still follows a change of the job's work") {
+    // Scored one row in WorkFit::kEvery after kWarmRows: a job whose time
+    // stops following its work (a new data mix) is judged on time alone
+    // again within a few dozen rows.
+    si::WorkFit fit;
+    auto rows = [&](int n, bool follows) {
+      for (int row = 0; row < n; ++row) {
+        points.clear();
+        for (int i = 0; i < 64; ++i) {
+          const double w = 0.25 + 2 * Unit(s);
+          points.emplace_back(std::log((follows ? w : 1.0) * (0.99 + 0.02 * Unit(s))), w);
+        }
+        if (fit.WantsRow()) fit.AddRow(points); else fit.SkipRow();
+      }
+    };
+    rows(2 * static_cast<int>(si::WorkFit::kWarmRows), true);
+    REQUIRE(fit.active());
+    CHECK(fit.exponent() == 1.0);
+    rows(100, false);
+    CHECK_FALSE(fit.active());
+  }
   SECTION("fewer than three steps say nothing") {
     si::WorkFit fit;
     points = {{0.0, 1.0}, {0.1, 2.0}};
