@@ -255,6 +255,7 @@ WorkerView JobEngine::Worker(uint32_t rank) const {
   w.slowdown_ratio = baseline > 0 && r.samples > 0 ? r.ewma / baseline : 0.0;
   w.reports_total = r.reports_total;
   w.last_report_time = r.last_report_time;
+  if (d.reference && r.state == WorkerState::kHealthy) w.data = d.reference->DataNoteOf(rank);
   return w;
 }
 

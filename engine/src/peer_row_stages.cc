@@ -74,6 +74,7 @@ void PeerReference::StartGroup() {
     }
     GroupXs(g).resize(n);
     if (row_work_) FitWork(g);
+    cost_sum_ = 0.0;
     large_ = n >= kSlicedMedianMin;
     if (large_) {
       // Around its last row's median; before it has one, the first step.
@@ -97,7 +98,11 @@ void PeerReference::GroupStep(size_t& budget) {
     case Stage::kGroupCount:  // one log per report
       if (!Pass(n, kLogsPerUnit, budget, [&](size_t i) {
             xs[i] = SafeLog(bucket[i].second);
-            if (row_work_) xs[i] -= WorkLog(g, i);
+            if (row_work_) {
+              const double cost = WorkLog(g, i);
+              xs[i] -= cost;
+              cost_sum_ += cost;
+            }
             if (large_) group_median_.Count(xs[i]);
           }))
         return;
@@ -159,6 +164,7 @@ void PeerReference::GroupStep(size_t& budget) {
       return;
     case Stage::kGroupMembers:
       if (!Pass(n, 1, budget, [&](size_t i) { JudgeMember(g, i); })) return;
+      if (per_work_) states_[g].AddTime(time2_sum_, n);
       ++next_candidate_;
       stage_ = Stage::kGroupStart;
       return;
@@ -174,7 +180,7 @@ void PeerReference::StartNoise(uint32_t g, double m) {
   // not a spike to winsorize (docs/detection.md, "Own time and work").
   per_work_ = row_work_ && states_[g].work.active();
   noise_cap_ = per_work_ ? std::numeric_limits<double>::infinity() : states_[g].NoiseCap();
-  noise_sum_ = upper_sum_ = 0.0;
+  noise_sum_ = upper_sum_ = time2_sum_ = 0.0;
   stage_ = Stage::kGroupNoise;
 }
 
@@ -220,7 +226,10 @@ void PeerReference::AfterPush(uint32_t g) {
 void PeerReference::PushStep(uint32_t g, uint32_t rank, double x) {
   const GroupState& gs = states_[g];
   PeerRank& pr = ranks_[rank];
-  if (pr.source != Source::kGroup || pr.group != g) pr.Restart(Source::kGroup, g);
+  if (pr.source != Source::kGroup || pr.group != g) {
+    pr.Restart(Source::kGroup, g);
+    data_.Clear(rank);
+  }
   pr.steps.Push(logs_p_, x);
   if (!gs.profiled) profiles_.Push(PeerProfiles::kGen, rank, x, ProfileRoom());
 }
@@ -231,7 +240,17 @@ void PeerReference::JudgeMember(uint32_t g, size_t i) {
   // Not a structured binding: clang-14 (the fuzz build) cannot capture one.
   const uint32_t rank = bucket[i].first;
   const double t = bucket[i].second;
-  if (!gs.pushed) PushStep(g, rank, GroupXs(g)[i]);
+  const double x = GroupXs(g)[i];
+  if (!gs.pushed) PushStep(g, rank, x);
+  if (per_work_) {
+    // On time alone: from the row's per-work median at its mean work.
+    const double n = static_cast<double>(bucket.size());
+    const double y = SafeLog(t) - median_ - cost_sum_ / n;
+    time2_sum_ += GroupState::NoiseTerm(y, logs_p_.spike, std::numeric_limits<double>::infinity());
+    const double clip = logs_p_.spike;
+    data_.Step(rank, e_.world_size, std::clamp(x, -clip, clip), std::clamp(y, -clip, clip),
+               2.0 / (static_cast<double>(kLong) + 1.0));
+  }
   if (!gs.judged) return;
   Judge(rank, t, row_iteration_, row_now_, gs, /*alone=*/false,
         [&](bool to_straggler, double ratio) {
@@ -243,6 +262,7 @@ void PeerReference::JudgeMember(uint32_t g, size_t i) {
                      : absl::StrFormat("rank %u (%s) back to %.3g× its group's median %s",
                                        rank, groups_.Label(g), ratio, MedianText(gs));
         });
+  if (per_work_) data_.Decide(rank, e_.ranks[rank].state == WorkerState::kHealthy, gs.threshold_time);
 }
 
 std::vector<double>& PeerReference::GroupXs(uint32_t g) {

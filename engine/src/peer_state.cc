@@ -49,12 +49,18 @@ void GroupState::AddNoise(double sum, size_t n) {
   have_noise = true;
 }
 
-void GroupState::AddUpper(double sum, size_t n) {
+namespace {
+// One row's mean square `sum` / (n - 1) into a variance forgotten like noise2.
+void Fold(double sum, size_t n, double& var, bool& have, uint64_t& rows) {
   if (n < 2) return;
   const double v = sum / static_cast<double>(n - 1);
-  const double a = std::max(kNoiseAlpha, 1.0 / static_cast<double>(++upper_rows));
-  upper2 = have_upper ? (1 - a) * upper2 + a * v : v;
-  have_upper = true;
+  const double a = std::max(kNoiseAlpha, 1.0 / static_cast<double>(++rows));
+  var = have ? (1 - a) * var + a * v : v;
+  have = true;
 }
+}  // namespace
+
+void GroupState::AddUpper(double sum, size_t n) { Fold(sum, n, upper2, have_upper, upper_rows); }
+void GroupState::AddTime(double sum, size_t n) { Fold(sum, n, time2, have_time, time_rows); }
 
 }  // namespace straggler::engine::internal

@@ -74,6 +74,13 @@ struct GroupState {
   double upper2 = 0.0;
   bool have_upper = false;
   uint64_t upper_rows = 0;
+  // Judged per unit of work only: the variance of a step's log ratio on time
+  // alone (forgotten like noise2), and the threshold it gives, for the
+  // `data` note (peer_data.h); 0 before a row was judged per unit of work.
+  double time2 = 0.0;
+  bool have_time = false;
+  uint64_t time_rows = 0;
+  double threshold_time = 0.0;
   uint64_t rows = 0;        // rows of the group with enough ranks
   bool profiled = false;    // past its first peer_profile_iterations rows
   double median = 0.0;     // seconds, its newest row
@@ -116,6 +123,8 @@ struct GroupState {
   // A row's sum of 2 NoiseTerm(x) over its steps with x > 0, of n steps,
   // into upper2 (forgotten as noise2 is).
   void AddUpper(double sum, size_t n);
+  // A row's sum of NoiseTerm(y) over n steps' log ratios on time alone, into time2.
+  void AddTime(double sum, size_t n);
   // The spread the thresholds scale with: sqrt(noise2), or sqrt(upper2)
   // where the group judges per unit of work and its slow side is wider.
   double SigmaForThresholds() const {

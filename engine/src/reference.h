@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "rows.h"
@@ -72,6 +73,12 @@ class Reference {
   // published baseline (peer: its own group's median, or its own baseline in
   // a small group); 0: the published one. WorkerView.slowdown_ratio divides
   // by it.
+  // The rank's `data` note (WorkerView::data): the peer policy's, where it
+  // judges per unit of work.
+  virtual std::optional<DataNote> DataNoteOf(uint32_t rank) const {
+    (void)rank;
+    return std::nullopt;
+  }
   virtual double BaselineOf(uint32_t rank) const {
     (void)rank;
     return 0.0;

@@ -245,11 +245,16 @@ void PeerReference::Sync() {
 void PeerReference::SetThresholds(GroupState& gs) const {
   const PolicyConfig& p = e_.policy;
   const double sigma = gs.SigmaForThresholds();
+  // The long window's threshold: the short one's, shrunk by the square root
+  // of how many more steps it averages.
+  const double longer = std::sqrt(static_cast<double>(std::max<size_t>(p.peer_window, 2) - 1) /
+                                  static_cast<double>(kLong - kLongTrim));
   gs.threshold = std::max(std::log(p.peer_enter_ratio), p.peer_noise_z * sigma);
-  gs.threshold_long = std::max(
-      logs_p_.enter, p.peer_noise_z * sigma *
-                         std::sqrt(static_cast<double>(std::max<size_t>(p.peer_window, 2) - 1) /
-                                   static_cast<double>(kLong - kLongTrim)));
+  gs.threshold_long = std::max(logs_p_.enter, p.peer_noise_z * sigma * longer);
+  // On time alone, as the long window would judge it (DataNotes weighs
+  // about kLong steps).
+  gs.threshold_time =
+      gs.have_time ? std::max(logs_p_.enter, p.peer_noise_z * std::sqrt(gs.time2) * longer) : 0.0;
 }
 
 double PeerReference::Level(const Row& row) {

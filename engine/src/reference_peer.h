@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "peer_data.h"
 #include "peer_groups.h"
 #include "peer_profiles.h"
 #include "peer_state.h"
@@ -57,6 +58,7 @@ class PeerReference final : public Reference {
   Verdict Single(uint32_t rank, const Report& rep) const override;
 
   double BaselineOf(uint32_t rank) const override;
+  std::optional<DataNote> DataNoteOf(uint32_t rank) const override { return data_.Of(rank); }
 
   // An excluded rank's report (shadow recovery) or a late one: into its
   // window against its group's steady median (its own baseline at the job's
@@ -251,6 +253,11 @@ class PeerReference final : public Reference {
   // group judges per unit of work.
   double upper_sum_ = 0.0;
   bool per_work_ = false;
+  // Judged per unit of work: the sum of the row's members' log costs (their
+  // mean is the row's typical work, what time alone is measured from) and of
+  // their squared log ratios on time alone (GroupState::AddTime).
+  double cost_sum_ = 0.0, time2_sum_ = 0.0;
+  DataNotes data_;
   std::vector<std::vector<double>> group_xs_;  // per group: its log ratios in the row
   std::vector<std::pair<double, uint32_t>> meds_;
   bool row_work_ = false;  // the row being judged has work (Row::work)

@@ -172,6 +172,45 @@ TEST_CASE("cause: a rank whose input wait grows is a straggler with cause input 
   CHECK(WorkerOf(*d.query, "cause-input", 3).likely_cause() == v1::LIKELY_CAUSE_INPUT_PIPELINE);
 }
 
+// Issue 31's `data`: a rank that always draws 1.6x the work (longer
+// sequences) while its time per unit of work is its peers' is slow on time
+// alone but not per unit of work. The daemon's default policy judges it
+// per unit of work: no straggler, no detection, but the Worker (gRPC and
+// REST) and straggler_rank_likely_cause show cause data with the numbers.
+TEST_CASE("cause: a healthy rank that draws more work shows cause data, not a straggler",
+          "[cause]") {
+  HttpDaemon d{sd::DaemonConfig(), straggler::engine::PolicyKind::kPeer};
+  OpenStream stream(*d.ingest);
+  constexpr uint32_t kRanks = 8;
+  v1::ReportBatch b = Hello("cause-data", kRanks, {0, 1, 2, 3, 4, 5, 6, 7}, "node-a");
+  uint64_t s = 7;
+  auto unit = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(s >> 11) / static_cast<double>(1ull << 53);
+  };
+  for (uint64_t it = 1; it <= 80; ++it) {
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      const double work = (500 + 1500 * unit()) * (r == 5 ? 1.6 : 1.0);
+      AddReport(b, r, it, (0.02 + 1e-4 * work) * (0.98 + 0.04 * unit()));
+      b.mutable_reports(b.reports_size() - 1)->set_work(work);
+    }
+  }
+  REQUIRE(stream.Send(b, 1).accepted() == 80 * kRanks);
+  const v1::Worker w = WorkerOf(*d.query, "cause-data", 5);
+  CHECK(w.state() == v1::WORKER_STATE_HEALTHY);
+  CHECK(w.likely_cause() == v1::LIKELY_CAUSE_DATA);
+  CHECK_THAT(w.likely_cause_detail(),
+             Catch::StartsWith("slow on time alone: ") &&
+                 Catch::Contains("per unit of work: its steps drew 1.") &&
+                 Catch::EndsWith("not a straggler)"));
+  CHECK(RestWorker(d, "cause-data", 5).likely_cause() == v1::LIKELY_CAUSE_DATA);
+  for (uint32_t r : {0u, 3u, 7u})
+    CHECK(WorkerOf(*d.query, "cause-data", r).likely_cause() == v1::LIKELY_CAUSE_UNSPECIFIED);
+  CHECK(d.Metric("straggler_rank_likely_cause{job=\"cause-data\",rank=\"5\",node=\"node-a\","
+                 "peer_group=\"\",replica=\"\",cause=\"data\"}") == 1);
+  CHECK(d.Metric("straggler_detections_total{cause=\"data\"}") == 0);
+}
+
 // A daemon restarted on its state database restores the excluded straggler
 // (the engine) and, from the journal, the cause found at its detection.
 TEST_CASE("cause: a straggler restored from the state database keeps its cause", "[cause]") {

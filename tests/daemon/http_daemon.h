@@ -27,8 +27,11 @@
 namespace straggler::daemon::testutil {
 
 struct HttpDaemon : LoopbackDaemon {
-  explicit HttpDaemon(const DaemonConfig& config)
-      : LoopbackDaemon(config, spdlog::level::err), https(config.tls.enabled() && config.tls.http) {}
+  // `kind` as LoopbackDaemon's (dynamic unless the config or `kind` names one).
+  explicit HttpDaemon(const DaemonConfig& config,
+                      std::optional<engine::PolicyKind> kind = std::nullopt)
+      : LoopbackDaemon(config, spdlog::level::err, kind),
+        https(config.tls.enabled() && config.tls.http) {}
 
   // An HTTP(S) client of the daemon (HTTPS with tls.http; the test's
   // throwaway certificate is not checked).

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ double Unit(uint64_t& s) {
 struct Outcome {
   std::vector<se::WorkerState> states;
   std::vector<std::string> straggler_messages;  // of every change to straggler
+  std::vector<std::optional<se::DataNote>> data;  // WorkerView::data at the end
+  std::vector<uint32_t> data_iterations = std::vector<uint32_t>(kWorld);  // with a note, per rank
 };
 
 // 16 ranks, 200 iterations of the default policy. `step(rank, it, rep)`
@@ -53,8 +56,12 @@ Outcome Drive(F&& step, bool groups = false) {
     for (const se::Event& ev : e.TakeEvents())
       if (ev.kind == se::EventKind::kStateChange && ev.to == se::WorkerState::kStraggler)
         out.straggler_messages.push_back(ev.message);
+    for (uint32_t r = 0; r < kWorld; ++r) out.data_iterations[r] += e.Worker(r).data.has_value();
   }
-  for (uint32_t r = 0; r < kWorld; ++r) out.states.push_back(e.Worker(r).state);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    out.states.push_back(e.Worker(r).state);
+    out.data.push_back(e.Worker(r).data);
+  }
   return out;
 }
 
@@ -112,10 +119,20 @@ TEST_CASE("work: more work is no straggler, a rank slower per unit of work is on
     if (r != 3) CHECK(with.states[r] == se::WorkerState::kHealthy);
   REQUIRE(with.straggler_messages.size() == 1);
   CHECK(with.straggler_messages[0].find("units of work") != std::string::npos);
+  // Rank 7 is slow on time alone, not per unit of work: the `data` note,
+  // with its numbers; nobody else has one (rank 3 is a straggler).
+  REQUIRE(with.data[7].has_value());
+  CHECK(with.data[7]->time_ratio > with.data[7]->threshold_ratio);
+  CHECK(with.data[7]->threshold_ratio > 1.0);
+  CHECK(with.data[7]->per_work_ratio == Approx(1.0).epsilon(0.1));
+  CHECK(with.data[7]->work_ratio > 1.3);
+  for (uint32_t r = 0; r < kWorld; ++r)
+    if (r != 7) CHECK(with.data_iterations[r] == 0);
   // On time alone rank 7's extra work looks like a straggler's, and rank
   // 3's 1.3x drowns in the variation the work explained.
   const Outcome without = run(false);
   CHECK(without.states[7] == se::WorkerState::kStraggler);
+  for (uint32_t r = 0; r < kWorld; ++r) CHECK_FALSE(without.data[r].has_value());
   for (const std::string& m : without.straggler_messages)
     CHECK(m.find("units of work") == std::string::npos);
 }
@@ -208,6 +225,8 @@ TEST_CASE("work: a long slow tail the unit misses raises the threshold, a fast o
         rep.compute_seconds = 1e-4 * w * std::exp(sign * tail);
         rep.work = w;
         REQUIRE(e.Ingest(rep, se::Time(static_cast<int64_t>(it) * 100'000'000 + r)).accepted);
+        // Every rank draws its work alike: nobody's time is the data's doing.
+        CHECK_FALSE(e.Worker(r).data.has_value());
       }
     const se::JobView v = e.View();
     REQUIRE(v.baseline_seconds > 0);

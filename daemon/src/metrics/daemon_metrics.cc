@@ -110,6 +110,9 @@ std::optional<JobRow> Copy(Job& job, uint32_t per_rank_max_ranks) {
       if (rank < row.ranks.size() && row.ranks[rank].w.state == engine::WorkerState::kStraggler)
         row.ranks[rank].cause = cause.cause;
     }
+    // A healthy rank slow on time alone, not per unit of work (not a straggler).
+    for (auto& rank : row.ranks)
+      if (rank.w.data) rank.cause = LikelyCause::kData;
   }
   return row;
 }
@@ -434,7 +437,8 @@ void PerRankFamilies(const std::vector<JobRow>& jobs, std::vector<MetricFamily>&
   // healthy job.
   auto& cause = AddFamily(out, "straggler_rank_likely_cause", MetricType::Gauge,
                           "1 for each straggler rank, labelled with the likely cause found at "
-                          "its detection (docs/detection.md, \"Likely cause\").");
+                          "its detection, and for each healthy rank slow on time alone but not "
+                          "per unit of work, labelled data (docs/detection.md, \"Likely cause\").");
   for (size_t j = 0; j < jobs.size(); ++j) {
     for (size_t r = 0; r < jobs[j].ranks.size(); ++r) {
       if (const auto& c = jobs[j].ranks[r].cause)

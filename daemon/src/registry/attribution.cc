@@ -337,4 +337,13 @@ Attribution AttributeLikelyCause(const RankEvidence& rank, const std::vector<Ran
   return {LikelyCause::kNoneVisible, d};
 }
 
+Attribution AttributeData(double time_ratio, double threshold_ratio, double per_work_ratio,
+                          double work_ratio) {
+  return {LikelyCause::kData,
+          absl::StrFormat("slow on time alone: %.3g× its group's median over its recent steps "
+                          "(threshold %.3g×), but %.3g× per unit of work: its steps drew %.3g× "
+                          "its group's work (the data's doing, not the rank's; not a straggler)",
+                          time_ratio, threshold_ratio, per_work_ratio, work_ratio)};
+}
+
 }  // namespace straggler::daemon

@@ -104,7 +104,7 @@ enum class LikelyCause {
   kInputPipeline,  // input wait grew, compute did not
   kCompute,        // compute grew, no GPU reason visible
   kHost,           // its process waits for a CPU, or its node is under pressure
-  kData,           // slow on time, not per unit of work (reserved, never set)
+  kData,           // slow on time, not per unit of work: not a straggler (AttributeData)
 };
 inline constexpr size_t kLikelyCauses = static_cast<size_t>(LikelyCause::kData) + 1;
 std::string_view LikelyCauseName(LikelyCause c);  // "thermal_throttle", "input_pipeline", ...
@@ -147,6 +147,13 @@ struct RankEvidence {
 };
 
 Attribution AttributeLikelyCause(const RankEvidence& rank, const std::vector<RankEvidence>& others);
+
+// `data` for a healthy rank the peer policy judges per unit of work but
+// finds slow on time alone (engine::DataNote, whose ratios these are): its
+// steps drew more work than its group's. Not a straggler: shown on the
+// rank while it holds, never counted as a detection.
+Attribution AttributeData(double time_ratio, double threshold_ratio, double per_work_ratio,
+                          double work_ratio);
 
 // The GPU rule alone. `rank`: the straggler's latest fresh sample, or null.
 // `others`: the other ranks' fresh samples (never null entries).

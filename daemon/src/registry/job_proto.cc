@@ -61,6 +61,11 @@ void ToProto(const engine::WorkerView& w, const Job::Locked& job, v1::Worker* ou
       out->set_likely_cause(ToProto(it->second.cause));
       out->set_likely_cause_detail(it->second.detail);
     }
+  } else if (w.data) {
+    const Attribution a = AttributeData(w.data->time_ratio, w.data->threshold_ratio,
+                                        w.data->per_work_ratio, w.data->work_ratio);
+    out->set_likely_cause(ToProto(a.cause));
+    out->set_likely_cause_detail(a.detail);
   }
   if (w.rank < job.world_size) {
     const DeclaredTopology& t = job->topology.Of(w.rank);

@@ -178,6 +178,18 @@ struct Event {
   std::string message;
 };
 
+// Where the peer policy judges a rank per unit of work (docs/detection.md,
+// "Own time and work"): healthy per unit of work, but slow on time alone -
+// its steps drew more work than its group's. Not a straggler; the daemon's
+// likely cause `data`. Ratios of its recent steps (weighted over about
+// peer_window steps) to its group's in the same rows.
+struct DataNote {
+  double time_ratio = 0.0;       // its time against its group's, on time alone
+  double threshold_ratio = 0.0;  // the threshold on time alone (its group's noise there)
+  double per_work_ratio = 0.0;   // its time per unit of work against its group's
+  double work_ratio = 0.0;       // time_ratio / per_work_ratio: what its work explains
+};
+
 struct WorkerView {
   uint32_t rank = 0;
   WorkerState state = WorkerState::kPending;
@@ -197,6 +209,7 @@ struct WorkerView {
                                 // median or own baseline; else the job's); 0 before one exists
   uint64_t reports_total = 0;
   Time last_report_time{0};
+  std::optional<DataNote> data;  // only while healthy (the peer policy, work reported)
 };
 
 struct JobView {
