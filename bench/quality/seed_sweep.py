@@ -70,6 +70,9 @@ GRAY = ("  - {type: slow, rank: 2, factor: 1.05}\n"
 INPUT = "input: {share: 0.05, noise: 0.2}\n"
 TWO_INPUT = "  - {type: slow, ranks: [3], factor: %s, from: 200, to: 400, phase: input}\n" \
             "  - {type: slow, ranks: [9], factor: %s, from: 700, to: 1000, phase: input}\n"
+HOST = "host: {run_delay: 0.005}\n"
+TWO_HOST = "  - {type: slow, ranks: [3], factor: %s, from: 200, to: 400, phase: host}\n" \
+           "  - {type: slow, ranks: [9], factor: %s, from: 700, to: 1000, phase: host}\n"
 WORK = "work: {sequences: 8, sigma: %s, attention: 1.0, overhead: 0.2, report: %s}\n"
 FAMILIES = {
     "noise 10%": "noise: 0.10\neffects: []\n",
@@ -137,6 +140,12 @@ FAMILIES = {
                                                       "  - {type: spike, ranks: all, "
                                                       "factor: 40, probability: 0.01, "
                                                       "phase: input}\n",
+    # Issue 31: CPU contention on one rank's node (a noisy neighbour): its compute slower, its
+    # process's run delay (a trace column, the agent's telemetry) up by 1 - 1/factor s/s.
+    "host 2x (run delay 0.005 -> 0.505 s/s)": "noise: 0.05\n" + HOST + "cause: host\neffects:\n"
+                                              + TWO_HOST % (2, 2),
+    "host 1.5x (run delay -> 0.34 s/s)": "noise: 0.05\n" + HOST + "cause: host\neffects:\n"
+                                         + TWO_HOST % (1.5, 1.5),
 }
 
 

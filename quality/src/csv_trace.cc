@@ -37,6 +37,7 @@ struct Cell {
   double work = Trace::kNoReport;
   double input_wait = Trace::kNoReport;
   double optimizer = Trace::kNoReport;
+  double run_delay = Trace::kNoReport;  // the process's, s/s (the agent's telemetry)
   size_t line;
 };
 
@@ -52,7 +53,7 @@ bool ValidPeerGroup(absl::string_view g) {
 struct Columns {
   int iteration = -1, rank = -1, compute = -1, epoch = -1;
   int group = -1, replica = -1, gpu = -1;
-  int work = -1, input_wait = -1, optimizer = -1;
+  int work = -1, input_wait = -1, optimizer = -1, run_delay = -1;
   size_t count = 0;  // fields per line
 };
 
@@ -78,6 +79,7 @@ absl::Status ReadHeader(const std::vector<std::string>& fields, const std::strin
                 : name == "work"            ? &col->work
                 : name == "input_wait_seconds" ? &col->input_wait
                 : name == "optimizer_seconds"  ? &col->optimizer
+                : name == "run_delay_seconds_per_second" ? &col->run_delay
                                             : nullptr;
     if (slot == nullptr) continue;  // other columns are ignored
     if (*slot >= 0) return error(line_no, absl::StrCat("column '", name, "' appears twice"));
@@ -155,7 +157,9 @@ absl::StatusOr<Cell> ReadCell(const std::vector<std::string>& fields, const Colu
         Optional{col.input_wait, "input_wait_seconds", v1::rules::IsValidPhaseSeconds,
                  v1::rules::kPhaseSecondsAllowed, &c.input_wait},
         Optional{col.optimizer, "optimizer_seconds", v1::rules::IsValidPhaseSeconds,
-                 v1::rules::kPhaseSecondsAllowed, &c.optimizer}}) {
+                 v1::rules::kPhaseSecondsAllowed, &c.optimizer},
+        Optional{col.run_delay, "run_delay_seconds_per_second", v1::rules::IsValidPhaseSeconds,
+                 v1::rules::kPhaseSecondsAllowed, &c.run_delay}}) {
     if (o.column < 0 || fields[o.column].empty()) continue;
     if (!absl::SimpleAtod(fields[o.column], o.out) || !o.valid(*o.out))
       return error(line_no, absl::StrCat(o.name, " '", fields[o.column], "' is not ",
@@ -251,7 +255,8 @@ absl::StatusOr<Trace> ParseCsvTrace(std::istream& in, const std::string& source)
     t.compute[idx] = c.compute;
     for (auto [column, value, out] : {std::tuple{col.work, c.work, &t.work},
                                       std::tuple{col.input_wait, c.input_wait, &t.input_wait},
-                                      std::tuple{col.optimizer, c.optimizer, &t.optimizer}}) {
+                                      std::tuple{col.optimizer, c.optimizer, &t.optimizer},
+                                      std::tuple{col.run_delay, c.run_delay, &t.run_delay}}) {
       if (column < 0) continue;  // files without the column read as before: no vector
       if (out->empty()) out->assign(t.compute.size(), Trace::kNoReport);
       (*out)[idx] = value;

@@ -123,24 +123,29 @@ void GenerateRank(const Scenario& s, uint32_t r, Trace& t, std::vector<double>& 
     const double z = StandardNormal(noise_state);
     double f = fixed;
     double input = 1.0;  // the input wait's factor (`phase: input` effects)
+    double host = 1.0;   // the CPU contention's (`phase: host`), in f too
     for (const auto& e : s.effects) {
       double& x = e.input ? input : f;
+      auto apply = [&](double m) {
+        x *= m;
+        if (e.host) host *= m;
+      };
       switch (e.type) {
         case EffectType::kSlow:
-          if (Has(e, r) && i >= e.from && i < e.to && InPattern(e, i)) x *= e.factor;
+          if (Has(e, r) && i >= e.from && i < e.to && InPattern(e, i)) apply(e.factor);
           break;
         case EffectType::kSpike: {
           if (!Has(e, r)) break;
           const bool hit = e.every > 0 ? i >= e.offset && (i - e.offset) % e.every == 0
                                        : UnitUniform(spike_state) < e.probability;
           if (hit)
-            x *= e.max_factor > 0
-                     ? e.factor + UnitUniform(spike_state) * (e.max_factor - e.factor)
-                     : e.factor;
+            apply(e.max_factor > 0
+                      ? e.factor + UnitUniform(spike_state) * (e.max_factor - e.factor)
+                      : e.factor);
           break;
         }
         case EffectType::kRamp:
-          if (Has(e, r)) x *= RampFactor(e, i);
+          if (Has(e, r)) apply(RampFactor(e, i));
           break;
         case EffectType::kGlobal:
           if (i >= e.from && i < e.to && InPattern(e, i)) f *= e.factor;
@@ -170,6 +175,7 @@ void GenerateRank(const Scenario& s, uint32_t r, Trace& t, std::vector<double>& 
     if (!Reports(s, r, i)) continue;
     const size_t cell = static_cast<size_t>(i) * s.ranks + r;
     if (!t.work.empty()) t.work[cell] = wm.report == WorkModel::Reported::kCost ? cost : tokens;
+    if (s.host.enabled) t.run_delay[cell] = s.host.run_delay + (1.0 - 1.0 / host);
     const double jitter = std::max(0.05, 1.0 + s.noise * z);
     if (s.input.enabled) {
       t.compute[cell] = s.base_seconds * (1.0 - s.input.share) * f * jitter;
@@ -198,6 +204,7 @@ Trace Generate(const Scenario& s) {
   if (s.work.enabled && s.work.report != WorkModel::Reported::kNone)
     t.work.assign(cells, Trace::kNoReport);
   if (s.input.enabled) t.input_wait.assign(cells, Trace::kNoReport);
+  if (s.host.enabled) t.run_delay.assign(cells, Trace::kNoReport);
   t.epoch.resize(s.iterations);
   t.has_truth = true;
   t.truth = RankMatrix(s.ranks, s.iterations);

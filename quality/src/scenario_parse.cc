@@ -170,11 +170,15 @@ class Parser {
     if (n["phase"]) {  // compute (the default) or input (the input model's wait)
       auto phase = Scalar(n["phase"], ctx + ".phase");
       if (!phase.ok()) return phase.status();
-      if (*phase != "compute" && *phase != "input")
-        return Error(n["phase"], absl::StrCat(ctx, ".phase=", *phase, " is not compute or input"));
+      if (*phase != "compute" && *phase != "input" && *phase != "host")
+        return Error(n["phase"],
+                     absl::StrCat(ctx, ".phase=", *phase, " is not compute, input or host"));
       e.input = *phase == "input";
+      e.host = *phase == "host";
       if (e.input && !s.input.enabled)
         return Error(n["phase"], absl::StrCat(ctx, ".phase=input needs the scenario's `input:`"));
+      if (e.host && !s.host.enabled)
+        return Error(n["phase"], absl::StrCat(ctx, ".phase=host needs the scenario's `host:`"));
     }
     if (e.factor <= 0)
       return Error(n["factor"], absl::StrCat(ctx, ".factor=", e.factor, " must be > 0"));
@@ -468,6 +472,23 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // `host: {run_delay: D}` (HostModel; the key optional).
+  absl::Status ParseHost(const YAML::Node& n, HostModel& h) const {
+    if (!n.IsMap()) return Error(n, "host must be a map");
+    for (const auto& kv : n) {
+      const std::string key = kv.first.Scalar();
+      if (key != "run_delay")
+        return Error(kv.first, absl::StrCat("unknown key '", key, "' in host (run_delay)"));
+      auto v = Double(kv.second, "host.run_delay");
+      if (!v.ok()) return v.status();
+      if (!(*v >= 0 && *v < 1))
+        return Error(kv.second, absl::StrCat("host.run_delay=", *v, " must be in [0, 1)"));
+      h.run_delay = *v;
+    }
+    h.enabled = true;
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Scenario> Parse(const YAML::Node& root) const {
     if (!root.IsMap()) return Error(root, "a scenario must be a map");
     Scenario s;
@@ -475,7 +496,7 @@ class Parser {
     const std::set<std::string> known = {"name",   "description", "ranks", "iterations",
                                          "iterations_per_epoch", "base_seconds", "noise",
                                          "variation", "seed", "truth_min_factor", "topology",
-                                         "effects", "work", "input", "cause"};
+                                         "effects", "work", "input", "host", "cause"};
     for (const auto& kv : root) {
       const std::string key = kv.first.Scalar();
       if (!known.count(key)) return Error(kv.first, absl::StrCat("unknown key '", key, "'"));
@@ -539,12 +560,14 @@ class Parser {
       if (auto st = ParseWork(root["work"], s.work); !st.ok()) return st;
     if (root["input"])
       if (auto st = ParseInput(root["input"], s.input); !st.ok()) return st;
-    if (root["cause"]) {  // what a trace's phases can show (no telemetry in a scenario)
+    if (root["host"])
+      if (auto st = ParseHost(root["host"], s.host); !st.ok()) return st;
+    if (root["cause"]) {  // what a trace's phases and run delays can show (no GPU telemetry)
       auto c = Scalar(root["cause"], "cause");
       if (!c.ok()) return c.status();
-      if (*c != "input_pipeline" && *c != "compute" && *c != "none_visible")
-        return Error(root["cause"], absl::StrCat("cause=", *c,
-                                                 " is not input_pipeline, compute or none_visible"));
+      if (*c != "input_pipeline" && *c != "compute" && *c != "host" && *c != "none_visible")
+        return Error(root["cause"],
+                     absl::StrCat("cause=", *c, " is not input_pipeline, compute, host or none_visible"));
       s.cause = *c;
     }
     if (root["effects"]) {

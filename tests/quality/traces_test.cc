@@ -321,6 +321,17 @@ TEST_CASE("csv: optional work, input_wait_seconds and optimizer_seconds columns"
   REQUIRE(only_work.ok());
   CHECK(only_work->work == std::vector<double>{3});
   CHECK(only_work->input_wait.empty());
+  CHECK(only_work->run_delay.empty());
+
+  // The process's run delay (host telemetry), the same way.
+  auto delays = Csv("iteration,rank,compute_seconds,run_delay_seconds_per_second\n"
+                    "0,0,0.1,0.005\n0,1,0.2,\n");
+  REQUIRE(delays.ok());
+  REQUIRE(delays->run_delay.size() == delays->compute.size());
+  CHECK(delays->run_delay[0] == 0.005);
+  CHECK(std::isnan(delays->run_delay[1]));
+  CHECK(CsvError("iteration,rank,compute_seconds,run_delay_seconds_per_second\n0,0,0.1,-1\n") ==
+        "t.csv:2: run_delay_seconds_per_second '-1' is not a finite number >= 0");
 }
 
 TEST_CASE("csv: a bad work or phase names the line, the column and the value") {
@@ -431,7 +442,7 @@ TEST_CASE("scenario: an input model splits the own time, phase: input slows the 
         "input_pipeline");
 }
 
-TEST_CASE("scenario: input model, phase and cause errors name the key and the value") {
+TEST_CASE("scenario: input and host models, phase and cause errors name the key and the value") {
   auto err = [](const std::string& rest) {
     auto s = ParseScenario(std::string(kBase) + rest, "t.yaml");
     REQUIRE_FALSE(s.ok());
@@ -443,9 +454,34 @@ TEST_CASE("scenario: input model, phase and cause errors name the key and the va
   CHECK(Has(err("effects:\n  - {type: slow, rank: 1, factor: 2, phase: input}\n"),
             "effects[0].phase=input needs the scenario's `input:`"));
   CHECK(Has(err("input: {}\neffects:\n  - {type: slow, rank: 1, factor: 2, phase: disk}\n"),
-            "effects[0].phase=disk is not compute or input"));
+            "effects[0].phase=disk is not compute, input or host"));
+  CHECK(Has(err("effects:\n  - {type: slow, rank: 1, factor: 2, phase: host}\n"),
+            "effects[0].phase=host needs the scenario's `host:`"));
+  CHECK(Has(err("host: {run_delay: 1}\neffects: []\n"), "host.run_delay=1 must be in [0, 1)"));
+  CHECK(Has(err("host: {steal: 0.1}\neffects: []\n"), "unknown key 'steal' in host (run_delay)"));
   CHECK(Has(err("input: {}\neffects:\n  - {type: global, factor: 2, phase: input}\n"),
             "unknown key 'phase' in effects[0] (global)"));
-  CHECK(Has(err("cause: host\neffects: []\n"),
-            "cause=host is not input_pipeline, compute or none_visible"));
+  CHECK(Has(err("cause: thermal\neffects: []\n"),
+            "cause=thermal is not input_pipeline, compute, host or none_visible"));
+}
+
+TEST_CASE("scenario: host contention slows the compute and shows in the run delay") {
+  // Rank 1 at 2x over [10, 20) with `phase: host`: its compute doubles and its
+  // process's run delay is the model's 0.01 + (1 - 1/2) s/s; the others keep 0.01.
+  auto s = ParseScenario(std::string(kBase) +
+                             "host: {run_delay: 0.01}\neffects:\n"
+                             "  - {type: slow, rank: 1, factor: 2, from: 10, to: 20, phase: host}\n",
+                         "t.yaml");
+  REQUIRE(s.ok());
+  const Trace t = Generate(*s);
+  REQUIRE(t.run_delay.size() == t.compute.size());
+  auto delay = [&](uint64_t row, uint32_t r) { return t.run_delay[row * t.ranks + r]; };
+  CHECK(delay(5, 1) == Approx(0.01));
+  CHECK(delay(15, 1) == Approx(0.51));
+  CHECK(delay(15, 0) == Approx(0.01));
+  CHECK(t.At(15, 1) > 1.5 * t.At(15, 0));
+  // Without `host:` the trace has no run delay.
+  auto plain = ParseScenario(std::string(kBase) + "effects: []\n", "t.yaml");
+  REQUIRE(plain.ok());
+  CHECK(Generate(*plain).run_delay.empty());
 }

@@ -48,19 +48,27 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
   for (uint32_t r = 0; r < t.ranks; ++r)
     if (joins_at(r) == 0) hello(r, t0);
 
-  // The daemon's phase column (JobState::phases) and its likely cause of a
-  // detection (JobState::Attribute, with phases alone: a trace has no
-  // telemetry).
+  // The daemon's phase column (JobState::phases), each rank's latest process
+  // telemetry where the trace has run delays, and its likely cause of a
+  // detection (JobState::Attribute with those: a trace has no GPU telemetry).
   const bool phased = !t.input_wait.empty() || !t.optimizer.empty();
-  if (phased) run.detected_cause.resize(t.ranks);
+  const bool host = !t.run_delay.empty();
+  if (phased || host) run.detected_cause.resize(t.ranks);
   std::vector<daemon::RankPhases> phases;
+  std::vector<std::optional<v1::ProcessTelemetry>> processes(host ? t.ranks : 0);
+  auto evidence = [&](uint32_t r) {
+    daemon::RankEvidence e;
+    if (r < phases.size() && phases[r].reports > 0) e.phases = &phases[r];
+    if (r < processes.size() && processes[r]) e.process = &*processes[r];
+    return e;
+  };
   auto cause_of = [&](uint32_t rank) {
     std::vector<daemon::RankEvidence> others;
-    for (uint32_t r = 0; r < phases.size(); ++r)
-      if (r != rank && phases[r].reports > 0) others.push_back({.phases = &phases[r]});
-    daemon::RankEvidence mine;
-    if (rank < phases.size()) mine.phases = &phases[rank];
-    return std::string(daemon::LikelyCauseName(daemon::AttributeLikelyCause(mine, others).cause));
+    for (uint32_t r = 0; r < t.ranks; ++r)
+      if (r != rank)
+        if (daemon::RankEvidence e = evidence(r); e.phases || e.process) others.push_back(e);
+    return std::string(
+        daemon::LikelyCauseName(daemon::AttributeLikelyCause(evidence(rank), others).cause));
   };
 
   // Per rank: (row, flagged from that row on), in emission order.
@@ -71,7 +79,7 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
       const uint64_t row = e.iteration >= t.first_iteration ? e.iteration - t.first_iteration : 0;
       if (e.to == WorkerState::kStraggler) {
         run.detected_at[e.rank].push_back(e.iteration);
-        if (phased) run.detected_cause[e.rank].push_back(cause_of(e.rank));
+        if (phased || host) run.detected_cause[e.rank].push_back(cause_of(e.rank));
         changes[e.rank].push_back({row, true});
       } else if (e.from == WorkerState::kStraggler) {
         // Back to healthy, or to the gray zone (mild): the flag ends either way.
@@ -106,9 +114,18 @@ PolicyRun ReplayEngine(const quality::Trace& t, const engine::PolicyConfig& poli
       const auto res = job.Ingest(rep, now);
       if (!res.accepted) {
         if (run.rejected++ == 0) run.first_rejection = res.message;
-      } else if (phased) {
-        daemon::NotePhases(phases, t.ranks, r, rep.input_wait_seconds, rep.compute_seconds,
-                           rep.optimizer_seconds);
+      } else {
+        if (phased)
+          daemon::NotePhases(phases, t.ranks, r, rep.input_wait_seconds, rep.compute_seconds,
+                             rep.optimizer_seconds);
+        if (const auto delay = field(t.run_delay)) {
+          v1::ProcessTelemetry& p = processes[r].emplace();
+          p.set_rank(r);
+          p.set_pid(r + 1);
+          p.set_period_seconds(1);
+          p.set_reading(v1::HOST_READING_AVAILABLE);
+          p.set_run_delay_seconds_per_second(*delay);
+        }
       }
     }
     job.Tick(now);

@@ -50,6 +50,7 @@ struct Effect {
   double start_factor = 1.0;     // ramp
   double end_factor = 1.0;       // ramp
   bool input = false;            // slow, spike, ramp with `phase: input`: on the input wait
+  bool host = false;             // with `phase: host`: on the compute, as CPU contention (HostModel)
 };
 
 // A rank's declared place in the job (docs/topology.md) and its by-design
@@ -92,6 +93,18 @@ struct InputModel {
   double noise = 0.2;
 };
 
+// Host contention (issue 31): every rank's process has a run delay (time
+// runnable but not running, s/s, as the agent reads /proc/PID/schedstat) of
+// `run_delay`; effects with `phase: host` slow the rank's compute by their
+// factor h, the CPU it waits for, and add 1 - 1/h to its run delay (the
+// share of the step it waited). The trace carries the run delay
+// (Trace::run_delay), so the replay attributes the cause as the daemon does
+// from the agent's telemetry.
+struct HostModel {
+  bool enabled = false;
+  double run_delay = 0.005;
+};
+
 // Peer groups smaller than this are judged against the rank's own earlier
 // steps in the ground truth (its own slow/ramp factor), not against a peer
 // median (issue 17: groups of 1 and 2).
@@ -109,6 +122,7 @@ struct Scenario {
   double variation = 0.0;  // every step x uniform(1 - variation, 1 + variation)
   WorkModel work;          // `work:` (none: every step the same work)
   InputModel input;        // `input:` (none: no input wait reported)
+  HostModel host;          // `host:` (none: no run delay in the trace)
   // `cause`: the likely cause each detection of a true episode must have
   // (Trace::expected_cause); "" = not checked.
   std::string cause;

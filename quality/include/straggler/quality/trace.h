@@ -79,6 +79,10 @@ struct Trace {
   std::vector<double> work;
   std::vector<double> input_wait;
   std::vector<double> optimizer;
+  // Its process's run delay, s/s (the agent's ProcessTelemetry; a CSV's
+  // `run_delay_seconds_per_second`), [row * ranks + rank], NaN = not given;
+  // empty = none in the trace.
+  std::vector<double> run_delay;
   // The likely cause every detection of a true episode must have (a
   // scenario's `cause`, e.g. "input_pipeline"); "" = not checked.
   std::string expected_cause;
