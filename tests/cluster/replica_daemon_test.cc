@@ -287,6 +287,54 @@ TEST_CASE("replicas: a new owner starts from the membership its last owner wrote
   CHECK(saved->membership().version() == at_b.version());
 }
 
+// Found by issue 30's test A: the new owner's first version took effect at
+// the saved effective iteration + 1, long past for ranks that had trained
+// on meanwhile, so each applied it at its own later iteration.
+TEST_CASE("replicas: a new owner's first version takes effect after the progress the hello "
+          "reports",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra"));
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  testutil::FeedRank3Slower(*a.ingest, "job-late", 4);
+  const v1::Membership at_a = testutil::MembershipOf(*a.query, "job-late");
+  REQUIRE(at_a.excluded_size() == 1);
+  a.server.Shutdown(std::chrono::milliseconds(0));
+  // The ranks went on to iteration 300 on their last membership.
+  testutil::OpenStream stream(*b.ingest);
+  v1::ReportBatch hello = testutil::Hello("job-late", 4, {0, 1, 2, 3});
+  hello.mutable_hello()->set_reported_iteration(300);
+  hello.mutable_hello()->set_known_membership_version(at_a.version());
+  hello.mutable_hello()->set_known_effective_iteration(at_a.effective_iteration());
+  stream.Send(hello, 1);
+  const v1::Membership at_b = testutil::MembershipOf(*b.query, "job-late");
+  CHECK(at_b.version() > at_a.version());
+  CHECK(at_b.effective_iteration() > 300);
+  REQUIRE(at_b.excluded_size() == 1);
+  CHECK(at_b.excluded(0).rank() == 3);
+}
+
+// A job whose owner went is taken by another replica at once, not when its
+// clients come back (their backoff would add to the failover).
+TEST_CASE("replicas: a job whose owner's lease expired is taken by another replica without "
+          "a client",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  auto proxy = TcpProxy::Start(etcd->client_port());
+  REQUIRE(proxy.ok());
+  LoopbackDaemon a(ReplicaConfig((*proxy)->endpoint(), "ra"));
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  REQUIRE(SendHello(*a.ingest, "job-orphan").acked);
+  REQUIRE(OwnerKeyValue(etcd->endpoint(), "job-orphan") == "ra");
+  CHECK(b.server.cluster()->jobs_adopted() == 0);
+  (*proxy)->Cut();  // ra is as good as dead to etcd: its lease expires
+  REQUIRE(PollUntil(10s, [&] { return OwnerKeyValue(etcd->endpoint(), "job-orphan") == "rb"; }));
+  CHECK(b.server.cluster()->jobs_adopted() == 1);
+  CHECK(b.server.cluster()->OwnedJobs() == std::vector<std::string>{"job-orphan"});
+  // Its clients, at any replica, now reach rb.
+  CHECK(SendHello(*b.ingest, "job-orphan").acked);
+}
+
 TEST_CASE("replicas: an owner cut off from etcd stops deciding, and drops the job and "
           "redirects once another replica owns it",
           "[cluster]") {
