@@ -96,7 +96,10 @@ bool StreamSession::ChooseNext(grpc::ClientContext& ctx, bool was_connected) {
   }
   // Any other end: the next address of the list, the one after the list
   // address used last (from a redirect's owner too: the replica that
-  // redirected there may name that owner again).
+  // redirected there may name that owner again), after the backoff. The
+  // backoff bounds this loop, so the next redirect is followed at once
+  // again: "in a row" counts redirects with no other end between them.
+  redirects_in_a_row_ = 0;
   const auto& list = pool_->addresses();
   if (list.size() > 1 || current != list[index_]) {
     index_ = (index_ + 1) % list.size();
