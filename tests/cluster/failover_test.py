@@ -36,8 +36,9 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_harness import Etcd, Replica, http_get  # noqa: E402
-from harness import TestFailure, check, finish, main, print_log_tails, wait_for  # noqa: E402
-from agent_test import Agent  # noqa: E402
+from harness import (TestFailure, check, check_memberships_agreed, finish, main,  # noqa: E402
+                     print_log_tails, wait_for)
+from agent_test import Agent, check_sim_report  # noqa: E402
 
 WORLD = 8
 SLOW_RANK = {1: 3, 2: 5}  # each job's straggler
@@ -70,18 +71,10 @@ def version(state):
 
 
 def check_sim(path, label, iterations):
-    with open(path) as f:
-        rep = json.load(f)
-    check(rep["iterations"] == iterations,
-          "%s finished %d of %d iterations" % (label, rep["iterations"], iterations))
-    for key in ("agreement_violations", "version_splits", "collective_timeouts",
-                "reports_dropped", "reports_rejected"):
-        check(rep.get(key, 0) == 0, "%s: %s = %r" % (label, key, rep.get(key)))
-    for m in rep["memberships"]:
-        for rank, it in m["applied_at"].items():
-            check(it == m["effective_iteration"],
-                  "%s: rank %s applied v%d at %d, effective at %d"
-                  % (label, rank, m["version"], it, m["effective_iteration"]))
+    """The sim's --report: every iteration done, nothing dropped or rejected,
+    every version applied by every rank at its effective iteration."""
+    rep = check_sim_report(path, label, iterations)
+    check_memberships_agreed(rep, label)
     return rep
 
 
