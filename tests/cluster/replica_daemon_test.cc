@@ -3,7 +3,8 @@
 // loopback. A job's first hello decides its owner; the other replicas answer
 // the job's ingest, admin and rendezvous calls with UNAVAILABLE and the
 // owner's address in trailing metadata (issue 30's test C); an owner cut off
-// from etcd stops deciding, and drops the job once another replica owns it.
+// from etcd stops deciding, and drops the job once another replica owns it,
+// which takes it without waiting for a client.
 #include <catch2/catch.hpp>
 
 #include <grpcpp/grpcpp.h>
@@ -287,6 +288,33 @@ TEST_CASE("replicas: a new owner starts from the membership its last owner wrote
   CHECK(saved->membership().version() == at_b.version());
 }
 
+// Found by issue 30's test A: the new owner's first version took effect at
+// the saved effective iteration + 1, long past for ranks that had trained
+// on meanwhile, so each applied it at its own later iteration.
+TEST_CASE("replicas: a new owner's first version takes effect after the progress the hello "
+          "reports",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra"));
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  testutil::FeedRank3Slower(*a.ingest, "job-late", 4);
+  const v1::Membership at_a = testutil::MembershipOf(*a.query, "job-late");
+  REQUIRE(at_a.excluded_size() == 1);
+  a.server.Shutdown(std::chrono::milliseconds(0));
+  // The ranks went on to iteration 300 on their last membership.
+  testutil::OpenStream stream(*b.ingest);
+  v1::ReportBatch hello = testutil::Hello("job-late", 4, {0, 1, 2, 3});
+  hello.mutable_hello()->set_reported_iteration(300);
+  hello.mutable_hello()->set_known_membership_version(at_a.version());
+  hello.mutable_hello()->set_known_effective_iteration(at_a.effective_iteration());
+  stream.Send(hello, 1);
+  const v1::Membership at_b = testutil::MembershipOf(*b.query, "job-late");
+  CHECK(at_b.version() > at_a.version());
+  CHECK(at_b.effective_iteration() > 300);
+  REQUIRE(at_b.excluded_size() == 1);
+  CHECK(at_b.excluded(0).rank() == 3);
+}
+
 TEST_CASE("replicas: an owner cut off from etcd stops deciding, and drops the job and "
           "redirects once another replica owns it",
           "[cluster]") {
@@ -318,8 +346,14 @@ TEST_CASE("replicas: an owner cut off from etcd stops deciding, and drops the jo
     CHECK(locked->engine.View().reports_total == 12);  // iteration 4 not taken
   }
 
-  // Another replica takes the job once ra's lease expired in etcd; ra had
-  // stopped deciding before.
+  // Another replica takes the job once ra's lease expired in etcd, at once,
+  // without a client (its clients' backoff would add to the failover); ra
+  // had stopped deciding before.
+  CHECK(b.server.cluster()->jobs_adopted() == 0);
+  REQUIRE(PollUntil(10s, [&] { return OwnerKeyValue(etcd->endpoint(), "job-p") == "rb"; }));
+  CHECK_FALSE(member.MayDecide());
+  CHECK(b.server.cluster()->jobs_adopted() == 1);
+  CHECK(b.server.cluster()->OwnedJobs() == std::vector<std::string>{"job-p"});
   HelloResult at_b;
   REQUIRE(PollUntil(10s, [&] {
     at_b = SendHello(*b.ingest, "job-p");

@@ -176,6 +176,30 @@ TEST_CASE("redirects that only point at each other fall back to the backoff",
   CHECK(streams <= static_cast<int>(ss::StreamSession::kMaxRedirects) + 8);
 }
 
+// Found by issue 30's failover benchmark: the replicas named the job's dead
+// owner until its lease expired, the session stopped following redirects
+// after kMaxRedirects, and the owner that took the job over, not in its
+// list, was never reached.
+TEST_CASE("after redirects to a dead owner, the redirect to the new owner is followed",
+          "[stream][replicas]") {
+  tu::LoopbackDaemon daemon;
+  Redirector replica(DeadEndpoint());
+  Source source("replicas", 0);
+  source.Queue(1, 5);
+  auto o = Options();
+  o.backoff = {50ms, 100ms, ss::Backoff::Jitter::kNarrow};
+  ss::StreamSession session(Pool(replica.address()), o, source);
+  session.Start();
+  REQUIRE(Eventually([&] {
+    return replica.streams() > static_cast<int>(ss::StreamSession::kMaxRedirects) + 1;
+  }));
+  // The job is taken over by a replica at an address the client was not given.
+  replica.SetOwner(daemon.server.grpc_dial_address());
+  REQUIRE(Eventually([&] { return source.accepted() == 5; }));
+  CHECK(session.Address() == daemon.server.grpc_dial_address());
+  session.Stop();
+}
+
 TEST_CASE("a list with an empty entry is refused, naming it", "[stream][replicas]") {
   auto bad = ss::ChannelPool::Make("a:1,,b:2", grpc::InsecureChannelCredentials(), {});
   REQUIRE_FALSE(bad.ok());

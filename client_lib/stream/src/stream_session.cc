@@ -81,20 +81,28 @@ bool StreamSession::ChooseNext(grpc::ClientContext& ctx, bool was_connected) {
   const std::string current = Address();
   if (it != trailing.end()) {
     const std::string owner(it->second.data(), it->second.size());
-    if (!owner.empty() && owner != current && redirects_in_a_row_ < kMaxRedirects) {
-      ++redirects_in_a_row_;
+    if (!owner.empty() && owner != current) {
+      // Followed every time, without the backoff only kMaxRedirects times in
+      // a row: replicas that disagree are not ping-ponged between, and a
+      // client whose first redirects named an owner that had just died
+      // still reaches the one that took the job over (it may be in no list).
+      const bool at_once = ++redirects_in_a_row_ <= kMaxRedirects;
       redirects_.fetch_add(1, std::memory_order_relaxed);
       Log(LogLevel::kInfo, absl::StrCat(current, " redirected the stream to the job's owner ",
-                                        owner));
+                                        owner, at_once ? "" : " (after the backoff)"));
       SwitchTo(owner);
-      return true;
+      return at_once;
     }
   }
-  // Any other end: the next address of the list (from a redirect's owner,
-  // the one after the list address used last).
+  // Any other end: the next address of the list, the one after the list
+  // address used last (from a redirect's owner too: the replica that
+  // redirected there may name that owner again), after the backoff. The
+  // backoff bounds this loop, so the next redirect is followed at once
+  // again: "in a row" counts redirects with no other end between them.
+  redirects_in_a_row_ = 0;
   const auto& list = pool_->addresses();
   if (list.size() > 1 || current != list[index_]) {
-    if (current == list[index_]) index_ = (index_ + 1) % list.size();
+    index_ = (index_ + 1) % list.size();
     SwitchTo(list[index_]);
   }
   return false;

@@ -8,7 +8,8 @@
 namespace straggler::cluster {
 
 absl::StatusOr<std::unique_ptr<ClusterView>> ClusterView::Start(std::shared_ptr<EtcdClient> etcd,
-                                                                std::string prefix) {
+                                                                std::string prefix,
+                                                                OnOwnersGone owners_gone) {
   if (absl::Status s = CheckKeyPrefix(prefix); !s.ok()) return s;
   absl::StatusOr<RangeResult> read = etcd->GetPrefix(prefix);
   if (!read.ok()) return read.status();
@@ -21,12 +22,25 @@ absl::StatusOr<std::unique_ptr<ClusterView>> ClusterView::Start(std::shared_ptr<
   ClusterView* self = view.get();
   absl::StatusOr<std::unique_ptr<Watch>> watch = etcd->WatchPrefix(
       view->prefix_, read->revision + 1,
-      [self](int64_t revision, const std::vector<WatchEvent>& events) {
-        absl::MutexLock lock(&self->mu_);
-        for (const WatchEvent& e : events) {
-          self->ApplyLocked(e.kv, e.type == WatchEvent::Type::kDelete);
+      [self, owners_gone = std::move(owners_gone)](int64_t revision,
+                                                   const std::vector<WatchEvent>& events) {
+        std::vector<std::string> orphans;
+        {
+          absl::MutexLock lock(&self->mu_);
+          std::vector<std::pair<std::string, std::string>> gone;
+          for (const WatchEvent& e : events) {
+            self->ApplyLocked(e.kv, e.type == WatchEvent::Type::kDelete, &gone);
+          }
+          self->revision_ = std::max(self->revision_, revision);
+          // Judged after the whole batch: the registration goes in the same
+          // revision as the ownership keys on its lease, in any order.
+          for (auto& [job, owner] : gone) {
+            if (self->replicas_.count(owner) == 0 && self->owners_.count(job) == 0) {
+              orphans.push_back(std::move(job));
+            }
+          }
         }
-        self->revision_ = std::max(self->revision_, revision);
+        if (owners_gone && !orphans.empty()) owners_gone(std::move(orphans));
       },
       [self](const absl::Status& reason) {
         absl::MutexLock lock(&self->mu_);
@@ -39,7 +53,8 @@ absl::StatusOr<std::unique_ptr<ClusterView>> ClusterView::Start(std::shared_ptr<
 
 ClusterView::~ClusterView() { watch_.reset(); }
 
-void ClusterView::ApplyLocked(const KeyValue& kv, bool deleted) {
+void ClusterView::ApplyLocked(const KeyValue& kv, bool deleted,
+                              std::vector<std::pair<std::string, std::string>>* gone) {
   absl::string_view key = kv.key;
   if (!absl::ConsumePrefix(&key, prefix_)) return;
   if (absl::ConsumePrefix(&key, "replicas/")) {
@@ -50,7 +65,10 @@ void ClusterView::ApplyLocked(const KeyValue& kv, bool deleted) {
     }
   } else if (absl::ConsumePrefix(&key, "owners/")) {
     if (deleted) {
-      owners_.erase(std::string(key));
+      auto it = owners_.find(key);
+      if (it == owners_.end()) return;
+      if (gone != nullptr) gone->emplace_back(it->first, it->second);
+      owners_.erase(it);
     } else {
       owners_[std::string(key)] = kv.value;
     }

@@ -18,10 +18,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -36,10 +38,19 @@ namespace straggler::cluster {
 
 class ClusterView {
  public:
+  // Jobs whose owner went: their ownership key deleted while the replica
+  // it named is no longer registered (its lease expired or was revoked:
+  // etcd deletes a lease's keys in one revision). Called on the watch's
+  // thread, after the view applied the batch, outside the view's lock; it
+  // must not destroy the view.
+  using OnOwnersGone = std::function<void(std::vector<std::string> jobs)>;
+
   // Reads replicas/ and owners/ under `prefix` (one Range of the prefix) and
-  // watches the prefix from the revision after that read.
+  // watches the prefix from the revision after that read. `owners_gone`
+  // (may be empty) hears of the jobs whose owner went, from the watch only.
   static absl::StatusOr<std::unique_ptr<ClusterView>> Start(std::shared_ptr<EtcdClient> etcd,
-                                                            std::string prefix);
+                                                            std::string prefix,
+                                                            OnOwnersGone owners_gone = {});
   ~ClusterView();
 
   // The owning replica's id; nullopt when the job has no owner.
@@ -57,7 +68,10 @@ class ClusterView {
  private:
   explicit ClusterView(std::string prefix) : prefix_(std::move(prefix)) {}
   // Applies one key's state at `revision`: `kv` with a value, or deleted.
-  void ApplyLocked(const KeyValue& kv, bool deleted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A deleted ownership key adds (job, its owner) to `gone` when given.
+  void ApplyLocked(const KeyValue& kv, bool deleted,
+                   std::vector<std::pair<std::string, std::string>>* gone = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string prefix_;
   mutable absl::Mutex mu_;

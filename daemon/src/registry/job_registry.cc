@@ -86,7 +86,8 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Attach(
               absl::StrCat("job '", hello.job_id, "' refused: limits.max_jobs=",
                            config->limits.max_jobs, " jobs already tracked"));
         }
-        job = MakeJob(hello.job_id, hello.world_size, hello.run_id, *config, now);
+        job = MakeJob(hello.job_id, hello.world_size, hello.run_id, *config, now,
+                      hello.reported_iteration);
         jobs_.emplace(hello.job_id, job);
         created = true;
       }

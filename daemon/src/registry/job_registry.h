@@ -242,9 +242,14 @@ class JobRegistry {
 
   // A new Job for `job_id`, restored from the store when it knows the job,
   // else from the shared state (the job's last owner in a cluster).
+  // `reported`: the creating hello's reported_iteration, taken
+  // (JobEngine::NoteReportedIteration) before the restore, so that the
+  // restored version takes effect after the iterations the ranks already
+  // reached: every rank then applies it at the same iteration, as the
+  // version a restart without a store publishes from the hellos.
   std::shared_ptr<Job> MakeJob(const std::string& job_id, uint32_t world_size,
                                const std::string& run_id, const DaemonConfig& config,
-                               engine::Time now);
+                               engine::Time now, std::optional<uint64_t> reported = std::nullopt);
   // MakeJob's: the store's state of the job's run; whether a membership was
   // restored.
   bool RestoreStoredLocked(Job::Locked& job, engine::Time now);

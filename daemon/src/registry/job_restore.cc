@@ -33,13 +33,19 @@ void JobRegistry::SaveOverridesLocked(const Job::Locked& job, engine::Time now) 
 
 std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t world_size,
                                           const std::string& run_id, const DaemonConfig& config,
-                                          engine::Time now) {
+                                          engine::Time now, std::optional<uint64_t> reported) {
   auto job = std::make_shared<Job>(job_id, world_size, config.PolicyFor(job_id), now,
                                    incarnation_, config.limits.recent_reports_per_job, run_id);
   if (store_ == nullptr && shared_ == nullptr) return job;
   // Not in the map yet, so nobody else can hold its lock (the caller may
   // hold jobs_mu_): restoring it cannot wait on anyone.
   Job::Locked locked(*job);
+  // A job taken over mid-run (a restart, another replica's job): without
+  // the hello's progress its restored version would take effect at the
+  // saved effective iteration + 1, long past for the ranks, which would
+  // then apply it each at its own later iteration (straggler-sim counts
+  // those as version splits; issue 30's test A saw 3).
+  if (reported) (void)locked->engine.NoteReportedIteration(*reported);
   const bool restored = store_ != nullptr && RestoreStoredLocked(locked, now);
   if (!restored && shared_ != nullptr) RestoreSharedLocked(locked, now);
   return job;

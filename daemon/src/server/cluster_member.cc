@@ -85,6 +85,11 @@ ClusterMember::ClusterMember(std::shared_ptr<EtcdClient> etcd, ClusterConfig con
 // The view first: its watch thread must stop before the replica (and the
 // client both share) go.
 ClusterMember::~ClusterMember() {
+  {
+    absl::MutexLock lock(&orphans_mu_);
+    stop_adopting_ = true;
+  }
+  if (adopter_.joinable()) adopter_.join();
   absl::MutexLock lock(&mu_);
   view_.reset();
   replica_.reset();
@@ -134,7 +139,7 @@ absl::Status ClusterMember::JoinLocked() {
                ? absl::FailedPreconditionError(absl::StrCat("cluster: ", s.message()))
                : absl::UnavailableError(absl::StrCat("cluster: cannot join: ", s.message()));
   }
-  absl::StatusOr<std::unique_ptr<ClusterView>> view = ClusterView::Start(etcd_, config_.key_prefix);
+  absl::StatusOr<std::unique_ptr<ClusterView>> view = StartView();
   if (!view.ok()) {
     (void)(*joined)->Leave();
     return absl::UnavailableError(
@@ -142,11 +147,51 @@ absl::Status ClusterMember::JoinLocked() {
   }
   replica_ = std::shared_ptr<Replica>(*std::move(joined));
   view_ = std::shared_ptr<ClusterView>(*std::move(view));
+  if (!adopter_.joinable()) adopter_ = std::thread([this] { AdoptLoop(); });
   spdlog::info("joined the cluster on etcd {} as replica '{}' (grpc={} http={}, lease {} with a "
                "TTL of {} s granted)",
                etcd_->endpoint(), id_, grpc_address_, http_address_, replica_->lease_id(),
                replica_->ttl_seconds());
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ClusterView>> ClusterMember::StartView() {
+  return ClusterView::Start(etcd_, config_.key_prefix,
+                            [this](std::vector<std::string> jobs) { NoteOrphans(std::move(jobs)); });
+}
+
+void ClusterMember::NoteOrphans(std::vector<std::string> jobs) {
+  absl::MutexLock lock(&orphans_mu_);
+  orphans_.insert(orphans_.end(), std::make_move_iterator(jobs.begin()),
+                  std::make_move_iterator(jobs.end()));
+}
+
+void ClusterMember::AdoptLoop() {
+  for (;;) {
+    std::vector<std::string> jobs;
+    {
+      absl::MutexLock lock(&orphans_mu_);
+      orphans_mu_.Await(absl::Condition(
+          +[](ClusterMember* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->orphans_mu_) {
+            return m->stop_adopting_ || !m->orphans_.empty();
+          },
+          this));
+      if (stop_adopting_) return;
+      jobs.swap(orphans_);
+    }
+    for (const std::string& job : jobs) {
+      // Every replica tries; etcd's create-if-absent gives the job to one,
+      // the others get a redirect (or a refusal while they may not decide).
+      const absl::Status s = Serve(job, /*take=*/true);
+      if (s.ok()) {
+        adopted_.fetch_add(1, std::memory_order_relaxed);
+        spdlog::info("job={} taken over by this replica ('{}'): its owner's lease is gone", job,
+                     id_);
+      } else {
+        spdlog::debug("job={} not taken over here: {}", job, std::string(s.message()));
+      }
+    }
+  }
 }
 
 absl::Status ClusterMember::Redirect(absl::string_view job_id, const std::string& owner_id) const {
@@ -246,8 +291,7 @@ std::vector<std::pair<std::string, absl::Status>> ClusterMember::TakeLostJobs() 
       // etcd cancelled the watch (its revision compacted away): read afresh.
       spdlog::warn("replica '{}': cluster watch ended ({}); reading the cluster again", id_,
                    std::string(view_->Status().message()));
-      absl::StatusOr<std::unique_ptr<ClusterView>> view =
-          ClusterView::Start(etcd_, config_.key_prefix);
+      absl::StatusOr<std::unique_ptr<ClusterView>> view = StartView();
       if (!view.ok()) return lost;
       view_ = std::shared_ptr<ClusterView>(*std::move(view));
     }

@@ -16,6 +16,11 @@
 //   * MayDecide() is false before the replica's lease could expire in etcd
 //     (cluster::Replica's local deadline), after Leave(), and before Join;
 //     callers must not change a membership while it is false;
+//   * a job whose owner went (its lease expired or was revoked, as the watch
+//     saw) is taken by this replica at once when etcd lets it (every replica
+//     tries; the create-if-absent transaction picks one), not only when its
+//     clients come back: the job has a new owner within about the TTL of
+//     its old owner's last renewal, whatever the clients' backoff;
 //   * TakeLostJobs() hands back, once each, the jobs it served whose
 //     ownership key is gone or another's (the watch saw it), so the caller
 //     stops serving and exporting them;
@@ -26,10 +31,12 @@
 // Thread safety: thread-safe; every method may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -96,6 +103,8 @@ class ClusterMember final : public SharedJobState {
   absl::StatusOr<std::optional<v1::Job>> LoadMembership(const std::string& job_id) override;
 
   const std::string& replica_id() const { return id_; }
+  // Jobs this replica took because their owner went (not from a client).
+  uint64_t jobs_adopted() const { return adopted_.load(std::memory_order_relaxed); }
   // The granted lease TTL (0 before Join).
   int64_t ttl_seconds() const;
   // Jobs served here, ascending.
@@ -107,6 +116,13 @@ class ClusterMember final : public SharedJobState {
   // UNAVAILABLE for `job_id`, owned by `owner_id`, with its addresses when
   // the view knows them.
   absl::Status Redirect(absl::string_view job_id, const std::string& owner_id) const;
+  // The view's watch: jobs whose owner went, queued for the adopter thread
+  // (the watch's thread must not wait on mu_: TakeLostJobs destroys views
+  // under it).
+  void NoteOrphans(std::vector<std::string> jobs);
+  // The adopter thread: takes each queued job (Serve with take).
+  void AdoptLoop();
+  absl::StatusOr<std::unique_ptr<cluster::ClusterView>> StartView();
 
   const std::shared_ptr<cluster::EtcdClient> etcd_;
   const ClusterConfig config_;
@@ -123,6 +139,12 @@ class ClusterMember final : public SharedJobState {
   std::shared_ptr<cluster::ClusterView> view_ ABSL_GUARDED_BY(mu_);
   // Jobs served here: their claims (the fencing token of later writes).
   std::map<std::string, cluster::JobClaim, std::less<>> claims_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex orphans_mu_;
+  std::vector<std::string> orphans_ ABSL_GUARDED_BY(orphans_mu_);
+  bool stop_adopting_ ABSL_GUARDED_BY(orphans_mu_) = false;
+  std::atomic<uint64_t> adopted_{0};
+  std::thread adopter_;  // started by the first Join
 };
 
 }  // namespace straggler::daemon

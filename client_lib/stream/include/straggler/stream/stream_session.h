@@ -155,9 +155,12 @@ class StreamSession {
   // connection goes to a random one of them, so that the processes of a
   // site spread over the replicas; a stream that ends with a redirect
   // (kOwnerGrpcMetadata) reconnects straight to the owner it names, without
-  // the backoff (after kMaxRedirects redirects in a row without a directive,
-  // with it: two replicas that disagree must not be ping-ponged between); any
-  // other failure moves to the next address of the list, with the backoff.
+  // the backoff (after kMaxRedirects redirects in a row, with no directive
+  // and no other end between them, after the backoff: two replicas that
+  // disagree must not be ping-ponged
+  // between, and an owner named while it was dying must not stop the
+  // session from following the next one); any other failure moves to the
+  // next address of the list after the one used last, with the backoff.
   // `source` must outlive the session; nothing runs before Start().
   StreamSession(std::shared_ptr<ChannelPool> pool, Options options, Source& source);
   ~StreamSession();  // Stop() unless stopped; Join()
