@@ -27,6 +27,7 @@
 #include "api/rest_route.h"
 #include "spdlog/spdlog.h"
 #include "metrics/stats.h"
+#include "server/cluster_member.h"
 #include "straggler/common/tls.h"
 
 #ifndef STRAGGLERD_VERSION
@@ -150,8 +151,9 @@ Access AccessOf(RouteId id) {
 
 }  // namespace
 
-HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
-    : registry_(registry), stats_(stats), auth_(auth) {}
+HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
+                       const ClusterMember* cluster)
+    : registry_(registry), stats_(stats), auth_(auth), cluster_(cluster) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -330,6 +332,7 @@ void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
       MetricsOptions options;
       options.version = STRAGGLERD_VERSION;
       options.per_rank_max_ranks = registry_.config()->metrics.per_rank_max_ranks;
+      if (cluster_ != nullptr) options.cluster = cluster_->Metrics();
       res.status = 200;
       res.set_content(RenderDaemonMetrics(registry_, stats_, options), kMetricsType);
       return;

@@ -50,6 +50,7 @@ struct ServerTls;
 namespace straggler::daemon {
 
 class Authorizer;
+class ClusterMember;
 class JobRegistry;
 struct DaemonStats;
 
@@ -57,8 +58,10 @@ class HttpServer {
  public:
   enum class Phase { kStarting, kServing, kDraining };
 
-  // `auth` decides which requests need the bearer token; it must outlive this.
-  HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth);
+  // `auth` decides which requests need the bearer token; it must outlive
+  // this, as must `cluster` (null: the daemon runs alone).
+  HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
+             const ClusterMember* cluster = nullptr);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -87,6 +90,7 @@ class HttpServer {
   JobRegistry& registry_;
   DaemonStats& stats_;
   const Authorizer& auth_;
+  const ClusterMember* const cluster_;
   std::atomic<Phase> phase_{Phase::kStarting};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -201,6 +201,7 @@ absl::Status ClusterMember::Serve(absl::string_view job_id, bool take) {
                                                    "'"));
       }
       if (claims_.emplace(std::string(job_id), *claim).second) {
+        ++jobs_taken_;
         spdlog::info("job={} owned by this replica ('{}', ownership key created at revision {})",
                      std::string(job_id), id_, claim->create_revision);
       }
@@ -233,6 +234,7 @@ std::vector<std::pair<std::string, absl::Status>> ClusterMember::TakeLostJobs() 
                                    "stragglerd replica '", id_, "' lost its etcd lease; job '",
                                    job, "' is free for another replica")));
       }
+      jobs_lost_ += claims_.size();
       claims_.clear();
       view_.reset();
       replica_.reset();
@@ -264,6 +266,7 @@ std::vector<std::pair<std::string, absl::Status>> ClusterMember::TakeLostJobs() 
         continue;
       }
       taken.emplace_back(it->first, owner.value_or(""));
+      ++jobs_lost_;
       it = claims_.erase(it);
     }
   }
@@ -365,6 +368,19 @@ std::vector<std::string> ClusterMember::OwnedJobs() const {
   std::vector<std::string> out;
   for (const auto& [job, claim] : claims_) out.push_back(job);
   return out;
+}
+
+ClusterMetrics ClusterMember::Metrics() const {
+  ClusterMetrics m;
+  m.etcd = &etcd_->stats();
+  absl::MutexLock lock(&mu_);
+  m.replica_id = id_;
+  m.replicas = view_ ? view_->Replicas().size() : 0;
+  m.jobs_owned = claims_.size();
+  m.jobs_taken = jobs_taken_;
+  m.jobs_lost = jobs_lost_;
+  m.may_decide = !leaving_ && replica_ && replica_->MayDecide();
+  return m;
 }
 
 }  // namespace straggler::daemon

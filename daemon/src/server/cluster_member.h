@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cluster/ownership.h"
 #include "config/config.h"
+#include "metrics/cluster_metrics.h"
 #include "registry/shared_state.h"
 #include "server/redirect.h"
 
@@ -100,6 +101,8 @@ class ClusterMember final : public SharedJobState {
   int64_t ttl_seconds() const;
   // Jobs served here, ascending.
   std::vector<std::string> OwnedJobs() const;
+  // This replica's numbers for /metrics (docs/metrics.md, "Cluster metrics").
+  ClusterMetrics Metrics() const;
 
  private:
   ClusterMember(std::shared_ptr<cluster::EtcdClient> etcd, ClusterConfig config, std::string id);
@@ -123,6 +126,9 @@ class ClusterMember final : public SharedJobState {
   std::shared_ptr<cluster::ClusterView> view_ ABSL_GUARDED_BY(mu_);
   // Jobs served here: their claims (the fencing token of later writes).
   std::map<std::string, cluster::JobClaim, std::less<>> claims_ ABSL_GUARDED_BY(mu_);
+  // Ownership changes since start (ClusterMetrics::jobs_taken, jobs_lost).
+  uint64_t jobs_taken_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t jobs_lost_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace straggler::daemon
