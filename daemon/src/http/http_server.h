@@ -52,6 +52,7 @@ namespace straggler::daemon {
 class Authorizer;
 class ClusterMember;
 class JobRegistry;
+class QueryForwarder;
 struct DaemonStats;
 
 class HttpServer {
@@ -59,9 +60,11 @@ class HttpServer {
   enum class Phase { kStarting, kServing, kDraining };
 
   // `auth` decides which requests need the bearer token; it must outlive
-  // this, as must `cluster` (null: the daemon runs alone).
+  // this, as must `cluster` and `forwarder` (null: the daemon runs alone;
+  // with them the REST reads answer for every job of the cluster,
+  // api/query_forward.h).
   HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
-             const ClusterMember* cluster = nullptr);
+             const ClusterMember* cluster = nullptr, const QueryForwarder* forwarder = nullptr);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -91,6 +94,7 @@ class HttpServer {
   DaemonStats& stats_;
   const Authorizer& auth_;
   const ClusterMember* const cluster_;
+  const QueryForwarder* const forwarder_;
   std::atomic<Phase> phase_{Phase::kStarting};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -370,6 +370,40 @@ std::vector<std::string> ClusterMember::OwnedJobs() const {
   return out;
 }
 
+std::optional<OwnerAddress> ClusterMember::OwnerElsewhere(absl::string_view job_id) const {
+  std::shared_ptr<ClusterView> view;
+  {
+    absl::MutexLock lock(&mu_);
+    if (claims_.find(job_id) != claims_.end()) return std::nullopt;
+    view = view_;
+  }
+  if (!view) return std::nullopt;
+  std::optional<std::string> owner = view->OwnerOf(job_id);
+  if (!owner || *owner == id_) return std::nullopt;
+  std::optional<cluster::ReplicaInfo> r = view->ReplicaById(*owner);
+  if (!r) return std::nullopt;
+  return OwnerAddress{*owner, r->grpc_address, r->http_address};
+}
+
+std::vector<OwnerAddress> ClusterMember::OtherReplicas() const {
+  std::shared_ptr<ClusterView> view;
+  {
+    absl::MutexLock lock(&mu_);
+    view = view_;
+  }
+  std::vector<OwnerAddress> out;
+  if (!view) return out;
+  for (const cluster::ReplicaInfo& r : view->Replicas()) {
+    if (r.id != id_) out.push_back({r.id, r.grpc_address, r.http_address});
+  }
+  return out;
+}
+
+OwnerAddress ClusterMember::Self() const {
+  absl::MutexLock lock(&mu_);
+  return {replica_ ? id_ : std::string(), grpc_address_, http_address_};
+}
+
 ClusterMetrics ClusterMember::Metrics() const {
   ClusterMetrics m;
   m.etcd = &etcd_->stats();

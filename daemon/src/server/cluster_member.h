@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -101,6 +102,13 @@ class ClusterMember final : public SharedJobState {
   int64_t ttl_seconds() const;
   // Jobs served here, ascending.
   std::vector<std::string> OwnedJobs() const;
+  // For queries on any replica (api/query_forward.h): the job's owner when
+  // the view names another replica with known addresses (nullopt when this
+  // replica or nobody owns it, or before Join); every other registered
+  // replica; this replica as it registered (empty before Join).
+  std::optional<OwnerAddress> OwnerElsewhere(absl::string_view job_id) const;
+  std::vector<OwnerAddress> OtherReplicas() const;
+  OwnerAddress Self() const;
   // This replica's numbers for /metrics (docs/metrics.md, "Cluster metrics").
   ClusterMetrics Metrics() const;
 
