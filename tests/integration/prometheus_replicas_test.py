@@ -19,7 +19,12 @@ excluded (the restored straggler). Checked through Prometheus:
     the job (printed; it never fired), EtcdUnreachable's never;
   - each job is exported by one replica (count by (job) == 1), and
     straggler_cluster_replicas / _jobs_owned / _ownership_changes_total show
-    the take-over.
+    the take-over;
+  - every query of the dashboards runs across the move (a range query from
+    before the kill to after the take-over), every one of the cluster
+    panels returns data, the job dashboard's per-rank panels draw one line
+    per rank (not one per rank and replica), and its "Owning replica" panel
+    shows both owners.
 
     prometheus_replicas_test.py --stragglerd PATH --sim PATH --etcd PATH
                                 --source-dir REPO [--prometheus PATH] [--keep DIR]
@@ -28,6 +33,7 @@ Python 3 standard library only.
 """
 
 import argparse
+import glob
 import os
 import shutil
 import signal
@@ -39,7 +45,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Daemon, TestFailure, check, file_tail, main, wait_for  # noqa: E402
-from prometheus_test import Prometheus, alert_exprs, free_port, http_get  # noqa: E402
+from prometheus_test import (Prometheus, alert_exprs, dashboard_queries, free_port,  # noqa: E402
+                             http_get, substitute)
 
 RANKS = 8
 SLOW_RANK = 3
@@ -245,6 +252,35 @@ def run_failover(prom, job, replicas):
     wait_for("the survivor's view without the dead replica", lambda: prom.query(
         'straggler_cluster_replicas{instance="%s"} == 1' % other), 15)
     print("alert timer kept, one label set across the move, no JobWithoutOwner")
+    check_dashboards(prom, job, start, end, replicas)
+
+
+def check_dashboards(prom, job, start, end, replicas):
+    source_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    values = {"job": job, "rank": ".+", "__rate_interval": "5s", "__interval": "1s",
+              "__interval_ms": "1000", "__range": "1m", "__range_s": "60", "__range_ms": "60000",
+              "datasource": "prometheus"}
+    failures = []
+    for path in sorted(glob.glob(os.path.join(source_dir, "grafana", "dashboards", "*.json"))):
+        for uid, where, raw in dashboard_queries(path):
+            expr = substitute(raw, values)
+            status, doc = prom.api("/api/v1/query_range", query=expr, start="%.3f" % start,
+                                   end="%.3f" % end, step="1")
+            if status != 200 or doc.get("status") != "success":
+                failures.append("%s %s failed: %r" % (uid, where, doc.get("error")))
+                continue
+            result = doc["data"]["result"]
+            if "straggler_cluster_" in raw and not result:
+                failures.append("%s %s: no data on replicas" % (uid, where))
+            if uid == "stragglerd-job" and '$rank"' in raw and len(result) != RANKS:
+                failures.append("%s %s: %d series across the move, not one per rank (%d)"
+                                % (uid, where, len(result), RANKS))
+            if uid == "stragglerd-job" and "Owning replica" in where:
+                owners = {r["metric"].get("replica_id") for r in result}
+                if owners != {"ra", "rb"}:
+                    failures.append("%s %s: owners %r, not both replicas" % (uid, where, owners))
+    check(not failures, "dashboards across the failover:\n  " + "\n  ".join(failures))
+    print("every dashboard query ran across the move")
 
 
 if __name__ == "__main__":
