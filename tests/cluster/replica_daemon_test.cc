@@ -17,6 +17,7 @@
 #include "etcd_catch.h"
 #include "registry/job_registry.h"
 #include "server/cluster_member.h"
+#include "replica_test_util.h"
 #include "stream_test_util.h"
 
 namespace straggler::daemon {
@@ -29,57 +30,11 @@ using cluster::testing::TcpProxy;
 using testutil::LoopbackDaemon;
 using stream::testutil::PoolOf;
 using stream::testutil::ReplayingRank;
-
-// A replica of the cluster on `endpoint` with the shortest lease etcd grants
-// (its minimum is 1 s with the harness's settings).
-DaemonConfig ReplicaConfig(const std::string& endpoint, const std::string& id) {
-  DaemonConfig c;
-  c.cluster.etcd_endpoints = endpoint;
-  c.cluster.replica_id = id;
-  c.cluster.lease_ttl_seconds = 1;
-  return c;
-}
-
-std::string Trailing(const grpc::ClientContext& ctx, const char* key) {
-  const auto& md = ctx.GetServerTrailingMetadata();
-  auto it = md.find(key);
-  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
-}
-
-// How one stream's hello ended: acknowledged, or refused with a redirect.
-struct HelloResult {
-  grpc::Status status;
-  bool acked = false;
-  std::string owner;     // trailing straggler-owner
-  std::string owner_id;  // trailing straggler-owner-id
-};
-
-// A stream of ranks 0..3 of `job` saying hello with three iterations,
-// half-closed at once and read to its end.
-HelloResult SendHello(v1::IngestService::Stub& ingest, const std::string& job) {
-  grpc::ClientContext ctx;
-  auto stream = ingest.Stream(&ctx);
-  v1::ReportBatch b = testutil::Hello(job, 4, {0, 1, 2, 3});
-  testutil::AddRows(b, 1, 3);
-  b.set_sequence(1);
-  stream->Write(b);
-  stream->WritesDone();
-  HelloResult r;
-  v1::Directive d;
-  while (stream->Read(&d)) r.acked = r.acked || d.acked_sequence() == 1;
-  r.status = stream->Finish();
-  r.owner = Trailing(ctx, kOwnerGrpcMetadata);
-  r.owner_id = Trailing(ctx, kOwnerIdMetadata);
-  return r;
-}
-
-std::string OwnerKeyValue(const std::string& endpoint, const std::string& job) {
-  auto etcd = cluster::EtcdClient::Connect({.endpoints = endpoint});
-  REQUIRE(etcd.ok());
-  auto r = (*etcd)->Get("/stragglerd/owners/" + job);
-  REQUIRE(r.ok());
-  return r->kvs.empty() ? std::string() : r->kvs[0].value;
-}
+using testutil::HelloResult;
+using testutil::OwnerKeyValue;
+using testutil::ReplicaConfig;
+using testutil::SendHello;
+using testutil::Trailing;
 
 TEST_CASE("replicas: a replica registers its gRPC and HTTP addresses", "[cluster]") {
   auto etcd = RequireEtcd();
@@ -369,6 +324,10 @@ TEST_CASE("replicas: an owner cut off from etcd stops deciding, and drops the jo
   REQUIRE(PollUntil(10s, [&] {
     return a.server.registry().Find("job-p") == nullptr && member.MayDecide();
   }));
+  // Counted for /metrics: ra lost the job while running, rb took it.
+  CHECK(member.Metrics().jobs_lost == 1);
+  CHECK(member.Metrics().jobs_owned == 0);
+  CHECK(b.server.cluster()->Metrics().jobs_taken == 1);
   HelloResult at_a = SendHello(*a.ingest, "job-p");
   CHECK(at_a.status.error_code() == grpc::StatusCode::UNAVAILABLE);
   CHECK(at_a.owner == b.server.grpc_address());

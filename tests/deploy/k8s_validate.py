@@ -214,7 +214,7 @@ def main():
         if "--upstream" not in allowed_flags["straggler-agent"]:
             c.err(a.agent, "--help does not list --upstream: not the agent?")
     pods = []  # (where, labels, {port name: number}, namespace)
-    for kind in ("Deployment", "DaemonSet"):
+    for kind in ("Deployment", "DaemonSet", "StatefulSet"):
         for where, doc in objs.get(kind, []):
             spec = doc.get("spec", {})
             tmpl = spec.get("template", {})
@@ -224,6 +224,22 @@ def main():
             ports = {}
             pod = tmpl.get("spec", {})
             volumes = {v.get("name") for v in pod.get("volumes", [])}
+            # A StatefulSet's claims are volumes of its pods too.
+            volumes |= {t.get("metadata", {}).get("name") for t in spec.get("volumeClaimTemplates", [])}
+            if kind == "StatefulSet":
+                # serviceName gives the pods their DNS names: a headless
+                # Service of that name must select them.
+                governing = [d for _, d in objs.get("Service", [])
+                             if d.get("metadata", {}).get("name") == spec.get("serviceName")
+                             and d.get("metadata", {}).get("namespace") == doc.get("metadata", {}).get("namespace")]
+                if not governing:
+                    c.err(where, f"serviceName '{spec.get('serviceName')}' names no Service in its namespace")
+                for g in governing:
+                    if g.get("spec", {}).get("clusterIP") != "None":
+                        c.err(where, f"serviceName '{spec.get('serviceName')}' is not a headless Service "
+                              "(clusterIP: None): the pods get no DNS names")
+                    if not labels_match(g.get("spec", {}).get("selector"), labels):
+                        c.err(where, f"Service '{spec.get('serviceName')}' does not select its pods")
             for ctr in pod.get("containers", []) + pod.get("initContainers", []):
                 for port in ctr.get("ports", []):
                     if "name" in port:
@@ -251,7 +267,7 @@ def main():
         ns = doc.get("metadata", {}).get("namespace")
         matched = [p for p in pods if p[3] == ns and labels_match(sel, p[1])]
         if not matched:
-            c.err(where, f"selector {sel} matches no Deployment/DaemonSet pod in namespace {ns}")
+            c.err(where, f"selector {sel} matches no Deployment/DaemonSet/StatefulSet pod in namespace {ns}")
         for port in doc.get("spec", {}).get("ports", []):
             tp = port.get("targetPort", port.get("port"))
             for pw, _, ports, _ in matched:

@@ -22,6 +22,10 @@ UNIT_BREAKS = [
      "StateDirectory=stragglerd\n", ""),
     # Later assignments win in systemd units: undo the hardening at the end
     # of [Service]; the exposure threshold must catch it.
+    ("drop-in flag the daemon does not have", "stragglerd.service.d/replica.conf",
+     "state.db --etcd-endpoints ", "state.db --etcd-endpoint "),
+    ("drop-in unknown key", "stragglerd.service.d/replica.conf", "ExecStart=\nExecStart=",
+     "ExecStart=\nExecStrat="),
     ("hardening removed", "stragglerd.service", "\n[Install]",
      "\nDynamicUser=no\nCapabilityBoundingSet=~\nSystemCallFilter=\nRestrictAddressFamilies=\n"
      "ProtectSystem=no\nProtectHome=no\nNoNewPrivileges=no\nPrivateDevices=no\nPrivateTmp=no\n"
@@ -41,6 +45,16 @@ MANIFEST_BREAKS = [
     ("ServiceMonitor unknown field", "servicemonitors.yaml", "honorLabels: true", "honourLabels: true"),
     ("unknown daemon config key", "stragglerd.yaml", "    log_level: info", "    loglevel: info"),
     ("required field missing", "straggler-agent.yaml", "      containers:\n", "      containerz:\n"),
+]
+
+# The replicas on etcd (deploy/kubernetes/ha/, checked with the shared files
+# but without the single-replica stragglerd.yaml).
+HA_BREAKS = [
+    ("StatefulSet's Service not headless", "stragglerd-replicas.yaml", "  clusterIP: None\n", ""),
+    ("StatefulSet's serviceName names no Service", "stragglerd-replicas.yaml",
+     "  serviceName: stragglerd\n", "  serviceName: stragglerd-peers\n"),
+    ("a mount of no volume or claim", "etcd.yaml", "            - name: data\n              mountPath",
+     "            - name: etcd-data\n              mountPath"),
 ]
 
 YAML_BREAKS = [
@@ -96,6 +110,8 @@ def main():
             for f in os.listdir(src_dir):
                 if os.path.isfile(os.path.join(src_dir, f)):
                     shutil.copy(os.path.join(src_dir, f), d)
+                elif os.path.isdir(os.path.join(src_dir, f)):  # a unit's drop-ins
+                    shutil.copytree(os.path.join(src_dir, f), os.path.join(d, f))
             with open(os.path.join(d, name), "w") as f:
                 f.write(text.replace(old, new, 1))
             return d
@@ -127,6 +143,16 @@ def main():
             d = broken(kube, name, old, new)
             if d:
                 check("manifests", f"{what} ({name})", k8s_cmd(d), False)
+        ha = tempfile.mkdtemp(dir=tmp)
+        for f in ("namespace.yaml", "straggler-agent.yaml", "servicemonitors.yaml"):
+            shutil.copy(os.path.join(kube, f), ha)
+        for f in os.listdir(os.path.join(kube, "ha")):
+            shutil.copy(os.path.join(kube, "ha", f), ha)
+        check("manifests", "replicas on etcd (ha/) as shipped", k8s_cmd(ha), True)
+        for what, name, old, new in HA_BREAKS:
+            d = broken(ha, name, old, new)
+            if d:
+                check("manifests", f"{what} (ha/{name})", k8s_cmd(d), False)
         if have_yamllint:
             check("yamllint", "as shipped", yamllint_cmd(kube), True)
             for what, name, old, new in YAML_BREAKS:

@@ -73,12 +73,18 @@ ALERTS = {
     "GpuPowerThrottling": "any",
     "JobEndedUnexpectedly": "empty",     # the sim runs: its job is not lost
     "RanksPersistentlySlow": "empty",    # rank 3 at 3x is a straggler, not mild; the rest healthy
+    # Replicas only (straggler_cluster_*): a daemon alone never fires them.
+    "JobWithoutOwner": "empty",
+    "OwnershipFlapping": "empty",
+    "EtcdUnreachable": "empty",
 }
 GPU_METRIC_PREFIX = "straggler_rank_gpu_"
 # Dashboard queries that may return nothing in this scenario, with the reason.
 # Everything else must return data.
 MAY_BE_EMPTY = [
     (lambda expr: GPU_METRIC_PREFIX in expr, "GPU telemetry: empty until the agent reports it"),
+    (lambda expr: "straggler_cluster_" in expr,
+     "replicas on etcd: a stragglerd alone exports no straggler_cluster_ family"),
 ]
 GPU_METRICS = {"straggler_rank_gpu_sm_clock_hertz", "straggler_rank_gpu_temperature_celsius",
                "straggler_rank_gpu_power_watts", "straggler_rank_gpu_throttle_thermal",

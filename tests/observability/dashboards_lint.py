@@ -11,7 +11,7 @@ Checks, for every dashboard:
   - every target has a PromQL expression, panel ids are unique;
   - every `$variable` used is defined by the dashboard or is a Grafana global;
   - every metric name in a PromQL expression (panels, variables, annotations)
-    is in the metric table of docs/metrics.md ("Daemon metrics"), or is one of the
+    is in a metric table of docs/metrics.md ("Daemon metrics", "Cluster metrics"), or is one of the
     GPU telemetry gauges of the agent issue; histogram series (_bucket, _sum,
     _count) only for metrics the table calls histograms;
   - panels on GPU telemetry say in their description that they stay empty
@@ -55,7 +55,8 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 def doc_metrics(path):
     """{metric name: type} from the metric table of docs/metrics.md."""
     metrics = {}
-    for cells in md_tables.rows(md_tables.section(path, "## Daemon metrics"), min_cells=4):
+    tables = md_tables.section(path, "## Daemon metrics") + md_tables.section(path, "## Cluster metrics")
+    for cells in md_tables.rows(tables, min_cells=4):
         name = cells[0].strip("`")
         if name == "process_*":
             for p in re.findall(r"`(process_[a-z_]+)`", cells[3]):

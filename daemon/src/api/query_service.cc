@@ -101,36 +101,31 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
 grpc::ServerUnaryReactor* QueryServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                      const v1::ListJobsRequest* request,
                                                      v1::ListJobsResponse* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::ListJobs(registry_, *request); });
+  return Answer(ctx, request, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                    const v1::GetJobRequest* request,
                                                    v1::Job* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::GetJob(registry_, *request); });
+  return Answer(ctx, request, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                         const v1::ListWorkersRequest* request,
                                                         v1::ListWorkersResponse* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::ListWorkers(registry_, *request); });
+  return Answer(ctx, request, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetWorker(grpc::CallbackServerContext* ctx,
                                                       const v1::GetWorkerRequest* request,
                                                       v1::Worker* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::GetWorker(registry_, *request); });
+  return Answer(ctx, request, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
     grpc::CallbackServerContext* ctx, const v1::GetMembershipRequest* request,
     v1::Membership* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::GetMembership(registry_, *request); });
+  return Answer(ctx, request, response);
 }
 
 grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
@@ -138,6 +133,13 @@ grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
   auto* reactor = new WatchReactor(registry_, stats_);
   if (absl::Status s = auth_.Check(Access::kRead, AuthorizationOf(ctx)); !s.ok()) {
     reactor->Refuse(s);
+  } else if (absl::Status here = forwarder_ ? forwarder_->WatchHere(request->job_id(),
+                                                                   QueryCallerOf(*ctx))
+                                            : absl::OkStatus();
+             !here.ok()) {
+    // A stream is redirected, not forwarded: the watcher holds it on the owner.
+    AddRedirectMetadata(here, ctx);
+    reactor->Refuse(here);
   } else {
     reactor->Start(request->job_id());
   }
@@ -147,15 +149,13 @@ grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
 grpc::ServerUnaryReactor* QueryServiceImpl::ListEvents(grpc::CallbackServerContext* ctx,
                                                        const v1::ListEventsRequest* request,
                                                        v1::ListEventsResponse* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::ListEvents(registry_, *request); });
+  return Answer(ctx, request, response);
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ExportReports(
     grpc::CallbackServerContext* ctx, const v1::ExportReportsRequest* request,
     v1::ExportReportsResponse* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::ExportReports(registry_, *request); });
+  return Answer(ctx, request, response);
 }
 
 }  // namespace straggler::daemon

@@ -13,10 +13,14 @@
 // gRPC's flow-control window.
 //
 // With auth.protect_reads every call needs the bearer token (auth.h).
-// Thread-safe; the registry, stats and authorizer must outlive the server.
+// With replicas on etcd (a QueryForwarder), every call answers for any job
+// of the cluster: api/query_forward.h.
+// Thread-safe; the registry, stats, authorizer and forwarder must outlive
+// the server.
 #pragma once
 
 #include "api/api_service.h"
+#include "api/query_forward.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler::daemon {
@@ -24,8 +28,10 @@ namespace straggler::daemon {
 class QueryServiceImpl final : public straggler::v1::QueryService::CallbackService,
                                ApiService {
  public:
-  QueryServiceImpl(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
-      : ApiService(registry, stats, auth, GrpcService::kQuery) {}
+  // `forwarder` null: the daemon runs alone.
+  QueryServiceImpl(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
+                   const QueryForwarder* forwarder = nullptr)
+      : ApiService(registry, stats, auth, GrpcService::kQuery), forwarder_(forwarder) {}
 
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const straggler::v1::ListJobsRequest* request,
@@ -51,6 +57,17 @@ class QueryServiceImpl final : public straggler::v1::QueryService::CallbackServi
   grpc::ServerUnaryReactor* ExportReports(grpc::CallbackServerContext* ctx,
                                           const straggler::v1::ExportReportsRequest* request,
                                           straggler::v1::ExportReportsResponse* response) override;
+
+ private:
+  // A read as any replica answers it (query_forward.h).
+  template <class Req, class Resp>
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const Req* request,
+                                   Resp* response) {
+    return Authorized(ctx, Access::kRead, response,
+                      [&] { return Read(registry_, forwarder_, *request, QueryCallerOf(*ctx)); });
+  }
+
+  const QueryForwarder* const forwarder_;
 };
 
 }  // namespace straggler::daemon

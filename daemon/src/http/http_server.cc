@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api/api.h"
+#include "api/query_forward.h"
 #include "auth/auth.h"
 #include "console/console.h"
 #include "straggler/common/http_deadline.h"
@@ -27,6 +28,7 @@
 #include "api/rest_route.h"
 #include "spdlog/spdlog.h"
 #include "metrics/stats.h"
+#include "server/cluster_member.h"
 #include "straggler/common/tls.h"
 
 #ifndef STRAGGLERD_VERSION
@@ -101,16 +103,11 @@ std::string Caller(const httplib::Request& req) {
   return absl::StrCat("http ", req.remote_addr, ":", req.remote_port);
 }
 
-// One api:: call per RestCall alternative (std::visit in Handle).
+// One api:: call per RestCall alternative that changes something (std::visit
+// in Handle).
 using Reg = JobRegistry;
 using Who = const std::string&;  // the caller, for the admin log
-auto Call(Reg& r, const v1::ListJobsRequest& q, Who) { return api::ListJobs(r, q); }
-auto Call(Reg& r, const v1::GetJobRequest& q, Who) { return api::GetJob(r, q); }
-auto Call(Reg& r, const v1::ListWorkersRequest& q, Who) { return api::ListWorkers(r, q); }
-auto Call(Reg& r, const v1::GetWorkerRequest& q, Who) { return api::GetWorker(r, q); }
-auto Call(Reg& r, const v1::GetMembershipRequest& q, Who) { return api::GetMembership(r, q); }
-auto Call(Reg& r, const v1::ListEventsRequest& q, Who) { return api::ListEvents(r, q); }
-auto Call(Reg& r, const v1::ExportReportsRequest& q, Who) { return api::ExportReports(r, q); }
+// The reads are query_forward.h's Read (any replica answers for every job).
 auto Call(Reg& r, const v1::SetPolicyRequest& q, Who c) { return api::SetPolicy(r, q, c); }
 auto Call(Reg& r, const v1::SetRankOverrideRequest& q, Who c) {
   return api::SetRankOverride(r, q, c);
@@ -150,8 +147,9 @@ Access AccessOf(RouteId id) {
 
 }  // namespace
 
-HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
-    : registry_(registry), stats_(stats), auth_(auth) {}
+HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
+                       const ClusterMember* cluster, const QueryForwarder* forwarder)
+    : registry_(registry), stats_(stats), auth_(auth), cluster_(cluster), forwarder_(forwarder) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -330,6 +328,7 @@ void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
       MetricsOptions options;
       options.version = STRAGGLERD_VERSION;
       options.per_rank_max_ranks = registry_.config()->metrics.per_rank_max_ranks;
+      if (cluster_ != nullptr) options.cluster = cluster_->Metrics();
       res.status = 200;
       res.set_content(RenderDaemonMetrics(registry_, stats_, options), kMetricsType);
       return;
@@ -356,8 +355,17 @@ void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
   absl::StatusOr<RestCall> call = ParseRestCall(route, req.target, req.body);
   if (!call.ok()) return SendStatus(res, call.status());
   const std::string caller = Caller(req);
-  std::visit([&](const auto& request) { SendResult(res, Call(registry_, request, caller)); },
-             *call);
+  QueryCaller reader;
+  if (authorization) reader.authorization = std::string(*authorization);
+  std::visit(
+      [&](const auto& request) {
+        if constexpr (requires { Read(registry_, forwarder_, request, reader); }) {
+          SendResult(res, Read(registry_, forwarder_, request, reader));
+        } else {
+          SendResult(res, Call(registry_, request, caller));
+        }
+      },
+      *call);
 }
 
 }  // namespace straggler::daemon

@@ -50,15 +50,21 @@ struct ServerTls;
 namespace straggler::daemon {
 
 class Authorizer;
+class ClusterMember;
 class JobRegistry;
+class QueryForwarder;
 struct DaemonStats;
 
 class HttpServer {
  public:
   enum class Phase { kStarting, kServing, kDraining };
 
-  // `auth` decides which requests need the bearer token; it must outlive this.
-  HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth);
+  // `auth` decides which requests need the bearer token; it must outlive
+  // this, as must `cluster` and `forwarder` (null: the daemon runs alone;
+  // with them the REST reads answer for every job of the cluster,
+  // api/query_forward.h).
+  HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
+             const ClusterMember* cluster = nullptr, const QueryForwarder* forwarder = nullptr);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -87,6 +93,8 @@ class HttpServer {
   JobRegistry& registry_;
   DaemonStats& stats_;
   const Authorizer& auth_;
+  const ClusterMember* const cluster_;
+  const QueryForwarder* const forwarder_;
   std::atomic<Phase> phase_{Phase::kStarting};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cluster/etcd_stats.h"
 #include "metrics/stats.h"
 #include "registry/job_registry.h"
 #include "straggler/common/atomic_histogram.h"
@@ -387,6 +388,45 @@ void LabelledFamilies(const DaemonStats& stats, std::vector<MetricFamily>& out) 
   common::AddHistogram(batch, {}, stats.ingest_batch_duration);
 }
 
+// A replica of a cluster (docs/cluster.md): only with --etcd-endpoints.
+// Daemon-wide like the families above; the job series of this replica are
+// the jobs it owns (the registry holds no other), so a Prometheus scraping
+// every replica sees each job once.
+void ClusterFamilies(const ClusterMetrics& c, std::vector<MetricFamily>& out) {
+  AddSample(AddFamily(out, "straggler_cluster_replica_info", MetricType::Gauge,
+                      "Always 1; replica_id names this stragglerd replica in etcd."),
+            {{"replica_id", c.replica_id}}, 1);
+  AddSample(AddFamily(out, "straggler_cluster_replicas", MetricType::Gauge,
+                      "stragglerd replicas registered in etcd, as this replica's view sees them."),
+            {}, static_cast<double>(c.replicas));
+  AddSample(AddFamily(out, "straggler_cluster_jobs_owned", MetricType::Gauge,
+                      "Jobs this replica owns (serves and exports) now."),
+            {}, static_cast<double>(c.jobs_owned));
+  AddSample(AddFamily(out, "straggler_cluster_may_decide", MetricType::Gauge,
+                      "1 while this replica's etcd lease is renewed in time, so it may decide "
+                      "its jobs' memberships; 0 when etcd cannot be reached (or not joined)."),
+            {}, c.may_decide ? 1 : 0);
+  auto& changes = AddFamily(out, "straggler_cluster_ownership_changes_total", MetricType::Counter,
+                            "Jobs this replica took (change=taken), and jobs it lost while "
+                            "running (change=lost: its lease expired, another replica owns "
+                            "them).");
+  AddSample(changes, {{"change", "taken"}}, static_cast<double>(c.jobs_taken));
+  AddSample(changes, {{"change", "lost"}}, static_cast<double>(c.jobs_lost));
+  if (c.etcd == nullptr) return;
+  AddSample(AddFamily(out, "straggler_cluster_etcd_requests_total", MetricType::Counter,
+                      "Round trips to etcd: unary calls and lease renewals."),
+            {}, static_cast<double>(c.etcd->calls()));
+  AddSample(AddFamily(out, "straggler_cluster_etcd_errors_total", MetricType::Counter,
+                      "Round trips to etcd that failed (etcd unreachable, timed out, refused)."),
+            {}, static_cast<double>(c.etcd->errors()));
+  AddSample(AddFamily(out, "straggler_cluster_etcd_streams_broken_total", MetricType::Counter,
+                      "Lease keep-alive and watch streams to etcd that broke (each reopened)."),
+            {}, static_cast<double>(c.etcd->streams_broken()));
+  auto& rtt = AddFamily(out, "straggler_cluster_etcd_round_trip_seconds", MetricType::Histogram,
+                        "Time of each successful round trip to etcd.");
+  common::AddHistogram(rtt, {}, c.etcd->round_trip_seconds());
+}
+
 void PerRankFamilies(const std::vector<JobRow>& jobs, std::vector<MetricFamily>& out) {
   // The label set of each rank, built once and copied into its series.
   std::vector<std::vector<Labels>> base(jobs.size());
@@ -511,6 +551,7 @@ std::vector<MetricFamily> DaemonCollector::Collect() const {
     }
   }
   PerRankFamilies(jobs, out);
+  if (options_.cluster) ClusterFamilies(*options_.cluster, out);
   return out;
 }
 

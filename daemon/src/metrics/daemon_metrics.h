@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "prometheus/collectable.h"
+#include "metrics/cluster_metrics.h"
 #include "prometheus/metric_family.h"
 
 namespace straggler::daemon {
@@ -28,6 +30,8 @@ struct DaemonStats;
 struct MetricsOptions {
   std::string version;               // straggler_build_info{version}
   uint32_t per_rank_max_ranks = 4096;  // per-rank series only for jobs up to this size
+  // A replica of a cluster: the straggler_cluster_* families; none alone.
+  std::optional<ClusterMetrics> cluster;
 };
 
 // Every straggler_* family of docs/metrics.md's tables (process_* come from

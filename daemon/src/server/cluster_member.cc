@@ -246,6 +246,7 @@ absl::Status ClusterMember::Serve(absl::string_view job_id, bool take) {
                                                    "'"));
       }
       if (claims_.emplace(std::string(job_id), *claim).second) {
+        ++jobs_taken_;
         spdlog::info("job={} owned by this replica ('{}', ownership key created at revision {})",
                      std::string(job_id), id_, claim->create_revision);
       }
@@ -278,6 +279,7 @@ std::vector<std::pair<std::string, absl::Status>> ClusterMember::TakeLostJobs() 
                                    "stragglerd replica '", id_, "' lost its etcd lease; job '",
                                    job, "' is free for another replica")));
       }
+      jobs_lost_ += claims_.size();
       claims_.clear();
       view_.reset();
       replica_.reset();
@@ -308,6 +310,7 @@ std::vector<std::pair<std::string, absl::Status>> ClusterMember::TakeLostJobs() 
         continue;
       }
       taken.emplace_back(it->first, owner.value_or(""));
+      ++jobs_lost_;
       it = claims_.erase(it);
     }
   }
@@ -409,6 +412,53 @@ std::vector<std::string> ClusterMember::OwnedJobs() const {
   std::vector<std::string> out;
   for (const auto& [job, claim] : claims_) out.push_back(job);
   return out;
+}
+
+std::optional<OwnerAddress> ClusterMember::OwnerElsewhere(absl::string_view job_id) const {
+  std::shared_ptr<ClusterView> view;
+  {
+    absl::MutexLock lock(&mu_);
+    if (claims_.find(job_id) != claims_.end()) return std::nullopt;
+    view = view_;
+  }
+  if (!view) return std::nullopt;
+  std::optional<std::string> owner = view->OwnerOf(job_id);
+  if (!owner || *owner == id_) return std::nullopt;
+  std::optional<cluster::ReplicaInfo> r = view->ReplicaById(*owner);
+  if (!r) return std::nullopt;
+  return OwnerAddress{*owner, r->grpc_address, r->http_address};
+}
+
+std::vector<OwnerAddress> ClusterMember::OtherReplicas() const {
+  std::shared_ptr<ClusterView> view;
+  {
+    absl::MutexLock lock(&mu_);
+    view = view_;
+  }
+  std::vector<OwnerAddress> out;
+  if (!view) return out;
+  for (const cluster::ReplicaInfo& r : view->Replicas()) {
+    if (r.id != id_) out.push_back({r.id, r.grpc_address, r.http_address});
+  }
+  return out;
+}
+
+OwnerAddress ClusterMember::Self() const {
+  absl::MutexLock lock(&mu_);
+  return {replica_ ? id_ : std::string(), grpc_address_, http_address_};
+}
+
+ClusterMetrics ClusterMember::Metrics() const {
+  ClusterMetrics m;
+  m.etcd = &etcd_->stats();
+  absl::MutexLock lock(&mu_);
+  m.replica_id = id_;
+  m.replicas = view_ ? view_->Replicas().size() : 0;
+  m.jobs_owned = claims_.size();
+  m.jobs_taken = jobs_taken_;
+  m.jobs_lost = jobs_lost_;
+  m.may_decide = !leaving_ && replica_ && replica_->MayDecide();
+  return m;
 }
 
 }  // namespace straggler::daemon

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +48,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cluster/ownership.h"
 #include "config/config.h"
+#include "metrics/cluster_metrics.h"
 #include "registry/shared_state.h"
 #include "server/redirect.h"
 
@@ -109,6 +111,15 @@ class ClusterMember final : public SharedJobState {
   int64_t ttl_seconds() const;
   // Jobs served here, ascending.
   std::vector<std::string> OwnedJobs() const;
+  // For queries on any replica (api/query_forward.h): the job's owner when
+  // the view names another replica with known addresses (nullopt when this
+  // replica or nobody owns it, or before Join); every other registered
+  // replica; this replica as it registered (empty before Join).
+  std::optional<OwnerAddress> OwnerElsewhere(absl::string_view job_id) const;
+  std::vector<OwnerAddress> OtherReplicas() const;
+  OwnerAddress Self() const;
+  // This replica's numbers for /metrics (docs/metrics.md, "Cluster metrics").
+  ClusterMetrics Metrics() const;
 
  private:
   ClusterMember(std::shared_ptr<cluster::EtcdClient> etcd, ClusterConfig config, std::string id);
@@ -145,6 +156,9 @@ class ClusterMember final : public SharedJobState {
   bool stop_adopting_ ABSL_GUARDED_BY(orphans_mu_) = false;
   std::atomic<uint64_t> adopted_{0};
   std::thread adopter_;  // started by the first Join
+  // Ownership changes since start (ClusterMetrics::jobs_taken, jobs_lost).
+  uint64_t jobs_taken_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t jobs_lost_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace straggler::daemon

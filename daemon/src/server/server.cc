@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api/admin_service.h"
+#include "api/query_forward.h"
 #include "auth/auth.h"
 #include "http/http_server.h"
 #include "ingest/ingest_service.h"
@@ -135,7 +136,12 @@ absl::Status Server::Start(const DaemonConfig& config) {
   registry_->SetSharedState(cluster_.get());
   if (absl::Status s = registry_->Restore(WallNow()); !s.ok()) return s;
   ingest_ = std::make_unique<IngestServiceImpl>(*registry_, stats_, cluster_.get());
-  query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_, *auth_);
+  if (cluster_) {
+    // Replicas forward reads to each other over plaintext gRPC only: with
+    // TLS they have no client credentials yet and redirect instead.
+    forwarder_ = std::make_unique<QueryForwarder>(*cluster_, !(tls && config.tls.grpc));
+  }
+  query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_, *auth_, forwarder_.get());
   admin_ = std::make_unique<AdminServiceImpl>(*registry_, stats_, *auth_, cluster_.get());
   rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
   rendezvous_ = std::make_unique<RendezvousServiceImpl>(
@@ -191,7 +197,8 @@ absl::Status Server::Start(const DaemonConfig& config) {
     health->SetServingStatus(service, true);
   }
 
-  http_ = std::make_unique<HttpServer>(*registry_, stats_, *auth_);
+  http_ = std::make_unique<HttpServer>(*registry_, stats_, *auth_, cluster_.get(),
+                                       forwarder_.get());
   const bool http_tls = tls && config.tls.http;
   absl::Status s = http_->Start(config, http_tls ? &*tls : nullptr);
   if (s.ok() && cluster_) s = cluster_->Join(grpc_address_, http_->address());

@@ -48,6 +48,7 @@ class RendezvousServiceImpl;
 class HttpServer;
 class Store;
 class ClusterMember;
+class QueryForwarder;
 
 class Server {
  public:
@@ -130,6 +131,7 @@ class Server {
   std::unique_ptr<Store> store_;
   std::unique_ptr<Authorizer> auth_;  // before the services that hold a reference
   std::unique_ptr<ClusterMember> cluster_;  // likewise; null: alone
+  std::unique_ptr<QueryForwarder> forwarder_;  // with cluster_: queries on any replica
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<IngestServiceImpl> ingest_;
   std::unique_ptr<QueryServiceImpl> query_;

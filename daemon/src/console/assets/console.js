@@ -91,10 +91,23 @@
 
   // ---- jobs list -------------------------------------------------------------
 
+  // The replica that owns a job (replicas on etcd, docs/cluster.md): a link to
+  // the job on that replica's console. Every replica answers for every job
+  // (it asks the owner), so the link is for going where the job is decided.
+  // "–" for a stragglerd alone (no owner field).
+  function ownerLink(j) {
+    const o = j.owner;
+    if (!o || !o.id) return "–";
+    if (!o.httpAddress) return o.id;
+    return el("a", { href: location.protocol + "//" + o.httpAddress + "/console/#/jobs/" +
+      encodeURIComponent(j.jobId), title: "this job on its owner, replica " + o.id }, o.id);
+  }
+
   async function renderJobs(gen) {
     const data = await api("/v1/jobs");
     if (gen !== generation) return;
     const jobs = data.jobs || [];
+    const replicas = jobs.some((j) => j.owner && j.owner.id);
     const rows = jobs.map((j) => el("tr", { dataset: { job: j.jobId } },
       el("td", {}, el("a", { href: "#/jobs/" + encodeURIComponent(j.jobId) }, j.jobId)),
       el("td", {}, j.runId || "–"),
@@ -106,13 +119,15 @@
       el("td", { className: "num" }, j.unresponsiveRanks),
       el("td", { className: "num" }, j.highestIteration),
       el("td", { className: "num" }, fmtSeconds(num(j.stepSeconds))),
-      el("td", {}, j.finished ? "finished" : j.lost ? "ended unexpectedly" : fmtTime(j.lastReportTime))));
+      el("td", {}, j.finished ? "finished" : j.lost ? "ended unexpectedly" : fmtTime(j.lastReportTime)),
+      ...(replicas ? [el("td", {}, ownerLink(j))] : [])));
     $("main").replaceChildren(
       el("h1", {}, "Jobs"),
       jobs.length === 0 ? el("p", { className: "muted" }, "No jobs yet: none has sent a report.")
         : el("table", { id: "jobs" },
           el("thead", {}, el("tr", {}, ...["job", "run", "ranks", "active", "excluded", "stragglers",
-            "mild", "unresponsive", "iteration", "step time", "last report"].map((h) => el("th", {}, h)))),
+            "mild", "unresponsive", "iteration", "step time", "last report",
+            ...(replicas ? ["owner"] : [])].map((h) => el("th", {}, h)))),
           el("tbody", {}, ...rows)));
   }
 
@@ -343,7 +358,8 @@
         ["unresponsive", job.unresponsiveRanks],
         ["iteration", job.highestIteration], ["step time", fmtSeconds(num(job.stepSeconds))],
         ["baseline", fmtSeconds(num(job.baselineSeconds))], ["threshold", fmtSeconds(num(job.thresholdSeconds))],
-        ["policy", enumName(job.policy && job.policy.kind, "POLICY_KIND_")], ["run", job.runId || "–"]]
+        ["policy", enumName(job.policy && job.policy.kind, "POLICY_KIND_")], ["run", job.runId || "–"],
+        ...(job.owner && job.owner.id ? [["owner", ownerLink(job)]] : [])]
         .map(([k, v]) => el("div", {}, el("b", {}, v), k)));
     $("job-data").replaceChildren(
       summary,
