@@ -14,6 +14,7 @@
 #include "cluster/etcd_client.h"
 #include "daemon_test_util.h"
 #include "etcd_catch.h"
+#include "replica_config.h"
 #include "registry/job_registry.h"
 #include "server/cluster_member.h"
 #include "stream_test_util.h"
@@ -29,15 +30,7 @@ using testutil::LoopbackDaemon;
 using stream::testutil::PoolOf;
 using stream::testutil::ReplayingRank;
 
-// A replica of the cluster on `endpoint` with the shortest lease etcd grants
-// (its minimum is 1 s with the harness's settings).
-DaemonConfig ReplicaConfig(const std::string& endpoint, const std::string& id) {
-  DaemonConfig c;
-  c.cluster.etcd_endpoints = endpoint;
-  c.cluster.replica_id = id;
-  c.cluster.lease_ttl_seconds = 1;
-  return c;
-}
+using testutil::ReplicaConfig;
 
 std::string Trailing(const grpc::ClientContext& ctx, const char* key) {
   const auto& md = ctx.GetServerTrailingMetadata();

@@ -98,6 +98,11 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Membership> {
 
 }  // namespace
 
+absl::Status QueryServiceImpl::Route(const std::string& job_id) const {
+  if (cluster_ == nullptr || registry_.Find(job_id)) return absl::OkStatus();
+  return cluster_->RedirectIfElsewhere(job_id);
+}
+
 grpc::ServerUnaryReactor* QueryServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                      const v1::ListJobsRequest* request,
                                                      v1::ListJobsResponse* response) {
@@ -108,29 +113,29 @@ grpc::ServerUnaryReactor* QueryServiceImpl::ListJobs(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* QueryServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                    const v1::GetJobRequest* request,
                                                    v1::Job* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::GetJob(registry_, *request); });
+  return OfJob(ctx, request->job_id(), response,
+               [&] { return api::GetJob(registry_, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                         const v1::ListWorkersRequest* request,
                                                         v1::ListWorkersResponse* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::ListWorkers(registry_, *request); });
+  return OfJob(ctx, request->job_id(), response,
+               [&] { return api::ListWorkers(registry_, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetWorker(grpc::CallbackServerContext* ctx,
                                                       const v1::GetWorkerRequest* request,
                                                       v1::Worker* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::GetWorker(registry_, *request); });
+  return OfJob(ctx, request->job_id(), response,
+               [&] { return api::GetWorker(registry_, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetMembership(
     grpc::CallbackServerContext* ctx, const v1::GetMembershipRequest* request,
     v1::Membership* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::GetMembership(registry_, *request); });
+  return OfJob(ctx, request->job_id(), response,
+               [&] { return api::GetMembership(registry_, *request); });
 }
 
 grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
@@ -138,6 +143,9 @@ grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
   auto* reactor = new WatchReactor(registry_, stats_);
   if (absl::Status s = auth_.Check(Access::kRead, AuthorizationOf(ctx)); !s.ok()) {
     reactor->Refuse(s);
+  } else if (absl::Status r = Route(request->job_id()); !r.ok()) {
+    AddRedirectMetadata(r, ctx);
+    reactor->Refuse(r);
   } else {
     reactor->Start(request->job_id());
   }
@@ -147,15 +155,20 @@ grpc::ServerWriteReactor<v1::Membership>* QueryServiceImpl::WatchMembership(
 grpc::ServerUnaryReactor* QueryServiceImpl::ListEvents(grpc::CallbackServerContext* ctx,
                                                        const v1::ListEventsRequest* request,
                                                        v1::ListEventsResponse* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::ListEvents(registry_, *request); });
+  // Events of one job are the owner's (its journal, docs/cluster.md).
+  if (request->job_id().empty()) {
+    return Authorized(ctx, Access::kRead, response,
+                      [&] { return api::ListEvents(registry_, *request); });
+  }
+  return OfJob(ctx, request->job_id(), response,
+               [&] { return api::ListEvents(registry_, *request); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::ExportReports(
     grpc::CallbackServerContext* ctx, const v1::ExportReportsRequest* request,
     v1::ExportReportsResponse* response) {
-  return Authorized(ctx, Access::kRead, response,
-                    [&] { return api::ExportReports(registry_, *request); });
+  return OfJob(ctx, request->job_id(), response,
+               [&] { return api::ExportReports(registry_, *request); });
 }
 
 }  // namespace straggler::daemon

@@ -13,10 +13,16 @@
 // gRPC's flow-control window.
 //
 // With auth.protect_reads every call needs the bearer token (auth.h).
+//
+// In a cluster (`cluster` not null, docs/cluster.md) a call about one job
+// that this replica does not serve, while another replica owns it, ends
+// UNAVAILABLE with the owner in its trailing metadata (server/redirect.h),
+// as admin calls do; ListJobs answers from the jobs served here.
 // Thread-safe; the registry, stats and authorizer must outlive the server.
 #pragma once
 
 #include "api/api_service.h"
+#include "server/cluster_member.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler::daemon {
@@ -24,8 +30,9 @@ namespace straggler::daemon {
 class QueryServiceImpl final : public straggler::v1::QueryService::CallbackService,
                                ApiService {
  public:
-  QueryServiceImpl(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
-      : ApiService(registry, stats, auth, GrpcService::kQuery) {}
+  QueryServiceImpl(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
+                   ClusterMember* cluster = nullptr)
+      : ApiService(registry, stats, auth, GrpcService::kQuery), cluster_(cluster) {}
 
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const straggler::v1::ListJobsRequest* request,
@@ -51,6 +58,21 @@ class QueryServiceImpl final : public straggler::v1::QueryService::CallbackServi
   grpc::ServerUnaryReactor* ExportReports(grpc::CallbackServerContext* ctx,
                                           const straggler::v1::ExportReportsRequest* request,
                                           straggler::v1::ExportReportsResponse* response) override;
+
+ private:
+  // `api` about `job_id` (a query of one job), or the redirect to its owner
+  // when this replica does not serve it and another replica owns it.
+  template <class Msg, class Api>
+  grpc::ServerUnaryReactor* OfJob(grpc::CallbackServerContext* ctx, const std::string& job_id,
+                                  Msg* response, Api api) {
+    return Authorized(ctx, Access::kRead, response, [&]() -> absl::StatusOr<Msg> {
+      if (absl::Status s = Route(job_id); !s.ok()) return s;
+      return api();
+    });
+  }
+  absl::Status Route(const std::string& job_id) const;
+
+  ClusterMember* const cluster_;  // null: alone
 };
 
 }  // namespace straggler::daemon

@@ -26,7 +26,9 @@
 // Thread safety: thread-safe; every method may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -70,6 +72,11 @@ class ClusterMember final : public SharedJobState {
   // INVALID_ARGUMENT naming it.
   absl::Status Serve(absl::string_view job_id, bool take);
 
+  // For a query about a job this replica does not serve: the redirect to
+  // its owner when the view names another replica, else OK (nobody owns
+  // it: the caller answers as alone). No etcd round trip.
+  absl::Status RedirectIfElsewhere(absl::string_view job_id) const;
+
   bool MayDecide() const;
   // OK while MayDecide(); else UNAVAILABLE saying why, naming `job_id`.
   absl::Status CheckMayDecide(absl::string_view job_id) const;
@@ -95,6 +102,23 @@ class ClusterMember final : public SharedJobState {
   absl::Status SaveMembership(const v1::Job& state) override;
   absl::StatusOr<std::optional<v1::Job>> LoadMembership(const std::string& job_id) override;
 
+  // The rendezvous store at a failover (docs/cluster.md, "The rendezvous
+  // store at a failover"): each key a job's owner sets is first written to
+  // jobs/<job>/rendezvous/<key> under the job's fence, on an etcd lease of
+  // the key's TTL (etcd deletes it when it expires); errors as
+  // SaveMembership's. A replica that takes a job calls `on_take` (set once,
+  // before Join) before it serves the job, so the job's keys are loaded
+  // before any call is answered.
+  absl::Status SaveRendezvousKey(const std::string& job_id, const std::string& key,
+                                 const std::string& value, std::chrono::milliseconds ttl);
+  struct RendezvousEntry {
+    std::string key;
+    std::string value;
+    std::chrono::milliseconds ttl;  // left in etcd
+  };
+  absl::StatusOr<std::vector<RendezvousEntry>> LoadRendezvousKeys(const std::string& job_id);
+  void SetOnTake(std::function<void(const std::string& job_id)> on_take);
+
   const std::string& replica_id() const { return id_; }
   // The granted lease TTL (0 before Join).
   int64_t ttl_seconds() const;
@@ -107,6 +131,10 @@ class ClusterMember final : public SharedJobState {
   // UNAVAILABLE for `job_id`, owned by `owner_id`, with its addresses when
   // the view knows them.
   absl::Status Redirect(absl::string_view job_id, const std::string& owner_id) const;
+  // The replica and the job's claim, for a fenced write about `job_id`:
+  // UNAVAILABLE when not serving, FAILED_PRECONDITION when not the owner.
+  absl::StatusOr<std::pair<std::shared_ptr<cluster::Replica>, cluster::JobClaim>> ClaimFor(
+      const std::string& job_id) const;
 
   const std::shared_ptr<cluster::EtcdClient> etcd_;
   const ClusterConfig config_;
@@ -123,6 +151,14 @@ class ClusterMember final : public SharedJobState {
   std::shared_ptr<cluster::ClusterView> view_ ABSL_GUARDED_BY(mu_);
   // Jobs served here: their claims (the fencing token of later writes).
   std::map<std::string, cluster::JobClaim, std::less<>> claims_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&)> on_take_;  // set before Join
+  // The etcd lease of recent rendezvous keys per (job, TTL in seconds),
+  // reused for a second: one grant per context build, not one per key.
+  struct RecentLease {
+    int64_t id = 0;
+    std::chrono::steady_clock::time_point granted;
+  };
+  std::map<std::pair<std::string, int64_t>, RecentLease> rendezvous_leases_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace straggler::daemon

@@ -1,0 +1,152 @@
+// The rendezvous store at a failover (issue 30, docs/cluster.md "The
+// rendezvous store at a failover"): stragglerd replicas (in-process daemons)
+// on a real etcd, the collective layer's DaemonStore given every replica's
+// address. Keys a job's owner accepted are in etcd; the replica that takes
+// the job over loads them, and a Wait the old owner held is asked again of
+// the new one. The last case runs a real Gloo job (rank processes of
+// straggler-collective-driver) across the stop of the job's owner.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "child_process.h"
+#include "cluster/etcd_client.h"
+#include "daemon_test_util.h"
+#include "etcd_catch.h"
+#include "replica_config.h"
+#include "straggler/gloo_store.h"
+
+namespace straggler::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+using cluster::testing::Child;
+using cluster::testing::Finish;
+using cluster::testing::PollUntil;
+using cluster::testing::Slurp;
+using cluster::testing::Spawn;
+using cluster::testing::RequireEtcd;
+using testutil::LoopbackDaemon;
+
+using testutil::ReplicaConfig;
+
+std::string OwnerOf(cluster::EtcdClient& etcd, const std::string& job) {
+  auto r = etcd.Get("/stragglerd/owners/" + job);
+  REQUIRE(r.ok());
+  return r->kvs.empty() ? std::string() : r->kvs[0].value;
+}
+
+size_t KeysInEtcd(cluster::EtcdClient& etcd, const std::string& job) {
+  auto r = etcd.GetPrefix("/stragglerd/jobs/" + job + "/rendezvous/");
+  REQUIRE(r.ok());
+  return r->kvs.size();
+}
+
+std::vector<char> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string Text(const std::vector<char>& v) { return {v.begin(), v.end()}; }
+
+TEST_CASE("rendezvous failover: keys the owner accepted, and a held Wait, reach the next owner",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra"));
+  auto b = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "rb"));
+  const std::string both = a->server.grpc_dial_address() + "," + b->server.grpc_dial_address();
+  auto client = cluster::EtcdClient::Connect({.endpoints = etcd->endpoint()});
+  REQUIRE(client.ok());
+
+  DaemonStore first(both, "job-rdzv", 10min, 20s);
+  first.set("gloo/0", Bytes("address of rank 0"));
+  const std::string owner = OwnerOf(**client, "job-rdzv");
+  REQUIRE((owner == "ra" || owner == "rb"));
+  CHECK(KeysInEtcd(**client, "job-rdzv") == 1);
+
+  // Held on the owner while it stops.
+  DaemonStore waiter(both, "job-rdzv", 10min, 20s);
+  auto waited = std::async(std::launch::async, [&] {
+    waiter.wait({"gloo/1"});
+    return Text(waiter.get("gloo/1"));
+  });
+  std::this_thread::sleep_for(300ms);
+  (owner == "ra" ? a : b).reset();  // a graceful stop: the job is free at once
+
+  DaemonStore late(both, "job-rdzv", 10min, 20s);
+  late.set("gloo/1", Bytes("address of rank 1"));
+  CHECK(OwnerOf(**client, "job-rdzv") == (owner == "ra" ? "rb" : "ra"));
+  // Set before the stop, read from the new owner.
+  CHECK(Text(late.get("gloo/0")) == "address of rank 0");
+  REQUIRE(waited.wait_for(20s) == std::future_status::ready);
+  CHECK(waited.get() == "address of rank 1");
+}
+
+TEST_CASE("rendezvous failover: a store given several addresses follows the owner's redirect",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra"));
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  // The job taken by `a` through its own address alone.
+  DaemonStore on_a(a.server.grpc_dial_address(), "job-redirect", 10min, 5s);
+  on_a.set("k", Bytes("v"));
+  // A store that starts at `b` is sent to `a`, however often it is asked.
+  for (int i = 0; i < 3; ++i) {
+    DaemonStore listed(b.server.grpc_dial_address() + "," + a.server.grpc_dial_address(),
+                       "job-redirect", 10min, 5s);
+    CHECK(Text(listed.get("k")) == "v");
+    CHECK(listed.address() == a.server.grpc_dial_address());
+  }
+  // A bad list is refused naming it.
+  CHECK_THROWS_WITH(DaemonStore("a:1,,b:2", "job-redirect"), Catch::Contains("'a:1,,b:2'"));
+}
+
+// One rank process of the Gloo job; its stdout and stderr in files.
+Child StartRank(const std::string& daemons, const std::string& job, int rank, int world,
+                const std::string& dir) {
+  Child c = Spawn({STRAGGLER_COLLECTIVE_DRIVER, "--daemon", daemons, "--job", job, "--rank",
+                   std::to_string(rank), "--world-size", std::to_string(world), "--iterations",
+                   "40", "--step-ms", "10", "--membership-timeout-ms", "30000",
+                   "--collective-timeout-ms", "40000"},
+                  dir + "/rank" + std::to_string(rank));
+  REQUIRE(c.pid > 0);
+  return c;
+}
+
+TEST_CASE("rendezvous failover: a Gloo job builds its context across the stop of its owner",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra"));
+  auto b = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "rb"));
+  auto client = cluster::EtcdClient::Connect({.endpoints = etcd->endpoint()});
+  REQUIRE(client.ok());
+  const std::string dir = std::string(STRAGGLER_CLUSTER_TEST_DIR) + "/gloo-failover";
+  std::filesystem::create_directories(dir);
+  const std::string both = a->server.grpc_dial_address() + "," + b->server.grpc_dial_address();
+  const std::string job = "job-gloo-failover";
+
+  // Ranks 0 and 1 of 3 set their addresses and wait for rank 2's.
+  std::vector<Child> ranks = {StartRank(both, job, 0, 3, dir), StartRank(both, job, 1, 3, dir)};
+  const bool published = PollUntil(30s, [&] { return KeysInEtcd(**client, job) >= 2; });
+  INFO("rank 0 stderr: " << Slurp(ranks[0].err));
+  REQUIRE(published);
+  const std::string owner = OwnerOf(**client, job);
+  REQUIRE((owner == "ra" || owner == "rb"));
+  // The owner stops with their keys in its memory and their Waits held.
+  (owner == "ra" ? a : b).reset();
+
+  // Rank 2 arrives after the failover: it needs ranks 0 and 1's keys, which
+  // only etcd still has, and they need its key, set on the new owner.
+  ranks.push_back(StartRank(both, job, 2, 3, dir));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int rc = Finish(ranks[r], 90s);
+    INFO("rank " << r << " stderr: " << Slurp(ranks[r].err));
+    CHECK(rc == 0);
+    CHECK_THAT(Slurp(ranks[r].out), Catch::Contains("\"final\""));
+  }
+  CHECK(OwnerOf(**client, job) == (owner == "ra" ? "rb" : "ra"));
+}
+
+}  // namespace
+}  // namespace straggler::daemon
