@@ -18,7 +18,7 @@
 #include "cluster/etcd_client.h"
 #include "daemon_test_util.h"
 #include "etcd_catch.h"
-#include "replica_config.h"
+#include "replica_test_util.h"
 #include "straggler/gloo_store.h"
 
 namespace straggler::daemon {

@@ -14,7 +14,7 @@
 #include "cluster/etcd_client.h"
 #include "daemon_test_util.h"
 #include "etcd_catch.h"
-#include "replica_config.h"
+#include "replica_test_util.h"
 #include "registry/job_registry.h"
 #include "server/cluster_member.h"
 #include "stream_test_util.h"

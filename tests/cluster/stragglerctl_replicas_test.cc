@@ -12,7 +12,7 @@
 #include "child_process.h"
 #include "daemon_test_util.h"
 #include "etcd_catch.h"
-#include "replica_config.h"
+#include "replica_test_util.h"
 
 namespace straggler::daemon {
 namespace {
@@ -24,6 +24,7 @@ using cluster::testing::Slurp;
 using cluster::testing::Spawn;
 using testutil::LoopbackDaemon;
 using testutil::ReplicaConfig;
+using testutil::TakeWithHello;
 
 struct CtlResult {
   int rc = -1;
@@ -45,30 +46,13 @@ CtlResult Ctl(const std::string& daemons, std::vector<std::string> args) {
   return r;
 }
 
-// Ranks 0..3 of `job` say hello to `replica` (which takes the job) and
-// report three iterations; the stream ends, the job stays.
-void Hello(LoopbackDaemon& replica, const std::string& job) {
-  grpc::ClientContext ctx;
-  auto stream = replica.ingest->Stream(&ctx);
-  v1::ReportBatch b = testutil::Hello(job, 4, {0, 1, 2, 3});
-  testutil::AddRows(b, 1, 3);
-  b.set_sequence(1);
-  REQUIRE(stream->Write(b));
-  stream->WritesDone();
-  v1::Directive d;
-  bool acked = false;
-  while (stream->Read(&d)) acked = acked || d.acked_sequence() == 1;
-  REQUIRE(stream->Finish().ok());
-  REQUIRE(acked);
-}
-
 TEST_CASE("stragglerctl: queries and admin calls sent to a replica that does not own the job "
           "reach its owner",
           "[cluster]") {
   auto etcd = RequireEtcd();
   LoopbackDaemon owner(ReplicaConfig(etcd->endpoint(), "ra"));
   LoopbackDaemon other(ReplicaConfig(etcd->endpoint(), "rb"));
-  Hello(owner, "job-ctl");
+  TakeWithHello(owner, "job-ctl");
   const std::string b = other.server.grpc_dial_address();
 
   // Only the replica that does not own the job is named: it redirects.

@@ -28,6 +28,8 @@
 #include "spdlog/spdlog.h"
 #include "metrics/stats.h"
 #include "straggler/common/tls.h"
+#include "server/cluster_member.h"
+#include "server/redirect.h"
 
 #ifndef STRAGGLERD_VERSION
 #define STRAGGLERD_VERSION "unknown"
@@ -150,12 +152,36 @@ Access AccessOf(RouteId id) {
 
 }  // namespace
 
-HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth)
-    : registry_(registry), stats_(stats), auth_(auth) {}
+HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
+                       ClusterMember* cluster)
+    : registry_(registry), stats_(stats), auth_(auth), cluster_(cluster) {}
+
+absl::Status HttpServer::RouteInCluster(const RouteMatch& route) const {
+  if (cluster_ == nullptr) return absl::OkStatus();
+  switch (route.id) {
+    case RouteId::kOverride:
+    case RouteId::kPolicy:
+    case RouteId::kReset:
+      // As the gRPC AdminService: only the owner changes a job.
+      return cluster_->Serve(route.segments[2], /*take=*/false);
+    case RouteId::kJob:
+    case RouteId::kWorkers:
+    case RouteId::kWorker:
+    case RouteId::kMembership:
+    case RouteId::kJobEvents:
+    case RouteId::kReports:
+      // As the gRPC QueryService: a job served here is answered here.
+      if (registry_.Find(route.segments[2])) return absl::OkStatus();
+      return cluster_->RedirectIfElsewhere(route.segments[2]);
+    default:
+      return absl::OkStatus();  // no job: /v1/jobs, /v1/events, probes, /metrics
+  }
+}
 
 HttpServer::~HttpServer() { Stop(); }
 
 absl::Status HttpServer::Start(const DaemonConfig& config, const common::ServerTls* tls) {
+  https_ = tls != nullptr;
   const HttpConfig& http = config.http;
   const std::string& address = config.http_address;
   const size_t colon = address.rfind(':');
@@ -355,6 +381,17 @@ void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
   }
   absl::StatusOr<RestCall> call = ParseRestCall(route, req.target, req.body);
   if (!call.ok()) return SendStatus(res, call.status());
+  if (absl::Status s = RouteInCluster(route); !s.ok()) {
+    // Another replica owns the job: 307 keeps the method and the body, so
+    // `curl -L` repeats a PUT or POST there (docs/api.md, "Replicas").
+    if (std::optional<OwnerAddress> owner = OwnerOf(s); owner && !owner->http_address.empty()) {
+      res.set_header("Location",
+                     absl::StrCat(https_ ? "https://" : "http://", owner->http_address, req.target));
+      res.set_header("Straggler-Owner-Id", owner->id);
+      return SendError(res, 307, "UNAVAILABLE", s.message());
+    }
+    return SendStatus(res, s);
+  }
   const std::string caller = Caller(req);
   std::visit([&](const auto& request) { SendResult(res, Call(registry_, request, caller)); },
              *call);

@@ -53,12 +53,17 @@ class Authorizer;
 class JobRegistry;
 struct DaemonStats;
 
+class ClusterMember;
+
 class HttpServer {
  public:
   enum class Phase { kStarting, kServing, kDraining };
 
   // `auth` decides which requests need the bearer token; it must outlive this.
-  HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth);
+  // `cluster` (null: alone) must too: in a cluster, a REST call about a job
+  // another replica owns is answered 307 to the owner's HTTP address.
+  HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
+             ClusterMember* cluster = nullptr);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -83,10 +88,15 @@ class HttpServer {
 
  private:
   void Handle(const httplib::Request& req, httplib::Response& res);
+  // OK when this replica answers `route` (alone, its own job, a job nobody
+  // owns); else why not: a redirect (redirect.h) or UNAVAILABLE.
+  absl::Status RouteInCluster(const RouteMatch& route) const;
 
   JobRegistry& registry_;
   DaemonStats& stats_;
   const Authorizer& auth_;
+  ClusterMember* const cluster_;
+  bool https_ = false;  // the scheme of a redirect's Location (replicas share the TLS setting)
   std::atomic<Phase> phase_{Phase::kStarting};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

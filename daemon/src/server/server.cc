@@ -210,7 +210,7 @@ absl::Status Server::Start(const DaemonConfig& config) {
     health->SetServingStatus(service, true);
   }
 
-  http_ = std::make_unique<HttpServer>(*registry_, stats_, *auth_);
+  http_ = std::make_unique<HttpServer>(*registry_, stats_, *auth_, cluster_.get());
   const bool http_tls = tls && config.tls.http;
   absl::Status s = http_->Start(config, http_tls ? &*tls : nullptr);
   if (s.ok() && cluster_) s = cluster_->Join(grpc_address_, http_->address());
