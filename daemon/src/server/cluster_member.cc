@@ -397,11 +397,7 @@ absl::Status ClusterMember::SaveRendezvousKey(const std::string& job_id, const s
 
 absl::StatusOr<std::vector<ClusterMember::RendezvousEntry>> ClusterMember::LoadRendezvousKeys(
     const std::string& job_id) {
-  std::shared_ptr<Replica> replica;
-  {
-    absl::MutexLock lock(&mu_);
-    replica = replica_;
-  }
+  std::shared_ptr<Replica> replica = CurrentReplica();
   if (!replica) return absl::UnavailableError("not joined to the cluster");
   const std::string prefix = absl::StrCat(replica->JobKey(job_id, kRendezvousDir), "/");
   absl::StatusOr<cluster::RangeResult> r = etcd_->GetPrefix(prefix);
@@ -427,12 +423,13 @@ void ClusterMember::SetOnTake(std::function<void(const std::string&)> on_take) {
   on_take_ = std::move(on_take);
 }
 
+std::shared_ptr<Replica> ClusterMember::CurrentReplica() const {
+  absl::MutexLock lock(&mu_);
+  return replica_;
+}
+
 absl::StatusOr<std::optional<v1::Job>> ClusterMember::LoadMembership(const std::string& job_id) {
-  std::shared_ptr<Replica> replica;
-  {
-    absl::MutexLock lock(&mu_);
-    replica = replica_;
-  }
+  std::shared_ptr<Replica> replica = CurrentReplica();
   if (!replica) return absl::UnavailableError("not joined to the cluster");
   const std::string key = replica->JobKey(job_id, kMembershipName);
   absl::StatusOr<cluster::RangeResult> r = etcd_->Get(key);

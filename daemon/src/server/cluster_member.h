@@ -101,6 +101,10 @@ class ClusterMember final : public SharedJobState {
   // deadline or when etcd cannot be reached.
   absl::Status SaveMembership(const v1::Job& state) override;
   absl::StatusOr<std::optional<v1::Job>> LoadMembership(const std::string& job_id) override;
+  // The job's admin policy and overrides under jobs/<job>/admin
+  // (server/cluster_state.cc); SaveAdmin fails as SaveMembership does.
+  absl::Status SaveAdmin(const std::string& job_id, const SharedAdminState& state) override;
+  absl::StatusOr<std::optional<SharedAdminState>> LoadAdmin(const std::string& job_id) override;
 
   // The rendezvous store at a failover (docs/cluster.md, "The rendezvous
   // store at a failover"): each key a job's owner sets is first written to
@@ -135,6 +139,8 @@ class ClusterMember final : public SharedJobState {
   // UNAVAILABLE when not serving, FAILED_PRECONDITION when not the owner.
   absl::StatusOr<std::pair<std::shared_ptr<cluster::Replica>, cluster::JobClaim>> ClaimFor(
       const std::string& job_id) const;
+  // The replica joined now (null before Join and while joining again).
+  std::shared_ptr<cluster::Replica> CurrentReplica() const;
 
   const std::shared_ptr<cluster::EtcdClient> etcd_;
   const ClusterConfig config_;
