@@ -61,9 +61,13 @@ TEST_CASE("rendezvous failover: keys the owner accepted, and a held Wait, reach 
 
   DaemonStore first(both, "job-rdzv", 10min, 20s);
   first.set("gloo/0", Bytes("address of rank 0"));
+  // The largest value the store takes (rendezvous.max_value_bytes, 1 MiB)
+  // fits etcd's default request limit (1.5 MiB) with the transaction around it.
+  const std::string big(DaemonConfig().rendezvous.max_value_bytes, 'x');
+  first.set("nccl/id", Bytes(big));
   const std::string owner = OwnerOf(**client, "job-rdzv");
   REQUIRE((owner == "ra" || owner == "rb"));
-  CHECK(KeysInEtcd(**client, "job-rdzv") == 1);
+  CHECK(KeysInEtcd(**client, "job-rdzv") == 2);
 
   // Held on the owner while it stops.
   DaemonStore waiter(both, "job-rdzv", 10min, 20s);
@@ -79,6 +83,7 @@ TEST_CASE("rendezvous failover: keys the owner accepted, and a held Wait, reach 
   CHECK(OwnerOf(**client, "job-rdzv") == (owner == "ra" ? "rb" : "ra"));
   // Set before the stop, read from the new owner.
   CHECK(Text(late.get("gloo/0")) == "address of rank 0");
+  CHECK(Text(late.get("nccl/id")) == big);
   REQUIRE(waited.wait_for(20s) == std::future_status::ready);
   CHECK(waited.get() == "address of rank 1");
 }
