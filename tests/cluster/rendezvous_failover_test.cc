@@ -16,6 +16,7 @@
 
 #include "child_process.h"
 #include "cluster/etcd_client.h"
+#include "rendezvous/rendezvous_store.h"
 #include "daemon_test_util.h"
 #include "etcd_catch.h"
 #include "replica_test_util.h"
@@ -30,6 +31,7 @@ using cluster::testing::Finish;
 using cluster::testing::PollUntil;
 using cluster::testing::Slurp;
 using cluster::testing::Spawn;
+using cluster::testing::TcpProxy;
 using cluster::testing::RequireEtcd;
 using testutil::LoopbackDaemon;
 
@@ -86,6 +88,41 @@ TEST_CASE("rendezvous failover: keys the owner accepted, and a held Wait, reach 
   CHECK(Text(late.get("nccl/id")) == big);
   REQUIRE(waited.wait_for(20s) == std::future_status::ready);
   CHECK(waited.get() == "address of rank 1");
+}
+
+TEST_CASE("rendezvous failover: an owner cut off from etcd ends its held Waits, which the next "
+          "owner completes",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  auto proxy = TcpProxy::Start(etcd->client_port());
+  REQUIRE(proxy.ok());
+  LoopbackDaemon a(ReplicaConfig((*proxy)->endpoint(), "ra"));
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  const std::string both = a.server.grpc_dial_address() + "," + b.server.grpc_dial_address();
+  DaemonStore on_a(a.server.grpc_dial_address(), "job-cut", 10min, 5s);
+  on_a.set("gloo/0", Bytes("address of rank 0"));  // ra takes the job
+  auto client = cluster::EtcdClient::Connect({.endpoints = etcd->endpoint()});
+  REQUIRE(client.ok());
+  REQUIRE(OwnerOf(**client, "job-cut") == "ra");
+
+  // Longer than the test: only the end of the held Wait can free it in time.
+  DaemonStore waiter(both, "job-cut", 10min, 60s);
+  auto waited = std::async(std::launch::async, [&] {
+    waiter.wait({"gloo/1"});
+    return Text(waiter.get("gloo/1"));
+  });
+  REQUIRE(PollUntil(5s, [&] { return a.server.rendezvous().WaiterCount() == 1; }));
+  (*proxy)->Cut();
+
+  // rb takes the job once ra's lease expired (a Set through rb alone).
+  DaemonStore on_b(b.server.grpc_dial_address(), "job-cut", 10min, 20s);
+  on_b.set("gloo/1", Bytes("address of rank 1"));
+  CHECK(OwnerOf(**client, "job-cut") == "rb");
+  CHECK(Text(on_b.get("gloo/0")) == "address of rank 0");
+  REQUIRE(waited.wait_for(15s) == std::future_status::ready);
+  CHECK(waited.get() == "address of rank 1");
+  CHECK(a.server.rendezvous().WaiterCount() == 0);
+  (*proxy)->Heal();
 }
 
 TEST_CASE("rendezvous failover: a store given several addresses follows the owner's redirect",
