@@ -17,6 +17,7 @@ namespace {
 
 using cluster::testing::RequireEtcd;
 using testutil::LoopbackDaemon;
+using testutil::kSteadyLeaseSeconds;
 using testutil::ReplicaConfig;
 using testutil::TakeWithHello;
 
@@ -31,8 +32,8 @@ std::string AdminKey(const std::string& endpoint, const std::string& job) {
 TEST_CASE("admin takeover: the policy and overrides set on the owner are kept by the next owner",
           "[cluster]") {
   auto etcd = RequireEtcd();
-  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra"));
-  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra", kSteadyLeaseSeconds));
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb", kSteadyLeaseSeconds));
   TakeWithHello(*a, "job-admin");
 
   {

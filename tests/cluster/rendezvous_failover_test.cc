@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -34,7 +35,7 @@ using cluster::testing::Spawn;
 using cluster::testing::TcpProxy;
 using cluster::testing::RequireEtcd;
 using testutil::LoopbackDaemon;
-
+using testutil::kSteadyLeaseSeconds;
 using testutil::ReplicaConfig;
 
 std::string OwnerOf(cluster::EtcdClient& etcd, const std::string& job) {
@@ -55,8 +56,8 @@ std::string Text(const std::vector<char>& v) { return {v.begin(), v.end()}; }
 TEST_CASE("rendezvous failover: keys the owner accepted, and a held Wait, reach the next owner",
           "[cluster]") {
   auto etcd = RequireEtcd();
-  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra"));
-  auto b = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "rb"));
+  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra", kSteadyLeaseSeconds));
+  auto b = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "rb", kSteadyLeaseSeconds));
   const std::string both = a->server.grpc_dial_address() + "," + b->server.grpc_dial_address();
   auto client = cluster::EtcdClient::Connect({.endpoints = etcd->endpoint()});
   REQUIRE(client.ok());
@@ -96,8 +97,8 @@ TEST_CASE("rendezvous failover: an owner cut off from etcd ends its held Waits, 
   auto etcd = RequireEtcd();
   auto proxy = TcpProxy::Start(etcd->client_port());
   REQUIRE(proxy.ok());
-  LoopbackDaemon a(ReplicaConfig((*proxy)->endpoint(), "ra"));
-  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  LoopbackDaemon a(ReplicaConfig((*proxy)->endpoint(), "ra"));  // expires once cut
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb", kSteadyLeaseSeconds));
   const std::string both = a.server.grpc_dial_address() + "," + b.server.grpc_dial_address();
   DaemonStore on_a(a.server.grpc_dial_address(), "job-cut", 10min, 5s);
   on_a.set("gloo/0", Bytes("address of rank 0"));  // ra takes the job
@@ -128,8 +129,8 @@ TEST_CASE("rendezvous failover: an owner cut off from etcd ends its held Waits, 
 TEST_CASE("rendezvous failover: a store given several addresses follows the owner's redirect",
           "[cluster]") {
   auto etcd = RequireEtcd();
-  LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra"));
-  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb"));
+  LoopbackDaemon a(ReplicaConfig(etcd->endpoint(), "ra", kSteadyLeaseSeconds));
+  LoopbackDaemon b(ReplicaConfig(etcd->endpoint(), "rb", kSteadyLeaseSeconds));
   // The job taken by `a` through its own address alone.
   DaemonStore on_a(a.server.grpc_dial_address(), "job-redirect", 10min, 5s);
   on_a.set("k", Bytes("v"));
@@ -159,8 +160,8 @@ Child StartRank(const std::string& daemons, const std::string& job, int rank, in
 TEST_CASE("rendezvous failover: a Gloo job builds its context across the stop of its owner",
           "[cluster]") {
   auto etcd = RequireEtcd();
-  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra"));
-  auto b = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "rb"));
+  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra", kSteadyLeaseSeconds));
+  auto b = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "rb", kSteadyLeaseSeconds));
   auto client = cluster::EtcdClient::Connect({.endpoints = etcd->endpoint()});
   REQUIRE(client.ok());
   const std::string dir = std::string(STRAGGLER_CLUSTER_TEST_DIR) + "/gloo-failover";
@@ -188,6 +189,77 @@ TEST_CASE("rendezvous failover: a Gloo job builds its context across the stop of
     CHECK_THAT(Slurp(ranks[r].out), Catch::Contains("\"final\""));
   }
   CHECK(OwnerOf(**client, job) == (owner == "ra" ? "rb" : "ra"));
+}
+
+// One stragglerd process of the cluster (the real binary): its gRPC address
+// once it serves, from its --ready-file.
+struct ReplicaProcess {
+  Child child;
+  std::string grpc_address;
+};
+
+ReplicaProcess StartReplica(const std::string& etcd, const std::string& id,
+                            const std::string& dir) {
+  const std::string config = dir + "/" + id + ".yaml";
+  {
+    std::ofstream out(config);
+    // 2 s: the killed owner's jobs are free soon, the survivor keeps its
+    // lease on a loaded machine.
+    out << "cluster:\n  replica_id: " << id << "\n  lease_ttl_seconds: 2\n";
+  }
+  const std::string ready = dir + "/" + id + ".ready";
+  std::filesystem::remove(ready);
+  ReplicaProcess r;
+  r.child = Spawn({STRAGGLERD, "--config", config, "--grpc-address", "127.0.0.1:0",
+                   "--http-address", "127.0.0.1:0", "--etcd-endpoints", etcd, "--ready-file",
+                   ready},
+                  dir + "/" + id);
+  REQUIRE(r.child.pid > 0);
+  const bool up = PollUntil(20s, [&] { return std::filesystem::exists(ready); });
+  INFO(Slurp(r.child.err));
+  REQUIRE(up);
+  const std::string text = Slurp(ready);
+  const std::string key = "\"grpc_address\":\"";
+  const size_t at = text.find(key);
+  REQUIRE(at != std::string::npos);
+  r.grpc_address = text.substr(at + key.size(), text.find('"', at + key.size()) - at - key.size());
+  return r;
+}
+
+TEST_CASE("rendezvous failover: a Gloo job builds its context across the SIGKILL of its owner "
+          "process",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  auto client = cluster::EtcdClient::Connect({.endpoints = etcd->endpoint()});
+  REQUIRE(client.ok());
+  const std::string dir = std::string(STRAGGLER_CLUSTER_TEST_DIR) + "/gloo-sigkill";
+  std::filesystem::create_directories(dir);
+  std::vector<ReplicaProcess> replicas = {StartReplica(etcd->endpoint(), "pa", dir),
+                                          StartReplica(etcd->endpoint(), "pb", dir)};
+  const std::string both = replicas[0].grpc_address + "," + replicas[1].grpc_address;
+  const std::string job = "job-gloo-sigkill";
+
+  std::vector<Child> ranks = {StartRank(both, job, 0, 3, dir), StartRank(both, job, 1, 3, dir)};
+  const bool published = PollUntil(30s, [&] { return KeysInEtcd(**client, job) >= 2; });
+  INFO("rank 0 stderr: " << Slurp(ranks[0].err));
+  REQUIRE(published);
+  const std::string owner = OwnerOf(**client, job);
+  REQUIRE((owner == "pa" || owner == "pb"));
+  ReplicaProcess& killed = replicas[owner == "pa" ? 0 : 1];
+  ReplicaProcess& survivor = replicas[owner == "pa" ? 1 : 0];
+  kill(killed.child.pid, SIGKILL);  // no Leave: the job is free once its lease expires
+  CHECK(Finish(killed.child, 10s) == 128 + SIGKILL);
+
+  ranks.push_back(StartRank(both, job, 2, 3, dir));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int rc = Finish(ranks[r], 90s);
+    INFO("rank " << r << " stderr: " << Slurp(ranks[r].err));
+    CHECK(rc == 0);
+    CHECK_THAT(Slurp(ranks[r].out), Catch::Contains("\"final\""));
+  }
+  CHECK(OwnerOf(**client, job) == (owner == "pa" ? "pb" : "pa"));
+  kill(survivor.child.pid, SIGTERM);
+  CHECK(Finish(survivor.child, 15s) == 0);
 }
 
 }  // namespace

@@ -11,13 +11,20 @@
 
 namespace straggler::daemon::testutil {
 
-// A replica of the cluster on `endpoint` with the shortest lease etcd grants
-// (its minimum is 1 s with the harness's settings).
-inline DaemonConfig ReplicaConfig(const std::string& endpoint, const std::string& id) {
+// The lease of a replica whose test never waits for one to expire (a stop
+// revokes it).
+inline constexpr int64_t kSteadyLeaseSeconds = 5;
+
+// A replica of the cluster on `endpoint`, by default with the shortest lease
+// etcd grants (its minimum is 1 s with the harness's settings). A test that
+// never waits for a lease to expire asks for a longer one: a 1 s lease can
+// expire on a loaded machine (renewals every 333 ms, 250 ms margin).
+inline DaemonConfig ReplicaConfig(const std::string& endpoint, const std::string& id,
+                                  int64_t lease_ttl_seconds = 1) {
   DaemonConfig c;
   c.cluster.etcd_endpoints = endpoint;
   c.cluster.replica_id = id;
-  c.cluster.lease_ttl_seconds = 1;
+  c.cluster.lease_ttl_seconds = lease_ttl_seconds;
   return c;
 }
 

@@ -18,6 +18,7 @@ namespace {
 
 using cluster::testing::RequireEtcd;
 using testutil::LoopbackDaemon;
+using testutil::kSteadyLeaseSeconds;
 using testutil::ReplicaConfig;
 using testutil::TakeWithHello;
 
@@ -33,8 +34,8 @@ TEST_CASE("rest: calls about another replica's job are redirected (307) to the o
           "address",
           "[cluster]") {
   auto etcd = RequireEtcd();
-  LoopbackDaemon owner(ReplicaConfig(etcd->endpoint(), "ra"));
-  LoopbackDaemon other(ReplicaConfig(etcd->endpoint(), "rb"));
+  LoopbackDaemon owner(ReplicaConfig(etcd->endpoint(), "ra", kSteadyLeaseSeconds));
+  LoopbackDaemon other(ReplicaConfig(etcd->endpoint(), "rb", kSteadyLeaseSeconds));
   TakeWithHello(owner, "job-rest");
   const std::string owner_url = "http://" + owner.server.http_address();
 

@@ -23,6 +23,7 @@ using cluster::testing::RequireEtcd;
 using cluster::testing::Slurp;
 using cluster::testing::Spawn;
 using testutil::LoopbackDaemon;
+using testutil::kSteadyLeaseSeconds;
 using testutil::ReplicaConfig;
 using testutil::TakeWithHello;
 
@@ -50,8 +51,8 @@ TEST_CASE("stragglerctl: queries and admin calls sent to a replica that does not
           "reach its owner",
           "[cluster]") {
   auto etcd = RequireEtcd();
-  LoopbackDaemon owner(ReplicaConfig(etcd->endpoint(), "ra"));
-  LoopbackDaemon other(ReplicaConfig(etcd->endpoint(), "rb"));
+  LoopbackDaemon owner(ReplicaConfig(etcd->endpoint(), "ra", kSteadyLeaseSeconds));
+  LoopbackDaemon other(ReplicaConfig(etcd->endpoint(), "rb", kSteadyLeaseSeconds));
   TakeWithHello(owner, "job-ctl");
   const std::string b = other.server.grpc_dial_address();
 

@@ -28,9 +28,7 @@ std::chrono::milliseconds BackoffDelay(const Backoff& b, uint32_t attempt, std::
 }
 
 void BoundReconnectBackoff(const Backoff& backoff, grpc::ChannelArguments& args) {
-  const int initial = static_cast<int>(backoff.initial.count());
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(backoff.initial.count()));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(backoff.max.count()));
 }
 

@@ -40,6 +40,9 @@ grpc::ChannelArguments StreamSession::ChannelArgs(const Options& options) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   BoundReconnectBackoff(options.backoff, args);
+  // And no connect attempt waits past `initial` (issue 28's setting): the
+  // session retries on its own backoff anyway.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.initial.count()));
   return args;
 }
 

@@ -74,7 +74,10 @@ std::chrono::milliseconds BackoffDelay(const Backoff& backoff, uint32_t attempt,
 
 // Channel arguments that keep gRPC's own reconnect backoff (otherwise up to
 // 2 minutes) within `backoff`: a daemon that comes back must be found within
-// backoff.max. Added to `args`.
+// backoff.max. Added to `args`. The connect timeout
+// (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20 s by default) is left alone: a
+// short one cuts handshakes with a busy daemon ("timed out before receiving
+// SETTINGS frame"), which a one-shot caller such as stragglerctl reports.
 void BoundReconnectBackoff(const Backoff& backoff, grpc::ChannelArguments& args);
 
 // Where the next call goes: an address of the list or a redirect's owner.
