@@ -3,16 +3,18 @@
 // on a real etcd, the collective layer's DaemonStore given every replica's
 // address. Keys a job's owner accepted are in etcd; the replica that takes
 // the job over loads them, and a Wait the old owner held is asked again of
-// the new one. The last case runs a real Gloo job (rank processes of
-// straggler-collective-driver) across the stop of the job's owner.
+// the new one. The last cases run a real Gloo job (rank processes of
+// straggler-collective-driver) across the stop, or the SIGKILL, of its owner.
 #include <catch2/catch.hpp>
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "child_process.h"
@@ -37,6 +39,7 @@ using cluster::testing::RequireEtcd;
 using testutil::LoopbackDaemon;
 using testutil::kSteadyLeaseSeconds;
 using testutil::ReplicaConfig;
+using testutil::TwoReplicas;
 
 std::string OwnerOf(cluster::EtcdClient& etcd, const std::string& job) {
   auto r = etcd.Get("/stragglerd/owners/" + job);
@@ -56,9 +59,8 @@ std::string Text(const std::vector<char>& v) { return {v.begin(), v.end()}; }
 TEST_CASE("rendezvous failover: keys the owner accepted, and a held Wait, reach the next owner",
           "[cluster]") {
   auto etcd = RequireEtcd();
-  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra", kSteadyLeaseSeconds));
-  auto b = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "rb", kSteadyLeaseSeconds));
-  const std::string both = a->server.grpc_dial_address() + "," + b->server.grpc_dial_address();
+  TwoReplicas replicas(etcd->endpoint());
+  const std::string& both = replicas.both;
   auto client = cluster::EtcdClient::Connect({.endpoints = etcd->endpoint()});
   REQUIRE(client.ok());
 
@@ -79,7 +81,7 @@ TEST_CASE("rendezvous failover: keys the owner accepted, and a held Wait, reach 
     return Text(waiter.get("gloo/1"));
   });
   std::this_thread::sleep_for(300ms);
-  (owner == "ra" ? a : b).reset();  // a graceful stop: the job is free at once
+  replicas.Named(owner).reset();  // a graceful stop: the job is free at once
 
   DaemonStore late(both, "job-rdzv", 10min, 20s);
   late.set("gloo/1", Bytes("address of rank 1"));
@@ -157,38 +159,45 @@ Child StartRank(const std::string& daemons, const std::string& job, int rank, in
   return c;
 }
 
-TEST_CASE("rendezvous failover: a Gloo job builds its context across the stop of its owner",
-          "[cluster]") {
-  auto etcd = RequireEtcd();
-  auto a = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "ra", kSteadyLeaseSeconds));
-  auto b = std::make_unique<LoopbackDaemon>(ReplicaConfig(etcd->endpoint(), "rb", kSteadyLeaseSeconds));
-  auto client = cluster::EtcdClient::Connect({.endpoints = etcd->endpoint()});
+// A Gloo job of 3 rank processes on the replicas `daemons` (ids `ids`)
+// across a failover: ranks 0 and 1 set their addresses and wait for rank
+// 2's; then `stop_owner(owner id)` makes the job's owner go with their keys
+// in its memory and their Waits held; rank 2 arrives after, needing ranks 0
+// and 1's keys (only etcd still has them), and they need its key, set on
+// the new owner. Every rank must finish, and the other replica own the job.
+void GlooJobAcrossFailover(const std::string& daemons,
+                           const std::pair<std::string, std::string>& ids,
+                           const std::string& etcd_endpoint, const std::string& job,
+                           const std::function<void(const std::string&)>& stop_owner) {
+  auto client = cluster::EtcdClient::Connect({.endpoints = etcd_endpoint});
   REQUIRE(client.ok());
-  const std::string dir = std::string(STRAGGLER_CLUSTER_TEST_DIR) + "/gloo-failover";
+  const std::string dir = std::string(STRAGGLER_CLUSTER_TEST_DIR) + "/" + job;
   std::filesystem::create_directories(dir);
-  const std::string both = a->server.grpc_dial_address() + "," + b->server.grpc_dial_address();
-  const std::string job = "job-gloo-failover";
-
-  // Ranks 0 and 1 of 3 set their addresses and wait for rank 2's.
-  std::vector<Child> ranks = {StartRank(both, job, 0, 3, dir), StartRank(both, job, 1, 3, dir)};
+  std::vector<Child> ranks = {StartRank(daemons, job, 0, 3, dir),
+                              StartRank(daemons, job, 1, 3, dir)};
   const bool published = PollUntil(30s, [&] { return KeysInEtcd(**client, job) >= 2; });
   INFO("rank 0 stderr: " << Slurp(ranks[0].err));
   REQUIRE(published);
   const std::string owner = OwnerOf(**client, job);
-  REQUIRE((owner == "ra" || owner == "rb"));
-  // The owner stops with their keys in its memory and their Waits held.
-  (owner == "ra" ? a : b).reset();
+  REQUIRE((owner == ids.first || owner == ids.second));
+  stop_owner(owner);
 
-  // Rank 2 arrives after the failover: it needs ranks 0 and 1's keys, which
-  // only etcd still has, and they need its key, set on the new owner.
-  ranks.push_back(StartRank(both, job, 2, 3, dir));
+  ranks.push_back(StartRank(daemons, job, 2, 3, dir));
   for (size_t r = 0; r < ranks.size(); ++r) {
     const int rc = Finish(ranks[r], 90s);
     INFO("rank " << r << " stderr: " << Slurp(ranks[r].err));
     CHECK(rc == 0);
     CHECK_THAT(Slurp(ranks[r].out), Catch::Contains("\"final\""));
   }
-  CHECK(OwnerOf(**client, job) == (owner == "ra" ? "rb" : "ra"));
+  CHECK(OwnerOf(**client, job) == (owner == ids.first ? ids.second : ids.first));
+}
+
+TEST_CASE("rendezvous failover: a Gloo job builds its context across the stop of its owner",
+          "[cluster]") {
+  auto etcd = RequireEtcd();
+  TwoReplicas replicas(etcd->endpoint());
+  GlooJobAcrossFailover(replicas.both, {"ra", "rb"}, etcd->endpoint(), "job-gloo-failover",
+                        [&](const std::string& owner) { replicas.Named(owner).reset(); });
 }
 
 // One stragglerd process of the cluster (the real binary): its gRPC address
@@ -230,36 +239,23 @@ TEST_CASE("rendezvous failover: a Gloo job builds its context across the SIGKILL
           "process",
           "[cluster]") {
   auto etcd = RequireEtcd();
-  auto client = cluster::EtcdClient::Connect({.endpoints = etcd->endpoint()});
-  REQUIRE(client.ok());
   const std::string dir = std::string(STRAGGLER_CLUSTER_TEST_DIR) + "/gloo-sigkill";
   std::filesystem::create_directories(dir);
   std::vector<ReplicaProcess> replicas = {StartReplica(etcd->endpoint(), "pa", dir),
                                           StartReplica(etcd->endpoint(), "pb", dir)};
   const std::string both = replicas[0].grpc_address + "," + replicas[1].grpc_address;
-  const std::string job = "job-gloo-sigkill";
-
-  std::vector<Child> ranks = {StartRank(both, job, 0, 3, dir), StartRank(both, job, 1, 3, dir)};
-  const bool published = PollUntil(30s, [&] { return KeysInEtcd(**client, job) >= 2; });
-  INFO("rank 0 stderr: " << Slurp(ranks[0].err));
-  REQUIRE(published);
-  const std::string owner = OwnerOf(**client, job);
-  REQUIRE((owner == "pa" || owner == "pb"));
-  ReplicaProcess& killed = replicas[owner == "pa" ? 0 : 1];
-  ReplicaProcess& survivor = replicas[owner == "pa" ? 1 : 0];
-  kill(killed.child.pid, SIGKILL);  // no Leave: the job is free once its lease expires
-  CHECK(Finish(killed.child, 10s) == 128 + SIGKILL);
-
-  ranks.push_back(StartRank(both, job, 2, 3, dir));
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const int rc = Finish(ranks[r], 90s);
-    INFO("rank " << r << " stderr: " << Slurp(ranks[r].err));
-    CHECK(rc == 0);
-    CHECK_THAT(Slurp(ranks[r].out), Catch::Contains("\"final\""));
-  }
-  CHECK(OwnerOf(**client, job) == (owner == "pa" ? "pb" : "pa"));
-  kill(survivor.child.pid, SIGTERM);
-  CHECK(Finish(survivor.child, 15s) == 0);
+  ReplicaProcess* survivor = nullptr;
+  GlooJobAcrossFailover(both, {"pa", "pb"}, etcd->endpoint(), "job-gloo-sigkill",
+                        [&](const std::string& owner) {
+                          ReplicaProcess& killed = replicas[owner == "pa" ? 0 : 1];
+                          survivor = &replicas[owner == "pa" ? 1 : 0];
+                          // No Leave: the job is free once its lease expires.
+                          kill(killed.child.pid, SIGKILL);
+                          CHECK(Finish(killed.child, 10s) == 128 + SIGKILL);
+                        });
+  REQUIRE(survivor != nullptr);
+  kill(survivor->child.pid, SIGTERM);
+  CHECK(Finish(survivor->child, 15s) == 0);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <string>
 
 #include "config/config.h"
@@ -27,6 +28,21 @@ inline DaemonConfig ReplicaConfig(const std::string& endpoint, const std::string
   c.cluster.lease_ttl_seconds = lease_ttl_seconds;
   return c;
 }
+
+// Replicas "ra" and "rb" on one etcd with steady leases; either may be
+// stopped gracefully (reset). Both(): their gRPC addresses, comma-separated.
+struct TwoReplicas {
+  explicit TwoReplicas(const std::string& endpoint)
+      : a(std::make_unique<LoopbackDaemon>(ReplicaConfig(endpoint, "ra", kSteadyLeaseSeconds))),
+        b(std::make_unique<LoopbackDaemon>(ReplicaConfig(endpoint, "rb", kSteadyLeaseSeconds))),
+        both(a->server.grpc_dial_address() + "," + b->server.grpc_dial_address()) {}
+  // The replica `id` names ("ra" or "rb").
+  std::unique_ptr<LoopbackDaemon>& Named(const std::string& id) { return id == "ra" ? a : b; }
+
+  std::unique_ptr<LoopbackDaemon> a;
+  std::unique_ptr<LoopbackDaemon> b;
+  const std::string both;
+};
 
 // Ranks 0..3 of `job` say hello to `replica` (which takes the job when
 // nobody owns it) with three iterations; the stream ends, the job stays.
