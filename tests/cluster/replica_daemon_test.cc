@@ -16,8 +16,8 @@
 #include "daemon_test_util.h"
 #include "etcd_catch.h"
 #include "registry/job_registry.h"
-#include "server/cluster_member.h"
 #include "replica_test_util.h"
+#include "server/cluster_member.h"
 #include "stream_test_util.h"
 
 namespace straggler::daemon {

@@ -20,7 +20,8 @@ void AddGlobalFlags(CLI::App& app, Globals* g, Command* c) {
   app.require_subcommand(1);
   app.fallthrough();  // global flags may follow the subcommand
   app.add_option("--daemon", g->daemon,
-                 "stragglerd's gRPC address, host:port or unix:///path (default: "
+                 "stragglerd's gRPC address, host:port or unix:///path, or several "
+                 "replicas comma-separated (default: "
                  "$STRAGGLERCTL_DAEMON, else 127.0.0.1:7070; $STRAGGLER_ENDPOINT, the "
                  "trainers' variable, is not read)");
   app.add_option("--output,-o", g->output, "output format")

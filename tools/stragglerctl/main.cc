@@ -15,7 +15,10 @@
 //   stragglerctl --tls-ca ca.pem --token-file /etc/stragglerd/token reset resnet-42
 //
 // The daemon's address is --daemon, else $STRAGGLERCTL_DAEMON, else
-// 127.0.0.1:7070 (never a trainer's $STRAGGLER_ENDPOINT).
+// 127.0.0.1:7070 (never a trainer's $STRAGGLER_ENDPOINT): one address, or
+// several replicas comma-separated (docs/cluster.md). Each call starts where
+// the last one ended, follows a replica's redirect to the job's owner and
+// tries the next address when one cannot be reached, within --timeout-ms.
 //
 // Exit status: 0 ok, 1 the daemon answered with an error, 2 bad command line
 // (or a TLS/token file that cannot be read), 3 the daemon could not be reached. Errors go to stderr as
@@ -43,6 +46,8 @@
 #include <CLI/CLI.hpp>
 
 #include "straggler/common/channel_security.h"
+#include "straggler/stream/channel_pool.h"
+#include "straggler/stream/routing.h"
 #include "command_line.h"
 #include "render.h"
 #include "top.h"
@@ -106,16 +111,18 @@ void PrintJson(const google::protobuf::Message& m, bool one_line) {
 
 class Ctl {
  public:
-  Ctl(const Globals& g, const std::shared_ptr<grpc::ChannelCredentials>& credentials)
+  // `pool`: the daemon's addresses (--daemon, one or several replicas); an
+  // unreachable one is tried once per call, the next after the backoff.
+  explicit Ctl(const Globals& g, std::shared_ptr<straggler::stream::ChannelPool> pool)
       : g_(g),
-        channel_(grpc::CreateCustomChannel(g.daemon, credentials, ChannelArgs())),
-        query_(v1::QueryService::NewStub(channel_)),
-        admin_(v1::AdminService::NewStub(channel_)) {}
+        router_(pool, {.max_failures = static_cast<uint32_t>(pool->addresses().size())},
+                [this](grpc::ClientContext& ctx) { Authorize(ctx); }) {}
 
   // No 4 MB cap on responses: an export of a large ring exceeds it.
   static grpc::ChannelArguments ChannelArgs() {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
+    straggler::stream::BoundReconnectBackoff({}, args);
     return args;
   }
 
@@ -141,56 +148,60 @@ class Ctl {
     return kExitOk;
   }
 
-  // One unary call under the --timeout-ms deadline.
+  // One unary call under the --timeout-ms deadline, sent to the job's owner
+  // among the replicas (a redirect followed, the next address tried when
+  // one cannot be reached: straggler/stream/routing.h).
   template <typename Stub, typename Request, typename Response>
-  grpc::Status Call(Stub& stub,
-                    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                    const Request& request, Response* response) const {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    return (stub.*method)(&ctx, request, response);
+  grpc::Status Call(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                    const Request& request, Response* response) {
+    return router_.Call(
+        [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& ctx) {
+          Stub stub(channel);
+          response->Clear();
+          return (stub.*method)(&ctx, request, response);
+        },
+        std::chrono::system_clock::now() + std::chrono::milliseconds(g_.timeout_ms));
   }
 
   // One unary call and its answer (Show): what most commands are.
   template <typename Stub, typename Request, typename Response, typename Print>
-  int CallAndShow(Stub& stub,
-                  grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                  const Request& request, Print print) const {
+  int CallAndShow(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                  const Request& request, Print print) {
     Response response;
-    const grpc::Status status = Call(stub, method, request, &response);
+    const grpc::Status status = Call(method, request, &response);
     return Show(status, response, print);
   }
 
   int Jobs() {
-    return CallAndShow(*query_, &v1::QueryService::Stub::ListJobs, v1::ListJobsRequest{},
+    return CallAndShow(&v1::QueryService::Stub::ListJobs, v1::ListJobsRequest{},
                        stragglerctl::PrintJobs);
   }
 
   int Job(const std::string& job, const std::string& run) {
     v1::GetJobRequest req = ForJob<v1::GetJobRequest>(job);
     req.set_run_id(run);
-    return CallAndShow(*query_, &v1::QueryService::Stub::GetJob, req, stragglerctl::PrintJob);
+    return CallAndShow(&v1::QueryService::Stub::GetJob, req, stragglerctl::PrintJob);
   }
 
   int Workers(const std::string& job) {
-    return CallAndShow(*query_, &v1::QueryService::Stub::ListWorkers,
+    return CallAndShow(&v1::QueryService::Stub::ListWorkers,
                        ForJob<v1::ListWorkersRequest>(job), stragglerctl::PrintWorkers);
   }
 
   int Worker(const std::string& job, uint32_t rank) {
     auto req = ForJob<v1::GetWorkerRequest>(job);
     req.set_rank(rank);
-    return CallAndShow(*query_, &v1::QueryService::Stub::GetWorker, req, stragglerctl::PrintWorker);
+    return CallAndShow(&v1::QueryService::Stub::GetWorker, req, stragglerctl::PrintWorker);
   }
 
   int Membership(const std::string& job) {
-    return CallAndShow(*query_, &v1::QueryService::Stub::GetMembership,
+    return CallAndShow(&v1::QueryService::Stub::GetMembership,
                        ForJob<v1::GetMembershipRequest>(job), stragglerctl::PrintMembership);
   }
 
   // One page of events; the daemon filters by kind and rank.
   int Events(const v1::ListEventsRequest& req) {
-    return CallAndShow(*query_, &v1::QueryService::Stub::ListEvents, req, stragglerctl::PrintEvents);
+    return CallAndShow(&v1::QueryService::Stub::ListEvents, req, stragglerctl::PrintEvents);
   }
 
   // `events --follow`: every page from req's since_sequence on, then a poll
@@ -201,7 +212,7 @@ class Ctl {
     const int page = req.limit() > 0 ? static_cast<int>(req.limit()) : 1000;  // daemon default
     for (;;) {
       v1::ListEventsResponse r;
-      auto s = Call(*query_, &v1::QueryService::Stub::ListEvents, req, &r);
+      auto s = Call(&v1::QueryService::Stub::ListEvents, req, &r);
       if (!s.ok()) return Fail(s, g_);
       for (const v1::Event& e : r.events()) {
         if (g_.json()) {
@@ -239,7 +250,17 @@ class Ctl {
         }
       }
     });
-    auto reader = query_->WatchMembership(&ctx, req);
+    // The job's owner first (a routed read), where the watch is served.
+    v1::Job owner_probe;
+    if (auto s = Call(&v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job),
+                      &owner_probe);
+        !s.ok()) {
+      done.store(true);
+      waiter.join();
+      return Fail(s, g_);
+    }
+    auto query = v1::QueryService::NewStub(router_.pool()->Get(router_.Address()));
+    auto reader = query->WatchMembership(&ctx, req);
     v1::Membership m;
     bool reached = false;
     while (reader->Read(&m)) {
@@ -262,8 +283,16 @@ class Ctl {
   }
 
   int Top(const stragglerctl::TopOptions& options, const sigset_t& signals) {
+    // The job's owner first (a routed read); top then reads from it alone.
+    v1::Job owner_probe;
+    if (auto s = Call(&v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(options.job),
+                      &owner_probe);
+        !s.ok()) {
+      return Fail(s, g_);
+    }
+    auto query = v1::QueryService::NewStub(router_.pool()->Get(router_.Address()));
     return stragglerctl::RunTop(
-        *query_, options, [this](grpc::ClientContext& ctx) { Deadline(ctx); }, signals, std::cout,
+        *query, options, [this](grpc::ClientContext& ctx) { Deadline(ctx); }, signals, std::cout,
         [this](const grpc::Status& s) { return Fail(s, g_); });
   }
 
@@ -274,13 +303,13 @@ class Ctl {
       out << "policy of job " << j.job_id() << " is now:\n";
       stragglerctl::PrintPolicy(j.policy(), out);
     };
-    return CallAndShow(*admin_, &v1::AdminService::Stub::SetPolicy, req, print);
+    return CallAndShow(&v1::AdminService::Stub::SetPolicy, req, print);
   }
 
   int ShowPolicy(const std::string& job) {
     v1::Job r;
     const grpc::Status s =
-        Call(*query_, &v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &r);
+        Call(&v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &r);
     return Show(s, r.policy(), stragglerctl::PrintPolicy);  // the job's policy only
   }
 
@@ -290,7 +319,7 @@ class Ctl {
     req.set_rank(rank);
     req.set_override(o);
     req.set_reason(reason);
-    const int rc = CallAndShow(*admin_, &v1::AdminService::Stub::SetRankOverride, req,
+    const int rc = CallAndShow(&v1::AdminService::Stub::SetRankOverride, req,
                                stragglerctl::PrintMembership);
     if (rc == kExitOk) NoteWithheld(job);  // Show: kExitOk only for an answer
     return rc;
@@ -302,7 +331,7 @@ class Ctl {
   // changes nothing about the override.
   void NoteWithheld(const std::string& job) {
     v1::Job j;
-    auto s = Call(*query_, &v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &j);
+    auto s = Call(&v1::QueryService::Stub::GetJob, ForJob<v1::GetJobRequest>(job), &j);
     if (!s.ok() || !j.membership_withheld()) return;
     std::cerr << "stragglerctl: note: the membership change is withheld: " << j.detached_ranks()
               << " of " << j.world_size() << " ranks of job " << job
@@ -318,7 +347,7 @@ class Ctl {
     req.set_since_iteration(since_iteration);
     req.set_limit(limit);
     v1::ExportReportsResponse r;
-    auto s = Call(*query_, &v1::QueryService::Stub::ExportReports, req, &r);
+    auto s = Call(&v1::QueryService::Stub::ExportReports, req, &r);
     if (!s.ok()) return Fail(s, g_);
     if (r.dropped_before() > 0) {
       std::cerr << "stragglerctl: note: " << r.dropped_before()
@@ -357,15 +386,13 @@ class Ctl {
   }
 
   int Reset(const std::string& job) {
-    return CallAndShow(*admin_, &v1::AdminService::Stub::ResetJob, ForJob<v1::ResetJobRequest>(job),
+    return CallAndShow(&v1::AdminService::Stub::ResetJob, ForJob<v1::ResetJobRequest>(job),
                        stragglerctl::PrintJob);
   }
 
  private:
   Globals g_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::QueryService::Stub> query_;
-  std::unique_ptr<v1::AdminService::Stub> admin_;
+  straggler::stream::UnaryRouter router_;
 };
 
 // Runs the parsed command on the daemon; the exit status of main.
@@ -446,6 +473,11 @@ int main(int argc, char** argv) {
     std::cerr << "stragglerctl: " << error << '\n';
     return kExitUsage;
   }
-  Ctl ctl(g, credentials);
+  auto pool = straggler::stream::ChannelPool::Make(g.daemon, credentials, Ctl::ChannelArgs());
+  if (!pool.ok()) {
+    std::cerr << "stragglerctl: --daemon: " << pool.status().message() << '\n';
+    return kExitUsage;
+  }
+  Ctl ctl(g, *std::move(pool));
   return Dispatch(ctl, g, c, stop_signals);
 }

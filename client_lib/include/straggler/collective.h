@@ -151,7 +151,9 @@ class PartialAllReduce {
 // derived options checks these fields too.
 struct CollectiveOptions {
   // The daemon serving RendezvousService (stragglerd's gRPC address; the
-  // rendezvous goes to the daemon even when reports go through an agent).
+  // rendezvous goes to the daemon even when reports go through an agent), or
+  // several replicas comma-separated: the store follows the job's owner
+  // (DaemonStore, gloo_store.h; docs/cluster.md).
   std::string rendezvous_endpoint = "127.0.0.1:7070";
   std::string job_id;
   uint32_t rank = 0;

@@ -6,6 +6,11 @@
 //   gloo::rendezvous::PrefixStore prefixed("gloo/v3", store);
 //   context->connectFullMesh(prefixed, device);
 //
+// `endpoint` is one address or several comma-separated (stragglerd replicas,
+// docs/cluster.md): each call starts where the last one ended, follows a
+// replica's redirect to the job's owner and tries the next address, with
+// backoff, when one cannot be reached, within the call's bound.
+//
 // This is the Gloo glue header: it includes Gloo; the rest of the public API
 // (collective.h) does not. get() blocks until the key is set, like Gloo's own
 // stores; every wait is bounded and a timeout or an unreachable daemon throws
@@ -31,6 +36,9 @@ class DaemonStore : public gloo::rendezvous::Store {
               std::chrono::milliseconds ttl = std::chrono::minutes(10),
               std::chrono::milliseconds get_timeout = kDefaultTimeout);
   ~DaemonStore() override;
+
+  // Where the next call goes first (after a redirect: the job's owner).
+  std::string address() const;
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;

@@ -4,9 +4,12 @@
 
 #include <gloo/common/error.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "straggler/common/channel_security.h"
+#include "straggler/stream/channel_pool.h"
+#include "straggler/stream/routing.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 
 namespace straggler {
@@ -16,7 +19,7 @@ namespace pb = straggler::v1;
 
 // A unary call that is not a Wait answers within this (Set/Get are
 // in-memory on the daemon); longer means the daemon is unreachable.
-constexpr auto kCallDeadline = std::chrono::seconds(10);
+constexpr std::chrono::milliseconds kCallDeadline{10000};
 // A Wait's own deadline on top of the time it asks the server to hold it, so
 // the server's DEADLINE_EXCEEDED (which names the keys) arrives first.
 constexpr auto kWaitSlack = std::chrono::seconds(5);
@@ -39,13 +42,31 @@ struct DaemonStore::Impl {
   std::string job;
   std::chrono::milliseconds ttl;
   std::chrono::milliseconds get_timeout;
-  std::unique_ptr<pb::RendezvousService::Stub> stub;
+  // Several addresses (replicas), a random first one, a redirect followed
+  // to the job's owner, the next address with backoff otherwise
+  // (straggler/stream/routing.h): the same rules as the ingest stream.
+  std::unique_ptr<stream::UnaryRouter> router;
 
   [[noreturn]] void Fail(const char* what, const std::vector<std::string>& keys,
-                         const grpc::Status& s) const {
+                         const grpc::Status& s, const std::string& at) const {
     throw gloo::IoException("rendezvous " + std::string(what) + " of " + Join(keys) + " for job '" +
-                            job + "' at stragglerd " + endpoint + " failed: " +
+                            job + "' at stragglerd " + at + " failed: " +
                             std::to_string(s.error_code()) + " " + s.error_message());
+  }
+
+  // One call tried until the job's owner answers it or `budget` passes.
+  template <typename Request, typename Response>
+  grpc::Status Call(grpc::Status (pb::RendezvousService::Stub::*method)(grpc::ClientContext*,
+                                                                        const Request&, Response*),
+                    const Request& req, Response* resp, std::chrono::milliseconds budget,
+                    std::string* at) {
+    return router->Call(
+        [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& ctx) {
+          ctx.set_deadline(std::min(ctx.deadline(), std::chrono::system_clock::now() + kCallDeadline));
+          resp->Clear();
+          return (pb::RendezvousService::NewStub(channel).get()->*method)(&ctx, req, resp);
+        },
+        std::chrono::system_clock::now() + budget, at);
   }
 };
 
@@ -64,10 +85,20 @@ DaemonStore::DaemonStore(const std::string& endpoint, std::string job_id,
     throw gloo::IoException("rendezvous store for job '" + impl_->job + "' at stragglerd " +
                             endpoint + ": " + error);
   }
-  impl_->stub = pb::RendezvousService::NewStub(grpc::CreateChannel(endpoint, credentials));
+  stream::UnaryRouter::Options options;
+  grpc::ChannelArguments args;
+  stream::BoundReconnectBackoff(options.backoff, args);
+  auto pool = stream::ChannelPool::Make(endpoint, credentials, args);
+  if (!pool.ok()) {
+    throw gloo::IoException("rendezvous store for job '" + impl_->job + "': " +
+                            std::string(pool.status().message()));
+  }
+  impl_->router = std::make_unique<stream::UnaryRouter>(*std::move(pool), options);
 }
 
 DaemonStore::~DaemonStore() = default;
+
+std::string DaemonStore::address() const { return impl_->router->Address(); }
 
 void DaemonStore::set(const std::string& key, const std::vector<char>& data) {
   pb::RendezvousSetRequest req;
@@ -76,11 +107,14 @@ void DaemonStore::set(const std::string& key, const std::vector<char>& data) {
   req.set_value(data.data(), data.size());
   ToDuration(impl_->ttl, req.mutable_ttl());
   pb::RendezvousSetResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-  // A daemon that is restarting should not fail a context build at once.
-  ctx.set_wait_for_ready(true);
-  if (grpc::Status s = impl_->stub->Set(&ctx, req, &resp); !s.ok()) impl_->Fail("Set", {key}, s);
+  // A daemon that is restarting, or a failover to another replica, should
+  // not fail a context build at once: retried within get_timeout.
+  std::string at;
+  if (grpc::Status s = impl_->Call(&pb::RendezvousService::Stub::Set, req, &resp,
+                                   std::max(impl_->get_timeout, kCallDeadline), &at);
+      !s.ok()) {
+    impl_->Fail("Set", {key}, s, at);
+  }
 }
 
 std::vector<char> DaemonStore::get(const std::string& key) {
@@ -89,9 +123,12 @@ std::vector<char> DaemonStore::get(const std::string& key) {
   req.set_job_id(impl_->job);
   req.add_keys(key);
   pb::RendezvousGetResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-  if (grpc::Status s = impl_->stub->Get(&ctx, req, &resp); !s.ok()) impl_->Fail("Get", {key}, s);
+  std::string at;
+  if (grpc::Status s = impl_->Call(&pb::RendezvousService::Stub::Get, req, &resp,
+                                   std::max(impl_->get_timeout, kCallDeadline), &at);
+      !s.ok()) {
+    impl_->Fail("Get", {key}, s, at);
+  }
   const std::string& v = resp.entries(0).value();
   return std::vector<char>(v.begin(), v.end());
 }
@@ -103,25 +140,36 @@ void DaemonStore::wait(const std::vector<std::string>& keys,
   if (keys.empty()) return;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   // The daemon caps one Wait at rendezvous.max_wait_seconds; a longer
-  // timeout is served by asking again for the rest.
+  // timeout is served by asking again for the rest. A Wait the owner's
+  // failover broke (UNAVAILABLE) is asked again of the new owner by the
+  // router, which finds the keys there (docs/cluster.md, "The rendezvous
+  // store at a failover").
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()),
+                               std::chrono::milliseconds(1));
     pb::RendezvousWaitRequest req;
     req.set_job_id(impl_->job);
     for (const auto& k : keys) req.add_keys(k);
-    ToDuration(std::max(left, std::chrono::milliseconds(1)), req.mutable_timeout());
+    ToDuration(left, req.mutable_timeout());
     pb::RendezvousWaitResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::max(left, std::chrono::milliseconds(1)) +
-                     kWaitSlack);
-    grpc::Status s = impl_->stub->Wait(&ctx, req, &resp);
+    std::string at;
+    grpc::Status s = impl_->router->Call(
+        [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& ctx) {
+          // The request's timeout counts from now, on whichever replica.
+          const auto now = std::chrono::steady_clock::now();
+          ToDuration(std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
+                              std::chrono::milliseconds(1)),
+                     req.mutable_timeout());
+          return pb::RendezvousService::NewStub(channel)->Wait(&ctx, req, &resp);
+        },
+        std::chrono::system_clock::now() + left + kWaitSlack, &at);
     if (s.ok()) return;
     if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
         std::chrono::steady_clock::now() < deadline) {
       continue;
     }
-    impl_->Fail("Wait", keys, s);
+    impl_->Fail("Wait", keys, s, at);
   }
 }
 

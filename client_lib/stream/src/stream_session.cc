@@ -39,12 +39,10 @@ grpc::ChannelArguments StreamSession::ChannelArgs(const Options& options) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  // gRPC's own reconnect backoff otherwise grows to 2 minutes, which would
-  // override ours: a daemon that comes back must be found within backoff.max.
-  const int initial = static_cast<int>(options.backoff.initial.count());
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.max.count()));
+  BoundReconnectBackoff(options.backoff, args);
+  // And no connect attempt waits past `initial` (issue 28's setting): the
+  // session retries on its own backoff anyway.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.initial.count()));
   return args;
 }
 
@@ -52,11 +50,10 @@ StreamSession::StreamSession(std::shared_ptr<ChannelPool> pool, Options options,
     : options_(std::move(options)),
       source_(source),
       pool_(std::move(pool)),
+      cursor_(pool_->addresses()),
       backoff_(options_.backoff),
       rng_(std::random_device{}()) {
-  // A random first address: the processes of a site spread over replicas.
-  index_ = std::uniform_int_distribution<size_t>(0, pool_->addresses().size() - 1)(rng_);
-  SwitchTo(pool_->addresses()[index_]);
+  SwitchTo(cursor_.current());  // a random first address (routing.h)
 }
 
 std::string StreamSession::Address() const {
@@ -76,23 +73,20 @@ void StreamSession::SwitchTo(const std::string& address) {
 
 bool StreamSession::ChooseNext(grpc::ClientContext& ctx, bool was_connected) {
   if (was_connected) redirects_in_a_row_ = 0;
-  const auto& trailing = ctx.GetServerTrailingMetadata();
-  const auto it = trailing.find(kOwnerGrpcMetadata);
+  const std::string owner = RedirectOwner(ctx);
   const std::string current = Address();
-  if (it != trailing.end()) {
-    const std::string owner(it->second.data(), it->second.size());
-    if (!owner.empty() && owner != current) {
-      // Followed every time, without the backoff only kMaxRedirects times in
-      // a row: replicas that disagree are not ping-ponged between, and a
-      // client whose first redirects named an owner that had just died
-      // still reaches the one that took the job over (it may be in no list).
-      const bool at_once = ++redirects_in_a_row_ <= kMaxRedirects;
-      redirects_.fetch_add(1, std::memory_order_relaxed);
-      Log(LogLevel::kInfo, absl::StrCat(current, " redirected the stream to the job's owner ",
-                                        owner, at_once ? "" : " (after the backoff)"));
-      SwitchTo(owner);
-      return at_once;
-    }
+  if (!owner.empty() && owner != current) {
+    // Followed every time, without the backoff only kMaxRedirects times in
+    // a row: replicas that disagree are not ping-ponged between, and a
+    // client whose first redirects named an owner that had just died
+    // still reaches the one that took the job over (it may be in no list).
+    const bool at_once = ++redirects_in_a_row_ <= kMaxRedirects;
+    redirects_.fetch_add(1, std::memory_order_relaxed);
+    Log(LogLevel::kInfo, absl::StrCat(current, " redirected the stream to the job's owner ",
+                                      owner, at_once ? "" : " (after the backoff)"));
+    cursor_.MoveTo(owner);
+    SwitchTo(owner);
+    return at_once;
   }
   // Any other end: the next address of the list, the one after the list
   // address used last (from a redirect's owner too: the replica that
@@ -100,11 +94,8 @@ bool StreamSession::ChooseNext(grpc::ClientContext& ctx, bool was_connected) {
   // backoff bounds this loop, so the next redirect is followed at once
   // again: "in a row" counts redirects with no other end between them.
   redirects_in_a_row_ = 0;
-  const auto& list = pool_->addresses();
-  if (list.size() > 1 || current != list[index_]) {
-    index_ = (index_ + 1) % list.size();
-    SwitchTo(list[index_]);
-  }
+  cursor_.Next();
+  SwitchTo(cursor_.current());
   return false;
 }
 
@@ -401,17 +392,7 @@ std::chrono::milliseconds StreamSession::BackoffDelay(uint32_t attempt) {
     absl::MutexLock lock(&backoff_mu_);
     b = backoff_;
   }
-  const int64_t initial = std::max<int64_t>(1, b.initial.count());
-  const int64_t max = std::max<int64_t>(initial, b.max.count());
-  int64_t cap = initial;
-  for (uint32_t i = 0; i < attempt && cap < max; ++i) cap *= 2;
-  cap = std::min(cap, max);
-  if (b.jitter == Backoff::Jitter::kNarrow) {
-    std::uniform_real_distribution<double> jitter(0.8, 1.2);
-    return std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(cap) * jitter(rng_)));
-  }
-  std::uniform_int_distribution<int64_t> dist(initial, cap);
-  return std::chrono::milliseconds(dist(rng_));
+  return stream::BackoffDelay(b, attempt, rng_);
 }
 
 void StreamSession::ReaderLoop(Stream* stream) {

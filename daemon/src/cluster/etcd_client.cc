@@ -142,6 +142,10 @@ grpc::ChannelArguments ChannelArgs() {
   // by default), 3 s for the answer.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  // A read of a job's rendezvous keys (jobs/<job>/rendezvous/, up to
+  // rendezvous.max_bytes_per_job, 64 MiB) passes gRPC's default 4 MiB; etcd
+  // sends answers of any size (its --max-request-bytes bounds requests).
+  args.SetMaxReceiveMessageSize(-1);
   return args;
 }
 

@@ -213,12 +213,31 @@ absl::StatusOr<int64_t> Replica::FencedPut(const JobClaim& claim, absl::string_v
         absl::StrCat("job '", claim.job_id, "' state name '", name, "' must be one non-empty "
                      "path segment"));
   }
-  if (absl::Status s = CheckMayDecide(absl::StrCat("write ", name, " of job '", claim.job_id, "'"));
+  return PutFenced(claim, JobKey(claim.job_id, name), name, value, /*lease=*/0);
+}
+
+absl::StatusOr<int64_t> Replica::FencedPutEntry(const JobClaim& claim, absl::string_view dir,
+                                                absl::string_view key, absl::string_view value,
+                                                int64_t lease) {
+  if (absl::Status s = CheckClaim(claim); !s.ok()) return s;
+  if (dir.empty() || dir.find('/') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", claim.job_id, "' state directory '", dir,
+                     "' must be one non-empty path segment"));
+  }
+  return PutFenced(claim, absl::StrCat(JobKey(claim.job_id, dir), "/", key),
+                   absl::StrCat(dir, " key '", key, "'"), value, lease);
+}
+
+absl::StatusOr<int64_t> Replica::PutFenced(const JobClaim& claim, std::string key,
+                                           absl::string_view what, absl::string_view value,
+                                           int64_t lease) {
+  if (absl::Status s = CheckMayDecide(absl::StrCat("write ", what, " of job '", claim.job_id, "'"));
       !s.ok()) {
     return s;
   }
   absl::StatusOr<TxnResult> r =
-      etcd_->Txn(Fence(claim), {TxnOp::Put(JobKey(claim.job_id, name), std::string(value))},
+      etcd_->Txn(Fence(claim), {TxnOp::Put(std::move(key), std::string(value), lease)},
                  {TxnOp::Get(OwnerKey(claim.job_id))});
   if (!r.ok()) return r.status();
   if (!r->succeeded) return FenceFailed(claim, *r);

@@ -122,6 +122,12 @@ class Replica {
   // store's revision after the write.
   absl::StatusOr<int64_t> FencedPut(const JobClaim& claim, absl::string_view name,
                                     absl::string_view value);
+  // Writes jobs/<job>/<dir>/<key> (`key`: any bytes, '/' included) on etcd
+  // lease `lease` (0: none, else etcd deletes it when that lease expires),
+  // under the same fence and deadline as FencedPut.
+  absl::StatusOr<int64_t> FencedPutEntry(const JobClaim& claim, absl::string_view dir,
+                                         absl::string_view key, absl::string_view value,
+                                         int64_t lease);
   // Deletes the ownership key if `claim` still holds.
   absl::Status Release(const JobClaim& claim);
 
@@ -136,6 +142,9 @@ class Replica {
   // The fence of a write for `claim`: its ownership key unchanged.
   absl::Status CheckClaim(const JobClaim& claim) const;
   std::vector<Compare> Fence(const JobClaim& claim) const;
+  // FencedPut's and FencedPutEntry's write of `key`, `what` naming it.
+  absl::StatusOr<int64_t> PutFenced(const JobClaim& claim, std::string key, absl::string_view what,
+                                    absl::string_view value, int64_t lease);
   absl::Status FenceFailed(const JobClaim& claim, const TxnResult& result) const;
 
   const std::shared_ptr<EtcdClient> etcd_;

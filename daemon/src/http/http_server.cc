@@ -29,6 +29,7 @@
 #include "spdlog/spdlog.h"
 #include "metrics/stats.h"
 #include "server/cluster_member.h"
+#include "server/redirect.h"
 #include "straggler/common/tls.h"
 
 #ifndef STRAGGLERD_VERSION
@@ -148,12 +149,27 @@ Access AccessOf(RouteId id) {
 }  // namespace
 
 HttpServer::HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
-                       const ClusterMember* cluster, const QueryForwarder* forwarder)
+                       ClusterMember* cluster, const QueryForwarder* forwarder)
     : registry_(registry), stats_(stats), auth_(auth), cluster_(cluster), forwarder_(forwarder) {}
+
+absl::Status HttpServer::RouteInCluster(const RouteMatch& route) const {
+  if (cluster_ == nullptr) return absl::OkStatus();
+  switch (route.id) {
+    case RouteId::kOverride:
+    case RouteId::kPolicy:
+    case RouteId::kReset:
+      // As the gRPC AdminService: only the owner changes a job. (Reads are
+      // forwarded to the owner instead: api/query_forward.h.)
+      return cluster_->Serve(route.segments[2], /*take=*/false);
+    default:
+      return absl::OkStatus();
+  }
+}
 
 HttpServer::~HttpServer() { Stop(); }
 
 absl::Status HttpServer::Start(const DaemonConfig& config, const common::ServerTls* tls) {
+  https_ = tls != nullptr;
   const HttpConfig& http = config.http;
   const std::string& address = config.http_address;
   const size_t colon = address.rfind(':');
@@ -354,6 +370,17 @@ void HttpServer::Handle(const httplib::Request& req, httplib::Response& res) {
   }
   absl::StatusOr<RestCall> call = ParseRestCall(route, req.target, req.body);
   if (!call.ok()) return SendStatus(res, call.status());
+  if (absl::Status s = RouteInCluster(route); !s.ok()) {
+    // Another replica owns the job: 307 keeps the method and the body, so
+    // `curl -L` repeats a PUT or POST there (docs/api.md, "Replicas").
+    if (std::optional<OwnerAddress> owner = OwnerOf(s); owner && !owner->http_address.empty()) {
+      res.set_header("Location",
+                     absl::StrCat(https_ ? "https://" : "http://", owner->http_address, req.target));
+      res.set_header("Straggler-Owner-Id", owner->id);
+      return SendError(res, 307, "UNAVAILABLE", s.message());
+    }
+    return SendStatus(res, s);
+  }
   const std::string caller = Caller(req);
   QueryCaller reader;
   if (authorization) reader.authorization = std::string(*authorization);

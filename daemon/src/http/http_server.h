@@ -60,11 +60,12 @@ class HttpServer {
   enum class Phase { kStarting, kServing, kDraining };
 
   // `auth` decides which requests need the bearer token; it must outlive
-  // this, as must `cluster` and `forwarder` (null: the daemon runs alone;
-  // with them the REST reads answer for every job of the cluster,
-  // api/query_forward.h).
+  // this, as must `cluster` and `forwarder` (null: the daemon runs alone).
+  // With them the REST reads answer for every job of the cluster
+  // (api/query_forward.h), and a REST change of a job another replica owns
+  // is answered 307 to the owner's HTTP address (docs/api.md, "Replicas").
   HttpServer(JobRegistry& registry, DaemonStats& stats, const Authorizer& auth,
-             const ClusterMember* cluster = nullptr, const QueryForwarder* forwarder = nullptr);
+             ClusterMember* cluster = nullptr, const QueryForwarder* forwarder = nullptr);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -89,12 +90,16 @@ class HttpServer {
 
  private:
   void Handle(const httplib::Request& req, httplib::Response& res);
+  // OK when this replica answers `route` (alone, its own job, a job nobody
+  // owns); else why not: a redirect (redirect.h) or UNAVAILABLE.
+  absl::Status RouteInCluster(const RouteMatch& route) const;
 
   JobRegistry& registry_;
   DaemonStats& stats_;
   const Authorizer& auth_;
-  const ClusterMember* const cluster_;
+  ClusterMember* const cluster_;
   const QueryForwarder* const forwarder_;
+  bool https_ = false;  // the scheme of a redirect's Location (replicas share the TLS setting)
   std::atomic<Phase> phase_{Phase::kStarting};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -335,6 +335,17 @@ absl::Status JobRegistry::Mutate(absl::string_view job_id,
     }
     const engine::Time now = WallNow();
     status = fn(locked, now);
+    if (shared_ != nullptr && status.ok()) {
+      // Before the membership it may change is published: a replica that
+      // takes the job over keeps the operator's settings (docs/cluster.md).
+      // A refusal means this replica no longer owns the job; the commit
+      // below then fails the same way and stops serving it.
+      status = shared_->SaveAdmin(locked.id, AdminStateLocked(locked));
+      if (!status.ok()) {
+        spdlog::error("job={} policy/overrides not written to the cluster: {}", locked.id,
+                      std::string(status.message()));
+      }
+    }
     CommitLocked(locked);
     if (store_ != nullptr) SaveOverridesLocked(locked, now);
   }

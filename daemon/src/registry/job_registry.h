@@ -256,7 +256,13 @@ class JobRegistry {
   // MakeJob's: the membership the job's last owner saved (SharedJobState),
   // restored as a restart restores the store's (JobEngine::RestoreMembership).
   void RestoreSharedLocked(Job::Locked& job, engine::Time now);
+  // The job's admin policy and rank overrides, as the store and etcd keep them.
+  SharedAdminState AdminStateLocked(const Job::Locked& job) const;
+  // To the state database (errors logged and counted).
   void SaveOverridesLocked(const Job::Locked& job, engine::Time now);
+  // A stored admin policy (JSON) merged over the job's configured one; false
+  // (logged) when it cannot be.
+  bool ApplyStoredPolicyLocked(Job::Locked& job, const std::string& policy_json, engine::Time now);
   void ApplyRetention(engine::Time now);
   void JournalLocked(Job::Locked& job, std::vector<engine::Event> events)
       ABSL_LOCKS_EXCLUDED(events_mu_);

@@ -9,26 +9,50 @@
 
 namespace straggler::daemon {
 
-void JobRegistry::SaveOverridesLocked(const Job::Locked& job, engine::Time now) {
-  std::string policy_json;
+SharedAdminState JobRegistry::AdminStateLocked(const Job::Locked& job) const {
+  SharedAdminState state;
+  state.run_id = job.run_id;
   if (job->policy_overridden) {
     v1::PolicyConfig p;
     ToProto(job->engine.policy(), &p);
-    (void)google::protobuf::util::MessageToJsonString(p, &policy_json);
+    (void)google::protobuf::util::MessageToJsonString(p, &state.policy_json);
   }
-  std::vector<StoredOverride> overrides;
   for (uint32_t r = 0; r < job.world_size; ++r) {
     const engine::RankOverride o = job->engine.Worker(r).override;
     if (o == engine::RankOverride::kNone) continue;
     auto it = job->override_reasons.find(r);
-    overrides.push_back({r, o, it == job->override_reasons.end() ? "" : it->second});
+    state.overrides.push_back({r, o, it == job->override_reasons.end() ? "" : it->second});
   }
+  return state;
+}
+
+void JobRegistry::SaveOverridesLocked(const Job::Locked& job, engine::Time now) {
+  const SharedAdminState state = AdminStateLocked(job);
   if (absl::Status s = store_->SaveOverrides(job.id, job.world_size, job.incarnation,
-                                             policy_json, overrides, now);
+                                             state.policy_json, state.overrides, now);
       !s.ok()) {
     stats_.state_db_errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("job={} policy/overrides not persisted: {}", job.id, std::string(s.message()));
   }
+}
+
+bool JobRegistry::ApplyStoredPolicyLocked(Job::Locked& locked, const std::string& policy_json,
+                                          engine::Time now) {
+  // Merged over the config's policy, so a field a newer build added keeps
+  // its configured value; the engine validates it.
+  v1::PolicyConfig p;
+  absl::Status s = google::protobuf::util::JsonStringToMessage(policy_json, &p).ok()
+                       ? absl::OkStatus()
+                       : absl::InvalidArgumentError("not a PolicyConfig in JSON");
+  absl::StatusOr<engine::PolicyConfig> merged = MergePolicy(p, locked->engine.policy());
+  if (s.ok() && merged.ok()) s = locked->engine.SetPolicy(*merged, now);
+  if (!s.ok() || !merged.ok()) {
+    spdlog::error("job={} stored policy {} not restored: {}", locked.id, policy_json,
+                  std::string((s.ok() ? merged.status() : s).message()));
+    return false;
+  }
+  locked->policy_overridden = true;
+  return true;
 }
 
 std::shared_ptr<Job> JobRegistry::MakeJob(const std::string& job_id, uint32_t world_size,
@@ -72,22 +96,7 @@ bool JobRegistry::RestoreStoredLocked(Job::Locked& locked, engine::Time now) {
     return false;
   }
   const StoredJob& stored = **loaded;
-  if (!stored.policy_json.empty()) {
-    // Merged over the config's policy, so a field a newer build added keeps
-    // its configured value; the engine validates it.
-    v1::PolicyConfig p;
-    absl::Status s = google::protobuf::util::JsonStringToMessage(stored.policy_json, &p).ok()
-                         ? absl::OkStatus()
-                         : absl::InvalidArgumentError("not a PolicyConfig in JSON");
-    absl::StatusOr<engine::PolicyConfig> merged = MergePolicy(p, locked->engine.policy());
-    if (s.ok() && merged.ok()) s = locked->engine.SetPolicy(*merged, now);
-    if (!s.ok() || !merged.ok()) {
-      spdlog::error("job={} stored policy {} not restored: {}", job_id, stored.policy_json,
-                    std::string((s.ok() ? merged.status() : s).message()));
-    } else {
-      locked->policy_overridden = true;
-    }
-  }
+  if (!stored.policy_json.empty()) ApplyStoredPolicyLocked(locked, stored.policy_json, now);
   if (!stored.membership) return false;
   const engine::Membership& m = *stored.membership;
   if (stored.world_size != world_size) {
@@ -122,7 +131,35 @@ void JobRegistry::RestoreSharedLocked(Job::Locked& locked, engine::Time now) {
                   locked.id, std::string(loaded.status().message()));
     return;
   }
-  if (!loaded->has_value() || (*loaded)->run_id() != locked.run_id) return;  // another run
+  // The operators' settings of this run: the admin policy first (the
+  // membership restored below is judged under it), the overrides with the
+  // membership.
+  absl::StatusOr<std::optional<SharedAdminState>> admin = shared_->LoadAdmin(locked.id);
+  if (!admin.ok()) {
+    spdlog::error("job={} its last owner's policy and overrides could not be read: {}",
+                  locked.id, std::string(admin.status().message()));
+  }
+  const SharedAdminState* settings =
+      admin.ok() && admin->has_value() && (*admin)->run_id == locked.run_id ? &**admin : nullptr;
+  if (settings != nullptr && !settings->policy_json.empty()) {
+    ApplyStoredPolicyLocked(locked, settings->policy_json, now);
+  }
+  std::vector<std::pair<uint32_t, engine::RankOverride>> overrides;
+  if (settings != nullptr) {
+    for (const StoredOverride& o : settings->overrides) {
+      if (o.rank >= locked.world_size) continue;
+      overrides.emplace_back(o.rank, o.override);
+      locked->override_reasons[o.rank] = o.reason;
+    }
+  }
+  if (!loaded->has_value() || (*loaded)->run_id() != locked.run_id) {
+    // No membership of this run yet (an override whose change was withheld,
+    // a policy alone): the overrides are set as the operator set them.
+    for (const auto& [rank, o] : overrides) {
+      (void)locked->engine.SetOverride(rank, o, locked->override_reasons[rank], now);
+    }
+    return;
+  }
   const v1::Job& state = **loaded;
   engine::Membership m;
   m.version = state.membership().version();
@@ -139,11 +176,11 @@ void JobRegistry::RestoreSharedLocked(Job::Locked& locked, engine::Time now) {
     locked->engine.AdoptVersionFloor(m, now);
     return;
   }
-  // Operators' overrides are not shared yet (docs/cluster.md): a rank forced
-  // out is held as a straggler, released by its own reports.
-  locked->engine.RestoreMembership(m, {}, now);
-  spdlog::info("job={} taken over from its last owner's state: membership v{} -> v{}, {} excluded",
-               locked.id, m.version, locked->engine.membership().version, m.excluded.size());
+  locked->engine.RestoreMembership(m, overrides, now);
+  spdlog::info("job={} taken over from its last owner's state: membership v{} -> v{}, {} "
+               "excluded, {} overrides{}",
+               locked.id, m.version, locked->engine.membership().version, m.excluded.size(),
+               overrides.size(), locked->policy_overridden ? ", admin policy" : "");
 }
 
 absl::Status JobRegistry::Restore(engine::Time now) {

@@ -81,6 +81,19 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext
   if (absl::Status s = Route(request->job_id()); !s.ok()) return FinishUnary(ctx, s, call_);
   auto ttl = ToMillis(request->has_ttl(), request->ttl(), "ttl");
   if (!ttl.ok()) return FinishUnary(ctx, ttl.status(), call_);
+  if (cluster_ != nullptr) {
+    // In etcd before it is here (docs/cluster.md, "The rendezvous store at
+    // a failover"): a peer whose Wait this Set completes may use the key at
+    // once, and a new owner must find it.
+    absl::StatusOr<std::chrono::milliseconds> effective =
+        store_.CheckSet(request->job_id(), request->key(), request->value().size(), *ttl);
+    if (!effective.ok()) return FinishUnary(ctx, effective.status(), call_);
+    if (absl::Status s = cluster_->SaveRendezvousKey(request->job_id(), request->key(),
+                                                     request->value(), *effective);
+        !s.ok()) {
+      return FinishUnary(ctx, s, call_);
+    }
+  }
   return FinishUnary(ctx, store_.Set(request->job_id(), request->key(), request->value(), *ttl),
                      call_);
 }
@@ -120,6 +133,20 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Add(grpc::CallbackServerContext
   auto ttl = ToMillis(request->has_ttl(), request->ttl(), "ttl");
   if (!ttl.ok()) return FinishUnary(ctx, ttl.status(), call_);
   absl::StatusOr<int64_t> v = store_.Add(request->job_id(), request->key(), request->delta(), *ttl);
+  if (v.ok() && cluster_ != nullptr) {
+    // The counter's new value to etcd after the add (an add cannot be
+    // written first without a read-modify-write across the two): an Add
+    // whose write failed is answered UNAVAILABLE and counts twice if the
+    // caller retries it (docs/cluster.md).
+    absl::StatusOr<std::chrono::milliseconds> effective =
+        store_.CheckSet(request->job_id(), request->key(), 0, *ttl);
+    absl::Status s = effective.status();
+    if (s.ok()) {
+      s = cluster_->SaveRendezvousKey(request->job_id(), request->key(), std::to_string(*v),
+                                      *effective);
+    }
+    if (!s.ok()) return FinishUnary(ctx, s, call_);
+  }
   if (v.ok()) response->set_value(*v);
   return FinishUnary(ctx, v.status(), call_);
 }

@@ -164,6 +164,56 @@ absl::Status RendezvousStore::Set(const std::string& job, const std::string& key
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::chrono::milliseconds> RendezvousStore::CheckSet(
+    const std::string& job, const std::string& key, size_t value_bytes,
+    std::optional<std::chrono::milliseconds> ttl) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ValidateJobKey(job, key); !s.ok()) return s;
+  if (value_bytes > config_.max_value_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", common::Quoted(job), ": value of ", value_bytes, " bytes for rendezvous key ",
+        common::Quoted(key), " exceeds rendezvous.max_value_bytes=", config_.max_value_bytes));
+  }
+  const Clock::time_point now = Clock::now();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(ExpiryLocked(ttl, now) - now);
+}
+
+size_t RendezvousStore::Restore(const std::string& job, std::vector<Restored> entries) {
+  std::vector<Completion> completions;
+  size_t restored = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return 0;
+    const Clock::time_point now = Clock::now();
+    for (Restored& e : entries) {
+      if (!ValidateJobKey(job, e.key).ok() || e.value.size() > config_.max_value_bytes) continue;
+      absl::StatusOr<JobKv*> kv = JobForWriteLocked(job, now);
+      if (!kv.ok()) break;
+      if (auto it = (*kv)->keys.find(e.key); it != (*kv)->keys.end() && it->second.expires > now) {
+        continue;  // set here since: newer than etcd's copy
+      }
+      if (PutLocked(job, **kv, e.key, std::move(e.value), e.ttl, now, &completions).ok()) {
+        ++restored;
+      }
+    }
+  }
+  for (auto& [done, status] : completions) done(status);
+  return restored;
+}
+
+void RendezvousStore::DropJob(const std::string& job, const absl::Status& status) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return;
+    const std::set<uint64_t> ids = it->second.waiters;
+    for (uint64_t id : ids) completions.push_back(TakeWaiterLocked(id, status));
+    jobs_.erase(job);
+  }
+  for (auto& [done, s] : completions) done(s);
+}
+
 absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job, const std::string& key,
                                             int64_t delta,
                                             std::optional<std::chrono::milliseconds> ttl) {
@@ -308,16 +358,23 @@ void RendezvousStore::Cancel(uint64_t id) {
   c.first(c.second);
 }
 
-void RendezvousStore::Close(const absl::Status& status) {
+void RendezvousStore::EndWaits(const absl::Status& status) {
   std::vector<Completion> completions;
   {
     absl::MutexLock lock(&mu_);
-    if (!closed_) closed_ = status;
     std::vector<uint64_t> ids;
     for (const auto& [id, w] : waiters_) ids.push_back(id);
     for (uint64_t id : ids) completions.push_back(TakeWaiterLocked(id, status));
   }
   for (auto& [done, s] : completions) done(s);
+}
+
+void RendezvousStore::Close(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closed_) closed_ = status;
+  }
+  EndWaits(status);
 }
 
 size_t RendezvousStore::KeyCount(const std::string& job) {

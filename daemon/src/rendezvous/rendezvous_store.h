@@ -72,6 +72,26 @@ class RendezvousStore {
   absl::StatusOr<std::vector<KeyValue>> Get(const std::string& job,
                                             const std::vector<std::string>& keys,
                                             size_t max_response_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // What Set would refuse before it stores anything (the key, the value's
+  // size), else the TTL the key would get: for a caller that makes the key
+  // durable elsewhere first (a replica writes it to etcd, docs/cluster.md).
+  // Room for the key is checked by Set itself.
+  absl::StatusOr<std::chrono::milliseconds> CheckSet(
+      const std::string& job, const std::string& key, size_t value_bytes,
+      std::optional<std::chrono::milliseconds> ttl) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets each entry that `job` does not hold yet (a key set here since
+  // stays), expiring after its `ttl`, completing the waits it completes:
+  // a replica taking a job over loads its keys from etcd. Entries the
+  // limits refuse are skipped; returns how many were set.
+  struct Restored {
+    std::string key;
+    std::string value;
+    std::chrono::milliseconds ttl;
+  };
+  size_t Restore(const std::string& job, std::vector<Restored> entries) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets `job`'s keys and ends its waits with `status` (a replica that
+  // lost the job: a redirect to the new owner).
+  void DropJob(const std::string& job, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds `delta` to the decimal counter under `key` (missing = 0).
   absl::StatusOr<int64_t> Add(const std::string& job, const std::string& key, int64_t delta,
                               std::optional<std::chrono::milliseconds> ttl)
@@ -86,6 +106,8 @@ class RendezvousStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the wait `id` with CANCELLED (no-op once it has ended).
   void Cancel(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends every wait held now with `status` (not OK); later Waits are held.
+  void EndWaits(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every wait with `status`; later Waits end with it at once.
   void Close(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -44,6 +44,8 @@ std::string Advertised(const std::string& configured, const std::string& listeni
 
 // jobs/<job>/<name> of a job's membership (SharedJobState).
 constexpr char kMembershipName[] = "membership";
+// jobs/<job>/<dir>/<key> of a job's rendezvous keys.
+constexpr char kRendezvousDir[] = "rendezvous";
 
 // A failed etcd call, or the replica past its deadline: the client should
 // try again (here later, or another replica), so UNAVAILABLE whatever gRPC
@@ -238,6 +240,17 @@ absl::Status ClusterMember::Serve(absl::string_view job_id, bool take) {
   absl::StatusOr<JobClaim> claim = take ? replica->TakeJob(job_id) : replica->Owner(job_id);
   if (!claim.ok()) return AsUnavailable(claim.status());
   if (claim->owned) {
+    // The job's rendezvous keys in before any call about it is served: a
+    // call that finds the claim finds the keys. Racing first calls may both
+    // load them; Restore keeps what is already here.
+    if (on_take_) {
+      bool first;
+      {
+        absl::MutexLock lock(&mu_);
+        first = claims_.find(job_id) == claims_.end();
+      }
+      if (first) on_take_(std::string(job_id));
+    }
     {
       absl::MutexLock lock(&mu_);
       if (leaving_ || replica_ != replica) {
@@ -360,34 +373,97 @@ absl::Status ClusterMember::CheckMayDecide(absl::string_view job_id) const {
   return replica->CheckMayDecide(absl::StrCat("serve job '", job_id, "'"));
 }
 
+absl::StatusOr<std::pair<std::shared_ptr<Replica>, JobClaim>> ClusterMember::ClaimFor(
+    const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  if (leaving_ || !replica_) {
+    return absl::UnavailableError(
+        absl::StrCat("stragglerd replica '", id_, "' does not serve job '", job_id, "' now"));
+  }
+  auto it = claims_.find(job_id);
+  if (it == claims_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job_id, "' is not owned by stragglerd replica '", id_, "'"));
+  }
+  return std::make_pair(replica_, it->second);
+}
+
 absl::Status ClusterMember::SaveMembership(const v1::Job& state) {
-  std::shared_ptr<Replica> replica;
-  JobClaim claim;
+  auto claim = ClaimFor(state.job_id());
+  if (!claim.ok()) return claim.status();
+  auto& [replica, job_claim] = *claim;
+  return replica->FencedPut(job_claim, kMembershipName, state.SerializeAsString()).status();
+}
+
+absl::Status ClusterMember::SaveRendezvousKey(const std::string& job_id, const std::string& key,
+                                              const std::string& value,
+                                              std::chrono::milliseconds ttl) {
+  auto claim = ClaimFor(job_id);
+  if (!claim.ok()) return AsUnavailable(claim.status());
+  auto& [replica, job_claim] = *claim;
+  // Whole seconds, rounded up: etcd's key outlives the store's copy, never
+  // the reverse (etcd raises a TTL below its minimum anyway).
+  const int64_t seconds = std::max<int64_t>(1, (ttl.count() + 999) / 1000);
+  const auto now = std::chrono::steady_clock::now();
+  int64_t lease = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (leaving_ || !replica_) {
-      return absl::UnavailableError(absl::StrCat("stragglerd replica '", id_,
-                                                 "' does not serve job '", state.job_id(), "' now"));
+    for (auto it = rendezvous_leases_.begin(); it != rendezvous_leases_.end();) {
+      it = now - it->second.granted > std::chrono::seconds(1) ? rendezvous_leases_.erase(it)
+                                                              : std::next(it);
     }
-    auto it = claims_.find(state.job_id());
-    if (it == claims_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job '", state.job_id(), "' is not owned by stragglerd replica '", id_, "'"));
+    if (auto it = rendezvous_leases_.find({job_id, seconds}); it != rendezvous_leases_.end()) {
+      lease = it->second.id;
     }
-    replica = replica_;
-    claim = it->second;
   }
-  absl::StatusOr<int64_t> written =
-      replica->FencedPut(claim, kMembershipName, state.SerializeAsString());
-  return written.status();
+  if (lease == 0) {
+    // Two racing Sets may both grant: one lease is then unused, and etcd
+    // drops it after its TTL.
+    absl::StatusOr<cluster::Lease> granted = etcd_->GrantLease(seconds + 1);
+    if (!granted.ok()) return AsUnavailable(granted.status());
+    lease = granted->id;
+    absl::MutexLock lock(&mu_);
+    rendezvous_leases_[{job_id, seconds}] = {lease, now};
+  }
+  return AsUnavailable(
+      replica->FencedPutEntry(job_claim, kRendezvousDir, key, value, lease).status());
+}
+
+absl::StatusOr<std::vector<ClusterMember::RendezvousEntry>> ClusterMember::LoadRendezvousKeys(
+    const std::string& job_id) {
+  std::shared_ptr<Replica> replica = CurrentReplica();
+  if (!replica) return absl::UnavailableError("not joined to the cluster");
+  const std::string prefix = absl::StrCat(replica->JobKey(job_id, kRendezvousDir), "/");
+  absl::StatusOr<cluster::RangeResult> r = etcd_->GetPrefix(prefix);
+  if (!r.ok()) return r.status();
+  // What is left of each lease (keys set within a second share one).
+  std::map<int64_t, int64_t> left;
+  std::vector<RendezvousEntry> out;
+  for (cluster::KeyValue& kv : r->kvs) {
+    auto it = left.find(kv.lease);
+    if (it == left.end()) {
+      absl::StatusOr<cluster::LeaseStatus> ttl = etcd_->TimeToLive(kv.lease);
+      if (!ttl.ok()) return ttl.status();
+      it = left.emplace(kv.lease, ttl->ttl_seconds).first;
+    }
+    if (it->second <= 0) continue;  // expired since the read
+    out.push_back({kv.key.substr(prefix.size()), std::move(kv.value),
+                   std::chrono::seconds(it->second)});
+  }
+  return out;
+}
+
+void ClusterMember::SetOnTake(std::function<void(const std::string&)> on_take) {
+  on_take_ = std::move(on_take);
+}
+
+std::shared_ptr<Replica> ClusterMember::CurrentReplica() const {
+  absl::MutexLock lock(&mu_);
+  return replica_;
 }
 
 absl::StatusOr<std::optional<v1::Job>> ClusterMember::LoadMembership(const std::string& job_id) {
-  std::shared_ptr<Replica> replica;
-  {
-    absl::MutexLock lock(&mu_);
-    replica = replica_;
-  }
+  std::shared_ptr<Replica> replica = CurrentReplica();
   if (!replica) return absl::UnavailableError("not joined to the cluster");
   const std::string key = replica->JobKey(job_id, kMembershipName);
   absl::StatusOr<cluster::RangeResult> r = etcd_->Get(key);

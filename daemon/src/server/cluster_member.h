@@ -32,7 +32,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -103,6 +105,27 @@ class ClusterMember final : public SharedJobState {
   // deadline or when etcd cannot be reached.
   absl::Status SaveMembership(const v1::Job& state) override;
   absl::StatusOr<std::optional<v1::Job>> LoadMembership(const std::string& job_id) override;
+  // The job's admin policy and overrides under jobs/<job>/admin
+  // (server/cluster_state.cc); SaveAdmin fails as SaveMembership does.
+  absl::Status SaveAdmin(const std::string& job_id, const SharedAdminState& state) override;
+  absl::StatusOr<std::optional<SharedAdminState>> LoadAdmin(const std::string& job_id) override;
+
+  // The rendezvous store at a failover (docs/cluster.md, "The rendezvous
+  // store at a failover"): each key a job's owner sets is first written to
+  // jobs/<job>/rendezvous/<key> under the job's fence, on an etcd lease of
+  // the key's TTL (etcd deletes it when it expires); errors as
+  // SaveMembership's. A replica that takes a job calls `on_take` (set once,
+  // before Join) before it serves the job, so the job's keys are loaded
+  // before any call is answered.
+  absl::Status SaveRendezvousKey(const std::string& job_id, const std::string& key,
+                                 const std::string& value, std::chrono::milliseconds ttl);
+  struct RendezvousEntry {
+    std::string key;
+    std::string value;
+    std::chrono::milliseconds ttl;  // left in etcd
+  };
+  absl::StatusOr<std::vector<RendezvousEntry>> LoadRendezvousKeys(const std::string& job_id);
+  void SetOnTake(std::function<void(const std::string& job_id)> on_take);
 
   const std::string& replica_id() const { return id_; }
   // Jobs this replica took because their owner went (not from a client).
@@ -134,6 +157,12 @@ class ClusterMember final : public SharedJobState {
   // The adopter thread: takes each queued job (Serve with take).
   void AdoptLoop();
   absl::StatusOr<std::unique_ptr<cluster::ClusterView>> StartView();
+  // The replica and the job's claim, for a fenced write about `job_id`:
+  // UNAVAILABLE when not serving, FAILED_PRECONDITION when not the owner.
+  absl::StatusOr<std::pair<std::shared_ptr<cluster::Replica>, cluster::JobClaim>> ClaimFor(
+      const std::string& job_id) const;
+  // The replica joined now (null before Join and while joining again).
+  std::shared_ptr<cluster::Replica> CurrentReplica() const;
 
   const std::shared_ptr<cluster::EtcdClient> etcd_;
   const ClusterConfig config_;
@@ -159,6 +188,14 @@ class ClusterMember final : public SharedJobState {
   // Ownership changes since start (ClusterMetrics::jobs_taken, jobs_lost).
   uint64_t jobs_taken_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t jobs_lost_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void(const std::string&)> on_take_;  // set before Join
+  // The etcd lease of recent rendezvous keys per (job, TTL in seconds),
+  // reused for a second: one grant per context build, not one per key.
+  struct RecentLease {
+    int64_t id = 0;
+    std::chrono::steady_clock::time_point granted;
+  };
+  std::map<std::pair<std::string, int64_t>, RecentLease> rendezvous_leases_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace straggler::daemon

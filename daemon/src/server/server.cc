@@ -144,6 +144,25 @@ absl::Status Server::Start(const DaemonConfig& config) {
   query_ = std::make_unique<QueryServiceImpl>(*registry_, stats_, *auth_, forwarder_.get());
   admin_ = std::make_unique<AdminServiceImpl>(*registry_, stats_, *auth_, cluster_.get());
   rendezvous_store_ = std::make_unique<RendezvousStore>(config.rendezvous);
+  if (cluster_) {
+    // A job taken over brings its rendezvous keys from etcd
+    // (docs/cluster.md, "The rendezvous store at a failover").
+    cluster_->SetOnTake([member = cluster_.get(), store = rendezvous_store_.get()](
+                            const std::string& job) {
+      auto keys = member->LoadRendezvousKeys(job);
+      if (!keys.ok()) {
+        spdlog::warn("job={} rendezvous keys not loaded from etcd: {}", job,
+                     std::string(keys.status().message()));
+        return;
+      }
+      if (keys->empty()) return;
+      std::vector<RendezvousStore::Restored> entries;
+      for (auto& e : *keys) entries.push_back({e.key, std::move(e.value), e.ttl});
+      const size_t n = entries.size();
+      spdlog::info("job={} {} of {} rendezvous keys loaded from etcd", job,
+                   store->Restore(job, std::move(entries)), n);
+    });
+  }
   rendezvous_ = std::make_unique<RendezvousServiceImpl>(
       *rendezvous_store_, stats_, config.limits.max_message_bytes, cluster_.get());
   started_config_ = config;
@@ -290,8 +309,18 @@ void Server::TickLoop() {
       // Jobs another replica owns now are no longer served or exported here;
       // and no job is ticked (no rank turns unresponsive, no membership
       // moves) while this replica may not decide.
-      for (const auto& [job, status] : cluster_->TakeLostJobs()) registry_->Drop(job, status);
-      if (cluster_->MayDecide()) registry_->TickAll(WallNow());
+      for (const auto& [job, status] : cluster_->TakeLostJobs()) {
+        registry_->Drop(job, status);
+        rendezvous_store_->DropJob(job, status);  // its waits follow the redirect
+      }
+      if (cluster_->MayDecide()) {
+        registry_->TickAll(WallNow());
+      } else {
+        // Held rendezvous Waits end here, so their callers look for the
+        // job's next owner instead of waiting for keys that will be set
+        // there (docs/cluster.md, "The rendezvous store at a failover").
+        rendezvous_store_->EndWaits(cluster_->CheckMayDecide("hold rendezvous waits"));
+      }
     } else {
       registry_->TickAll(WallNow());
     }

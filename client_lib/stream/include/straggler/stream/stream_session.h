@@ -41,39 +41,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "straggler/stream/channel_pool.h"
+#include "straggler/stream/routing.h"
 #include "straggler/v1/straggler.grpc.pb.h"
 #include "straggler/v1/wire_rules.h"
 
 namespace straggler::stream {
 
 using Clock = std::chrono::steady_clock;
-
-// The trailing-metadata key of a redirect (docs/cluster.md, "Redirects"): a
-// replica that does not own the job ends the stream with UNAVAILABLE and the
-// owner's gRPC address under this key; the session goes straight there.
-using ::straggler::v1::rules::kOwnerGrpcMetadata;
-
-// How long to wait before the next connection attempt after a failed one:
-// `initial`, doubling per failure up to `max`, with jitter. Reset once a
-// connection reached the daemon (a directive arrived) or closed when idle.
-// A call that failed because the channel was down is retried sooner, as
-// soon as gRPC's own reconnect (bounded by `max` too) has the channel READY
-// again, but not before `initial`.
-struct Backoff {
-  enum class Jitter {
-    // Uniform in [initial, min(max, initial * 2^attempt)]: the ranks of a
-    // large job spread their reconnects; the floor spares a flapping daemon.
-    kSpread,
-    // min(max, initial * 2^attempt) +-20%: an agent per node, steadier.
-    kNarrow,
-  };
-  std::chrono::milliseconds initial{100};
-  // The cap, about how long a daemon that comes (back) up waits for a
-  // session at its cap to find it (issue 28: 5 s let that be 9.6 s). The
-  // client's and the agent's default.
-  std::chrono::milliseconds max{2000};
-  Jitter jitter = Jitter::kSpread;
-};
 
 enum class LogLevel { kDebug, kInfo, kWarning };
 // Gets each log line whole, prefixed with Options::name. Called from the
@@ -255,7 +229,7 @@ class StreamSession {
   Source& source_;
   const std::shared_ptr<ChannelPool> pool_;
   // The sender's connection target; address_ is also read by Address().
-  size_t index_ = 0;  // position in pool_->addresses() of the last list address used
+  AddressCursor cursor_;  // the sender's: where the next connection goes
   uint32_t redirects_in_a_row_ = 0;
   mutable absl::Mutex address_mu_;
   std::string address_ ABSL_GUARDED_BY(address_mu_);
