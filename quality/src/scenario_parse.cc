@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "scenario_yaml.h"
 #include "straggler/quality/scenario.h"
 #include "straggler/topology.h"
 #include "straggler/v1/wire_rules.h"
@@ -18,36 +19,9 @@
 namespace straggler::quality {
 namespace {
 
-class Parser {
+class Parser : public internal::YamlReader {
  public:
-  explicit Parser(std::string source) : source_(std::move(source)) {}
-
-  absl::Status Error(const YAML::Node& node, absl::string_view message) const {
-    const YAML::Mark m = node.Mark();
-    if (m.line < 0) return absl::InvalidArgumentError(absl::StrCat(source_, ": ", message));
-    return absl::InvalidArgumentError(absl::StrCat(source_, ":", m.line + 1, ": ", message));
-  }
-
-  absl::StatusOr<std::string> Scalar(const YAML::Node& n, absl::string_view key) const {
-    if (!n.IsScalar()) return Error(n, absl::StrCat(key, " must be a single value"));
-    return n.Scalar();
-  }
-  absl::StatusOr<uint64_t> Uint(const YAML::Node& n, absl::string_view key) const {
-    auto s = Scalar(n, key);
-    if (!s.ok()) return s.status();
-    uint64_t v = 0;
-    if (!absl::SimpleAtoi(*s, &v))
-      return Error(n, absl::StrCat(key, "=", *s, " is not a non-negative integer"));
-    return v;
-  }
-  absl::StatusOr<double> Double(const YAML::Node& n, absl::string_view key) const {
-    auto s = Scalar(n, key);
-    if (!s.ok()) return s.status();
-    double v = 0;
-    if (!absl::SimpleAtod(*s, &v) || !std::isfinite(v))
-      return Error(n, absl::StrCat(key, "=", *s, " is not a number"));
-    return v;
-  }
+  using YamlReader::YamlReader;
 
   // `ranks: all`, `ranks: [1, 3, "8-15"]`, or `rank: 3`.
   absl::StatusOr<std::vector<uint32_t>> Ranks(const YAML::Node& n, absl::string_view key,
@@ -416,83 +390,10 @@ class Parser {
     return absl::OkStatus();
   }
 
-  // `work: {sequences: N, sigma: S, attention: A, overhead: O, report:
-  // cost|tokens|none}` (WorkModel; every key optional).
-  absl::Status ParseWork(const YAML::Node& n, WorkModel& w) const {
-    if (!n.IsMap()) return Error(n, "work must be a map");
-    for (const auto& kv : n) {
-      const std::string key = kv.first.Scalar();
-      if (key == "sequences") {
-        auto v = Uint(kv.second, "work.sequences");
-        if (!v.ok()) return v.status();
-        if (*v < 1 || *v > 4096)
-          return Error(kv.second, absl::StrCat("work.sequences=", *v, " must be in [1, 4096]"));
-        w.sequences = static_cast<uint32_t>(*v);
-      } else if (key == "sigma" || key == "attention" || key == "overhead") {
-        auto v = Double(kv.second, absl::StrCat("work.", key));
-        if (!v.ok()) return v.status();
-        const double hi = key == "sigma" ? 2.0 : key == "attention" ? 100.0 : 1.0;
-        if (*v < 0 || *v > hi || (key == "overhead" && *v >= 1))
-          return Error(kv.second, absl::StrCat("work.", key, "=", *v, " must be in [0, ", hi,
-                                               key == "overhead" ? ")" : "]"));
-        (key == "sigma" ? w.sigma : key == "attention" ? w.attention : w.overhead) = *v;
-      } else if (key == "report") {
-        const std::string r = kv.second.Scalar();
-        if (r == "cost") w.report = WorkModel::Reported::kCost;
-        else if (r == "tokens") w.report = WorkModel::Reported::kTokens;
-        else if (r == "none") w.report = WorkModel::Reported::kNone;
-        else
-          return Error(kv.second, absl::StrCat("work.report='", r,
-                                               "' must be cost, tokens or none"));
-      } else {
-        return Error(kv.first, absl::StrCat("unknown key '", key,
-                                            "' in work (sequences, sigma, attention, overhead, "
-                                            "report)"));
-      }
-    }
-    w.enabled = true;
-    return absl::OkStatus();
-  }
-
-  // `input: {share: S, noise: N}` (InputModel; every key optional).
-  absl::Status ParseInput(const YAML::Node& n, InputModel& in) const {
-    if (!n.IsMap()) return Error(n, "input must be a map");
-    for (const auto& kv : n) {
-      const std::string key = kv.first.Scalar();
-      if (key != "share" && key != "noise")
-        return Error(kv.first, absl::StrCat("unknown key '", key, "' in input (share, noise)"));
-      auto v = Double(kv.second, absl::StrCat("input.", key));
-      if (!v.ok()) return v.status();
-      if (key == "share" ? !(*v > 0 && *v < 1) : !(*v >= 0 && *v <= 1))
-        return Error(kv.second, absl::StrCat("input.", key, "=", *v, " must be in ",
-                                             key == "share" ? "(0, 1)" : "[0, 1]"));
-      (key == "share" ? in.share : in.noise) = *v;
-    }
-    in.enabled = true;
-    return absl::OkStatus();
-  }
-
-  // `host: {run_delay: D}` (HostModel; the key optional).
-  absl::Status ParseHost(const YAML::Node& n, HostModel& h) const {
-    if (!n.IsMap()) return Error(n, "host must be a map");
-    for (const auto& kv : n) {
-      const std::string key = kv.first.Scalar();
-      if (key != "run_delay")
-        return Error(kv.first, absl::StrCat("unknown key '", key, "' in host (run_delay)"));
-      auto v = Double(kv.second, "host.run_delay");
-      if (!v.ok()) return v.status();
-      if (!(*v >= 0 && *v < 1))
-        return Error(kv.second, absl::StrCat("host.run_delay=", *v, " must be in [0, 1)"));
-      h.run_delay = *v;
-    }
-    h.enabled = true;
-    return absl::OkStatus();
-  }
-
   absl::StatusOr<Scenario> Parse(const YAML::Node& root) const {
     if (!root.IsMap()) return Error(root, "a scenario must be a map");
     Scenario s;
-    s.source = source_;
+    s.source = source();
     const std::set<std::string> known = {"name",   "description", "ranks", "iterations",
                                          "iterations_per_epoch", "base_seconds", "noise",
                                          "variation", "seed", "truth_min_factor", "topology",
@@ -557,11 +458,11 @@ class Parser {
     if (root["topology"])
       if (auto st = ParseTopology(root["topology"], s); !st.ok()) return st;
     if (root["work"])
-      if (auto st = ParseWork(root["work"], s.work); !st.ok()) return st;
+      if (auto st = internal::ParseWork(*this, root["work"], s.work); !st.ok()) return st;
     if (root["input"])
-      if (auto st = ParseInput(root["input"], s.input); !st.ok()) return st;
+      if (auto st = internal::ParseInput(*this, root["input"], s.input); !st.ok()) return st;
     if (root["host"])
-      if (auto st = ParseHost(root["host"], s.host); !st.ok()) return st;
+      if (auto st = internal::ParseHost(*this, root["host"], s.host); !st.ok()) return st;
     if (root["cause"]) {  // what a trace's phases and run delays can show (no GPU telemetry)
       auto c = Scalar(root["cause"], "cause");
       if (!c.ok()) return c.status();
@@ -583,9 +484,6 @@ class Parser {
     }
     return s;
   }
-
- private:
-  std::string source_;
 };
 
 }  // namespace
