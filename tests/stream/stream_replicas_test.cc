@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon_test_util.h"
 #include "straggler/stream/channel_pool.h"
+#include "straggler/stream/routing.h"
 #include "straggler/stream/stream_session.h"
 #include "stream_test_util.h"
 
@@ -208,4 +209,38 @@ TEST_CASE("a list with an empty entry is refused, naming it", "[stream][replicas
   auto ok = ss::SplitEndpoints(" a:1 , unix:/run/x.sock ");
   REQUIRE(ok.ok());
   CHECK(*ok == std::vector<std::string>{"a:1", "unix:/run/x.sock"});
+}
+
+// UnaryRouter (stragglerctl, the rendezvous store) keeps StreamSession's
+// rule: past max_redirects in a row a redirect is still followed, after the
+// backoff, so a call whose first owners had just died reaches the one that
+// took the job over. (It went back to its list before: a chain of five
+// redirects never reached the daemon.)
+TEST_CASE("a unary call follows a chain of redirects longer than max_redirects",
+          "[stream][replicas]") {
+  tu::LoopbackDaemon daemon;
+  std::vector<std::unique_ptr<Redirector>> chain;
+  std::string next = daemon.server.grpc_dial_address();
+  for (int i = 0; i < 5; ++i) {
+    chain.push_back(std::make_unique<Redirector>(next));
+    next = chain.back()->address();
+  }
+  ss::UnaryRouter::Options o;
+  o.backoff = {10ms, 10ms, ss::Backoff::Jitter::kNarrow};
+  o.max_redirects = 3;
+  ss::UnaryRouter router(Pool(next), o);
+  std::string reached;
+  const grpc::Status s = router.Call(
+      [](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& ctx) {
+        auto stream = v1::IngestService::NewStub(channel)->Stream(&ctx);
+        stream->WritesDone();
+        v1::Directive d;
+        while (stream->Read(&d)) {
+        }
+        return stream->Finish();
+      },
+      std::chrono::system_clock::now() + 10s, &reached);
+  CHECK(s.ok());
+  CHECK(reached == daemon.server.grpc_dial_address());
+  CHECK(router.redirects() == 5);
 }

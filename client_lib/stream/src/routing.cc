@@ -70,28 +70,33 @@ grpc::Status UnaryRouter::Call(const Attempt& attempt,
     if (address != nullptr) *address = at;
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
     const std::string owner = RedirectOwner(ctx);
-    const bool follow = !owner.empty() && owner != at && redirects < options_.max_redirects;
+    // StreamSession's rule: a redirect is always followed, at once only
+    // max_redirects times in a row (replicas that disagree are not
+    // ping-ponged between; an owner named while it was dying does not stop
+    // the call from reaching the one that took the job over).
+    const bool redirected = !owner.empty() && owner != at;
+    const bool at_once = redirected && redirects < options_.max_redirects;
     std::chrono::milliseconds pause(0);
     {
       absl::MutexLock lock(&mu_);
-      // Another thread may have moved on already: follow only from where
+      // Another thread may have moved on already: move only from where
       // this attempt went.
       if (cursor_.current() == at) {
-        if (follow) {
+        if (redirected) {
           cursor_.MoveTo(owner);
         } else {
           cursor_.Next();
         }
       }
-      if (!follow) pause = BackoffDelay(options_.backoff, failures, rng_);
+      if (!at_once) pause = BackoffDelay(options_.backoff, failures, rng_);
     }
-    if (follow) {
+    if (redirected) redirects_.fetch_add(1, std::memory_order_relaxed);
+    if (at_once) {
       ++redirects;
-      redirects_.fetch_add(1, std::memory_order_relaxed);
       continue;  // straight to the owner
     }
     ++failures;
-    redirects = 0;
+    if (!redirected) redirects = 0;
     if (options_.max_failures != 0 && failures >= options_.max_failures) return status;
     if (std::chrono::system_clock::now() + pause >= deadline) return status;
     std::this_thread::sleep_for(pause);

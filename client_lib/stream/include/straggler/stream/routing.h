@@ -110,7 +110,7 @@ class UnaryRouter {
     // Redirects followed in a row within one call before the next one waits
     // out the backoff: two replicas that disagree must not ping-pong a call.
     uint32_t max_redirects = 3;
-    // Failures (other than redirects) after which a call gives up before its
+    // Failures (other than redirects followed at once) after which a call gives up before its
     // deadline; 0: none. A command-line tool tries each address once.
     uint32_t max_failures = 0;
   };
