@@ -4,6 +4,7 @@
 // the generation check, the verdicts - a budget at a time.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "engine_impl.h"
@@ -18,7 +19,11 @@ bool PeerReference::Pass(size_t n, size_t per_unit, size_t& budget, F&& f) {
     const size_t units = (todo + per_unit - 1) / per_unit;
     const size_t end = budget >= units ? n : pos_ + budget * per_unit;
     budget -= std::min(budget, units);
-    for (; pos_ < end; ++pos_) f(pos_);
+    // A local index: the member, stored each step, kept every other member
+    // the step reads or sums from staying in a register.
+    size_t i = pos_;
+    for (; i < end; ++i) f(i);
+    pos_ = i;
     if (pos_ < n) return false;
   }
   pos_ = 0;
@@ -76,12 +81,15 @@ void PeerReference::StartGroup() {
     if (row_work_) FitWork(g);
     cost_sum_ = 0.0;
     large_ = n >= kSlicedMedianMin;
+    const GroupState& gs = states_[g];
     if (large_) {
       // Around its last row's median; before it has one, the first step.
-      const GroupState& gs = states_[g];
       const double sigma = gs.have_noise ? std::sqrt(gs.noise2) : 0.0;
       group_median_.Begin(gs.rows > 0 ? gs.median_log : SafeLog(groups_.Bucket(g)[0].second),
                           std::max(sigma, kMinScale));
+    } else {
+      band_median_.Begin(gs.rows > 0 ? gs.median_log : std::numeric_limits<double>::quiet_NaN(),
+                         gs.median_band, n);
     }
     stage_ = Stage::kGroupCount;
     return;
@@ -103,7 +111,10 @@ void PeerReference::GroupStep(size_t& budget) {
               xs[i] -= cost;
               cost_sum_ += cost;
             }
-            if (large_) group_median_.Count(xs[i]);
+            if (large_)
+              group_median_.Count(xs[i]);
+            else
+              band_median_.Add(xs[i]);
           }))
         return;
       if (large_) {
@@ -111,24 +122,37 @@ void PeerReference::GroupStep(size_t& budget) {
         stage_ = Stage::kGroupGather;
         return;
       }
-      logs_.assign(xs.begin(), xs.end());  // Median reorders
-      StartNoise(g, Median(logs_));
+      {
+        GroupState& gs = states_[g];
+        const double m = band_median_.Take(xs, logs_);
+        gs.median_band = band_median_.NextWidth(gs.have_noise ? std::sqrt(gs.noise2) : 0.0);
+        StartNoise(g, m);
+      }
       return;
     case Stage::kGroupGather:
       if (!Pass(n, kCheapPerUnit, budget, [&](size_t i) { group_median_.Gather(xs[i]); }))
         return;
       StartNoise(g, group_median_.Take());
       return;
-    case Stage::kGroupNoise:
-      if (!Pass(n, kCheapPerUnit, budget, [&](size_t i) {
-            xs[i] -= median_;
-            const double term = GroupState::NoiseTerm(xs[i], logs_p_.spike, noise_cap_);
-            noise_sum_ += term;
-            if (per_work_ && xs[i] > 0) upper_sum_ += 2 * term;
-          }))
-        return;
-      EndGroupRowWide(g);
+    case Stage::kGroupNoise: {
+      // The sums in locals (the same additions in the same order): summed
+      // into members, each step waited on the last one's store (a double
+      // member may alias xs), half of this pass's time.
+      double noise = noise_sum_, upper = upper_sum_;
+      const double m = median_, spike = logs_p_.spike, cap = noise_cap_;
+      const bool per_work = per_work_;
+      const bool done = Pass(n, kCheapPerUnit, budget, [&](size_t i) {
+        const double x = xs[i] - m;
+        xs[i] = x;
+        const double term = GroupState::NoiseTerm(x, spike, cap);
+        noise += term;
+        if (per_work && x > 0) upper += 2 * term;
+      });
+      noise_sum_ = noise;
+      upper_sum_ = upper;
+      if (done) EndGroupRowWide(g);
       return;
+    }
     case Stage::kGroupPush:
       if (!Pass(n, 1, budget, [&](size_t i) { PushStep(g, bucket[i].first, xs[i]); }))
         return;
@@ -163,7 +187,7 @@ void PeerReference::GroupStep(size_t& budget) {
       stage_ = Stage::kGroupMembers;
       return;
     case Stage::kGroupMembers:
-      if (!Pass(n, 1, budget, [&](size_t i) { JudgeMember(g, i); })) return;
+      if (!Pass(n, 1, budget, [&](size_t i) { JudgeMember(g, i, xs[i]); })) return;
       if (per_work_) states_[g].AddTime(time2_sum_, n);
       ++next_candidate_;
       stage_ = Stage::kGroupStart;
@@ -234,13 +258,12 @@ void PeerReference::PushStep(uint32_t g, uint32_t rank, double x) {
   if (!gs.profiled) profiles_.Push(PeerProfiles::kGen, rank, x, ProfileRoom());
 }
 
-void PeerReference::JudgeMember(uint32_t g, size_t i) {
+void PeerReference::JudgeMember(uint32_t g, size_t i, double x) {
   const GroupState& gs = states_[g];
   const auto& bucket = groups_.Bucket(g);
   // Not a structured binding: clang-14 (the fuzz build) cannot capture one.
   const uint32_t rank = bucket[i].first;
   const double t = bucket[i].second;
-  const double x = GroupXs(g)[i];
   if (!gs.pushed) PushStep(g, rank, x);
   if (per_work_) {
     // On time alone: from the row's per-work median at its mean work.

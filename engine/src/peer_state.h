@@ -42,6 +42,18 @@ struct PeerRank {
   // leaves at peer_exit_rows). (The own baseline is not here:
   // PeerReference::bases_, built only for ranks that take one.)
   uint64_t gray_rows : 21 = 0;
+  // The counters share one word: a verdict writes each only when it changes
+  // (most ranks' stay 0), not three read-modify-writes of it in a row, each
+  // waiting on the last (a fifth of a healthy rank's verdict, BENCHMARKS.md).
+  void SetAbove(uint64_t v) {
+    if (above_rows != v) above_rows = v;
+  }
+  void SetBelow(uint64_t v) {
+    if (below_rows != v) below_rows = v;
+  }
+  void SetGray(uint64_t v) {
+    if (gray_rows != v) gray_rows = v;
+  }
 
   void Restart(Source s, uint32_t g) {
     source = s;
@@ -85,6 +97,8 @@ struct GroupState {
   bool profiled = false;    // past its first peer_profile_iterations rows
   double median = 0.0;     // seconds, its newest row
   double median_log = 0.0;  // log(median): where SlicedMedian looks first in the next row
+  // BandMedian's half width around median_log for the next row (0: none yet).
+  double median_band = 0.0;
   double threshold = 0.0;  // log ratio in force
   double threshold_long = 0.0;  // the long window's, taken with it (LongThreshold)
   bool pushed = false;  // this row's steps went in with PrepareGroup (else JudgeMember)

@@ -109,9 +109,12 @@ void PeerSteps::Recount(const PeerLogs& p) {
     severe_bits_ = static_cast<uint16_t>(severe_bits_ << 1 | (Newest(i) >= p.severe));
 }
 
-void PeerSteps::Resum() {
+void PeerSteps::ResumWindow() {
   window_sum_ = 0.0;
   for (double v : window_) window_sum_ += v;
+}
+
+void PeerSteps::ResumLong() {
   long_sum_ = 0.0;
   for (size_t i = 0; i < long_count_; ++i) long_sum_ += long_[i];
 }
@@ -130,25 +133,27 @@ void PeerSteps::AddToWindows(const PeerLogs& p, double x) {
   if (long_count_ == kLong) long_sum_ -= long_[long_next_];
   long_[long_next_] = v;
   long_sum_ += v;
-  if (++long_next_ == kLong) long_next_ = 0;
   long_count_ = static_cast<uint8_t>(std::min<size_t>(long_count_ + 1, kLong));
-  bool wrapped = long_next_ == 0;
+  if (++long_next_ == kLong) {
+    long_next_ = 0;
+    ResumLong();
+  }
   if (window_.size() < p.window) {
     if (window_.empty()) window_.reserve(p.window);  // one allocation, not a growth
     window_.push_back(v);
     window_sum_ += v;
-  } else {
-    if (window_.size() > p.window) {  // the window was made shorter
-      window_.resize(p.window);
-      window_next_ = 0;
-      wrapped = true;
-    }
-    window_sum_ += v - window_[window_next_];
-    window_[window_next_] = v;
-    if (++window_next_ == window_.size()) window_next_ = 0;
-    wrapped |= window_next_ == 0;
+    return;
   }
-  if (wrapped) Resum();
+  bool wrapped = false;
+  if (window_.size() > p.window) {  // the window was made shorter
+    window_.resize(p.window);
+    window_next_ = 0;
+    wrapped = true;
+  }
+  window_sum_ += v - window_[window_next_];
+  window_[window_next_] = v;
+  if (++window_next_ == window_.size()) window_next_ = 0;
+  if (wrapped || window_next_ == 0) ResumWindow();
 }
 
 double PeerSteps::Rate() const { return (slow_steps_ + kPriorSlow) / (steps_ + kPriorSteps); }

@@ -146,12 +146,16 @@ class PeerSteps {
   // false only when they are surely below it. O(1), from running sums: a
   // trimmed mean is at most the plain mean, and a healthy rank's plain mean
   // sits far below any threshold, so most ranks skip both passes.
+  // Multiplied out, not divided: a division each was a tenth of a verdict
+  // (the slack dwarfs the rounding either way).
   bool TrimmedMayReach(double thr) const {
-    return window_sum_ / static_cast<double>(window_.size()) + kSumSlack >= thr;
+    const double n = static_cast<double>(window_.size());
+    return window_sum_ + kSumSlack * n >= thr * n;
   }
   bool LongMayReach(double thr) const {
     if (long_count_ < 2 * kLong / 3) return false;  // LongTrimmed() is -inf
-    return long_sum_ / static_cast<double>(long_count_) + kSumSlack >= thr;
+    const double n = static_cast<double>(long_count_);
+    return long_sum_ + kSumSlack * n >= thr * n;
   }
   // The severe rule at the group's rate of severe steps `rate`; `recent`:
   // how many of the last kSevereRun steps are severe (>= PeerLogs::severe as
@@ -169,8 +173,10 @@ class PeerSteps {
 
  private:
   void AddToWindows(const PeerLogs& p, double x);
-  // The running sums start over from the rings' values (exact again).
-  void Resum();
+  // A running sum starts over from its ring's values (exact again), each
+  // time its ring wraps.
+  void ResumWindow();
+  void ResumLong();
   double Newest(size_t back = 0) const { return raw_[(raw_next_ + kRaw - 1 - back) % kRaw]; }
   static_assert(kRaw <= 16 && kLong < 256, "severe_bits_ and the ring counters are narrow");
 

@@ -347,7 +347,7 @@ void PeerReference::Judge(uint32_t rank, double compute, uint64_t iteration, Tim
   const bool above =
       (have_window && pr.steps.TrimmedMayReach(thr) && pr.steps.Trimmed() >= thr) ||
       (pr.steps.LongMayReach(thr_long) && pr.steps.LongTrimmed() >= thr_long);
-  pr.above_rows = above ? PeerRank::Bump(pr.above_rows) : 0;
+  pr.SetAbove(above ? PeerRank::Bump(pr.above_rows) : 0);
   const uint32_t lim = e_.Limit();
   const WorkerState state = e_.ranks[rank].state;
   // Taken only where a rule reads them: most ranks are healthy and skip
@@ -367,14 +367,14 @@ void PeerReference::Judge(uint32_t rank, double compute, uint64_t iteration, Tim
   uint32_t counter;
   if (state == WorkerState::kStraggler) {
     const double tm = trimmed();
-    pr.below_rows = tm < level_back && recent <= 1 ? PeerRank::Bump(pr.below_rows) : 0;
+    pr.SetBelow(tm < level_back && recent <= 1 ? PeerRank::Bump(pr.below_rows) : 0);
     // Out for good: both windows below the straggler ratio by three
     // standard errors (a 1.3x rank in noisy steps is not let go and
     // flagged again) and at most one severe step of 5 (a 3x rank's steps
     // are spikes, left out of its windows).
     const bool gray = recent <= 1 && std::max(tm, pr.steps.LongTrimmed()) <
                                          logs.straggler - 3 * error();
-    pr.gray_rows = gray ? PeerRank::Bump(pr.gray_rows) : 0;
+    pr.SetGray(gray ? PeerRank::Bump(pr.gray_rows) : 0);
     pr.steps.AddToEpisode(logs);
     // Alone, the step and its reference come from different times: their
     // difference also holds how far the group's level moves between rows.
@@ -401,11 +401,11 @@ void PeerReference::Judge(uint32_t rank, double compute, uint64_t iteration, Tim
       straggling = level >= logs.straggler - allowance;
     }
     if (state == WorkerState::kMild) {
-      pr.below_rows = have_window && !above ? PeerRank::Bump(pr.below_rows) : 0;
+      pr.SetBelow(have_window && !above ? PeerRank::Bump(pr.below_rows) : 0);
       if (pr.below_rows >= p.peer_exit_rows) calm = WorkerState::kHealthy;
     } else {
       const bool back_below = pr.gray_rows > 0 && have_window && trimmed() < level_back;
-      pr.below_rows = back_below ? PeerRank::Bump(pr.below_rows) : 0;
+      pr.SetBelow(back_below ? PeerRank::Bump(pr.below_rows) : 0);
       if (pr.below_rows >= p.peer_exit_rows) pr.gray_rows = pr.below_rows = 0;
       // Mild once persistently so: a detection is not preceded by a mild event.
       if (enter && pr.above_rows > logs.window) calm = WorkerState::kMild;

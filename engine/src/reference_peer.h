@@ -179,8 +179,9 @@ class PeerReference final : public Reference {
   // A rank's step into its group's windows (and the group's profile).
   void PushStep(uint32_t g, uint32_t rank, double x);
 
-  // The verdict on member `i` of group `g`'s bucket in this row.
-  void JudgeMember(uint32_t g, size_t i);
+  // The verdict on member `i` of group `g`'s bucket in this row, whose log
+  // ratio is `x` (GroupXs(g)[i]).
+  void JudgeMember(uint32_t g, size_t i, double x);
 
   // Group g's log ratios in this row (kept until its verdicts are given).
   std::vector<double>& GroupXs(uint32_t g);
@@ -246,6 +247,7 @@ class PeerReference final : public Reference {
   std::vector<uint32_t> prepared_;    // those whose ranks got steps or verdicts
   bool large_ = false;                // its medians in two passes (group_median_, rate_median_)
   SlicedMedian group_median_;
+  BandMedian band_median_;  // a smaller group's median, in its logs' pass
   SlicedMedian rate_median_;  // a large group's median rate of severe steps
   double median_ = 0.0;  // its log median in the row
   double noise_cap_ = 0.0, noise_sum_ = 0.0;

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+
+#include "peer_steps.h"
 
 namespace straggler::engine::internal {
 
@@ -54,6 +57,47 @@ double SlicedMedian::Take() {
   std::nth_element(kept_.begin(), mid, kept_.end());
   if (n_ % 2 == 1) return *mid;
   return 0.5 * (*mid + *std::max_element(kept_.begin(), mid));
+}
+
+void BandMedian::Begin(double guess, double half_width, size_t n) {
+  const bool band = std::isfinite(guess) && std::isfinite(half_width) && half_width > 0.0;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  width_ = band ? half_width : 0.0;
+  lo_ = band ? guess - half_width : nan;
+  hi_ = band ? guess + half_width : nan;
+  below_ = above_ = kept_count_ = 0;
+  hit_ = false;
+  if (kept_.size() < n) kept_.resize(n);
+}
+
+double BandMedian::Take(std::span<const double> all, std::vector<double>& scratch) {
+  const size_t n = all.size();
+  if (n == 0) return 0.0;
+  // Median() takes the value at n / 2 and, for an even count, the one below
+  // it: both must lie in the band (a NaN anywhere leaves the counts short).
+  const size_t hi = n / 2;
+  const size_t lo = n % 2 == 1 ? hi : hi - 1;
+  hit_ = below_ + kept_count_ + above_ == n && below_ <= lo && hi < below_ + kept_count_;
+  if (!hit_) {
+    scratch.assign(all.begin(), all.end());
+    return Median(scratch);
+  }
+  // The kept values are ranks below_ .. below_ + kept_count_ - 1 of the
+  // sorted group.
+  const auto begin = kept_.begin();
+  const auto mid = begin + static_cast<std::ptrdiff_t>(hi - below_);
+  std::nth_element(begin, mid, begin + static_cast<std::ptrdiff_t>(kept_count_));
+  if (n % 2 == 1) return *mid;
+  return 0.5 * (*mid + *std::max_element(begin, mid));
+}
+
+double BandMedian::NextWidth(double sigma_hint) const {
+  if (width_ <= 0.0) return std::isfinite(sigma_hint) && sigma_hint > 0.0 ? sigma_hint / 8 : 0.0;
+  const size_t n = below_ + kept_count_ + above_;
+  if (!hit_) return 2.0 * width_;
+  if (8 * kept_count_ > n) return 0.7 * width_;
+  if (32 * kept_count_ < n) return 1.4 * width_;
+  return width_;
 }
 
 }  // namespace straggler::engine::internal

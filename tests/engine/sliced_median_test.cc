@@ -1,7 +1,8 @@
-// SlicedMedian (engine/src/sliced_median.h): the median of a large row in two
-// passes equals Median() of the same values bit for bit, however far its
-// guess is off - only the number of values it keeps for the final selection
-// grows.
+// SlicedMedian and BandMedian (engine/src/sliced_median.h): the median of a
+// large row in two passes, and of a smaller group in one pass around a guess,
+// equal Median() of the same values bit for bit, however far the guess is
+// off - only the number of values kept for the final selection grows, or
+// BandMedian falls back to every value.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -29,6 +30,14 @@ double Sliced(const std::vector<double>& v, double guess, double scale, size_t* 
 }
 
 double Whole(std::vector<double> v) { return si::Median(v); }
+
+// The median of `v` in BandMedian's pass; `m` keeps what it did.
+double Band(si::BandMedian& m, const std::vector<double>& v, double guess, double half_width) {
+  m.Begin(guess, half_width, v.size());
+  for (double x : v) m.Add(x);
+  std::vector<double> scratch;
+  return m.Take(v, scratch);
+}
 
 }  // namespace
 
@@ -100,4 +109,60 @@ TEST_CASE("median: a few values, with ties, give the middle values of a full sor
       CHECK(Whole(v) == want);
     }
   }
+}
+
+TEST_CASE("band median: equal to Median() for odd and even groups, any guess and width") {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  si::BandMedian m;
+  const double nan = std::nan("");
+  for (size_t n : {1u, 2u, 3u, 4u, 5u, 64u, 999u, 1000u, 4095u}) {
+    std::vector<double> v(n);
+    for (double& x : v) x = std::log(0.1) + noise(rng);
+    const double want = Whole(v);
+    for (double guess : {std::log(0.1), std::log(0.1) + 0.02, std::log(0.1) - 3.0, 40.0, nan}) {
+      for (double width : {0.005, 1e-9, 10.0, 0.0, -1.0, nan}) {
+        INFO("n " << n << " guess " << guess << " width " << width);
+        CHECK(Band(m, v, guess, width) == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("band median: a close guess selects among a few, a far one or a NaN falls back") {
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  std::vector<double> v(1000);
+  for (double& x : v) x = noise(rng);
+  si::BandMedian m;
+  CHECK(Band(m, v, 0.0, 0.05 / 8) == Whole(v));
+  CHECK(m.hit());
+  CHECK(m.kept() < v.size() / 8);
+  // A job-wide jump: the middle is far outside the band.
+  CHECK(Band(m, v, 1.0, 0.05 / 8) == Whole(v));
+  CHECK_FALSE(m.hit());
+  CHECK(m.NextWidth(0.05) == 2 * 0.05 / 8);  // wider after a miss
+  // Ties: every value equal to the guess is in the band.
+  std::vector<double> equal(1000, -2.302585092994046);
+  CHECK(Band(m, equal, -2.302585092994046, 0.01) == Whole(equal));
+  CHECK(m.hit());
+  CHECK(m.NextWidth(0.05) < 0.01);  // it kept them all: narrower
+  // A NaN among the values: not counted on either side, so no band result.
+  std::vector<double> with_nan = v;
+  with_nan[17] = std::nan("");
+  Band(m, with_nan, 0.0, 0.05);
+  CHECK_FALSE(m.hit());
+  // No band yet: the hint sets the first width.
+  m.Begin(std::nan(""), 0.0, v.size());
+  CHECK(m.NextWidth(0.08) == 0.01);
+  CHECK(m.NextWidth(0.0) == 0.0);
+}
+
+TEST_CASE("band median: two generations in one group, the middle in the gap") {
+  std::vector<double> two;
+  for (int i = 0; i < 500; ++i) two.push_back(-2.3 + 1e-5 * i);
+  for (int i = 0; i < 500; ++i) two.push_back(-1.83 + 1e-5 * i);
+  si::BandMedian m;
+  for (double guess : {-2.3, -2.07, -1.83})
+    for (double width : {0.001, 0.1, 0.3}) CHECK(Band(m, two, guess, width) == Whole(two));
 }
