@@ -120,13 +120,13 @@ TEST_CASE("row slices: peer groups and ranks judged against their own baselines,
   CHECK(sliced.first_straggler_report > whole.first_straggler_report);
 }
 
-TEST_CASE("row slices: a group of 5 000, its medians and rate median in passes, sliced alike") {
+TEST_CASE("row slices: a group of 16 500, its medians and rate median in passes, sliced alike") {
   // The row, the group's median and, at the profile's end and every 16th
   // row, its median rate of severe steps are taken in two passes
   // (SlicedMedian) in both runs; sliced, each pass is spread over reports
   // and paced to end within the next row.
-  const Run whole = Drive(0, /*groups=*/false, 5000);
-  const Run sliced = Drive(4, /*groups=*/false, 5000);
+  const Run whole = Drive(0, /*groups=*/false, 16500);
+  const Run sliced = Drive(4, /*groups=*/false, 16500);
   REQUIRE(whole.first_straggler_report > 0);
   CHECK(sliced.events == whole.events);
   CHECK(sliced.excluded == whole.excluded);
