@@ -141,6 +141,66 @@ BENCHMARK_CAPTURE(BM_EngineRowPlanned, ewma, PolicyKind::kEwma)
 BENCHMARK_CAPTURE(BM_EngineRowPlanned, peer, PolicyKind::kPeer)
     ->ArgNames({"ranks", "hybrid"})->ArgsProduct({{1000, 8000}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
+// The daemon's max-throughput case (bench/loadgen_goals.sh `max`: 1 000 ranks
+// over 4 streams, batches of 1 000, as fast as possible): each stream's batch
+// holds 4 iterations of its 250 ranks, and the streams drift apart, so a row
+// is judged once one stream is 3 iterations past it and the other streams'
+// reports of it come late - judged alone (JudgeSingle). Here the streams
+// report in step for 15 rounds (every rank placed in its group, profiles
+// done), then stream s runs 8 (3 - s) iterations ahead: three reports in four
+// are late, as the daemon's straggler_job_reports_late_total shows in that
+// case (75%).
+void BM_EngineLateStreams(benchmark::State& state, PolicyKind kind) {
+  constexpr uint32_t kRanks = 1000, kStreams = 4, kPerStream = kRanks / kStreams;
+  constexpr uint64_t kSpan = 4, kLag = 8;
+  constexpr int kRoundReports = kRanks * kSpan, kWarmRounds = 15;
+  const std::vector<double> noise = NoiseTable();
+  const Time start{1'700'000'000'000'000'000};
+  JobEngine engine(kRanks, Policy(kind), start);
+  bool apart = false;
+  uint64_t base = 0;  // the round's first iteration, before a stream's lead
+  uint32_t stream = 0, rank = 0;
+  uint64_t step = 0;  // iteration within the stream's batch
+  Time now = start;
+  size_t k = 0;
+  auto ingest = [&] {
+    Report r;
+    r.rank = stream * kPerStream + rank;
+    r.iteration = base + (apart ? kLag * (kStreams - 1 - stream) : 0) + step;
+    r.compute_seconds = noise[k++ & 4095];
+    auto result = engine.Ingest(r, now);
+    benchmark::DoNotOptimize(result.accepted);
+    if (++rank < kPerStream) return;
+    rank = 0;
+    if (++step < kSpan) return;
+    step = 0;
+    auto events = engine.TakeEvents();  // after each batch, as the daemon does
+    benchmark::DoNotOptimize(events.data());
+    if (++stream < kStreams) return;
+    stream = 0;
+    base += kSpan;
+    now += std::chrono::milliseconds(100);
+  };
+  for (int i = 0; i < kWarmRounds * kRoundReports; ++i) ingest();
+  apart = true;
+  for (int i = 0; i < 2 * kRoundReports; ++i) ingest();
+  const auto before = engine.View();
+
+  for (auto _ : state) ingest();
+
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  const auto view = engine.View();
+  const double reports = static_cast<double>(view.reports_total - before.reports_total);
+  state.counters["late_share"] =
+      static_cast<double>(view.reports_late_total - before.reports_late_total) / reports;
+  state.counters["stragglers"] = static_cast<double>(view.straggler_ranks);
+  if (view.reports_total - before.reports_total != state.iterations())
+    state.SkipWithError("a report was rejected");
+}
+
+BENCHMARK_CAPTURE(BM_EngineLateStreams, dynamic, PolicyKind::kDynamic);
+BENCHMARK_CAPTURE(BM_EngineLateStreams, peer, PolicyKind::kPeer);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -206,6 +206,7 @@ struct EngineImpl {
   uint64_t detections_total = 0;
   uint64_t recoveries_total = 0;
   uint64_t reports_total = 0;
+  uint64_t reports_late_total = 0;
   uint64_t guard_blocks_total = 0;
   Time last_report_time{0};
   std::vector<Event> events;

@@ -201,8 +201,12 @@ bool EngineImpl::TooFarAhead(uint32_t rank, uint64_t it, Time now) {
 
 void EngineImpl::AddToRow(const Report& rep, Time now) {
   const uint64_t it = rep.iteration;
-  if (TooFarAhead(rep.rank, it, now) || rows.Judged(it)) {
-    // Far ahead, or the row was judged already without this rank: alone.
+  if (TooFarAhead(rep.rank, it, now)) {
+    JudgeSingle(rep.rank, rep, now);
+    return;
+  }
+  if (rows.Judged(it)) {  // judged already without this rank: alone
+    ++reports_late_total;
     JudgeSingle(rep.rank, rep, now);
     return;
   }

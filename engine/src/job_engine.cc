@@ -286,6 +286,7 @@ JobView JobEngine::View() const {
   v.detections_total = d.detections_total;
   v.recoveries_total = d.recoveries_total;
   v.reports_total = d.reports_total;
+  v.reports_late_total = d.reports_late_total;
   v.guard_blocks_total = d.guard_blocks_total;
   v.iterations_per_epoch = d.iterations_per_epoch;
   v.last_report_time = d.last_report_time;

@@ -5,7 +5,7 @@
 namespace straggler::engine::internal {
 
 bool PeerGroups::Sync(const TopologyTable& topology, uint64_t version) {
-  if (synced_ && version == version_ && of_.size() == topology.size()) return false;
+  if (Current(topology, version)) return false;
   const bool first = !synced_ || of_.size() != topology.size();
   synced_ = true;
   version_ = version;

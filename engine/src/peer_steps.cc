@@ -8,12 +8,6 @@
 namespace straggler::engine::internal {
 namespace {
 
-// A rank's rate of severe steps: counts forgotten by kRateDecay a step (a
-// horizon of ~500 steps), with a prior of kPriorSlow such steps in
-// kPriorSteps (a rate of 1% before the job shows its own).
-constexpr double kRateDecay = 0.998;
-constexpr double kPriorSlow = 0.5;
-constexpr double kPriorSteps = 50.0;
 // RecentlyFast: the episode's mean log ratio L over at least kEpisodeSteps
 // steps, and the last m steps with m such that L / 2 is kFastExitZ of their
 // mean's standard deviations.
@@ -62,7 +56,7 @@ void WindowFloats::Grow(size_t n) {
   SetHeap(to);
 }
 
-bool PeerLogs::Refresh(const PolicyConfig& p) {
+bool PeerLogs::Changed(const PolicyConfig& p) {
   window = p.peer_window;
   if (p.peer_straggler_ratio != straggler_ratio_) {  // no step counts by it: no Recount
     straggler_ratio_ = p.peer_straggler_ratio;
@@ -78,12 +72,6 @@ bool PeerLogs::Refresh(const PolicyConfig& p) {
   spike = std::log(spike_ratio_);
   enter = std::log(enter_ratio_);
   return true;
-}
-
-void PeerSteps::Push(const PeerLogs& p, double x) {
-  slow_steps_ = slow_steps_ * kRateDecay + (x >= p.severe ? 1.0 : 0.0);
-  steps_ = steps_ * kRateDecay + 1.0;
-  AddToWindows(p, x);
 }
 
 void PeerSteps::StartOver(const PeerLogs& p) {

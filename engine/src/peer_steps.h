@@ -52,10 +52,19 @@ struct PeerLogs {
   uint32_t window = 0;  // peer_window
 
   // Refreshes from `p`; true when its ratios changed since the last call
-  // (then every PeerSteps must Recount).
-  bool Refresh(const PolicyConfig& p);
+  // (then every PeerSteps must Recount). The check inline: it runs for
+  // every report judged alone.
+  bool Refresh(const PolicyConfig& p) {
+    if (p.peer_window == window && p.peer_straggler_ratio == straggler_ratio_ &&
+        p.peer_severe_ratio == severe_ratio_ && p.peer_spike_ratio == spike_ratio_ &&
+        p.peer_enter_ratio == enter_ratio_)
+      return false;
+    return Changed(p);
+  }
 
  private:
+  bool Changed(const PolicyConfig& p);
+
   double severe_ratio_ = 0.0, spike_ratio_ = 0.0, enter_ratio_ = 0.0, straggler_ratio_ = 0.0;
 };
 
@@ -115,8 +124,19 @@ class WindowFloats {
 
 class PeerSteps {
  public:
+  // A rank's rate of severe steps: counts forgotten by kRateDecay a step (a
+  // horizon of ~500 steps), with a prior of kPriorSlow such steps in
+  // kPriorSteps (a rate of 1% before the job shows its own).
+  static constexpr double kRateDecay = 0.998;
+  static constexpr double kPriorSlow = 0.5;
+  static constexpr double kPriorSteps = 50.0;
+
   // A step's log ratio: into the rate of severe steps and every window.
-  void Push(const PeerLogs& p, double x);
+  void Push(const PeerLogs& p, double x) {
+    slow_steps_ = slow_steps_ * kRateDecay + (x >= p.severe ? 1.0 : 0.0);
+    steps_ = steps_ * kRateDecay + 1.0;
+    AddToWindows(p, x);
+  }
   // Every window starts over from the newest step (the rate stays): they
   // hold steps from before the rank became healthy again, which would flag
   // it on its past.

@@ -224,6 +224,11 @@ void PeerReference::RefreshLogs() {
 }
 
 void PeerReference::Sync() {
+  if (ranks_.size() == e_.world_size && groups_.Current(e_.topology, e_.topology_version)) return;
+  SyncChanged();
+}
+
+void PeerReference::SyncChanged() {
   if (ranks_.size() != e_.world_size) {
     ranks_.resize(e_.world_size);
     bases_.resize(e_.world_size);

@@ -83,7 +83,10 @@ class PeerReference final : public Reference {
   // profile length, at most 64 (a longer profile grows its block).
   size_t ProfileRoom() const;
 
+  // The ranks and groups as the engine's world size and topology say: a
+  // check inline, the work (SyncChanged) out of line.
   void Sync();
+  [[gnu::noinline]] void SyncChanged();
 
   // The thresholds (log ratio) for `gs`'s noise variance, once per row:
   // the short window's, and the long window's - the noise term shrunk by

@@ -149,6 +149,7 @@ TEST_CASE("http: health, readiness and the metrics exposition") {
   CHECK_THAT(text, Catch::Contains("straggler_reports_accepted_total 48\n"));
   CHECK_THAT(text, Catch::Contains("straggler_job_ranks{job=\"train.a-1_b\"} 4\n"));
   CHECK_THAT(text, Catch::Contains("straggler_job_reports_total{job=\"train.a-1_b\"} 48\n"));
+  CHECK_THAT(text, Catch::Contains("# TYPE straggler_job_reports_late_total counter\n"));
   CHECK_THAT(text, Catch::Contains("straggler_job_streams{job=\"train.a-1_b\"} 0\n"));
   CHECK_THAT(text, Catch::Contains("straggler_ingest_batch_duration_seconds_count 1\n"));
   CHECK_THAT(text, Catch::Contains(

@@ -386,6 +386,14 @@ TEST_CASE("rows: a rank that misses an iteration does not stall the job beyond t
   h.Advance(Harness::kRowStep);
   h.Feed(0, 0, 5 + grace, 1.0);  // an active rank at 5 + grace: row 5 is judged
   CHECK(h.Counter(1) == 1);
+  // Rank 3's report of iteration 5 after all: late, judged alone, counted
+  // (the ranks of the job's first row, which the first report completed
+  // while it was the only rank known, were counted so already).
+  const uint64_t late = h.engine().View().reports_late_total;
+  h.Feed(3, 0, 5, 1.0);
+  CHECK(h.engine().View().reports_late_total == late + 1);
+  h.Feed(3, 0, 6, 1.0);  // row 6 waits for it still: not late
+  CHECK(h.engine().View().reports_late_total == late + 1);
 }
 
 }  // namespace

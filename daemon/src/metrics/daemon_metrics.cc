@@ -226,6 +226,11 @@ const Family<JobRow> kJobFamilies[] = {
      [](const JobRow& j) { return double(j.streams); }},
     {"straggler_job_reports_total", MetricType::Counter, "Reports accepted.",
      [](const JobRow& j) { return double(j.view.reports_total); }},
+    {"straggler_job_reports_late_total", MetricType::Counter,
+     "Reports that came after their iteration was judged without them (the job had moved 3 "
+     "iterations past it): judged alone, not within their row. A large share means streams "
+     "far apart (batches spanning several iterations, a slow agent).",
+     [](const JobRow& j) { return double(j.view.reports_late_total); }},
     {"straggler_job_detections_total", MetricType::Counter, "Healthy to straggler transitions.",
      [](const JobRow& j) { return double(j.view.detections_total); }},
     {"straggler_job_recoveries_total", MetricType::Counter, "Straggler to healthy transitions.",

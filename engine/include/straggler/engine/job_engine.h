@@ -237,6 +237,11 @@ struct JobView {
   uint64_t detections_total = 0;
   uint64_t recoveries_total = 0;
   uint64_t reports_total = 0;
+  // Reports that came after their iteration's row was judged without them
+  // (the job had moved kRowGraceIterations past it): judged alone, against
+  // the reference's recent level, not within their row. Many mean streams
+  // far apart - batches spanning several iterations, a slow agent.
+  uint64_t reports_late_total = 0;
   uint64_t guard_blocks_total = 0;
   uint64_t iterations_per_epoch = 0;    // announced or learned; 0 = unknown
   Time last_report_time{0};
