@@ -156,6 +156,11 @@ double PeerReference::BaselineOf(uint32_t rank) const {
 
 bool PeerReference::JudgeAlone(uint32_t rank, const Report& rep, Time now) {
   if (rank >= ranks_.size()) return false;
+  // The log first: nothing below depends on it until the step goes into the
+  // windows, so its latency overlaps the lookups (it was a quarter of a late
+  // report's time where it stood just before its first use).
+  const double own = rep.OwnSeconds();
+  const double x = SafeLog(own);
   Sync();
   RefreshLogs();
   PeerRank& pr = ranks_[rank];
@@ -178,8 +183,6 @@ bool PeerReference::JudgeAlone(uint32_t rank, const Report& rep, Time now) {
          Excludes(e_.Newest(), rank)))
       pr.Restart(Source::kGroup, g);
   }
-  const double own = rep.OwnSeconds();
-  const double x = SafeLog(own);
   if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
     const GroupState& gs = states_[pr.group];
     const double steady = gs.steady_log;
@@ -218,7 +221,10 @@ size_t PeerReference::ProfileRoom() const {
 }
 
 void PeerReference::RefreshLogs() {
-  if (!logs_p_.Refresh(e_.policy)) return;
+  if (logs_p_.Refresh(e_.policy)) Recount();
+}
+
+void PeerReference::Recount() {
   // A new peer_severe_ratio (ranks never built have no steps to count).
   ranks_.ForEachBuilt([&](PeerRank& pr) { pr.steps.Recount(logs_p_); });
 }

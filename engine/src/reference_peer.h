@@ -77,7 +77,10 @@ class PeerReference final : public Reference {
 
   static double SafeLog(double t) { return std::log(std::max(t, 1e-9)); }
 
+  // logs_p_ as the policy says: a check inline, the recount after a change
+  // out of line.
   void RefreshLogs();
+  [[gnu::noinline]] void Recount();
 
   // Values per rank and kind a new profile block holds: the policy's
   // profile length, at most 64 (a longer profile grows its block).
