@@ -228,5 +228,7 @@ class PeerSteps {
 // The median of `v` (reordered): the mean of the two middle values for an
 // even count, so that two halves of a group pull it alike.
 double Median(std::span<double> v);
+// Median()'s value for 1 to 16 values, branch-free (what Median() uses there).
+double SmallMedian(std::span<const double> v);
 
 }  // namespace straggler::engine::internal

@@ -22,7 +22,8 @@ void SlicedMedian::Begin(double guess, double scale) {
     inv_width_ = 0.0;
   }
   counts_.assign(kBins + 2, 0);
-  kept_.clear();
+  kept_count_ = 0;
+  if (kept_.empty()) kept_.resize(1);  // Gather's spare slot, before Plan sizes it
   first_ = last_ = 0;
   n_ = offset_ = 0;
 }
@@ -42,21 +43,25 @@ void SlicedMedian::Plan() {
   size_t upto = before;
   while (upto + counts_[b] <= hi) upto += counts_[b++];
   last_ = b;
-  kept_.reserve(upto + counts_[b] - before);
+  // The kept values and Gather's spare slot.
+  const size_t kept = upto + counts_[b] - before;
+  if (kept_.size() < kept + 1) kept_.resize(kept + 1);
 }
 
 double SlicedMedian::Take() {
   if (n_ == 0) return 0.0;
+  const auto begin = kept_.begin();
+  const auto end = begin + static_cast<std::ptrdiff_t>(kept_count_);
   // Equal values (healthy ranks' rates of severe steps often are): one bin
   // holds them all, and no selection over them is needed.
-  const auto [lo, hi] = std::minmax_element(kept_.begin(), kept_.end());
+  const auto [lo, hi] = std::minmax_element(begin, end);
   if (*lo == *hi) return *lo;
-  // kept_ holds the values of ranks offset_ .. offset_ + kept_.size() - 1 of
-  // the whole sorted row (bins are ordered by value): Median()'s middle.
-  const auto mid = kept_.begin() + static_cast<std::ptrdiff_t>(n_ / 2 - offset_);
-  std::nth_element(kept_.begin(), mid, kept_.end());
+  // The kept values are ranks offset_ .. offset_ + kept_count_ - 1 of the
+  // whole sorted row (bins are ordered by value): Median()'s middle.
+  const auto mid = begin + static_cast<std::ptrdiff_t>(n_ / 2 - offset_);
+  std::nth_element(begin, mid, end);
   if (n_ % 2 == 1) return *mid;
-  return 0.5 * (*mid + *std::max_element(kept_.begin(), mid));
+  return 0.5 * (*mid + *std::max_element(begin, mid));
 }
 
 void BandMedian::Begin(double guess, double half_width, size_t n) {

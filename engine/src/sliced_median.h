@@ -29,14 +29,17 @@ class SlicedMedian {
   void Plan();
   // Pass two: every value again.
   void Gather(double x) {
+    // Written always, kept only in range: no branch on the value (kept_ has
+    // a spare slot past the kept values, Plan).
     const uint32_t b = Bin(x);
-    if (b >= first_ && b <= last_) kept_.push_back(x);
+    kept_[kept_count_] = x;
+    kept_count_ += (b >= first_) & (b <= last_);
   }
   // The median (0 for no values); the kept values are reordered.
   double Take();
 
   // Values kept by Gather so far (tests: how far the guess was off).
-  size_t kept() const { return kept_.size(); }
+  size_t kept() const { return kept_count_; }
 
  private:
   // Bins 1..kBins span [base_, base_ + kBins / inv_width_); 0 and kBins + 1
@@ -56,6 +59,7 @@ class SlicedMedian {
   size_t n_ = 0;
   size_t offset_ = 0;  // values in bins below first_
   std::vector<double> kept_;
+  size_t kept_count_ = 0;
 };
 
 // The exact median of a group's values in the one pass that takes its logs,
