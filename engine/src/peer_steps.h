@@ -181,6 +181,8 @@ class PeerSteps {
   // how many of the last kSevereRun steps are severe (>= PeerLogs::severe as
   // of their Push or the last Recount).
   bool Severe(double rate, size_t* recent) const;
+  // No severe step among the last kRaw (Severe is then false, `recent` 0).
+  bool NoneSevere() const { return severe_bits_ == 0; }
   // The quick way back (docs/detection.md, "peer"): an episode that
   // averaged L over at least 10 steps is over when the last m steps average
   // below L / 2 with none at L, m = (9 sigma / L)^2 within [3, kRaw].

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine_impl.h"
+#include "peer_quiet.h"
 
 namespace straggler::engine::internal {
 namespace {
@@ -188,24 +189,26 @@ bool PeerReference::JudgeAlone(uint32_t rank, const Report& rep, Time now) {
     const double steady = gs.steady_log;
     pr.steps.Push(logs_p_, x - gs.work.LogCost(rep.work) - steady);
     const uint32_t g = pr.group;
-    Judge(rank, own, rep.iteration, now, gs, /*alone=*/true,
-          [&](bool to_straggler, double ratio) {
-            return absl::StrFormat("rank %u (%s) %s %.3g× its group's recent median %.3gs%s, "
-                                   "judged alone",
-                                   rank, groups_.Label(g), to_straggler ? "at" : "back to",
-                                   ratio, std::exp(steady), PerWork(gs.work));
-          });
+    if (!Quiet(rank, pr, gs))
+      Judge(rank, own, rep.iteration, now, gs, /*alone=*/true,
+            [&](bool to_straggler, double ratio) {
+              return absl::StrFormat("rank %u (%s) %s %.3g× its group's recent median %.3gs%s, "
+                                     "judged alone",
+                                     rank, groups_.Label(g), to_straggler ? "at" : "back to",
+                                     ratio, std::exp(steady), PerWork(gs.work));
+            });
     return true;
   }
   if (pr.source == Source::kOwn && have_base_[rank] && own_state_.profiled) {
     const double ref = own_level_ + bases_[rank];
     pr.steps.Push(logs_p_, x - ref);
-    Judge(rank, own, rep.iteration, now, own_state_, /*alone=*/true,
-          [&](bool to_straggler, double ratio) {
-            return absl::StrFormat("rank %u (%s) %s %.3g× its own baseline %.3gs, judged alone",
-                                   rank, groups_.Label(groups_.Of(rank)),
-                                   to_straggler ? "at" : "back to", ratio, std::exp(ref));
-          });
+    if (!Quiet(rank, pr, own_state_))
+      Judge(rank, own, rep.iteration, now, own_state_, /*alone=*/true,
+            [&](bool to_straggler, double ratio) {
+              return absl::StrFormat("rank %u (%s) %s %.3g× its own baseline %.3gs, judged alone",
+                                     rank, groups_.Label(groups_.Of(rank)),
+                                     to_straggler ? "at" : "back to", ratio, std::exp(ref));
+            });
     return true;
   }
   return false;
@@ -315,18 +318,19 @@ void PeerReference::JudgeOwn(const Row& row, double level, Time now) {
     own_state_.median = std::exp(own_level_ + bases_[rank]);
     const double base_seconds = own_state_.median;
     pr.steps.Push(logs_p_, SafeLog(t) - level - bases_[rank] - norm);
-    Judge(rank, t, row.iteration, now, own_state_, /*alone=*/false,
-          [&](bool to_straggler, double ratio) {
-            return to_straggler
-                       ? absl::StrFormat(
-                             "rank %u (%s, too small to compare within) %.3g× its own "
-                             "baseline %.3gs at the job's current speed (threshold %.3g×)",
-                             rank, groups_.Label(groups_.Of(rank)), ratio, base_seconds,
-                             std::exp(own_state_.threshold))
-                       : absl::StrFormat("rank %u (%s) back to %.3g× its own baseline %.3gs",
-                                         rank, groups_.Label(groups_.Of(rank)), ratio,
-                                         base_seconds);
-          });
+    if (!Quiet(rank, pr, own_state_))
+      Judge(rank, t, row.iteration, now, own_state_, /*alone=*/false,
+            [&](bool to_straggler, double ratio) {
+              return to_straggler
+                         ? absl::StrFormat(
+                               "rank %u (%s, too small to compare within) %.3g× its own "
+                               "baseline %.3gs at the job's current speed (threshold %.3g×)",
+                               rank, groups_.Label(groups_.Of(rank)), ratio, base_seconds,
+                               std::exp(own_state_.threshold))
+                         : absl::StrFormat("rank %u (%s) back to %.3g× its own baseline %.3gs",
+                                           rank, groups_.Label(groups_.Of(rank)), ratio,
+                                           base_seconds);
+            });
   }
 }
 

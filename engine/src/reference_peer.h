@@ -221,6 +221,11 @@ class PeerReference final : public Reference {
   // item 2). In a steady job the drift is small and the way back as quick.
   void Judge(uint32_t rank, double compute, uint64_t iteration, Time now, const GroupState& gs,
              bool alone, absl::FunctionRef<std::string(bool, double)> why);
+  // Whether Judge would change nothing for `rank` (its PeerRank `pr`, its
+  // step already in the windows) against `gs`: healthy, nothing counted,
+  // no severe step, windows surely below both thresholds. Inline
+  // (peer_quiet.h): most ranks, most rows, skip the call.
+  bool Quiet(uint32_t rank, const PeerRank& pr, const GroupState& gs) const;
 
   PeerGroups groups_;
   std::vector<GroupState> states_;
