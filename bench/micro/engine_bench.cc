@@ -17,12 +17,16 @@
 //   engine_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "engine_inputs.h"
+#include "peer_steps.h"
 #include "straggler/engine/job_engine.h"
 #include "straggler/engine/policy.h"
 
@@ -194,12 +198,59 @@ void BM_EngineLateStreams(benchmark::State& state, PolicyKind kind) {
   state.counters["late_share"] =
       static_cast<double>(view.reports_late_total - before.reports_late_total) / reports;
   state.counters["stragglers"] = static_cast<double>(view.straggler_ranks);
-  if (view.reports_total - before.reports_total != state.iterations())
+  if (view.reports_total - before.reports_total != static_cast<uint64_t>(state.iterations()))
     state.SkipWithError("a report was rejected");
 }
 
 BENCHMARK_CAPTURE(BM_EngineLateStreams, dynamic, PolicyKind::kDynamic);
 BENCHMARK_CAPTURE(BM_EngineLateStreams, peer, PolicyKind::kPeer);
+
+// A profile's median (10 values: peer_profile_iterations), as the profile's
+// end takes two per rank: Median() (a sorting network up to 16 values)
+// against the selection it uses above that (SelectMiddle: nth_element).
+void BM_Median(benchmark::State& state, bool network) {
+  // 2^16 log steps from a generator (not NoiseTable's 4 096, whose profiles
+  // recur every 409 draws and let the branch predictor learn nth_element's
+  // branches: it then looked faster than it is).
+  std::vector<double> logs(size_t{1} << 16);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (double& l : logs) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    l = std::log(0.1 * (0.95 + 0.1 * static_cast<double>(x >> 11) / 9007199254740992.0));
+  }
+  std::vector<double> v(10);
+  size_t k = 0;
+  double sum = 0.0;
+  for (auto _ : state) {
+    // A fresh profile each time (SelectMiddle reorders): 10 of the 4 096.
+    std::copy_n(logs.begin() + static_cast<std::ptrdiff_t>(k), v.size(), v.begin());
+    k = (k + v.size()) % (logs.size() - v.size());
+    sum += network ? straggler::engine::internal::Median(v)
+                   : straggler::engine::internal::SelectMiddle(v, v.size() / 2, false);
+  }
+  benchmark::DoNotOptimize(sum);
+}
+BENCHMARK_CAPTURE(BM_Median, network, true);
+BENCHMARK_CAPTURE(BM_Median, nth_element, false);
+
+// std::log, each one waiting for the last (a report judged alone takes its
+// log so) or independent of each other (a row takes its logs in one loop).
+void BM_Log(benchmark::State& state, bool dependent) {
+  const std::vector<double> noise = NoiseTable();
+  double x = 0.1, sum = 0.0;
+  size_t k = 0;
+  for (auto _ : state) {
+    if (dependent) {
+      x = std::log(x + 2.0);
+    } else {
+      sum += std::log(noise[k++ & 4095]);
+    }
+  }
+  benchmark::DoNotOptimize(x);
+  benchmark::DoNotOptimize(sum);
+}
+BENCHMARK_CAPTURE(BM_Log, dependent, true);
+BENCHMARK_CAPTURE(BM_Log, independent, false);
 
 }  // namespace
 

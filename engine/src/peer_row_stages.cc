@@ -276,17 +276,16 @@ void PeerReference::JudgeMember(uint32_t g, size_t i, double x) {
                2.0 / (static_cast<double>(kLong) + 1.0));
   }
   if (!gs.judged) return;
-  if (!Quiet(rank, ranks_[rank], gs))
-    Judge(rank, t, row_iteration_, row_now_, gs, /*alone=*/false,
-          [&](bool to_straggler, double ratio) {
-            return to_straggler
-                       ? absl::StrFormat("rank %u (%s) %.3g× its group's median %s over its "
-                                         "last steps (threshold %.3g×)",
-                                         rank, groups_.Label(g), ratio, MedianText(gs),
-                                         std::exp(gs.threshold))
-                       : absl::StrFormat("rank %u (%s) back to %.3g× its group's median %s",
-                                         rank, groups_.Label(g), ratio, MedianText(gs));
-          });
+  Judge(rank, t, row_iteration_, row_now_, gs, /*alone=*/false,
+        [&](bool to_straggler, double ratio) {
+          return to_straggler
+                     ? absl::StrFormat("rank %u (%s) %.3g× its group's median %s over its "
+                                       "last steps (threshold %.3g×)",
+                                       rank, groups_.Label(g), ratio, MedianText(gs),
+                                       std::exp(gs.threshold))
+                     : absl::StrFormat("rank %u (%s) back to %.3g× its group's median %s",
+                                       rank, groups_.Label(g), ratio, MedianText(gs));
+        });
   if (per_work_) data_.Decide(rank, e_.ranks[rank].state == WorkerState::kHealthy, gs.threshold_time);
 }
 

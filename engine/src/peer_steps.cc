@@ -34,10 +34,12 @@ double Tail(size_t n, size_t c, double p) {
 // middle values, combined the same way): sorted by Batcher's odd-even merge
 // network for 16 inputs (63 compare-exchanges, padded with +inf), min and
 // max in registers, no branch. `nth_element` over a profile's 10 values took
-// ~90 ns, mostly mispredicted branches, and the profile's end takes two such
+// ~108 ns, mostly mispredicted branches, and the profile's end takes two such
 // medians per rank (a 4 096-report batch then waited 7 ms at 65 536 ranks);
-// this takes ~11 ns. Unrolled with constant indices: a loop over a table of
-// pairs kept the values in memory and was slower than `nth_element`.
+// this takes ~23 ns (engine_bench BM_Median). Unrolled with constant indices:
+// a loop over a table of pairs kept the values in memory and was slower.
+namespace {
+
 double SmallMedian(std::span<const double> v) {
   const size_t n = v.size();
   double a[16];
@@ -62,13 +64,19 @@ double SmallMedian(std::span<const double> v) {
   return n % 2 == 1 ? a[n / 2] : 0.5 * (a[n / 2] + a[n / 2 - 1]);
 }
 
+}  // namespace
+
+double SelectMiddle(std::span<double> v, size_t k, bool odd) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(k);
+  std::nth_element(v.begin(), mid, v.end());
+  if (odd) return *mid;
+  return 0.5 * (*mid + *std::max_element(v.begin(), mid));
+}
+
 double Median(std::span<double> v) {
   const size_t n = v.size();
   if (n >= 1 && n <= 16) return SmallMedian(v);
-  auto mid = v.begin() + n / 2;
-  std::nth_element(v.begin(), mid, v.end());
-  if (n % 2 == 1) return *mid;
-  return 0.5 * (*mid + *std::max_element(v.begin(), mid));
+  return SelectMiddle(v, n / 2, n % 2 == 1);
 }
 
 WindowFloats& WindowFloats::operator=(const WindowFloats& o) {

@@ -227,10 +227,14 @@ class PeerSteps {
   uint8_t long_next_ = 0;
 };
 
-// The median of `v` (reordered): the mean of the two middle values for an
-// even count, so that two halves of a group pull it alike.
+// The median of `v` (may be reordered): the mean of the two middle values
+// for an even count, so that two halves of a group pull it alike. Up to 16
+// values by a sorting network (branch-free), more by SelectMiddle.
 double Median(std::span<double> v);
-// Median()'s value for 1 to 16 values, branch-free (what Median() uses there).
-double SmallMedian(std::span<const double> v);
+// Median()'s selection where `v` holds the middle of a larger set: the value
+// at index `k` of sorted `v` and, unless the set's count is `odd`, the mean
+// of it and the one below it (k >= 1 then). `v` is reordered. SlicedMedian
+// and BandMedian select among the values they kept with it.
+double SelectMiddle(std::span<double> v, size_t k, bool odd);
 
 }  // namespace straggler::engine::internal

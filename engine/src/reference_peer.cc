@@ -157,11 +157,6 @@ double PeerReference::BaselineOf(uint32_t rank) const {
 
 bool PeerReference::JudgeAlone(uint32_t rank, const Report& rep, Time now) {
   if (rank >= ranks_.size()) return false;
-  // The log first: nothing below depends on it until the step goes into the
-  // windows, so its latency overlaps the lookups (it was a quarter of a late
-  // report's time where it stood just before its first use).
-  const double own = rep.OwnSeconds();
-  const double x = SafeLog(own);
   Sync();
   RefreshLogs();
   PeerRank& pr = ranks_[rank];
@@ -184,31 +179,31 @@ bool PeerReference::JudgeAlone(uint32_t rank, const Report& rep, Time now) {
          Excludes(e_.Newest(), rank)))
       pr.Restart(Source::kGroup, g);
   }
+  const double own = rep.OwnSeconds();
+  const double x = SafeLog(own);
   if (pr.source == Source::kGroup && pr.group < states_.size() && states_[pr.group].profiled) {
     const GroupState& gs = states_[pr.group];
     const double steady = gs.steady_log;
     pr.steps.Push(logs_p_, x - gs.work.LogCost(rep.work) - steady);
     const uint32_t g = pr.group;
-    if (!Quiet(rank, pr, gs))
-      Judge(rank, own, rep.iteration, now, gs, /*alone=*/true,
-            [&](bool to_straggler, double ratio) {
-              return absl::StrFormat("rank %u (%s) %s %.3g× its group's recent median %.3gs%s, "
-                                     "judged alone",
-                                     rank, groups_.Label(g), to_straggler ? "at" : "back to",
-                                     ratio, std::exp(steady), PerWork(gs.work));
-            });
+    Judge(rank, own, rep.iteration, now, gs, /*alone=*/true,
+          [&](bool to_straggler, double ratio) {
+            return absl::StrFormat("rank %u (%s) %s %.3g× its group's recent median %.3gs%s, "
+                                   "judged alone",
+                                   rank, groups_.Label(g), to_straggler ? "at" : "back to",
+                                   ratio, std::exp(steady), PerWork(gs.work));
+          });
     return true;
   }
   if (pr.source == Source::kOwn && have_base_[rank] && own_state_.profiled) {
     const double ref = own_level_ + bases_[rank];
     pr.steps.Push(logs_p_, x - ref);
-    if (!Quiet(rank, pr, own_state_))
-      Judge(rank, own, rep.iteration, now, own_state_, /*alone=*/true,
-            [&](bool to_straggler, double ratio) {
-              return absl::StrFormat("rank %u (%s) %s %.3g× its own baseline %.3gs, judged alone",
-                                     rank, groups_.Label(groups_.Of(rank)),
-                                     to_straggler ? "at" : "back to", ratio, std::exp(ref));
-            });
+    Judge(rank, own, rep.iteration, now, own_state_, /*alone=*/true,
+          [&](bool to_straggler, double ratio) {
+            return absl::StrFormat("rank %u (%s) %s %.3g× its own baseline %.3gs, judged alone",
+                                   rank, groups_.Label(groups_.Of(rank)),
+                                   to_straggler ? "at" : "back to", ratio, std::exp(ref));
+          });
     return true;
   }
   return false;
@@ -318,19 +313,18 @@ void PeerReference::JudgeOwn(const Row& row, double level, Time now) {
     own_state_.median = std::exp(own_level_ + bases_[rank]);
     const double base_seconds = own_state_.median;
     pr.steps.Push(logs_p_, SafeLog(t) - level - bases_[rank] - norm);
-    if (!Quiet(rank, pr, own_state_))
-      Judge(rank, t, row.iteration, now, own_state_, /*alone=*/false,
-            [&](bool to_straggler, double ratio) {
-              return to_straggler
-                         ? absl::StrFormat(
-                               "rank %u (%s, too small to compare within) %.3g× its own "
-                               "baseline %.3gs at the job's current speed (threshold %.3g×)",
-                               rank, groups_.Label(groups_.Of(rank)), ratio, base_seconds,
-                               std::exp(own_state_.threshold))
-                         : absl::StrFormat("rank %u (%s) back to %.3g× its own baseline %.3gs",
-                                           rank, groups_.Label(groups_.Of(rank)), ratio,
-                                           base_seconds);
-            });
+    Judge(rank, t, row.iteration, now, own_state_, /*alone=*/false,
+          [&](bool to_straggler, double ratio) {
+            return to_straggler
+                       ? absl::StrFormat(
+                             "rank %u (%s, too small to compare within) %.3g× its own "
+                             "baseline %.3gs at the job's current speed (threshold %.3g×)",
+                             rank, groups_.Label(groups_.Of(rank)), ratio, base_seconds,
+                             std::exp(own_state_.threshold))
+                       : absl::StrFormat("rank %u (%s) back to %.3g× its own baseline %.3gs",
+                                         rank, groups_.Label(groups_.Of(rank)), ratio,
+                                         base_seconds);
+          });
   }
 }
 
@@ -340,8 +334,9 @@ double PeerReference::MedianRate(const std::vector<std::pair<uint32_t, double>>&
   return rates_.empty() ? PeerSteps{}.Rate() : Median(rates_);
 }
 
-void PeerReference::Judge(uint32_t rank, double compute, uint64_t iteration, Time now, const GroupState& gs,
-           bool alone, absl::FunctionRef<std::string(bool, double)> why) {
+void PeerReference::JudgeRule(uint32_t rank, double compute, uint64_t iteration, Time now,
+                              const GroupState& gs, bool alone,
+                              absl::FunctionRef<std::string(bool, double)> why) {
   const PolicyConfig& p = e_.policy;
   const double thr = gs.threshold;
   PeerRank& pr = ranks_[rank];

@@ -219,13 +219,18 @@ class PeerReference final : public Reference {
   // times, so a 3x rank looked 1.7x for three steps while its group ran
   // slower under a CPU hog, and was readmitted while still slow (issue 28,
   // item 2). In a steady job the drift is small and the way back as quick.
+  // Inline (peer_quiet.h): a rank Quiet() says nothing can change for is
+  // done here, the others go through JudgeRule - most ranks, most rows,
+  // skip the call.
   void Judge(uint32_t rank, double compute, uint64_t iteration, Time now, const GroupState& gs,
              bool alone, absl::FunctionRef<std::string(bool, double)> why);
-  // Whether Judge would change nothing for `rank` (its PeerRank `pr`, its
-  // step already in the windows) against `gs`: healthy, nothing counted,
-  // no severe step, windows surely below both thresholds. Inline
-  // (peer_quiet.h): most ranks, most rows, skip the call.
-  bool Quiet(uint32_t rank, const PeerRank& pr, const GroupState& gs) const;
+  void JudgeRule(uint32_t rank, double compute, uint64_t iteration, Time now,
+                 const GroupState& gs, bool alone,
+                 absl::FunctionRef<std::string(bool, double)> why);
+  // Whether JudgeRule would change nothing for `rank` (its step already in
+  // the windows) against `gs`: healthy, nothing counted, no severe step,
+  // windows surely below both thresholds.
+  bool Quiet(uint32_t rank, const GroupState& gs) const;
 
   PeerGroups groups_;
   std::vector<GroupState> states_;

@@ -58,10 +58,7 @@ double SlicedMedian::Take() {
   if (*lo == *hi) return *lo;
   // The kept values are ranks offset_ .. offset_ + kept_count_ - 1 of the
   // whole sorted row (bins are ordered by value): Median()'s middle.
-  const auto mid = begin + static_cast<std::ptrdiff_t>(n_ / 2 - offset_);
-  std::nth_element(begin, mid, end);
-  if (n_ % 2 == 1) return *mid;
-  return 0.5 * (*mid + *std::max_element(begin, mid));
+  return SelectMiddle({kept_.data(), kept_count_}, n_ / 2 - offset_, n_ % 2 == 1);
 }
 
 void BandMedian::Begin(double guess, double half_width, size_t n) {
@@ -89,11 +86,7 @@ double BandMedian::Take(std::span<const double> all, std::vector<double>& scratc
   }
   // The kept values are ranks below_ .. below_ + kept_count_ - 1 of the
   // sorted group.
-  const auto begin = kept_.begin();
-  const auto mid = begin + static_cast<std::ptrdiff_t>(hi - below_);
-  std::nth_element(begin, mid, begin + static_cast<std::ptrdiff_t>(kept_count_));
-  if (n % 2 == 1) return *mid;
-  return 0.5 * (*mid + *std::max_element(begin, mid));
+  return SelectMiddle({kept_.data(), kept_count_}, hi - below_, n % 2 == 1);
 }
 
 double BandMedian::NextWidth(double sigma_hint) const {

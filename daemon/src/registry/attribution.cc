@@ -214,16 +214,6 @@ void RankPhases::Add(double input, double compute_seconds, double optimizer_seco
   ++reports;
 }
 
-void NotePhases(std::vector<RankPhases>& column, size_t ranks, uint32_t rank,
-                std::optional<double> input_wait, double compute,
-                std::optional<double> optimizer) {
-  if (column.empty()) {
-    if (!input_wait && !optimizer) return;
-    column.resize(ranks);
-  }
-  column[rank].Add(input_wait.value_or(0), compute, optimizer.value_or(0));
-}
-
 std::string_view LikelyCauseName(LikelyCause c) {
   switch (c) {
     case LikelyCause::kUnspecified: return "unspecified";

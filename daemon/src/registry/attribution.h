@@ -131,9 +131,17 @@ struct RankPhases {
 // that reports none pays nothing), then one RankPhases per rank of `ranks`,
 // each folding in every accepted report of its rank from then on (a phase
 // the report lacks counts as 0). `rank` < ranks.
-void NotePhases(std::vector<RankPhases>& column, size_t ranks, uint32_t rank,
-                std::optional<double> input_wait, double compute,
-                std::optional<double> optimizer);
+// Inline: it runs for every accepted report, and most jobs report no phases
+// (then it returns at once, no call).
+inline void NotePhases(std::vector<RankPhases>& column, size_t ranks, uint32_t rank,
+                       std::optional<double> input_wait, double compute,
+                       std::optional<double> optimizer) {
+  if (column.empty()) {
+    if (!input_wait && !optimizer) return;
+    column.resize(ranks);
+  }
+  column[rank].Add(input_wait.value_or(0), compute, optimizer.value_or(0));
+}
 
 // What the daemon knows of one rank; null = not known (or stale). `node`
 // names the rank's node: host samples of ranks on the same node are one

@@ -230,8 +230,6 @@ struct JobState {
   // An accepted report's phases; `rank` < the job's world_size.
   void NotePhases(uint32_t rank, std::optional<double> input_wait, double compute,
                   std::optional<double> optimizer) {
-    // Most jobs report no phases: no call per report for them.
-    if (phases.empty() && !input_wait && !optimizer) return;
     straggler::daemon::NotePhases(phases, nodes.size(), rank, input_wait, compute, optimizer);
   }
   // The rank's telemetry if it is fresh at `now`, else null.
