@@ -60,7 +60,7 @@ grpc::Status UnaryRouter::Call(const Attempt& attempt,
                                std::chrono::system_clock::time_point deadline,
                                std::string* address) {
   uint32_t failures = 0;
-  uint32_t redirects = 0;
+  RedirectRun run(options_.max_redirects);
   for (;;) {
     const std::string at = Address();
     grpc::ClientContext ctx;
@@ -70,12 +70,8 @@ grpc::Status UnaryRouter::Call(const Attempt& attempt,
     if (address != nullptr) *address = at;
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
     const std::string owner = RedirectOwner(ctx);
-    // StreamSession's rule: a redirect is always followed, at once only
-    // max_redirects times in a row (replicas that disagree are not
-    // ping-ponged between; an owner named while it was dying does not stop
-    // the call from reaching the one that took the job over).
     const bool redirected = !owner.empty() && owner != at;
-    const bool at_once = redirected && redirects < options_.max_redirects;
+    const bool at_once = redirected && run.FollowAtOnce();
     std::chrono::milliseconds pause(0);
     {
       absl::MutexLock lock(&mu_);
@@ -91,12 +87,9 @@ grpc::Status UnaryRouter::Call(const Attempt& attempt,
       if (!at_once) pause = BackoffDelay(options_.backoff, failures, rng_);
     }
     if (redirected) redirects_.fetch_add(1, std::memory_order_relaxed);
-    if (at_once) {
-      ++redirects;
-      continue;  // straight to the owner
-    }
+    if (at_once) continue;  // straight to the owner
     ++failures;
-    if (!redirected) redirects = 0;
+    if (!redirected) run.Reset();
     if (options_.max_failures != 0 && failures >= options_.max_failures) return status;
     if (std::chrono::system_clock::now() + pause >= deadline) return status;
     std::this_thread::sleep_for(pause);

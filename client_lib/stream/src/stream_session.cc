@@ -72,15 +72,12 @@ void StreamSession::SwitchTo(const std::string& address) {
 }
 
 bool StreamSession::ChooseNext(grpc::ClientContext& ctx, bool was_connected) {
-  if (was_connected) redirects_in_a_row_ = 0;
+  if (was_connected) redirect_run_.Reset();
   const std::string owner = RedirectOwner(ctx);
   const std::string current = Address();
   if (!owner.empty() && owner != current) {
-    // Followed every time, without the backoff only kMaxRedirects times in
-    // a row: replicas that disagree are not ping-ponged between, and a
-    // client whose first redirects named an owner that had just died
-    // still reaches the one that took the job over (it may be in no list).
-    const bool at_once = ++redirects_in_a_row_ <= kMaxRedirects;
+    // RedirectRun's rule (the owner may be in no list).
+    const bool at_once = redirect_run_.FollowAtOnce();
     redirects_.fetch_add(1, std::memory_order_relaxed);
     Log(LogLevel::kInfo, absl::StrCat(current, " redirected the stream to the job's owner ",
                                       owner, at_once ? "" : " (after the backoff)"));
@@ -93,7 +90,7 @@ bool StreamSession::ChooseNext(grpc::ClientContext& ctx, bool was_connected) {
   // redirected there may name that owner again), after the backoff. The
   // backoff bounds this loop, so the next redirect is followed at once
   // again: "in a row" counts redirects with no other end between them.
-  redirects_in_a_row_ = 0;
+  redirect_run_.Reset();
   cursor_.Next();
   SwitchTo(cursor_.current());
   return false;

@@ -80,6 +80,24 @@ std::chrono::milliseconds BackoffDelay(const Backoff& backoff, uint32_t attempt,
 // SETTINGS frame"), which a one-shot caller such as stragglerctl reports.
 void BoundReconnectBackoff(const Backoff& backoff, grpc::ChannelArguments& args);
 
+// The redirect rule StreamSession and UnaryRouter share: a redirect is
+// always followed, without the backoff only `max` times in a row - replicas
+// that disagree are not ping-ponged between, and a client whose first
+// redirects named an owner that had just died still reaches the one that
+// took the job over. Any other end starts the run over. Not thread-safe
+// (one per stream, or per call).
+class RedirectRun {
+ public:
+  explicit RedirectRun(uint32_t max) : max_(max) {}
+  // One more redirect in the run: whether to follow it at once.
+  bool FollowAtOnce() { return ++in_a_row_ <= max_; }
+  void Reset() { in_a_row_ = 0; }
+
+ private:
+  uint32_t max_;
+  uint32_t in_a_row_ = 0;
+};
+
 // Where the next call goes: an address of the list or a redirect's owner.
 // Not thread-safe (one owner; UnaryRouter guards its own).
 class AddressCursor {

@@ -230,7 +230,7 @@ class StreamSession {
   const std::shared_ptr<ChannelPool> pool_;
   // The sender's connection target; address_ is also read by Address().
   AddressCursor cursor_;  // the sender's: where the next connection goes
-  uint32_t redirects_in_a_row_ = 0;
+  RedirectRun redirect_run_{kMaxRedirects};
   mutable absl::Mutex address_mu_;
   std::string address_ ABSL_GUARDED_BY(address_mu_);
   std::shared_ptr<grpc::Channel> channel_;
